@@ -1,0 +1,12 @@
+//! Compiles `proto/` with protox (a pure-Rust protobuf compiler), so building
+//! Sluice never needs `protoc` on the machine.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/prometheus/remote.proto"];
+    for p in &protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    prost_build::Config::new().compile_fds(fds)?;
+    Ok(())
+}

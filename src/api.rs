@@ -1,0 +1,141 @@
+//! The HTTP edge: [`router`] wires the routes and tower layers, and
+//! [`ApiError`] is the one mapping from errors to HTTP replies.
+
+mod status;
+mod write;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::config::Config;
+use crate::ingest::validate::LabelLimits;
+use crate::storage::head::Head;
+use crate::telemetry::Metrics;
+
+/// Shared state of every handler: a cheap clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    head: Arc<Head>,
+    metrics: Metrics,
+    limits: LabelLimits,
+    max_body_bytes: usize,
+    max_decompressed_bytes: usize,
+    request_timeout: Duration,
+}
+
+impl AppState {
+    /// State over `head`, with the limits from `config`.
+    pub fn new(config: &Config, head: Arc<Head>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                metrics: Metrics::new(Arc::clone(&head)),
+                head,
+                limits: config.label_limits(),
+                max_body_bytes: config.max_body_bytes,
+                max_decompressed_bytes: config.max_decompressed_bytes,
+                request_timeout: config.request_timeout,
+            }),
+        }
+    }
+
+    /// The head.
+    pub fn head(&self) -> &Head {
+        &self.inner.head
+    }
+}
+
+/// Every error a handler can return. Client mistakes are 4xx and are not
+/// logged as errors; server faults are 5xx with details only in the log.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or holds invalid data (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body is larger than allowed (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The Content-Type or Content-Encoding is not supported (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Something failed on our side (500); the message goes to the log only.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
+            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
+            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
+            ApiError::Internal(m) => {
+                tracing::error!(error = %m, "request failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see the server log".to_owned(),
+                )
+            }
+        };
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            body + "\n",
+        )
+            .into_response()
+    }
+}
+
+/// The routes Sluice serves, as metric label values.
+const ROUTES: &[&str] = &["/api/v1/write", "/metrics", "/-/healthy", "/-/ready"];
+
+fn route_label(path: Option<&MatchedPath>) -> &'static str {
+    path.and_then(|p| ROUTES.iter().find(|r| **r == p.as_str()).copied())
+        .unwrap_or("other")
+}
+
+async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let handler = route_label(req.extensions().get::<MatchedPath>());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    state
+        .inner
+        .metrics
+        .record_http(handler, resp.status().as_u16(), start.elapsed());
+    resp
+}
+
+/// The application: every route, the body limit, the timeout and the
+/// request metrics.
+pub fn router(state: AppState) -> Router {
+    let timeout = state.inner.request_timeout;
+    let body_limit = state.inner.max_body_bytes;
+    Router::new()
+        .route("/api/v1/write", post(write::remote_write))
+        .route("/metrics", get(status::metrics))
+        .route("/-/healthy", get(status::healthy))
+        .route("/-/ready", get(status::ready))
+        .layer(DefaultBodyLimit::max(body_limit))
+        // A timed-out write must be retried by the sender: 503, not 408.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests;

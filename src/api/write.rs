@@ -1,0 +1,149 @@
+//! `POST /api/v1/write`: the remote-write 1.0 receiver.
+//!
+//! Status codes follow the spec so that senders do the right thing: 204 when
+//! everything was stored; 400 (not retried) when some data is invalid, with
+//! the valid rest stored; 413 for bodies over a limit; 415 for an encoding
+//! or message type we do not speak. 5xx is kept for faults a retry can fix.
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::{ApiError, AppState};
+use crate::ingest;
+
+/// The remote-write version header, sent back on every reply.
+static VERSION_HEADER: HeaderName = HeaderName::from_static("x-prometheus-remote-write-version");
+
+/// The first bytes of a snappy *framed* stream (which PRW forbids).
+const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
+
+/// Decompressed bodies above this size are not kept for reuse by the thread.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// Reused decompression buffer: one per worker thread, not per request.
+    static DECODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(super) async fn remote_write(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut resp = match handle(&state, &headers, body) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => e.into_response(),
+    };
+    resp.headers_mut()
+        .insert(VERSION_HEADER.clone(), HeaderValue::from_static("0.1.0"));
+    resp
+}
+
+fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(), ApiError> {
+    check_content_type(headers)?;
+    check_content_encoding(headers)?;
+    let inner = &state.inner;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+            "request body is larger than the limit of {} bytes (max-body-bytes)",
+            inner.max_body_bytes
+        )),
+        _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
+    })?;
+    if body.starts_with(SNAPPY_FRAMED_MAGIC) {
+        return Err(ApiError::BadRequest(
+            "body uses the snappy framed format; remote write requires the snappy block format"
+                .into(),
+        ));
+    }
+    let len = snap::raw::decompress_len(&body)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid snappy block data: {e}")))?;
+    if len > inner.max_decompressed_bytes {
+        return Err(ApiError::TooLarge(format!(
+            "decompressed body would be {len} bytes, over the limit of {} bytes (max-decompressed-bytes)",
+            inner.max_decompressed_bytes
+        )));
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let report = DECODE_BUF.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let n = snap::raw::Decoder::new()
+            .decompress(&body, &mut buf[..len])
+            .map_err(|e| {
+                ApiError::BadRequest(format!("body is not valid snappy block data: {e}"))
+            })?;
+        let result = ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
+            .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
+        if buf.len() > KEEP_BUFFER_BYTES {
+            *buf = Vec::new();
+        }
+        result
+    })?;
+    inner.metrics.record_ingest("remote_write", &report);
+    if report.rejected_total() > 0 {
+        return Err(ApiError::BadRequest(report.message()));
+    }
+    Ok(())
+}
+
+/// A missing Content-Type means 1.0 (as Prometheus treats it); otherwise it
+/// must be protobuf, and a `proto=` parameter must name the 1.0 message.
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let v = v.to_str().unwrap_or("");
+    let mut parts = v.split(';');
+    let media = parts.next().unwrap_or("").trim();
+    if !media.eq_ignore_ascii_case("application/x-protobuf") {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "unsupported Content-Type {v:?}: remote write 1.0 needs application/x-protobuf"
+        )));
+    }
+    for p in parts {
+        let Some((k, val)) = p.split_once('=') else {
+            continue;
+        };
+        if k.trim().eq_ignore_ascii_case("proto") {
+            let val = val.trim().trim_matches('"');
+            if val != "prometheus.WriteRequest" {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "unsupported remote write message {val:?}: this receiver speaks remote write 1.0 (prometheus.WriteRequest)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A missing Content-Encoding is taken as snappy; anything else is refused.
+fn check_content_encoding(headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers.get(header::CONTENT_ENCODING) {
+        None => Ok(()),
+        Some(v)
+            if v.to_str()
+                .is_ok_and(|s| s.trim().eq_ignore_ascii_case("snappy")) =>
+        {
+            Ok(())
+        }
+        Some(v) => Err(ApiError::UnsupportedMediaType(format!(
+            "unsupported Content-Encoding {:?}: remote write needs snappy",
+            String::from_utf8_lossy(v.as_bytes())
+        ))),
+    }
+}

@@ -1,0 +1,194 @@
+//! The one typed configuration tree. Every field has a default that works on
+//! a laptop; a config file (YAML or TOML) uses the same kebab-case keys as
+//! the command-line flags. The library never reads the environment or argv.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::ingest::validate::LabelLimits;
+use crate::storage::head::HeadOptions;
+
+/// Sluice's configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    pub listen: SocketAddr,
+    /// Directory for durable data (the write-ahead log, in a later release).
+    pub data_dir: PathBuf,
+    /// Largest request body accepted, in bytes, as sent (compressed).
+    pub max_body_bytes: usize,
+    /// Largest request body accepted after decompression, in bytes; checked
+    /// from the snappy header before any buffer is allocated.
+    pub max_decompressed_bytes: usize,
+    /// Most labels one series may carry, `__name__` included.
+    pub max_labels_per_series: usize,
+    /// Longest label name, in bytes.
+    pub max_label_name_length: usize,
+    /// Longest label value, in bytes.
+    pub max_label_value_length: usize,
+    /// Most series the head holds; samples for new series beyond it are rejected.
+    pub max_series: usize,
+    /// Log filter: a level (`info`) or `EnvFilter` directives.
+    pub log_level: String,
+    /// Longest time a request may take before it is answered 503.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Head shards (each with its own lock); 0 picks 4× the CPU count.
+    pub head_shards: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9201)),
+            data_dir: PathBuf::from("./data"),
+            max_body_bytes: 16 << 20,
+            max_decompressed_bytes: 32 << 20,
+            max_labels_per_series: 64,
+            max_label_name_length: 1024,
+            max_label_value_length: 4096,
+            max_series: 10_000_000,
+            log_level: "info".to_owned(),
+            request_timeout: Duration::from_secs(30),
+            head_shards: 0,
+        }
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or TOML for this tree.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads a YAML (`.yml`/`.yaml`) or TOML (`.toml`) file; missing keys
+    /// keep their defaults.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let parsed = match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") => toml::from_str(&text).map_err(|e| e.to_string()),
+            _ => serde_yaml_ng::from_str(&text).map_err(|e| e.to_string()),
+        };
+        parsed.map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Checks ranges that the types cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("max-body-bytes", self.max_body_bytes),
+            ("max-decompressed-bytes", self.max_decompressed_bytes),
+            ("max-labels-per-series", self.max_labels_per_series),
+            ("max-label-name-length", self.max_label_name_length),
+            ("max-label-value-length", self.max_label_value_length),
+            ("max-series", self.max_series),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be greater than 0"
+                )));
+            }
+        }
+        if self.request_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "request-timeout must be greater than 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The label limits for ingest.
+    pub fn label_limits(&self) -> LabelLimits {
+        LabelLimits {
+            max_labels: self.max_labels_per_series,
+            max_name_len: self.max_label_name_length,
+            max_value_len: self.max_label_value_length,
+        }
+    }
+
+    /// The head's options.
+    pub fn head_options(&self) -> HeadOptions {
+        let shards = if self.head_shards == 0 {
+            4 * std::thread::available_parallelism().map_or(4, usize::from)
+        } else {
+            self.head_shards
+        };
+        HeadOptions {
+            shards,
+            max_series: self.max_series,
+            ..HeadOptions::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_and_toml_use_the_flag_names() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let yaml = dir.path().join("c.yaml");
+        std::fs::write(
+            &yaml,
+            "listen: 127.0.0.1:1234\nmax-series: 5\nrequest-timeout: 2m\n",
+        )
+        .expect("write");
+        let c = Config::from_file(&yaml).expect("valid yaml");
+        assert_eq!(c.listen.port(), 1234);
+        assert_eq!(c.max_series, 5);
+        assert_eq!(c.request_timeout, Duration::from_secs(120));
+        assert_eq!(c.max_body_bytes, Config::default().max_body_bytes);
+        let toml = dir.path().join("c.toml");
+        std::fs::write(&toml, "data-dir = \"/tmp/x\"\nmax-label-name-length = 7\n").expect("write");
+        let c = Config::from_file(&toml).expect("valid toml");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.max_label_name_length, 7);
+        std::fs::write(&yaml, "max_series: 5\n").expect("write");
+        let err = Config::from_file(&yaml).expect_err("snake_case is not a key");
+        assert!(err.to_string().contains("max_series"), "{err}");
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        let c = Config {
+            max_series: 0,
+            ..Config::default()
+        };
+        assert!(c
+            .validate()
+            .expect_err("zero")
+            .to_string()
+            .contains("max-series"));
+        assert!(Config::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,234 @@
+//! Ingest: wire decoders that feed the head straight from request bytes.
+//!
+//! [`append_write_request`] walks a decompressed remote-write 1.0 body once
+//! for structure, then once more to append: a series seen before is found
+//! from its raw label bytes with no decoding; a new one is validated,
+//! sorted and created. Problems are counted per reason and summarised once
+//! per request.
+
+pub mod protowire;
+pub mod remote_write;
+pub mod validate;
+
+use std::fmt::Write as _;
+
+use crate::storage::head::{AppendCounts, Head, SampleError};
+use crate::storage::labels::encode_canonical;
+pub use protowire::DecodeError;
+use validate::{LabelError, LabelLimits};
+
+/// Samples more than this far ahead of the receiver's clock are rejected.
+pub const MAX_AHEAD_MS: i64 = 10 * 60 * 1000;
+
+/// How many problems a reply spells out; the rest are only counted.
+const MAX_PROBLEMS: usize = 5;
+
+/// Why samples were not stored: a closed set, used as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The series' labels broke a rule.
+    Label(LabelError),
+    /// The sample broke an append rule.
+    Sample(SampleError),
+    /// The head holds its maximum number of series.
+    SeriesLimit,
+    /// Native histograms are not stored yet.
+    NativeHistogram,
+}
+
+impl Reason {
+    /// Number of distinct reasons.
+    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 2;
+
+    /// Every reason, in index order.
+    pub fn all() -> impl Iterator<Item = Reason> {
+        LabelError::ALL
+            .into_iter()
+            .map(Reason::Label)
+            .chain(SampleError::ALL.into_iter().map(Reason::Sample))
+            .chain([Reason::SeriesLimit, Reason::NativeHistogram])
+    }
+
+    /// A dense index in `0..COUNT`.
+    pub fn index(self) -> usize {
+        match self {
+            Reason::Label(e) => e as usize,
+            Reason::Sample(e) => LabelError::ALL.len() + e as usize,
+            Reason::SeriesLimit => LabelError::ALL.len() + SampleError::ALL.len(),
+            Reason::NativeHistogram => LabelError::ALL.len() + SampleError::ALL.len() + 1,
+        }
+    }
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Label(e) => e.reason(),
+            Reason::Sample(e) => e.reason(),
+            Reason::SeriesLimit => "series_limit",
+            Reason::NativeHistogram => "native_histogram_unsupported",
+        }
+    }
+}
+
+/// What one request did.
+#[derive(Debug, Clone)]
+pub struct IngestReport {
+    /// Samples stored.
+    pub accepted: u64,
+    /// Samples (and histogram samples) not stored, by [`Reason::index`].
+    pub rejected: [u64; Reason::COUNT],
+    /// Series whose labels arrived unsorted and were sorted.
+    pub resorted_series: u64,
+    /// The first few problems, spelled out.
+    pub problems: Vec<String>,
+}
+
+impl Default for IngestReport {
+    fn default() -> Self {
+        Self {
+            accepted: 0,
+            rejected: [0; Reason::COUNT],
+            resorted_series: 0,
+            problems: Vec::new(),
+        }
+    }
+}
+
+impl IngestReport {
+    /// Total samples not stored.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.iter().sum()
+    }
+
+    fn reject(&mut self, reason: Reason, n: u64, detail: impl FnOnce() -> String) {
+        if n == 0 {
+            return;
+        }
+        self.rejected[reason.index()] += n;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(detail());
+        }
+    }
+
+    /// The plain-text reply for a request with rejections: counts by
+    /// reason, then the first problems.
+    pub fn message(&self) -> String {
+        let total = self.rejected_total();
+        let mut m = format!("rejected {total} of {} samples (", total + self.accepted);
+        let mut first = true;
+        for r in Reason::all() {
+            let n = self.rejected[r.index()];
+            if n > 0 {
+                if !first {
+                    m.push_str(", ");
+                }
+                first = false;
+                let _ = write!(m, "{}: {n}", r.as_str());
+            }
+        }
+        m.push_str("); the other samples were stored. First problems: ");
+        m.push_str(&self.problems.join("; "));
+        m
+    }
+}
+
+/// Appends a decompressed remote-write 1.0 `WriteRequest` to `head`.
+/// A body that is not valid protobuf is rejected whole, before anything is
+/// stored; otherwise every valid series is stored and the rest counted.
+pub fn append_write_request(
+    head: &Head,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+) -> Result<IngestReport, DecodeError> {
+    let req = remote_write::decode(body)?;
+    let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
+    let mut report = IngestReport::default();
+    let mut counts = AppendCounts::default();
+    // Scratch for new series; allocated only if one shows up.
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+
+    for ts in &req.series {
+        if ts.histograms > 0 {
+            report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
+                format!(
+                    "native histogram samples are not supported yet for series {}",
+                    ts.describe()
+                )
+            });
+        }
+        if ts.samples == 0 {
+            continue;
+        }
+        counts.first = None;
+        let stored = ts
+            .labels_raw
+            .is_some_and(|raw| head.append_existing(raw, ts.samples(), max_t, &mut counts));
+        if !stored {
+            raw_labels.clear();
+            raw_labels.extend(ts.labels());
+            match validate::validate(&raw_labels, limits, &mut labels) {
+                Err(e) => {
+                    report.reject(Reason::Label(e), u64::from(ts.samples), || {
+                        format!("{} for series {}", label_problem(e), ts.describe())
+                    });
+                    continue;
+                }
+                Ok(resorted) => report.resorted_series += u64::from(resorted),
+            }
+            canonical.clear();
+            encode_canonical(labels.iter().copied(), &mut canonical);
+            if let Err(limit) =
+                head.append_labels(&labels, &canonical, ts.samples(), max_t, &mut counts)
+            {
+                report.reject(Reason::SeriesLimit, u64::from(ts.samples), || {
+                    format!("{limit}; new series {} not created", ts.describe())
+                });
+                continue;
+            }
+        }
+        if let Some((e, t)) = counts.first {
+            if report.problems.len() < MAX_PROBLEMS {
+                report.problems.push(format!(
+                    "{} at timestamp {t} for series {}",
+                    sample_problem(e, max_t),
+                    ts.describe()
+                ));
+            }
+        }
+    }
+    report.accepted = counts.appended;
+    for e in SampleError::ALL {
+        report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
+    }
+    Ok(report)
+}
+
+fn label_problem(e: LabelError) -> &'static str {
+    match e {
+        LabelError::MissingMetricName => "missing metric name (__name__)",
+        LabelError::InvalidMetricName => {
+            "invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*)"
+        }
+        LabelError::InvalidLabelName => "invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*)",
+        LabelError::InvalidUtf8 => "label name or value is not valid UTF-8",
+        LabelError::DuplicateLabelName => "duplicate label name",
+        LabelError::TooManyLabels => "too many labels",
+        LabelError::LabelNameTooLong => "label name too long",
+        LabelError::LabelValueTooLong => "label value too long",
+    }
+}
+
+fn sample_problem(e: SampleError, max_t: i64) -> String {
+    match e {
+        SampleError::OutOfOrder => "out of order sample (older than the series' newest)".to_owned(),
+        SampleError::Duplicate => {
+            "duplicate sample for timestamp with a different value".to_owned()
+        }
+        SampleError::OutOfBounds => {
+            format!("out of bounds: timestamp is too far in the future (limit {max_t})")
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Remote-write 1.0 `WriteRequest` decoding straight from the decompressed
+//! bytes: no prost types, no owned strings. One pass checks the structure of
+//! the whole request (so a truncated body is rejected before anything is
+//! stored) and notes where each series' labels and samples are; iterators
+//! then read them in place.
+
+use super::protowire::{wrong_type, DecodeError, Reader, Value};
+
+/// One `TimeSeries`, borrowed from the request.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeSeriesView<'a> {
+    msg: &'a [u8],
+    base: usize,
+    /// The label fields, when they are one contiguous run of bytes (they are,
+    /// from every known sender): the key for the head's fast lookup.
+    pub labels_raw: Option<&'a [u8]>,
+    /// Float samples in the series.
+    pub samples: u32,
+    /// Native histogram samples (not stored yet; reported as rejected).
+    pub histograms: u32,
+}
+
+/// A decoded request: its series, in order.
+#[derive(Debug, Default)]
+pub struct WriteRequestView<'a> {
+    /// The request's series.
+    pub series: Vec<TimeSeriesView<'a>>,
+}
+
+/// Checks `buf` as a `WriteRequest` and indexes its series.
+pub fn decode(buf: &[u8]) -> Result<WriteRequestView<'_>, DecodeError> {
+    let mut req = WriteRequestView::default();
+    let mut r = Reader::new(buf);
+    while let Some((field, v, at)) = r.next_field()? {
+        match (field, v) {
+            (1, Value::Bytes(ts)) => req.series.push(decode_series(ts, at)?),
+            (1, _) => return Err(wrong_type(at)),
+            (3, Value::Bytes(md)) => check_metadata(md, at)?,
+            (3, _) => return Err(wrong_type(at)),
+            _ => {}
+        }
+    }
+    Ok(req)
+}
+
+fn decode_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeError> {
+    let mut view = TimeSeriesView {
+        msg,
+        base,
+        labels_raw: None,
+        samples: 0,
+        histograms: 0,
+    };
+    // The label run: start of the first label field, end of the last one,
+    // and whether another field came in between.
+    let (mut start, mut end, mut split) = (None, 0, false);
+    let mut r = Reader::nested(msg, base);
+    loop {
+        let field_start = r.offset() - base;
+        let Some((field, v, at)) = r.next_field()? else {
+            break;
+        };
+        match (field, v) {
+            (1, Value::Bytes(label)) => {
+                check_label(label, at)?;
+                if start.is_none() {
+                    start = Some(field_start);
+                } else if end != field_start {
+                    split = true;
+                }
+                end = r.offset() - base;
+            }
+            (2, Value::Bytes(sample)) => {
+                check_sample(sample, at)?;
+                view.samples += 1;
+            }
+            (3 | 4, Value::Bytes(nested)) => {
+                check_message(nested, at)?;
+                if field == 4 {
+                    view.histograms += 1;
+                }
+            }
+            (1..=4, _) => return Err(wrong_type(at)),
+            _ => {}
+        }
+    }
+    if let (Some(s), false) = (start, split) {
+        view.labels_raw = Some(&msg[s..end]);
+    }
+    Ok(view)
+}
+
+fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    let mut r = Reader::nested(msg, base);
+    while let Some((field, v, at)) = r.next_field()? {
+        if matches!(field, 1 | 2) && !matches!(v, Value::Bytes(_)) {
+            return Err(wrong_type(at));
+        }
+    }
+    Ok(())
+}
+
+fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    let mut r = Reader::nested(msg, base);
+    while let Some((field, v, at)) = r.next_field()? {
+        match (field, v) {
+            (1, Value::Fixed64(_)) | (2, Value::Varint(_)) => {}
+            (1 | 2, _) => return Err(wrong_type(at)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Exemplars, histograms and metadata are not stored yet; their framing is
+/// still checked so a corrupt body is never half-applied.
+fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    let mut r = Reader::nested(msg, base);
+    while r.next_field()?.is_some() {}
+    Ok(())
+}
+
+fn check_metadata(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    check_message(msg, base)
+}
+
+impl<'a> TimeSeriesView<'a> {
+    /// The series' labels as raw (name, value) bytes, in sent order.
+    pub fn labels(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        fields(self.msg, self.base, 1).map(|label| {
+            let (mut name, mut value): (&[u8], &[u8]) = (b"", b"");
+            let mut r = Reader::new(label);
+            while let Ok(Some((f, Value::Bytes(b), _))) = r.next_field() {
+                match f {
+                    1 => name = b,
+                    2 => value = b,
+                    _ => {}
+                }
+            }
+            (name, value)
+        })
+    }
+
+    /// The series' float samples as (timestamp ms, value), in sent order.
+    pub fn samples(&self) -> SampleIter<'a> {
+        SampleIter {
+            r: Reader::nested(self.msg, self.base),
+        }
+    }
+
+    /// The labels as `{name="value", …}` for error messages.
+    pub fn describe(&self) -> String {
+        let mut s = String::from("{");
+        for (i, (n, v)) in self.labels().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            s.push_str(&String::from_utf8_lossy(n));
+            s.push('=');
+            s.push_str(&format!("{:?}", String::from_utf8_lossy(v)));
+        }
+        s.push('}');
+        s
+    }
+}
+
+/// The payloads of every length-delimited `field` in a checked message.
+fn fields<'a>(msg: &'a [u8], base: usize, field: u32) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut r = Reader::nested(msg, base);
+    std::iter::from_fn(move || loop {
+        match r.next_field() {
+            Ok(Some((f, Value::Bytes(b), _))) if f == field => return Some(b),
+            Ok(Some(_)) => {}
+            _ => return None,
+        }
+    })
+}
+
+/// Reads the samples of a checked `TimeSeries` in place.
+#[derive(Debug, Clone)]
+pub struct SampleIter<'a> {
+    r: Reader<'a>,
+}
+
+impl Iterator for SampleIter<'_> {
+    type Item = (i64, f64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(i64, f64)> {
+        loop {
+            match self.r.next_field() {
+                Ok(Some((2, Value::Bytes(b), _))) => return Some(read_sample(b)),
+                Ok(Some(_)) => {}
+                _ => return None,
+            }
+        }
+    }
+}
+
+#[inline]
+fn read_sample(b: &[u8]) -> (i64, f64) {
+    // The common encoding from every sender: 09 <8 bytes> 10 <varint>.
+    if b.len() >= 11 && b[0] == 0x09 && b[9] == 0x10 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[1..9]);
+        let v = f64::from_le_bytes(a);
+        let mut t = 0u64;
+        for (i, &byte) in b[10..].iter().enumerate().take(10) {
+            t |= u64::from(byte & 0x7f) << (7 * i);
+            if byte < 0x80 {
+                if i + 11 == b.len() {
+                    return (t as i64, v);
+                }
+                break;
+            }
+        }
+    }
+    let (mut t, mut v) = (0i64, 0f64);
+    let mut r = Reader::new(b);
+    while let Ok(Some((f, val, _))) = r.next_field() {
+        match (f, val) {
+            (1, Value::Fixed64(bits)) => v = f64::from_bits(bits),
+            (2, Value::Varint(x)) => t = x as i64,
+            _ => {}
+        }
+    }
+    (t, v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::prometheus as pb;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn label(n: &str, v: &str) -> pb::Label {
+        pb::Label {
+            name: n.into(),
+            value: v.into(),
+        }
+    }
+
+    #[test]
+    fn decodes_what_prost_encodes() {
+        let req = pb::WriteRequest {
+            timeseries: vec![
+                pb::TimeSeries {
+                    labels: vec![label("__name__", "up"), label("job", "node")],
+                    samples: vec![
+                        pb::Sample {
+                            value: 1.5,
+                            timestamp: 1000,
+                        },
+                        pb::Sample {
+                            value: -0.0,
+                            timestamp: -5,
+                        },
+                        pb::Sample {
+                            value: 0.0,
+                            timestamp: 0,
+                        },
+                    ],
+                    ..Default::default()
+                },
+                pb::TimeSeries {
+                    labels: vec![label("__name__", "x")],
+                    histograms: vec![pb::Histogram::default()],
+                    ..Default::default()
+                },
+            ],
+            metadata: vec![pb::MetricMetadata {
+                metric_family_name: "up".into(),
+                ..Default::default()
+            }],
+        };
+        let buf = req.encode_to_vec();
+        let view = decode(&buf).expect("valid");
+        assert_eq!(view.series.len(), 2);
+        let s = &view.series[0];
+        assert_eq!(s.samples, 3);
+        let samples: Vec<_> = s.samples().map(|(t, v)| (t, v.to_bits())).collect();
+        // Like gogoproto, prost omits a -0.0 value as the proto3 default, so it arrives as 0.
+        assert_eq!(samples, vec![(1000, 1.5f64.to_bits()), (-5, 0), (0, 0)]);
+        let labels: Vec<_> = s.labels().collect();
+        assert_eq!(
+            labels,
+            vec![(&b"__name__"[..], &b"up"[..]), (&b"job"[..], &b"node"[..])]
+        );
+        assert_eq!(s.describe(), r#"{__name__="up", job="node"}"#);
+        // The raw label run is exactly the canonical form.
+        let mut canon = Vec::new();
+        crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "node")], &mut canon);
+        assert_eq!(s.labels_raw, Some(&canon[..]));
+        assert_eq!(view.series[1].histograms, 1);
+    }
+
+    #[test]
+    fn interleaved_labels_have_no_raw_run() {
+        // labels, sample, label: valid protobuf, but not one contiguous run.
+        let mut buf = Vec::new();
+        let ts = [
+            &[0x0a][..],
+            &label("__name__", "a").encode_length_delimited_to_vec(),
+            &[0x12],
+            &pb::Sample {
+                value: 1.0,
+                timestamp: 1,
+            }
+            .encode_length_delimited_to_vec(),
+            &[0x0a],
+            &label("job", "b").encode_length_delimited_to_vec(),
+        ]
+        .concat();
+        buf.push(0x0a);
+        prost::encoding::encode_varint(ts.len() as u64, &mut buf);
+        buf.extend_from_slice(&ts);
+        let view = decode(&buf).expect("valid");
+        assert_eq!(view.series[0].labels_raw, None);
+        assert_eq!(view.series[0].labels().count(), 2);
+    }
+
+    #[test]
+    fn truncation_anywhere_is_an_error_not_a_panic() {
+        let req = pb::WriteRequest {
+            timeseries: vec![pb::TimeSeries {
+                labels: vec![label("__name__", "up")],
+                samples: vec![pb::Sample {
+                    value: 1.0,
+                    timestamp: 1,
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let buf = req.encode_to_vec();
+        for cut in 1..buf.len() {
+            assert!(decode(&buf[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    fn arb_request() -> impl Strategy<Value = pb::WriteRequest> {
+        let lab = ("[a-z_]{0,12}", "\\PC{0,20}").prop_map(|(n, v)| label(&n, &v));
+        let sample = (any::<i64>(), any::<f64>())
+            .prop_map(|(timestamp, value)| pb::Sample { value, timestamp });
+        let ts = (
+            proptest::collection::vec(lab, 0..8),
+            proptest::collection::vec(sample, 0..8),
+        )
+            .prop_map(|(labels, samples)| pb::TimeSeries {
+                labels,
+                samples,
+                ..Default::default()
+            });
+        proptest::collection::vec(ts, 0..10).prop_map(|timeseries| pb::WriteRequest {
+            timeseries,
+            metadata: vec![],
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_prost(req in arb_request()) {
+            let buf = req.encode_to_vec();
+            // Compare with what prost reads back: proto3 drops -0.0 on the wire.
+            let req = pb::WriteRequest::decode(&buf[..]).expect("round trip");
+            let view = decode(&buf).expect("prost output is valid");
+            prop_assert_eq!(view.series.len(), req.timeseries.len());
+            for (v, ts) in view.series.iter().zip(&req.timeseries) {
+                let samples: Vec<_> = v.samples().map(|(t, x)| (t, x.to_bits())).collect();
+                let want: Vec<_> = ts.samples.iter().map(|s| (s.timestamp, s.value.to_bits())).collect();
+                prop_assert_eq!(samples, want);
+                let labels: Vec<_> = v.labels().map(|(n, x)| (n.to_vec(), x.to_vec())).collect();
+                let want: Vec<_> = ts.labels.iter().map(|l| (l.name.clone().into_bytes(), l.value.clone().into_bytes())).collect();
+                prop_assert_eq!(labels, want);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_agree_with_prost_when_both_accept(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let (Ok(view), Ok(req)) = (decode(&bytes), pb::WriteRequest::decode(&bytes[..])) {
+                prop_assert_eq!(view.series.len(), req.timeseries.len());
+                for (v, ts) in view.series.iter().zip(&req.timeseries) {
+                    prop_assert_eq!(v.samples().count(), ts.samples.len());
+                    prop_assert_eq!(v.labels().count(), ts.labels.len());
+                }
+            }
+        }
+    }
+}

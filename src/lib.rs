@@ -1,0 +1,19 @@
+//! Sluice: a Prometheus-compatible remote-write gateway with an in-memory,
+//! XOR-chunked hot tier.
+//!
+//! The map of the house (dependencies point down the list):
+//! - [`api`]: the axum router, one error-to-HTTP mapping, and the handlers.
+//! - [`ingest`]: wire decoders that feed the head straight from request bytes.
+//! - [`storage`]: the sharded head, interned labels, inverted index, XOR chunks.
+//! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
+//! - [`config`]: the one typed configuration tree with its defaults.
+//! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
+//! - [`proto`]: prost types generated from `proto/`, for tests, benches and encoders.
+
+pub mod api;
+pub mod config;
+pub mod ingest;
+pub mod proto;
+pub mod server;
+pub mod storage;
+pub mod telemetry;

@@ -1,0 +1,129 @@
+//! The `sluice` binary: parse flags and the optional config file, set up
+//! logging, and run the server until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use sluice::config::Config;
+
+/// Sluice: a Prometheus remote-write receiver with an XOR-compressed,
+/// in-memory hot tier. Point Prometheus' `remote_write` at
+/// http://<listen>/api/v1/write.
+///
+/// Flags override the config file; both override the built-in defaults.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version)]
+struct Cli {
+    /// Optional YAML (.yaml/.yml) or TOML (.toml) file with the same keys as
+    /// these flags, e.g. `max-series: 100000`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on for HTTP [default: 127.0.0.1:9201].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Directory for durable data (used by the write-ahead log) [default: ./data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Largest request body, as sent (compressed); larger bodies get 413
+    /// [default: 16777216].
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Largest request body after decompression, read from the snappy header
+    /// before anything is allocated; larger bodies get 413 [default: 33554432].
+    #[arg(long, value_name = "BYTES")]
+    max_decompressed_bytes: Option<usize>,
+    /// Most labels per series, __name__ included; series with more are
+    /// rejected (400) [default: 64].
+    #[arg(long, value_name = "N")]
+    max_labels_per_series: Option<usize>,
+    /// Longest label name in bytes [default: 1024].
+    #[arg(long, value_name = "BYTES")]
+    max_label_name_length: Option<usize>,
+    /// Longest label value in bytes [default: 4096].
+    #[arg(long, value_name = "BYTES")]
+    max_label_value_length: Option<usize>,
+    /// Most series held in memory; samples for new series beyond it are
+    /// rejected (400, reason series_limit) [default: 10000000].
+    #[arg(long, value_name = "N")]
+    max_series: Option<usize>,
+    /// Log filter: error, warn, info, debug, trace, or tracing directives
+    /// such as `sluice=debug,tower_http=debug` [default: info].
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Longest time one request may take before it is answered 503, e.g. 30s
+    /// or 2m [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    request_timeout: Option<Duration>,
+    /// Head shards, each with its own lock; 0 picks 4x the CPU count [default: 0].
+    #[arg(long, value_name = "N")]
+    head_shards: Option<usize>,
+}
+
+impl Cli {
+    fn into_config(self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        macro_rules! set {
+            ($($f:ident),*) => {$( if let Some(v) = self.$f { c.$f = v; } )*};
+        }
+        set!(
+            listen,
+            data_dir,
+            max_body_bytes,
+            max_decompressed_bytes,
+            max_labels_per_series,
+            max_label_name_length,
+            max_label_value_length,
+            max_series,
+            log_level,
+            request_timeout,
+            head_shards
+        );
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Cli::parse().into_config()?;
+    sluice::telemetry::init_tracing(&config.log_level).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        ?config,
+        "starting sluice"
+    );
+    sluice::server::run(config, shutdown_signal())
+        .await
+        .context("sluice stopped with an error")
+}

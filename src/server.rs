@@ -1,0 +1,86 @@
+//! Builds the state, binds the listener and serves until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::storage::head::Head;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("server error: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// A bound, not yet serving, Sluice.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Server {
+    /// Validates `config`, builds the head and binds the listen address.
+    pub async fn bind(config: &Config) -> Result<Self, ServerError> {
+        config.validate()?;
+        let head = Arc::new(Head::new(config.head_options()));
+        let state = AppState::new(config, head);
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        Ok(Self { listener, state })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// The shared state, e.g. to inspect the head in tests.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then lets in-flight requests finish.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let addr = self.local_addr()?;
+        tracing::info!(%addr, "listening");
+        axum::serve(self.listener, api::router(self.state))
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Runs Sluice with `config` until `shutdown` resolves.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    Server::bind(&config).await?.serve(shutdown).await
+}

@@ -1,0 +1,8 @@
+//! In-memory storage: the sharded [`head::Head`] of series, each holding
+//! Prometheus XOR [`chunk`]s, with interned labels and an inverted index.
+
+pub mod chunk;
+pub mod head;
+pub mod index;
+pub mod labels;
+mod shard;

@@ -1,0 +1,26 @@
+//! Prometheus' XOR chunk format (Gorilla with millisecond timestamps), byte
+//! for byte: a 2-byte big-endian sample count, then a bit stream written
+//! most-significant bit first. See `specs/wire-formats.md` §4.
+//!
+//! [`XorAppender`] owns a growing chunk; [`XorIter`] walks the bytes of any
+//! chunk (sealed or head) without copying them.
+
+mod bstream;
+mod xor;
+
+pub use bstream::{BitReader, BitWriter};
+pub use xor::{XorAppender, XorIter};
+
+/// Bytes of the chunk header (the big-endian sample count).
+pub const HEADER_BYTES: usize = 2;
+
+/// Why a chunk's bytes could not be read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    /// The bit stream ended before the sample count in the header was reached.
+    #[error("chunk ends before its last sample")]
+    Truncated,
+    /// The chunk is shorter than its header.
+    #[error("chunk shorter than its header")]
+    NoHeader,
+}

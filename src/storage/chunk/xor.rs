@@ -1,0 +1,416 @@
+//! The XOR sample codec: delta-of-delta timestamps and XOR'd float values.
+
+use super::{BitReader, BitWriter, ChunkError, HEADER_BYTES};
+
+/// Sentinel for "no leading/trailing window chosen yet".
+const UNSET: u8 = 0xff;
+
+/// Appends samples to one XOR chunk. The chunk bytes are complete and valid
+/// after every append, so readers may iterate a head chunk at any time.
+#[derive(Debug, Clone)]
+pub struct XorAppender {
+    w: BitWriter,
+    num: u16,
+    t: i64,
+    v: u64,
+    t_delta: u64,
+    leading: u8,
+    trailing: u8,
+}
+
+impl Default for XorAppender {
+    fn default() -> Self {
+        Self::with_capacity(128)
+    }
+}
+
+impl XorAppender {
+    /// A new, empty chunk with room for `cap` bytes.
+    pub fn with_capacity(cap: usize) -> Self {
+        let mut w = BitWriter::with_capacity(cap.max(HEADER_BYTES));
+        w.write_bits(0, 16);
+        Self {
+            w,
+            num: 0,
+            t: 0,
+            v: 0,
+            t_delta: 0,
+            leading: UNSET,
+            trailing: 0,
+        }
+    }
+
+    /// Samples in the chunk.
+    #[inline]
+    pub fn num_samples(&self) -> u16 {
+        self.num
+    }
+
+    /// The chunk bytes, header included.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        self.w.bytes()
+    }
+
+    /// The newest sample, if any.
+    #[inline]
+    pub fn last(&self) -> Option<(i64, f64)> {
+        (self.num > 0).then(|| (self.t, f64::from_bits(self.v)))
+    }
+
+    /// Bytes reserved by the chunk buffer.
+    pub fn capacity(&self) -> usize {
+        self.w.capacity()
+    }
+
+    /// Seals the chunk, handing back its bytes without spare capacity.
+    pub fn into_bytes(self) -> Box<[u8]> {
+        self.w.into_boxed()
+    }
+
+    /// Appends a sample. The caller keeps timestamps increasing and the
+    /// sample count below `u16::MAX`; the head cuts chunks long before that.
+    #[inline]
+    pub fn append(&mut self, t: i64, v: f64) {
+        let vbits = v.to_bits();
+        match self.num {
+            0 => {
+                write_varint(&mut self.w, t);
+                self.w.write_bits(vbits, 64);
+            }
+            1 => {
+                self.t_delta = t.wrapping_sub(self.t) as u64;
+                write_uvarint(&mut self.w, self.t_delta);
+                self.write_value(vbits);
+            }
+            _ => {
+                let t_delta = t.wrapping_sub(self.t) as u64;
+                let dod = t_delta.wrapping_sub(self.t_delta) as i64;
+                self.t_delta = t_delta;
+                if dod == 0 {
+                    self.w.write_bit(false);
+                } else if bit_range(dod, 14) {
+                    // `10` + 14 bits: two whole bytes, the common case.
+                    self.w.write_bits((0b10 << 14) | (dod as u64 & 0x3fff), 16);
+                } else if bit_range(dod, 17) {
+                    self.w
+                        .write_bits((0b110 << 17) | (dod as u64 & 0x1_ffff), 20);
+                } else if bit_range(dod, 20) {
+                    self.w
+                        .write_bits((0b1110 << 20) | (dod as u64 & 0xf_ffff), 24);
+                } else {
+                    self.w.write_bits(0b1111, 4);
+                    self.w.write_bits(dod as u64, 64);
+                }
+                self.write_value(vbits);
+            }
+        }
+        self.t = t;
+        self.v = vbits;
+        self.num = self.num.wrapping_add(1);
+        let hdr = self.num.to_be_bytes();
+        self.w.bytes_mut()[..HEADER_BYTES].copy_from_slice(&hdr);
+    }
+
+    #[inline]
+    fn write_value(&mut self, vbits: u64) {
+        let delta = vbits ^ self.v;
+        if delta == 0 {
+            self.w.write_bit(false);
+            return;
+        }
+        let lead = (delta.leading_zeros() as u8).min(31);
+        let trail = delta.trailing_zeros() as u8;
+        if self.leading != UNSET && lead >= self.leading && trail >= self.trailing {
+            // `10` then the significant bits inside the previous window.
+            let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
+            let payload = delta >> self.trailing;
+            if sig <= 62 {
+                self.w.write_bits((0b10 << sig) | payload, sig + 2);
+            } else {
+                self.w.write_bits(0b10, 2);
+                self.w.write_bits(payload, sig);
+            }
+            return;
+        }
+        self.leading = lead;
+        self.trailing = trail;
+        let sig = 64 - u32::from(lead) - u32::from(trail);
+        // `11`, 5 bits of leading zeros, 6 bits of significant-bit count
+        // (64 is written as 0): 13 control bits in one write.
+        let ctl = (0b11 << 11) | (u64::from(lead) << 6) | u64::from(sig & 0x3f);
+        self.w.write_bits(ctl, 13);
+        self.w.write_bits(delta >> trail, sig);
+    }
+}
+
+/// `-(2^(n-1)-1) <= x <= 2^(n-1)`: Prometheus' asymmetric range test.
+#[inline]
+fn bit_range(x: i64, n: u32) -> bool {
+    let half = 1i64 << (n - 1);
+    -(half - 1) <= x && x <= half
+}
+
+fn write_varint(w: &mut BitWriter, v: i64) {
+    write_uvarint(w, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+fn write_uvarint(w: &mut BitWriter, mut v: u64) {
+    while v >= 0x80 {
+        w.write_byte(v as u8 | 0x80);
+        v >>= 7;
+    }
+    w.write_byte(v as u8);
+}
+
+fn read_uvarint(r: &mut BitReader<'_>) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = r.read_byte()?;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Iterates the samples of a chunk's bytes. A malformed chunk ends the
+/// iteration early and leaves the reason in [`XorIter::err`].
+#[derive(Debug, Clone)]
+pub struct XorIter<'a> {
+    r: BitReader<'a>,
+    total: u16,
+    read: u16,
+    t: i64,
+    v: u64,
+    t_delta: u64,
+    leading: u8,
+    trailing: u8,
+    err: Option<ChunkError>,
+}
+
+impl<'a> XorIter<'a> {
+    /// Iterates `chunk`, header included.
+    pub fn new(chunk: &'a [u8]) -> Self {
+        let (total, body, err) = match chunk {
+            [a, b, body @ ..] => (u16::from_be_bytes([*a, *b]), body, None),
+            _ => (0, &[][..], Some(ChunkError::NoHeader)),
+        };
+        Self {
+            r: BitReader::new(body),
+            total,
+            read: 0,
+            t: 0,
+            v: 0,
+            t_delta: 0,
+            leading: 0,
+            trailing: 0,
+            err,
+        }
+    }
+
+    /// Why iteration stopped early, if it did.
+    pub fn err(&self) -> Option<ChunkError> {
+        self.err
+    }
+
+    #[inline]
+    fn step(&mut self) -> Option<(i64, f64)> {
+        match self.read {
+            0 => {
+                let zz = read_uvarint(&mut self.r)?;
+                self.t = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+                self.v = self.r.read_bits(64)?;
+            }
+            1 => {
+                self.t_delta = read_uvarint(&mut self.r)?;
+                self.t = self.t.wrapping_add(self.t_delta as i64);
+                self.read_value()?;
+            }
+            _ => {
+                let dod = self.read_dod()?;
+                self.t_delta = self.t_delta.wrapping_add(dod as u64);
+                self.t = self.t.wrapping_add(self.t_delta as i64);
+                self.read_value()?;
+            }
+        }
+        self.read += 1;
+        Some((self.t, f64::from_bits(self.v)))
+    }
+
+    #[inline]
+    fn read_dod(&mut self) -> Option<i64> {
+        let sz = match self.r.read_bit()? {
+            false => return Some(0),
+            true if !self.r.read_bit()? => 14,
+            true if !self.r.read_bit()? => 17,
+            true if !self.r.read_bit()? => 20,
+            true => return self.r.read_bits(64).map(|b| b as i64),
+        };
+        let mut bits = self.r.read_bits(sz)?;
+        if bits > 1 << (sz - 1) {
+            bits = bits.wrapping_sub(1 << sz);
+        }
+        Some(bits as i64)
+    }
+
+    #[inline]
+    fn read_value(&mut self) -> Option<()> {
+        if !self.r.read_bit()? {
+            return Some(());
+        }
+        if self.r.read_bit()? {
+            let ctl = self.r.read_bits(11)?;
+            self.leading = (ctl >> 6) as u8;
+            let mut sig = (ctl & 0x3f) as u8;
+            if sig == 0 {
+                sig = 64;
+            }
+            // A corrupt chunk could claim more bits than a u64 holds.
+            self.trailing = 64u8.checked_sub(self.leading + sig)?;
+        }
+        let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
+        if sig == 0 {
+            return None;
+        }
+        let bits = self.r.read_bits(sig)?;
+        self.v ^= bits << self.trailing;
+        Some(())
+    }
+}
+
+impl Iterator for XorIter<'_> {
+    type Item = (i64, f64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(i64, f64)> {
+        if self.read >= self.total || self.err.is_some() {
+            return None;
+        }
+        let s = self.step();
+        if s.is_none() {
+            self.err = Some(ChunkError::Truncated);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn encode(samples: &[(i64, f64)]) -> Vec<u8> {
+        let mut a = XorAppender::default();
+        for &(t, v) in samples {
+            a.append(t, v);
+        }
+        a.bytes().to_vec()
+    }
+
+    // Golden chunks derived by hand from the format in wire-formats.md §4.
+    //
+    // Sample (1000, 1.0):
+    //   header            00 01
+    //   ts_0 zig-zag(1000) = 2000 = 0b1111_1010000 -> uvarint D0 0F
+    //   v_0 bits of 1.0   3F F0 00 00 00 00 00 00
+    const ONE: &[u8] = &[0x00, 0x01, 0xD0, 0x0F, 0x3F, 0xF0, 0, 0, 0, 0, 0, 0];
+
+    #[test]
+    fn golden_single_sample() {
+        assert_eq!(encode(&[(1000, 1.0)]), ONE);
+    }
+
+    // Add (2000, 1.0):
+    //   ts_1_delta 1000 = 0b111_1101000 -> uvarint E8 07
+    //   value unchanged -> bit `0`, padded to one zero byte 00
+    #[test]
+    fn golden_second_sample_same_value() {
+        let mut want = ONE.to_vec();
+        want[1] = 2;
+        want.extend_from_slice(&[0xE8, 0x07, 0x00]);
+        assert_eq!(encode(&[(1000, 1.0), (2000, 1.0)]), want);
+    }
+
+    // Add (3010, 3.0) and then (4020, 1.0):
+    //   v_1 `0`
+    //   t_2 dod = 1010-1000 = 10 -> `10` + 14 bits 00000000001010
+    //   v_2 3.0^1.0 = 0x7FF8000000000000: 1 leading, 51 trailing zeros, 12 sig
+    //       bits; no window yet -> `11` 00001 001100 + 12 ones
+    //   t_3 dod = 0 -> `0`
+    //   v_3 1.0^3.0 is the same delta: fits the window -> `10` + 12 ones
+    // Stream: 0 10 00000000001010 11 00001 001100 111111111111 0 10 111111111111
+    //   0100_0000 0000_0101 0110_0001 0011_0011 1111_1111 1101_0111 1111_1111 1(000_0000)
+    //   = 40 05 61 33 FF D7 FF 80
+    #[test]
+    fn golden_dod_and_xor_windows() {
+        let mut want = ONE.to_vec();
+        want[1] = 4;
+        want.extend_from_slice(&[0xE8, 0x07, 0x40, 0x05, 0x61, 0x33, 0xFF, 0xD7, 0xFF, 0x80]);
+        let got = encode(&[(1000, 1.0), (2000, 1.0), (3010, 3.0), (4020, 1.0)]);
+        assert_eq!(got, want);
+        // After three samples the stream stops at 42 bits: the last byte is 11 + 6 pad zeros.
+        let three = encode(&[(1000, 1.0), (2000, 1.0), (3010, 3.0)]);
+        assert_eq!(&three[14..], &[0x40, 0x05, 0x61, 0x33, 0xFF, 0xC0]);
+    }
+
+    // A negative first timestamp: zig-zag(-1) = 1 -> 01.
+    #[test]
+    fn golden_negative_timestamp() {
+        assert_eq!(encode(&[(-1, 0.0)]), &[0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn truncated_chunk_reports_error() {
+        let bytes = encode(&[(1000, 1.0), (2000, 2.0), (3000, 5.0)]);
+        let mut it = XorIter::new(&bytes[..bytes.len() - 2]);
+        assert_eq!(it.by_ref().count(), 2);
+        assert_eq!(it.err(), Some(ChunkError::Truncated));
+        assert_eq!(XorIter::new(&[1]).err(), Some(ChunkError::NoHeader));
+    }
+
+    fn value() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<f64>(),
+            Just(f64::NAN),
+            Just(f64::from_bits(0x7ff0_0000_0000_0002)),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(-0.0),
+            Just(0.0),
+            (-1000i32..1000).prop_map(f64::from),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            Just(15_000i64),
+            (14_950i64..15_050),
+            (1i64..10_000_000),
+            (1i64..i64::MAX / 1024),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(t0 in -(1i64 << 50)..(1i64 << 50),
+                      steps in proptest::collection::vec((step(), value(), any::<bool>()), 0..300)) {
+            let mut samples = Vec::new();
+            let mut t = t0;
+            let mut last = 0.0f64;
+            for (dt, v, repeat) in steps {
+                let v = if repeat { last } else { v };
+                samples.push((t, v));
+                last = v;
+                t = match t.checked_add(dt) { Some(t) => t, None => break };
+            }
+            let bytes = encode(&samples);
+            let mut it = XorIter::new(&bytes);
+            let got: Vec<(i64, u64)> = it.by_ref().map(|(t, v)| (t, v.to_bits())).collect();
+            let want: Vec<(i64, u64)> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
+            prop_assert_eq!(it.err(), None);
+            prop_assert_eq!(got, want);
+        }
+    }
+}

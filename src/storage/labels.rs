@@ -1,0 +1,217 @@
+//! Label strings, interned per shard, and the canonical byte form of a label
+//! set that the head keys series by.
+//!
+//! The canonical form is the remote-write 1.0 encoding of the sorted labels
+//! (`TimeSeries.labels`: for each label, field 1 holding a `Label` message
+//! with `name` = 1 and `value` = 2). Prometheus sends exactly these bytes, so
+//! the head can hash a sender's raw label bytes and find the series without
+//! decoding, sorting or validating them.
+
+use hashbrown::HashTable;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// An interned string's id within one shard.
+pub type StrId = u32;
+
+/// One label, owned: what queries hand out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Label {
+    /// Label name.
+    pub name: String,
+    /// Label value.
+    pub value: String,
+}
+
+/// Stores each distinct string once and hands out small ids.
+#[derive(Debug, Default)]
+pub struct Interner {
+    strings: Vec<Box<str>>,
+    table: HashTable<StrId>,
+    bytes: usize,
+}
+
+impl Interner {
+    /// The id of `s`, storing it if it is new.
+    pub fn intern(&mut self, s: &str) -> StrId {
+        let hash = xxh3_64(s.as_bytes());
+        let strings = &self.strings;
+        if let Some(&id) = self.table.find(hash, |&id| &*strings[id as usize] == s) {
+            return id;
+        }
+        let id = self.strings.len() as StrId;
+        self.strings.push(s.into());
+        self.bytes += s.len();
+        let strings = &self.strings;
+        self.table
+            .insert_unique(hash, id, |&id| xxh3_64(strings[id as usize].as_bytes()));
+        id
+    }
+
+    /// The id of `s`, if it was ever interned.
+    pub fn lookup(&self, s: &str) -> Option<StrId> {
+        let hash = xxh3_64(s.as_bytes());
+        self.table
+            .find(hash, |&id| &*self.strings[id as usize] == s)
+            .copied()
+    }
+
+    /// The string behind `id`. Ids come only from this interner.
+    #[inline]
+    pub fn get(&self, id: StrId) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s)
+    }
+
+    /// Heap bytes held (string bytes plus table and vector slots), roughly.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes
+            + self.strings.capacity() * std::mem::size_of::<Box<str>>()
+            + self.table.capacity() * (std::mem::size_of::<StrId>() + 1)
+    }
+}
+
+/// Appends the canonical bytes of `labels` (already sorted and valid) to `out`.
+pub fn encode_canonical<'a>(
+    labels: impl IntoIterator<Item = (&'a str, &'a str)>,
+    out: &mut Vec<u8>,
+) {
+    for (name, value) in labels {
+        let inner = field_len(name.len()) + field_len(value.len());
+        out.push(0x0a);
+        put_uvarint(out, inner as u64);
+        out.push(0x0a);
+        put_uvarint(out, name.len() as u64);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0x12);
+        put_uvarint(out, value.len() as u64);
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+/// Whether `raw` is exactly the canonical encoding of `labels`, compared
+/// piece by piece without building the encoding.
+pub fn matches_canonical(labels: &[(StrId, StrId)], strings: &Interner, raw: &[u8]) -> bool {
+    let mut rest = raw;
+    for &(n, v) in labels {
+        let (name, value) = (strings.get(n).as_bytes(), strings.get(v).as_bytes());
+        let inner = field_len(name.len()) + field_len(value.len());
+        let Some(r) = expect_field(rest, 0x0a, inner) else {
+            return false;
+        };
+        let Some(r) = expect_field(r, 0x0a, name.len()) else {
+            return false;
+        };
+        let Some(r) = r.strip_prefix(name) else {
+            return false;
+        };
+        let Some(r) = expect_field(r, 0x12, value.len()) else {
+            return false;
+        };
+        let Some(r) = r.strip_prefix(value) else {
+            return false;
+        };
+        rest = r;
+    }
+    rest.is_empty()
+}
+
+/// Strips `tag` and the varint `len` from the front of `b`.
+#[inline]
+fn expect_field(b: &[u8], tag: u8, len: usize) -> Option<&[u8]> {
+    let (&t, mut b) = b.split_first()?;
+    if t != tag {
+        return None;
+    }
+    let mut v = len as u64;
+    loop {
+        let (&byte, r) = b.split_first()?;
+        b = r;
+        if v < 0x80 {
+            return (u64::from(byte) == v).then_some(b);
+        }
+        if byte != (v as u8 | 0x80) {
+            return None;
+        }
+        v >>= 7;
+    }
+}
+
+/// Bytes of a length-delimited field with a one-byte tag.
+fn field_len(len: usize) -> usize {
+    1 + uvarint_len(len as u64) + len
+}
+
+fn uvarint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn canonical_form_equals_prost_encoding() {
+        let long = "x".repeat(300);
+        let pairs = [("__name__", "up"), ("instance", long.as_str()), ("job", "")];
+        let mut ours = Vec::new();
+        encode_canonical(pairs, &mut ours);
+        let ts = crate::proto::prometheus::TimeSeries {
+            labels: pairs
+                .iter()
+                .map(|&(n, v)| crate::proto::prometheus::Label {
+                    name: n.into(),
+                    value: v.into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // prost omits the empty value field; our form always writes it.
+        let mut theirs = ts.encode_to_vec();
+        theirs.truncate(theirs.len() - 7);
+        assert_eq!(&ours[..theirs.len()], &theirs[..]);
+        assert_eq!(
+            &ours[theirs.len()..],
+            &[0x0a, 0x07, 0x0a, 0x03, b'j', b'o', b'b', 0x12, 0x00][..]
+        );
+    }
+
+    #[test]
+    fn matches_canonical_checks_every_byte() {
+        let mut interner = Interner::default();
+        let pairs = [("__name__", "up"), ("job", "node")];
+        let ids: Vec<_> = pairs
+            .iter()
+            .map(|&(n, v)| (interner.intern(n), interner.intern(v)))
+            .collect();
+        let mut raw = Vec::new();
+        encode_canonical(pairs, &mut raw);
+        assert!(matches_canonical(&ids, &interner, &raw));
+        for i in 0..raw.len() {
+            let mut bad = raw.clone();
+            bad[i] ^= 1;
+            assert!(!matches_canonical(&ids, &interner, &bad), "flip at {i}");
+        }
+        assert!(!matches_canonical(&ids, &interner, &raw[..raw.len() - 1]));
+        assert!(!matches_canonical(&ids[..1], &interner, &raw));
+    }
+
+    #[test]
+    fn interner_stores_each_string_once() {
+        let mut i = Interner::default();
+        let a = i.intern("job");
+        let b = i.intern("node");
+        assert_eq!(i.intern("job"), a);
+        assert_ne!(a, b);
+        assert_eq!(i.get(b), "node");
+        assert_eq!(i.lookup("node"), Some(b));
+        assert_eq!(i.lookup("nope"), None);
+    }
+}

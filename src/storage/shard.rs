@@ -1,0 +1,302 @@
+//! One shard of the head: its series, their lookup table, interned strings
+//! and postings, all behind the shard's own lock. Everything here runs with
+//! that lock held, so it stays short and never awaits.
+
+use hashbrown::HashTable;
+
+use super::chunk::{XorAppender, HEADER_BYTES};
+use super::head::{AppendCounts, HeadOptions, SampleError};
+use super::index::Postings;
+use super::labels::{matches_canonical, Interner, StrId};
+
+/// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
+const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
+
+/// A closed chunk: immutable bytes and their time span.
+#[derive(Debug)]
+pub(crate) struct SealedChunk {
+    pub(crate) mint: i64,
+    pub(crate) maxt: i64,
+    pub(crate) bytes: Box<[u8]>,
+}
+
+/// The chunk still being appended to.
+#[derive(Debug)]
+struct HeadChunk {
+    app: XorAppender,
+    mint: i64,
+    maxt: i64,
+}
+
+/// One series in memory.
+#[derive(Debug)]
+pub(crate) struct MemSeries {
+    hash: u64,
+    pub(crate) labels: Box<[(StrId, StrId)]>,
+    pub(crate) sealed: Vec<SealedChunk>,
+    head: Option<HeadChunk>,
+    /// When the head chunk must be cut at the latest (Prometheus' `nextAt`).
+    next_at: i64,
+}
+
+impl MemSeries {
+    /// Chunks in time order, head chunk last: (mint, maxt, bytes).
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = (i64, i64, &[u8])> {
+        self.sealed
+            .iter()
+            .map(|c| (c.mint, c.maxt, &*c.bytes))
+            .chain(self.head.iter().map(|h| (h.mint, h.maxt, h.app.bytes())))
+    }
+
+    /// Appends one sample by Prometheus' head rules. Returns the change in
+    /// encoded bytes and whether a chunk was created.
+    #[inline]
+    fn append(&mut self, t: i64, v: f64, opts: &HeadOptions) -> Result<(isize, bool), SampleError> {
+        let mut created = false;
+        let mut delta = 0isize;
+        match &mut self.head {
+            Some(h) if t <= h.maxt => {
+                if t < h.maxt {
+                    return Err(SampleError::OutOfOrder);
+                }
+                // Same timestamp: an exact duplicate is accepted and dropped.
+                return match h.app.last() {
+                    Some((_, last)) if last.to_bits() == v.to_bits() => Ok((0, false)),
+                    _ => Err(SampleError::Duplicate),
+                };
+            }
+            Some(h) => {
+                let n = h.app.num_samples();
+                let cut = if h.app.bytes().len() > MAX_CHUNK_BYTES_BEFORE_APPEND {
+                    true
+                } else {
+                    if n == opts.samples_per_chunk / 4 {
+                        self.next_at = chunk_end_time(h.mint, h.maxt, self.next_at, 4.0);
+                    }
+                    t >= self.next_at || n >= opts.samples_per_chunk.saturating_mul(2)
+                };
+                if cut {
+                    delta = self.cut(t, opts);
+                    created = true;
+                }
+            }
+            None => {
+                delta = self.cut(t, opts);
+                created = true;
+            }
+        }
+        let Some(h) = &mut self.head else {
+            return Ok((delta, created));
+        };
+        let before = h.app.bytes().len();
+        h.app.append(t, v);
+        h.maxt = t;
+        Ok((delta + (h.app.bytes().len() - before) as isize, created))
+    }
+
+    /// Seals the head chunk (if any) and opens a new one starting at `t`.
+    /// Returns the change in encoded bytes: the new chunk's header.
+    fn cut(&mut self, t: i64, opts: &HeadOptions) -> isize {
+        let cap = match self.head.take() {
+            Some(h) => {
+                let len = h.app.bytes().len();
+                self.sealed.push(SealedChunk {
+                    mint: h.mint,
+                    maxt: h.maxt,
+                    bytes: h.app.into_bytes(),
+                });
+                len + len / 8
+            }
+            None => 64,
+        };
+        self.head = Some(HeadChunk {
+            app: XorAppender::with_capacity(cap.clamp(32, 1040)),
+            mint: t,
+            maxt: t,
+        });
+        self.next_at = range_for_timestamp(t, opts.chunk_range_ms);
+        HEADER_BYTES as isize
+    }
+
+    /// The newest timestamp, if the series has samples.
+    pub(crate) fn max_time(&self) -> Option<i64> {
+        self.head
+            .as_ref()
+            .filter(|h| h.app.num_samples() > 0)
+            .map(|h| h.maxt)
+    }
+}
+
+/// The end of the chunk range that holds `t` (Go's truncating division).
+fn range_for_timestamp(t: i64, width: i64) -> i64 {
+    (t / width) * width + width
+}
+
+/// Prometheus' `computeChunkEndTime`: spreads the rest of the range into
+/// chunks of roughly equal sample counts.
+fn chunk_end_time(start: i64, cur: i64, max_t: i64, ratio_to_full: f64) -> i64 {
+    let n = (max_t - start) as f64 / ((cur - start + 1) as f64 * ratio_to_full);
+    if n <= 1.0 {
+        return max_t;
+    }
+    (start as f64 + (max_t - start) as f64 / n.floor()) as i64
+}
+
+/// One shard's state.
+#[derive(Debug, Default)]
+pub(crate) struct Shard {
+    pub(crate) strings: Interner,
+    pub(crate) series: Vec<MemSeries>,
+    by_labels: HashTable<u32>,
+    pub(crate) postings: Postings,
+    pub(crate) chunks: usize,
+    pub(crate) chunk_bytes: usize,
+}
+
+impl Shard {
+    /// The slot of the series whose canonical label bytes are `raw`.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, raw: &[u8]) -> Option<u32> {
+        self.by_labels
+            .find(hash, |&slot| {
+                let s = &self.series[slot as usize];
+                s.hash == hash && matches_canonical(&s.labels, &self.strings, raw)
+            })
+            .copied()
+    }
+
+    /// Adds a series with valid, sorted `labels`; the caller checked it is new.
+    pub(crate) fn create(&mut self, hash: u64, labels: &[(&str, &str)]) -> u32 {
+        let ids: Box<[(StrId, StrId)]> = labels
+            .iter()
+            .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
+            .collect();
+        let slot = self.series.len() as u32;
+        self.postings.add(slot, &ids);
+        self.series.push(MemSeries {
+            hash,
+            labels: ids,
+            sealed: Vec::new(),
+            head: None,
+            next_at: i64::MIN,
+        });
+        let series = &self.series;
+        self.by_labels
+            .insert_unique(hash, slot, |&s| series[s as usize].hash);
+        slot
+    }
+
+    /// Appends `samples` to the series in `slot`, counting each outcome.
+    #[inline]
+    pub(crate) fn append(
+        &mut self,
+        slot: u32,
+        samples: impl Iterator<Item = (i64, f64)>,
+        max_t: i64,
+        opts: &HeadOptions,
+        counts: &mut AppendCounts,
+    ) {
+        let Some(series) = self.series.get_mut(slot as usize) else {
+            return;
+        };
+        for (t, v) in samples {
+            if t > max_t {
+                counts.reject(SampleError::OutOfBounds, t);
+                continue;
+            }
+            match series.append(t, v, opts) {
+                Ok((delta, created)) => {
+                    counts.appended += 1;
+                    self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
+                    self.chunks += usize::from(created);
+                }
+                Err(e) => counts.reject(e, t),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> HeadOptions {
+        HeadOptions::default()
+    }
+
+    fn series() -> MemSeries {
+        MemSeries {
+            hash: 0,
+            labels: Box::new([]),
+            sealed: Vec::new(),
+            head: None,
+            next_at: i64::MIN,
+        }
+    }
+
+    #[test]
+    fn chunks_hold_120_samples_at_a_steady_rate() {
+        let mut s = series();
+        // 15s spacing for 4h from an aligned start: 2h holds 480 samples,
+        // which Prometheus spreads over 4 chunks of 120.
+        for i in 0..960 {
+            s.append(i * 15_000, i as f64, &opts()).expect("in order");
+        }
+        let sizes: Vec<u16> = s
+            .chunks()
+            .map(|(_, _, b)| u16::from_be_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(sizes, vec![120; 8]);
+        // No chunk crosses a 2h boundary.
+        for (mint, maxt, _) in s.chunks() {
+            assert_eq!(mint / 7_200_000, maxt / 7_200_000);
+        }
+    }
+
+    #[test]
+    fn chunks_are_cut_at_240_samples_and_1024_bytes() {
+        let mut s = series();
+        // 1ms spacing: 2h would allow far more, so the 240-sample cap cuts.
+        for i in 0..1000 {
+            s.append(i, 1.0, &opts()).expect("in order");
+        }
+        assert!(s
+            .chunks()
+            .all(|(_, _, b)| u16::from_be_bytes([b[0], b[1]]) <= 240));
+        // Random values make big samples; the byte cap cuts before 1024.
+        let mut s = series();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for i in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.append(i, f64::from_bits(x >> 2), &opts())
+                .expect("in order");
+        }
+        assert!(s.chunks().count() > 1);
+        assert!(s.chunks().all(|(_, _, b)| b.len() <= 1024));
+    }
+
+    #[test]
+    fn append_rules_match_prometheus() {
+        let mut s = series();
+        s.append(1000, 1.0, &opts()).expect("first");
+        assert_eq!(
+            s.append(1000, 1.0, &opts()),
+            Ok((0, false)),
+            "exact duplicate accepted"
+        );
+        assert_eq!(s.append(1000, 2.0, &opts()), Err(SampleError::Duplicate));
+        assert_eq!(s.append(999, 1.0, &opts()), Err(SampleError::OutOfOrder));
+        let stale = f64::from_bits(0x7ff0_0000_0000_0002);
+        s.append(2000, stale, &opts()).expect("stale marker");
+        let (_, _, bytes) = s.chunks().last().expect("a chunk");
+        let got: Vec<_> = crate::storage::chunk::XorIter::new(bytes)
+            .map(|(t, v)| (t, v.to_bits()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1000, 1.0f64.to_bits()), (2000, 0x7ff0_0000_0000_0002)]
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! Self-metrics and logging. Metric names follow
+//! `sluice_<subsystem>_<thing>_<unit>`; labels come from closed sets; counters
+//! move once per request, never per sample; head sizes are read at scrape
+//! time by a collector.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::ingest::{IngestReport, Reason};
+use crate::storage::head::Head;
+
+/// Labels of ingest counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ProtocolLabels {
+    /// `remote_write` or `otlp`.
+    pub protocol: &'static str,
+}
+
+/// Labels of rejection counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RejectLabels {
+    /// `remote_write` or `otlp`.
+    pub protocol: &'static str,
+    /// One of [`Reason::as_str`].
+    pub reason: &'static str,
+}
+
+/// Labels of HTTP request counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The route pattern, e.g. `/api/v1/write`.
+    pub handler: &'static str,
+    /// The HTTP status code.
+    pub code: u16,
+}
+
+/// Labels of HTTP latency histograms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HandlerLabels {
+    /// The route pattern.
+    pub handler: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// Every self-metric, registered once.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    ingested: Family<ProtocolLabels, Counter>,
+    rejected: Family<RejectLabels, Counter>,
+    resorted: Family<ProtocolLabels, Counter>,
+    requests: Family<HttpLabels, Counter>,
+    durations: Family<HandlerLabels, Histogram>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms .. ~16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Metrics {
+    /// Registers every metric; the head's sizes are read at scrape time.
+    pub fn new(head: Arc<Head>) -> Self {
+        let mut registry = Registry::default();
+        let ingested = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_ingested_samples",
+            "Samples stored in the head, by ingest protocol",
+            ingested.clone(),
+        );
+        let rejected = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "sluice_rejected_samples",
+            "Samples not stored, by ingest protocol and reason",
+            rejected.clone(),
+        );
+        let resorted = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_ingest_unsorted_series",
+            "New series whose labels arrived unsorted and were sorted before storing",
+            resorted.clone(),
+        );
+        let requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "sluice_http_requests",
+            "HTTP requests served, by route and status code",
+            requests.clone(),
+        );
+        let durations = Family::<HandlerLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "sluice_http_request_duration_seconds",
+            "HTTP request latency by route",
+            durations.clone(),
+        );
+        let build = Family::<VersionLabels, Gauge>::default();
+        build
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "sluice_build_info",
+            "Sluice build information; always 1",
+            build,
+        );
+        registry.register_collector(Box::new(HeadCollector { head }));
+        Self {
+            registry,
+            ingested,
+            rejected,
+            resorted,
+            requests,
+            durations,
+        }
+    }
+
+    /// Counts one ingest request's outcome.
+    pub fn record_ingest(&self, protocol: &'static str, report: &IngestReport) {
+        self.ingested
+            .get_or_create(&ProtocolLabels { protocol })
+            .inc_by(report.accepted);
+        if report.resorted_series > 0 {
+            self.resorted
+                .get_or_create(&ProtocolLabels { protocol })
+                .inc_by(report.resorted_series);
+        }
+        for reason in Reason::all() {
+            let n = report.rejected[reason.index()];
+            if n > 0 {
+                self.rejected
+                    .get_or_create(&RejectLabels {
+                        protocol,
+                        reason: reason.as_str(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Counts samples rejected before decoding (a whole body refused).
+    pub fn record_http(&self, handler: &'static str, code: u16, elapsed: Duration) {
+        self.requests
+            .get_or_create(&HttpLabels { handler, code })
+            .inc();
+        self.durations
+            .get_or_create(&HandlerLabels { handler })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+            let _ = writeln!(out, "# EOF");
+        }
+        out
+    }
+}
+
+/// Reads head sizes at scrape time.
+#[derive(Debug)]
+struct HeadCollector {
+    head: Arc<Head>,
+}
+
+impl Collector for HeadCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let st = self.head.stats();
+        let gauges = [
+            ("sluice_head_series", "Series held in the head", st.series),
+            (
+                "sluice_head_chunks",
+                "XOR chunks held in the head, open ones included",
+                st.chunks,
+            ),
+            (
+                "sluice_head_chunk_bytes",
+                "Encoded bytes of all chunks in the head",
+                st.chunk_bytes,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let g = ConstGauge::new(v as i64);
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+/// Installs the global tracing subscriber: human-readable lines on stderr,
+/// filtered by `level` (an `EnvFilter` directive such as `info` or
+/// `sluice=debug,tower_http=debug`).
+pub fn init_tracing(level: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .map_err(|e| format!("invalid log level {level:?}: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| e.to_string())
+}
