@@ -163,7 +163,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition of every metric.
-    pub fn encode(&self) -> String {
+    pub fn encode_openmetrics(&self) -> String {
         let mut out = String::with_capacity(8192);
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
@@ -171,6 +171,46 @@ impl Metrics {
         }
         out
     }
+
+    /// The Prometheus text format 0.0.4 exposition, for scrapers and tools
+    /// that do not ask for OpenMetrics (e.g. `promtool check metrics`).
+    pub fn encode_text(&self) -> String {
+        openmetrics_to_text(&self.encode_openmetrics())
+    }
+}
+
+/// Rewrites OpenMetrics text into Prometheus text 0.0.4: counter families
+/// take their `_total` sample name in HELP and TYPE, and the OpenMetrics-only
+/// `# UNIT` and `# EOF` lines go.
+fn openmetrics_to_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut pending_help: Option<&str> = None;
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            pending_help = Some(rest);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            if let Some(help) = pending_help.take() {
+                let text = help.split_once(' ').map_or("", |(_, t)| t);
+                let _ = writeln!(out, "# HELP {name} {text}");
+            }
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            continue;
+        }
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Reads head sizes at scrape time.
@@ -210,9 +250,25 @@ impl Collector for HeadCollector {
 pub fn init_tracing(level: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .map_err(|e| format!("invalid log level {level:?}: {e}"))?;
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init()
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_renamed_for_the_text_format() {
+        let om = "# HELP a_requests Requests.\n# TYPE a_requests counter\n# UNIT a_requests x\na_requests_total{x=\"1\"} 2\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_text(om),
+            "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\na_requests_total{x=\"1\"} 2\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n"
+        );
+    }
 }

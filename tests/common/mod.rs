@@ -1,0 +1,132 @@
+//! Helpers shared by the end-to-end tests: an in-process server on a free
+//! loopback port, and remote-write request builders.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use prost::Message;
+use sluice::api::AppState;
+use sluice::config::Config;
+use sluice::proto::prometheus as pb;
+use sluice::server::Server;
+use tokio::sync::oneshot;
+
+/// A running Sluice; stops when dropped.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Starts Sluice on 127.0.0.1:0 with `config`'s other settings.
+pub async fn start(config: Config) -> TestServer {
+    let config = Config {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        ..config
+    };
+    let server = Server::bind(&config).await.expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let state = server.state().clone();
+    let (stop, stopped) = oneshot::channel();
+    tokio::spawn(server.serve(async {
+        let _ = stopped.await;
+    }));
+    TestServer {
+        addr,
+        state,
+        stop: Some(stop),
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// A series from label pairs (sent in the given order) and samples.
+pub fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> pb::TimeSeries {
+    pb::TimeSeries {
+        labels: labels
+            .iter()
+            .map(|&(n, v)| pb::Label {
+                name: n.into(),
+                value: v.into(),
+            })
+            .collect(),
+        samples: samples
+            .iter()
+            .map(|&(timestamp, value)| pb::Sample { value, timestamp })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The snappy-compressed body of a WriteRequest.
+pub fn body(timeseries: Vec<pb::TimeSeries>) -> Vec<u8> {
+    let raw = pb::WriteRequest {
+        timeseries,
+        metadata: vec![],
+    }
+    .encode_to_vec();
+    snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .expect("compress")
+}
+
+/// POSTs a remote-write body with the standard headers; returns status and text.
+pub async fn push(addr: SocketAddr, body: Vec<u8>) -> (u16, String) {
+    push_with(addr, body, &[]).await
+}
+
+/// POSTs with extra or replaced headers (an empty value removes a header).
+pub async fn push_with(addr: SocketAddr, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut h = vec![
+        ("content-type", "application/x-protobuf"),
+        ("content-encoding", "snappy"),
+        ("x-prometheus-remote-write-version", "0.1.0"),
+        ("user-agent", "sluice-tests/0"),
+    ];
+    for &(k, v) in headers {
+        h.retain(|(hk, _)| *hk != k);
+        if !v.is_empty() {
+            h.push((k, v));
+        }
+    }
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/write"))
+        .body(body);
+    for (k, v) in h {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+/// GETs a path; returns status and text.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let resp = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("request sent");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+/// The value of an unlabelled or labelled sample line in an exposition.
+pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| {
+        let rest = l.strip_prefix(series)?;
+        let rest = rest.strip_prefix(' ')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
