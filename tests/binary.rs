@@ -1,0 +1,130 @@
+//! The `sluice` binary itself: help text, config file, startup on a given
+//! address, and a clean exit on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sluice::config::Config;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+#[test]
+fn help_explains_every_flag_with_the_real_defaults() {
+    let out = Command::new(BIN).arg("--help").output().expect("runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let d = Config::default();
+    for (flag, default) in [
+        ("--listen", d.listen.to_string()),
+        ("--data-dir", d.data_dir.display().to_string()),
+        ("--max-body-bytes", d.max_body_bytes.to_string()),
+        (
+            "--max-decompressed-bytes",
+            d.max_decompressed_bytes.to_string(),
+        ),
+        (
+            "--max-labels-per-series",
+            d.max_labels_per_series.to_string(),
+        ),
+        (
+            "--max-label-name-length",
+            d.max_label_name_length.to_string(),
+        ),
+        (
+            "--max-label-value-length",
+            d.max_label_value_length.to_string(),
+        ),
+        ("--max-series", d.max_series.to_string()),
+        ("--log-level", d.log_level.clone()),
+        (
+            "--request-timeout",
+            humantime::format_duration(d.request_timeout).to_string(),
+        ),
+        ("--head-shards", d.head_shards.to_string()),
+    ] {
+        let at = help
+            .find(flag)
+            .unwrap_or_else(|| panic!("{flag} missing from help:\n{help}"));
+        let section = &help[at..];
+        let end = section[2..].find("\n  --").map_or(section.len(), |e| e + 2);
+        assert!(
+            section[..end].contains(&format!("[default: {default}]")),
+            "{flag} should show default {default}:\n{}",
+            &section[..end]
+        );
+    }
+    assert!(help.contains("--config"));
+}
+
+#[test]
+fn starts_from_a_config_file_serves_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("sluice.yaml");
+    std::fs::write(&cfg, "listen: 127.0.0.1:0\nmax-series: 10\n").expect("write");
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--log-level=info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("a log line before exit")
+            .expect("utf-8");
+        if let Some(at) = line.find("listening addr=") {
+            break line[at + "listening addr=".len()..].trim().to_owned();
+        }
+    };
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let mut conn = TcpStream::connect(&addr).expect("connect");
+    conn.write_all(b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).expect("reply");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.ends_with("Sluice is Ready.\n"), "{reply}");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+}
+
+#[test]
+fn bad_config_fails_loudly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("sluice.toml");
+    std::fs::write(&cfg, "max-seriess = 3\n").expect("write");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("max-seriess") && err.contains("sluice.toml"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["--max-series", "0"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max-series must be greater than 0"));
+}
