@@ -141,7 +141,7 @@ pub fn append_write_request(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    let req = remote_write::decode(body)?;
+    let series = remote_write::decode(body)?;
     let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
     let mut report = IngestReport::default();
     let mut counts = AppendCounts::default();
@@ -150,7 +150,7 @@ pub fn append_write_request(
     let mut labels = Vec::new();
     let mut canonical = Vec::new();
 
-    for ts in &req.series {
+    for ts in series {
         if ts.histograms > 0 {
             report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
                 format!(

@@ -20,30 +20,62 @@ pub struct TimeSeriesView<'a> {
     pub histograms: u32,
 }
 
-/// A decoded request: its series, in order.
-#[derive(Debug, Default)]
-pub struct WriteRequestView<'a> {
-    /// The request's series.
-    pub series: Vec<TimeSeriesView<'a>>,
-}
-
-/// Checks `buf` as a `WriteRequest` and indexes its series.
-pub fn decode(buf: &[u8]) -> Result<WriteRequestView<'_>, DecodeError> {
-    let mut req = WriteRequestView::default();
+/// Checks `buf` as a `WriteRequest`, then iterates its series in place.
+///
+/// The check walks every nested message once, so a truncated or corrupt body
+/// is refused before anything is stored; the iteration then reads only the
+/// top level of each series. Neither allocates.
+pub fn decode(buf: &[u8]) -> Result<Series<'_>, DecodeError> {
     let mut r = Reader::new(buf);
     while let Some((field, v, at)) = r.next_field()? {
         match (field, v) {
-            (1, Value::Bytes(ts)) => req.series.push(decode_series(ts, at)?),
-            (1, _) => return Err(wrong_type(at)),
-            (3, Value::Bytes(md)) => check_metadata(md, at)?,
-            (3, _) => return Err(wrong_type(at)),
+            (1, Value::Bytes(ts)) => check_series(ts, at)?,
+            (3, Value::Bytes(md)) => check_message(md, at)?,
+            (1 | 3, _) => return Err(wrong_type(at)),
             _ => {}
         }
     }
-    Ok(req)
+    Ok(Series {
+        r: Reader::new(buf),
+    })
 }
 
-fn decode_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeError> {
+/// The series of a checked request, in order.
+#[derive(Debug, Clone)]
+pub struct Series<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> Iterator for Series<'a> {
+    type Item = TimeSeriesView<'a>;
+
+    fn next(&mut self) -> Option<TimeSeriesView<'a>> {
+        loop {
+            match self.r.next_field() {
+                Ok(Some((1, Value::Bytes(ts), at))) => return Some(view_series(ts, at)),
+                Ok(Some(_)) => {}
+                _ => return None,
+            }
+        }
+    }
+}
+
+fn check_series(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    let mut r = Reader::nested(msg, base);
+    while let Some((field, v, at)) = r.next_field()? {
+        match (field, v) {
+            (1, Value::Bytes(label)) => check_label(label, at)?,
+            (2, Value::Bytes(sample)) => check_sample(sample, at)?,
+            (3 | 4, Value::Bytes(nested)) => check_message(nested, at)?,
+            (1..=4, _) => return Err(wrong_type(at)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Indexes a checked `TimeSeries`: where its label run is, how many samples.
+fn view_series(msg: &[u8], base: usize) -> TimeSeriesView<'_> {
     let mut view = TimeSeriesView {
         msg,
         base,
@@ -57,12 +89,11 @@ fn decode_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeEr
     let mut r = Reader::nested(msg, base);
     loop {
         let field_start = r.offset() - base;
-        let Some((field, v, at)) = r.next_field()? else {
+        let Ok(Some((field, _, _))) = r.next_field() else {
             break;
         };
-        match (field, v) {
-            (1, Value::Bytes(label)) => {
-                check_label(label, at)?;
+        match field {
+            1 => {
                 if start.is_none() {
                     start = Some(field_start);
                 } else if end != field_start {
@@ -70,24 +101,15 @@ fn decode_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeEr
                 }
                 end = r.offset() - base;
             }
-            (2, Value::Bytes(sample)) => {
-                check_sample(sample, at)?;
-                view.samples += 1;
-            }
-            (3 | 4, Value::Bytes(nested)) => {
-                check_message(nested, at)?;
-                if field == 4 {
-                    view.histograms += 1;
-                }
-            }
-            (1..=4, _) => return Err(wrong_type(at)),
+            2 => view.samples += 1,
+            4 => view.histograms += 1,
             _ => {}
         }
     }
     if let (Some(s), false) = (start, split) {
-        view.labels_raw = Some(&msg[s..end]);
+        view.labels_raw = msg.get(s..end);
     }
-    Ok(view)
+    view
 }
 
 fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
@@ -118,10 +140,6 @@ fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     let mut r = Reader::nested(msg, base);
     while r.next_field()?.is_some() {}
     Ok(())
-}
-
-fn check_metadata(msg: &[u8], base: usize) -> Result<(), DecodeError> {
-    check_message(msg, base)
 }
 
 impl<'a> TimeSeriesView<'a> {
@@ -275,9 +293,9 @@ mod tests {
             }],
         };
         let buf = req.encode_to_vec();
-        let view = decode(&buf).expect("valid");
-        assert_eq!(view.series.len(), 2);
-        let s = &view.series[0];
+        let view: Vec<_> = decode(&buf).expect("valid").collect();
+        assert_eq!(view.len(), 2);
+        let s = &view[0];
         assert_eq!(s.samples, 3);
         let samples: Vec<_> = s.samples().map(|(t, v)| (t, v.to_bits())).collect();
         // Like gogoproto, prost omits a -0.0 value as the proto3 default, so it arrives as 0.
@@ -292,7 +310,7 @@ mod tests {
         let mut canon = Vec::new();
         crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "node")], &mut canon);
         assert_eq!(s.labels_raw, Some(&canon[..]));
-        assert_eq!(view.series[1].histograms, 1);
+        assert_eq!(view[1].histograms, 1);
     }
 
     #[test]
@@ -315,9 +333,9 @@ mod tests {
         buf.push(0x0a);
         prost::encoding::encode_varint(ts.len() as u64, &mut buf);
         buf.extend_from_slice(&ts);
-        let view = decode(&buf).expect("valid");
-        assert_eq!(view.series[0].labels_raw, None);
-        assert_eq!(view.series[0].labels().count(), 2);
+        let view: Vec<_> = decode(&buf).expect("valid").collect();
+        assert_eq!(view[0].labels_raw, None);
+        assert_eq!(view[0].labels().count(), 2);
     }
 
     #[test]
@@ -364,9 +382,9 @@ mod tests {
             let buf = req.encode_to_vec();
             // Compare with what prost reads back: proto3 drops -0.0 on the wire.
             let req = pb::WriteRequest::decode(&buf[..]).expect("round trip");
-            let view = decode(&buf).expect("prost output is valid");
-            prop_assert_eq!(view.series.len(), req.timeseries.len());
-            for (v, ts) in view.series.iter().zip(&req.timeseries) {
+            let view: Vec<_> = decode(&buf).expect("prost output is valid").collect();
+            prop_assert_eq!(view.len(), req.timeseries.len());
+            for (v, ts) in view.iter().zip(&req.timeseries) {
                 let samples: Vec<_> = v.samples().map(|(t, x)| (t, x.to_bits())).collect();
                 let want: Vec<_> = ts.samples.iter().map(|s| (s.timestamp, s.value.to_bits())).collect();
                 prop_assert_eq!(samples, want);
@@ -379,8 +397,9 @@ mod tests {
         #[test]
         fn arbitrary_bytes_agree_with_prost_when_both_accept(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let (Ok(view), Ok(req)) = (decode(&bytes), pb::WriteRequest::decode(&bytes[..])) {
-                prop_assert_eq!(view.series.len(), req.timeseries.len());
-                for (v, ts) in view.series.iter().zip(&req.timeseries) {
+                let view: Vec<_> = view.collect();
+                prop_assert_eq!(view.len(), req.timeseries.len());
+                for (v, ts) in view.iter().zip(&req.timeseries) {
                     prop_assert_eq!(v.samples().count(), ts.samples.len());
                     prop_assert_eq!(v.labels().count(), ts.labels.len());
                 }
