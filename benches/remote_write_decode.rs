@@ -1,1 +1,94 @@
-fn main() {}
+//! Remote-write decoding: the hand-written walk against prost, on a
+//! realistic request (2000 series, 10 labels each, one sample each, as
+//! Prometheus sends them), plus the whole ingest path (decode, look up,
+//! append) for series the head already holds. Allocation counts per request
+//! come from `cargo test --test alloc -- --nocapture`.
+
+#[path = "../tests/common/requests.rs"]
+mod requests;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use prost::Message;
+use sluice::ingest::{self, remote_write, validate::LabelLimits};
+use sluice::proto::prometheus as pb;
+use sluice::storage::head::{Head, HeadOptions};
+use std::hint::black_box;
+
+const SERIES: usize = 2000;
+
+fn bench(c: &mut Criterion) {
+    let t0 = 1_700_000_000_000i64;
+    let body = requests::request(SERIES, t0).encode_to_vec();
+    let mut g = c.benchmark_group("remote_write_decode");
+    g.throughput(Throughput::Elements(SERIES as u64));
+    g.bench_with_input(
+        BenchmarkId::new("hand_written", SERIES),
+        &body,
+        |b, body| {
+            b.iter(|| {
+                let mut n = 0usize;
+                let mut acc = 0f64;
+                for ts in remote_write::decode(black_box(body)).expect("valid") {
+                    for (name, value) in ts.labels() {
+                        n += name.len() + value.len();
+                    }
+                    for (t, v) in ts.samples() {
+                        acc += v + t as f64;
+                    }
+                }
+                black_box((n, acc))
+            })
+        },
+    );
+    g.bench_with_input(BenchmarkId::new("prost", SERIES), &body, |b, body| {
+        b.iter(|| {
+            let req = pb::WriteRequest::decode(black_box(&body[..])).expect("valid");
+            let mut n = 0usize;
+            let mut acc = 0f64;
+            for ts in &req.timeseries {
+                for l in &ts.labels {
+                    n += l.name.len() + l.value.len();
+                }
+                for s in &ts.samples {
+                    acc += s.value + s.timestamp as f64;
+                }
+            }
+            black_box((n, acc))
+        })
+    });
+    g.finish();
+
+    // Decode + look up + append, series already in the head. Requests step
+    // 15s apart; a pre-built ring of them keeps timestamps increasing.
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(SERIES as u64));
+    let limits = LabelLimits::default();
+    g.bench_function(BenchmarkId::new("existing_series", SERIES), |b| {
+        b.iter_custom(|iters| {
+            let bodies: Vec<Vec<u8>> = (0..iters.min(480))
+                .map(|i| requests::request(SERIES, t0 + i as i64 * 15_000).encode_to_vec())
+                .collect();
+            let now = i64::MAX / 2;
+            let mut total = std::time::Duration::ZERO;
+            let mut done = 0u64;
+            while done < iters {
+                let head = Head::new(HeadOptions::default());
+                ingest::append_write_request(&head, &bodies[0], &limits, now).expect("valid");
+                let n = (iters - done).min(bodies.len() as u64 - 1) as usize;
+                let start = std::time::Instant::now();
+                for body in &bodies[1..=n] {
+                    black_box(
+                        ingest::append_write_request(&head, body, &limits, now).expect("valid"),
+                    );
+                }
+                total += start.elapsed();
+                done += n as u64;
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -16,7 +16,7 @@ pub fn path(name: &str) -> PathBuf {
 pub fn load(case: &str) -> Vec<Vec<(i64, f64)>> {
     let bytes = std::fs::read(path(&format!("{case}.bin"))).expect("test data present");
     let mut pos = 0;
-    let mut u32_at = |pos: &mut usize| {
+    let u32_at = |pos: &mut usize| {
         let v = u32::from_le_bytes(bytes[*pos..*pos + 4].try_into().expect("4 bytes"));
         *pos += 4;
         v

@@ -65,6 +65,17 @@ impl BitWriter {
         }
     }
 
+    /// Writes `n` zero bits (1 ≤ n ≤ 64). Free bits are already zero, so
+    /// this often only moves the bit position.
+    #[inline]
+    pub fn write_zeros(&mut self, n: u32) {
+        if n <= self.free {
+            self.free -= n;
+        } else {
+            self.write_bits(0, n);
+        }
+    }
+
     /// Writes the low `n` bits of `v` (1 ≤ n ≤ 64), most significant first.
     ///
     /// One call fills the partial last byte, then appends the rest with a
@@ -163,6 +174,31 @@ impl<'a> BitReader<'a> {
         Some(v)
     }
 
+    /// Makes at least `n` (≤ 56) bits visible in [`BitReader::peek_all`];
+    /// false when fewer remain.
+    #[inline]
+    pub fn ensure(&mut self, n: u32) -> bool {
+        debug_assert!(n <= 56);
+        if self.avail < n {
+            self.refill();
+        }
+        self.avail >= n
+    }
+
+    /// The buffered bits, left-aligned; only the first `ensure`d ones count.
+    #[inline]
+    pub fn peek_all(&self) -> u64 {
+        self.buf
+    }
+
+    /// Drops `n` (< 64) bits that [`BitReader::ensure`] made visible.
+    #[inline]
+    pub fn consume(&mut self, n: u32) {
+        debug_assert!(n <= self.avail && n < 64);
+        self.buf <<= n;
+        self.avail -= n;
+    }
+
     /// Reads one bit.
     #[inline]
     pub fn read_bit(&mut self) -> Option<bool> {
@@ -180,6 +216,23 @@ impl<'a> BitReader<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn zeros_only_advance_within_a_byte() {
+        let mut w = BitWriter::default();
+        w.write_bit(true);
+        w.write_zeros(2);
+        w.write_bit(true);
+        w.write_zeros(9);
+        w.write_bit(true);
+        // 1 00 1 000000000 1: bit 14 is set.
+        assert_eq!(w.bytes(), &[0b1001_0000, 0b0000_0100]);
+        w.write_bit(true);
+        assert_eq!(w.bytes(), &[0b1001_0000, 0b0000_0110]);
+        w.write_zeros(2);
+        w.write_bit(true);
+        assert_eq!(w.bytes(), &[0b1001_0000, 0b0000_0110, 0b0100_0000]);
+    }
 
     #[test]
     fn bits_land_msb_first_and_pad_with_zeros() {

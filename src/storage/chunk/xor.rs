@@ -78,45 +78,59 @@ impl XorAppender {
                 write_varint(&mut self.w, t);
                 self.w.write_bits(vbits, 64);
             }
-            1 => {
-                self.t_delta = t.wrapping_sub(self.t) as u64;
-                write_uvarint(&mut self.w, self.t_delta);
-                self.write_value(vbits);
-            }
-            _ => {
+            n if n >= 2 => {
                 let t_delta = t.wrapping_sub(self.t) as u64;
                 let dod = t_delta.wrapping_sub(self.t_delta) as i64;
                 self.t_delta = t_delta;
-                if dod == 0 {
-                    self.w.write_bit(false);
+                if dod == 0 && vbits == self.v {
+                    // Regular interval, same value: `0` `0`.
+                    self.w.write_zeros(2);
+                    self.finish(t, vbits);
+                    return;
+                }
+                // Timestamp code as (bits, width); the 64-bit case is rare.
+                let (code, width) = if dod == 0 {
+                    (0, 1)
                 } else if bit_range(dod, 14) {
-                    // `10` + 14 bits: two whole bytes, the common case.
-                    self.w.write_bits((0b10 << 14) | (dod as u64 & 0x3fff), 16);
+                    ((0b10 << 14) | (dod as u64 & 0x3fff), 16)
                 } else if bit_range(dod, 17) {
-                    self.w
-                        .write_bits((0b110 << 17) | (dod as u64 & 0x1_ffff), 20);
+                    ((0b110 << 17) | (dod as u64 & 0x1_ffff), 20)
                 } else if bit_range(dod, 20) {
-                    self.w
-                        .write_bits((0b1110 << 20) | (dod as u64 & 0xf_ffff), 24);
+                    ((0b1110 << 20) | (dod as u64 & 0xf_ffff), 24)
                 } else {
                     self.w.write_bits(0b1111, 4);
-                    self.w.write_bits(dod as u64, 64);
-                }
-                self.write_value(vbits);
+                    (dod as u64, 64)
+                };
+                self.write_value(vbits, code, width);
+            }
+            _ => {
+                self.t_delta = t.wrapping_sub(self.t) as u64;
+                write_uvarint(&mut self.w, self.t_delta);
+                self.write_value(vbits, 0, 0);
             }
         }
+        self.finish(t, vbits);
+    }
+
+    /// Records the sample as the newest and bumps the header count.
+    #[inline]
+    fn finish(&mut self, t: i64, vbits: u64) {
         self.t = t;
         self.v = vbits;
         self.num = self.num.wrapping_add(1);
-        let hdr = self.num.to_be_bytes();
-        self.w.bytes_mut()[..HEADER_BYTES].copy_from_slice(&hdr);
+        if let Some(hdr) = self.w.bytes_mut().get_mut(..HEADER_BYTES) {
+            hdr.copy_from_slice(&self.num.to_be_bytes());
+        }
     }
 
+    /// Writes the value's XOR code, preceded by `prefix` (the timestamp's
+    /// code, `width` bits, possibly none) in the same write when they fit.
     #[inline]
-    fn write_value(&mut self, vbits: u64) {
+    fn write_value(&mut self, vbits: u64, prefix: u64, width: u32) {
         let delta = vbits ^ self.v;
         if delta == 0 {
-            self.w.write_bit(false);
+            // `0`: value unchanged.
+            self.write_pair(prefix, width, 0, 1);
             return;
         }
         let lead = (delta.leading_zeros() as u8).min(31);
@@ -126,9 +140,9 @@ impl XorAppender {
             let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
             let payload = delta >> self.trailing;
             if sig <= 62 {
-                self.w.write_bits((0b10 << sig) | payload, sig + 2);
+                self.write_pair(prefix, width, (0b10 << sig) | payload, sig + 2);
             } else {
-                self.w.write_bits(0b10, 2);
+                self.write_pair(prefix, width, 0b10, 2);
                 self.w.write_bits(payload, sig);
             }
             return;
@@ -139,8 +153,22 @@ impl XorAppender {
         // `11`, 5 bits of leading zeros, 6 bits of significant-bit count
         // (64 is written as 0): 13 control bits in one write.
         let ctl = (0b11 << 11) | (u64::from(lead) << 6) | u64::from(sig & 0x3f);
-        self.w.write_bits(ctl, 13);
+        self.write_pair(prefix, width, ctl, 13);
         self.w.write_bits(delta >> trail, sig);
+    }
+
+    /// Writes `a` (`an` bits, maybe 0) then `b` (`bn` ≥ 1 bits), as one
+    /// write when both fit in 64 bits.
+    #[inline]
+    fn write_pair(&mut self, a: u64, an: u32, b: u64, bn: u32) {
+        if an == 0 {
+            self.w.write_bits(b, bn);
+        } else if an + bn <= 64 {
+            self.w.write_bits((a << bn) | b, an + bn);
+        } else {
+            self.w.write_bits(a, an);
+            self.w.write_bits(b, bn);
+        }
     }
 }
 
@@ -229,7 +257,19 @@ impl<'a> XorIter<'a> {
                 self.read_value()?;
             }
             _ => {
-                let dod = self.read_dod()?;
+                let dod = if self.r.ensure(24) {
+                    let top = self.r.peek_all();
+                    if top >> 62 == 0 {
+                        // Regular interval, same value: `0` `0`.
+                        self.r.consume(2);
+                        self.t = self.t.wrapping_add(self.t_delta as i64);
+                        self.read += 1;
+                        return Some((self.t, f64::from_bits(self.v)));
+                    }
+                    self.read_dod(top)?
+                } else {
+                    self.read_dod_slow()?
+                };
                 self.t_delta = self.t_delta.wrapping_add(dod as u64);
                 self.t = self.t.wrapping_add(self.t_delta as i64);
                 self.read_value()?;
@@ -239,8 +279,35 @@ impl<'a> XorIter<'a> {
         Some((self.t, f64::from_bits(self.v)))
     }
 
+    /// Decodes a delta-of-delta from `top`, the buffered bits, of which at
+    /// least 24 are valid: prefix and payload of every case but the 64-bit
+    /// one fit in them.
     #[inline]
-    fn read_dod(&mut self) -> Option<i64> {
+    fn read_dod(&mut self, top: u64) -> Option<i64> {
+        let (sz, used) = match (!top).leading_zeros() {
+            0 => {
+                self.r.consume(1);
+                return Some(0);
+            }
+            1 => (14, 16),
+            2 => (17, 20),
+            3 => (20, 24),
+            _ => {
+                self.r.consume(4);
+                return self.r.read_bits(64).map(|b| b as i64);
+            }
+        };
+        let mut bits = (top >> (64 - used)) & ((1 << sz) - 1);
+        self.r.consume(used);
+        if bits > 1 << (sz - 1) {
+            bits = bits.wrapping_sub(1 << sz);
+        }
+        Some(bits as i64)
+    }
+
+    /// Bit by bit, for the last few bits of a chunk.
+    #[cold]
+    fn read_dod_slow(&mut self) -> Option<i64> {
         let sz = match self.r.read_bit()? {
             false => return Some(0),
             true if !self.r.read_bit()? => 14,
@@ -257,19 +324,50 @@ impl<'a> XorIter<'a> {
 
     #[inline]
     fn read_value(&mut self) -> Option<()> {
+        if !self.r.ensure(13) {
+            return self.read_value_slow();
+        }
+        let top = self.r.peek_all();
+        if top >> 63 == 0 {
+            self.r.consume(1);
+            return Some(());
+        }
+        if top >> 62 == 0b11 {
+            // `11`, 5 bits leading, 6 bits significant count.
+            self.leading = ((top >> 57) & 0x1f) as u8;
+            let sig = match ((top >> 51) & 0x3f) as u8 {
+                0 => 64,
+                n => n,
+            };
+            self.r.consume(13);
+            // A corrupt chunk could claim more bits than a u64 holds.
+            self.trailing = 64u8.checked_sub(self.leading + sig)?;
+        } else {
+            self.r.consume(2);
+        }
+        self.read_significant()
+    }
+
+    /// Bit by bit, for the last few bits of a chunk.
+    #[cold]
+    fn read_value_slow(&mut self) -> Option<()> {
         if !self.r.read_bit()? {
             return Some(());
         }
         if self.r.read_bit()? {
             let ctl = self.r.read_bits(11)?;
             self.leading = (ctl >> 6) as u8;
-            let mut sig = (ctl & 0x3f) as u8;
-            if sig == 0 {
-                sig = 64;
-            }
-            // A corrupt chunk could claim more bits than a u64 holds.
+            let sig = match (ctl & 0x3f) as u8 {
+                0 => 64,
+                n => n,
+            };
             self.trailing = 64u8.checked_sub(self.leading + sig)?;
         }
+        self.read_significant()
+    }
+
+    #[inline]
+    fn read_significant(&mut self) -> Option<()> {
         let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
         if sig == 0 {
             return None;
