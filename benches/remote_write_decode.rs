@@ -63,11 +63,11 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest");
     g.throughput(Throughput::Elements(SERIES as u64));
     let limits = LabelLimits::default();
+    let bodies: Vec<Vec<u8>> = (0..240)
+        .map(|i| requests::request(SERIES, t0 + i as i64 * 15_000).encode_to_vec())
+        .collect();
     g.bench_function(BenchmarkId::new("existing_series", SERIES), |b| {
         b.iter_custom(|iters| {
-            let bodies: Vec<Vec<u8>> = (0..iters.min(480))
-                .map(|i| requests::request(SERIES, t0 + i as i64 * 15_000).encode_to_vec())
-                .collect();
             let now = i64::MAX / 2;
             let mut total = std::time::Duration::ZERO;
             let mut done = 0u64;

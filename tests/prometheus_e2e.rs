@@ -142,6 +142,45 @@ remote_write:
         "nothing rejected:\n{sm}"
     );
 
+    // Sluice's own exposition passes promtool's checks and lints.
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs (Debian package prometheus)");
+    {
+        use std::io::Write;
+        promtool
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(sm.as_bytes())
+            .expect("write");
+    }
+    let out = promtool.wait_with_output().expect("promtool exits");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{sm}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "sluice_ingested_samples_total",
+        "sluice_head_series",
+        "sluice_head_chunks",
+        "sluice_head_chunk_bytes",
+        "sluice_http_requests_total",
+        "sluice_http_request_duration_seconds_bucket",
+        "sluice_build_info",
+    ] {
+        assert!(
+            sm.lines().any(|l| l.starts_with(name)),
+            "{name} in /metrics:\n{sm}"
+        );
+    }
+
     // The samples of `up{job="prometheus"}` in a window that both sides
     // have: Prometheus' own answer equals what Sluice stored.
     // Remote write lags a batch deadline behind scraping, so look 2s back.

@@ -54,6 +54,7 @@ impl<'a> Reader<'a> {
         self.base + self.pos
     }
 
+    #[cold]
     fn err(&self, what: &'static str) -> DecodeError {
         DecodeError {
             what,
@@ -61,8 +62,26 @@ impl<'a> Reader<'a> {
         }
     }
 
-    #[inline]
+    /// Reads a varint; one- and two-byte ones (tags, lengths) inline.
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, DecodeError> {
+        if let Some(&b0) = self.buf.get(self.pos) {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b0));
+            }
+            if let Some(&b1) = self.buf.get(self.pos + 1) {
+                if b1 < 0x80 {
+                    self.pos += 2;
+                    return Ok(u64::from(b0 & 0x7f) | (u64::from(b1) << 7));
+                }
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64, DecodeError> {
         let mut v = 0u64;
         for i in 0..10 {
             let Some(&b) = self.buf.get(self.pos) else {
@@ -77,7 +96,7 @@ impl<'a> Reader<'a> {
         Err(self.err("varint longer than 10 bytes"))
     }
 
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self
             .pos
@@ -91,7 +110,7 @@ impl<'a> Reader<'a> {
 
     /// The next field as (field number, value, offset of the value), or
     /// `None` at the end of the message.
-    #[inline]
+    #[inline(always)]
     pub fn next_field(&mut self) -> Result<Option<(u32, Value<'a>, usize)>, DecodeError> {
         if self.pos >= self.buf.len() {
             return Ok(None);

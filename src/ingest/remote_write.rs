@@ -112,7 +112,20 @@ fn view_series(msg: &[u8], base: usize) -> TimeSeriesView<'_> {
     view
 }
 
+#[inline]
 fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    // The shape every sender produces: 0a <len> name 12 <len> value, with
+    // one-byte lengths.
+    if let [0x0a, n, rest @ ..] = msg {
+        let n = usize::from(*n);
+        if n < 0x80 {
+            if let Some([0x12, v, value @ ..]) = rest.get(n..) {
+                if *v < 0x80 && value.len() == usize::from(*v) {
+                    return Ok(());
+                }
+            }
+        }
+    }
     let mut r = Reader::nested(msg, base);
     while let Some((field, v, at)) = r.next_field()? {
         if matches!(field, 1 | 2) && !matches!(v, Value::Bytes(_)) {
@@ -122,7 +135,11 @@ fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     Ok(())
 }
 
+#[inline]
 fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+    if fast_sample(msg).is_some() {
+        return Ok(());
+    }
     let mut r = Reader::nested(msg, base);
     while let Some((field, v, at)) = r.next_field()? {
         match (field, v) {
@@ -215,23 +232,29 @@ impl Iterator for SampleIter<'_> {
     }
 }
 
+/// The encoding every sender produces, `09 <8 bytes> 10 <varint>` and
+/// nothing else, read directly; `None` for anything else.
+#[inline]
+fn fast_sample(b: &[u8]) -> Option<(i64, f64)> {
+    let [0x09, v @ .., 0x10] = b.get(..10)? else {
+        return None;
+    };
+    let mut a = [0u8; 8];
+    a.copy_from_slice(v);
+    let mut t = 0u64;
+    for (i, &byte) in b[10..].iter().enumerate().take(10) {
+        t |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            return (i + 11 == b.len()).then_some((t as i64, f64::from_le_bytes(a)));
+        }
+    }
+    None
+}
+
 #[inline]
 fn read_sample(b: &[u8]) -> (i64, f64) {
-    // The common encoding from every sender: 09 <8 bytes> 10 <varint>.
-    if b.len() >= 11 && b[0] == 0x09 && b[9] == 0x10 {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[1..9]);
-        let v = f64::from_le_bytes(a);
-        let mut t = 0u64;
-        for (i, &byte) in b[10..].iter().enumerate().take(10) {
-            t |= u64::from(byte & 0x7f) << (7 * i);
-            if byte < 0x80 {
-                if i + 11 == b.len() {
-                    return (t as i64, v);
-                }
-                break;
-            }
-        }
+    if let Some(s) = fast_sample(b) {
+        return s;
     }
     let (mut t, mut v) = (0i64, 0f64);
     let mut r = Reader::new(b);
