@@ -21,7 +21,10 @@ fn bench(c: &mut Criterion) {
     for case in xor_data::CASES {
         let series = xor_data::load(case);
         let samples: usize = series.iter().map(Vec::len).sum();
-        let chunks: Vec<Box<[u8]>> = series.iter().map(|s| encode(s).into_bytes()).collect();
+        let chunks: Vec<Box<[u8]>> = series
+            .iter()
+            .map(|s| Box::from(encode(s).bytes()))
+            .collect();
         let bytes: usize = chunks.iter().map(|c| c.len()).sum();
         eprintln!(
             "xor/{case}: {:.2} bytes/sample",

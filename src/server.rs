@@ -24,6 +24,14 @@ pub enum ServerError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// Serving failed.
     #[error("server error: {0}")]
     Serve(#[from] std::io::Error),
@@ -40,6 +48,10 @@ impl Server {
     /// Validates `config`, builds the head and binds the listen address.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         config.validate()?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
         let head = Arc::new(Head::new(config.head_options()));
         let state = AppState::new(config, head);
         let listener =

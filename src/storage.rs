@@ -5,4 +5,5 @@ pub mod chunk;
 pub mod head;
 pub mod index;
 pub mod labels;
+pub mod querier;
 mod shard;

@@ -62,7 +62,12 @@ fn help_explains_every_flag_with_the_real_defaults() {
 fn starts_from_a_config_file_serves_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("sluice.yaml");
-    std::fs::write(&cfg, "listen: 127.0.0.1:0\nmax-series: 10\n").expect("write");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &cfg,
+        format!("listen: 127.0.0.1:0\ndata-dir: {}\n", data.display()),
+    )
+    .expect("write");
     let mut child = Command::new(BIN)
         .arg("--config")
         .arg(&cfg)
@@ -81,6 +86,7 @@ fn starts_from_a_config_file_serves_and_stops_on_sigterm() {
         }
     };
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    assert!(data.is_dir(), "the data directory is created at start");
     let mut conn = TcpStream::connect(&addr).expect("connect");
     conn.write_all(b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .expect("send");

@@ -183,16 +183,25 @@ impl<'a> TimeSeriesView<'a> {
         }
     }
 
-    /// The labels as `{name="value", …}` for error messages.
+    /// The labels as `{name="value", …}` for error messages, cut short
+    /// after about 256 bytes so a reply stays small whatever was sent.
     pub fn describe(&self) -> String {
+        const MAX: usize = 256;
         let mut s = String::from("{");
         for (i, (n, v)) in self.labels().enumerate() {
+            if s.len() > MAX {
+                s.push_str(", …");
+                break;
+            }
             if i > 0 {
                 s.push_str(", ");
             }
-            s.push_str(&String::from_utf8_lossy(n));
+            s.push_str(&String::from_utf8_lossy(&n[..n.len().min(MAX)]));
             s.push('=');
-            s.push_str(&format!("{:?}", String::from_utf8_lossy(v)));
+            s.push_str(&format!(
+                "{:?}",
+                String::from_utf8_lossy(&v[..v.len().min(MAX)])
+            ));
         }
         s.push('}');
         s
@@ -329,6 +338,18 @@ mod tests {
             vec![(&b"__name__"[..], &b"up"[..]), (&b"job"[..], &b"node"[..])]
         );
         assert_eq!(s.describe(), r#"{__name__="up", job="node"}"#);
+        let long = "v".repeat(10_000);
+        let big = pb::TimeSeries {
+            labels: (0..50).map(|i| label(&format!("l{i}"), &long)).collect(),
+            ..Default::default()
+        };
+        let buf = pb::WriteRequest {
+            timeseries: vec![big],
+            metadata: vec![],
+        }
+        .encode_to_vec();
+        let d = decode(&buf).expect("valid").next().expect("one").describe();
+        assert!(d.len() < 700 && d.ends_with(", …}"), "{}", d.len());
         // The raw label run is exactly the canonical form.
         let mut canon = Vec::new();
         crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "node")], &mut canon);

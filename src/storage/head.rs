@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::chunk::XorIter;
 use super::index::Matcher;
 use super::labels::Label;
-use super::shard::Shard;
+use super::shard::{MemSeries, Shard};
 
 /// Why one sample was not stored. Values, not errors: counted per batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,38 +203,48 @@ impl Head {
     }
 
     /// Copies out the series matching all `matchers` with their samples in
-    /// `[mint, maxt]`, sorted by labels. A cold-path read for tests and small
-    /// answers; the query engine streams chunks instead.
+    /// `[mint, maxt]`, sorted by labels. For tests and small answers; queries
+    /// stream with [`Head::select`].
     pub fn select_samples(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SeriesSamples> {
-        let mut out = Vec::new();
+        self.select(matchers, mint, maxt)
+            .into_iter()
+            .map(|s| SeriesSamples {
+                samples: s.samples(mint, maxt).collect(),
+                labels: s.labels,
+            })
+            .collect()
+    }
+
+    /// Calls `f` with each series (and its shard) that matches all
+    /// `matchers` and has samples in `[mint, maxt]`. Each shard's lock is
+    /// held only while that shard is visited.
+    pub(crate) fn for_each_match(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        mut f: impl FnMut(&Shard, &MemSeries),
+    ) {
         for shard in self.shards.iter() {
             let s = shard.lock();
-            for slot in s
-                .postings
-                .select(&s.strings, matchers, s.series.len() as u32)
-            {
+            let slots = if matchers.is_empty() {
+                (0..s.series.len() as u32).collect()
+            } else {
+                s.postings
+                    .select(&s.strings, matchers, s.series.len() as u32)
+            };
+            for slot in slots {
                 let Some(series) = s.series.get(slot as usize) else {
                     continue;
                 };
-                let labels = series
-                    .labels
-                    .iter()
-                    .map(|&(n, v)| Label {
-                        name: s.strings.get(n).to_owned(),
-                        value: s.strings.get(v).to_owned(),
-                    })
-                    .collect();
-                let samples = series
-                    .chunks()
-                    .filter(|&(lo, hi, _)| hi >= mint && lo <= maxt)
-                    .flat_map(|(_, _, bytes)| XorIter::new(bytes))
-                    .filter(|&(t, _)| t >= mint && t <= maxt)
-                    .collect();
-                out.push(SeriesSamples { labels, samples });
+                let (Some(lo), Some(hi)) = (series.min_time(), series.max_time()) else {
+                    continue;
+                };
+                if hi >= mint && lo <= maxt {
+                    f(&s, series);
+                }
             }
         }
-        out.sort_by(|a, b| a.labels.cmp(&b.labels));
-        out
     }
 
     /// The newest timestamp of the series with these canonical label bytes.

@@ -2,22 +2,25 @@
 //! and postings, all behind the shard's own lock. Everything here runs with
 //! that lock held, so it stays short and never awaits.
 
+use std::sync::Arc;
+
 use hashbrown::HashTable;
 
 use super::chunk::{XorAppender, HEADER_BYTES};
 use super::head::{AppendCounts, HeadOptions, SampleError};
 use super::index::Postings;
-use super::labels::{matches_canonical, Interner, StrId};
+use super::labels::{matches_canonical, Interner, Label, StrId};
+use super::querier::ChunkRef;
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
 const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
 
-/// A closed chunk: immutable bytes and their time span.
+/// A closed chunk: immutable bytes, shared with queries, and their time span.
 #[derive(Debug)]
 pub(crate) struct SealedChunk {
     pub(crate) mint: i64,
     pub(crate) maxt: i64,
-    pub(crate) bytes: Box<[u8]>,
+    pub(crate) bytes: Arc<[u8]>,
 }
 
 /// The chunk still being appended to.
@@ -103,7 +106,7 @@ impl MemSeries {
                 self.sealed.push(SealedChunk {
                     mint: h.mint,
                     maxt: h.maxt,
-                    bytes: h.app.into_bytes(),
+                    bytes: Arc::from(h.app.bytes()),
                 });
                 len + len / 8
             }
@@ -116,6 +119,43 @@ impl MemSeries {
         });
         self.next_at = range_for_timestamp(t, opts.chunk_range_ms);
         HEADER_BYTES as isize
+    }
+
+    /// Chunks overlapping `[mint, maxt]`, for a query: sealed ones shared,
+    /// the open one copied (it is still being written).
+    pub(crate) fn snapshot_chunks(&self, mint: i64, maxt: i64) -> Vec<ChunkRef> {
+        let mut out: Vec<ChunkRef> = self
+            .sealed
+            .iter()
+            .filter(|c| c.maxt >= mint && c.mint <= maxt)
+            .map(|c| ChunkRef {
+                mint: c.mint,
+                maxt: c.maxt,
+                bytes: Arc::clone(&c.bytes),
+            })
+            .collect();
+        if let Some(h) = self
+            .head
+            .as_ref()
+            .filter(|h| h.maxt >= mint && h.mint <= maxt)
+        {
+            out.push(ChunkRef {
+                mint: h.mint,
+                maxt: h.maxt,
+                bytes: Arc::from(h.app.bytes()),
+            });
+        }
+        out
+    }
+
+    /// The oldest timestamp, if the series has samples.
+    pub(crate) fn min_time(&self) -> Option<i64> {
+        self.sealed.first().map(|c| c.mint).or_else(|| {
+            self.head
+                .as_ref()
+                .filter(|h| h.app.num_samples() > 0)
+                .map(|h| h.mint)
+        })
     }
 
     /// The newest timestamp, if the series has samples.
@@ -154,6 +194,18 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
+    /// The owned, sorted labels of a series of this shard.
+    pub(crate) fn labels_of(&self, series: &MemSeries) -> Vec<Label> {
+        series
+            .labels
+            .iter()
+            .map(|&(n, v)| Label {
+                name: self.strings.get(n).to_owned(),
+                value: self.strings.get(v).to_owned(),
+            })
+            .collect()
+    }
+
     /// The slot of the series whose canonical label bytes are `raw`.
     #[inline]
     pub(crate) fn find(&self, hash: u64, raw: &[u8]) -> Option<u32> {

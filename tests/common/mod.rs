@@ -16,6 +16,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub state: AppState,
     stop: Option<oneshot::Sender<()>>,
+    _data: tempfile::TempDir,
 }
 
 impl Drop for TestServer {

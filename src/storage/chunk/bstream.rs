@@ -38,11 +38,6 @@ impl BitWriter {
         self.bytes.capacity()
     }
 
-    /// Gives back the written bytes, trimmed to their length.
-    pub fn into_boxed(self) -> Box<[u8]> {
-        self.bytes.into_boxed_slice()
-    }
-
     /// Writes one whole byte (which straddles two bytes when unaligned).
     #[inline]
     pub fn write_byte(&mut self, b: u8) {

@@ -63,11 +63,6 @@ impl XorAppender {
         self.w.capacity()
     }
 
-    /// Seals the chunk, handing back its bytes without spare capacity.
-    pub fn into_bytes(self) -> Box<[u8]> {
-        self.w.into_boxed()
-    }
-
     /// Appends a sample. The caller keeps timestamps increasing and the
     /// sample count below `u16::MAX`; the head cuts chunks long before that.
     #[inline]

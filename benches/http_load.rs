@@ -1,0 +1,172 @@
+//! End-to-end ingest load over HTTP: Sluice serves on 127.0.0.1:0 in this
+//! process, and K keep-alive connections push pre-encoded, snappy-compressed
+//! remote-write requests (one sample per series, as Prometheus sends them).
+//! Bounded in requests and time; prints samples/s, latency and head sizes.
+//!
+//! `cargo bench --bench http_load` (env: SERIES, ROUNDS, CONNS, PER_REQUEST).
+
+#[path = "../tests/common/requests.rs"]
+mod requests;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sluice::config::Config;
+use sluice::server::Server;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .map(|v| v.trim().trim_end_matches(" kB").trim().to_owned())
+            })
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    // `cargo test --all-targets` runs benches with `--test`: keep that quick.
+    let quick = std::env::args().any(|a| a == "--test");
+    let series = env("SERIES", if quick { 4_000 } else { 100_000 });
+    let rounds = env("ROUNDS", if quick { 3 } else { 30 });
+    let conns = env("CONNS", 8);
+    let per_request = env("PER_REQUEST", 2_000).min(series);
+
+    // Pre-encode every request: `rounds` passes over all series, 15s apart.
+    let t0 = 1_700_000_000_000i64;
+    let encode_start = Instant::now();
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    let all: Vec<_> = (0..rounds)
+        .map(|r| requests::request(series, t0 + r as i64 * 15_000))
+        .collect();
+    for req in &all {
+        for chunk in req.timeseries.chunks(per_request) {
+            let raw = sluice::proto::prometheus::WriteRequest {
+                timeseries: chunk.to_vec(),
+                metadata: vec![],
+            }
+            .encode_to_vec();
+            bodies.push(
+                snap::raw::Encoder::new()
+                    .compress_vec(&raw)
+                    .expect("compress"),
+            );
+        }
+    }
+    drop(all);
+    let per_round = series.div_ceil(per_request);
+    let bytes: usize = bodies.iter().map(Vec::len).sum();
+    eprintln!(
+        "http_load: {series} series x {rounds} rounds, {per_request} samples/request, {conns} connections; {} requests, {:.1} MiB compressed (encoded in {:.1?})",
+        bodies.len(),
+        bytes as f64 / 1048576.0,
+        encode_start.elapsed()
+    );
+    let hwm_before = vm_hwm_kib();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let data = tempfile::tempdir().expect("tempdir");
+        let config = Config {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: data.path().to_owned(),
+            ..Config::default()
+        };
+        let server = Server::bind(&config).await.expect("bind");
+        let addr = server.local_addr().expect("addr");
+        let state = server.state().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(async {
+            let _ = stopped.await;
+        }));
+        let url = format!("http://{addr}/api/v1/write");
+        let client = reqwest::Client::builder().pool_max_idle_per_host(conns).build().expect("client");
+        let bodies = Arc::new(bodies);
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(300);
+        // Rounds must land in order per series: one round at a time, its
+        // requests spread over the connections.
+        let mut latencies = Vec::with_capacity(bodies.len());
+        let mut errors = std::collections::BTreeMap::<u16, u64>::new();
+        for round in 0..rounds {
+            let ids: Vec<usize> = (round * per_round..(round + 1) * per_round).collect();
+            let mut tasks = Vec::new();
+            for c in 0..conns {
+                let (client, url, bodies) = (client.clone(), url.clone(), Arc::clone(&bodies));
+                let mine: Vec<usize> = ids.iter().copied().skip(c).step_by(conns).collect();
+                tasks.push(tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    for i in mine {
+                        let t = Instant::now();
+                        let resp = client
+                            .post(&url)
+                            .header("content-type", "application/x-protobuf")
+                            .header("content-encoding", "snappy")
+                            .header("x-prometheus-remote-write-version", "0.1.0")
+                            .body(bodies[i].clone())
+                            .send()
+                            .await;
+                        let code = resp.map_or(0, |r| r.status().as_u16());
+                        out.push((t.elapsed(), code));
+                    }
+                    out
+                }));
+            }
+            for t in tasks {
+                for (lat, code) in t.await.expect("task") {
+                    latencies.push(lat);
+                    if code != 204 {
+                        *errors.entry(code).or_default() += 1;
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                eprintln!("http_load: stopped at the time bound after {} rounds", round + 1);
+                break;
+            }
+        }
+        let elapsed = start.elapsed();
+        let samples = latencies.len() as f64 * per_request as f64;
+        latencies.sort();
+        let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        let st = state.head().stats();
+        let hwm = vm_hwm_kib();
+        println!("http_load samples/s: {:.0}", samples / elapsed.as_secs_f64());
+        println!(
+            "http_load ns/sample (wall): {:.1}   request latency p50 {:.2?} p99 {:.2?}",
+            elapsed.as_nanos() as f64 / samples,
+            pct(0.5),
+            pct(0.99)
+        );
+        println!("http_load errors by status: {errors:?}");
+        println!(
+            "http_load head: {} series, {} chunks, {:.2} chunk bytes/sample",
+            st.series,
+            st.chunks,
+            st.chunk_bytes as f64 / samples
+        );
+        println!(
+            "http_load peak RSS {} MiB ({} MiB before serving, incl. the pre-encoded requests); growth per series {:.0} bytes",
+            hwm / 1024,
+            hwm_before / 1024,
+            (hwm.saturating_sub(hwm_before)) as f64 * 1024.0 / st.series.max(1) as f64
+        );
+        assert!(errors.is_empty(), "every request must succeed: {errors:?}");
+        let _ = stop.send(());
+        let _ = serving.await;
+    });
+}
