@@ -124,7 +124,9 @@ mod tests {
     use crate::storage::index::MatchOp;
     use crate::storage::labels::encode_canonical;
 
-    fn head_with(series: &[(&[(&str, &str)], &[(i64, f64)])]) -> Head {
+    type Fixture<'a> = (&'a [(&'a str, &'a str)], &'a [(i64, f64)]);
+
+    fn head_with(series: &[Fixture<'_>]) -> Head {
         let head = Head::new(HeadOptions {
             shards: 4,
             ..HeadOptions::default()

@@ -44,6 +44,7 @@ pub(crate) struct MemSeries {
 
 impl MemSeries {
     /// Chunks in time order, head chunk last: (mint, maxt, bytes).
+    #[cfg(test)]
     pub(crate) fn chunks(&self) -> impl Iterator<Item = (i64, i64, &[u8])> {
         self.sealed
             .iter()
