@@ -44,6 +44,7 @@ pub async fn start(config: Config) -> TestServer {
         addr,
         state,
         stop: Some(stop),
+        _data: data,
     }
 }
 
