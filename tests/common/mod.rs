@@ -29,8 +29,10 @@ impl Drop for TestServer {
 
 /// Starts Sluice on 127.0.0.1:0 with `config`'s other settings.
 pub async fn start(config: Config) -> TestServer {
+    let data = tempfile::tempdir().expect("tempdir");
     let config = Config {
         listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: data.path().to_owned(),
         ..config
     };
     let server = Server::bind(&config).await.expect("bind");
