@@ -1,6 +1,9 @@
 //! The HTTP edge: [`router`] wires the routes and tower layers, and
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
+mod metadata;
+pub mod params;
+pub mod prom;
 mod status;
 mod write;
 
@@ -18,7 +21,9 @@ use tower_http::timeout::TimeoutLayer;
 use crate::config::Config;
 use crate::ingest::validate::LabelLimits;
 use crate::storage::head::Head;
+use crate::storage::metadata::MetadataStore;
 use crate::telemetry::Metrics;
+use prom::ErrorType;
 
 /// Shared state of every handler: a cheap clone.
 #[derive(Debug, Clone)]
@@ -29,6 +34,7 @@ pub struct AppState {
 #[derive(Debug)]
 struct Inner {
     head: Arc<Head>,
+    metadata: MetadataStore,
     metrics: Metrics,
     limits: LabelLimits,
     max_body_bytes: usize,
@@ -43,6 +49,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 metrics: Metrics::new(Arc::clone(&head)),
                 head,
+                metadata: MetadataStore::new(config.max_metadata_families),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
@@ -55,12 +62,27 @@ impl AppState {
     pub fn head(&self) -> &Head {
         &self.inner.head
     }
+
+    /// Metric metadata reported by senders.
+    pub fn metadata(&self) -> &MetadataStore {
+        &self.inner.metadata
+    }
 }
 
 /// Every error a handler can return. Client mistakes are 4xx and are not
 /// logged as errors; server faults are 5xx with details only in the log.
+/// The write endpoints answer in plain text (the remote-write contract);
+/// the query API answers in Prometheus' JSON envelope ([`ApiError::Prom`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// A query-API error, answered as `{"status":"error","errorType":…}`.
+    #[error("{message}")]
+    Prom {
+        /// The Prometheus error type, which fixes the status code.
+        kind: ErrorType,
+        /// What went wrong.
+        message: String,
+    },
     /// The request is malformed or holds invalid data (400).
     #[error("{0}")]
     BadRequest(String),
@@ -75,9 +97,30 @@ pub enum ApiError {
     Internal(String),
 }
 
+impl ApiError {
+    /// A `bad_data` query-API error.
+    pub fn bad_data(message: impl Into<String>) -> Self {
+        Self::Prom {
+            kind: ErrorType::BadData,
+            message: message.into(),
+        }
+    }
+
+    /// A `bad_data` error for one parameter, worded as Prometheus words it.
+    pub fn bad_param(name: &str, err: impl std::fmt::Display) -> Self {
+        Self::bad_data(format!("invalid parameter {name:?}: {err}"))
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, body) = match self {
+            ApiError::Prom { kind, message } => {
+                if matches!(kind, ErrorType::Internal) {
+                    tracing::error!(error = %message, "query failed");
+                }
+                return prom::error(kind, &message);
+            }
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
@@ -99,7 +142,18 @@ impl IntoResponse for ApiError {
 }
 
 /// The routes Sluice serves, as metric label values.
-const ROUTES: &[&str] = &["/api/v1/write", "/metrics", "/-/healthy", "/-/ready"];
+const ROUTES: &[&str] = &[
+    "/api/v1/write",
+    "/api/v1/series",
+    "/api/v1/labels",
+    "/api/v1/label/{name}/values",
+    "/api/v1/metadata",
+    "/api/v1/status/buildinfo",
+    "/api/v1/query_exemplars",
+    "/metrics",
+    "/-/healthy",
+    "/-/ready",
+];
 
 fn route_label(path: Option<&MatchedPath>) -> &'static str {
     path.and_then(|p| ROUTES.iter().find(|r| **r == p.as_str()).copied())
@@ -124,6 +178,21 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.inner.max_body_bytes;
     Router::new()
         .route("/api/v1/write", post(write::remote_write))
+        .route(
+            "/api/v1/series",
+            get(metadata::series).post(metadata::series),
+        )
+        .route(
+            "/api/v1/labels",
+            get(metadata::labels).post(metadata::labels),
+        )
+        .route("/api/v1/label/{name}/values", get(metadata::label_values))
+        .route("/api/v1/metadata", get(metadata::metadata))
+        .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
+        .route(
+            "/api/v1/query_exemplars",
+            get(metadata::query_exemplars).post(metadata::query_exemplars),
+        )
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
         .route("/-/ready", get(status::ready))
@@ -136,6 +205,3 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
-
-#[cfg(test)]
-mod tests;

@@ -39,6 +39,8 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Head shards (each with its own lock); 0 picks 4× the CPU count.
     pub head_shards: usize,
+    /// Most metric families whose metadata (type, help, unit) is kept.
+    pub max_metadata_families: usize,
 }
 
 impl Default for Config {
@@ -55,6 +57,7 @@ impl Default for Config {
             log_level: "info".to_owned(),
             request_timeout: Duration::from_secs(30),
             head_shards: 0,
+            max_metadata_families: 100_000,
         }
     }
 }

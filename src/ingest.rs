@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 
 use crate::storage::head::{AppendCounts, Head, SampleError};
 use crate::storage::labels::encode_canonical;
+use crate::storage::metadata::{type_name, MetadataStore};
 pub use protowire::DecodeError;
 use validate::{LabelError, LabelLimits};
 
@@ -204,6 +205,23 @@ pub fn append_write_request(
         report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
     }
     Ok(report)
+}
+
+/// Records the `metadata` of a checked remote-write 1.0 request. Entries
+/// with names or text that are not UTF-8 are skipped.
+pub fn record_metadata(store: &MetadataStore, body: &[u8]) {
+    for md in remote_write::metadata(body) {
+        let (Ok(name), Ok(help), Ok(unit)) = (
+            std::str::from_utf8(md.family),
+            std::str::from_utf8(md.help),
+            std::str::from_utf8(md.unit),
+        ) else {
+            continue;
+        };
+        if !name.is_empty() {
+            store.record(name, type_name(md.kind), help, unit);
+        }
+    }
 }
 
 fn label_problem(e: LabelError) -> &'static str {

@@ -60,6 +60,10 @@ struct Cli {
     /// Head shards, each with its own lock; 0 picks 4x the CPU count [default: 0].
     #[arg(long, value_name = "N")]
     head_shards: Option<usize>,
+    /// Most metric families whose metadata (type, help, unit from remote
+    /// write) is kept for /api/v1/metadata [default: 100000].
+    #[arg(long, value_name = "N")]
+    max_metadata_families: Option<usize>,
 }
 
 impl Cli {
@@ -82,7 +86,8 @@ impl Cli {
             max_series,
             log_level,
             request_timeout,
-            head_shards
+            head_shards,
+            max_metadata_families
         );
         c.validate()?;
         Ok(c)

@@ -5,5 +5,6 @@ pub mod chunk;
 pub mod head;
 pub mod index;
 pub mod labels;
+pub mod metadata;
 pub mod querier;
 mod shard;

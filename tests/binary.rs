@@ -43,6 +43,10 @@ fn help_explains_every_flag_with_the_real_defaults() {
             humantime::format_duration(d.request_timeout).to_string(),
         ),
         ("--head-shards", d.head_shards.to_string()),
+        (
+            "--max-metadata-families",
+            d.max_metadata_families.to_string(),
+        ),
     ] {
         let at = help
             .find(flag)

@@ -79,6 +79,8 @@ remote_write:
     queue_config:
       batch_send_deadline: 500ms
       min_backoff: 50ms
+    metadata_config:
+      send_interval: 1s
 "#,
         sluice = srv.addr
     );
@@ -219,6 +221,36 @@ remote_write:
         .select_samples(&matchers, t_ms - 10_000 + 1, t_ms);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].samples, want);
+
+    // The series API agrees with Prometheus' own for `up`, and the metric
+    // metadata Prometheus sends is served.
+    let series_of = |port_or_addr: String| async move {
+        let v: serde_json::Value = serde_json::from_str(
+            &reqwest::get(format!("http://{port_or_addr}/api/v1/series?match[]=up"))
+                .await
+                .expect("sent")
+                .text()
+                .await
+                .expect("body"),
+        )
+        .expect("json");
+        v["data"].clone()
+    };
+    assert_eq!(
+        series_of(format!("127.0.0.1:{port}")).await,
+        series_of(srv.addr.to_string()).await
+    );
+    loop {
+        let (_, md) = get(srv.addr, "/api/v1/metadata?metric=prometheus_build_info").await;
+        if md.contains(r#""type":"gauge""#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metadata from Prometheus: {md}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // Prometheus scraped Sluice's own /metrics successfully.
     let v = prom_query(port, r#"up{job="sluice"}"#, (now_ms() as f64) / 1000.0).await;

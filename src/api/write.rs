@@ -89,6 +89,9 @@ fn handle(
             })?;
         let result = ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
             .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
+        if result.is_ok() {
+            ingest::record_metadata(&inner.metadata, &buf[..n]);
+        }
         if buf.len() > KEEP_BUFFER_BYTES {
             *buf = Vec::new();
         }

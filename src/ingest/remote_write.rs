@@ -60,6 +60,37 @@ impl<'a> Iterator for Series<'a> {
     }
 }
 
+/// One `MetricMetadata` entry, borrowed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetadataView<'a> {
+    /// The `MetricType` number.
+    pub kind: u64,
+    /// `metric_family_name`.
+    pub family: &'a [u8],
+    /// `help`.
+    pub help: &'a [u8],
+    /// `unit`.
+    pub unit: &'a [u8],
+}
+
+/// The `metadata` entries of a checked request.
+pub fn metadata(buf: &[u8]) -> impl Iterator<Item = MetadataView<'_>> + '_ {
+    fields(buf, 0, 3).map(|md| {
+        let mut view = MetadataView::default();
+        let mut r = Reader::new(md);
+        while let Ok(Some((f, v, _))) = r.next_field() {
+            match (f, v) {
+                (1, Value::Varint(k)) => view.kind = k,
+                (2, Value::Bytes(b)) => view.family = b,
+                (4, Value::Bytes(b)) => view.help = b,
+                (5, Value::Bytes(b)) => view.unit = b,
+                _ => {}
+            }
+        }
+        view
+    })
+}
+
 fn check_series(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     let mut r = Reader::nested(msg, base);
     while let Some((field, v, at)) = r.next_field()? {
@@ -343,18 +374,21 @@ mod tests {
             labels: (0..50).map(|i| label(&format!("l{i}"), &long)).collect(),
             ..Default::default()
         };
-        let buf = pb::WriteRequest {
+        let big = pb::WriteRequest {
             timeseries: vec![big],
             metadata: vec![],
         }
         .encode_to_vec();
-        let d = decode(&buf).expect("valid").next().expect("one").describe();
+        let d = decode(&big).expect("valid").next().expect("one").describe();
         assert!(d.len() < 700 && d.ends_with(", …}"), "{}", d.len());
         // The raw label run is exactly the canonical form.
         let mut canon = Vec::new();
         crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "node")], &mut canon);
         assert_eq!(s.labels_raw, Some(&canon[..]));
         assert_eq!(view[1].histograms, 1);
+        let md: Vec<_> = metadata(&buf).collect();
+        assert_eq!(md.len(), 1);
+        assert_eq!(md[0].family, b"up");
     }
 
     #[test]

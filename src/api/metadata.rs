@@ -1,0 +1,162 @@
+//! The metadata endpoints Grafana's label and metric browsers call:
+//! series, label names, label values, metric metadata, build info, and an
+//! (empty) exemplar query.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use serde::Serialize;
+
+use super::params::Params;
+use super::prom::success;
+use super::{ApiError, AppState};
+use crate::ingest::validate::is_valid_label_name;
+use crate::storage::labels::Label;
+
+fn truncated(n: usize, limit: usize) -> Vec<String> {
+    if limit > 0 && n > limit {
+        vec!["results truncated due to limit".to_owned()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// `GET|POST /api/v1/series?match[]=…&start=&end=&limit=`
+pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+    let selectors = p.selectors()?;
+    if selectors.is_empty() {
+        return Err(ApiError::bad_data("no match[] parameter provided"));
+    }
+    let (start, end) = p.time_range()?;
+    let limit = p.limit("limit")?;
+    let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
+    for m in &selectors {
+        sets.extend(state.head().series_labels(m, start, end));
+    }
+    let warnings = truncated(sets.len(), limit);
+    let take = if limit == 0 { usize::MAX } else { limit };
+    let data: Vec<BTreeMap<&str, &str>> = sets
+        .iter()
+        .take(take)
+        .map(|ls| {
+            ls.iter()
+                .map(|l| (l.name.as_str(), l.value.as_str()))
+                .collect()
+        })
+        .collect();
+    Ok(success(data, &warnings))
+}
+
+/// `GET|POST /api/v1/labels?match[]=…&start=&end=&limit=`
+pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+    let selectors = p.selectors()?;
+    let (start, end) = p.time_range()?;
+    let limit = p.limit("limit")?;
+    let mut names = BTreeSet::new();
+    if selectors.is_empty() {
+        names = state.head().label_names(&[], start, end);
+    }
+    for m in &selectors {
+        names.extend(state.head().label_names(m, start, end));
+    }
+    Ok(limited(names, limit))
+}
+
+/// `GET /api/v1/label/<name>/values?match[]=…&start=&end=&limit=`
+pub(super) async fn label_values(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    p: Params,
+) -> Result<Response, ApiError> {
+    if !is_valid_label_name(name.as_bytes()) {
+        return Err(ApiError::bad_data(format!("invalid label name: {name:?}")));
+    }
+    let selectors = p.selectors()?;
+    let (start, end) = p.time_range()?;
+    let limit = p.limit("limit")?;
+    let mut values = BTreeSet::new();
+    if selectors.is_empty() {
+        values = state.head().label_values(&name, &[], start, end);
+    }
+    for m in &selectors {
+        values.extend(state.head().label_values(&name, m, start, end));
+    }
+    Ok(limited(values, limit))
+}
+
+fn limited(set: BTreeSet<String>, limit: usize) -> Response {
+    let warnings = truncated(set.len(), limit);
+    let take = if limit == 0 { usize::MAX } else { limit };
+    success(set.into_iter().take(take).collect::<Vec<_>>(), &warnings)
+}
+
+#[derive(Serialize)]
+struct MetadataEntry<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    help: &'a str,
+    unit: &'a str,
+}
+
+/// `GET /api/v1/metadata?metric=&limit=&limit_per_metric=`
+pub(super) async fn metadata(
+    State(state): State<AppState>,
+    p: Params,
+) -> Result<Response, ApiError> {
+    let limit = p.limit("limit")?;
+    let per_metric = p.limit("limit_per_metric")?;
+    let list = state.metadata().list(p.get("metric"), limit, per_metric);
+    let data: BTreeMap<&str, Vec<MetadataEntry<'_>>> = list
+        .iter()
+        .map(|(name, entries)| {
+            let entries = entries
+                .iter()
+                .map(|m| MetadataEntry {
+                    kind: m.kind,
+                    help: &m.help,
+                    unit: &m.unit,
+                })
+                .collect();
+            (name.as_str(), entries)
+        })
+        .collect();
+    Ok(success(data, &[]))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BuildInfo {
+    version: &'static str,
+    revision: &'static str,
+    branch: &'static str,
+    build_user: &'static str,
+    build_date: &'static str,
+    go_version: &'static str,
+}
+
+/// `GET /api/v1/status/buildinfo`. No `features` field: Grafana then
+/// treats Sluice as Prometheus rather than Mimir.
+pub(super) async fn buildinfo() -> Response {
+    success(
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: "",
+            branch: "",
+            build_user: "",
+            build_date: "",
+            go_version: "",
+        },
+        &[],
+    )
+}
+
+/// `GET|POST /api/v1/query_exemplars`: Sluice stores no exemplars yet, so
+/// every valid query has none.
+pub(super) async fn query_exemplars(p: Params) -> Result<Response, ApiError> {
+    if p.get("query").is_none() {
+        return Err(ApiError::bad_param("query", "query must not be empty"));
+    }
+    p.time_range()?;
+    Ok(success(Vec::<()>::new(), &[]))
+}

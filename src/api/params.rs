@@ -1,0 +1,294 @@
+//! Request parameters of the Prometheus HTTP API: form values from the URL
+//! query and, for POST, the form-encoded body (like Go's `r.FormValue`),
+//! and the API's time, duration and selector formats.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, Method};
+
+use super::ApiError;
+use crate::storage::index::{MatchOp, Matcher};
+
+/// Every form value of a request, in order; keys may repeat (`match[]`).
+#[derive(Debug, Default, Clone)]
+pub struct Params(Vec<(String, String)>);
+
+impl<S: Send + Sync> FromRequest<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let mut pairs: Vec<(String, String)> = req
+            .uri()
+            .query()
+            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+            .unwrap_or_default();
+        let is_form = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if req.method() == Method::POST && is_form {
+            let body = Bytes::from_request(req, state)
+                .await
+                .map_err(|e| ApiError::bad_data(format!("cannot read form body: {e}")))?;
+            // Body values come first, as with Go's ParseForm.
+            let mut form: Vec<(String, String)> =
+                form_urlencoded::parse(&body).into_owned().collect();
+            form.append(&mut pairs);
+            pairs = form;
+        }
+        Ok(Params(pairs))
+    }
+}
+
+impl Params {
+    /// Builds parameters from pairs (tests).
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Self {
+        Params(
+            pairs
+                .iter()
+                .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// The first value of `key`, if given and non-empty.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Every value of `key`.
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A time parameter, or `default` when absent.
+    pub fn time(&self, key: &str, default: i64) -> Result<i64, ApiError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => parse_time(v).map_err(|e| ApiError::bad_param(key, e)),
+        }
+    }
+
+    /// The `start`/`end` pair of the metadata endpoints; both optional.
+    pub fn time_range(&self) -> Result<(i64, i64), ApiError> {
+        Ok((self.time("start", MIN_TIME)?, self.time("end", MAX_TIME)?))
+    }
+
+    /// A non-negative integer parameter (`limit`), 0 when absent.
+    pub fn limit(&self, key: &str) -> Result<usize, ApiError> {
+        match self.get(key) {
+            None => Ok(0),
+            Some(v) => v
+                .parse::<i64>()
+                .map_err(|_| {
+                    ApiError::bad_param(key, format!("cannot parse {v:?} to a valid limit"))
+                })
+                .map(|n| usize::try_from(n).unwrap_or(0)),
+        }
+    }
+
+    /// The `match[]` selectors, each a list of matchers.
+    pub fn selectors(&self) -> Result<Vec<Vec<Matcher>>, ApiError> {
+        let mut out = Vec::new();
+        for s in self.all("match[]") {
+            out.extend(parse_selector(s).map_err(|e| ApiError::bad_param("match[]", e))?);
+        }
+        Ok(out)
+    }
+}
+
+/// The earliest and latest times the API knows, in ms (Prometheus' MinTime
+/// and MaxTime).
+pub const MIN_TIME: i64 = (i64::MIN / 1000 + 62_135_596_801) * 1000;
+/// See [`MIN_TIME`].
+pub const MAX_TIME: i64 = (i64::MAX / 1000 - 62_135_596_801) * 1000 + 999;
+
+/// Parses an API time: unix seconds as a float (rounded to the ms), or
+/// RFC 3339. Returns milliseconds.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(f) = s.parse::<f64>() {
+        if !f.is_finite() {
+            return Err(format!("cannot parse {s:?} to a valid timestamp"));
+        }
+        let secs = f.trunc();
+        let ms = ((f - secs) * 1000.0).round();
+        let t = secs * 1000.0 + ms;
+        if t >= i64::MAX as f64 || t <= i64::MIN as f64 {
+            return Err(format!("cannot parse {s:?} to a valid timestamp"));
+        }
+        return Ok(t as i64);
+    }
+    // Prometheus' own renderings of MinTime and MaxTime.
+    match s {
+        "-292273086-05-16T16:47:06Z" => return Ok(MIN_TIME),
+        "292277025-08-18T07:12:54.999999999Z" => return Ok(MAX_TIME),
+        _ => {}
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| format!("cannot parse {s:?} to a valid timestamp"))
+}
+
+/// Parses an API duration: float seconds, or a Prometheus duration such as
+/// `1h30m` (units ms, s, m, h, d, w, y; longest first). Returns ms.
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let bad = || format!("cannot parse {s:?} to a valid duration");
+    if let Ok(f) = s.parse::<f64>() {
+        let ms = f * 1000.0;
+        if !ms.is_finite() || ms >= i64::MAX as f64 || ms <= i64::MIN as f64 {
+            return Err(bad());
+        }
+        return Ok(ms.round() as i64);
+    }
+    parse_prom_duration(s).ok_or_else(bad)
+}
+
+/// `[0-9]+` followed by a unit, repeated with units strictly decreasing.
+pub fn parse_prom_duration(s: &str) -> Option<i64> {
+    const UNITS: [(&str, i64); 7] = [
+        ("y", 365 * 86_400_000),
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ];
+    if s == "0" {
+        return Some(0);
+    }
+    let mut rest = s;
+    let mut total: i64 = 0;
+    let mut last_unit = 0usize;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        // "ms" before "m" so that "5ms" is not "5m" + "s".
+        let (idx, (unit, mult)) = UNITS
+            .iter()
+            .enumerate()
+            .filter(|(_, (u, _))| rest.starts_with(u))
+            .max_by_key(|(_, (u, _))| u.len())?;
+        if idx < last_unit || (total > 0 && idx == last_unit) {
+            return None;
+        }
+        last_unit = idx;
+        rest = &rest[unit.len()..];
+        total = total.checked_add(n.checked_mul(*mult)?)?;
+    }
+    Some(total)
+}
+
+/// Parses one series selector (`up{job="x"}`) into matcher sets: one set,
+/// or several when the selector uses `or` inside its braces.
+pub fn parse_selector(s: &str) -> Result<Vec<Vec<Matcher>>, String> {
+    use promql_parser::label::MatchOp as P;
+    use promql_parser::parser::Expr;
+    let expr = promql_parser::parser::parse(s)?;
+    let Expr::VectorSelector(vs) = expr else {
+        return Err(format!("invalid selector {s:?}: not a series selector"));
+    };
+    let convert = |ms: &[promql_parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
+        let mut out = Vec::with_capacity(ms.len() + 1);
+        if let Some(name) = &vs.name {
+            out.push(Matcher::new(MatchOp::Equal, "__name__", name).map_err(|e| e.to_string())?);
+        }
+        for m in ms {
+            let op = match m.op {
+                P::Equal => MatchOp::Equal,
+                P::NotEqual => MatchOp::NotEqual,
+                P::Re(_) => MatchOp::Regex,
+                P::NotRe(_) => MatchOp::NotRegex,
+            };
+            out.push(Matcher::new(op, &m.name, &m.value).map_err(|e| e.to_string())?);
+        }
+        if out.iter().all(|m| m.matches("")) {
+            return Err(format!(
+                "match[] must contain at least one non-empty matcher: {s:?}"
+            ));
+        }
+        Ok(out)
+    };
+    if vs.matchers.or_matchers.is_empty() {
+        Ok(vec![convert(&vs.matchers.matchers)?])
+    } else {
+        vs.matchers
+            .or_matchers
+            .iter()
+            .map(|ms| convert(ms))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_like_prometheus() {
+        assert_eq!(parse_time("1435781451.781"), Ok(1_435_781_451_781));
+        assert_eq!(parse_time("1435781451"), Ok(1_435_781_451_000));
+        assert_eq!(
+            parse_time("2015-07-01T20:10:51.781Z"),
+            Ok(1_435_781_451_781)
+        );
+        assert_eq!(
+            parse_time("2015-07-01T22:10:51.781+02:00"),
+            Ok(1_435_781_451_781)
+        );
+        assert_eq!(parse_time("-1.5"), Ok(-1500));
+        // Grafana's exemplar probe sends milliseconds: still a valid time.
+        assert!(parse_time("1700000000000").is_ok());
+        assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("NaN").is_err());
+        assert_eq!(parse_time("-292273086-05-16T16:47:06Z"), Ok(MIN_TIME));
+    }
+
+    #[test]
+    fn durations_parse_like_prometheus() {
+        assert_eq!(parse_duration("15"), Ok(15_000));
+        assert_eq!(parse_duration("0.5"), Ok(500));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration("5ms"), Ok(5));
+        assert_eq!(parse_duration("1d"), Ok(86_400_000));
+        assert_eq!(
+            parse_duration("1y2w"),
+            Ok(365 * 86_400_000 + 14 * 86_400_000)
+        );
+        assert_eq!(parse_duration("0"), Ok(0));
+        for bad in ["", "1.5h", "30m1h", "1h1h", "h", "5x", "-5m"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selectors_become_matchers() {
+        let sets = parse_selector(r#"up{job=~"a|b", env!="dev"}"#).expect("valid");
+        assert_eq!(sets.len(), 1);
+        let m = &sets[0];
+        assert_eq!(
+            (m[0].name.as_str(), m[0].op, m[0].value.as_str()),
+            ("__name__", MatchOp::Equal, "up")
+        );
+        assert_eq!((m[1].name.as_str(), m[1].op), ("job", MatchOp::Regex));
+        assert_eq!((m[2].name.as_str(), m[2].op), ("env", MatchOp::NotEqual));
+        assert!(parse_selector("rate(up[5m])").is_err());
+        assert!(parse_selector(r#"{job=~".*"}"#).is_err());
+        assert!(parse_selector("up{").is_err());
+    }
+}

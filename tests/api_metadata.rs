@@ -1,0 +1,226 @@
+//! The metadata endpoints of the Prometheus HTTP API, over real HTTP:
+//! series, labels, label values, metric metadata, build info and exemplars,
+//! with Prometheus' JSON envelope and errors. `promtool query series` and
+//! `promtool query labels` read them unchanged.
+
+mod common;
+
+use common::{body, now_ms, push, series, start, TestServer};
+use prost::Message;
+use serde_json::{json, Value};
+use sluice::config::Config;
+use sluice::proto::prometheus as pb;
+
+async fn api(srv: &TestServer, path: &str) -> (u16, Value) {
+    let resp = reqwest::get(format!("http://{}{path}", srv.addr))
+        .await
+        .expect("sent");
+    let code = resp.status().as_u16();
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    (
+        code,
+        serde_json::from_str(&resp.text().await.expect("text")).expect("json"),
+    )
+}
+
+async fn api_post(srv: &TestServer, path: &str, form: &[(&str, &str)]) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}{path}", srv.addr))
+        .form(form)
+        .send()
+        .await
+        .expect("sent");
+    let code = resp.status().as_u16();
+    (
+        code,
+        serde_json::from_str(&resp.text().await.expect("text")).expect("json"),
+    )
+}
+
+async fn loaded() -> (TestServer, i64) {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let req = vec![
+        series(
+            &[("__name__", "up"), ("instance", "a:9100"), ("job", "node")],
+            &[(t, 1.0)],
+        ),
+        series(
+            &[("__name__", "up"), ("instance", "b:9100"), ("job", "node")],
+            &[(t, 0.0)],
+        ),
+        series(
+            &[
+                ("__name__", "http_requests_total"),
+                ("code", "200"),
+                ("job", "api"),
+            ],
+            &[(t, 5.0)],
+        ),
+    ];
+    assert_eq!(push(srv.addr, body(req)).await.0, 204);
+    (srv, t)
+}
+
+#[tokio::test]
+async fn series_labels_and_values() {
+    let (srv, t) = loaded().await;
+    let (code, v) = api(&srv, "/api/v1/series?match[]=up").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        v,
+        json!({"status": "success", "data": [
+            {"__name__": "up", "instance": "a:9100", "job": "node"},
+            {"__name__": "up", "instance": "b:9100", "job": "node"},
+        ]})
+    );
+    // POST form with two selectors (their union) and a limit.
+    let (code, v) = api_post(
+        &srv,
+        "/api/v1/series",
+        &[
+            ("match[]", r#"up{instance="a:9100"}"#),
+            ("match[]", "http_requests_total"),
+            ("limit", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["warnings"], json!(["results truncated due to limit"]));
+    // A time range before the samples finds nothing.
+    let end = format!("{:.3}", (t - 10_000) as f64 / 1000.0);
+    let (_, v) = api(&srv, &format!("/api/v1/series?match[]=up&end={end}")).await;
+    assert_eq!(v["data"], json!([]));
+
+    let (_, v) = api(&srv, "/api/v1/labels").await;
+    assert_eq!(v["data"], json!(["__name__", "code", "instance", "job"]));
+    let (_, v) = api_post(
+        &srv,
+        "/api/v1/labels",
+        &[("match[]", "http_requests_total")],
+    )
+    .await;
+    assert_eq!(v["data"], json!(["__name__", "code", "job"]));
+    let (_, v) = api(&srv, "/api/v1/label/__name__/values").await;
+    assert_eq!(v["data"], json!(["http_requests_total", "up"]));
+    let (_, v) = api(&srv, "/api/v1/label/job/values?match[]=up").await;
+    assert_eq!(v["data"], json!(["node"]));
+    let (_, v) = api(&srv, "/api/v1/label/nosuch/values").await;
+    assert_eq!(v["data"], json!([]));
+}
+
+#[tokio::test]
+async fn errors_use_the_prometheus_envelope() {
+    let (srv, _) = loaded().await;
+    let (code, v) = api(&srv, "/api/v1/series").await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        v,
+        json!({"status": "error", "errorType": "bad_data", "error": "no match[] parameter provided"})
+    );
+    let (code, v) = api(&srv, "/api/v1/series?match[]=up{").await;
+    assert_eq!(code, 400);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(r#"invalid parameter "match[]""#)),
+        "{v}"
+    );
+    let (code, v) = api(&srv, "/api/v1/labels?start=yesterday").await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        v["error"],
+        r#"invalid parameter "start": cannot parse "yesterday" to a valid timestamp"#
+    );
+    let (code, v) = api(&srv, "/api/v1/label/bad-name/values").await;
+    assert_eq!((code, v["errorType"].as_str()), (400, Some("bad_data")));
+}
+
+#[tokio::test]
+async fn metadata_buildinfo_and_exemplars() {
+    let srv = start(Config::default()).await;
+    let meta = |name: &str, kind: i32, help: &str| pb::MetricMetadata {
+        r#type: kind,
+        metric_family_name: name.into(),
+        help: help.into(),
+        unit: String::new(),
+    };
+    let raw = pb::WriteRequest {
+        timeseries: vec![],
+        metadata: vec![
+            meta("up", 2, "Whether the target is up."),
+            meta("http_requests_total", 1, "Requests."),
+        ],
+    }
+    .encode_to_vec();
+    let compressed = snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .expect("compress");
+    assert_eq!(push(srv.addr, compressed).await.0, 204);
+    let (_, v) = api(&srv, "/api/v1/metadata").await;
+    assert_eq!(
+        v["data"],
+        json!({
+            "http_requests_total": [{"type": "counter", "help": "Requests.", "unit": ""}],
+            "up": [{"type": "gauge", "help": "Whether the target is up.", "unit": ""}],
+        })
+    );
+    let (_, v) = api(&srv, "/api/v1/metadata?metric=up").await;
+    assert_eq!(v["data"].as_object().map(|o| o.len()), Some(1));
+    let (_, v) = api(&srv, "/api/v1/metadata?limit=1").await;
+    assert_eq!(v["data"].as_object().map(|o| o.len()), Some(1));
+
+    let (code, v) = api(&srv, "/api/v1/status/buildinfo").await;
+    assert_eq!(code, 200);
+    assert_eq!(v["data"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        v["data"].get("features").is_none(),
+        "no features: Grafana must not take Sluice for Mimir"
+    );
+    for key in ["revision", "branch", "buildUser", "buildDate", "goVersion"] {
+        assert!(v["data"][key].is_string(), "{key}");
+    }
+    // Grafana's probe sends milliseconds where seconds are expected.
+    let (code, v) = api(
+        &srv,
+        "/api/v1/query_exemplars?query=test&start=1700000000000&end=1700000600000",
+    )
+    .await;
+    assert_eq!((code, v), (200, json!({"status": "success", "data": []})));
+}
+
+fn promtool(args: &[&str]) -> String {
+    let out = std::process::Command::new("promtool")
+        .args(args)
+        .output()
+        .expect("promtool runs (Debian package prometheus; scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_reads_series_and_labels() {
+    let (srv, _) = loaded().await;
+    let url = format!("http://{}", srv.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        (
+            promtool(&["query", "series", "--match=up", &url]),
+            promtool(&["query", "labels", &url, "job"]),
+        )
+    })
+    .await
+    .expect("joined");
+    assert_eq!(
+        out.0.lines().collect::<Vec<_>>(),
+        [
+            r#"{__name__="up", instance="a:9100", job="node"}"#,
+            r#"{__name__="up", instance="b:9100", job="node"}"#
+        ]
+    );
+    assert_eq!(out.1.lines().collect::<Vec<_>>(), ["api", "node"]);
+}
