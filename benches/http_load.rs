@@ -22,13 +22,15 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn vm_hwm_kib() -> u64 {
+/// A `/proc/self/status` field in KiB (`VmRSS`, `VmHWM`).
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines().find_map(|l| {
-                l.strip_prefix("VmHWM:")
-                    .map(|v| v.trim().trim_end_matches(" kB").trim().to_owned())
+                l.strip_prefix(field)
+                    .and_then(|v| v.strip_prefix(':'))
+                    .map(|v| v.trim().trim_end_matches("kB").trim().to_owned())
             })
         })
         .and_then(|v| v.parse().ok())
@@ -47,10 +49,9 @@ fn main() {
     let t0 = 1_700_000_000_000i64;
     let encode_start = Instant::now();
     let mut bodies: Vec<Vec<u8>> = Vec::new();
-    let all: Vec<_> = (0..rounds)
-        .map(|r| requests::request(series, t0 + r as i64 * 15_000))
-        .collect();
-    for req in &all {
+    for r in 0..rounds {
+        // One round's prost structs at a time: they are large.
+        let req = requests::request(series, t0 + r as i64 * 15_000);
         for chunk in req.timeseries.chunks(per_request) {
             let raw = sluice::proto::prometheus::WriteRequest {
                 timeseries: chunk.to_vec(),
@@ -64,7 +65,6 @@ fn main() {
             );
         }
     }
-    drop(all);
     let per_round = series.div_ceil(per_request);
     let bytes: usize = bodies.iter().map(Vec::len).sum();
     eprintln!(
@@ -73,7 +73,7 @@ fn main() {
         bytes as f64 / 1048576.0,
         encode_start.elapsed()
     );
-    let hwm_before = vm_hwm_kib();
+    let rss_before = status_kib("VmRSS");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -144,7 +144,7 @@ fn main() {
         latencies.sort();
         let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
         let st = state.head().stats();
-        let hwm = vm_hwm_kib();
+        let rss = status_kib("VmRSS");
         println!("http_load samples/s: {:.0}", samples / elapsed.as_secs_f64());
         println!(
             "http_load ns/sample (wall): {:.1}   request latency p50 {:.2?} p99 {:.2?}",
@@ -160,10 +160,10 @@ fn main() {
             st.chunk_bytes as f64 / samples
         );
         println!(
-            "http_load peak RSS {} MiB ({} MiB before serving, incl. the pre-encoded requests); growth per series {:.0} bytes",
-            hwm / 1024,
-            hwm_before / 1024,
-            (hwm.saturating_sub(hwm_before)) as f64 * 1024.0 / st.series.max(1) as f64
+            "http_load RSS {} MiB after the load, {} MiB before serving (the pre-encoded requests); growth per series {:.0} bytes",
+            rss / 1024,
+            rss_before / 1024,
+            (rss.saturating_sub(rss_before)) as f64 * 1024.0 / st.series.max(1) as f64
         );
         assert!(errors.is_empty(), "every request must succeed: {errors:?}");
         let _ = stop.send(());
