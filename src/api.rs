@@ -4,6 +4,7 @@
 mod metadata;
 pub mod params;
 pub mod prom;
+mod query;
 mod status;
 mod write;
 
@@ -20,6 +21,7 @@ use tower_http::timeout::TimeoutLayer;
 
 use crate::config::Config;
 use crate::ingest::validate::LabelLimits;
+use crate::promql::QueryOptions;
 use crate::storage::head::Head;
 use crate::storage::metadata::MetadataStore;
 use crate::telemetry::Metrics;
@@ -35,6 +37,7 @@ pub struct AppState {
 struct Inner {
     head: Arc<Head>,
     metadata: MetadataStore,
+    query: QueryOptions,
     metrics: Metrics,
     limits: LabelLimits,
     max_body_bytes: usize,
@@ -50,6 +53,7 @@ impl AppState {
                 metrics: Metrics::new(Arc::clone(&head)),
                 head,
                 metadata: MetadataStore::new(config.max_metadata_families),
+                query: config.query_options(),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
@@ -61,6 +65,16 @@ impl AppState {
     /// The head.
     pub fn head(&self) -> &Head {
         &self.inner.head
+    }
+
+    /// A shared handle to the head, for work moved off the async threads.
+    pub fn head_arc(&self) -> Arc<Head> {
+        Arc::clone(&self.inner.head)
+    }
+
+    /// Default limits of queries.
+    pub fn query_options(&self) -> &QueryOptions {
+        &self.inner.query
     }
 
     /// Metric metadata reported by senders.
@@ -144,6 +158,8 @@ impl IntoResponse for ApiError {
 /// The routes Sluice serves, as metric label values.
 const ROUTES: &[&str] = &[
     "/api/v1/write",
+    "/api/v1/query",
+    "/api/v1/query_range",
     "/api/v1/series",
     "/api/v1/labels",
     "/api/v1/label/{name}/values",
@@ -178,6 +194,8 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.inner.max_body_bytes;
     Router::new()
         .route("/api/v1/write", post(write::remote_write))
+        .route("/api/v1/query", get(query::instant).post(query::instant))
+        .route("/api/v1/query_range", get(query::range).post(query::range))
         .route(
             "/api/v1/series",
             get(metadata::series).post(metadata::series),

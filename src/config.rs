@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::ingest::validate::LabelLimits;
+use crate::promql::QueryOptions;
 use crate::storage::head::HeadOptions;
 
 /// Sluice's configuration.
@@ -41,6 +42,14 @@ pub struct Config {
     pub head_shards: usize,
     /// Most metric families whose metadata (type, help, unit) is kept.
     pub max_metadata_families: usize,
+    /// Longest a query may run before it fails with `timeout`.
+    #[serde(with = "humantime_serde")]
+    pub query_timeout: Duration,
+    /// Most samples one query may load.
+    pub query_max_samples: usize,
+    /// How far back an instant selector looks for a sample.
+    #[serde(with = "humantime_serde")]
+    pub query_lookback_delta: Duration,
 }
 
 impl Default for Config {
@@ -58,6 +67,9 @@ impl Default for Config {
             request_timeout: Duration::from_secs(30),
             head_shards: 0,
             max_metadata_families: 100_000,
+            query_timeout: Duration::from_secs(120),
+            query_max_samples: 50_000_000,
+            query_lookback_delta: Duration::from_secs(300),
         }
     }
 }
@@ -135,6 +147,15 @@ impl Config {
             max_labels: self.max_labels_per_series,
             max_name_len: self.max_label_name_length,
             max_value_len: self.max_label_value_length,
+        }
+    }
+
+    /// The default limits of queries.
+    pub fn query_options(&self) -> QueryOptions {
+        QueryOptions {
+            lookback_ms: i64::try_from(self.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
+            max_samples: self.query_max_samples,
+            timeout: self.query_timeout,
         }
     }
 

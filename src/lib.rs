@@ -4,6 +4,7 @@
 //! The map of the house (dependencies point down the list):
 //! - [`api`]: the axum router, one error-to-HTTP mapping, and the handlers.
 //! - [`ingest`]: wire decoders that feed the head straight from request bytes.
+//! - [`promql`]: the PromQL evaluator over the head.
 //! - [`storage`]: the sharded head, interned labels, inverted index, XOR chunks.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod config;
 pub mod ingest;
+pub mod promql;
 pub mod proto;
 pub mod server;
 pub mod storage;

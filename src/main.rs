@@ -64,6 +64,17 @@ struct Cli {
     /// write) is kept for /api/v1/metadata [default: 100000].
     #[arg(long, value_name = "N")]
     max_metadata_families: Option<usize>,
+    /// Longest a query may run before it fails with errorType timeout
+    /// [default: 2m].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    query_timeout: Option<Duration>,
+    /// Most samples one query may load before it fails [default: 50000000].
+    #[arg(long, value_name = "N")]
+    query_max_samples: Option<usize>,
+    /// How far back an instant selector looks for a sample; queries may
+    /// override it with lookback_delta [default: 5m].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    query_lookback_delta: Option<Duration>,
 }
 
 impl Cli {
@@ -87,7 +98,10 @@ impl Cli {
             log_level,
             request_timeout,
             head_shards,
-            max_metadata_families
+            max_metadata_families,
+            query_timeout,
+            query_max_samples,
+            query_lookback_delta
         );
         c.validate()?;
         Ok(c)

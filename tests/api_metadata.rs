@@ -224,3 +224,135 @@ async fn promtool_reads_series_and_labels() {
     );
     assert_eq!(out.1.lines().collect::<Vec<_>>(), ["api", "node"]);
 }
+
+#[tokio::test]
+async fn grafana_health_check_and_query_shapes() {
+    let (srv, t) = loaded().await;
+    // Grafana's health check: instant `1+1` at time 4s.
+    let (code, v) = api_post(&srv, "/api/v1/query", &[("query", "1+1"), ("time", "4")]).await;
+    assert_eq!(
+        (code, v),
+        (
+            200,
+            json!({"status": "success", "data": {"resultType": "scalar", "result": [4, "2"]}})
+        )
+    );
+    let at = format!("{}.5", t / 1000 + 1);
+    let (_, v) = api(&srv, &format!("/api/v1/query?query=up&time={at}")).await;
+    assert_eq!(v["data"]["resultType"], "vector");
+    assert_eq!(v["data"]["result"][0]["value"][1], "1");
+    assert_eq!(
+        v["data"]["result"][0]["value"][0].as_f64(),
+        at.parse::<f64>().ok()
+    );
+    let (_, v) = api(&srv, &format!("/api/v1/query?query=up[5m]&time={at}")).await;
+    assert_eq!(v["data"]["resultType"], "matrix");
+    // Range queries are matrices, scalars included.
+    let (s, e) = (t / 1000, t / 1000 + 120);
+    let (_, v) = api(
+        &srv,
+        &format!("/api/v1/query_range?query=1&start={s}&end={e}&step=60"),
+    )
+    .await;
+    assert_eq!(
+        v["data"],
+        json!({"resultType": "matrix", "result": [{"metric": {}, "values": [[s, "1"], [s + 60, "1"], [s + 120, "1"]]}]})
+    );
+    // Errors, with Prometheus' types and statuses.
+    let (code, v) = api(&srv, "/api/v1/query?query=sum(").await;
+    assert_eq!((code, v["errorType"].as_str()), (400, Some("bad_data")));
+    let (code, v) = api(
+        &srv,
+        &format!("/api/v1/query_range?query=up&start={e}&end={s}&step=60"),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(v["error"]
+        .as_str()
+        .is_some_and(|m| m.contains("end timestamp must not be before start time")));
+    let (code, v) = api(
+        &srv,
+        "/api/v1/query_range?query=up&start=0&end=100000&step=1",
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("11,000 points")),
+        "{v}"
+    );
+    let (code, v) = api(
+        &srv,
+        &format!("/api/v1/query_range?query=up&start={s}&end={e}&step=0"),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("zero or negative")),
+        "{v}"
+    );
+    let (code, v) = api(
+        &srv,
+        &format!("/api/v1/query_range?query=up[5m]&start={s}&end={e}&step=60"),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("range vector")),
+        "{v}"
+    );
+    // Many-to-many matching is an execution error (422).
+    let (code, v) = api(
+        &srv,
+        &format!("/api/v1/query?query=up%20%2B%20on(job)%20up&time={at}"),
+    )
+    .await;
+    assert_eq!(
+        (code, v["errorType"].as_str()),
+        (422, Some("execution")),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promtool_runs_instant_and_range_queries() {
+    let (srv, t) = loaded().await;
+    let url = format!("http://{}", srv.addr);
+    let (at, start, end) = (
+        (t / 1000 + 1).to_string(),
+        (t / 1000).to_string(),
+        (t / 1000 + 60).to_string(),
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        (
+            promtool(&["query", "instant", "--time", &at, &url, "sum by (job) (up)"]),
+            promtool(&[
+                "query", "range", "--start", &start, "--end", &end, "--step", "30s", &url, "up",
+            ]),
+        )
+    })
+    .await
+    .expect("joined");
+    assert_eq!(
+        out.0.trim(),
+        format!(r#"{{job="node"}} => 1 @[{}]"#, t / 1000 + 1)
+    );
+    // The sample at t (ms) is first visible at the step after start.
+    let (s1, s2) = (t / 1000 + 30, t / 1000 + 60);
+    assert_eq!(
+        out.1.lines().collect::<Vec<_>>(),
+        [
+            r#"up{instance="a:9100", job="node"} =>"#.to_owned(),
+            format!("1 @[{s1}]"),
+            format!("1 @[{s2}]"),
+            r#"up{instance="b:9100", job="node"} =>"#.to_owned(),
+            format!("0 @[{s1}]"),
+            format!("0 @[{s2}]"),
+        ]
+    );
+}

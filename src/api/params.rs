@@ -7,7 +7,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{header, Method};
 
 use super::ApiError;
-use crate::storage::index::{MatchOp, Matcher};
+use crate::storage::index::Matcher;
 
 /// Every form value of a request, in order; keys may repeat (`match[]`).
 #[derive(Debug, Default, Clone)]
@@ -197,47 +197,16 @@ pub fn parse_prom_duration(s: &str) -> Option<i64> {
 /// Parses one series selector (`up{job="x"}`) into matcher sets: one set,
 /// or several when the selector uses `or` inside its braces.
 pub fn parse_selector(s: &str) -> Result<Vec<Vec<Matcher>>, String> {
-    use promql_parser::label::MatchOp as P;
-    use promql_parser::parser::Expr;
-    let expr = promql_parser::parser::parse(s)?;
-    let Expr::VectorSelector(vs) = expr else {
-        return Err(format!("invalid selector {s:?}: not a series selector"));
-    };
-    let convert = |ms: &[promql_parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
-        let mut out = Vec::with_capacity(ms.len() + 1);
-        if let Some(name) = &vs.name {
-            out.push(Matcher::new(MatchOp::Equal, "__name__", name).map_err(|e| e.to_string())?);
-        }
-        for m in ms {
-            let op = match m.op {
-                P::Equal => MatchOp::Equal,
-                P::NotEqual => MatchOp::NotEqual,
-                P::Re(_) => MatchOp::Regex,
-                P::NotRe(_) => MatchOp::NotRegex,
-            };
-            out.push(Matcher::new(op, &m.name, &m.value).map_err(|e| e.to_string())?);
-        }
-        if out.iter().all(|m| m.matches("")) {
-            return Err(format!(
-                "match[] must contain at least one non-empty matcher: {s:?}"
-            ));
-        }
-        Ok(out)
-    };
-    if vs.matchers.or_matchers.is_empty() {
-        Ok(vec![convert(&vs.matchers.matchers)?])
-    } else {
-        vs.matchers
-            .or_matchers
-            .iter()
-            .map(|ms| convert(ms))
-            .collect()
+    match promql_parser::parser::parse(s)? {
+        promql_parser::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
+        _ => Err(format!("invalid selector {s:?}: not a series selector")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::index::MatchOp;
 
     #[test]
     fn times_parse_like_prometheus() {

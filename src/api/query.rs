@@ -1,0 +1,213 @@
+//! `/api/v1/query` and `/api/v1/query_range`: PromQL over the head, in
+//! Prometheus' JSON shapes (timestamps as numbers with up to 3 decimals,
+//! values as Go-formatted strings, matrices sorted by labels).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::params::{parse_duration, Params};
+use super::prom::ErrorType;
+use super::{ApiError, AppState};
+use crate::promql::value::{format_float, format_timestamp, Series, Value};
+use crate::promql::{Engine, QueryError, QueryOptions};
+use crate::storage::labels::Label;
+
+/// Prometheus' cap on points per series in a range query.
+const MAX_POINTS: i64 = 11_000;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
+    let mut opts = state.query_options().clone();
+    if let Some(v) = p.get("timeout") {
+        let ms = parse_duration(v).map_err(|e| ApiError::bad_param("timeout", e))?;
+        opts.timeout = opts.timeout.min(Duration::from_millis(ms.max(0) as u64));
+    }
+    if let Some(v) = p.get("lookback_delta") {
+        let ms = parse_duration(v).map_err(|e| ApiError::bad_param("lookback_delta", e))?;
+        if ms > 0 {
+            opts.lookback_ms = ms;
+        }
+    }
+    Ok(opts)
+}
+
+fn query_error(e: QueryError) -> ApiError {
+    let kind = match &e {
+        QueryError::BadData(_) => return ApiError::bad_param("query", e),
+        QueryError::Execution(_) | QueryError::TooManySamples(_) => ErrorType::Execution,
+        QueryError::Timeout(_) => ErrorType::Timeout,
+    };
+    ApiError::Prom {
+        kind,
+        message: e.to_string(),
+    }
+}
+
+/// Runs `f` on the blocking pool: evaluation is CPU work.
+async fn run<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, QueryError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Prom {
+            kind: ErrorType::Internal,
+            message: format!("query task failed: {e}"),
+        })?
+        .map_err(query_error)
+}
+
+/// `GET|POST /api/v1/query?query=&time=&timeout=&lookback_delta=`
+pub(super) async fn instant(
+    State(state): State<AppState>,
+    p: Params,
+) -> Result<Response, ApiError> {
+    let query = p
+        .get("query")
+        .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
+        .to_owned();
+    let t = p.time("time", now_ms())?;
+    let opts = options(&state, &p)?;
+    let head = state.head_arc();
+    let value = run(move || Engine::new(&head, opts).instant(&query, t)).await?;
+    let mut out = String::with_capacity(256);
+    out.push_str(r#"{"status":"success","data":{"resultType":""#);
+    out.push_str(value.type_name());
+    out.push_str(r#"","result":"#);
+    match &value {
+        Value::Scalar(v) => point(&mut out, t, *v),
+        Value::String(s) => {
+            out.push('[');
+            format_timestamp(t, &mut out);
+            out.push(',');
+            push_json_str(&mut out, s);
+            out.push(']');
+        }
+        Value::Vector(samples) => {
+            out.push('[');
+            for (i, s) in samples.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(r#"{"metric":"#);
+                metric(&mut out, &s.labels);
+                out.push_str(r#","value":"#);
+                point(&mut out, t, s.v);
+                out.push('}');
+            }
+            out.push(']');
+        }
+        Value::Matrix(series) => matrix(&mut out, series),
+    }
+    out.push_str("}}");
+    Ok(json(out))
+}
+
+/// `GET|POST /api/v1/query_range?query=&start=&end=&step=`
+pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+    let query = p
+        .get("query")
+        .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
+        .to_owned();
+    let start = match p.get("start") {
+        Some(_) => p.time("start", 0)?,
+        None => return Err(ApiError::bad_param("start", "missing")),
+    };
+    let end = match p.get("end") {
+        Some(_) => p.time("end", 0)?,
+        None => return Err(ApiError::bad_param("end", "missing")),
+    };
+    if end < start {
+        return Err(ApiError::bad_param(
+            "end",
+            "end timestamp must not be before start time",
+        ));
+    }
+    let step = match p.get("step") {
+        Some(v) => parse_duration(v).map_err(|e| ApiError::bad_param("step", e))?,
+        None => return Err(ApiError::bad_param("step", "missing")),
+    };
+    if step <= 0 {
+        return Err(ApiError::bad_param(
+            "step",
+            "zero or negative query resolution step widths are not accepted. Try a positive integer",
+        ));
+    }
+    if (end - start) / step > MAX_POINTS {
+        return Err(ApiError::bad_data(
+            "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution (?step=XX)",
+        ));
+    }
+    let opts = options(&state, &p)?;
+    let head = state.head_arc();
+    let series = run(move || Engine::new(&head, opts).range(&query, start, end, step)).await?;
+    let mut out = String::with_capacity(256 + series.len() * 64);
+    out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
+    matrix(&mut out, &series);
+    out.push_str("}}");
+    Ok(json(out))
+}
+
+fn json(body: String) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn push_json_str(out: &mut String, s: &str) {
+    match serde_json::to_string(s) {
+        Ok(q) => out.push_str(&q),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
+fn point(out: &mut String, t: i64, v: f64) {
+    out.push('[');
+    format_timestamp(t, out);
+    out.push_str(",\"");
+    format_float(v, out);
+    out.push_str("\"]");
+}
+
+fn metric(out: &mut String, labels: &[Label]) {
+    out.push('{');
+    for (i, l) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_json_str(out, &l.name);
+        out.push(':');
+        push_json_str(out, &l.value);
+    }
+    out.push('}');
+}
+
+fn matrix(out: &mut String, series: &[Series]) {
+    out.push('[');
+    for (i, s) in series.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"metric":"#);
+        metric(out, &s.labels);
+        out.push_str(r#","values":["#);
+        for (j, &(t, v)) in s.points.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            point(out, t, v);
+        }
+        out.push_str("]}");
+    }
+    out.push(']');
+}

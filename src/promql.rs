@@ -1,0 +1,76 @@
+//! PromQL evaluation over the head, with Prometheus' semantics.
+//!
+//! Parsing is promql-parser's; evaluation is ours. A query first loads, once,
+//! the samples every selector can touch over the whole query range (chunks
+//! are shared, not copied, until decoded into that window); each step then
+//! evaluates the expression tree against those windows by binary search.
+//!
+//! - [`value`]: result types and Prometheus' number and time formatting.
+//! - [`engine`]: selectors, lookback and staleness, `offset`/`@`, steps.
+//! - [`functions`]: the function families.
+//! - [`aggregate`]: aggregation operators.
+//! - [`binary`]: arithmetic, comparison and set operators with vector matching.
+
+pub mod aggregate;
+pub mod binary;
+pub mod engine;
+pub mod functions;
+pub mod value;
+
+pub use engine::{Engine, QueryOptions};
+
+use crate::storage::index::{MatchOp, Matcher};
+
+/// Why a query failed; each maps to one Prometheus `errorType`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QueryError {
+    /// The query does not parse or is not valid for the request (`bad_data`).
+    #[error("{0}")]
+    BadData(String),
+    /// Evaluation failed (`execution`), e.g. many-to-many matching.
+    #[error("{0}")]
+    Execution(String),
+    /// The query ran past its timeout (`timeout`).
+    #[error("query timed out in {0}")]
+    Timeout(&'static str),
+    /// The query would load more samples than allowed (`execution`).
+    #[error("query processing would load too many samples into memory in {0}")]
+    TooManySamples(&'static str),
+}
+
+/// The matcher sets of a parsed selector, its metric name included.
+pub fn selector_matchers(
+    vs: &promql_parser::parser::VectorSelector,
+) -> Result<Vec<Vec<Matcher>>, String> {
+    use promql_parser::label::MatchOp as P;
+    let convert = |ms: &[promql_parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
+        let mut out = Vec::with_capacity(ms.len() + 1);
+        if let Some(name) = &vs.name {
+            out.push(Matcher::new(MatchOp::Equal, "__name__", name).map_err(|e| e.to_string())?);
+        }
+        for m in ms {
+            let op = match m.op {
+                P::Equal => MatchOp::Equal,
+                P::NotEqual => MatchOp::NotEqual,
+                P::Re(_) => MatchOp::Regex,
+                P::NotRe(_) => MatchOp::NotRegex,
+            };
+            out.push(Matcher::new(op, &m.name, &m.value).map_err(|e| e.to_string())?);
+        }
+        if out.iter().all(|m| m.matches("")) {
+            return Err(format!(
+                "vector selector must contain at least one non-empty matcher: {vs}"
+            ));
+        }
+        Ok(out)
+    };
+    if vs.matchers.or_matchers.is_empty() {
+        Ok(vec![convert(&vs.matchers.matchers)?])
+    } else {
+        vs.matchers
+            .or_matchers
+            .iter()
+            .map(|ms| convert(ms))
+            .collect()
+    }
+}

@@ -1,0 +1,204 @@
+//! Aggregation operators with `by` / `without`.
+
+use std::collections::HashMap;
+
+use promql_parser::parser::token::{
+    T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
+    T_STDVAR, T_SUM, T_TOPK,
+};
+use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
+
+use super::engine::Ctx;
+use super::functions::quantile;
+use super::value::{format_float, Labels, Sample, Value};
+use super::QueryError;
+use crate::storage::labels::Label;
+
+/// The labels of the group a series falls into.
+fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
+    match modifier {
+        None => Vec::new(),
+        Some(LabelModifier::Include(by)) => labels
+            .iter()
+            .filter(|l| by.labels.contains(&l.name))
+            .cloned()
+            .collect(),
+        Some(LabelModifier::Exclude(without)) => labels
+            .iter()
+            .filter(|l| l.name != "__name__" && !without.labels.contains(&l.name))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Kahan-compensated running sum, as Prometheus sums.
+#[derive(Default, Clone, Copy)]
+struct Kahan {
+    sum: f64,
+    c: f64,
+}
+
+impl Kahan {
+    fn add(&mut self, v: f64) {
+        let t = self.sum + v;
+        if t.is_infinite() {
+            self.c = 0.0;
+        } else if self.sum.abs() >= v.abs() {
+            self.c += (self.sum - t) + v;
+        } else {
+            self.c += (v - t) + self.sum;
+        }
+        self.sum = t;
+    }
+
+    fn value(&self) -> f64 {
+        if self.sum.is_infinite() {
+            self.sum
+        } else {
+            self.sum + self.c
+        }
+    }
+}
+
+struct Group {
+    labels: Labels,
+    members: Vec<usize>,
+}
+
+/// Evaluates an aggregation at `t`.
+pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, QueryError> {
+    let input = ctx.eval_vector(&agg.expr, t)?;
+    let op = agg.op.id();
+    let param = |ctx: &Ctx<'_>| -> Result<f64, QueryError> {
+        match &agg.param {
+            Some(p) => ctx.eval_scalar(p, t),
+            None => Err(QueryError::BadData(
+                "aggregation needs a parameter".to_owned(),
+            )),
+        }
+    };
+    let count_label = if op == T_COUNT_VALUES {
+        match agg.param.as_deref() {
+            Some(Expr::StringLiteral(s)) => Some(s.val.clone()),
+            _ => {
+                return Err(QueryError::BadData(
+                    "count_values needs a label name".to_owned(),
+                ))
+            }
+        }
+    } else {
+        None
+    };
+
+    // Groups in first-seen order.
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, s) in input.iter().enumerate() {
+        let mut key = group_labels(&s.labels, &agg.modifier);
+        if let Some(name) = &count_label {
+            let mut v = String::new();
+            format_float(s.v, &mut v);
+            key.retain(|l| &l.name != name);
+            key.push(Label {
+                name: name.clone(),
+                value: v,
+            });
+            key.sort();
+        }
+        let g = *index.entry(key.clone()).or_insert_with(|| {
+            groups.push(Group {
+                labels: key,
+                members: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        groups[g].members.push(i);
+    }
+
+    let mut out = Vec::with_capacity(groups.len());
+    if op == T_TOPK || op == T_BOTTOMK {
+        let k = param(ctx)?;
+        if k.is_nan() || k < 1.0 {
+            return Ok(Value::Vector(Vec::new()));
+        }
+        let k = if k >= input.len() as f64 {
+            input.len()
+        } else {
+            k as usize
+        };
+        for g in &groups {
+            let mut members: Vec<&Sample> = g.members.iter().map(|&i| &input[i]).collect();
+            // NaN sorts last for both.
+            members.sort_by(|a, b| {
+                let ord = if op == T_TOPK {
+                    b.v.partial_cmp(&a.v)
+                } else {
+                    a.v.partial_cmp(&b.v)
+                };
+                ord.unwrap_or_else(|| a.v.is_nan().cmp(&b.v.is_nan()))
+            });
+            out.extend(members.into_iter().take(k).cloned());
+        }
+        return Ok(Value::Vector(out));
+    }
+    let q = if op == T_QUANTILE { param(ctx)? } else { 0.0 };
+    for g in groups {
+        let vals = g.members.iter().map(|&i| input[i].v);
+        let n = g.members.len() as f64;
+        let v = match op {
+            T_SUM => {
+                let mut k = Kahan::default();
+                vals.for_each(|v| k.add(v));
+                k.value()
+            }
+            T_AVG => {
+                let mut k = Kahan::default();
+                vals.for_each(|v| k.add(v));
+                let sum = k.value();
+                if sum.is_infinite() {
+                    // Overflow: fall back to an incremental mean.
+                    let mut mean = 0.0;
+                    for (i, v) in g.members.iter().map(|&i| input[i].v).enumerate() {
+                        mean += (v - mean) / (i as f64 + 1.0);
+                    }
+                    mean
+                } else {
+                    sum / n
+                }
+            }
+            T_COUNT | T_COUNT_VALUES => n,
+            T_GROUP => 1.0,
+            T_MIN => vals.fold(f64::NAN, |m, v| if m.is_nan() || v < m { v } else { m }),
+            T_MAX => vals.fold(f64::NAN, |m, v| if m.is_nan() || v > m { v } else { m }),
+            T_STDDEV | T_STDVAR => {
+                let (mut count, mut mean, mut m2) = (0.0, 0.0, 0.0);
+                for v in vals {
+                    count += 1.0;
+                    let d = v - mean;
+                    mean += d / count;
+                    m2 += d * (v - mean);
+                }
+                let var = m2 / count;
+                if op == T_STDDEV {
+                    var.sqrt()
+                } else {
+                    var
+                }
+            }
+            T_QUANTILE => {
+                let mut v: Vec<f64> = vals.collect();
+                quantile(q, &mut v)
+            }
+            _ => {
+                return Err(QueryError::Execution(
+                    "aggregation is not supported yet".to_owned(),
+                ))
+            }
+        };
+        out.push(Sample {
+            labels: g.labels,
+            v,
+        });
+    }
+    Ok(Value::Vector(out))
+}

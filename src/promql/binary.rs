@@ -1,0 +1,267 @@
+//! Binary operators: arithmetic, comparison (with and without `bool`) and
+//! set operators, with Prometheus' vector matching (`on`, `ignoring`,
+//! `group_left`, `group_right`).
+
+use std::collections::{HashMap, HashSet};
+
+use promql_parser::parser::token::TokenId;
+use promql_parser::parser::token::{
+    T_ADD, T_ATAN2, T_DIV, T_EQLC, T_GTE, T_GTR, T_LAND, T_LOR, T_LSS, T_LTE, T_LUNLESS, T_MOD,
+    T_MUL, T_NEQ, T_POW, T_SUB,
+};
+use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
+
+use super::engine::Ctx;
+use super::value::{drop_name, Labels, Sample, Value};
+use super::QueryError;
+use crate::storage::labels::Label;
+
+/// Arithmetic drops `__name__`; `atan2` and comparisons keep it (as
+/// Prometheus' `shouldDropMetricName`).
+fn drops_name(op: TokenId) -> bool {
+    matches!(op, T_ADD | T_SUB | T_MUL | T_DIV | T_MOD | T_POW)
+}
+
+fn is_comparison(op: TokenId) -> bool {
+    matches!(op, T_EQLC | T_NEQ | T_GTR | T_LSS | T_GTE | T_LTE)
+}
+
+/// `lhs op rhs` for floats: the value and, for comparisons, whether it holds.
+fn apply(op: TokenId, l: f64, r: f64) -> (f64, bool) {
+    match op {
+        T_ADD => (l + r, true),
+        T_SUB => (l - r, true),
+        T_MUL => (l * r, true),
+        T_DIV => (l / r, true),
+        T_MOD => (l % r, true),
+        T_POW => (l.powf(r), true),
+        T_ATAN2 => (l.atan2(r), true),
+        T_EQLC => (l, l == r),
+        T_NEQ => (l, l != r),
+        T_GTR => (l, l > r),
+        T_LSS => (l, l < r),
+        T_GTE => (l, l >= r),
+        T_LTE => (l, l <= r),
+        _ => (f64::NAN, false),
+    }
+}
+
+/// Evaluates a binary expression at `t`.
+pub(crate) fn eval(ctx: &Ctx<'_>, b: &BinaryExpr, t: i64) -> Result<Value, QueryError> {
+    let op = b.op.id();
+    let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
+    let lhs = ctx.eval(&b.lhs, t)?;
+    let rhs = ctx.eval(&b.rhs, t)?;
+    match (lhs, rhs) {
+        (Value::Scalar(l), Value::Scalar(r)) => {
+            let (v, keep) = apply(op, l, r);
+            Ok(Value::Scalar(if is_comparison(op) {
+                f64::from(u8::from(keep))
+            } else {
+                v
+            }))
+        }
+        (Value::Vector(v), Value::Scalar(s)) => {
+            Ok(Value::Vector(vector_scalar(op, v, s, false, return_bool)))
+        }
+        (Value::Scalar(s), Value::Vector(v)) => {
+            Ok(Value::Vector(vector_scalar(op, v, s, true, return_bool)))
+        }
+        (Value::Vector(l), Value::Vector(r)) => {
+            let default = BinModifier {
+                card: VectorMatchCardinality::OneToOne,
+                matching: None,
+                return_bool: false,
+                fill_values: Default::default(),
+            };
+            let m = b.modifier.as_ref().unwrap_or(&default);
+            match op {
+                T_LAND | T_LOR | T_LUNLESS => Ok(Value::Vector(set_op(op, l, r, m))),
+                _ => vector_vector(op, l, r, m, return_bool).map(Value::Vector),
+            }
+        }
+        (l, r) => Err(QueryError::Execution(format!(
+            "binary operator not defined between {} and {}",
+            l.type_name(),
+            r.type_name()
+        ))),
+    }
+}
+
+fn vector_scalar(
+    op: TokenId,
+    v: Vec<Sample>,
+    s: f64,
+    scalar_left: bool,
+    return_bool: bool,
+) -> Vec<Sample> {
+    let cmp = is_comparison(op);
+    v.into_iter()
+        .filter_map(|smp| {
+            let (l, r) = if scalar_left { (s, smp.v) } else { (smp.v, s) };
+            let (mut value, keep) = apply(op, l, r);
+            // A comparison keeps the vector element's value, whichever side it is on.
+            if cmp && scalar_left {
+                value = smp.v;
+            }
+            if cmp && !return_bool {
+                return keep.then_some(Sample {
+                    labels: smp.labels,
+                    v: value,
+                });
+            }
+            let v = if return_bool {
+                f64::from(u8::from(keep))
+            } else {
+                value
+            };
+            let labels = if drops_name(op) || return_bool {
+                drop_name(&smp.labels)
+            } else {
+                smp.labels
+            };
+            Some(Sample { labels, v })
+        })
+        .collect()
+}
+
+/// The matching key of a series' labels.
+fn signature(labels: &[Label], matching: &Option<LabelModifier>) -> Labels {
+    match matching {
+        Some(LabelModifier::Include(on)) => labels
+            .iter()
+            .filter(|l| on.labels.contains(&l.name))
+            .cloned()
+            .collect(),
+        Some(LabelModifier::Exclude(ign)) => labels
+            .iter()
+            .filter(|l| l.name != "__name__" && !ign.labels.contains(&l.name))
+            .cloned()
+            .collect(),
+        None => labels
+            .iter()
+            .filter(|l| l.name != "__name__")
+            .cloned()
+            .collect(),
+    }
+}
+
+fn set_op(op: TokenId, l: Vec<Sample>, r: Vec<Sample>, m: &BinModifier) -> Vec<Sample> {
+    let rsigs: HashSet<Labels> = r
+        .iter()
+        .map(|s| signature(&s.labels, &m.matching))
+        .collect();
+    match op {
+        T_LAND => l
+            .into_iter()
+            .filter(|s| rsigs.contains(&signature(&s.labels, &m.matching)))
+            .collect(),
+        T_LUNLESS => l
+            .into_iter()
+            .filter(|s| !rsigs.contains(&signature(&s.labels, &m.matching)))
+            .collect(),
+        _ => {
+            let lsigs: HashSet<Labels> = l
+                .iter()
+                .map(|s| signature(&s.labels, &m.matching))
+                .collect();
+            let mut out = l;
+            out.extend(
+                r.into_iter()
+                    .filter(|s| !lsigs.contains(&signature(&s.labels, &m.matching))),
+            );
+            out
+        }
+    }
+}
+
+fn vector_vector(
+    op: TokenId,
+    l: Vec<Sample>,
+    r: Vec<Sample>,
+    m: &BinModifier,
+    return_bool: bool,
+) -> Result<Vec<Sample>, QueryError> {
+    let cmp = is_comparison(op);
+    // group_right: the right side is the "many" side; swap so that the
+    // left is always "many" (or one-to-one).
+    let (include, swap) = match &m.card {
+        VectorMatchCardinality::ManyToOne(ls) => (ls.labels.clone(), false),
+        VectorMatchCardinality::OneToMany(ls) => (ls.labels.clone(), true),
+        VectorMatchCardinality::OneToOne => (Vec::new(), false),
+        VectorMatchCardinality::ManyToMany => {
+            return Err(QueryError::Execution(
+                "many-to-many matching not allowed".to_owned(),
+            ))
+        }
+    };
+    let one_to_one = matches!(m.card, VectorMatchCardinality::OneToOne);
+    let (many, one) = if swap { (r, l) } else { (l, r) };
+    let mut one_by_sig: HashMap<Labels, &Sample> = HashMap::with_capacity(one.len());
+    for s in &one {
+        let sig = signature(&s.labels, &m.matching);
+        if one_by_sig.insert(sig, s).is_some() {
+            let side = if swap { "left" } else { "right" };
+            return Err(QueryError::Execution(format!(
+                "found duplicate series for the match group on the {side} hand-side of the operation; many-to-many matching not allowed: matching labels must be unique on one side"
+            )));
+        }
+    }
+    let mut seen: HashSet<Labels> = HashSet::new();
+    let mut out = Vec::new();
+    for s in &many {
+        let sig = signature(&s.labels, &m.matching);
+        let Some(o) = one_by_sig.get(&sig) else {
+            continue;
+        };
+        let (lv, rv) = if swap { (o.v, s.v) } else { (s.v, o.v) };
+        let (value, keep) = apply(op, lv, rv);
+        if cmp && !return_bool && !keep {
+            continue;
+        }
+        let v = if return_bool {
+            f64::from(u8::from(keep))
+        } else {
+            value
+        };
+        // Result labels come from the "many" side.
+        let mut labels: Labels = if drops_name(op) || return_bool {
+            drop_name(&s.labels)
+        } else {
+            s.labels.clone()
+        };
+        if one_to_one {
+            labels = match &m.matching {
+                Some(LabelModifier::Include(on)) => labels
+                    .into_iter()
+                    .filter(|l| on.labels.contains(&l.name))
+                    .collect(),
+                Some(LabelModifier::Exclude(ign)) => labels
+                    .into_iter()
+                    .filter(|l| !ign.labels.contains(&l.name))
+                    .collect(),
+                None => labels,
+            };
+        }
+        for name in &include {
+            labels.retain(|l| &l.name != name);
+            if let Some(l) = o.labels.iter().find(|l| &l.name == name) {
+                labels.push(l.clone());
+            }
+        }
+        labels.sort();
+        if one_to_one && !seen.insert(sig.clone()) {
+            return Err(QueryError::Execution(
+                "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)".to_owned(),
+            ));
+        }
+        if !one_to_one && !seen.insert(labels.clone()) {
+            return Err(QueryError::Execution(
+                "multiple matches for labels: grouping labels must ensure unique matches"
+                    .to_owned(),
+            ));
+        }
+        out.push(Sample { labels, v });
+    }
+    Ok(out)
+}

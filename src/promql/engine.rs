@@ -1,0 +1,381 @@
+//! The evaluator: selectors with lookback and staleness, `offset` and `@`,
+//! and stepping a range query through the expression tree.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use promql_parser::parser::{self, AtModifier, Expr, Offset, VectorSelector};
+
+use super::selector_matchers;
+use super::value::{drop_name, Labels, Sample, Series, Value};
+use super::{aggregate, binary, functions, QueryError};
+use crate::storage::head::Head;
+
+/// Prometheus' stale marker.
+pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// Whether `v` is the stale marker.
+#[inline]
+pub fn is_stale(v: f64) -> bool {
+    v.to_bits() == STALE_NAN
+}
+
+/// Limits and defaults of one query.
+#[derive(Debug, Clone)]
+pub struct QueryOptions {
+    /// How far back an instant selector looks for a sample (5m).
+    pub lookback_ms: i64,
+    /// Most samples a query may load.
+    pub max_samples: usize,
+    /// Longest a query may run.
+    pub timeout: Duration,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        Self {
+            lookback_ms: 5 * 60 * 1000,
+            max_samples: 50_000_000,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Evaluates PromQL against a head.
+#[derive(Debug)]
+pub struct Engine<'h> {
+    head: &'h Head,
+    opts: QueryOptions,
+}
+
+/// Samples of one series, loaded for a selector over the query's window.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) labels: Labels,
+    pub(crate) points: Vec<(i64, f64)>,
+}
+
+/// State of one query's evaluation.
+pub(crate) struct Ctx<'e> {
+    head: &'e Head,
+    pub(crate) opts: &'e QueryOptions,
+    /// First and last evaluation time, and the step (ms).
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    deadline: Instant,
+    loaded: RefCell<HashMap<usize, Rc<Vec<Loaded>>>>,
+    samples: Cell<usize>,
+}
+
+impl<'h> Engine<'h> {
+    /// An engine over `head`.
+    pub fn new(head: &'h Head, opts: QueryOptions) -> Self {
+        Self { head, opts }
+    }
+
+    fn parse(query: &str) -> Result<Expr, QueryError> {
+        parser::parse(query).map_err(QueryError::BadData)
+    }
+
+    fn ctx(&self, start: i64, end: i64) -> Ctx<'_> {
+        Ctx {
+            head: self.head,
+            opts: &self.opts,
+            start,
+            end,
+            deadline: Instant::now() + self.opts.timeout,
+            loaded: RefCell::new(HashMap::new()),
+            samples: Cell::new(0),
+        }
+    }
+
+    /// Evaluates `query` at time `t` (ms).
+    pub fn instant(&self, query: &str, t: i64) -> Result<Value, QueryError> {
+        let expr = Self::parse(query)?;
+        let ctx = self.ctx(t, t);
+        let v = ctx.eval(&expr, t)?;
+        if let Value::Vector(v) = &v {
+            check_unique(v)?;
+        }
+        Ok(v)
+    }
+
+    /// Evaluates `query` at every step from `start` to `end` inclusive;
+    /// the result is always a matrix sorted by labels.
+    pub fn range(
+        &self,
+        query: &str,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let expr = Self::parse(query)?;
+        match expr.value_type() {
+            parser::value::ValueType::Vector | parser::value::ValueType::Scalar => {}
+            other => return Err(QueryError::BadData(format!(
+                "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
+                type_word(other)
+            ))),
+        }
+        let ctx = self.ctx(start, end);
+        let mut by_labels: HashMap<Labels, Vec<(i64, f64)>> = HashMap::new();
+        let mut t = start;
+        while t <= end {
+            ctx.check_deadline("query range evaluation")?;
+            match ctx.eval(&expr, t)? {
+                Value::Scalar(v) => by_labels.entry(Vec::new()).or_default().push((t, v)),
+                Value::Vector(samples) => {
+                    check_unique(&samples)?;
+                    for s in samples {
+                        by_labels.entry(s.labels).or_default().push((t, s.v));
+                    }
+                }
+                other => {
+                    return Err(QueryError::Execution(format!(
+                        "unexpected {} in range query",
+                        other.type_name()
+                    )))
+                }
+            }
+            t = match t.checked_add(step) {
+                Some(t) => t,
+                None => break,
+            };
+        }
+        let mut out: Vec<Series> = by_labels
+            .into_iter()
+            .map(|(labels, points)| Series { labels, points })
+            .collect();
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+}
+
+fn type_word(t: parser::value::ValueType) -> &'static str {
+    match t {
+        parser::value::ValueType::Vector => "instant vector",
+        parser::value::ValueType::Scalar => "scalar",
+        parser::value::ValueType::Matrix => "range vector",
+        parser::value::ValueType::String => "string",
+    }
+}
+
+/// A vector may not hold two elements with the same labels.
+pub(crate) fn check_unique(v: &[Sample]) -> Result<(), QueryError> {
+    if v.len() < 2 {
+        return Ok(());
+    }
+    let mut seen = std::collections::HashSet::with_capacity(v.len());
+    for s in v {
+        if !seen.insert(&s.labels) {
+            return Err(QueryError::Execution(
+                "vector cannot contain metrics with the same labelset".to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn ms(d: &Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn offset_ms(o: &Option<Offset>) -> i64 {
+    match o {
+        Some(Offset::Pos(d)) => ms(d),
+        Some(Offset::Neg(d)) => -ms(d),
+        None => 0,
+    }
+}
+
+impl Ctx<'_> {
+    pub(crate) fn check_deadline(&self, what: &'static str) -> Result<(), QueryError> {
+        if Instant::now() > self.deadline {
+            return Err(QueryError::Timeout(what));
+        }
+        Ok(())
+    }
+
+    /// The time a selector reads at when the query evaluates at `t`.
+    pub(crate) fn selector_time(
+        &self,
+        at: &Option<AtModifier>,
+        offset: &Option<Offset>,
+        t: i64,
+    ) -> i64 {
+        let base = match at {
+            None => t,
+            Some(AtModifier::Start) => self.start,
+            Some(AtModifier::End) => self.end,
+            Some(AtModifier::At(st)) => match st.duration_since(UNIX_EPOCH) {
+                Ok(d) => ms(&d),
+                Err(e) => -ms(&e.duration()),
+            },
+        };
+        base - offset_ms(offset)
+    }
+
+    /// The series of a selector, loaded once per query over every window
+    /// the query can ask of it (`range` back from each selector time).
+    fn load(&self, vs: &VectorSelector, range: i64) -> Result<Rc<Vec<Loaded>>, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        if let Some(l) = self.loaded.borrow().get(&key) {
+            return Ok(Rc::clone(l));
+        }
+        let lo = self.selector_time(&vs.at, &vs.offset, self.start) - range;
+        let hi = self.selector_time(&vs.at, &vs.offset, self.end);
+        let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
+        let mut selected = Vec::new();
+        for matchers in &sets {
+            selected.extend(self.head.select(matchers, lo.min(hi - range), hi));
+        }
+        if sets.len() > 1 {
+            selected.sort_by(|a, b| a.labels.cmp(&b.labels));
+            selected.dedup_by(|a, b| a.labels == b.labels);
+        }
+        let mut out = Vec::new();
+        for s in selected {
+            let points: Vec<(i64, f64)> = s.samples(lo.min(hi - range), hi).collect();
+            let total = self.samples.get() + points.len();
+            if total > self.opts.max_samples {
+                return Err(QueryError::TooManySamples("query execution"));
+            }
+            self.samples.set(total);
+            out.push(Loaded {
+                labels: s.labels,
+                points,
+            });
+        }
+        let out = Rc::new(out);
+        self.loaded.borrow_mut().insert(key, Rc::clone(&out));
+        Ok(out)
+    }
+
+    /// An instant vector selector at evaluation time `t`.
+    fn vector_selector(&self, vs: &VectorSelector, t: i64) -> Result<Vec<Sample>, QueryError> {
+        Ok(self
+            .vector_selector_timed(vs, t)?
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect())
+    }
+
+    /// An instant vector selector at `t`, with each sample's own timestamp.
+    pub(crate) fn vector_selector_timed(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut out = Vec::new();
+        for s in series.iter() {
+            let i = s.points.partition_point(|&(pt, _)| pt <= ts);
+            if i == 0 {
+                continue;
+            }
+            let (pt, v) = s.points[i - 1];
+            // The window is (ts - lookback, ts]; a stale marker ends the series.
+            if pt > ts - lookback && !is_stale(v) {
+                out.push((
+                    Sample {
+                        labels: s.labels.clone(),
+                        v,
+                    },
+                    pt,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A range vector selector at `t`: samples in `(ts - range, ts]`,
+    /// stale markers left out.
+    pub(crate) fn matrix_selector(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        t: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let range = ms(range);
+        let series = self.load(vs, range)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut out = Vec::new();
+        for s in series.iter() {
+            let lo = s.points.partition_point(|&(pt, _)| pt <= ts - range);
+            let hi = s.points.partition_point(|&(pt, _)| pt <= ts);
+            let points: Vec<(i64, f64)> = s.points[lo..hi]
+                .iter()
+                .copied()
+                .filter(|&(_, v)| !is_stale(v))
+                .collect();
+            if !points.is_empty() {
+                out.push(Series {
+                    labels: s.labels.clone(),
+                    points,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Evaluates `expr` at time `t`.
+    pub(crate) fn eval(&self, expr: &Expr, t: i64) -> Result<Value, QueryError> {
+        match expr {
+            Expr::NumberLiteral(n) => Ok(Value::Scalar(n.val)),
+            Expr::StringLiteral(s) => Ok(Value::String(s.val.clone())),
+            Expr::Paren(p) => self.eval(&p.expr, t),
+            Expr::Unary(u) => Ok(match self.eval(&u.expr, t)? {
+                Value::Scalar(v) => Value::Scalar(-v),
+                Value::Vector(v) => Value::Vector(
+                    v.into_iter()
+                        .map(|s| Sample {
+                            labels: drop_name(&s.labels),
+                            v: -s.v,
+                        })
+                        .collect(),
+                ),
+                other => {
+                    return Err(QueryError::Execution(format!(
+                        "unary minus on {}",
+                        other.type_name()
+                    )))
+                }
+            }),
+            Expr::VectorSelector(vs) => Ok(Value::Vector(self.vector_selector(vs, t)?)),
+            Expr::MatrixSelector(m) => Ok(Value::Matrix(self.matrix_selector(&m.vs, &m.range, t)?)),
+            Expr::Call(call) => functions::call(self, call, t),
+            Expr::Aggregate(agg) => aggregate::eval(self, agg, t),
+            Expr::Binary(b) => binary::eval(self, b, t),
+            Expr::Subquery(_) => Err(QueryError::Execution(
+                "subqueries are not supported yet".to_owned(),
+            )),
+            Expr::Extension(_) => Err(QueryError::Execution("unsupported expression".to_owned())),
+        }
+    }
+
+    /// Evaluates an argument that must be an instant vector.
+    pub(crate) fn eval_vector(&self, expr: &Expr, t: i64) -> Result<Vec<Sample>, QueryError> {
+        match self.eval(expr, t)? {
+            Value::Vector(v) => Ok(v),
+            other => Err(QueryError::Execution(format!(
+                "expected instant vector, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// Evaluates an argument that must be a scalar.
+    pub(crate) fn eval_scalar(&self, expr: &Expr, t: i64) -> Result<f64, QueryError> {
+        match self.eval(expr, t)? {
+            Value::Scalar(v) => Ok(v),
+            other => Err(QueryError::Execution(format!(
+                "expected scalar, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Query values and their formatting as Prometheus writes them.
+
+use std::fmt::Write as _;
+
+use crate::storage::labels::Label;
+
+/// Sorted labels of a result series.
+pub type Labels = Vec<Label>;
+
+/// One element of an instant vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The series' labels.
+    pub labels: Labels,
+    /// The value.
+    pub v: f64,
+}
+
+/// One series of a range vector or matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// The series' labels.
+    pub labels: Labels,
+    /// (timestamp ms, value) in time order.
+    pub points: Vec<(i64, f64)>,
+}
+
+/// A PromQL value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A number.
+    Scalar(f64),
+    /// A string literal.
+    String(String),
+    /// An instant vector.
+    Vector(Vec<Sample>),
+    /// A range vector (or a range query's result).
+    Matrix(Vec<Series>),
+}
+
+impl Value {
+    /// Prometheus' name for the value's type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Scalar(_) => "scalar",
+            Value::String(_) => "string",
+            Value::Vector(_) => "vector",
+            Value::Matrix(_) => "matrix",
+        }
+    }
+}
+
+/// Formats a float as Go's `strconv.FormatFloat(f, 'f' or 'e', -1, 64)`
+/// does in Prometheus' JSON: `NaN`, `+Inf`, `-Inf`; the shortest digits that
+/// round-trip; exponent form below 1e-6 and from 1e21 on.
+pub fn format_float(f: f64, out: &mut String) {
+    if f.is_nan() {
+        out.push_str("NaN");
+    } else if f.is_infinite() {
+        out.push_str(if f > 0.0 { "+Inf" } else { "-Inf" });
+    } else if f != 0.0 && (f.abs() < 1e-6 || f.abs() >= 1e21) {
+        // Rust gives `1.5e21` / `1e-7`; Go writes `1.5e+21` / `1e-07`.
+        let s = format!("{f:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let (sign, digits) = match exp.strip_prefix('-') {
+            Some(d) => ('-', d),
+            None => ('+', exp),
+        };
+        let _ = write!(out, "{mantissa}e{sign}{digits:0>2}");
+    } else {
+        let _ = write!(out, "{f}");
+    }
+}
+
+/// Formats a millisecond timestamp as Prometheus' JSON number: seconds with
+/// up to three decimals, exactly (`1435781451.781`, `1435781451`, `1.050`).
+pub fn format_timestamp(t: i64, out: &mut String) {
+    let (sign, t) = if t < 0 {
+        ("-", t.unsigned_abs())
+    } else {
+        ("", t as u64)
+    };
+    let (secs, ms) = (t / 1000, t % 1000);
+    if ms == 0 {
+        let _ = write!(out, "{sign}{secs}");
+    } else {
+        let _ = write!(out, "{sign}{secs}.{ms:03}");
+    }
+}
+
+/// The labels without `__name__`.
+pub fn drop_name(labels: &[Label]) -> Labels {
+    labels
+        .iter()
+        .filter(|l| l.name != "__name__")
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(v: f64) -> String {
+        let mut s = String::new();
+        format_float(v, &mut s);
+        s
+    }
+
+    #[test]
+    fn floats_format_like_go() {
+        assert_eq!(f(1.0), "1");
+        assert_eq!(f(0.1), "0.1");
+        assert_eq!(f(-2.5), "-2.5");
+        assert_eq!(f(1e20), "100000000000000000000");
+        assert_eq!(f(1e21), "1e+21");
+        assert_eq!(f(1.5e300), "1.5e+300");
+        assert_eq!(f(1e-6), "0.000001");
+        assert_eq!(f(1e-7), "1e-07");
+        assert_eq!(f(-2.5e-10), "-2.5e-10");
+        assert_eq!(f(0.0), "0");
+        assert_eq!(f(-0.0), "-0");
+        assert_eq!(f(f64::NAN), "NaN");
+        assert_eq!(f(f64::INFINITY), "+Inf");
+        assert_eq!(f(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(f(1.0 / 3.0), "0.3333333333333333");
+    }
+
+    #[test]
+    fn timestamps_format_like_prometheus() {
+        let t = |ms: i64| {
+            let mut s = String::new();
+            format_timestamp(ms, &mut s);
+            s
+        };
+        assert_eq!(t(1_435_781_451_781), "1435781451.781");
+        assert_eq!(t(1_435_781_451_000), "1435781451");
+        assert_eq!(t(1_050), "1.050");
+        assert_eq!(t(-1_500), "-1.500");
+        assert_eq!(t(0), "0");
+    }
+}
