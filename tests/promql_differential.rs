@@ -9,6 +9,8 @@
 //!   closed `[t-δ, t]`; Sluice follows Prometheus 3, `(t-δ, t]`. Samples sit
 //!   7 ms off whole seconds and queries use whole seconds, so no sample
 //!   ever lands on a window's edge.
+//!   The same holds for subquery windows: evaluation times are never
+//!   multiples of 30s, while subquery steps are.
 //! - Prometheus 3 changed the order of two steps in `rate` extrapolation
 //!   for counters that start inside the window; every counter here starts
 //!   well before the first window.
@@ -76,6 +78,33 @@ fn dataset(t0: i64) -> Vec<pb::TimeSeries> {
             ],
             &samples,
         ));
+    }
+    for inst in ["a", "b"] {
+        let bounds = ["0.05", "0.1", "0.5", "1", "+Inf"];
+        let mut counts = [0.0f64; 5];
+        let mut per_bucket: Vec<Vec<(i64, f64)>> = vec![Vec::new(); 5];
+        for i in 0..POINTS {
+            // Observations spread over the buckets, shifting with time.
+            for (b, c) in counts.iter_mut().enumerate() {
+                *c += ((i as usize * (b + 3) + inst.len()) % 5 + b) as f64;
+            }
+            let mut cum = 0.0;
+            for (b, c) in counts.iter().enumerate() {
+                cum += c;
+                per_bucket[b].push((ts(i), cum));
+            }
+        }
+        for (b, samples) in per_bucket.iter().enumerate() {
+            out.push(series(
+                &[
+                    ("__name__", "demo_latency_seconds_bucket"),
+                    ("instance", inst),
+                    ("job", "api"),
+                    ("le", bounds[b]),
+                ],
+                samples,
+            ));
+        }
     }
     let stale = f64::from_bits(0x7ff0_0000_0000_0002);
     let samples: Vec<(i64, f64)> = (0..POINTS)
@@ -183,6 +212,48 @@ const QUERIES: &[&str] = &[
     "timestamp(demo_temperature)",
     "demo_temperature atan2 demo_temperature",
     "demo_requests_total % 7",
+    "histogram_quantile(0.9, rate(demo_latency_seconds_bucket[5m]))",
+    "histogram_quantile(0.5, sum by (le) (rate(demo_latency_seconds_bucket[5m])))",
+    "histogram_quantile(0.99, sum by (le, instance) (increase(demo_latency_seconds_bucket[10m])))",
+    "histogram_quantile(0, demo_latency_seconds_bucket)",
+    "histogram_quantile(1, demo_latency_seconds_bucket)",
+    "max_over_time(rate(demo_requests_total[5m])[10m:1m])",
+    "avg_over_time(demo_temperature[10m:30s])",
+    "rate(demo_requests_total[10m:1m])",
+    "sum_over_time(sum(demo_temperature)[5m:])",
+    "min_over_time(demo_temperature[10m:1m] offset 5m)",
+    r#"label_join(demo_temperature, "both", "-", "instance", "job")"#,
+    "absent_over_time(demo_temperature[5m])",
+    r#"absent_over_time(nonexistent{job="x"}[5m])"#,
+    "minute(demo_temperature * 0 + 1700000000)",
+    "hour()",
+    "day_of_week()",
+    "day_of_month()",
+    "day_of_year()",
+    "days_in_month()",
+    "month()",
+    "year()",
+    "minute()",
+    r#"count_values("value", round(demo_temperature))"#,
+    "topk(1, demo_requests_total) by (instance)",
+    "bottomk(2, rate(demo_requests_total[5m]))",
+    "quantile by (instance) (0.5, demo_requests_total)",
+    "sum(demo_requests_total) by (code) / on() group_left sum(demo_requests_total)",
+    "demo_requests_total > on(instance, code) group_left demo_requests_total offset 1m",
+    "count(demo_temperature > 20) or vector(0)",
+    "demo_temperature != 20",
+    "demo_temperature >= bool 21",
+    "demo_temperature <= 21",
+    "demo_temperature < bool demo_temperature offset 1m",
+    "sum without (instance, job) (demo_temperature)",
+    "avg(rate(demo_requests_total[5m])) by (code)",
+    "increase(demo_requests_total[1h])",
+    "changes(demo_requests_total[1h])",
+    "demo_gappy offset 2m",
+    "last_over_time(demo_gappy[10m])",
+    "count_over_time(demo_gappy[10m])",
+    "demo_stale offset 1m",
+    "present_over_time(demo_stale[1m])",
 ];
 
 fn free_port() -> u16 {
@@ -338,12 +409,17 @@ async fn sluice_answers_like_prometheus() {
 
     let base = t0 - 7;
     let secs = |ms: i64| format!("{}", ms / 1000);
+    // Evaluation times avoid multiples of 30s, so that subquery steps (which
+    // align to multiples of their step) never sit on a window edge either.
     let instants = [
-        base + 20 * 60_000,
-        base + 40 * 60_000 + 30_000,
-        base + 59 * 60_000,
+        base + 20 * 60_000 + 13_000,
+        base + 40 * 60_000 + 43_000,
+        base + 59 * 60_000 + 7_000,
     ];
-    let (rs, re) = (secs(base + 6 * 60_000), secs(base + 60 * 60_000));
+    let (rs, re) = (
+        secs(base + 6 * 60_000 + 13_000),
+        secs(base + 60 * 60_000 + 13_000),
+    );
     let sluice_addr = srv.addr.to_string();
     let mut rows = Vec::new();
     let mut failures = 0;

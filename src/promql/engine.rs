@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use promql_parser::parser::{self, AtModifier, Expr, Offset, VectorSelector};
+use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
 
 use super::selector_matchers;
 use super::value::{drop_name, Labels, Sample, Series, Value};
@@ -66,7 +66,9 @@ pub(crate) struct Ctx<'e> {
     pub(crate) end: i64,
     deadline: Instant,
     loaded: RefCell<HashMap<usize, Rc<Vec<Loaded>>>>,
-    samples: Cell<usize>,
+    /// One evaluator per subquery node, spanning every time it is asked at.
+    children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
+    samples: Rc<Cell<usize>>,
 }
 
 impl<'h> Engine<'h> {
@@ -87,7 +89,8 @@ impl<'h> Engine<'h> {
             end,
             deadline: Instant::now() + self.opts.timeout,
             loaded: RefCell::new(HashMap::new()),
-            samples: Cell::new(0),
+            children: RefCell::new(HashMap::new()),
+            samples: Rc::new(Cell::new(0)),
         }
     }
 
@@ -114,10 +117,12 @@ impl<'h> Engine<'h> {
         let expr = Self::parse(query)?;
         match expr.value_type() {
             parser::value::ValueType::Vector | parser::value::ValueType::Scalar => {}
-            other => return Err(QueryError::BadData(format!(
+            other => {
+                return Err(QueryError::BadData(format!(
                 "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
                 type_word(other)
-            ))),
+            )))
+            }
         }
         let ctx = self.ctx(start, end);
         let mut by_labels: HashMap<Labels, Vec<(i64, f64)>> = HashMap::new();
@@ -190,7 +195,7 @@ fn offset_ms(o: &Option<Offset>) -> i64 {
     }
 }
 
-impl Ctx<'_> {
+impl<'e> Ctx<'e> {
     pub(crate) fn check_deadline(&self, what: &'static str) -> Result<(), QueryError> {
         if Instant::now() > self.deadline {
             return Err(QueryError::Timeout(what));
@@ -350,11 +355,72 @@ impl Ctx<'_> {
             Expr::Call(call) => functions::call(self, call, t),
             Expr::Aggregate(agg) => aggregate::eval(self, agg, t),
             Expr::Binary(b) => binary::eval(self, b, t),
-            Expr::Subquery(_) => Err(QueryError::Execution(
-                "subqueries are not supported yet".to_owned(),
-            )),
+            Expr::Subquery(sq) => Ok(Value::Matrix(self.subquery(sq, t)?)),
             Expr::Extension(_) => Err(QueryError::Execution("unsupported expression".to_owned())),
         }
+    }
+
+    /// A subquery at `t`: the inner expression evaluated at every multiple
+    /// of its step inside `(end - range, end]`, where `end` is `t` moved by
+    /// the subquery's `offset` and `@`. The step defaults to 1m, Prometheus'
+    /// default evaluation interval.
+    pub(crate) fn subquery(&self, sq: &SubqueryExpr, t: i64) -> Result<Vec<Series>, QueryError> {
+        let step = sq.step.as_ref().map_or(60_000, ms).max(1);
+        let range = ms(&sq.range);
+        let end = self.selector_time(&sq.at, &sq.offset, t);
+        let child = self.child(sq, step, range)?;
+        let mut first = step * ((end - range) / step);
+        if first <= end - range {
+            first += step;
+        }
+        let mut by_labels: HashMap<Labels, Vec<(i64, f64)>> = HashMap::new();
+        let mut ti = first;
+        while ti <= end {
+            self.check_deadline("subquery evaluation")?;
+            match child.eval(&sq.expr, ti)? {
+                Value::Vector(v) => {
+                    for s in v {
+                        by_labels.entry(s.labels).or_default().push((ti, s.v));
+                    }
+                }
+                Value::Scalar(v) => by_labels.entry(Vec::new()).or_default().push((ti, v)),
+                other => {
+                    return Err(QueryError::Execution(format!(
+                        "subquery over {}",
+                        other.type_name()
+                    )));
+                }
+            }
+            ti += step;
+        }
+        let mut out: Vec<Series> = by_labels
+            .into_iter()
+            .map(|(labels, points)| Series { labels, points })
+            .collect();
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+
+    /// The evaluator for a subquery node, covering all of this query's steps.
+    fn child(&self, sq: &SubqueryExpr, step: i64, range: i64) -> Result<Rc<Ctx<'e>>, QueryError> {
+        let key = sq as *const SubqueryExpr as usize;
+        if let Some(c) = self.children.borrow().get(&key) {
+            return Ok(Rc::clone(c));
+        }
+        let lo = self.selector_time(&sq.at, &sq.offset, self.start) - range;
+        let hi = self.selector_time(&sq.at, &sq.offset, self.end);
+        let child = Rc::new(Ctx {
+            head: self.head,
+            opts: self.opts,
+            start: step * (lo / step),
+            end: hi,
+            deadline: self.deadline,
+            loaded: RefCell::new(HashMap::new()),
+            children: RefCell::new(HashMap::new()),
+            samples: Rc::clone(&self.samples),
+        });
+        self.children.borrow_mut().insert(key, Rc::clone(&child));
+        Ok(child)
     }
 
     /// Evaluates an argument that must be an instant vector.

@@ -11,7 +11,17 @@ use crate::storage::labels::Label;
 /// The range-vector argument of `call`: its series at `t`, its range (ms)
 /// and the time its window ends at (`t` moved by `offset` and `@`).
 fn matrix_arg(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(Vec<Series>, i64, i64), QueryError> {
-    let Some(arg) = call.args.args.first() else {
+    range_arg(ctx, call, 0, t)
+}
+
+/// Like [`matrix_arg`], for argument `i`.
+fn range_arg(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    i: usize,
+    t: i64,
+) -> Result<(Vec<Series>, i64, i64), QueryError> {
+    let Some(arg) = call.args.args.get(i) else {
         return Err(QueryError::BadData(format!(
             "{}: missing argument",
             call.func.name
@@ -23,9 +33,11 @@ fn matrix_arg(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(Vec<Series>, i64, i
             let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
             Ok((ctx.matrix_selector(&m.vs, &m.range, t)?, range, at))
         }
-        Expr::Subquery(_) => Err(QueryError::Execution(
-            "subqueries are not supported yet".to_owned(),
-        )),
+        Expr::Subquery(sq) => {
+            let range = i64::try_from(sq.range.as_millis()).unwrap_or(i64::MAX);
+            let at = ctx.selector_time(&sq.at, &sq.offset, t);
+            Ok((ctx.subquery(sq, t)?, range, at))
+        }
         _ => Err(QueryError::BadData(format!(
             "{}: expected a range vector",
             call.func.name
@@ -336,17 +348,7 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         }
         "quantile_over_time" => {
             let q = scalar_arg(ctx, call, 0, t)?;
-            let Some(arg) = call.args.args.get(1) else {
-                return Err(QueryError::BadData(
-                    "quantile_over_time: missing argument".into(),
-                ));
-            };
-            let Expr::MatrixSelector(m) = arg.as_ref() else {
-                return Err(QueryError::BadData(
-                    "quantile_over_time: expected a range vector".into(),
-                ));
-            };
-            let series = ctx.matrix_selector(&m.vs, &m.range, t)?;
+            let (series, _, _) = range_arg(ctx, call, 1, t)?;
             Ok(Value::Vector(
                 series
                     .into_iter()
@@ -463,10 +465,223 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
             Ok(Value::Vector(vec![Sample { labels, v: 1.0 }]))
         }
         "label_replace" => label_replace(ctx, call, t),
+        "label_join" => label_join(ctx, call, t),
+        "histogram_quantile" => {
+            let q = scalar_arg(ctx, call, 0, t)?;
+            let v = ctx.eval_vector(&call.args.args[1], t)?;
+            Ok(Value::Vector(histogram_quantile(q, v)))
+        }
+        "absent_over_time" => {
+            let (series, _, _) = matrix_arg(ctx, call, t)?;
+            if !series.is_empty() {
+                return Ok(Value::Vector(Vec::new()));
+            }
+            let labels = match call.args.args[0].as_ref() {
+                Expr::MatrixSelector(m) => absent_labels(&m.vs),
+                _ => Vec::new(),
+            };
+            Ok(Value::Vector(vec![Sample { labels, v: 1.0 }]))
+        }
+        "sort_by_label" | "sort_by_label_desc" => {
+            let mut v = ctx.eval_vector(&call.args.args[0], t)?;
+            let names: Vec<String> = (1..call.args.args.len())
+                .map(|i| string_arg(call, i))
+                .collect::<Result<_, _>>()?;
+            let key = |s: &Sample| -> Vec<String> {
+                names
+                    .iter()
+                    .map(|n| {
+                        s.labels
+                            .iter()
+                            .find(|l| &l.name == n)
+                            .map_or(String::new(), |l| l.value.clone())
+                    })
+                    .collect()
+            };
+            v.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.labels.cmp(&b.labels)));
+            if name == "sort_by_label_desc" {
+                v.reverse();
+            }
+            Ok(Value::Vector(v))
+        }
+        "minute" | "hour" | "day_of_week" | "day_of_month" | "day_of_year" | "days_in_month"
+        | "month" | "year" => {
+            let v = match call.args.args.first() {
+                None => vec![Sample {
+                    labels: Vec::new(),
+                    v: secs,
+                }],
+                Some(e) => ctx.eval_vector(e, t)?,
+            };
+            Ok(Value::Vector(
+                v.into_iter()
+                    .map(|s| Sample {
+                        labels: drop_name(&s.labels),
+                        v: date_part(name, s.v),
+                    })
+                    .collect(),
+            ))
+        }
         _ => Err(QueryError::Execution(format!(
             "function {name:?} is not supported yet"
         ))),
     }
+}
+
+/// A calendar field of a unix time in seconds (UTC), as Prometheus'
+/// date functions compute it; NaN stays NaN.
+fn date_part(name: &str, secs: f64) -> f64 {
+    use chrono::{Datelike, Timelike};
+    if !secs.is_finite() {
+        return f64::NAN;
+    }
+    let Some(t) = chrono::DateTime::from_timestamp(secs as i64, 0) else {
+        return f64::NAN;
+    };
+    let v = match name {
+        "minute" => t.minute(),
+        "hour" => t.hour(),
+        "day_of_week" => t.weekday().num_days_from_sunday(),
+        "day_of_month" => t.day(),
+        "day_of_year" => t.ordinal(),
+        "days_in_month" => {
+            let (y, m) = (t.year(), t.month());
+            let next = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            chrono::NaiveDate::from_ymd_opt(next.0, next.1, 1)
+                .and_then(|d| d.pred_opt())
+                .map_or(0, |d| d.day())
+        }
+        "month" => t.month(),
+        _ => return f64::from(t.year()),
+    };
+    f64::from(v)
+}
+
+/// `histogram_quantile` over classic `_bucket` series: groups by every
+/// label but `le`, then interpolates inside the bucket holding the rank.
+fn histogram_quantile(q: f64, v: Vec<Sample>) -> Vec<Sample> {
+    // (labels of the histogram, its (upper bound, count) buckets)
+    type Buckets = (Vec<Label>, Vec<(f64, f64)>);
+    let mut groups: Vec<Buckets> = Vec::new();
+    let mut index: std::collections::HashMap<Vec<Label>, usize> = std::collections::HashMap::new();
+    for s in v {
+        let Some(le) = s.labels.iter().find(|l| l.name == "le") else {
+            continue;
+        };
+        // Rust's float parser, like Go's, takes "+Inf".
+        let Ok(bound) = le.value.parse::<f64>() else {
+            continue;
+        };
+        let key: Vec<Label> = s
+            .labels
+            .iter()
+            .filter(|l| l.name != "le" && l.name != "__name__")
+            .cloned()
+            .collect();
+        let g = *index.entry(key.clone()).or_insert_with(|| {
+            groups.push((key, Vec::new()));
+            groups.len() - 1
+        });
+        groups[g].1.push((bound, s.v));
+    }
+    groups
+        .into_iter()
+        .map(|(labels, buckets)| Sample {
+            labels,
+            v: bucket_quantile(q, buckets),
+        })
+        .collect()
+}
+
+fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
+    if q.is_nan() {
+        return f64::NAN;
+    }
+    if q < 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if q > 1.0 {
+        return f64::INFINITY;
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
+        return f64::NAN;
+    }
+    // Merge equal bounds, then force the counts to be monotonic.
+    buckets.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1 += b.1;
+            true
+        } else {
+            false
+        }
+    });
+    let mut max = f64::NEG_INFINITY;
+    for b in &mut buckets {
+        if b.1 < max {
+            b.1 = max;
+        } else {
+            max = b.1;
+        }
+    }
+    if buckets.len() < 2 {
+        return f64::NAN;
+    }
+    let observations = buckets[buckets.len() - 1].1;
+    if observations == 0.0 {
+        return f64::NAN;
+    }
+    let mut rank = q * observations;
+    let b = buckets[..buckets.len() - 1].partition_point(|x| x.1 < rank);
+    if b == buckets.len() - 1 {
+        return buckets[buckets.len() - 2].0;
+    }
+    if b == 0 && buckets[0].0 <= 0.0 {
+        return buckets[0].0;
+    }
+    let (mut start, end, mut count) = (0.0, buckets[b].0, buckets[b].1);
+    if b > 0 {
+        start = buckets[b - 1].0;
+        count -= buckets[b - 1].1;
+        rank -= buckets[b - 1].1;
+    }
+    start + (end - start) * (rank / count)
+}
+
+fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    let (dst, sep) = (string_arg(call, 1)?, string_arg(call, 2)?);
+    let srcs: Vec<String> = (3..call.args.args.len())
+        .map(|i| string_arg(call, i))
+        .collect::<Result<_, _>>()?;
+    if !crate::ingest::validate::is_valid_label_name(dst.as_bytes()) {
+        return Err(QueryError::BadData(format!(
+            "invalid destination label name in label_join(): {dst}"
+        )));
+    }
+    let mut out = Vec::with_capacity(v.len());
+    for mut s in v {
+        let value = srcs
+            .iter()
+            .map(|n| {
+                s.labels
+                    .iter()
+                    .find(|l| &l.name == n)
+                    .map_or("", |l| l.value.as_str())
+            })
+            .collect::<Vec<_>>()
+            .join(&sep);
+        s.labels.retain(|l| l.name != dst);
+        if !value.is_empty() {
+            s.labels.push(Label {
+                name: dst.clone(),
+                value,
+            });
+            s.labels.sort();
+        }
+        out.push(s);
+    }
+    Ok(Value::Vector(out))
 }
 
 /// `absent(sel)` takes the selector's equality matchers as labels.
@@ -582,6 +797,39 @@ mod tests {
         // A reset: the last value counts as the increase.
         assert_eq!(instant_delta(&p, true), Some(0.2));
         assert_eq!(instant_delta(&p[..1], true), None);
+    }
+
+    #[test]
+    fn bucket_quantile_interpolates_within_the_bucket() {
+        // 10 observations <= 0.1, 20 <= 0.5, 30 in all.
+        let b = vec![(0.1, 10.0), (0.5, 20.0), (f64::INFINITY, 30.0)];
+        // rank 15 lies in (0.1, 0.5]: 0.1 + 0.4 * 5/10.
+        assert!((bucket_quantile(0.5, b.clone()) - 0.3).abs() < 1e-12);
+        // The top rank falls in +Inf: the highest finite bound.
+        assert_eq!(bucket_quantile(0.99, b.clone()), 0.5);
+        // rank 3 in the first bucket, which starts at 0.
+        assert!((bucket_quantile(0.1, b.clone()) - 0.03).abs() < 1e-12);
+        assert!(
+            bucket_quantile(0.5, vec![(0.1, 1.0)]).is_nan(),
+            "no +Inf bucket"
+        );
+        assert!(bucket_quantile(0.5, vec![(0.1, 0.0), (f64::INFINITY, 0.0)]).is_nan());
+        assert_eq!(bucket_quantile(2.0, b), f64::INFINITY);
+    }
+
+    #[test]
+    fn date_parts_are_utc_calendar_fields() {
+        // 2024-02-29T13:45:00Z, a Thursday.
+        let t = 1_709_214_300.0;
+        assert_eq!(date_part("minute", t), 45.0);
+        assert_eq!(date_part("hour", t), 13.0);
+        assert_eq!(date_part("day_of_week", t), 4.0);
+        assert_eq!(date_part("day_of_month", t), 29.0);
+        assert_eq!(date_part("day_of_year", t), 60.0);
+        assert_eq!(date_part("days_in_month", t), 29.0);
+        assert_eq!(date_part("month", t), 2.0);
+        assert_eq!(date_part("year", t), 2024.0);
+        assert!(date_part("year", f64::NAN).is_nan());
     }
 
     #[test]
