@@ -2,6 +2,9 @@
 
 use std::collections::HashMap;
 
+use hashbrown::HashTable;
+use xxhash_rust::xxh3::Xxh3;
+
 use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
     T_STDVAR, T_SUM, T_TOPK,
@@ -10,14 +13,36 @@ use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::engine::Ctx;
 use super::functions::quantile;
-use super::value::{format_float, Labels, Sample, Value};
+use super::value::{format_float, no_labels, set_label, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
+
+/// Whether label `name` is part of the grouping.
+fn in_group(name: &str, modifier: &Option<LabelModifier>) -> bool {
+    match modifier {
+        None => false,
+        Some(LabelModifier::Include(by)) => by.labels.iter().any(|b| b == name),
+        Some(LabelModifier::Exclude(without)) => {
+            name != "__name__" && !without.labels.iter().any(|w| w == name)
+        }
+    }
+}
+
+fn group_hash(labels: &[Label]) -> u64 {
+    let mut h = Xxh3::new();
+    for l in labels {
+        h.update(l.name.as_bytes());
+        h.update(&[0xff]);
+        h.update(l.value.as_bytes());
+        h.update(&[0xff]);
+    }
+    h.digest()
+}
 
 /// The labels of the group a series falls into.
 fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
     match modifier {
-        None => Vec::new(),
+        None => no_labels(),
         Some(LabelModifier::Include(by)) => labels
             .iter()
             .filter(|l| by.labels.contains(&l.name))
@@ -90,28 +115,50 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         None
     };
 
-    // Groups in first-seen order.
+    // Groups in first-seen order. The grouping labels of a sample are
+    // hashed and compared in place; only a new group builds its labels.
     let mut index: HashMap<Labels, usize> = HashMap::new();
+    let mut table: HashTable<usize> = HashTable::new();
     let mut groups: Vec<Group> = Vec::new();
     for (i, s) in input.iter().enumerate() {
-        let mut key = group_labels(&s.labels, &agg.modifier);
         if let Some(name) = &count_label {
             let mut v = String::new();
             format_float(s.v, &mut v);
-            key.retain(|l| &l.name != name);
-            key.push(Label {
-                name: name.clone(),
-                value: v,
+            let key = set_label(&group_labels(&s.labels, &agg.modifier), name, v);
+            let g = *index.entry(key.clone()).or_insert_with(|| {
+                groups.push(Group {
+                    labels: key,
+                    members: Vec::new(),
+                });
+                groups.len() - 1
             });
-            key.sort();
+            groups[g].members.push(i);
+            continue;
         }
-        let g = *index.entry(key.clone()).or_insert_with(|| {
-            groups.push(Group {
-                labels: key,
-                members: Vec::new(),
-            });
-            groups.len() - 1
-        });
+        let kept = || s.labels.iter().filter(|l| in_group(&l.name, &agg.modifier));
+        let mut h = Xxh3::new();
+        for l in kept() {
+            h.update(l.name.as_bytes());
+            h.update(&[0xff]);
+            h.update(l.value.as_bytes());
+            h.update(&[0xff]);
+        }
+        let hash = h.digest();
+        let found = table
+            .find(hash, |&g| groups[g].labels.iter().eq(kept()))
+            .copied();
+        let g = match found {
+            Some(g) => g,
+            None => {
+                groups.push(Group {
+                    labels: kept().cloned().collect(),
+                    members: Vec::new(),
+                });
+                let g = groups.len() - 1;
+                table.insert_unique(hash, g, |&g| group_hash(&groups[g].labels));
+                g
+            }
+        };
         groups[g].members.push(i);
     }
 

@@ -230,26 +230,24 @@ fn vector_vector(
         } else {
             s.labels.clone()
         };
+        let mut built: Vec<Label> = labels.iter().cloned().collect();
         if one_to_one {
-            labels = match &m.matching {
-                Some(LabelModifier::Include(on)) => labels
-                    .into_iter()
-                    .filter(|l| on.labels.contains(&l.name))
-                    .collect(),
-                Some(LabelModifier::Exclude(ign)) => labels
-                    .into_iter()
-                    .filter(|l| !ign.labels.contains(&l.name))
-                    .collect(),
-                None => labels,
-            };
-        }
-        for name in &include {
-            labels.retain(|l| &l.name != name);
-            if let Some(l) = o.labels.iter().find(|l| &l.name == name) {
-                labels.push(l.clone());
+            match &m.matching {
+                Some(LabelModifier::Include(on)) => built.retain(|l| on.labels.contains(&l.name)),
+                Some(LabelModifier::Exclude(ign)) => {
+                    built.retain(|l| !ign.labels.contains(&l.name))
+                }
+                None => {}
             }
         }
-        labels.sort();
+        for name in &include {
+            built.retain(|l| &l.name != name);
+            if let Some(l) = o.labels.iter().find(|l| &l.name == name) {
+                built.push(l.clone());
+            }
+        }
+        built.sort();
+        labels = built.into();
         if one_to_one && !seen.insert(sig.clone()) {
             return Err(QueryError::Execution(
                 "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)".to_owned(),

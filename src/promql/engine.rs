@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
 
 use super::selector_matchers;
-use super::value::{drop_name, Labels, Sample, Series, Value};
+use super::value::{drop_name, no_labels, Labels, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::head::Head;
 
@@ -54,7 +54,38 @@ pub struct Engine<'h> {
 #[derive(Debug)]
 pub(crate) struct Loaded {
     pub(crate) labels: Labels,
+    /// `labels` without `__name__`, made once for the functions that drop it.
+    pub(crate) unnamed: Labels,
     pub(crate) points: Vec<(i64, f64)>,
+    /// Whether `points` holds a stale marker (range windows skip them).
+    has_stale: bool,
+    /// Where the last window started and ended: steps move forward, so
+    /// the next window is found by a short scan from here.
+    lo_hint: Cell<usize>,
+    hi_hint: Cell<usize>,
+}
+
+/// The index of the first point after `bound`, scanning forward from
+/// `hint` when it is at or before the answer (the common case across
+/// increasing steps), else by binary search. Updates `hint`.
+#[inline]
+fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
+    let mut i = hint.get().min(points.len());
+    if i > 0 && points[i - 1].0 > bound {
+        i = points[..i].partition_point(|&(t, _)| t <= bound);
+    } else {
+        let mut steps = 0;
+        while i < points.len() && points[i].0 <= bound {
+            i += 1;
+            steps += 1;
+            if steps == 16 {
+                i += points[i..].partition_point(|&(t, _)| t <= bound);
+                break;
+            }
+        }
+    }
+    hint.set(i);
+    i
 }
 
 /// State of one query's evaluation.
@@ -130,7 +161,7 @@ impl<'h> Engine<'h> {
         while t <= end {
             ctx.check_deadline("query range evaluation")?;
             match ctx.eval(&expr, t)? {
-                Value::Scalar(v) => by_labels.entry(Vec::new()).or_default().push((t, v)),
+                Value::Scalar(v) => by_labels.entry(no_labels()).or_default().push((t, v)),
                 Value::Vector(samples) => {
                     check_unique(&samples)?;
                     for s in samples {
@@ -248,8 +279,13 @@ impl<'e> Ctx<'e> {
                 return Err(QueryError::TooManySamples("query execution"));
             }
             self.samples.set(total);
+            let labels: Labels = s.labels.into();
             out.push(Loaded {
-                labels: s.labels,
+                unnamed: drop_name(&labels),
+                labels,
+                has_stale: points.iter().any(|&(_, v)| is_stale(v)),
+                lo_hint: Cell::new(0),
+                hi_hint: Cell::new(0),
                 points,
             });
         }
@@ -278,7 +314,7 @@ impl<'e> Ctx<'e> {
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let mut out = Vec::new();
         for s in series.iter() {
-            let i = s.points.partition_point(|&(pt, _)| pt <= ts);
+            let i = seek(&s.points, &s.hi_hint, ts);
             if i == 0 {
                 continue;
             }
@@ -325,6 +361,36 @@ impl<'e> Ctx<'e> {
             }
         }
         Ok(out)
+    }
+
+    /// Calls `f` with each series' samples in `(ts - range, ts]` (stale
+    /// markers left out), borrowed from the loaded window: no copies.
+    pub(crate) fn range_windows(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        t: i64,
+        mut f: impl FnMut(&Loaded, &[(i64, f64)]),
+    ) -> Result<(), QueryError> {
+        let range = ms(range);
+        let series = self.load(vs, range)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut scratch = Vec::new();
+        for s in series.iter() {
+            let lo = seek(&s.points, &s.lo_hint, ts - range);
+            let hi = seek(&s.points, &s.hi_hint, ts).max(lo);
+            let window = &s.points[lo..hi];
+            if s.has_stale {
+                scratch.clear();
+                scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                if !scratch.is_empty() {
+                    f(s, &scratch);
+                }
+            } else if !window.is_empty() {
+                f(s, window);
+            }
+        }
+        Ok(())
     }
 
     /// Evaluates `expr` at time `t`.
@@ -383,7 +449,7 @@ impl<'e> Ctx<'e> {
                         by_labels.entry(s.labels).or_default().push((ti, s.v));
                     }
                 }
-                Value::Scalar(v) => by_labels.entry(Vec::new()).or_default().push((ti, v)),
+                Value::Scalar(v) => by_labels.entry(no_labels()).or_default().push((ti, v)),
                 other => {
                     return Err(QueryError::Execution(format!(
                         "subquery over {}",
@@ -443,5 +509,22 @@ impl<'e> Ctx<'e> {
                 other.type_name()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_finds_the_first_point_after_a_bound_from_any_hint() {
+        let points: Vec<(i64, f64)> = (0..100).map(|i| (i * 10, 0.0)).collect();
+        let hint = Cell::new(0);
+        for bound in [-5, 0, 5, 95, 96, 500, 990, 2000, 15, 0, -1, 999] {
+            let want = points.partition_point(|&(t, _)| t <= bound);
+            assert_eq!(seek(&points, &hint, bound), want, "bound {bound}");
+            assert_eq!(hint.get(), want);
+        }
+        assert_eq!(seek(&[], &Cell::new(7), 5), 0);
     }
 }

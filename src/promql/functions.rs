@@ -4,7 +4,9 @@
 use promql_parser::parser::{Call, Expr};
 
 use super::engine::Ctx;
-use super::value::{drop_name, Sample, Series, Value};
+use std::sync::Arc;
+
+use super::value::{drop_name, no_labels, set_label, Sample, Series, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
 
@@ -53,19 +55,33 @@ fn over_range(
     keep_name: bool,
     f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
 ) -> Result<Value, QueryError> {
-    let (series, range, at) = matrix_arg(ctx, call, t)?;
-    let out = series
-        .into_iter()
-        .filter_map(|s| {
-            let v = f(&s.points, range, at)?;
-            let labels = if keep_name {
-                s.labels
-            } else {
-                drop_name(&s.labels)
-            };
-            Some(Sample { labels, v })
-        })
-        .collect();
+    let mut out = Vec::new();
+    // A plain range selector is read in place; a subquery is built first.
+    if let Some(Expr::MatrixSelector(m)) = call.args.args.first().map(AsRef::as_ref) {
+        let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
+        let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
+        ctx.range_windows(&m.vs, &m.range, t, |s, points| {
+            if let Some(v) = f(points, range, at) {
+                let labels = if keep_name { &s.labels } else { &s.unnamed };
+                out.push(Sample {
+                    labels: Arc::clone(labels),
+                    v,
+                });
+            }
+        })?;
+    } else {
+        let (series, range, at) = matrix_arg(ctx, call, t)?;
+        for s in series {
+            if let Some(v) = f(&s.points, range, at) {
+                let labels = if keep_name {
+                    s.labels
+                } else {
+                    drop_name(&s.labels)
+                };
+                out.push(Sample { labels, v });
+            }
+        }
+    }
     Ok(Value::Vector(out))
 }
 
@@ -421,7 +437,7 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         "pi" => Ok(Value::Scalar(std::f64::consts::PI)),
         "time" => Ok(Value::Scalar(secs)),
         "vector" => Ok(Value::Vector(vec![Sample {
-            labels: Vec::new(),
+            labels: no_labels(),
             v: scalar_arg(ctx, call, 0, t)?,
         }])),
         "scalar" => {
@@ -462,7 +478,10 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
                 Expr::VectorSelector(vs) => absent_labels(vs),
                 _ => Vec::new(),
             };
-            Ok(Value::Vector(vec![Sample { labels, v: 1.0 }]))
+            Ok(Value::Vector(vec![Sample {
+                labels: labels.into(),
+                v: 1.0,
+            }]))
         }
         "label_replace" => label_replace(ctx, call, t),
         "label_join" => label_join(ctx, call, t),
@@ -480,7 +499,10 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
                 Expr::MatrixSelector(m) => absent_labels(&m.vs),
                 _ => Vec::new(),
             };
-            Ok(Value::Vector(vec![Sample { labels, v: 1.0 }]))
+            Ok(Value::Vector(vec![Sample {
+                labels: labels.into(),
+                v: 1.0,
+            }]))
         }
         "sort_by_label" | "sort_by_label_desc" => {
             let mut v = ctx.eval_vector(&call.args.args[0], t)?;
@@ -508,7 +530,7 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         | "month" | "year" => {
             let v = match call.args.args.first() {
                 None => vec![Sample {
-                    labels: Vec::new(),
+                    labels: no_labels(),
                     v: secs,
                 }],
                 Some(e) => ctx.eval_vector(e, t)?,
@@ -587,7 +609,7 @@ fn histogram_quantile(q: f64, v: Vec<Sample>) -> Vec<Sample> {
     groups
         .into_iter()
         .map(|(labels, buckets)| Sample {
-            labels,
+            labels: labels.into(),
             v: bucket_quantile(q, buckets),
         })
         .collect()
@@ -671,14 +693,7 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
             })
             .collect::<Vec<_>>()
             .join(&sep);
-        s.labels.retain(|l| l.name != dst);
-        if !value.is_empty() {
-            s.labels.push(Label {
-                name: dst.clone(),
-                value,
-            });
-            s.labels.sort();
-        }
+        s.labels = set_label(&s.labels, &dst, value);
         out.push(s);
     }
     Ok(Value::Vector(out))
@@ -730,14 +745,7 @@ fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError
         if let Some(caps) = re.captures(&src_val) {
             let mut value = String::new();
             caps.expand(&repl, &mut value);
-            s.labels.retain(|l| l.name != dst);
-            if !value.is_empty() {
-                s.labels.push(Label {
-                    name: dst.clone(),
-                    value,
-                });
-                s.labels.sort();
-            }
+            s.labels = set_label(&s.labels, &dst, value);
         }
         out.push(s);
     }

@@ -1,11 +1,13 @@
 //! Query values and their formatting as Prometheus writes them.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use crate::storage::labels::Label;
 
-/// Sorted labels of a result series.
-pub type Labels = Vec<Label>;
+/// Sorted labels of a result series; shared, so passing a series' labels
+/// from step to step and node to node is a reference-count bump.
+pub type Labels = Arc<[Label]>;
 
 /// One element of an instant vector.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,13 +90,35 @@ pub fn format_timestamp(t: i64, out: &mut String) {
     }
 }
 
-/// The labels without `__name__`.
-pub fn drop_name(labels: &[Label]) -> Labels {
-    labels
-        .iter()
-        .filter(|l| l.name != "__name__")
-        .cloned()
-        .collect()
+/// The labels without `__name__` (the same allocation when there is none).
+pub fn drop_name(labels: &Labels) -> Labels {
+    if labels.iter().any(|l| l.name == "__name__") {
+        labels
+            .iter()
+            .filter(|l| l.name != "__name__")
+            .cloned()
+            .collect()
+    } else {
+        Arc::clone(labels)
+    }
+}
+
+/// `labels` with `name` set to `value` (removed when `value` is empty).
+pub fn set_label(labels: &Labels, name: &str, value: String) -> Labels {
+    let mut v: Vec<Label> = labels.iter().filter(|l| l.name != name).cloned().collect();
+    if !value.is_empty() {
+        v.push(Label {
+            name: name.to_owned(),
+            value,
+        });
+        v.sort();
+    }
+    v.into()
+}
+
+/// No labels.
+pub fn no_labels() -> Labels {
+    Arc::from(Vec::new())
 }
 
 #[cfg(test)]
