@@ -6,7 +6,6 @@
 //! `cargo bench --bench promql_vs_prometheus` (needs `prometheus` on PATH).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::net::TcpListener;
