@@ -160,6 +160,7 @@ const ROUTES: &[&str] = &[
     "/api/v1/write",
     "/api/v1/query",
     "/api/v1/query_range",
+    "/api/v1/format_query",
     "/api/v1/series",
     "/api/v1/labels",
     "/api/v1/label/{name}/values",
@@ -196,6 +197,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/write", post(write::remote_write))
         .route("/api/v1/query", get(query::instant).post(query::instant))
         .route("/api/v1/query_range", get(query::range).post(query::range))
+        .route(
+            "/api/v1/format_query",
+            get(query::format_query).post(query::format_query),
+        )
         .route(
             "/api/v1/series",
             get(metadata::series).post(metadata::series),

@@ -306,6 +306,16 @@ async fn grafana_health_check_and_query_shapes() {
             .is_some_and(|m| m.contains("range vector")),
         "{v}"
     );
+    let (code, v) = api(
+        &srv,
+        "/api/v1/format_query?query=sum(rate(up%5B5m%5D))by(job)",
+    )
+    .await;
+    assert_eq!(
+        (code, v["data"].as_str()),
+        (200, Some("sum by (job) (rate(up[5m]))")),
+        "{v}"
+    );
     // Many-to-many matching is an execution error (422).
     let (code, v) = api(
         &srv,

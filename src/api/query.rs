@@ -211,3 +211,12 @@ fn matrix(out: &mut String, series: &[Series]) {
     }
     out.push(']');
 }
+
+/// `GET|POST /api/v1/format_query?query=`: the query, pretty-printed.
+pub(super) async fn format_query(p: Params) -> Result<Response, ApiError> {
+    let query = p
+        .get("query")
+        .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?;
+    let expr = promql_parser::parser::parse(query).map_err(|e| ApiError::bad_param("query", e))?;
+    Ok(super::prom::success(expr.prettify(), &[]))
+}
