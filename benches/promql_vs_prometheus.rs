@@ -8,21 +8,10 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice::config::Config;
 use sluice::proto::prometheus as pb;
-
-struct Prom(Child);
-
-impl Drop for Prom {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const POINTS: i64 = 240;
 const QUERIES: [(&str, &str); 3] = [
@@ -108,69 +97,22 @@ fn main() {
     if std::env::args().any(|a| a == "--test") {
         return; // `cargo test --all-targets`: nothing to check without timing.
     }
-    let prom_bin = String::from_utf8_lossy(
-        &Command::new("sh")
-            .args(["-c", "command -v prometheus"])
-            .output()
-            .expect("sh")
-            .stdout,
-    )
-    .trim()
-    .to_owned();
-    assert!(
-        !prom_bin.is_empty(),
-        "install Debian's `prometheus` package"
-    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     rt.block_on(async move {
         let srv = common::start(Config::default()).await;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("port")
-            .port();
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("p.yml"), "global:\n  scrape_interval: 1h\n")
-            .expect("config");
-        let _prom = Prom(
-            Command::new(prom_bin)
-                .arg(format!(
-                    "--config.file={}",
-                    dir.path().join("p.yml").display()
-                ))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("data").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--web.enable-remote-write-receiver")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("prometheus starts"),
+        let prometheus = common::Prometheus::start(
+            "global:\n  scrape_interval: 1h\n",
+            &["--web.enable-remote-write-receiver"],
         );
-        let prom = format!("127.0.0.1:{port}");
+        let prom = prometheus.addr();
         let t0 = (common::now_ms() / 60_000) * 60_000 - POINTS * 15_000 - 60_000;
         let batches = dataset(t0);
-        let client = reqwest::Client::new();
         for batch in &batches {
             let body = common::body(batch.clone());
-            for attempt in 0.. {
-                let r = client
-                    .post(format!("http://{prom}/api/v1/write"))
-                    .header("content-type", "application/x-protobuf")
-                    .header("content-encoding", "snappy")
-                    .body(body.clone())
-                    .send()
-                    .await;
-                match r {
-                    Ok(r) if r.status().is_success() => break,
-                    _ if attempt < 100 => tokio::time::sleep(Duration::from_millis(200)).await,
-                    other => panic!("prometheus did not take the data: {other:?}"),
-                }
-            }
+            prometheus.remote_write(body.clone()).await;
             let (code, text) = common::push(srv.addr, body).await;
             assert_eq!(code, 204, "{text}");
         }

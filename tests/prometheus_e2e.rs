@@ -5,43 +5,12 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{get, metric_value, now_ms, start};
+use common::{get, metric_value, now_ms, start, Prometheus};
 use sluice::config::Config;
 use sluice::storage::index::{MatchOp, Matcher};
-
-/// Kills the Prometheus we started (and only it) when the test ends.
-struct Prom(Child);
-
-impl Drop for Prom {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-fn prometheus_binary() -> String {
-    let found = Command::new("sh")
-        .args(["-c", "command -v prometheus"])
-        .output()
-        .expect("sh runs");
-    let path = String::from_utf8_lossy(&found.stdout).trim().to_owned();
-    assert!(
-        !path.is_empty(),
-        "the `prometheus` binary is missing: install Debian's `prometheus` package (scripts/test does)"
-    );
-    path
-}
 
 async fn prom_query(port: u16, query: &str, time: f64) -> serde_json::Value {
     let url = format!("http://127.0.0.1:{port}/api/v1/query");
@@ -59,10 +28,8 @@ async fn prom_query(port: u16, query: &str, time: f64) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_remote_writes_everything_it_scrapes() {
-    let binary = prometheus_binary();
     let srv = start(Config::default()).await;
-    let port = free_port();
-    let dir = tempfile::tempdir().expect("tempdir");
+    // `{port}` is filled in with Prometheus' own port.
     let config = format!(
         r#"global:
   scrape_interval: 1s
@@ -70,7 +37,7 @@ async fn prometheus_remote_writes_everything_it_scrapes() {
 scrape_configs:
   - job_name: prometheus
     static_configs:
-      - targets: ["127.0.0.1:{port}"]
+      - targets: ["127.0.0.1:{{port}}"]
   - job_name: sluice
     static_configs:
       - targets: ["{sluice}"]
@@ -84,22 +51,8 @@ remote_write:
 "#,
         sluice = srv.addr
     );
-    let cfg_path = dir.path().join("prometheus.yml");
-    std::fs::write(&cfg_path, config).expect("write config");
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
-    let _prom = Prom(
-        Command::new(binary)
-            .arg(format!("--config.file={}", cfg_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts"),
-    );
+    let prom = Prometheus::start(&config, &[]);
+    let port = prom.port;
 
     // Wait (bounded) until Sluice holds at least every series Prometheus has
     // and has ingested at least what Prometheus says it sent.
@@ -132,7 +85,7 @@ remote_write:
         assert!(
             Instant::now() < deadline,
             "timed out: prometheus sent {sent}, sluice ingested {ingested}; series prometheus {prom_series} vs sluice {sluice_series}; log: {}",
-            std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+            prom.log()
         );
     }
     let (_, sm) = get(srv.addr, "/metrics").await;

@@ -18,23 +18,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{body, now_ms, series, start};
+use common::{body, now_ms, series, start, Prometheus};
 use serde_json::Value;
 use sluice::config::Config;
 use sluice::proto::prometheus as pb;
-
-struct Prom(Child);
-
-impl Drop for Prom {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const STEP: i64 = 15_000;
 const POINTS: i64 = 240;
@@ -256,13 +244,6 @@ const QUERIES: &[&str] = &[
     "present_over_time(demo_stale[1m])",
 ];
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 async fn query(addr: &str, path: &str, params: &[(&str, String)]) -> Value {
     let resp = reqwest::Client::new()
         .post(format!("http://{addr}{path}"))
@@ -347,63 +328,17 @@ fn same(p: &Value, s: &Value) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sluice_answers_like_prometheus() {
-    let prom_bin = String::from_utf8_lossy(
-        &Command::new("sh")
-            .args(["-c", "command -v prometheus"])
-            .output()
-            .expect("sh")
-            .stdout,
-    )
-    .trim()
-    .to_owned();
-    assert!(
-        !prom_bin.is_empty(),
-        "install Debian's `prometheus` package (scripts/test does)"
-    );
     let srv = start(Config::default()).await;
-    let port = free_port();
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("p.yml"), "global:\n  scrape_interval: 1h\n").expect("config");
-    let _prom = Prom(
-        Command::new(prom_bin)
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("p.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--web.enable-remote-write-receiver")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus starts"),
+    let prom = Prometheus::start(
+        "global:\n  scrape_interval: 1h\n",
+        &["--web.enable-remote-write-receiver"],
     );
-    let prom_addr = format!("127.0.0.1:{port}");
+    let prom_addr = prom.addr();
 
     // Samples 7 ms past whole seconds, ending a minute ago.
     let t0 = (now_ms() / 60_000) * 60_000 - (POINTS * STEP) - 60_000 + 7;
     let data = body(dataset(t0));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let sent = reqwest::Client::new()
-            .post(format!("http://{prom_addr}/api/v1/write"))
-            .header("content-type", "application/x-protobuf")
-            .header("content-encoding", "snappy")
-            .body(data.clone())
-            .send()
-            .await;
-        match sent {
-            Ok(r) if r.status().is_success() => break,
-            Ok(r) => panic!("prometheus refused the dataset: {}", r.status()),
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => panic!("prometheus never came up: {e}"),
-        }
-    }
+    prom.remote_write(data.clone()).await;
     let (code, text) = common::push(srv.addr, data).await;
     assert_eq!(code, 204, "{text}");
 

@@ -13,19 +13,15 @@ use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::engine::Ctx;
 use super::functions::quantile;
-use super::value::{format_float, no_labels, set_label, Labels, Sample, Value};
+use super::value::{
+    format_float, keep_labels, keeps_label, no_labels, set_label, Labels, Sample, Value,
+};
 use super::QueryError;
 use crate::storage::labels::Label;
 
-/// Whether label `name` is part of the grouping.
+/// Whether label `name` is part of the grouping (none without `by`/`without`).
 fn in_group(name: &str, modifier: &Option<LabelModifier>) -> bool {
-    match modifier {
-        None => false,
-        Some(LabelModifier::Include(by)) => by.labels.iter().any(|b| b == name),
-        Some(LabelModifier::Exclude(without)) => {
-            name != "__name__" && !without.labels.iter().any(|w| w == name)
-        }
-    }
+    modifier.is_some() && keeps_label(name, modifier)
 }
 
 fn group_hash(labels: &[Label]) -> u64 {
@@ -39,20 +35,11 @@ fn group_hash(labels: &[Label]) -> u64 {
     h.digest()
 }
 
-/// The labels of the group a series falls into.
+/// The labels of the group a series falls into (none without `by`/`without`).
 fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
     match modifier {
         None => no_labels(),
-        Some(LabelModifier::Include(by)) => labels
-            .iter()
-            .filter(|l| by.labels.contains(&l.name))
-            .cloned()
-            .collect(),
-        Some(LabelModifier::Exclude(without)) => labels
-            .iter()
-            .filter(|l| l.name != "__name__" && !without.labels.contains(&l.name))
-            .cloned()
-            .collect(),
+        Some(_) => keep_labels(labels, modifier),
     }
 }
 

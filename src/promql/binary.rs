@@ -12,7 +12,7 @@ use promql_parser::parser::token::{
 use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
 use super::engine::Ctx;
-use super::value::{drop_name, Labels, Sample, Value};
+use super::value::{drop_name, keep_labels, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
 
@@ -127,23 +127,7 @@ fn vector_scalar(
 
 /// The matching key of a series' labels.
 fn signature(labels: &[Label], matching: &Option<LabelModifier>) -> Labels {
-    match matching {
-        Some(LabelModifier::Include(on)) => labels
-            .iter()
-            .filter(|l| on.labels.contains(&l.name))
-            .cloned()
-            .collect(),
-        Some(LabelModifier::Exclude(ign)) => labels
-            .iter()
-            .filter(|l| l.name != "__name__" && !ign.labels.contains(&l.name))
-            .cloned()
-            .collect(),
-        None => labels
-            .iter()
-            .filter(|l| l.name != "__name__")
-            .cloned()
-            .collect(),
-    }
+    keep_labels(labels, matching)
 }
 
 fn set_op(op: TokenId, l: Vec<Sample>, r: Vec<Sample>, m: &BinModifier) -> Vec<Sample> {

@@ -180,13 +180,18 @@ impl<'h> Engine<'h> {
                 None => break,
             };
         }
-        let mut out: Vec<Series> = by_labels
-            .into_iter()
-            .map(|(labels, points)| Series { labels, points })
-            .collect();
-        out.sort_by(|a, b| a.labels.cmp(&b.labels));
-        Ok(out)
+        Ok(into_matrix(by_labels))
     }
+}
+
+/// Points gathered per label set, as a matrix sorted by labels.
+fn into_matrix(by_labels: HashMap<Labels, Vec<(i64, f64)>>) -> Vec<Series> {
+    let mut out: Vec<Series> = by_labels
+        .into_iter()
+        .map(|(labels, points)| Series { labels, points })
+        .collect();
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    out
 }
 
 fn type_word(t: parser::value::ValueType) -> &'static str {
@@ -459,12 +464,7 @@ impl<'e> Ctx<'e> {
             }
             ti += step;
         }
-        let mut out: Vec<Series> = by_labels
-            .into_iter()
-            .map(|(labels, points)| Series { labels, points })
-            .collect();
-        out.sort_by(|a, b| a.labels.cmp(&b.labels));
-        Ok(out)
+        Ok(into_matrix(by_labels))
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.

@@ -116,6 +116,32 @@ pub fn set_label(labels: &Labels, name: &str, value: String) -> Labels {
     v.into()
 }
 
+/// Whether a `by`/`on` list (Include) keeps label `name`, or a
+/// `without`/`ignoring` list (Exclude, which always drops `__name__` too)
+/// leaves it. `None` keeps all but `__name__`.
+pub fn keeps_label(name: &str, modifier: &Option<promql_parser::parser::LabelModifier>) -> bool {
+    use promql_parser::parser::LabelModifier;
+    match modifier {
+        Some(LabelModifier::Include(on)) => on.labels.iter().any(|n| n == name),
+        Some(LabelModifier::Exclude(off)) => {
+            name != "__name__" && !off.labels.iter().any(|n| n == name)
+        }
+        None => name != "__name__",
+    }
+}
+
+/// The labels [`keeps_label`] keeps.
+pub fn keep_labels(
+    labels: &[Label],
+    modifier: &Option<promql_parser::parser::LabelModifier>,
+) -> Labels {
+    labels
+        .iter()
+        .filter(|l| keeps_label(&l.name, modifier))
+        .cloned()
+        .collect()
+}
+
 /// No labels.
 pub fn no_labels() -> Labels {
     Arc::from(Vec::new())

@@ -134,3 +134,88 @@ pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
         rest.split_whitespace().next()?.parse().ok()
     })
 }
+
+/// A real Prometheus (Debian's package) on a free loopback port, with its
+/// own temporary data directory; killed (only it) when dropped.
+pub struct Prometheus {
+    child: std::process::Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// Starts `prometheus` with `config` (YAML) and `extra` flags; fails
+    /// loudly when the binary is missing.
+    pub fn start(config: &str, extra: &[&str]) -> Self {
+        let found = std::process::Command::new("sh")
+            .args(["-c", "command -v prometheus"])
+            .output()
+            .expect("sh runs");
+        let bin = String::from_utf8_lossy(&found.stdout).trim().to_owned();
+        assert!(
+            !bin.is_empty(),
+            "the `prometheus` binary is missing: install Debian's `prometheus` package (scripts/test does)"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("prometheus.yml");
+        std::fs::write(&cfg, config.replace("{port}", &port.to_string())).expect("write config");
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        let child = std::process::Command::new(bin)
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus starts");
+        Prometheus { child, port, dir }
+    }
+
+    /// Its address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// Remote-writes `body` to its receiver (`--web.enable-remote-write-receiver`),
+    /// retrying for up to 30s while it starts.
+    pub async fn remote_write(&self, body: Vec<u8>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let sent = reqwest::Client::new()
+                .post(format!("http://{}/api/v1/write", self.addr()))
+                .header("content-type", "application/x-protobuf")
+                .header("content-encoding", "snappy")
+                .body(body.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => return,
+                Ok(r) => panic!("prometheus refused the data: {}", r.status()),
+                Err(_) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await
+                }
+                Err(e) => panic!("prometheus never came up: {e}\n{}", self.log()),
+            }
+        }
+    }
+}
