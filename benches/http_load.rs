@@ -38,8 +38,9 @@ fn status_kib(field: &str) -> u64 {
 }
 
 fn main() {
-    // `cargo test --all-targets` runs benches with `--test`: keep that quick.
-    let quick = std::env::args().any(|a| a == "--test");
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not:
+    // then keep it a quick check that the harness works.
+    let quick = !std::env::args().any(|a| a == "--bench");
     let series = env("SERIES", if quick { 4_000 } else { 100_000 });
     let rounds = env("ROUNDS", if quick { 3 } else { 30 });
     let conns = env("CONNS", 8);
