@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
@@ -12,6 +13,7 @@ use super::selector_matchers;
 use super::value::{drop_name, no_labels, Labels, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::head::Head;
+use crate::storage::labels::Label;
 
 /// Prometheus' stale marker.
 pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
@@ -156,16 +158,23 @@ impl<'h> Engine<'h> {
             }
         }
         let ctx = self.ctx(start, end);
-        let mut by_labels: HashMap<Labels, Vec<(i64, f64)>> = HashMap::new();
+        // Selectors hand out the same shared labels at every step, so most
+        // samples are found by their labels' address; only new label sets
+        // are hashed by content.
+        let plain_selector = matches!(expr, Expr::VectorSelector(_));
+        let mut acc = MatrixBuilder::default();
         let mut t = start;
         while t <= end {
             ctx.check_deadline("query range evaluation")?;
             match ctx.eval(&expr, t)? {
-                Value::Scalar(v) => by_labels.entry(no_labels()).or_default().push((t, v)),
+                Value::Scalar(v) => acc.push(no_labels(), t, v),
                 Value::Vector(samples) => {
-                    check_unique(&samples)?;
+                    // A selector's series are distinct by construction.
+                    if !plain_selector {
+                        check_unique(&samples)?;
+                    }
                     for s in samples {
-                        by_labels.entry(s.labels).or_default().push((t, s.v));
+                        acc.push(s.labels, t, s.v);
                     }
                 }
                 other => {
@@ -180,18 +189,50 @@ impl<'h> Engine<'h> {
                 None => break,
             };
         }
-        Ok(into_matrix(by_labels))
+        Ok(acc.finish())
     }
 }
 
-/// Points gathered per label set, as a matrix sorted by labels.
-fn into_matrix(by_labels: HashMap<Labels, Vec<(i64, f64)>>) -> Vec<Series> {
-    let mut out: Vec<Series> = by_labels
-        .into_iter()
-        .map(|(labels, points)| Series { labels, points })
-        .collect();
-    out.sort_by(|a, b| a.labels.cmp(&b.labels));
-    out
+/// Gathers points per label set across steps.
+#[derive(Default)]
+struct MatrixBuilder {
+    series: Vec<Series>,
+    by_content: HashMap<Labels, usize>,
+    /// Label sets seen, by the address of their shared allocation. Every
+    /// address here belongs to an `Arc` held in `keep`, so it is never reused.
+    by_addr: HashMap<usize, usize>,
+    keep: Vec<Labels>,
+}
+
+impl MatrixBuilder {
+    fn push(&mut self, labels: Labels, t: i64, v: f64) {
+        let addr = Arc::as_ptr(&labels) as *const Label as usize;
+        let i = match self.by_addr.get(&addr) {
+            Some(&i) => i,
+            None => {
+                let series = &mut self.series;
+                let i = *self
+                    .by_content
+                    .entry(Arc::clone(&labels))
+                    .or_insert_with(|| {
+                        series.push(Series {
+                            labels: Arc::clone(&labels),
+                            points: Vec::new(),
+                        });
+                        series.len() - 1
+                    });
+                self.by_addr.insert(addr, i);
+                self.keep.push(labels);
+                i
+            }
+        };
+        self.series[i].points.push((t, v));
+    }
+
+    fn finish(mut self) -> Vec<Series> {
+        self.series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        self.series
+    }
 }
 
 fn type_word(t: parser::value::ValueType) -> &'static str {
@@ -444,17 +485,17 @@ impl<'e> Ctx<'e> {
         if first <= end - range {
             first += step;
         }
-        let mut by_labels: HashMap<Labels, Vec<(i64, f64)>> = HashMap::new();
+        let mut acc = MatrixBuilder::default();
         let mut ti = first;
         while ti <= end {
             self.check_deadline("subquery evaluation")?;
             match child.eval(&sq.expr, ti)? {
                 Value::Vector(v) => {
                     for s in v {
-                        by_labels.entry(s.labels).or_default().push((ti, s.v));
+                        acc.push(s.labels, ti, s.v);
                     }
                 }
-                Value::Scalar(v) => by_labels.entry(no_labels()).or_default().push((ti, v)),
+                Value::Scalar(v) => acc.push(no_labels(), ti, v),
                 other => {
                     return Err(QueryError::Execution(format!(
                         "subquery over {}",
@@ -464,7 +505,7 @@ impl<'e> Ctx<'e> {
             }
             ti += step;
         }
-        Ok(into_matrix(by_labels))
+        Ok(acc.finish())
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.
