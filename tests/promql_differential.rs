@@ -242,6 +242,21 @@ const QUERIES: &[&str] = &[
     "count_over_time(demo_gappy[10m])",
     "demo_stale offset 1m",
     "present_over_time(demo_stale[1m])",
+    "demo_temperature @ start()",
+    "demo_temperature @ end()",
+    "rate(demo_requests_total[5m] @ end())",
+    "demo_temperature - demo_temperature @ start()",
+    "max_over_time(demo_temperature[10m:1m] @ end())",
+    "sort_desc(demo_temperature)",
+    "sort(rate(demo_requests_total[5m]))",
+    "scalar(demo_temperature)",
+    r#"scalar(demo_temperature{instance="a"}) * demo_temperature"#,
+    "vector(scalar(count(demo_temperature)))",
+    "count_values(\"code\", demo_requests_total > 0)",
+    "sum by (instance) (demo_requests_total) > bool on(instance) group_left sum by (instance) (demo_temperature)",
+    "-rate(demo_requests_total[5m]) + 1",
+    "(demo_temperature > 20) * 2",
+    "demo_temperature offset -5m",
 ];
 
 async fn query(addr: &str, path: &str, params: &[(&str, String)]) -> Value {
