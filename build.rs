@@ -2,7 +2,11 @@
 //! Sluice never needs `protoc` on the machine.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/prometheus/remote.proto"];
+    let protos = [
+        "proto/prometheus/remote.proto",
+        "proto/opentelemetry/proto/collector/metrics/v1/metrics_service.proto",
+    ];
+    println!("cargo:rerun-if-changed=proto");
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -6,6 +6,7 @@
 //! sorted and created. Problems are counted per reason and summarised once
 //! per request.
 
+pub mod otlp;
 pub mod protowire;
 pub mod remote_write;
 pub mod validate;

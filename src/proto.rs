@@ -6,3 +6,54 @@
 pub mod prometheus {
     include!(concat!(env!("OUT_DIR"), "/prometheus.rs"));
 }
+
+/// OTLP metrics messages, nested as their packages are
+/// (`opentelemetry.proto.<area>.v1`), as prost's cross-references expect.
+pub mod opentelemetry {
+    /// `opentelemetry.proto`
+    pub mod proto {
+        /// `opentelemetry.proto.common`
+        pub mod common {
+            /// `opentelemetry.proto.common.v1`
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.common.v1.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.resource`
+        pub mod resource {
+            /// `opentelemetry.proto.resource.v1`
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.resource.v1.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.metrics`
+        pub mod metrics {
+            /// `opentelemetry.proto.metrics.v1`
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.metrics.v1.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.collector`
+        pub mod collector {
+            /// `opentelemetry.proto.collector.metrics`
+            pub mod metrics {
+                /// `opentelemetry.proto.collector.metrics.v1`
+                pub mod v1 {
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.metrics.v1.rs"
+                    ));
+                }
+            }
+        }
+    }
+}

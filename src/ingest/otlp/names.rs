@@ -1,0 +1,258 @@
+//! Metric and label names for OTLP data, as Prometheus' OTLP receiver makes
+//! them by default (`UnderscoreEscapingWithSuffixes`; the rules are in
+//! `specs/wire-formats.md` §3.4): escape the name to `[a-zA-Z0-9:]` tokens
+//! joined by `_`, add the unit (`By` → `bytes`, `/s` → `per_second`), then
+//! `total` for monotonic cumulative sums or `ratio` for gauges of unit `1`.
+
+/// How a metric's type affects its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// A gauge (or non-monotonic sum): `ratio` when the unit is `1`.
+    Gauge,
+    /// A monotonic cumulative sum: `total` last.
+    Counter,
+    /// Histograms, summaries and anything else: unit only.
+    Other,
+}
+
+/// A name that escaping leaves empty or made only of underscores.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("name {0:?} has no valid characters left after escaping")]
+pub struct InvalidName(pub String);
+
+/// The Prometheus unit word for an OTLP (UCUM) main unit.
+fn main_unit(u: &str) -> &str {
+    match u {
+        "d" => "days",
+        "h" => "hours",
+        "min" => "minutes",
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        "us" => "microseconds",
+        "ns" => "nanoseconds",
+        "By" => "bytes",
+        "KiBy" => "kibibytes",
+        "MiBy" => "mebibytes",
+        "GiBy" => "gibibytes",
+        "TiBy" => "tibibytes",
+        "KBy" => "kilobytes",
+        "MBy" => "megabytes",
+        "GBy" => "gigabytes",
+        "TBy" => "terabytes",
+        "m" => "meters",
+        "V" => "volts",
+        "A" => "amperes",
+        "J" => "joules",
+        "W" => "watts",
+        "g" => "grams",
+        "Cel" => "celsius",
+        "Hz" => "hertz",
+        "%" => "percent",
+        "1" => "",
+        other => other,
+    }
+}
+
+/// The Prometheus word for an OTLP "per" unit.
+fn per_unit(u: &str) -> &str {
+    match u {
+        "s" => "second",
+        "m" => "minute",
+        "h" => "hour",
+        "d" => "day",
+        "w" => "week",
+        "mo" => "month",
+        "y" => "year",
+        other => other,
+    }
+}
+
+fn is_metric_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == ':'
+}
+
+/// Replaces characters outside `[a-zA-Z0-9:]` with `_`, collapses runs of
+/// `_` and drops a leading one.
+fn clean_unit(u: &str) -> String {
+    let mut out = String::with_capacity(u.len());
+    for c in u.chars() {
+        let c = if is_metric_char(c) { c } else { '_' };
+        if !(c == '_' && (out.is_empty() || out.ends_with('_'))) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The main and `per_` unit suffixes of an OTLP unit, before cleaning.
+fn unit_suffixes(unit: &str) -> (String, String) {
+    let (main, per) = match unit.split_once('/') {
+        Some((m, p)) => (m, Some(p)),
+        None => (unit, None),
+    };
+    let usable = |u: &str| !u.is_empty() && !u.contains(['{', '}']);
+    let main = main.trim();
+    let main = if usable(main) {
+        main_unit(main).to_owned()
+    } else {
+        String::new()
+    };
+    let per = match per.map(str::trim) {
+        Some(p) if usable(p) => match per_unit(p) {
+            "" => String::new(),
+            p => format!("per_{p}"),
+        },
+        _ => String::new(),
+    };
+    (main, per)
+}
+
+/// The Prometheus metric name for an OTLP metric.
+pub fn metric_name(name: &str, unit: &str, kind: NameKind) -> Result<String, InvalidName> {
+    let mut tokens: Vec<String> = name
+        .split(|c: char| !is_metric_char(c))
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let (main, per) = unit_suffixes(unit);
+    let (mut main, per) = (clean_unit(&main), clean_unit(&per));
+    if tokens.contains(&main) {
+        main.clear();
+    }
+    let per = if per == "per_" {
+        String::new()
+    } else {
+        let p = per.trim_end_matches('_').to_owned();
+        if tokens.contains(&p) {
+            String::new()
+        } else {
+            p
+        }
+    };
+    if !per.is_empty() {
+        main = main.trim_end_matches('_').to_owned();
+    }
+    for suffix in [main, per] {
+        if !suffix.is_empty() {
+            tokens.push(suffix);
+        }
+    }
+    let last = match kind {
+        NameKind::Counter => Some("total"),
+        NameKind::Gauge if unit == "1" => Some("ratio"),
+        _ => None,
+    };
+    if let Some(last) = last {
+        tokens.retain(|t| t != last);
+        tokens.push(last.to_owned());
+    }
+    let mut out = tokens.join("_");
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    if out.is_empty() || (out != name && out.chars().all(|c| c == '_')) {
+        return Err(InvalidName(name.to_owned()));
+    }
+    Ok(out)
+}
+
+/// The Prometheus label name for an OTLP attribute key: characters outside
+/// `[a-zA-Z0-9_]` become `_` (runs are kept), a leading digit gets `key_`,
+/// a single leading `_` gets `key`; `__reserved` names stay as they are.
+pub fn label_name(key: &str) -> Result<String, InvalidName> {
+    if key.is_empty() {
+        return Err(InvalidName(String::new()));
+    }
+    let mut out: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert_str(0, "key_");
+    } else if out.starts_with('_') && !out.starts_with("__") {
+        out.insert_str(0, "key");
+    }
+    if out != key && out.chars().all(|c| c == '_') {
+        return Err(InvalidName(key.to_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str, unit: &str, kind: NameKind) -> String {
+        metric_name(name, unit, kind).expect("valid")
+    }
+
+    #[test]
+    fn metric_names_follow_prometheus_otlp_receiver() {
+        assert_eq!(
+            m("http.server.duration", "s", NameKind::Other),
+            "http_server_duration_seconds"
+        );
+        assert_eq!(
+            m("requests.count", "1", NameKind::Counter),
+            "requests_count_total"
+        );
+        assert_eq!(
+            m("memory.usage", "By", NameKind::Gauge),
+            "memory_usage_bytes"
+        );
+        assert_eq!(
+            m("cpu.utilization", "1", NameKind::Gauge),
+            "cpu_utilization_ratio"
+        );
+        assert_eq!(
+            m("network.io", "By/s", NameKind::Gauge),
+            "network_io_bytes_per_second"
+        );
+        assert_eq!(
+            m("throughput", "{packet}/s", NameKind::Gauge),
+            "throughput_per_second"
+        );
+        assert_eq!(m("packets", "{packet}", NameKind::Counter), "packets_total");
+        // `total` moves to the end; an existing unit token is not repeated.
+        assert_eq!(m("total.requests", "", NameKind::Counter), "requests_total");
+        assert_eq!(
+            m("latency_seconds", "s", NameKind::Other),
+            "latency_seconds"
+        );
+        assert_eq!(
+            m("disk__io...time", "ms", NameKind::Counter),
+            "disk_io_time_milliseconds_total"
+        );
+        assert_eq!(m("temp", "Cel", NameKind::Gauge), "temp_celsius");
+        assert_eq!(
+            m("queue", "items/mo", NameKind::Gauge),
+            "queue_items_per_month"
+        );
+        assert_eq!(m("odd", "foo bar", NameKind::Gauge), "odd_foo_bar");
+        // A leading digit gets an underscore.
+        assert_eq!(m("2xx.count", "", NameKind::Gauge), "_2xx_count");
+        assert_eq!(m("a:b.c", "", NameKind::Gauge), "a:b_c");
+        assert!(metric_name("...", "", NameKind::Gauge).is_err());
+        assert!(metric_name("", "", NameKind::Gauge).is_err());
+    }
+
+    #[test]
+    fn label_names_follow_prometheus_otlp_receiver() {
+        let l = |k: &str| label_name(k).expect("valid");
+        assert_eq!(l("http.method"), "http_method");
+        assert_eq!(l("service.instance.id"), "service_instance_id");
+        assert_eq!(l("123invalid"), "key_123invalid");
+        assert_eq!(l("_private"), "key_private");
+        assert_eq!(l("__reserved__"), "__reserved__");
+        assert_eq!(l("a..b"), "a__b");
+        assert_eq!(l("grüße"), "gr__e");
+        assert!(label_name("").is_err());
+        assert!(label_name("...").is_err());
+    }
+}
