@@ -290,3 +290,31 @@ fn subqueries_step_on_multiples_of_their_step() {
         &[("k=a", 1.0)],
     );
 }
+
+#[test]
+fn wrong_arity_and_types_are_errors_not_panics() {
+    let h = head();
+    for q in [
+        "scalar()",
+        "sort()",
+        "absent()",
+        "label_replace(g)",
+        "label_join(g)",
+        "histogram_quantile(0.5)",
+        "rate(g)",
+        "quantile_over_time(0.5)",
+        "round()",
+        "clamp(g, 1)",
+        "vector()",
+        "timestamp()",
+        "sort_by_label()",
+        "topk(g, g)",
+        "count_values(1, g)",
+        r#"label_replace(g, "1bad", "", "k", "(.*)")"#,
+        r#"label_replace(g, "x", "", "k", "(")"#,
+        "g[5m] + 1",
+        r#""a" + 1"#,
+    ] {
+        assert!(eval(&h, q, 5 * M).is_err(), "{q} should fail");
+    }
+}

@@ -50,7 +50,7 @@ pub struct AppendCounts {
     pub appended: u64,
     /// Rejected samples, indexed like [`SampleError::ALL`].
     pub rejected: [u64; 3],
-    /// The first rejection seen since the last [`AppendCounts::take_first`]: reason and timestamp.
+    /// The first rejection seen since the caller last cleared it: reason and timestamp.
     pub first: Option<(SampleError, i64)>,
 }
 
