@@ -11,6 +11,10 @@
 //!   ever lands on a window's edge.
 //!   The same holds for subquery windows: evaluation times are never
 //!   multiples of 30s, while subquery steps are.
+//! - Values may differ in their last digits (within the 1e-9 tolerance, and
+//!   counted in the output): Go's math library rounds `sin`, `exp`, `log10`
+//!   and friends differently from Rust's, and Prometheus 3 (which Sluice
+//!   follows) sums with Kahan compensation where 2.x sums plainly.
 //! - Prometheus 3 changed the order of two steps in `rate` extrapolation
 //!   for counters that start inside the window; every counter here starts
 //!   well before the first window.
@@ -302,10 +306,14 @@ fn normalize(v: &Value) -> Result<(String, Points), String> {
     Ok((kind, out))
 }
 
+/// Points whose value strings differed but were within tolerance.
+static INEXACT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn close(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
+    INEXACT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match (a.parse::<f64>(), b.parse::<f64>()) {
         (Ok(x), Ok(y)) => {
             (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-9 * x.abs().max(y.abs())
@@ -378,8 +386,13 @@ async fn sluice_answers_like_prometheus() {
             let params = [("query", q.to_string()), ("time", secs(t))];
             let p = query(&prom_addr, "/api/v1/query", &params).await;
             let s = query(&sluice_addr, "/api/v1/query", &params).await;
+            let before = INEXACT.load(std::sync::atomic::Ordering::Relaxed);
             let r = same(&p, &s);
             failures += usize::from(r.is_err());
+            let inexact = INEXACT.load(std::sync::atomic::Ordering::Relaxed) - before;
+            if inexact > 0 {
+                println!("inexact {inexact}: instant {q}");
+            }
             rows.push((format!("instant@{} {q}", (t - base) / 1000), r));
         }
         let params = [
@@ -405,6 +418,10 @@ async fn sluice_answers_like_prometheus() {
         "{} of {} evaluations identical",
         rows.len() - failures,
         rows.len()
+    );
+    println!(
+        "{} points differed in their last digits only (within 1e-9 relative)",
+        INEXACT.load(std::sync::atomic::Ordering::Relaxed)
     );
     assert_eq!(
         failures, 0,

@@ -45,13 +45,13 @@ fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
 
 /// Kahan-compensated running sum, as Prometheus sums.
 #[derive(Default, Clone, Copy)]
-struct Kahan {
+pub(crate) struct Kahan {
     sum: f64,
     c: f64,
 }
 
 impl Kahan {
-    fn add(&mut self, v: f64) {
+    pub(crate) fn add(&mut self, v: f64) {
         let t = self.sum + v;
         if t.is_infinite() {
             self.c = 0.0;
@@ -63,7 +63,7 @@ impl Kahan {
         self.sum = t;
     }
 
-    fn value(&self) -> f64 {
+    pub(crate) fn value(&self) -> f64 {
         if self.sum.is_infinite() {
             self.sum
         } else {

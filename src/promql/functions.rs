@@ -337,7 +337,10 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         }
         "avg_over_time" => over_range(ctx, call, t, false, |p, _, _| Some(avg_over_time(p))),
         "sum_over_time" => over_range(ctx, call, t, false, |p, _, _| {
-            Some(p.iter().map(|x| x.1).sum())
+            // Compensated, as Prometheus 3 sums.
+            let mut k = super::aggregate::Kahan::default();
+            p.iter().for_each(|x| k.add(x.1));
+            Some(k.value())
         }),
         "count_over_time" => over_range(ctx, call, t, false, |p, _, _| Some(p.len() as f64)),
         "min_over_time" => over_range(ctx, call, t, false, |p, _, _| {
