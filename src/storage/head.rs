@@ -113,10 +113,17 @@ pub struct SeriesSamples {
     pub samples: Vec<(i64, f64)>,
 }
 
+/// Keeps each shard (its lock word and hot counters) on cache lines of its
+/// own, so two cores appending to neighbouring shards do not invalidate
+/// each other's lines.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
 /// All series in memory.
 #[derive(Debug)]
 pub struct Head {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Padded<Mutex<Shard>>]>,
     opts: HeadOptions,
     series: AtomicUsize,
 }
@@ -126,7 +133,9 @@ impl Head {
     pub fn new(opts: HeadOptions) -> Self {
         let n = opts.shards.max(1).next_power_of_two();
         Self {
-            shards: (0..n).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..n)
+                .map(|_| Padded(Mutex::new(Shard::default())))
+                .collect(),
             opts,
             series: AtomicUsize::new(0),
         }
@@ -136,7 +145,7 @@ impl Head {
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
         // Middle bits: hashbrown uses the low bits for buckets and the top
         // seven for tags, so neither should be constant within a shard.
-        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)]
+        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].0
     }
 
     /// Appends to the series whose canonical label bytes are exactly `raw`.
@@ -193,7 +202,7 @@ impl Head {
     /// Series, chunks and bytes held.
     pub fn stats(&self) -> HeadStats {
         let mut st = HeadStats::default();
-        for shard in self.shards.iter() {
+        for Padded(shard) in self.shards.iter() {
             let s = shard.lock();
             st.series += s.series.len();
             st.chunks += s.chunks;
@@ -225,7 +234,7 @@ impl Head {
         maxt: i64,
         mut f: impl FnMut(&Shard, &MemSeries),
     ) {
-        for shard in self.shards.iter() {
+        for Padded(shard) in self.shards.iter() {
             let s = shard.lock();
             let slots = if matchers.is_empty() {
                 (0..s.series.len() as u32).collect()
