@@ -1,7 +1,7 @@
-//! The metadata endpoints of the Prometheus HTTP API, over real HTTP:
+//! The Prometheus HTTP API over real HTTP: queries (instant, range, format),
 //! series, labels, label values, metric metadata, build info and exemplars,
-//! with Prometheus' JSON envelope and errors. `promtool query series` and
-//! `promtool query labels` read them unchanged.
+//! with Prometheus' JSON envelope and errors. Grafana's health check and
+//! `promtool query instant|range|series|labels` work unchanged.
 
 mod common;
 
