@@ -76,29 +76,7 @@ impl LabelError {
     }
 }
 
-/// Whether `s` matches `[a-zA-Z_:][a-zA-Z0-9_:]*`.
-pub fn is_valid_metric_name(s: &[u8]) -> bool {
-    match s.split_first() {
-        Some((&c, rest)) => {
-            (c.is_ascii_alphabetic() || c == b'_' || c == b':')
-                && rest
-                    .iter()
-                    .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
-        }
-        None => false,
-    }
-}
-
-/// Whether `s` matches `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn is_valid_label_name(s: &[u8]) -> bool {
-    match s.split_first() {
-        Some((&c, rest)) => {
-            (c.is_ascii_alphabetic() || c == b'_')
-                && rest.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
-        }
-        None => false,
-    }
-}
+pub use crate::storage::labels::{is_valid_label_name, is_valid_metric_name};
 
 /// Checks raw `(name, value)` pairs and turns them into sorted string pairs
 /// in `out`. Returns whether the input had to be sorted.

@@ -679,7 +679,7 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let srcs: Vec<String> = (3..call.args.args.len())
         .map(|i| string_arg(call, i))
         .collect::<Result<_, _>>()?;
-    if !crate::ingest::validate::is_valid_label_name(dst.as_bytes()) {
+    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
         return Err(QueryError::BadData(format!(
             "invalid destination label name in label_join(): {dst}"
         )));
@@ -732,7 +732,7 @@ fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError
             "invalid regular expression in label_replace(): {e}"
         ))
     })?;
-    if !crate::ingest::validate::is_valid_label_name(dst.as_bytes()) {
+    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
         return Err(QueryError::BadData(format!(
             "invalid destination label name in label_replace(): {dst}"
         )));

@@ -69,6 +69,30 @@ impl Interner {
     }
 }
 
+/// Whether `s` matches `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+pub fn is_valid_metric_name(s: &[u8]) -> bool {
+    match s.split_first() {
+        Some((&c, rest)) => {
+            (c.is_ascii_alphabetic() || c == b'_' || c == b':')
+                && rest
+                    .iter()
+                    .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
+        }
+        None => false,
+    }
+}
+
+/// Whether `s` matches `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn is_valid_label_name(s: &[u8]) -> bool {
+    match s.split_first() {
+        Some((&c, rest)) => {
+            (c.is_ascii_alphabetic() || c == b'_')
+                && rest.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
+        }
+        None => false,
+    }
+}
+
 /// Appends the canonical bytes of `labels` (already sorted and valid) to `out`.
 pub fn encode_canonical<'a>(
     labels: impl IntoIterator<Item = (&'a str, &'a str)>,
