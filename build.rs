@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/prometheus/remote.proto",
         "proto/opentelemetry/proto/collector/metrics/v1/metrics_service.proto",
+        "proto/google/rpc/status.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     for p in &protos {

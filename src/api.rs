@@ -2,6 +2,7 @@
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
 mod metadata;
+mod otlp;
 pub mod params;
 pub mod prom;
 mod query;
@@ -20,6 +21,7 @@ use axum::Router;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::config::Config;
+use crate::ingest::otlp::Otlp;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
 use crate::storage::head::Head;
@@ -37,6 +39,7 @@ pub struct AppState {
 struct Inner {
     head: Arc<Head>,
     metadata: MetadataStore,
+    otlp: Otlp,
     query: QueryOptions,
     metrics: Metrics,
     limits: LabelLimits,
@@ -53,6 +56,7 @@ impl AppState {
                 metrics: Metrics::new(Arc::clone(&head)),
                 head,
                 metadata: MetadataStore::new(config.max_metadata_families),
+                otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query: config.query_options(),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
@@ -126,15 +130,12 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, body) = match self {
-            ApiError::Prom { kind, message } => {
-                if matches!(kind, ErrorType::Internal) {
-                    tracing::error!(error = %message, "query failed");
-                }
-                return prom::error(kind, &message);
-            }
+impl ApiError {
+    /// The HTTP status and the message a client may see; server faults are
+    /// logged here and their details kept out of the reply.
+    fn status_and_message(self) -> (StatusCode, String) {
+        match self {
+            ApiError::Prom { kind, message } => (kind.status(), message),
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
@@ -145,7 +146,19 @@ impl IntoResponse for ApiError {
                     "internal error; see the server log".to_owned(),
                 )
             }
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Prom { kind, message } = &self {
+            if matches!(kind, ErrorType::Internal) {
+                tracing::error!(error = %message, "query failed");
+            }
+            return prom::error(*kind, message);
+        }
+        let (status, body) = self.status_and_message();
         (
             status,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -158,6 +171,8 @@ impl IntoResponse for ApiError {
 /// The routes Sluice serves, as metric label values.
 const ROUTES: &[&str] = &[
     "/api/v1/write",
+    "/v1/metrics",
+    "/api/v1/otlp/v1/metrics",
     "/api/v1/query",
     "/api/v1/query_range",
     "/api/v1/format_query",
@@ -195,6 +210,8 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.inner.max_body_bytes;
     Router::new()
         .route("/api/v1/write", post(write::remote_write))
+        .route("/v1/metrics", post(otlp::export))
+        .route("/api/v1/otlp/v1/metrics", post(otlp::export))
         .route("/api/v1/query", get(query::instant).post(query::instant))
         .route("/api/v1/query_range", get(query::range).post(query::range))
         .route(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
 use crate::storage::head::HeadOptions;
@@ -50,6 +51,12 @@ pub struct Config {
     /// How far back an instant selector looks for a sample.
     #[serde(with = "humantime_serde")]
     pub query_lookback_delta: Duration,
+    /// OTLP resource attributes that become labels on every series of the
+    /// resource (as Prometheus' `otlp.promote_resource_attributes`).
+    pub otlp_promote_resource_attributes: Vec<String>,
+    /// Store OTLP delta sums and histograms as running totals (cumulative)
+    /// instead of refusing them.
+    pub otlp_delta_to_cumulative: bool,
 }
 
 impl Default for Config {
@@ -70,6 +77,8 @@ impl Default for Config {
             query_timeout: Duration::from_secs(120),
             query_max_samples: 50_000_000,
             query_lookback_delta: Duration::from_secs(300),
+            otlp_promote_resource_attributes: Vec::new(),
+            otlp_delta_to_cumulative: false,
         }
     }
 }
@@ -156,6 +165,15 @@ impl Config {
             lookback_ms: i64::try_from(self.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
             max_samples: self.query_max_samples,
             timeout: self.query_timeout,
+        }
+    }
+
+    /// How OTLP data is translated.
+    pub fn otlp_options(&self) -> OtlpOptions {
+        OtlpOptions {
+            promote_resource_attributes: self.otlp_promote_resource_attributes.clone(),
+            delta_to_cumulative: self.otlp_delta_to_cumulative,
+            target_info_interval_ms: (self.query_options().lookback_ms / 2).max(1),
         }
     }
 

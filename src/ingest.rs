@@ -36,11 +36,17 @@ pub enum Reason {
     SeriesLimit,
     /// Native histograms are not stored yet.
     NativeHistogram,
+    /// An OTLP metric whose aggregation temporality Sluice does not store
+    /// (delta without `--otlp-delta-to-cumulative`, or unspecified).
+    UnsupportedTemporality,
+    /// An OTLP data point that cannot be stored as it is: no timestamp, no
+    /// value, too many buckets, an exponential scale out of range.
+    InvalidDataPoint,
 }
 
 impl Reason {
     /// Number of distinct reasons.
-    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 2;
+    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 4;
 
     /// Every reason, in index order.
     pub fn all() -> impl Iterator<Item = Reason> {
@@ -48,16 +54,24 @@ impl Reason {
             .into_iter()
             .map(Reason::Label)
             .chain(SampleError::ALL.into_iter().map(Reason::Sample))
-            .chain([Reason::SeriesLimit, Reason::NativeHistogram])
+            .chain([
+                Reason::SeriesLimit,
+                Reason::NativeHistogram,
+                Reason::UnsupportedTemporality,
+                Reason::InvalidDataPoint,
+            ])
     }
 
     /// A dense index in `0..COUNT`.
     pub fn index(self) -> usize {
+        let other = LabelError::ALL.len() + SampleError::ALL.len();
         match self {
             Reason::Label(e) => e as usize,
             Reason::Sample(e) => LabelError::ALL.len() + e as usize,
-            Reason::SeriesLimit => LabelError::ALL.len() + SampleError::ALL.len(),
-            Reason::NativeHistogram => LabelError::ALL.len() + SampleError::ALL.len() + 1,
+            Reason::SeriesLimit => other,
+            Reason::NativeHistogram => other + 1,
+            Reason::UnsupportedTemporality => other + 2,
+            Reason::InvalidDataPoint => other + 3,
         }
     }
 
@@ -68,6 +82,8 @@ impl Reason {
             Reason::Sample(e) => e.reason(),
             Reason::SeriesLimit => "series_limit",
             Reason::NativeHistogram => "native_histogram_unsupported",
+            Reason::UnsupportedTemporality => "unsupported_temporality",
+            Reason::InvalidDataPoint => "invalid_data_point",
         }
     }
 }

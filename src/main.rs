@@ -75,6 +75,15 @@ struct Cli {
     /// override it with lookback_delta [default: 5m].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     query_lookback_delta: Option<Duration>,
+    /// OTLP resource attributes that become labels on every series of the
+    /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
+    /// (the rest go to target_info) [default: none].
+    #[arg(long, value_name = "ATTRS", value_delimiter = ',')]
+    otlp_promote_resource_attributes: Option<Vec<String>>,
+    /// Store OTLP delta sums and histograms as running totals (cumulative),
+    /// kept in memory per series, instead of refusing them [default: off].
+    #[arg(long)]
+    otlp_delta_to_cumulative: bool,
 }
 
 impl Cli {
@@ -101,8 +110,12 @@ impl Cli {
             max_metadata_families,
             query_timeout,
             query_max_samples,
-            query_lookback_delta
+            query_lookback_delta,
+            otlp_promote_resource_attributes
         );
+        if self.otlp_delta_to_cumulative {
+            c.otlp_delta_to_cumulative = true;
+        }
         c.validate()?;
         Ok(c)
     }

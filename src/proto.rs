@@ -7,6 +7,14 @@ pub mod prometheus {
     include!(concat!(env!("OUT_DIR"), "/prometheus.rs"));
 }
 
+/// `google.rpc.Status`, the body of OTLP/HTTP error replies.
+pub mod google {
+    /// `google.rpc`
+    pub mod rpc {
+        include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
+    }
+}
+
 /// OTLP metrics messages, nested as their packages are
 /// (`opentelemetry.proto.<area>.v1`), as prost's cross-references expect.
 pub mod opentelemetry {

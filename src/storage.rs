@@ -8,3 +8,7 @@ pub mod labels;
 pub mod metadata;
 pub mod querier;
 mod shard;
+
+/// Prometheus' stale marker: a NaN with this exact bit pattern ends a
+/// series for queries. Senders write it when a series disappears.
+pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;

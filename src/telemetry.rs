@@ -61,6 +61,7 @@ pub struct Metrics {
     registry: Registry,
     ingested: Family<ProtocolLabels, Counter>,
     rejected: Family<RejectLabels, Counter>,
+    rejected_points: Family<RejectLabels, Counter>,
     resorted: Family<ProtocolLabels, Counter>,
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
@@ -86,6 +87,12 @@ impl Metrics {
             "sluice_rejected_samples",
             "Samples not stored, by ingest protocol and reason",
             rejected.clone(),
+        );
+        let rejected_points = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "sluice_rejected_data_points",
+            "OTLP data points not (wholly) stored, by protocol and first reason; a histogram point is one data point and many samples",
+            rejected_points.clone(),
         );
         let resorted = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -123,6 +130,7 @@ impl Metrics {
             registry,
             ingested,
             rejected,
+            rejected_points,
             resorted,
             requests,
             durations,
@@ -152,7 +160,22 @@ impl Metrics {
         }
     }
 
-    /// Counts samples rejected before decoding (a whole body refused).
+    /// Counts one OTLP request's rejected data points, by [`Reason::index`].
+    pub fn record_rejected_points(&self, protocol: &'static str, by_reason: &[u64]) {
+        for reason in Reason::all() {
+            let n = by_reason.get(reason.index()).copied().unwrap_or(0);
+            if n > 0 {
+                self.rejected_points
+                    .get_or_create(&RejectLabels {
+                        protocol,
+                        reason: reason.as_str(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Counts one HTTP request and its latency.
     pub fn record_http(&self, handler: &'static str, code: u16, elapsed: Duration) {
         self.requests
             .get_or_create(&HttpLabels { handler, code })

@@ -47,6 +47,23 @@ fn help_explains_every_flag_with_the_real_defaults() {
             "--max-metadata-families",
             d.max_metadata_families.to_string(),
         ),
+        (
+            "--otlp-promote-resource-attributes",
+            if d.otlp_promote_resource_attributes.is_empty() {
+                "none".to_owned()
+            } else {
+                d.otlp_promote_resource_attributes.join(",")
+            },
+        ),
+        (
+            "--otlp-delta-to-cumulative",
+            if d.otlp_delta_to_cumulative {
+                "on"
+            } else {
+                "off"
+            }
+            .to_owned(),
+        ),
     ] {
         let at = help
             .find(flag)

@@ -1,6 +1,1052 @@
-//! OTLP/HTTP metrics ingest (in progress): the naming rules that turn OTLP
-//! metric and attribute names into the names Prometheus' own OTLP receiver
-//! gives them, under its default `UnderscoreEscapingWithSuffixes` strategy.
-//! The decoder and endpoint build on these.
+//! OTLP metrics ingest: an `ExportMetricsServiceRequest` appended to the
+//! head under the names Prometheus' own OTLP receiver gives its data
+//! (`UnderscoreEscapingWithSuffixes`; `specs/wire-formats.md` §3.4).
+//!
+//! The request is checked once for structure ([`schema::check`]), then
+//! walked once over its bytes: no request model is built. Each data point's
+//! labels are built in reused buffers ([`labels::LabelSet`]), encoded in
+//! the head's canonical form, and looked up; only a new series allocates.
+//! Per type:
+//! - gauge and sum: one series; `as_int` becomes a float;
+//! - histogram: `_bucket{le}` (cumulative, ending in `+Inf`), `_sum`, `_count`;
+//! - summary: `{quantile}` series, `_sum`, `_count`;
+//! - exponential histogram: Sluice has no native histograms yet, so each
+//!   point becomes classic buckets at its own boundaries (negative buckets,
+//!   the zero bucket at `le` = its threshold, positive buckets, `+Inf`), so
+//!   `histogram_quantile` works on it.
+//!
+//! Resources give `job` (`service.namespace/service.name`), `instance`
+//! (`service.instance.id`), the promoted attributes, and `target_info` with
+//! the rest. Delta sums and histograms are refused, or summed into running
+//! totals with `--otlp-delta-to-cumulative` ([`delta`]). `NO_RECORDED_VALUE`
+//! points store the stale marker. Exemplars and start times are not kept.
 
+pub mod delta;
+pub mod json;
+pub mod labels;
 pub mod names;
+pub mod schema;
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+
+use super::protowire::{DecodeError, Reader, Value};
+use super::validate::{self, LabelError, LabelLimits};
+use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
+use crate::storage::head::{AppendCounts, Head, SampleError};
+use crate::storage::labels::encode_canonical;
+use crate::storage::metadata::MetadataStore;
+use crate::storage::STALE_NAN;
+use delta::{DeltaError, DeltaState};
+use labels::{split_key_value, AttrError, LabelSet, Source};
+use names::{NameCache, NameKind};
+use schema::{len_prefix, PackedVarints};
+
+/// Most buckets one histogram point may have (OpenTelemetry SDKs default
+/// to 160 for exponential histograms); each bucket is a series here.
+pub const MAX_BUCKETS: usize = 1024;
+
+/// Exponential histogram scales accepted (the OTLP range).
+const SCALES: std::ops::RangeInclusive<i32> = -10..=20;
+
+/// How OTLP data is translated.
+#[derive(Debug, Clone)]
+pub struct OtlpOptions {
+    /// Resource attributes that become labels on every series.
+    pub promote_resource_attributes: Vec<String>,
+    /// Sum delta points into running totals instead of refusing them.
+    pub delta_to_cumulative: bool,
+    /// Spacing of `target_info` samples over a request's time range (half
+    /// the query lookback, so every instant sees one).
+    pub target_info_interval_ms: i64,
+}
+
+impl Default for OtlpOptions {
+    fn default() -> Self {
+        Self {
+            promote_resource_attributes: Vec::new(),
+            delta_to_cumulative: false,
+            target_info_interval_ms: 150_000,
+        }
+    }
+}
+
+/// OTLP state shared by all requests.
+#[derive(Debug)]
+pub struct Otlp {
+    /// Translation options.
+    pub opts: OtlpOptions,
+    /// Running totals for delta series.
+    pub delta: DeltaState,
+}
+
+impl Otlp {
+    /// State for `opts`, keeping delta totals for at most `max_series`.
+    pub fn new(opts: OtlpOptions, max_series: usize) -> Self {
+        Self {
+            opts,
+            delta: DeltaState::new(max_series),
+        }
+    }
+}
+
+/// What one OTLP request did.
+#[derive(Debug, Default, Clone)]
+pub struct OtlpReport {
+    /// Samples stored and rejected (a histogram point is many samples).
+    pub samples: IngestReport,
+    /// Data points in the request.
+    pub points: u64,
+    /// Data points not (wholly) stored, by [`Reason::index`] of their
+    /// first problem.
+    pub rejected_points: [u64; Reason::COUNT],
+    /// Things worth telling the sender that lost no data.
+    pub warnings: Vec<String>,
+}
+
+impl OtlpReport {
+    /// Data points not (wholly) stored.
+    pub fn rejected_points_total(&self) -> u64 {
+        self.rejected_points.iter().sum()
+    }
+
+    /// The `partial_success.error_message`: rejected points by reason, the
+    /// first problems, then warnings; empty when all is well.
+    pub fn message(&self) -> String {
+        let total = self.rejected_points_total();
+        let mut m = String::new();
+        if total > 0 {
+            let _ = write!(m, "rejected {total} of {} data points (", self.points);
+            let mut first = true;
+            for r in Reason::all() {
+                let n = self.rejected_points[r.index()];
+                if n > 0 {
+                    if !first {
+                        m.push_str(", ");
+                    }
+                    first = false;
+                    let _ = write!(m, "{}: {n}", r.as_str());
+                }
+            }
+            m.push_str("); the other points were stored. First problems: ");
+            m.push_str(&self.samples.problems.join("; "));
+        }
+        if !self.warnings.is_empty() {
+            if !m.is_empty() {
+                m.push_str(". ");
+            }
+            m.push_str("Warnings: ");
+            m.push_str(&self.warnings.join("; "));
+        }
+        m
+    }
+}
+
+/// Per-metric names, reused across metrics.
+#[derive(Debug, Default)]
+struct MetricNames {
+    base: String,
+    sum: String,
+    count: String,
+    bucket: String,
+}
+
+impl MetricNames {
+    fn set(&mut self, base: &str) {
+        for (s, suffix) in [
+            (&mut self.base, ""),
+            (&mut self.sum, "_sum"),
+            (&mut self.count, "_count"),
+            (&mut self.bucket, "_bucket"),
+        ] {
+            s.clear();
+            s.push_str(base);
+            s.push_str(suffix);
+        }
+    }
+}
+
+/// Buffers a metric's points are decoded into, reused across requests.
+#[derive(Debug, Default)]
+struct PointBufs {
+    names: MetricNames,
+    bounds: Vec<f64>,
+    counts: Vec<u64>,
+    negative: Vec<u64>,
+    quantiles: Vec<(f64, f64)>,
+    le: String,
+}
+
+/// Everything reused across requests on one thread.
+#[derive(Debug, Default)]
+struct Scratch {
+    identity: LabelSet,
+    promoted: LabelSet,
+    target: LabelSet,
+    point: LabelSet,
+    canonical: Vec<u8>,
+    text: String,
+    bufs: PointBufs,
+    names: NameCache,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Where the labels of an emitted series come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Set {
+    Point,
+    Target,
+}
+
+/// Appends a decoded (protobuf) `ExportMetricsServiceRequest` to `head`.
+/// A body that is not a well-formed request is refused whole, before
+/// anything is stored; otherwise every valid point is stored and the rest
+/// are counted and described in the report.
+pub fn append_export_request(
+    head: &Head,
+    metadata: &MetadataStore,
+    otlp: &Otlp,
+    limits: &LabelLimits,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<OtlpReport, DecodeError> {
+    schema::check(body, &schema::REQUEST)?;
+    SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        let mut w = Walk {
+            head,
+            metadata,
+            otlp,
+            limits,
+            max_t: now_ms.saturating_add(MAX_AHEAD_MS),
+            report: OtlpReport::default(),
+            counts: AppendCounts::default(),
+            target_counts: AppendCounts::default(),
+            point_reason: None,
+            t_range: (i64::MAX, i64::MIN),
+            s: &mut scratch,
+        };
+        w.request(body)?;
+        let mut report = w.report;
+        report.samples.accepted = w.counts.appended + w.target_counts.appended;
+        for e in SampleError::ALL {
+            report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
+        }
+        Ok(report)
+    })
+}
+
+struct Walk<'a> {
+    head: &'a Head,
+    metadata: &'a MetadataStore,
+    otlp: &'a Otlp,
+    limits: &'a LabelLimits,
+    max_t: i64,
+    report: OtlpReport,
+    counts: AppendCounts,
+    /// `target_info` appends: stored ones count, refused ones (a resource
+    /// repeated in one request) are not the sender's data points.
+    target_counts: AppendCounts,
+    /// The first problem of the current data point.
+    point_reason: Option<Reason>,
+    /// Earliest and latest sample time of the current resource.
+    t_range: (i64, i64),
+    s: &'a mut Scratch,
+}
+
+/// The offset where a length-delimited value found at `at` starts.
+fn inner(at: usize, b: &[u8]) -> usize {
+    at + len_prefix(b.len())
+}
+
+fn utf8(b: &[u8]) -> &str {
+    std::str::from_utf8(b).unwrap_or("")
+}
+
+/// Go's `strconv.FormatFloat(f, 'f', -1, 64)`, which Rust's `Display`
+/// matches for finite values.
+fn push_float(out: &mut String, f: f64) {
+    out.clear();
+    if f.is_infinite() {
+        out.push_str(if f > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{f}");
+    }
+}
+
+/// `2^(index · 2^-scale)`: the lower bound of exponential bucket `index`.
+fn exp_bound(index: i64, scale: i32) -> f64 {
+    if scale <= 0 {
+        let exp = index.saturating_mul(1i64 << (-scale));
+        2f64.powi(exp.clamp(-1100, 1100) as i32)
+    } else {
+        (index as f64 / f64::from(1u32 << scale)).exp2()
+    }
+}
+
+impl Walk<'_> {
+    fn request(&mut self, body: &[u8]) -> Result<(), DecodeError> {
+        let mut r = Reader::new(body);
+        while let Some((num, v, at)) = r.next_field()? {
+            if let (1, Value::Bytes(rm)) = (num, v) {
+                self.resource_metrics(rm, inner(at, rm))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resource_metrics(&mut self, rm: &[u8], base: usize) -> Result<(), DecodeError> {
+        let mut resource = None;
+        let mut r = Reader::nested(rm, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            if let (1, Value::Bytes(b)) = (num, v) {
+                resource = Some((b, inner(at, b)));
+            }
+        }
+        self.resource(resource)?;
+        self.t_range = (i64::MAX, i64::MIN);
+        let mut r = Reader::nested(rm, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            let (2, Value::Bytes(sm)) = (num, v) else {
+                continue;
+            };
+            let mut r = Reader::nested(sm, inner(at, sm));
+            while let Some((num, v, at)) = r.next_field()? {
+                if let (2, Value::Bytes(m)) = (num, v) {
+                    self.metric(m, inner(at, m))?;
+                }
+            }
+        }
+        self.target_info();
+        Ok(())
+    }
+
+    /// Fills the identity (`job`, `instance`), promoted and `target_info`
+    /// label sets from a resource.
+    fn resource(&mut self, resource: Option<(&[u8], usize)>) -> Result<(), DecodeError> {
+        let s = &mut *self.s;
+        s.identity.clear();
+        s.promoted.clear();
+        s.target.clear();
+        let (mut name, mut namespace, mut instance) = (None, None, None);
+        s.text.clear();
+        if let Some((res, base)) = resource {
+            let mut r = Reader::nested(res, base);
+            while let Some((num, v, at)) = r.next_field()? {
+                let (1, Value::Bytes(kv)) = (num, v) else {
+                    continue;
+                };
+                let (key, value) = split_key_value(kv, inner(at, kv))?;
+                let Ok(key) = std::str::from_utf8(key) else {
+                    self.report
+                        .warnings
+                        .push("a resource attribute key is not valid UTF-8; it was ignored".into());
+                    continue;
+                };
+                if self
+                    .otlp
+                    .opts
+                    .promote_resource_attributes
+                    .iter()
+                    .any(|p| p == key)
+                {
+                    let _ = s.promoted.push_attribute(key, value, Source::Attribute);
+                }
+                let slot = match key {
+                    "service.name" => &mut name,
+                    "service.namespace" => &mut namespace,
+                    "service.instance.id" => &mut instance,
+                    _ => {
+                        if s.target
+                            .push_attribute(key, value, Source::Attribute)
+                            .is_err()
+                            && self.report.warnings.len() < MAX_PROBLEMS
+                        {
+                            self.report.warnings.push(format!(
+                                "resource attribute {key:?} cannot be a label; it was left out of target_info"
+                            ));
+                        }
+                        continue;
+                    }
+                };
+                let start = s.text.len();
+                if let Some((vb, vat)) = value {
+                    if labels::any_value_string(vb, vat, &mut s.text, 0).is_err() {
+                        s.text.truncate(start);
+                    }
+                }
+                *slot = Some((start, s.text.len()));
+            }
+        }
+        let get = |r: Option<(usize, usize)>| r.map(|(a, b)| &s.text[a..b]);
+        match (get(namespace), get(name)) {
+            (Some(ns), Some(n)) if !ns.is_empty() => {
+                s.identity
+                    .push_parts("job", &[ns, "/", n], Source::Identity);
+            }
+            (_, Some(n)) => s.identity.push("job", n, Source::Identity),
+            _ => {}
+        }
+        if let Some(inst) = get(instance) {
+            s.identity.push("instance", inst, Source::Identity);
+        }
+        s.identity.resolve();
+        s.promoted.resolve();
+        s.target.extend_from(&s.identity, Source::Identity);
+        s.target.resolve();
+        Ok(())
+    }
+
+    fn target_info(&mut self) {
+        let (min_t, max_t) = self.t_range;
+        let s = &*self.s;
+        let has_attrs = s.target.iter().any(|(n, _)| n != "job" && n != "instance");
+        if min_t > max_t || !has_attrs || s.identity.is_empty() {
+            return;
+        }
+        self.metadata
+            .record("target_info", "gauge", "Target metadata", "");
+        let step = self.otlp.opts.target_info_interval_ms.max(1);
+        // At most 100 samples per resource, however wide the range.
+        let mut t = min_t.max(max_t.saturating_sub(step.saturating_mul(100)));
+        while t < max_t {
+            self.emit(Set::Target, "target_info", None, t, 1.0, false);
+            t = t.saturating_add(step);
+        }
+        self.emit(Set::Target, "target_info", None, max_t, 1.0, false);
+    }
+
+    fn metric(&mut self, m: &[u8], base: usize) -> Result<(), DecodeError> {
+        let (mut name, mut desc, mut unit, mut data) = (&[][..], &[][..], &[][..], None);
+        let mut r = Reader::nested(m, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            match (num, v) {
+                (1, Value::Bytes(b)) => name = b,
+                (2, Value::Bytes(b)) => desc = b,
+                (3, Value::Bytes(b)) => unit = b,
+                (5 | 7 | 9 | 10 | 11, Value::Bytes(b)) => data = Some((num, b, inner(at, b))),
+                _ => {}
+            }
+        }
+        let name_text = String::from_utf8_lossy(name);
+        let Some((kind, data, dbase)) = data else {
+            if self.report.warnings.len() < MAX_PROBLEMS {
+                self.report.warnings.push(format!(
+                    "metric {name_text:?} has no data (no gauge, sum, histogram, exponential histogram or summary)"
+                ));
+            }
+            return Ok(());
+        };
+        let (mut temporality, mut monotonic, mut points) = (0, false, 0u64);
+        let mut r = Reader::nested(data, dbase);
+        while let Some((num, v, _)) = r.next_field()? {
+            match (num, v) {
+                (1, Value::Bytes(_)) => points += 1,
+                (2, Value::Varint(t)) => temporality = t,
+                (3, Value::Varint(b)) => monotonic = b != 0,
+                _ => {}
+            }
+        }
+        if points == 0 {
+            if self.report.warnings.len() < MAX_PROBLEMS {
+                self.report
+                    .warnings
+                    .push(format!("metric {name_text:?} has no data points"));
+            }
+            return Ok(());
+        }
+        let reject_all = |w: &mut Self, reason: Reason, detail: String| {
+            w.report.points += points;
+            w.report.rejected_points[reason.index()] += points;
+            w.report.samples.reject(reason, points, || detail);
+        };
+        let Ok(name_str) = std::str::from_utf8(name) else {
+            reject_all(
+                self,
+                Reason::Label(LabelError::InvalidUtf8),
+                format!("metric name {name_text:?} is not valid UTF-8"),
+            );
+            return Ok(());
+        };
+        let (name_kind, type_name) = match kind {
+            5 => (NameKind::Gauge, "gauge"),
+            7 if monotonic => (NameKind::Counter, "counter"),
+            7 => (NameKind::Gauge, "gauge"),
+            11 => (NameKind::Other, "summary"),
+            _ => (NameKind::Other, "histogram"),
+        };
+        let mut delta = false;
+        if matches!(kind, 7 | 9 | 10) && temporality != 2 {
+            if temporality == 1 && self.otlp.opts.delta_to_cumulative {
+                delta = true;
+            } else {
+                let why = if temporality == 1 {
+                    "delta temporality, which Sluice stores only when run with --otlp-delta-to-cumulative"
+                } else {
+                    "unspecified aggregation temporality"
+                };
+                reject_all(
+                    self,
+                    Reason::UnsupportedTemporality,
+                    format!(
+                        "invalid temporality and type combination for metric {name_str:?}: {why}"
+                    ),
+                );
+                return Ok(());
+            }
+        }
+        let unit_str = utf8(unit);
+        let mut bufs = std::mem::take(&mut self.s.bufs);
+        match self.s.names.get(name_str, unit_str, name_kind) {
+            Ok((prom_name, unit_word)) => {
+                self.metadata
+                    .record(prom_name, type_name, utf8(desc), unit_word);
+                bufs.names.set(prom_name);
+            }
+            Err(e) => {
+                let detail = e.to_string();
+                self.s.bufs = bufs;
+                reject_all(self, Reason::Label(LabelError::InvalidMetricName), detail);
+                return Ok(());
+            }
+        }
+        let mut r = Reader::nested(data, dbase);
+        let mut result = Ok(());
+        while let Some((num, v, at)) = r.next_field()? {
+            let (1, Value::Bytes(p)) = (num, v) else {
+                continue;
+            };
+            let base = inner(at, p);
+            self.report.points += 1;
+            self.point_reason = None;
+            result = match kind {
+                5 | 7 => self.number_point(p, base, &bufs, delta),
+                9 => self.histogram_point(p, base, &mut bufs, delta),
+                10 => self.exp_histogram_point(p, base, &mut bufs, delta),
+                _ => self.summary_point(p, base, &mut bufs),
+            };
+            if let Some(reason) = self.point_reason.take() {
+                self.report.rejected_points[reason.index()] += 1;
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        self.s.bufs = bufs;
+        result
+    }
+
+    /// Rejects the current point (or part of it): `samples` samples for `reason`.
+    fn reject(&mut self, reason: Reason, samples: u64, detail: impl FnOnce() -> String) {
+        self.point_reason.get_or_insert(reason);
+        self.report.samples.reject(reason, samples, detail);
+    }
+
+    /// Builds the point's labels from attribute field `field`, or rejects
+    /// its `samples` samples and returns `false`.
+    fn point_labels(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        field: u32,
+        name: &str,
+        samples: u64,
+    ) -> Result<bool, DecodeError> {
+        let s = &mut *self.s;
+        s.point.clear();
+        let mut r = Reader::nested(p, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            let Value::Bytes(kv) = v else { continue };
+            if num != field {
+                continue;
+            }
+            match s.point.push_key_value(kv, inner(at, kv), Source::Attribute) {
+                Ok(()) => {}
+                Err(AttrError::Decode(e)) => return Err(e),
+                Err(AttrError::Label(e)) => {
+                    let key = split_key_value(kv, 0)
+                        .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                        .unwrap_or_default();
+                    self.reject(Reason::Label(e), samples, || {
+                        format!(
+                            "{} in attribute {key:?} of a data point of metric {name:?}",
+                            super::label_problem(e)
+                        )
+                    });
+                    return Ok(false);
+                }
+            }
+        }
+        s.point.extend_from(&s.promoted, Source::Promoted);
+        s.point.extend_from(&s.identity, Source::Identity);
+        s.point.resolve();
+        Ok(true)
+    }
+
+    /// Checks a point's time; records it for `target_info`.
+    fn point_time(&mut self, t_ns: u64, name: &str, samples: u64) -> Option<i64> {
+        if t_ns == 0 {
+            self.reject(Reason::InvalidDataPoint, samples, || {
+                format!("a data point of metric {name:?} has no time_unix_nano")
+            });
+            return None;
+        }
+        let t = (t_ns / 1_000_000) as i64;
+        self.t_range = (self.t_range.0.min(t), self.t_range.1.max(t));
+        Some(t)
+    }
+
+    fn number_point(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        bufs: &PointBufs,
+        delta: bool,
+    ) -> Result<(), DecodeError> {
+        let (mut t_ns, mut value, mut flags) = (0, None, 0);
+        let mut r = Reader::nested(p, base);
+        while let Some((num, v, _)) = r.next_field()? {
+            match (num, v) {
+                (3, Value::Fixed64(t)) => t_ns = t,
+                (4, Value::Fixed64(b)) => value = Some(f64::from_bits(b)),
+                (6, Value::Fixed64(i)) => value = Some(i as i64 as f64),
+                (8, Value::Varint(f)) => flags = f,
+                _ => {}
+            }
+        }
+        let name = bufs.names.base.as_str();
+        let Some(t) = self.point_time(t_ns, name, 1) else {
+            return Ok(());
+        };
+        let value = if flags & 1 != 0 {
+            f64::from_bits(STALE_NAN)
+        } else if let Some(v) = value {
+            v
+        } else {
+            self.reject(Reason::InvalidDataPoint, 1, || {
+                format!("a data point of metric {name:?} has no value")
+            });
+            return Ok(());
+        };
+        if self.point_labels(p, base, 7, name, 1)? {
+            self.emit(Set::Point, name, None, t, value, delta);
+        }
+        Ok(())
+    }
+
+    fn histogram_point(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        bufs: &mut PointBufs,
+        delta: bool,
+    ) -> Result<(), DecodeError> {
+        let (mut t_ns, mut count, mut sum, mut flags) = (0, 0, None, 0);
+        bufs.bounds.clear();
+        bufs.counts.clear();
+        let mut r = Reader::nested(p, base);
+        while let Some((num, v, _)) = r.next_field()? {
+            match (num, v) {
+                (3, Value::Fixed64(t)) => t_ns = t,
+                (4, Value::Fixed64(c)) => count = c,
+                (5, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
+                (6, Value::Fixed64(c)) => bufs.counts.push(c),
+                (6, Value::Bytes(b)) => bufs.counts.extend(fixed64s(b)),
+                (7, Value::Fixed64(b)) => bufs.bounds.push(f64::from_bits(b)),
+                (7, Value::Bytes(b)) => bufs.bounds.extend(fixed64s(b).map(f64::from_bits)),
+                (10, Value::Varint(f)) => flags = f,
+                _ => {}
+            }
+        }
+        // Prometheus pairs bounds with counts as far as both go.
+        let n = bufs.bounds.len().min(bufs.counts.len());
+        let samples = n as u64 + 2 + u64::from(sum.is_some());
+        let names = &bufs.names;
+        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
+            return Ok(());
+        };
+        if n > MAX_BUCKETS {
+            self.reject(Reason::InvalidDataPoint, samples, || {
+                format!(
+                    "a data point of histogram {:?} has {n} buckets, over the limit of {MAX_BUCKETS}",
+                    names.base
+                )
+            });
+            return Ok(());
+        }
+        if !self.point_labels(p, base, 9, &names.base, samples)? {
+            return Ok(());
+        }
+        let stale = flags & 1 != 0;
+        let val = |v: f64| if stale { f64::from_bits(STALE_NAN) } else { v };
+        if let Some(sum) = sum {
+            self.emit(Set::Point, &names.sum, None, t, val(sum), delta);
+        }
+        self.emit(Set::Point, &names.count, None, t, val(count as f64), delta);
+        let mut cumulative = 0u64;
+        for i in 0..n {
+            cumulative = cumulative.saturating_add(bufs.counts[i]);
+            let bound = bufs.bounds[i];
+            if !bound.is_finite() {
+                continue;
+            }
+            push_float(&mut bufs.le, bound);
+            self.emit(
+                Set::Point,
+                &names.bucket,
+                Some(("le", &bufs.le)),
+                t,
+                val(cumulative as f64),
+                delta,
+            );
+        }
+        self.emit(
+            Set::Point,
+            &names.bucket,
+            Some(("le", "+Inf")),
+            t,
+            val(count as f64),
+            delta,
+        );
+        Ok(())
+    }
+
+    fn exp_histogram_point(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        bufs: &mut PointBufs,
+        delta: bool,
+    ) -> Result<(), DecodeError> {
+        let (mut t_ns, mut count, mut sum, mut flags) = (0, 0, None, 0);
+        let (mut scale, mut zero_count, mut zero_threshold) = (0i32, 0u64, 0f64);
+        let (mut pos_offset, mut neg_offset) = (0i32, 0i32);
+        bufs.counts.clear();
+        bufs.negative.clear();
+        let mut r = Reader::nested(p, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            match (num, v) {
+                (3, Value::Fixed64(t)) => t_ns = t,
+                (4, Value::Fixed64(c)) => count = c,
+                (5, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
+                (6, Value::Varint(z)) => scale = zigzag32(z),
+                (7, Value::Fixed64(z)) => zero_count = z,
+                (8, Value::Bytes(b)) => {
+                    bufs.counts.clear();
+                    pos_offset = buckets(b, inner(at, b), &mut bufs.counts)?;
+                }
+                (9, Value::Bytes(b)) => {
+                    bufs.negative.clear();
+                    neg_offset = buckets(b, inner(at, b), &mut bufs.negative)?;
+                }
+                (10, Value::Varint(f)) => flags = f,
+                (14, Value::Fixed64(b)) => zero_threshold = f64::from_bits(b),
+                _ => {}
+            }
+        }
+        let n = bufs.counts.len() + bufs.negative.len() + 1;
+        let samples = n as u64 + 2 + u64::from(sum.is_some());
+        let names = &bufs.names;
+        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
+            return Ok(());
+        };
+        if n > MAX_BUCKETS || !SCALES.contains(&scale) {
+            self.reject(Reason::InvalidDataPoint, samples, || {
+                format!(
+                    "a data point of exponential histogram {:?} has scale {scale} and {n} buckets; Sluice takes scales {}..={} and at most {MAX_BUCKETS} buckets",
+                    names.base, SCALES.start(), SCALES.end()
+                )
+            });
+            return Ok(());
+        }
+        if !self.point_labels(p, base, 1, &names.base, samples)? {
+            return Ok(());
+        }
+        let stale = flags & 1 != 0;
+        let val = |v: u64| {
+            if stale {
+                f64::from_bits(STALE_NAN)
+            } else {
+                v as f64
+            }
+        };
+        if let Some(sum) = sum {
+            let v = if stale {
+                f64::from_bits(STALE_NAN)
+            } else {
+                sum
+            };
+            self.emit(Set::Point, &names.sum, None, t, v, delta);
+        }
+        self.emit(Set::Point, &names.count, None, t, val(count), delta);
+        // Lowest values first: negative buckets from the largest index
+        // (bucket i holds -base^(i+1) <= v < -base^i, so its `le` is -base^i).
+        let mut cumulative = 0u64;
+        for (i, &c) in bufs.negative.iter().enumerate().rev() {
+            cumulative = cumulative.saturating_add(c);
+            let index = i64::from(neg_offset) + i as i64;
+            push_float(&mut bufs.le, -exp_bound(index, scale));
+            self.emit(
+                Set::Point,
+                &names.bucket,
+                Some(("le", &bufs.le)),
+                t,
+                val(cumulative),
+                delta,
+            );
+        }
+        cumulative = cumulative.saturating_add(zero_count);
+        push_float(&mut bufs.le, zero_threshold.max(0.0));
+        self.emit(
+            Set::Point,
+            &names.bucket,
+            Some(("le", &bufs.le)),
+            t,
+            val(cumulative),
+            delta,
+        );
+        // Positive bucket i holds base^i < v <= base^(i+1).
+        for (i, &c) in bufs.counts.iter().enumerate() {
+            cumulative = cumulative.saturating_add(c);
+            let index = i64::from(pos_offset) + i as i64 + 1;
+            let bound = exp_bound(index, scale);
+            if !bound.is_finite() {
+                continue;
+            }
+            push_float(&mut bufs.le, bound);
+            self.emit(
+                Set::Point,
+                &names.bucket,
+                Some(("le", &bufs.le)),
+                t,
+                val(cumulative),
+                delta,
+            );
+        }
+        self.emit(
+            Set::Point,
+            &names.bucket,
+            Some(("le", "+Inf")),
+            t,
+            val(count),
+            delta,
+        );
+        Ok(())
+    }
+
+    fn summary_point(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        bufs: &mut PointBufs,
+    ) -> Result<(), DecodeError> {
+        let (mut t_ns, mut count, mut sum, mut flags) = (0, 0, 0.0, 0);
+        bufs.quantiles.clear();
+        let mut r = Reader::nested(p, base);
+        while let Some((num, v, at)) = r.next_field()? {
+            match (num, v) {
+                (3, Value::Fixed64(t)) => t_ns = t,
+                (4, Value::Fixed64(c)) => count = c,
+                (5, Value::Fixed64(b)) => sum = f64::from_bits(b),
+                (6, Value::Bytes(b)) => {
+                    let (mut q, mut qv) = (0.0, 0.0);
+                    let mut r = Reader::nested(b, inner(at, b));
+                    while let Some((num, v, _)) = r.next_field()? {
+                        match (num, v) {
+                            (1, Value::Fixed64(x)) => q = f64::from_bits(x),
+                            (2, Value::Fixed64(x)) => qv = f64::from_bits(x),
+                            _ => {}
+                        }
+                    }
+                    bufs.quantiles.push((q, qv));
+                }
+                (8, Value::Varint(f)) => flags = f,
+                _ => {}
+            }
+        }
+        let samples = bufs.quantiles.len() as u64 + 2;
+        let names = &bufs.names;
+        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
+            return Ok(());
+        };
+        if bufs.quantiles.len() > MAX_BUCKETS {
+            self.reject(Reason::InvalidDataPoint, samples, || {
+                format!(
+                    "a data point of summary {:?} has more than {MAX_BUCKETS} quantiles",
+                    names.base
+                )
+            });
+            return Ok(());
+        }
+        if !self.point_labels(p, base, 7, &names.base, samples)? {
+            return Ok(());
+        }
+        let stale = flags & 1 != 0;
+        let val = |v: f64| if stale { f64::from_bits(STALE_NAN) } else { v };
+        self.emit(Set::Point, &names.sum, None, t, val(sum), false);
+        self.emit(Set::Point, &names.count, None, t, val(count as f64), false);
+        for &(q, v) in &bufs.quantiles {
+            push_float(&mut bufs.le, q);
+            self.emit(
+                Set::Point,
+                &names.base,
+                Some(("quantile", &bufs.le)),
+                t,
+                val(v),
+                false,
+            );
+        }
+        Ok(())
+    }
+
+    /// Appends one sample to the series made of the `set` labels, `__name__`
+    /// = `name` and `extra`, which win over labels of the same name.
+    fn emit(
+        &mut self,
+        set: Set,
+        name: &str,
+        extra: Option<(&str, &str)>,
+        t: i64,
+        value: f64,
+        delta: bool,
+    ) {
+        let s = &mut *self.s;
+        let labels = match set {
+            Set::Point => &s.point,
+            Set::Target => &s.target,
+        };
+        let extras = [("__name__", name), extra.unwrap_or(("", ""))];
+        let extras = &extras[..1 + usize::from(extra.is_some())];
+        s.canonical.clear();
+        encode_canonical(merge(labels.iter(), extras), &mut s.canonical);
+        let canonical = s.canonical.as_slice();
+        let value = if delta {
+            match self.otlp.delta.accumulate(canonical, t, value) {
+                Ok(v) => v,
+                Err(e) => {
+                    let reason = match e {
+                        DeltaError::OutOfOrder => Reason::Sample(SampleError::OutOfOrder),
+                        DeltaError::Full => Reason::SeriesLimit,
+                    };
+                    self.point_reason.get_or_insert(reason);
+                    self.report.samples.reject(reason, 1, || match e {
+                        DeltaError::OutOfOrder => format!(
+                            "delta sample at {t} for {name:?} is not newer than the last one; it was not added to the running total"
+                        ),
+                        DeltaError::Full => format!(
+                            "running totals for delta series are full; new series {name:?} not created"
+                        ),
+                    });
+                    return;
+                }
+            }
+        } else {
+            value
+        };
+        let counts = match set {
+            Set::Point => &mut self.counts,
+            Set::Target => &mut self.target_counts,
+        };
+        counts.first = None;
+        let sample = std::iter::once((t, value));
+        if !self
+            .head
+            .append_existing(canonical, sample.clone(), self.max_t, counts)
+        {
+            let raw: Vec<(&[u8], &[u8])> = merge(labels.iter(), extras)
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect();
+            let mut valid = Vec::with_capacity(raw.len());
+            let outcome = match validate::validate(&raw, self.limits, &mut valid) {
+                Err(e) => Err((Reason::Label(e), super::label_problem(e).to_owned())),
+                Ok(_) => self
+                    .head
+                    .append_labels(&valid, canonical, sample, self.max_t, counts)
+                    .map_err(|limit| (Reason::SeriesLimit, limit.to_string())),
+            };
+            if let Err((reason, why)) = outcome {
+                if set == Set::Point {
+                    self.point_reason.get_or_insert(reason);
+                    self.report
+                        .samples
+                        .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
+                }
+                return;
+            }
+        }
+        if let (Set::Point, Some((e, t))) = (set, counts.first) {
+            self.point_reason.get_or_insert(Reason::Sample(e));
+            if self.report.samples.problems.len() < MAX_PROBLEMS {
+                let max_t = self.max_t;
+                self.report.samples.problems.push(format!(
+                    "{} at timestamp {t} for series {name:?}",
+                    super::sample_problem(e, max_t)
+                ));
+            }
+        }
+    }
+}
+
+/// Merges sorted labels with sorted `extras`; an extra replaces a label of
+/// the same name.
+fn merge<'a>(
+    labels: impl Iterator<Item = (&'a str, &'a str)>,
+    extras: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    let mut labels = labels.peekable();
+    let mut extras = extras.iter().copied().peekable();
+    std::iter::from_fn(move || match (labels.peek(), extras.peek()) {
+        (Some(l), Some(e)) => {
+            if e.0 < l.0 {
+                extras.next()
+            } else if e.0 == l.0 {
+                labels.next();
+                extras.next()
+            } else {
+                labels.next()
+            }
+        }
+        (Some(_), None) => labels.next(),
+        (None, _) => extras.next(),
+    })
+}
+
+fn zigzag32(v: u64) -> i32 {
+    let v = v as u32;
+    ((v >> 1) as i32) ^ -((v & 1) as i32)
+}
+
+/// The little-endian 8-byte values of a packed run (whole, after the check).
+fn fixed64s(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    b.chunks_exact(8).map(|c| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c);
+        u64::from_le_bytes(a)
+    })
+}
+
+/// Reads an exponential histogram `Buckets` into `out`; returns its offset.
+fn buckets(b: &[u8], base: usize, out: &mut Vec<u64>) -> Result<i32, DecodeError> {
+    let mut offset = 0;
+    let mut r = Reader::nested(b, base);
+    while let Some((num, v, at)) = r.next_field()? {
+        match (num, v) {
+            (1, Value::Varint(o)) => offset = zigzag32(o),
+            (2, Value::Varint(c)) => out.push(c),
+            (2, Value::Bytes(run)) => {
+                for c in (PackedVarints { buf: run }) {
+                    out.push(c.map_err(|what| DecodeError { what, offset: at })?);
+                }
+            }
+            _ => {}
+        }
+        if out.len() > MAX_BUCKETS {
+            // Enough to reject the point; do not grow further.
+            break;
+        }
+    }
+    Ok(offset)
+}

@@ -15,8 +15,7 @@ use super::{aggregate, binary, functions, QueryError};
 use crate::storage::head::Head;
 use crate::storage::labels::Label;
 
-/// Prometheus' stale marker.
-pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+pub use crate::storage::STALE_NAN;
 
 /// Whether `v` is the stale marker.
 #[inline]

@@ -160,28 +160,110 @@ pub fn metric_name(name: &str, unit: &str, kind: NameKind) -> Result<String, Inv
 /// `[a-zA-Z0-9_]` become `_` (runs are kept), a leading digit gets `key_`,
 /// a single leading `_` gets `key`; `__reserved` names stay as they are.
 pub fn label_name(key: &str) -> Result<String, InvalidName> {
-    if key.is_empty() {
-        return Err(InvalidName(String::new()));
+    let mut out = String::new();
+    if push_label_name(key, &mut out) {
+        Ok(out)
+    } else {
+        Err(InvalidName(key.to_owned()))
     }
-    let mut out: String = key
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert_str(0, "key_");
-    } else if out.starts_with('_') && !out.starts_with("__") {
-        out.insert_str(0, "key");
+}
+
+/// Appends [`label_name`]`(key)` to `out` without allocating (beyond
+/// `out`'s growth). Returns `false`, leaving `out` as it was, when the key
+/// has no valid characters.
+pub fn push_label_name(key: &str, out: &mut String) -> bool {
+    let start = out.len();
+    let b = key.as_bytes();
+    match b.first() {
+        None => return false,
+        Some(c) if c.is_ascii_digit() => out.push_str("key_"),
+        Some(b'_') if b.get(1) != Some(&b'_') => out.push_str("key"),
+        _ => {}
     }
-    if out != key && out.chars().all(|c| c == '_') {
-        return Err(InvalidName(key.to_owned()));
+    let mut all_underscore = true;
+    for c in key.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '_'
+        };
+        all_underscore &= c == '_';
+        out.push(c);
     }
-    Ok(out)
+    if all_underscore && !key.bytes().all(|c| c == b'_') {
+        out.truncate(start);
+        return false;
+    }
+    true
+}
+
+/// The Prometheus unit word of an OTLP unit, as metadata reports it
+/// (`s` → `seconds`, `By/s` → `bytes_per_second`, `1` and `{x}` → empty).
+pub fn unit_name(unit: &str) -> String {
+    let (main, per) = unit_suffixes(unit);
+    let (main, per) = (clean_unit(&main), clean_unit(&per));
+    let main = main.trim_matches('_');
+    let per = per.trim_matches('_');
+    match (main.is_empty(), per.is_empty() || per == "per") {
+        (_, true) => main.to_owned(),
+        (true, false) => per.to_owned(),
+        (false, false) => format!("{main}_{per}"),
+    }
+}
+
+/// Translated names of the metrics seen lately, so that a request for
+/// metrics already seen builds no strings.
+#[derive(Debug, Default)]
+pub struct NameCache {
+    table: hashbrown::HashTable<CachedName>,
+}
+
+#[derive(Debug)]
+struct CachedName {
+    hash: u64,
+    kind: NameKind,
+    name: Box<str>,
+    unit: Box<str>,
+    /// The metric name and the unit word, or why the name is invalid.
+    out: Result<(Box<str>, Box<str>), InvalidName>,
+}
+
+/// Names the cache holds before it starts over.
+const NAME_CACHE_SIZE: usize = 4096;
+
+impl NameCache {
+    /// The Prometheus name and unit word for metric `name` of `unit` and `kind`.
+    pub fn get(
+        &mut self,
+        name: &str,
+        unit: &str,
+        kind: NameKind,
+    ) -> Result<(&str, &str), &InvalidName> {
+        use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+        let hash = xxh3_64_with_seed(name.as_bytes(), xxh3_64(unit.as_bytes()) ^ kind as u64);
+        let eq = |e: &CachedName| {
+            e.hash == hash && e.kind == kind && *e.name == *name && *e.unit == *unit
+        };
+        if self.table.len() >= NAME_CACHE_SIZE && self.table.find(hash, eq).is_none() {
+            self.table.clear();
+        }
+        let entry = self
+            .table
+            .entry(hash, eq, |e| e.hash)
+            .or_insert_with(|| CachedName {
+                hash,
+                kind,
+                name: name.into(),
+                unit: unit.into(),
+                out: metric_name(name, unit, kind)
+                    .map(|n| (n.into_boxed_str(), unit_name(unit).into_boxed_str())),
+            })
+            .into_mut();
+        match &entry.out {
+            Ok((n, u)) => Ok((n, u)),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -252,7 +334,35 @@ mod tests {
         assert_eq!(l("__reserved__"), "__reserved__");
         assert_eq!(l("a..b"), "a__b");
         assert_eq!(l("grüße"), "gr__e");
+        assert_eq!(l("__"), "__");
+        assert_eq!(l("_"), "key_");
         assert!(label_name("").is_err());
         assert!(label_name("...").is_err());
+    }
+
+    #[test]
+    fn unit_words_for_metadata() {
+        assert_eq!(unit_name("s"), "seconds");
+        assert_eq!(unit_name("By/s"), "bytes_per_second");
+        assert_eq!(unit_name("1"), "");
+        assert_eq!(unit_name("{packet}"), "");
+        assert_eq!(unit_name("{packet}/s"), "per_second");
+        assert_eq!(unit_name("1/s"), "per_second");
+    }
+
+    #[test]
+    fn the_name_cache_answers_like_the_namer() {
+        let mut cache = NameCache::default();
+        for _ in 0..2 {
+            assert_eq!(
+                cache.get("http.server.duration", "s", NameKind::Other),
+                Ok(("http_server_duration_seconds", "seconds"))
+            );
+            assert_eq!(
+                cache.get("http.server.duration", "s", NameKind::Counter),
+                Ok(("http_server_duration_seconds_total", "seconds"))
+            );
+            assert!(cache.get("...", "", NameKind::Gauge).is_err());
+        }
     }
 }

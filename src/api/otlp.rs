@@ -1,0 +1,213 @@
+//! `POST /v1/metrics` and `POST /api/v1/otlp/v1/metrics`: the OTLP/HTTP
+//! metrics receiver.
+//!
+//! Replies follow the OTLP/HTTP contract, in the request's content type:
+//! 200 with an `ExportMetricsServiceResponse` (with `partial_success` when
+//! points were rejected: the client must not retry those); 400 with a
+//! `google.rpc.Status` for a body that cannot be decoded; 413 for a body
+//! over the limit after decompression; 415 for a content type or encoding
+//! other than protobuf/JSON and gzip/none. 503 (a timeout) is the only
+//! retryable answer Sluice gives today.
+
+use std::cell::RefCell;
+use std::io::Read as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prost::Message as _;
+
+use super::{ApiError, AppState};
+use crate::ingest::otlp::{self, json, OtlpReport};
+use crate::proto::google::rpc::Status;
+use crate::proto::opentelemetry::proto::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+};
+
+/// Buffers above this size are not kept for reuse by the thread.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
+
+/// gRPC status codes used in `google.rpc.Status` bodies.
+const CODE_INVALID_ARGUMENT: i32 = 3;
+const CODE_INTERNAL: i32 = 13;
+const CODE_UNAVAILABLE: i32 = 14;
+
+thread_local! {
+    /// Reused buffers per worker thread: the gunzipped body, and the
+    /// protobuf transcoded from a JSON body.
+    static BUFS: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The two encodings OTLP/HTTP speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Protobuf,
+    Json,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Protobuf => "application/x-protobuf",
+            Format::Json => "application/json",
+        }
+    }
+}
+
+pub(super) async fn export(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let essence = media.split(';').next().unwrap_or("").trim();
+    let format = if essence.eq_ignore_ascii_case("application/x-protobuf") {
+        Format::Protobuf
+    } else if essence.eq_ignore_ascii_case("application/json") {
+        Format::Json
+    } else {
+        let e = ApiError::UnsupportedMediaType(format!(
+            "unsupported Content-Type {media:?}: OTLP/HTTP takes application/x-protobuf or application/json"
+        ));
+        return error_reply(Format::Protobuf, e);
+    };
+    match handle(&state, format, &headers, body) {
+        Ok(report) => success(format, &report),
+        Err(e) => error_reply(format, e),
+    }
+}
+
+fn handle(
+    state: &AppState,
+    format: Format,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<OtlpReport, ApiError> {
+    let inner = &state.inner;
+    let gzip = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str()) {
+        None => false,
+        Some(Ok(v)) if v.trim().eq_ignore_ascii_case("gzip") => true,
+        Some(Ok(v)) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("identity") => false,
+        Some(v) => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "unsupported Content-Encoding {:?}: OTLP/HTTP takes gzip or none",
+                v.unwrap_or("(not text)")
+            )))
+        }
+    };
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+            "request body is larger than the limit of {} bytes (max-body-bytes)",
+            inner.max_body_bytes
+        )),
+        _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
+    })?;
+    let limit = inner.max_decompressed_bytes;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let report = BUFS.with(|cell| {
+        let mut bufs = cell.borrow_mut();
+        let (unzipped, transcoded) = &mut *bufs;
+        let mut bytes: &[u8] = &body;
+        if gzip {
+            unzipped.clear();
+            flate2::read::MultiGzDecoder::new(bytes)
+                .take(limit as u64 + 1)
+                .read_to_end(unzipped)
+                .map_err(|e| ApiError::BadRequest(format!("body is not valid gzip: {e}")))?;
+            bytes = unzipped;
+        }
+        if bytes.len() > limit {
+            return Err(ApiError::TooLarge(format!(
+                "decompressed body is over the limit of {limit} bytes (max-decompressed-bytes)"
+            )));
+        }
+        if format == Format::Json {
+            transcoded.clear();
+            json::to_protobuf(bytes, transcoded).map_err(|e| ApiError::BadRequest(e.0))?;
+            bytes = transcoded;
+        }
+        let result = otlp::append_export_request(
+            &inner.head,
+            &inner.metadata,
+            &inner.otlp,
+            &inner.limits,
+            bytes,
+            now_ms,
+        )
+        .map_err(|e| {
+            ApiError::BadRequest(format!("cannot decode ExportMetricsServiceRequest: {e}"))
+        });
+        for b in [unzipped, transcoded] {
+            if b.capacity() > KEEP_BUFFER_BYTES {
+                *b = Vec::new();
+            }
+        }
+        result
+    })?;
+    inner.metrics.record_ingest("otlp", &report.samples);
+    inner
+        .metrics
+        .record_rejected_points("otlp", &report.rejected_points);
+    Ok(report)
+}
+
+fn success(format: Format, report: &OtlpReport) -> Response {
+    let message = report.message();
+    let partial = (!message.is_empty()).then(|| ExportMetricsPartialSuccess {
+        rejected_data_points: i64::try_from(report.rejected_points_total()).unwrap_or(i64::MAX),
+        error_message: message,
+    });
+    let body = match format {
+        Format::Protobuf => ExportMetricsServiceResponse {
+            partial_success: partial,
+        }
+        .encode_to_vec(),
+        Format::Json => match partial {
+            None => b"{}".to_vec(),
+            // proto3 JSON writes int64 as a string.
+            Some(p) => serde_json::json!({
+                "partialSuccess": {
+                    "rejectedDataPoints": p.rejected_data_points.to_string(),
+                    "errorMessage": p.error_message,
+                }
+            })
+            .to_string()
+            .into_bytes(),
+        },
+    };
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response()
+}
+
+fn error_reply(format: Format, e: ApiError) -> Response {
+    let (status, message) = e.status_and_message();
+    let code = match status {
+        StatusCode::SERVICE_UNAVAILABLE => CODE_UNAVAILABLE,
+        s if s.is_server_error() => CODE_INTERNAL,
+        _ => CODE_INVALID_ARGUMENT,
+    };
+    let body = match format {
+        Format::Protobuf => Status { code, message }.encode_to_vec(),
+        Format::Json => serde_json::json!({ "code": code, "message": message })
+            .to_string()
+            .into_bytes(),
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,522 @@
+//! The shape of the OTLP metrics messages Sluice reads, as tables: field
+//! numbers, JSON names and types (`proto/opentelemetry/…`). One table drives
+//! both the structural check of protobuf bodies and the JSON transcoder, so
+//! the two cannot disagree about the wire.
+//!
+//! Fields not listed (exemplar-free extensions, profiling-only string
+//! indexes, entity refs) are unknown to Sluice and skipped, as protobuf
+//! and the OTLP JSON mapping both require.
+
+use crate::ingest::protowire::{DecodeError, Reader, Value};
+
+/// A field's type, as far as the wire and JSON care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    /// A nested message.
+    Msg(&'static Msg),
+    /// UTF-8 text (checked where it is used, not here).
+    Str,
+    /// Bytes; base64 in JSON.
+    Bytes,
+    /// Trace and span ids; hex in OTLP JSON.
+    HexBytes,
+    /// `bool` (varint).
+    Bool,
+    /// `int64` (varint).
+    Int64,
+    /// `uint32` (varint).
+    Uint32,
+    /// `uint64` (varint).
+    Uint64,
+    /// `sint32` (zigzag varint).
+    Sint32,
+    /// An enum (varint); an integer in OTLP JSON.
+    Enum,
+    /// `fixed64`.
+    Fixed64,
+    /// `sfixed64`.
+    Sfixed64,
+    /// `double`.
+    Double,
+}
+
+impl Ty {
+    /// The protobuf wire type of one (unpacked) value.
+    pub fn wire_type(self) -> u8 {
+        match self {
+            Ty::Msg(_) | Ty::Str | Ty::Bytes | Ty::HexBytes => 2,
+            Ty::Bool | Ty::Int64 | Ty::Uint32 | Ty::Uint64 | Ty::Sint32 | Ty::Enum => 0,
+            Ty::Fixed64 | Ty::Sfixed64 | Ty::Double => 1,
+        }
+    }
+}
+
+/// One field of a message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Field {
+    /// Field number.
+    pub num: u32,
+    /// The lowerCamelCase name used by the OTLP JSON mapping.
+    pub json: &'static str,
+    /// Its type.
+    pub ty: Ty,
+    /// Whether it is `repeated`.
+    pub repeated: bool,
+}
+
+/// A message: its name (for errors) and the fields Sluice knows.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Msg {
+    /// The protobuf message name.
+    pub name: &'static str,
+    /// Known fields.
+    pub fields: &'static [Field],
+}
+
+impl Msg {
+    /// The field with number `num`.
+    pub fn by_num(&self, num: u32) -> Option<&'static Field> {
+        self.fields.iter().find(|f| f.num == num)
+    }
+
+    /// The field with JSON name `name`.
+    pub fn by_json(&self, name: &str) -> Option<&'static Field> {
+        self.fields.iter().find(|f| f.json == name)
+    }
+}
+
+const fn f(num: u32, json: &'static str, ty: Ty) -> Field {
+    Field {
+        num,
+        json,
+        ty,
+        repeated: false,
+    }
+}
+
+const fn rep(num: u32, json: &'static str, ty: Ty) -> Field {
+    Field {
+        num,
+        json,
+        ty,
+        repeated: true,
+    }
+}
+
+/// `ExportMetricsServiceRequest`.
+pub static REQUEST: Msg = Msg {
+    name: "ExportMetricsServiceRequest",
+    fields: &[rep(1, "resourceMetrics", Ty::Msg(&RESOURCE_METRICS))],
+};
+
+static RESOURCE_METRICS: Msg = Msg {
+    name: "ResourceMetrics",
+    fields: &[
+        f(1, "resource", Ty::Msg(&RESOURCE)),
+        rep(2, "scopeMetrics", Ty::Msg(&SCOPE_METRICS)),
+        f(3, "schemaUrl", Ty::Str),
+    ],
+};
+
+static RESOURCE: Msg = Msg {
+    name: "Resource",
+    fields: &[
+        rep(1, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "droppedAttributesCount", Ty::Uint32),
+    ],
+};
+
+static SCOPE_METRICS: Msg = Msg {
+    name: "ScopeMetrics",
+    fields: &[
+        f(1, "scope", Ty::Msg(&SCOPE)),
+        rep(2, "metrics", Ty::Msg(&METRIC)),
+        f(3, "schemaUrl", Ty::Str),
+    ],
+};
+
+static SCOPE: Msg = Msg {
+    name: "InstrumentationScope",
+    fields: &[
+        f(1, "name", Ty::Str),
+        f(2, "version", Ty::Str),
+        rep(3, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(4, "droppedAttributesCount", Ty::Uint32),
+    ],
+};
+
+static METRIC: Msg = Msg {
+    name: "Metric",
+    fields: &[
+        f(1, "name", Ty::Str),
+        f(2, "description", Ty::Str),
+        f(3, "unit", Ty::Str),
+        f(5, "gauge", Ty::Msg(&GAUGE)),
+        f(7, "sum", Ty::Msg(&SUM)),
+        f(9, "histogram", Ty::Msg(&HISTOGRAM)),
+        f(10, "exponentialHistogram", Ty::Msg(&EXP_HISTOGRAM)),
+        f(11, "summary", Ty::Msg(&SUMMARY)),
+        rep(12, "metadata", Ty::Msg(&KEY_VALUE)),
+    ],
+};
+
+static GAUGE: Msg = Msg {
+    name: "Gauge",
+    fields: &[rep(1, "dataPoints", Ty::Msg(&NUMBER_POINT))],
+};
+
+static SUM: Msg = Msg {
+    name: "Sum",
+    fields: &[
+        rep(1, "dataPoints", Ty::Msg(&NUMBER_POINT)),
+        f(2, "aggregationTemporality", Ty::Enum),
+        f(3, "isMonotonic", Ty::Bool),
+    ],
+};
+
+static HISTOGRAM: Msg = Msg {
+    name: "Histogram",
+    fields: &[
+        rep(1, "dataPoints", Ty::Msg(&HISTOGRAM_POINT)),
+        f(2, "aggregationTemporality", Ty::Enum),
+    ],
+};
+
+static EXP_HISTOGRAM: Msg = Msg {
+    name: "ExponentialHistogram",
+    fields: &[
+        rep(1, "dataPoints", Ty::Msg(&EXP_POINT)),
+        f(2, "aggregationTemporality", Ty::Enum),
+    ],
+};
+
+static SUMMARY: Msg = Msg {
+    name: "Summary",
+    fields: &[rep(1, "dataPoints", Ty::Msg(&SUMMARY_POINT))],
+};
+
+static NUMBER_POINT: Msg = Msg {
+    name: "NumberDataPoint",
+    fields: &[
+        rep(7, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "startTimeUnixNano", Ty::Fixed64),
+        f(3, "timeUnixNano", Ty::Fixed64),
+        f(4, "asDouble", Ty::Double),
+        f(6, "asInt", Ty::Sfixed64),
+        rep(5, "exemplars", Ty::Msg(&EXEMPLAR)),
+        f(8, "flags", Ty::Uint32),
+    ],
+};
+
+static HISTOGRAM_POINT: Msg = Msg {
+    name: "HistogramDataPoint",
+    fields: &[
+        rep(9, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "startTimeUnixNano", Ty::Fixed64),
+        f(3, "timeUnixNano", Ty::Fixed64),
+        f(4, "count", Ty::Fixed64),
+        f(5, "sum", Ty::Double),
+        rep(6, "bucketCounts", Ty::Fixed64),
+        rep(7, "explicitBounds", Ty::Double),
+        rep(8, "exemplars", Ty::Msg(&EXEMPLAR)),
+        f(10, "flags", Ty::Uint32),
+        f(11, "min", Ty::Double),
+        f(12, "max", Ty::Double),
+    ],
+};
+
+static EXP_POINT: Msg = Msg {
+    name: "ExponentialHistogramDataPoint",
+    fields: &[
+        rep(1, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "startTimeUnixNano", Ty::Fixed64),
+        f(3, "timeUnixNano", Ty::Fixed64),
+        f(4, "count", Ty::Fixed64),
+        f(5, "sum", Ty::Double),
+        f(6, "scale", Ty::Sint32),
+        f(7, "zeroCount", Ty::Fixed64),
+        f(8, "positive", Ty::Msg(&BUCKETS)),
+        f(9, "negative", Ty::Msg(&BUCKETS)),
+        f(10, "flags", Ty::Uint32),
+        rep(11, "exemplars", Ty::Msg(&EXEMPLAR)),
+        f(12, "min", Ty::Double),
+        f(13, "max", Ty::Double),
+        f(14, "zeroThreshold", Ty::Double),
+    ],
+};
+
+static BUCKETS: Msg = Msg {
+    name: "ExponentialHistogramDataPoint.Buckets",
+    fields: &[
+        f(1, "offset", Ty::Sint32),
+        rep(2, "bucketCounts", Ty::Uint64),
+    ],
+};
+
+static SUMMARY_POINT: Msg = Msg {
+    name: "SummaryDataPoint",
+    fields: &[
+        rep(7, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "startTimeUnixNano", Ty::Fixed64),
+        f(3, "timeUnixNano", Ty::Fixed64),
+        f(4, "count", Ty::Fixed64),
+        f(5, "sum", Ty::Double),
+        rep(6, "quantileValues", Ty::Msg(&QUANTILE)),
+        f(8, "flags", Ty::Uint32),
+    ],
+};
+
+static QUANTILE: Msg = Msg {
+    name: "SummaryDataPoint.ValueAtQuantile",
+    fields: &[f(1, "quantile", Ty::Double), f(2, "value", Ty::Double)],
+};
+
+static EXEMPLAR: Msg = Msg {
+    name: "Exemplar",
+    fields: &[
+        rep(7, "filteredAttributes", Ty::Msg(&KEY_VALUE)),
+        f(2, "timeUnixNano", Ty::Fixed64),
+        f(3, "asDouble", Ty::Double),
+        f(6, "asInt", Ty::Sfixed64),
+        f(4, "spanId", Ty::HexBytes),
+        f(5, "traceId", Ty::HexBytes),
+    ],
+};
+
+static KEY_VALUE: Msg = Msg {
+    name: "KeyValue",
+    fields: &[f(1, "key", Ty::Str), f(2, "value", Ty::Msg(&ANY_VALUE))],
+};
+
+static ANY_VALUE: Msg = Msg {
+    name: "AnyValue",
+    fields: &[
+        f(1, "stringValue", Ty::Str),
+        f(2, "boolValue", Ty::Bool),
+        f(3, "intValue", Ty::Int64),
+        f(4, "doubleValue", Ty::Double),
+        f(5, "arrayValue", Ty::Msg(&ARRAY_VALUE)),
+        f(6, "kvlistValue", Ty::Msg(&KEY_VALUE_LIST)),
+        f(7, "bytesValue", Ty::Bytes),
+    ],
+};
+
+static ARRAY_VALUE: Msg = Msg {
+    name: "ArrayValue",
+    fields: &[rep(1, "values", Ty::Msg(&ANY_VALUE))],
+};
+
+static KEY_VALUE_LIST: Msg = Msg {
+    name: "KeyValueList",
+    fields: &[rep(1, "values", Ty::Msg(&KEY_VALUE))],
+};
+
+/// How deep messages may nest. The request itself is 9 levels deep at an
+/// attribute value; the rest is headroom for array and kvlist values,
+/// which may nest without end in the proto but not on our stack.
+pub const MAX_DEPTH: usize = 32;
+
+/// Checks that `body` is a well-formed `msg`: every known field has its
+/// declared wire type (or is a packed repeated scalar), packed runs hold
+/// whole values, and nested messages are themselves well-formed. After
+/// this, the walk that appends can trust the structure.
+pub fn check(body: &[u8], msg: &Msg) -> Result<(), DecodeError> {
+    check_at(body, 0, msg, 0)
+}
+
+fn check_at(buf: &[u8], base: usize, msg: &Msg, depth: usize) -> Result<(), DecodeError> {
+    if depth > MAX_DEPTH {
+        return Err(DecodeError {
+            what: "messages nested too deeply",
+            offset: base,
+        });
+    }
+    let mut r = Reader::nested(buf, base);
+    while let Some((num, value, at)) = r.next_field()? {
+        let Some(field) = msg.by_num(num) else {
+            continue;
+        };
+        let ok = match (field.ty, value) {
+            (Ty::Msg(inner), Value::Bytes(b)) => {
+                check_at(b, at + len_prefix(b.len()), inner, depth + 1)?;
+                true
+            }
+            (Ty::Str | Ty::Bytes | Ty::HexBytes, Value::Bytes(_)) => true,
+            (ty, Value::Bytes(b)) if field.repeated => {
+                check_packed(b, ty).map_err(|what| DecodeError { what, offset: at })?;
+                true
+            }
+            (ty, Value::Varint(_)) => ty.wire_type() == 0,
+            (ty, Value::Fixed64(_)) => ty.wire_type() == 1,
+            _ => false,
+        };
+        if !ok {
+            return Err(DecodeError {
+                what: "field has the wrong wire type",
+                offset: at,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Bytes taken by the length prefix of a `len`-byte field.
+pub fn len_prefix(len: usize) -> usize {
+    let mut n = 1;
+    let mut v = len >> 7;
+    while v > 0 {
+        n += 1;
+        v >>= 7;
+    }
+    n
+}
+
+fn check_packed(b: &[u8], ty: Ty) -> Result<(), &'static str> {
+    match ty.wire_type() {
+        1 if b.len() % 8 == 0 => Ok(()),
+        1 => Err("packed run of 8-byte values has a partial value"),
+        0 => {
+            let mut it = PackedVarints { buf: b };
+            for v in &mut it {
+                v?;
+            }
+            Ok(())
+        }
+        _ => Err("field has the wrong wire type"),
+    }
+}
+
+/// The varints of a packed run.
+#[derive(Debug, Clone)]
+pub struct PackedVarints<'a> {
+    /// What is left to read.
+    pub buf: &'a [u8],
+}
+
+impl Iterator for PackedVarints<'_> {
+    type Item = Result<u64, &'static str>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let mut v = 0u64;
+        for i in 0..10 {
+            let Some((&b, rest)) = self.buf.split_first() else {
+                self.buf = &[];
+                return Some(Err("truncated varint in packed run"));
+            };
+            self.buf = rest;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Some(Ok(v));
+            }
+        }
+        self.buf = &[];
+        Some(Err("varint longer than 10 bytes in packed run"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::opentelemetry::proto::{
+        collector::metrics::v1::ExportMetricsServiceRequest, common::v1 as common, metrics::v1 as m,
+    };
+    use prost::Message;
+
+    fn request() -> ExportMetricsServiceRequest {
+        let kv = |k: &str, v: &str| common::KeyValue {
+            key: k.into(),
+            value: Some(common::AnyValue {
+                value: Some(common::any_value::Value::StringValue(v.into())),
+            }),
+            ..Default::default()
+        };
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![m::ResourceMetrics {
+                resource: Some(crate::proto::opentelemetry::proto::resource::v1::Resource {
+                    attributes: vec![kv("service.name", "api")],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![m::ScopeMetrics {
+                    metrics: vec![m::Metric {
+                        name: "h".into(),
+                        data: Some(m::metric::Data::Histogram(m::Histogram {
+                            data_points: vec![m::HistogramDataPoint {
+                                attributes: vec![kv("a", "b")],
+                                time_unix_nano: 5_000_000,
+                                count: 3,
+                                bucket_counts: vec![1, 2],
+                                explicit_bounds: vec![1.0],
+                                ..Default::default()
+                            }],
+                            aggregation_temporality: 2,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn accepts_what_prost_encodes_and_rejects_damage() {
+        let body = request().encode_to_vec();
+        check(&body, &REQUEST).expect("valid request");
+        // Every strict prefix cuts some length-delimited field short.
+        for n in 1..body.len() {
+            assert!(check(&body[..n], &REQUEST).is_err(), "prefix {n} accepted");
+        }
+        // resourceMetrics as a varint is the wrong wire type.
+        let err = check(&[0x08, 0x01], &REQUEST).unwrap_err();
+        assert_eq!(err.what, "field has the wrong wire type");
+        // Unknown fields are skipped.
+        check(&[0x78, 0x01], &REQUEST).expect("unknown field 15 skipped");
+    }
+
+    #[test]
+    fn bounds_nesting_depth() {
+        // AnyValue{arrayValue{values[AnyValue{arrayValue{…}}]}}: each level
+        // is two messages deep.
+        let chain = |levels: usize| {
+            let mut deep = Vec::new();
+            for _ in 0..levels {
+                let mut array = vec![0x0a];
+                put_len(&mut array, deep.len());
+                array.extend_from_slice(&deep);
+                let mut any = vec![0x2a];
+                put_len(&mut any, array.len());
+                any.extend_from_slice(&array);
+                deep = any;
+            }
+            deep
+        };
+        assert!(check(&chain(MAX_DEPTH / 2 - 1), &ANY_VALUE).is_ok());
+        let err = check(&chain(MAX_DEPTH), &ANY_VALUE).unwrap_err();
+        assert_eq!(err.what, "messages nested too deeply");
+    }
+    fn put_len(out: &mut Vec<u8>, mut n: usize) {
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+    }
+
+    #[test]
+    fn packed_runs_must_hold_whole_values() {
+        // HistogramDataPoint.bucketCounts (6, fixed64) packed with 7 bytes.
+        let mut msg = vec![0x32, 7];
+        msg.extend_from_slice(&[0; 7]);
+        assert!(check(&msg, &HISTOGRAM_POINT).is_err());
+        let mut msg = vec![0x32, 8];
+        msg.extend_from_slice(&[0; 8]);
+        assert!(check(&msg, &HISTOGRAM_POINT).is_ok());
+        // Buckets.bucketCounts (2, uint64) packed with a truncated varint.
+        assert!(check(&[0x12, 2, 0x01, 0x80], &BUCKETS).is_err());
+        assert!(check(&[0x12, 2, 0x01, 0x02], &BUCKETS).is_ok());
+    }
+}

@@ -1,0 +1,803 @@
+//! The OTLP/HTTP receiver over real HTTP: every metric type lands under the
+//! names Prometheus' OTLP receiver gives it, and bad input gets the OTLP
+//! reply it should while the valid rest of the request is stored.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
+use prost::Message;
+use serde_json::Value;
+use sluice::config::Config;
+use sluice::proto::google::rpc::Status;
+use sluice::proto::opentelemetry::proto::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use sluice::proto::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
+use sluice::proto::opentelemetry::proto::metrics::v1::{
+    self as m, exponential_histogram_data_point::Buckets, metric::Data, number_data_point,
+    summary_data_point::ValueAtQuantile,
+};
+use sluice::proto::opentelemetry::proto::resource::v1::Resource;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn ns(ms: i64) -> u64 {
+    ms as u64 * 1_000_000
+}
+
+fn number(attrs: Vec<KeyValue>, t_ms: i64, v: number_data_point::Value) -> m::NumberDataPoint {
+    m::NumberDataPoint {
+        attributes: attrs,
+        time_unix_nano: ns(t_ms),
+        value: Some(v),
+        ..Default::default()
+    }
+}
+
+fn metric(name: &str, unit: &str, data: Data) -> m::Metric {
+    m::Metric {
+        name: name.into(),
+        unit: unit.into(),
+        description: format!("{name} help"),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+fn gauge(points: Vec<m::NumberDataPoint>) -> Data {
+    Data::Gauge(m::Gauge {
+        data_points: points,
+    })
+}
+
+fn sum(points: Vec<m::NumberDataPoint>, temporality: i32, monotonic: bool) -> Data {
+    Data::Sum(m::Sum {
+        data_points: points,
+        aggregation_temporality: temporality,
+        is_monotonic: monotonic,
+    })
+}
+
+fn request(resource: Vec<KeyValue>, metrics: Vec<m::Metric>) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![m::ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource,
+                ..Default::default()
+            }),
+            scope_metrics: vec![m::ScopeMetrics {
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn service() -> Vec<KeyValue> {
+    vec![
+        kv("service.name", "checkout"),
+        kv("service.namespace", "shop"),
+        kv("service.instance.id", "pod-1"),
+        kv("host.name", "node-a"),
+        kv("cloud.region", "eu-west-1"),
+    ]
+}
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+async fn post(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .body(body);
+    for &(k, v) in headers {
+        req = req.header(k, v);
+    }
+    let resp = req.send().await.expect("sent");
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = resp.bytes().await.expect("body").to_vec();
+    Reply {
+        status,
+        content_type,
+        body,
+    }
+}
+
+async fn export(addr: std::net::SocketAddr, req: &ExportMetricsServiceRequest) -> Reply {
+    post(
+        addr,
+        "/v1/metrics",
+        req.encode_to_vec(),
+        &[("content-type", "application/x-protobuf")],
+    )
+    .await
+}
+
+fn response(r: &Reply) -> ExportMetricsServiceResponse {
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.content_type, "application/x-protobuf");
+    ExportMetricsServiceResponse::decode(r.body.as_slice()).expect("response decodes")
+}
+
+/// Runs an instant query; returns each series' labels and value.
+async fn query(
+    addr: std::net::SocketAddr,
+    q: impl Into<String>,
+    t_ms: i64,
+) -> Vec<(BTreeMap<String, String>, String)> {
+    let url = format!("http://{addr}/api/v1/query");
+    let text = reqwest::Client::new()
+        .post(url)
+        .form(&[
+            ("query", q.into()),
+            ("time", format!("{}", t_ms as f64 / 1000.0)),
+        ])
+        .send()
+        .await
+        .expect("sent")
+        .text()
+        .await
+        .expect("body");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["status"], "success", "{v}");
+    let mut out: Vec<_> = v["data"]["result"]
+        .as_array()
+        .expect("vector")
+        .iter()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            (
+                labels,
+                s["value"][1].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_metric_type_lands_under_prometheus_names() {
+    let srv = common::start(Config::default()).await;
+    let t = common::now_ms() - 60_000;
+    let attrs = || vec![kv("http.route", "/cart"), kv("0ops", "x")];
+    let req = request(
+        service(),
+        vec![
+            metric(
+                "http.server.requests",
+                "{request}",
+                sum(
+                    vec![number(attrs(), t, number_data_point::Value::AsInt(42))],
+                    2,
+                    true,
+                ),
+            ),
+            metric(
+                "queue.items",
+                "{item}",
+                sum(
+                    vec![number(attrs(), t, number_data_point::Value::AsInt(-3))],
+                    2,
+                    false,
+                ),
+            ),
+            metric(
+                "cpu.utilization",
+                "1",
+                gauge(vec![number(
+                    attrs(),
+                    t,
+                    number_data_point::Value::AsDouble(0.25),
+                )]),
+            ),
+            metric(
+                "http.server.request.duration",
+                "s",
+                Data::Histogram(m::Histogram {
+                    data_points: vec![m::HistogramDataPoint {
+                        attributes: attrs(),
+                        time_unix_nano: ns(t),
+                        count: 10,
+                        sum: Some(4.5),
+                        bucket_counts: vec![2, 3, 5],
+                        explicit_bounds: vec![0.1, 1.0],
+                        ..Default::default()
+                    }],
+                    aggregation_temporality: 2,
+                }),
+            ),
+            metric(
+                "rpc.latency",
+                "ms",
+                Data::Summary(m::Summary {
+                    data_points: vec![m::SummaryDataPoint {
+                        attributes: attrs(),
+                        time_unix_nano: ns(t),
+                        count: 4,
+                        sum: 10.0,
+                        quantile_values: vec![
+                            ValueAtQuantile {
+                                quantile: 0.5,
+                                value: 2.0,
+                            },
+                            ValueAtQuantile {
+                                quantile: 0.99,
+                                value: 4.0,
+                            },
+                        ],
+                        ..Default::default()
+                    }],
+                }),
+            ),
+            metric(
+                "payload.size",
+                "By",
+                Data::ExponentialHistogram(m::ExponentialHistogram {
+                    data_points: vec![m::ExponentialHistogramDataPoint {
+                        attributes: attrs(),
+                        time_unix_nano: ns(t),
+                        count: 9,
+                        sum: Some(100.0),
+                        scale: 0,
+                        zero_count: 1,
+                        positive: Some(Buckets {
+                            offset: 1,
+                            bucket_counts: vec![3, 4],
+                        }),
+                        negative: Some(Buckets {
+                            offset: 0,
+                            bucket_counts: vec![1],
+                        }),
+                        ..Default::default()
+                    }],
+                    aggregation_temporality: 2,
+                }),
+            ),
+        ],
+    );
+    let r = export(srv.addr, &req).await;
+    assert_eq!(response(&r), ExportMetricsServiceResponse::default());
+
+    let base = [
+        ("http_route", "/cart"),
+        ("key_0ops", "x"),
+        ("job", "shop/checkout"),
+        ("instance", "pod-1"),
+    ];
+    let with = |name: &str, extra: &[(&str, &str)]| {
+        let mut l = labels(&base);
+        l.insert("__name__".into(), name.into());
+        for (k, v) in extra {
+            l.insert((*k).into(), (*v).into());
+        }
+        l
+    };
+    let q = |s: &str| query(srv.addr, s.to_owned(), t);
+    assert_eq!(
+        q("http_server_requests_total").await,
+        vec![(with("http_server_requests_total", &[]), "42".into())]
+    );
+    assert_eq!(
+        q("queue_items").await,
+        vec![(with("queue_items", &[]), "-3".into())]
+    );
+    assert_eq!(
+        q("cpu_utilization_ratio").await,
+        vec![(with("cpu_utilization_ratio", &[]), "0.25".into())]
+    );
+    let h = "http_server_request_duration_seconds";
+    assert_eq!(q(&format!("{{__name__=~\"{h}.*\"}}")).await, {
+        let mut v = vec![
+            (with(&format!("{h}_bucket"), &[("le", "+Inf")]), "10".into()),
+            (with(&format!("{h}_bucket"), &[("le", "0.1")]), "2".into()),
+            (with(&format!("{h}_bucket"), &[("le", "1")]), "5".into()),
+            (with(&format!("{h}_count"), &[]), "10".into()),
+            (with(&format!("{h}_sum"), &[]), "4.5".into()),
+        ];
+        v.sort();
+        v
+    });
+    // histogram_quantile works on the translated buckets.
+    let p50 = q(&format!("histogram_quantile(0.5, {h}_bucket)")).await;
+    assert_eq!(p50.len(), 1);
+    // Rank 5 falls at the top of (0.1, 1]: 0.1 + 0.9 * (5 - 2) / 3.
+    assert_eq!(p50[0].1, "1");
+
+    assert_eq!(q("rpc_latency_milliseconds").await, {
+        let mut v = vec![
+            (
+                with("rpc_latency_milliseconds", &[("quantile", "0.5")]),
+                "2".into(),
+            ),
+            (
+                with("rpc_latency_milliseconds", &[("quantile", "0.99")]),
+                "4".into(),
+            ),
+        ];
+        v.sort();
+        v
+    });
+    assert_eq!(
+        q("rpc_latency_milliseconds_sum").await[0].1,
+        "10".to_owned()
+    );
+    assert_eq!(
+        q("rpc_latency_milliseconds_count").await[0].1,
+        "4".to_owned()
+    );
+
+    // Exponential, scale 0 (base 2): negative bucket 0 holds [-2, -1), the
+    // zero bucket, positive buckets 1 and 2 hold (2, 4] and (4, 8].
+    let e = "payload_size_bytes_bucket";
+    assert_eq!(q(e).await, {
+        let mut v = vec![
+            (with(e, &[("le", "-1")]), "1".into()),
+            (with(e, &[("le", "0")]), "2".into()),
+            (with(e, &[("le", "4")]), "5".into()),
+            (with(e, &[("le", "8")]), "9".into()),
+            (with(e, &[("le", "+Inf")]), "9".into()),
+        ];
+        v.sort();
+        v
+    });
+    assert_eq!(q("payload_size_bytes_sum").await[0].1, "100".to_owned());
+
+    // target_info carries the non-identifying resource attributes.
+    assert_eq!(
+        q("target_info").await,
+        vec![(
+            labels(&[
+                ("__name__", "target_info"),
+                ("job", "shop/checkout"),
+                ("instance", "pod-1"),
+                ("host_name", "node-a"),
+                ("cloud_region", "eu-west-1"),
+            ]),
+            "1".into()
+        )]
+    );
+
+    // Metadata, with Prometheus' unit words.
+    let (_, md) = common::get(srv.addr, "/api/v1/metadata").await;
+    let md: Value = serde_json::from_str(&md).expect("json");
+    assert_eq!(
+        md["data"]["http_server_request_duration_seconds"][0],
+        serde_json::json!({"type": "histogram", "help": "http.server.request.duration help", "unit": "seconds"})
+    );
+    assert_eq!(
+        md["data"]["http_server_requests_total"][0]["type"],
+        "counter"
+    );
+    assert_eq!(md["data"]["payload_size_bytes"][0]["type"], "histogram");
+    assert_eq!(md["data"]["target_info"][0]["type"], "gauge");
+
+    // Self-metrics count OTLP samples: 1+1+1 + 5 + 4 + 7 (+1 target_info).
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_ingested_samples_total{protocol=\"otlp\"}"),
+        Some(20.0),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn promoted_attributes_and_stale_points() {
+    let srv = common::start(Config {
+        otlp_promote_resource_attributes: vec!["cloud.region".into(), "service.name".into()],
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    let mut stale = number(
+        vec![kv("job", "overridden"), kv("cloud.region", "attr-wins")],
+        t + 1000,
+        number_data_point::Value::AsDouble(1.0),
+    );
+    stale.flags = 1;
+    let req = request(
+        service(),
+        vec![metric(
+            "up.ish",
+            "",
+            gauge(vec![
+                number(
+                    vec![kv("job", "overridden"), kv("cloud.region", "attr-wins")],
+                    t,
+                    number_data_point::Value::AsDouble(1.0),
+                ),
+                stale,
+            ]),
+        )],
+    );
+    response(&export(srv.addr, &req).await);
+    let got = query(srv.addr, "up_ish", t).await;
+    assert_eq!(
+        got,
+        vec![(
+            labels(&[
+                ("__name__", "up_ish"),
+                ("job", "shop/checkout"),
+                ("instance", "pod-1"),
+                ("cloud_region", "attr-wins"),
+                ("service_name", "checkout"),
+            ]),
+            "1".into()
+        )]
+    );
+    // The NO_RECORDED_VALUE point is a stale marker: the series is gone.
+    assert!(query(srv.addr, "up_ish", t + 2000).await.is_empty());
+}
+
+#[tokio::test]
+async fn json_bodies_and_gzip_work_like_protobuf() {
+    let srv = common::start(Config::default()).await;
+    let t = common::now_ms() - 60_000;
+    let json = format!(
+        r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"api"}}}}]}},
+        "scopeMetrics":[{{"metrics":[
+          {{"name":"jobs.done","unit":"1","sum":{{"aggregationTemporality":2,"isMonotonic":true,
+            "dataPoints":[{{"asInt":"7","timeUnixNano":"{}"}}]}}}},
+          {{"name":"jobs.delta","sum":{{"aggregationTemporality":1,"isMonotonic":true,
+            "dataPoints":[{{"asInt":"1","timeUnixNano":"{}"}}]}}}}]}}]}}]}}"#,
+        ns(t),
+        ns(t)
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(json.as_bytes()).expect("gzip");
+    let r = post(
+        srv.addr,
+        "/api/v1/otlp/v1/metrics",
+        gz.finish().expect("gzip"),
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.content_type, "application/json");
+    let v: Value = serde_json::from_slice(&r.body).expect("json reply");
+    assert_eq!(v["partialSuccess"]["rejectedDataPoints"], "1");
+    let msg = v["partialSuccess"]["errorMessage"]
+        .as_str()
+        .expect("message");
+    assert!(msg.contains("unsupported_temporality: 1"), "{msg}");
+    assert!(msg.contains("--otlp-delta-to-cumulative"), "{msg}");
+    assert_eq!(
+        query(srv.addr, "jobs_done_total", t).await,
+        vec![(
+            labels(&[("__name__", "jobs_done_total"), ("job", "api")]),
+            "7".into()
+        )]
+    );
+    // Full success in JSON is `{}`.
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        b"{}".to_vec(),
+        &[("content-type", "application/json; charset=utf-8")],
+    )
+    .await;
+    assert_eq!((r.status, r.body.as_slice()), (200, b"{}".as_slice()));
+}
+
+#[tokio::test]
+async fn delta_to_cumulative_keeps_running_totals() {
+    let srv = common::start(Config {
+        otlp_delta_to_cumulative: true,
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    for (i, d) in [3, 4, 5].into_iter().enumerate() {
+        let req = request(
+            vec![kv("service.name", "batch")],
+            vec![metric(
+                "items",
+                "",
+                sum(
+                    vec![number(
+                        vec![],
+                        t + i as i64 * 1000,
+                        number_data_point::Value::AsInt(d),
+                    )],
+                    1,
+                    true,
+                ),
+            )],
+        );
+        response(&export(srv.addr, &req).await);
+    }
+    // A retried (same-time) delta is refused rather than counted twice.
+    let again = request(
+        vec![kv("service.name", "batch")],
+        vec![metric(
+            "items",
+            "",
+            sum(
+                vec![number(vec![], t + 2000, number_data_point::Value::AsInt(5))],
+                1,
+                true,
+            ),
+        )],
+    );
+    let resp = response(&export(srv.addr, &again).await);
+    assert_eq!(
+        resp.partial_success.map(|p| p.rejected_data_points),
+        Some(1)
+    );
+    assert_eq!(
+        query(srv.addr, "items_total", t + 2000).await,
+        vec![(
+            labels(&[("__name__", "items_total"), ("job", "batch")]),
+            "12".into()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_replies_and_the_rest_is_stored() {
+    let srv = common::start(Config {
+        max_labels_per_series: 5,
+        max_decompressed_bytes: 4096,
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    let status = |r: &Reply| -> Status {
+        assert_eq!(r.content_type, "application/x-protobuf");
+        Status::decode(r.body.as_slice()).expect("google.rpc.Status")
+    };
+
+    // Protobuf garbage: 400 with a Status naming the problem.
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        vec![0x0a, 0x05, 0x01],
+        &[("content-type", "application/x-protobuf")],
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let st = status(&r);
+    assert_eq!(st.code, 3);
+    assert!(
+        st.message
+            .contains("cannot decode ExportMetricsServiceRequest"),
+        "{}",
+        st.message
+    );
+
+    // Bad gzip.
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        b"not gzip".to_vec(),
+        &[
+            ("content-type", "application/x-protobuf"),
+            ("content-encoding", "gzip"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert!(status(&r).message.contains("not valid gzip"));
+
+    // Wrong content type and encoding: 415.
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        vec![],
+        &[("content-type", "text/plain")],
+    )
+    .await;
+    assert_eq!(r.status, 415);
+    assert!(status(&r).message.contains("text/plain"));
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        vec![],
+        &[
+            ("content-type", "application/x-protobuf"),
+            ("content-encoding", "br"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 415);
+
+    // Over the limit after decompression: 413.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&[0u8; 10_000]).expect("gzip");
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        gz.finish().expect("gzip"),
+        &[
+            ("content-type", "application/x-protobuf"),
+            ("content-encoding", "gzip"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 413);
+    assert!(status(&r).message.contains("max-decompressed-bytes"));
+
+    // JSON with wrong types: 400 with a JSON Status naming the field.
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        br#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"x","gauge":{"dataPoints":[{"timeUnixNano":true}]}}]}]}]}"#.to_vec(),
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.content_type, "application/json");
+    let v: Value = serde_json::from_slice(&r.body).expect("json");
+    assert_eq!(v["code"], 3);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("dataPoints[0].timeUnixNano"),
+        "{v}"
+    );
+
+    // One request with one good point and many bad ones.
+    let good = number(
+        vec![kv("ok", "yes")],
+        t,
+        number_data_point::Value::AsDouble(1.0),
+    );
+    let too_many: Vec<KeyValue> = (0..6).map(|i| kv(&format!("l{i}"), "v")).collect();
+    let req = request(
+        vec![kv("service.name", "svc")],
+        vec![
+            metric("good", "", gauge(vec![good])),
+            metric(
+                "wide",
+                "",
+                gauge(vec![number(
+                    too_many,
+                    t,
+                    number_data_point::Value::AsDouble(1.0),
+                )]),
+            ),
+            metric(
+                "delta",
+                "",
+                sum(
+                    vec![
+                        number(vec![], t, number_data_point::Value::AsInt(1)),
+                        number(vec![], t + 1, number_data_point::Value::AsInt(1)),
+                    ],
+                    1,
+                    true,
+                ),
+            ),
+            metric("empty", "", gauge(vec![])),
+            m::Metric {
+                name: "nodata".into(),
+                ..Default::default()
+            },
+            metric(
+                "utf8",
+                "",
+                gauge(vec![number(
+                    vec![],
+                    t,
+                    number_data_point::Value::AsDouble(1.0),
+                )]),
+            ),
+            metric(
+                "notime",
+                "",
+                gauge(vec![number(
+                    vec![],
+                    0,
+                    number_data_point::Value::AsDouble(1.0),
+                )]),
+            ),
+        ],
+    );
+    let body = splice_invalid_utf8(&req);
+    let r = post(
+        srv.addr,
+        "/v1/metrics",
+        body,
+        &[("content-type", "application/x-protobuf")],
+    )
+    .await;
+    let resp = response(&r);
+    let partial = resp.partial_success.expect("partial success");
+    // wide (1) + delta (2) + utf8 (1) + notime (1).
+    assert_eq!(partial.rejected_data_points, 5, "{}", partial.error_message);
+    for want in [
+        "too_many_labels: 1",
+        "unsupported_temporality: 2",
+        "invalid_utf8: 1",
+        "invalid_data_point: 1",
+        "metric \"empty\" has no data points",
+        "metric \"nodata\" has no data",
+    ] {
+        assert!(
+            partial.error_message.contains(want),
+            "{want} missing from {}",
+            partial.error_message
+        );
+    }
+    assert_eq!(
+        query(srv.addr, "good", t).await,
+        vec![(
+            labels(&[("__name__", "good"), ("job", "svc"), ("ok", "yes")]),
+            "1".into()
+        )]
+    );
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            "sluice_rejected_data_points_total{protocol=\"otlp\",reason=\"unsupported_temporality\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            "sluice_rejected_samples_total{protocol=\"otlp\",reason=\"too_many_labels\"}"
+        ),
+        Some(1.0)
+    );
+}
+
+/// The request of the bad-input test with the `utf8` metric's point given
+/// an attribute value of invalid UTF-8 (which prost cannot encode).
+fn splice_invalid_utf8(req: &ExportMetricsServiceRequest) -> Vec<u8> {
+    let mut req = req.clone();
+    // A string attribute of a unique value, then overwrite its bytes.
+    let metrics = &mut req.resource_metrics[0].scope_metrics[0].metrics;
+    if let Some(Data::Gauge(g)) = &mut metrics[5].data {
+        g.data_points[0].attributes = vec![kv("k", "@@@@")];
+    }
+    let mut body = req.encode_to_vec();
+    let at = body
+        .windows(4)
+        .position(|w| w == b"@@@@")
+        .expect("placeholder present");
+    body[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xfd, 0xfc]);
+    body
+}
