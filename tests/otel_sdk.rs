@@ -1,0 +1,242 @@
+//! The real OpenTelemetry Python SDK pushes every instrument kind to Sluice,
+//! over protobuf (its own OTLP/HTTP exporter, gzip) and over JSON (its own
+//! encoding in the OTLP JSON mapping); the query API then shows exactly the
+//! names, labels and values Prometheus' OTLP receiver would give them.
+//!
+//! `scripts/test` installs the SDK into `target/otel-venv`; set
+//! `SLUICE_OTEL_PYTHON` to use another interpreter.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use sluice::config::Config;
+
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_OTEL_PYTHON") {
+        return p.into();
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/otel-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/test, which installs opentelemetry-sdk and \
+         opentelemetry-exporter-otlp-proto-http into it, or set SLUICE_OTEL_PYTHON",
+        p.display()
+    );
+    p
+}
+
+async fn push(addr: std::net::SocketAddr, mode: &'static str, instance: &'static str) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel/push.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .arg(format!("http://{addr}"))
+            .arg(mode)
+            .arg(instance)
+            .output()
+            .expect("python runs")
+    })
+    .await
+    .expect("joined");
+    assert!(
+        out.status.success(),
+        "SDK push ({mode}) failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+type Series = BTreeMap<String, String>;
+
+async fn query(addr: std::net::SocketAddr, q: &str) -> Vec<(Series, f64)> {
+    let text = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/query"))
+        .form(&[("query", q)])
+        .send()
+        .await
+        .expect("sent")
+        .text()
+        .await
+        .expect("body");
+    let v: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["status"], "success", "{v}");
+    let mut out: Vec<(Series, f64)> = v["data"]["result"]
+        .as_array()
+        .expect("vector")
+        .iter()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .expect("value");
+            (labels, value)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn series(instance: &str, name: &str, extra: &[(&str, &str)]) -> Series {
+    let mut l: Series = [
+        ("__name__", name),
+        ("job", "e2e/sdk-test"),
+        ("instance", instance),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in extra {
+        l.insert((*k).to_owned(), (*v).to_owned());
+    }
+    l
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_lands_every_instrument_under_prometheus_names() {
+    let srv = common::start(Config::default()).await;
+    push(srv.addr, "protobuf", "i-proto").await;
+    push(srv.addr, "json", "i-json").await;
+
+    for inst in ["i-proto", "i-json"] {
+        let sel = |name: &str| format!("{name}{{instance=\"{inst}\"}}");
+        // Counter: monotonic cumulative sum, `{request}` unit dropped, `_total`.
+        assert_eq!(
+            query(srv.addr, &sel("http_server_requests_total")).await,
+            vec![
+                (
+                    series(inst, "http_server_requests_total", &[("http_route", "/a")]),
+                    5.0
+                ),
+                (
+                    series(inst, "http_server_requests_total", &[("http_route", "/b")]),
+                    1.0
+                ),
+            ],
+            "{inst}"
+        );
+        // Up-down counter: a non-monotonic sum is a gauge.
+        assert_eq!(
+            query(srv.addr, &sel("queue_size")).await,
+            vec![(series(inst, "queue_size", &[]), 5.0)]
+        );
+        // Gauge with a UCUM unit.
+        assert_eq!(
+            query(srv.addr, &sel("cpu_temperature_celsius")).await,
+            vec![(
+                series(inst, "cpu_temperature_celsius", &[("cpu", "0")]),
+                41.5
+            )]
+        );
+        // Histogram: cumulative buckets, `_sum`, `_count`.
+        let h = "http_server_request_duration_seconds";
+        let route = [("http_route", "/a")];
+        let bucket = |le: &str| {
+            series(
+                inst,
+                &format!("{h}_bucket"),
+                &[("http_route", "/a"), ("le", le)],
+            )
+        };
+        let mut want = vec![
+            (bucket("0.01"), 1.0),
+            (bucket("0.1"), 1.0),
+            (bucket("1"), 2.0),
+            (bucket("10"), 3.0),
+            (bucket("+Inf"), 3.0),
+        ];
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(query(srv.addr, &sel(&format!("{h}_bucket"))).await, want);
+        assert_eq!(
+            query(srv.addr, &sel(&format!("{h}_count"))).await,
+            vec![(series(inst, &format!("{h}_count"), &route), 3.0)]
+        );
+        let sum = query(srv.addr, &sel(&format!("{h}_sum"))).await;
+        assert_eq!(sum.len(), 1);
+        assert!((sum[0].1 - 1.703).abs() < 1e-9, "{sum:?}");
+
+        // Exponential histogram: classic buckets at its own boundaries.
+        let e = query(srv.addr, &sel("payload_size_bytes_bucket")).await;
+        let mut buckets: Vec<(f64, f64)> = e
+            .iter()
+            .map(|(l, v)| {
+                let le = &l["le"];
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().expect("le is a number")
+                };
+                (le, *v)
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(buckets.len() > 10, "{buckets:?}");
+        assert_eq!(buckets.last(), Some(&(f64::INFINITY, 3.0)));
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative");
+        // Each recorded value (100, 200, 3000) is counted by the first
+        // bucket whose bound is at least it.
+        let at = |v: f64| buckets.iter().find(|b| b.0 >= v).map(|b| b.1);
+        assert_eq!(at(100.0), Some(1.0));
+        assert_eq!(at(200.0), Some(2.0));
+        assert_eq!(at(3000.0), Some(3.0));
+        assert_eq!(
+            query(srv.addr, &sel("payload_size_bytes_count")).await[0].1,
+            3.0
+        );
+        assert_eq!(
+            query(srv.addr, &sel("payload_size_bytes_sum")).await[0].1,
+            3300.0
+        );
+        let p50 = query(
+            srv.addr,
+            &format!(
+                "histogram_quantile(0.5, {})",
+                sel("payload_size_bytes_bucket")
+            ),
+        )
+        .await;
+        assert!(
+            p50.len() == 1 && p50[0].1 > 190.0 && p50[0].1 <= 210.0,
+            "{p50:?}"
+        );
+
+        // target_info: the non-identifying resource attributes.
+        let ti = query(srv.addr, &sel("target_info")).await;
+        assert_eq!(ti.len(), 1, "{ti:?}");
+        let (labels, v) = &ti[0];
+        assert_eq!(*v, 1.0);
+        assert_eq!(labels["deployment_environment"], "ci");
+        assert_eq!(labels["telemetry_sdk_language"], "python");
+        assert_eq!(labels["telemetry_sdk_name"], "opentelemetry");
+        assert_eq!(labels["job"], "e2e/sdk-test");
+        assert!(!labels.contains_key("service_name"));
+    }
+
+    // Metadata from the instruments' descriptions and units.
+    let (_, md) = common::get(srv.addr, "/api/v1/metadata").await;
+    let md: Value = serde_json::from_str(&md).expect("json");
+    assert_eq!(
+        md["data"]["http_server_request_duration_seconds"][0],
+        serde_json::json!({"type": "histogram", "help": "Duration of HTTP server requests", "unit": "seconds"})
+    );
+    assert_eq!(
+        md["data"]["http_server_requests_total"][0],
+        serde_json::json!({"type": "counter", "help": "Requests served", "unit": ""})
+    );
+    assert_eq!(md["data"]["queue_size"][0]["type"], "gauge");
+    assert_eq!(md["data"]["cpu_temperature_celsius"][0]["unit"], "celsius");
+
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    let ingested =
+        common::metric_value(&metrics, "sluice_ingested_samples_total{protocol=\"otlp\"}");
+    assert!(ingested.is_some_and(|n| n > 40.0), "{ingested:?}");
+    assert!(!metrics.contains("sluice_rejected_samples_total{protocol=\"otlp\""));
+}
