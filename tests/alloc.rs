@@ -2,13 +2,17 @@
 //! profiler: a request for series the head already holds allocates nothing.
 //! (One #[test]: dhat allows a single profiler per process.)
 
+#[path = "common/otlp_requests.rs"]
+mod otlp_requests;
 #[path = "common/requests.rs"]
 mod requests;
 
 use prost::Message;
+use sluice::ingest::otlp::{append_export_request, Otlp, OtlpOptions};
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::metadata::MetadataStore;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -77,4 +81,40 @@ fn ingest_allocates_only_for_new_series_and_new_chunks() {
     let per_sample = (blocks() - before) as f64 / samples;
     eprintln!("steady state: {per_sample:.4} allocations per sample");
     assert!(per_sample < 0.05, "{per_sample} allocations per sample");
+
+    otlp_allocates_only_for_new_series();
+}
+
+/// The same for OTLP: once the thread's buffers have grown and the metric
+/// names are cached, a request of known series allocates nothing.
+fn otlp_allocates_only_for_new_series() {
+    let t0 = 1_700_000_000_000i64;
+    let bodies: Vec<Vec<u8>> = (0..3)
+        .map(|i| otlp_requests::request(t0 + i * 15_000).encode_to_vec())
+        .collect();
+    let head = Head::new(HeadOptions::default());
+    let metadata = MetadataStore::new(1000);
+    let otlp = Otlp::new(OtlpOptions::default(), 1 << 20);
+    let limits = LabelLimits::default();
+    let now = t0 + 3 * 15_000;
+    let before = blocks();
+    let r =
+        append_export_request(&head, &metadata, &otlp, &limits, &bodies[0], now).expect("valid");
+    assert_eq!(r.samples.accepted, otlp_requests::SAMPLES as u64 + 1);
+    eprintln!(
+        "OTLP first request ({} points, all series new): {} allocations",
+        otlp_requests::POINTS,
+        blocks() - before
+    );
+    for body in &bodies[1..] {
+        let before = blocks();
+        let r = append_export_request(&head, &metadata, &otlp, &limits, body, now).expect("valid");
+        assert_eq!(r.samples.accepted, otlp_requests::SAMPLES as u64 + 1);
+        assert_eq!(r.rejected_points_total(), 0);
+        assert_eq!(
+            blocks() - before,
+            0,
+            "an OTLP request of known series allocates nothing"
+        );
+    }
 }
