@@ -34,7 +34,6 @@ use super::protowire::{DecodeError, Reader, Value};
 use super::validate::{self, LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
 use crate::storage::head::{AppendCounts, Head, SampleError};
-use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::MetadataStore;
 use crate::storage::STALE_NAN;
 use delta::{DeltaError, DeltaState};
@@ -921,7 +920,7 @@ impl Walk<'_> {
         let extras = [("__name__", name), extra.unwrap_or(("", ""))];
         let extras = &extras[..1 + usize::from(extra.is_some())];
         s.canonical.clear();
-        encode_canonical(merge(labels.iter(), extras), &mut s.canonical);
+        labels.canonical_with(extras, &mut s.canonical);
         let canonical = s.canonical.as_slice();
         let value = if delta {
             match self.otlp.delta.accumulate(canonical, t, value) {

@@ -341,6 +341,106 @@ mod tests {
     }
 
     #[test]
+    fn every_unit_in_the_maps() {
+        let main = [
+            ("d", "days"),
+            ("h", "hours"),
+            ("min", "minutes"),
+            ("s", "seconds"),
+            ("ms", "milliseconds"),
+            ("us", "microseconds"),
+            ("ns", "nanoseconds"),
+            ("By", "bytes"),
+            ("KiBy", "kibibytes"),
+            ("MiBy", "mebibytes"),
+            ("GiBy", "gibibytes"),
+            ("TiBy", "tibibytes"),
+            ("KBy", "kilobytes"),
+            ("MBy", "megabytes"),
+            ("GBy", "gigabytes"),
+            ("TBy", "terabytes"),
+            ("m", "meters"),
+            ("V", "volts"),
+            ("A", "amperes"),
+            ("J", "joules"),
+            ("W", "watts"),
+            ("g", "grams"),
+            ("Cel", "celsius"),
+            ("Hz", "hertz"),
+            ("%", "percent"),
+        ];
+        for (unit, word) in main {
+            assert_eq!(m("x", unit, NameKind::Other), format!("x_{word}"), "{unit}");
+            assert_eq!(unit_name(unit), word, "{unit}");
+        }
+        let per = [
+            ("s", "second"),
+            ("m", "minute"),
+            ("h", "hour"),
+            ("d", "day"),
+            ("w", "week"),
+            ("mo", "month"),
+            ("y", "year"),
+        ];
+        for (unit, word) in per {
+            assert_eq!(
+                m("x", &format!("By/{unit}"), NameKind::Gauge),
+                format!("x_bytes_per_{word}"),
+                "{unit}"
+            );
+        }
+        // Unmapped units pass through, sanitised; unmapped per-units too.
+        assert_eq!(m("x", "widgets", NameKind::Gauge), "x_widgets");
+        assert_eq!(
+            m("x", "By/fortnight", NameKind::Gauge),
+            "x_bytes_per_fortnight"
+        );
+    }
+
+    #[test]
+    fn suffix_rules_table() {
+        use NameKind::{Counter, Gauge, Other};
+        let table = [
+            // `_total` only for monotonic counters, always last, never twice.
+            ("requests", "", Counter, "requests_total"),
+            ("requests_total", "", Counter, "requests_total"),
+            ("requests.total.count", "", Counter, "requests_count_total"),
+            ("requests", "", Gauge, "requests"),
+            ("requests", "", Other, "requests"),
+            ("bytes.sent", "By", Counter, "bytes_sent_total"),
+            ("sent", "By", Counter, "sent_bytes_total"),
+            // `_ratio` only for gauges of unit 1.
+            ("cpu.usage", "1", Gauge, "cpu_usage_ratio"),
+            ("cpu.usage", "1", Counter, "cpu_usage_total"),
+            ("cpu.usage", "1", Other, "cpu_usage"),
+            ("usage_ratio", "1", Gauge, "usage_ratio"),
+            // Escaping: runs of invalid characters become one `_`; leading
+            // and trailing ones go; colons stay.
+            ("http..server--latency", "", Gauge, "http_server_latency"),
+            ("_leading.trailing_", "", Gauge, "leading_trailing"),
+            ("ns:sub.metric", "", Gauge, "ns:sub_metric"),
+            ("métrique", "", Gauge, "m_trique"),
+            // Leading digits.
+            ("5xx.errors", "", Counter, "_5xx_errors_total"),
+            ("0", "s", Gauge, "_0_seconds"),
+            // A unit already in the name is not repeated.
+            ("duration.seconds", "s", Other, "duration_seconds"),
+            // `per_second` is one suffix, never one of the name's tokens, so
+            // Prometheus appends it even to a name that spells it out.
+            (
+                "io.bytes.per.second",
+                "By/s",
+                Gauge,
+                "io_bytes_per_second_per_second",
+            ),
+            ("io.rate", "By/s", Gauge, "io_rate_bytes_per_second"),
+        ];
+        for (name, unit, kind, want) in table {
+            assert_eq!(m(name, unit, kind), want, "{name} {unit} {kind:?}");
+        }
+    }
+
+    #[test]
     fn unit_words_for_metadata() {
         assert_eq!(unit_name("s"), "seconds");
         assert_eq!(unit_name("By/s"), "bytes_per_second");
