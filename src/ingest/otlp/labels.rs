@@ -171,11 +171,11 @@ impl LabelSet {
                 && self.entries[i + 1].source == Source::Attribute;
             if merging {
                 self.scratch.clear();
-                for e in &self.entries[i..j] {
+                for (n, e) in self.entries[i..j].iter().enumerate() {
                     if e.source != Source::Attribute {
                         break;
                     }
-                    if !self.scratch.is_empty() {
+                    if n > 0 {
                         self.scratch.push(';');
                     }
                     let v = &self.text[e.value.0 as usize..e.value.1 as usize];
