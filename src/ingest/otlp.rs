@@ -189,6 +189,28 @@ struct Scratch {
     names: NameCache,
 }
 
+/// Scratch buffers larger than this are dropped after a request rather
+/// than kept by the thread.
+const KEEP_SCRATCH_BYTES: usize = 1 << 20;
+
+impl Scratch {
+    /// Drops buffers that one unusual request grew large.
+    fn trim(&mut self) {
+        let big = [&self.identity, &self.promoted, &self.target, &self.point]
+            .iter()
+            .any(|l| l.heap_bytes() > KEEP_SCRATCH_BYTES)
+            || self.canonical.capacity() > KEEP_SCRATCH_BYTES
+            || self.text.capacity() > KEEP_SCRATCH_BYTES;
+        if big {
+            let names = std::mem::take(&mut self.names);
+            *self = Scratch {
+                names,
+                ..Scratch::default()
+            };
+        }
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
@@ -228,12 +250,14 @@ pub fn append_export_request(
             t_range: (i64::MAX, i64::MIN),
             s: &mut scratch,
         };
-        w.request(body)?;
+        let walked = w.request(body);
         let mut report = w.report;
         report.samples.accepted = w.counts.appended + w.target_counts.appended;
         for e in SampleError::ALL {
             report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
         }
+        scratch.trim();
+        walked?;
         Ok(report)
     })
 }
@@ -652,10 +676,13 @@ impl Walk<'_> {
                 (3, Value::Fixed64(t)) => t_ns = t,
                 (4, Value::Fixed64(c)) => count = c,
                 (5, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
-                (6, Value::Fixed64(c)) => bufs.counts.push(c),
-                (6, Value::Bytes(b)) => bufs.counts.extend(fixed64s(b)),
-                (7, Value::Fixed64(b)) => bufs.bounds.push(f64::from_bits(b)),
-                (7, Value::Bytes(b)) => bufs.bounds.extend(fixed64s(b).map(f64::from_bits)),
+                // Past MAX_BUCKETS the point is rejected; collect no more.
+                (6, Value::Fixed64(c)) => push_capped(&mut bufs.counts, [c]),
+                (6, Value::Bytes(b)) => push_capped(&mut bufs.counts, fixed64s(b)),
+                (7, Value::Fixed64(b)) => push_capped(&mut bufs.bounds, [f64::from_bits(b)]),
+                (7, Value::Bytes(b)) => {
+                    push_capped(&mut bufs.bounds, fixed64s(b).map(f64::from_bits));
+                }
                 (10, Value::Varint(f)) => flags = f,
                 _ => {}
             }
@@ -860,7 +887,7 @@ impl Walk<'_> {
                             _ => {}
                         }
                     }
-                    bufs.quantiles.push((q, qv));
+                    push_capped(&mut bufs.quantiles, [(q, qv)]);
                 }
                 (8, Value::Varint(f)) => flags = f,
                 _ => {}
@@ -1034,20 +1061,23 @@ fn buckets(b: &[u8], base: usize, out: &mut Vec<u64>) -> Result<i32, DecodeError
     while let Some((num, v, at)) = r.next_field()? {
         match (num, v) {
             (1, Value::Varint(o)) => offset = zigzag32(o),
-            (2, Value::Varint(c)) => out.push(c),
+            (2, Value::Varint(c)) => push_capped(out, [c]),
             (2, Value::Bytes(run)) => {
                 for c in (PackedVarints { buf: run }) {
-                    out.push(c.map_err(|what| DecodeError { what, offset: at })?);
+                    push_capped(out, [c.map_err(|what| DecodeError { what, offset: at })?]);
                 }
             }
             _ => {}
         }
-        if out.len() > MAX_BUCKETS {
-            // Enough to reject the point; do not grow further.
-            break;
-        }
     }
     Ok(offset)
+}
+
+/// Appends `items` to `out` until it holds one more than [`MAX_BUCKETS`]:
+/// enough to reject the point, and no more memory than that.
+fn push_capped<T>(out: &mut Vec<T>, items: impl IntoIterator<Item = T>) {
+    let room = (MAX_BUCKETS + 1).saturating_sub(out.len());
+    out.extend(items.into_iter().take(room));
 }
 
 #[cfg(test)]
@@ -1261,6 +1291,78 @@ mod tests {
             "scopeMetrics": [{"metrics": metrics}],
         }]})
         .to_string()
+    }
+
+    #[test]
+    fn huge_points_are_rejected_without_holding_their_memory() {
+        let head = Head::new(HeadOptions::default());
+        let metadata = MetadataStore::new(100);
+        let otlp = Otlp::new(OtlpOptions::default(), 1000);
+        let n = 100_000;
+        let point = m::HistogramDataPoint {
+            time_unix_nano: 5_000_000,
+            count: n,
+            bucket_counts: vec![1; n as usize + 1],
+            explicit_bounds: (0..n).map(|i| i as f64).collect(),
+            ..Default::default()
+        };
+        let exp = m::ExponentialHistogramDataPoint {
+            time_unix_nano: 5_000_000,
+            count: n,
+            positive: Some(m::exponential_histogram_data_point::Buckets {
+                offset: 0,
+                bucket_counts: vec![1; n as usize],
+            }),
+            ..Default::default()
+        };
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![m::ResourceMetrics {
+                scope_metrics: vec![m::ScopeMetrics {
+                    metrics: vec![
+                        m::Metric {
+                            name: "h".into(),
+                            data: Some(Data::Histogram(m::Histogram {
+                                data_points: vec![point],
+                                aggregation_temporality: 2,
+                            })),
+                            ..Default::default()
+                        },
+                        m::Metric {
+                            name: "e".into(),
+                            data: Some(Data::ExponentialHistogram(m::ExponentialHistogram {
+                                data_points: vec![exp],
+                                aggregation_temporality: 2,
+                            })),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let report = append_export_request(
+            &head,
+            &metadata,
+            &otlp,
+            &LabelLimits::default(),
+            &req.encode_to_vec(),
+            0,
+        )
+        .expect("valid");
+        assert_eq!(report.rejected_points[Reason::InvalidDataPoint.index()], 2);
+        assert_eq!(report.samples.accepted, 0);
+        assert!(
+            report.message().contains("over the limit of 1024"),
+            "{}",
+            report.message()
+        );
+        assert_eq!(head.stats().series, 0);
+        SCRATCH.with(|s| {
+            let s = s.borrow();
+            assert!(s.bufs.counts.capacity() < 4 * MAX_BUCKETS);
+            assert!(s.bufs.bounds.capacity() < 4 * MAX_BUCKETS);
+        });
     }
 
     proptest! {

@@ -223,6 +223,15 @@ impl LabelSet {
         out.extend_from_slice(&self.encoded[start(i)..]);
     }
 
+    /// Bytes held by the set's buffers.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity()
+            + self.scratch.capacity()
+            + self.encoded.capacity()
+            + (self.entries.capacity() + self.resolved.capacity()) * std::mem::size_of::<Entry>()
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+    }
+
     /// The resolved labels, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + Clone + '_ {
         self.resolved
