@@ -300,6 +300,15 @@ fn push_float(out: &mut String, f: f64) {
     }
 }
 
+/// The stale marker when `stale`, else `v`.
+fn or_stale(stale: bool, v: f64) -> f64 {
+    if stale {
+        f64::from_bits(STALE_NAN)
+    } else {
+        v
+    }
+}
+
 /// `2^(index · 2^-scale)`: the lower bound of exponential bucket `index`.
 fn exp_bound(index: i64, scale: i32) -> f64 {
     if scale <= 0 {
@@ -622,6 +631,68 @@ impl Walk<'_> {
         Some(t)
     }
 
+    /// What every point does first: check its time, refuse it if
+    /// `invalid` says why, build its labels from attribute field `field`.
+    /// Returns the time in milliseconds, or `None` when the point's
+    /// `samples` samples were rejected.
+    #[allow(clippy::too_many_arguments)]
+    fn begin_point(
+        &mut self,
+        p: &[u8],
+        base: usize,
+        field: u32,
+        t_ns: u64,
+        name: &str,
+        samples: u64,
+        invalid: Option<impl FnOnce() -> String>,
+    ) -> Result<Option<i64>, DecodeError> {
+        let Some(t) = self.point_time(t_ns, name, samples) else {
+            return Ok(None);
+        };
+        if let Some(why) = invalid {
+            self.reject(Reason::InvalidDataPoint, samples, why);
+            return Ok(None);
+        }
+        Ok(self
+            .point_labels(p, base, field, name, samples)?
+            .then_some(t))
+    }
+
+    /// Emits `_sum` (when present) and `_count`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_sum_count(
+        &mut self,
+        names: &MetricNames,
+        t: i64,
+        sum: Option<f64>,
+        count: u64,
+        stale: bool,
+        delta: bool,
+    ) {
+        if let Some(sum) = sum {
+            self.emit(Set::Point, &names.sum, None, t, or_stale(stale, sum), delta);
+        }
+        let count = or_stale(stale, count as f64);
+        self.emit(Set::Point, &names.count, None, t, count, delta);
+    }
+
+    /// Emits one cumulative bucket, `le` formatted into `le_buf`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_bucket(
+        &mut self,
+        name: &str,
+        le_buf: &mut String,
+        le: f64,
+        t: i64,
+        cumulative: u64,
+        stale: bool,
+        delta: bool,
+    ) {
+        push_float(le_buf, le);
+        let v = or_stale(stale, cumulative as f64);
+        self.emit(Set::Point, name, Some(("le", le_buf)), t, v, delta);
+    }
+
     fn number_point(
         &mut self,
         p: &[u8],
@@ -641,21 +712,12 @@ impl Walk<'_> {
             }
         }
         let name = bufs.names.base.as_str();
-        let Some(t) = self.point_time(t_ns, name, 1) else {
-            return Ok(());
-        };
-        let value = if flags & 1 != 0 {
-            f64::from_bits(STALE_NAN)
-        } else if let Some(v) = value {
-            v
-        } else {
-            self.reject(Reason::InvalidDataPoint, 1, || {
-                format!("a data point of metric {name:?} has no value")
-            });
-            return Ok(());
-        };
-        if self.point_labels(p, base, 7, name, 1)? {
-            self.emit(Set::Point, name, None, t, value, delta);
+        let stale = flags & 1 != 0;
+        let invalid = (!stale && value.is_none())
+            .then_some(move || format!("a data point of metric {name:?} has no value"));
+        if let Some(t) = self.begin_point(p, base, 7, t_ns, name, 1, invalid)? {
+            let v = or_stale(stale, value.unwrap_or(0.0));
+            self.emit(Set::Point, name, None, t, v, delta);
         }
         Ok(())
     }
@@ -690,53 +752,34 @@ impl Walk<'_> {
         // Prometheus pairs bounds with counts as far as both go.
         let n = bufs.bounds.len().min(bufs.counts.len());
         let samples = n as u64 + 2 + u64::from(sum.is_some());
-        let names = &bufs.names;
-        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
+        let PointBufs {
+            names,
+            bounds,
+            counts,
+            le,
+            ..
+        } = bufs;
+        let invalid = (n > MAX_BUCKETS).then_some({
+            || {
+                format!(
+                "a data point of histogram {:?} has {n} buckets, over the limit of {MAX_BUCKETS}",
+                names.base
+            )
+            }
+        });
+        let Some(t) = self.begin_point(p, base, 9, t_ns, &names.base, samples, invalid)? else {
             return Ok(());
         };
-        if n > MAX_BUCKETS {
-            self.reject(Reason::InvalidDataPoint, samples, || {
-                format!(
-                    "a data point of histogram {:?} has {n} buckets, over the limit of {MAX_BUCKETS}",
-                    names.base
-                )
-            });
-            return Ok(());
-        }
-        if !self.point_labels(p, base, 9, &names.base, samples)? {
-            return Ok(());
-        }
         let stale = flags & 1 != 0;
-        let val = |v: f64| if stale { f64::from_bits(STALE_NAN) } else { v };
-        if let Some(sum) = sum {
-            self.emit(Set::Point, &names.sum, None, t, val(sum), delta);
-        }
-        self.emit(Set::Point, &names.count, None, t, val(count as f64), delta);
+        self.emit_sum_count(names, t, sum, count, stale, delta);
         let mut cumulative = 0u64;
-        for i in 0..n {
-            cumulative = cumulative.saturating_add(bufs.counts[i]);
-            let bound = bufs.bounds[i];
-            if !bound.is_finite() {
-                continue;
+        for (&bound, &c) in bounds.iter().zip(counts.iter()) {
+            cumulative = cumulative.saturating_add(c);
+            if bound.is_finite() {
+                self.emit_bucket(&names.bucket, le, bound, t, cumulative, stale, delta);
             }
-            push_float(&mut bufs.le, bound);
-            self.emit(
-                Set::Point,
-                &names.bucket,
-                Some(("le", &bufs.le)),
-                t,
-                val(cumulative as f64),
-                delta,
-            );
         }
-        self.emit(
-            Set::Point,
-            &names.bucket,
-            Some(("le", "+Inf")),
-            t,
-            val(count as f64),
-            delta,
-        );
+        self.emit_bucket(&names.bucket, le, f64::INFINITY, t, count, stale, delta);
         Ok(())
     }
 
@@ -775,91 +818,45 @@ impl Walk<'_> {
         }
         let n = bufs.counts.len() + bufs.negative.len() + 1;
         let samples = n as u64 + 2 + u64::from(sum.is_some());
-        let names = &bufs.names;
-        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
+        let PointBufs {
+            names,
+            counts: positive,
+            negative,
+            le,
+            ..
+        } = bufs;
+        let invalid = (n > MAX_BUCKETS || !SCALES.contains(&scale)).then_some({
+            || format!(
+                "a data point of exponential histogram {:?} has scale {scale} and {n} buckets; Sluice takes scales {}..={} and at most {MAX_BUCKETS} buckets",
+                names.base, SCALES.start(), SCALES.end()
+            )
+        });
+        let Some(t) = self.begin_point(p, base, 1, t_ns, &names.base, samples, invalid)? else {
             return Ok(());
         };
-        if n > MAX_BUCKETS || !SCALES.contains(&scale) {
-            self.reject(Reason::InvalidDataPoint, samples, || {
-                format!(
-                    "a data point of exponential histogram {:?} has scale {scale} and {n} buckets; Sluice takes scales {}..={} and at most {MAX_BUCKETS} buckets",
-                    names.base, SCALES.start(), SCALES.end()
-                )
-            });
-            return Ok(());
-        }
-        if !self.point_labels(p, base, 1, &names.base, samples)? {
-            return Ok(());
-        }
         let stale = flags & 1 != 0;
-        let val = |v: u64| {
-            if stale {
-                f64::from_bits(STALE_NAN)
-            } else {
-                v as f64
-            }
-        };
-        if let Some(sum) = sum {
-            let v = if stale {
-                f64::from_bits(STALE_NAN)
-            } else {
-                sum
-            };
-            self.emit(Set::Point, &names.sum, None, t, v, delta);
-        }
-        self.emit(Set::Point, &names.count, None, t, val(count), delta);
+        self.emit_sum_count(names, t, sum, count, stale, delta);
         // Lowest values first: negative buckets from the largest index
-        // (bucket i holds -base^(i+1) <= v < -base^i, so its `le` is -base^i).
+        // (bucket i holds -base^(i+1) <= v < -base^i, so its `le` is -base^i),
+        // then the zero bucket, then positive bucket i, which holds
+        // base^i < v <= base^(i+1).
         let mut cumulative = 0u64;
-        for (i, &c) in bufs.negative.iter().enumerate().rev() {
+        for (i, &c) in negative.iter().enumerate().rev() {
             cumulative = cumulative.saturating_add(c);
-            let index = i64::from(neg_offset) + i as i64;
-            push_float(&mut bufs.le, -exp_bound(index, scale));
-            self.emit(
-                Set::Point,
-                &names.bucket,
-                Some(("le", &bufs.le)),
-                t,
-                val(cumulative),
-                delta,
-            );
+            let bound = -exp_bound(i64::from(neg_offset) + i as i64, scale);
+            self.emit_bucket(&names.bucket, le, bound, t, cumulative, stale, delta);
         }
         cumulative = cumulative.saturating_add(zero_count);
-        push_float(&mut bufs.le, zero_threshold.max(0.0));
-        self.emit(
-            Set::Point,
-            &names.bucket,
-            Some(("le", &bufs.le)),
-            t,
-            val(cumulative),
-            delta,
-        );
-        // Positive bucket i holds base^i < v <= base^(i+1).
-        for (i, &c) in bufs.counts.iter().enumerate() {
+        let zero = zero_threshold.max(0.0);
+        self.emit_bucket(&names.bucket, le, zero, t, cumulative, stale, delta);
+        for (i, &c) in positive.iter().enumerate() {
             cumulative = cumulative.saturating_add(c);
-            let index = i64::from(pos_offset) + i as i64 + 1;
-            let bound = exp_bound(index, scale);
-            if !bound.is_finite() {
-                continue;
+            let bound = exp_bound(i64::from(pos_offset) + i as i64 + 1, scale);
+            if bound.is_finite() {
+                self.emit_bucket(&names.bucket, le, bound, t, cumulative, stale, delta);
             }
-            push_float(&mut bufs.le, bound);
-            self.emit(
-                Set::Point,
-                &names.bucket,
-                Some(("le", &bufs.le)),
-                t,
-                val(cumulative),
-                delta,
-            );
         }
-        self.emit(
-            Set::Point,
-            &names.bucket,
-            Some(("le", "+Inf")),
-            t,
-            val(count),
-            delta,
-        );
+        self.emit_bucket(&names.bucket, le, f64::INFINITY, t, count, stale, delta);
         Ok(())
     }
 
@@ -894,36 +891,29 @@ impl Walk<'_> {
             }
         }
         let samples = bufs.quantiles.len() as u64 + 2;
-        let names = &bufs.names;
-        let Some(t) = self.point_time(t_ns, &names.base, samples) else {
-            return Ok(());
-        };
-        if bufs.quantiles.len() > MAX_BUCKETS {
-            self.reject(Reason::InvalidDataPoint, samples, || {
+        let PointBufs {
+            names,
+            quantiles,
+            le,
+            ..
+        } = bufs;
+        let invalid = (quantiles.len() > MAX_BUCKETS).then_some({
+            || {
                 format!(
                     "a data point of summary {:?} has more than {MAX_BUCKETS} quantiles",
                     names.base
                 )
-            });
+            }
+        });
+        let Some(t) = self.begin_point(p, base, 7, t_ns, &names.base, samples, invalid)? else {
             return Ok(());
-        }
-        if !self.point_labels(p, base, 7, &names.base, samples)? {
-            return Ok(());
-        }
+        };
         let stale = flags & 1 != 0;
-        let val = |v: f64| if stale { f64::from_bits(STALE_NAN) } else { v };
-        self.emit(Set::Point, &names.sum, None, t, val(sum), false);
-        self.emit(Set::Point, &names.count, None, t, val(count as f64), false);
-        for &(q, v) in &bufs.quantiles {
-            push_float(&mut bufs.le, q);
-            self.emit(
-                Set::Point,
-                &names.base,
-                Some(("quantile", &bufs.le)),
-                t,
-                val(v),
-                false,
-            );
+        self.emit_sum_count(names, t, Some(sum), count, stale, false);
+        for &(q, v) in quantiles.iter() {
+            push_float(le, q);
+            let v = or_stale(stale, v);
+            self.emit(Set::Point, &names.base, Some(("quantile", le)), t, v, false);
         }
         Ok(())
     }
