@@ -168,6 +168,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl AppState {
+    /// The body of a write request, or the error that says why it could
+    /// not be read (413 over `--max-body-bytes`).
+    fn write_body(
+        &self,
+        body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    ) -> Result<axum::body::Bytes, ApiError> {
+        body.map_err(|e| match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+                "request body is larger than the limit of {} bytes (max-body-bytes)",
+                self.inner.max_body_bytes
+            )),
+            _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
+        })
+    }
+}
+
 /// The routes Sluice serves, as metric label values.
 const ROUTES: &[&str] = &[
     "/api/v1/write",

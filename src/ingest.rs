@@ -132,22 +132,40 @@ impl IngestReport {
     /// reason, then the first problems.
     pub fn message(&self) -> String {
         let total = self.rejected_total();
-        let mut m = format!("rejected {total} of {} samples (", total + self.accepted);
-        let mut first = true;
-        for r in Reason::all() {
-            let n = self.rejected[r.index()];
-            if n > 0 {
-                if !first {
-                    m.push_str(", ");
-                }
-                first = false;
-                let _ = write!(m, "{}: {n}", r.as_str());
-            }
-        }
-        m.push_str("); the other samples were stored. First problems: ");
-        m.push_str(&self.problems.join("; "));
-        m
+        summary(
+            "samples",
+            total,
+            total + self.accepted,
+            &self.rejected,
+            &self.problems,
+        )
     }
+}
+
+/// `rejected <n> of <total> <unit> (<reason>: <n>, …); the other <unit>
+/// were stored. First problems: …`: a reply that says what was lost and why.
+pub(crate) fn summary(
+    unit: &str,
+    rejected: u64,
+    total: u64,
+    by_reason: &[u64; Reason::COUNT],
+    problems: &[String],
+) -> String {
+    let mut m = format!("rejected {rejected} of {total} {unit} (");
+    let mut first = true;
+    for r in Reason::all() {
+        let n = by_reason[r.index()];
+        if n > 0 {
+            if !first {
+                m.push_str(", ");
+            }
+            first = false;
+            let _ = write!(m, "{}: {n}", r.as_str());
+        }
+    }
+    let _ = write!(m, "); the other {unit} were stored. First problems: ");
+    m.push_str(&problems.join("; "));
+    m
 }
 
 /// Appends a decompressed remote-write 1.0 `WriteRequest` to `head`.

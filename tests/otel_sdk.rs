@@ -52,37 +52,11 @@ async fn push(addr: std::net::SocketAddr, mode: &'static str, instance: &'static
 type Series = BTreeMap<String, String>;
 
 async fn query(addr: std::net::SocketAddr, q: &str) -> Vec<(Series, f64)> {
-    let text = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/query"))
-        .form(&[("query", q)])
-        .send()
+    common::query_vector(addr, q, None)
         .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    let v: Value = serde_json::from_str(&text).expect("json");
-    assert_eq!(v["status"], "success", "{v}");
-    let mut out: Vec<(Series, f64)> = v["data"]["result"]
-        .as_array()
-        .expect("vector")
-        .iter()
-        .map(|s| {
-            let labels = s["metric"]
-                .as_object()
-                .expect("labels")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect();
-            let value = s["value"][1]
-                .as_str()
-                .and_then(|v| v.parse().ok())
-                .expect("value");
-            (labels, value)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+        .into_iter()
+        .map(|(labels, v)| (labels, v.parse().expect("a number")))
+        .collect()
 }
 
 fn series(instance: &str, name: &str, extra: &[(&str, &str)]) -> Series {

@@ -144,46 +144,12 @@ fn response(r: &Reply) -> ExportMetricsServiceResponse {
     ExportMetricsServiceResponse::decode(r.body.as_slice()).expect("response decodes")
 }
 
-/// Runs an instant query; returns each series' labels and value.
 async fn query(
     addr: std::net::SocketAddr,
     q: impl Into<String>,
     t_ms: i64,
 ) -> Vec<(BTreeMap<String, String>, String)> {
-    let url = format!("http://{addr}/api/v1/query");
-    let text = reqwest::Client::new()
-        .post(url)
-        .form(&[
-            ("query", q.into()),
-            ("time", format!("{}", t_ms as f64 / 1000.0)),
-        ])
-        .send()
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    let v: Value = serde_json::from_str(&text).expect("json");
-    assert_eq!(v["status"], "success", "{v}");
-    let mut out: Vec<_> = v["data"]["result"]
-        .as_array()
-        .expect("vector")
-        .iter()
-        .map(|s| {
-            let labels = s["metric"]
-                .as_object()
-                .expect("labels")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect();
-            (
-                labels,
-                s["value"][1].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
+    common::query_vector(addr, &q.into(), Some(t_ms as f64 / 1000.0)).await
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -101,13 +101,7 @@ fn handle(
             )))
         }
     };
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
-            "request body is larger than the limit of {} bytes (max-body-bytes)",
-            inner.max_body_bytes
-        )),
-        _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
-    })?;
+    let body = state.write_body(body)?;
     let limit = inner.max_decompressed_bytes;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

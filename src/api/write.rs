@@ -53,13 +53,7 @@ fn handle(
     check_content_type(headers)?;
     check_content_encoding(headers)?;
     let inner = &state.inner;
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
-            "request body is larger than the limit of {} bytes (max-body-bytes)",
-            inner.max_body_bytes
-        )),
-        _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
-    })?;
+    let body = state.write_body(body)?;
     if body.starts_with(SNAPPY_FRAMED_MAGIC) {
         return Err(ApiError::BadRequest(
             "body uses the snappy framed format; remote write requires the snappy block format"

@@ -115,20 +115,13 @@ impl OtlpReport {
         let total = self.rejected_points_total();
         let mut m = String::new();
         if total > 0 {
-            let _ = write!(m, "rejected {total} of {} data points (", self.points);
-            let mut first = true;
-            for r in Reason::all() {
-                let n = self.rejected_points[r.index()];
-                if n > 0 {
-                    if !first {
-                        m.push_str(", ");
-                    }
-                    first = false;
-                    let _ = write!(m, "{}: {n}", r.as_str());
-                }
-            }
-            m.push_str("); the other points were stored. First problems: ");
-            m.push_str(&self.samples.problems.join("; "));
+            m = super::summary(
+                "data points",
+                total,
+                self.points,
+                &self.rejected_points,
+                &self.samples.problems,
+            );
         }
         if !self.warnings.is_empty() {
             if !m.is_empty() {

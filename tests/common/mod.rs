@@ -126,6 +126,49 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, resp.text().await.expect("body"))
 }
 
+/// Runs an instant query (at `time`, unix seconds, if given); returns each
+/// series' labels and value string, sorted.
+pub async fn query_vector(
+    addr: SocketAddr,
+    query: &str,
+    time: Option<f64>,
+) -> Vec<(std::collections::BTreeMap<String, String>, String)> {
+    let mut form = vec![("query", query.to_owned())];
+    if let Some(t) = time {
+        form.push(("time", t.to_string()));
+    }
+    let text = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/query"))
+        .form(&form)
+        .send()
+        .await
+        .expect("sent")
+        .text()
+        .await
+        .expect("body");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["status"], "success", "{v}");
+    let mut out: Vec<_> = v["data"]["result"]
+        .as_array()
+        .expect("a vector")
+        .iter()
+        .map(|s| {
+            let labels = s["metric"]
+                .as_object()
+                .expect("labels")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            (
+                labels,
+                s["value"][1].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The value of an unlabelled or labelled sample line in an exposition.
 pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|l| {
