@@ -6,6 +6,7 @@
 //! - [`ingest`]: wire decoders that feed the head straight from request bytes.
 //! - [`promql`]: the PromQL evaluator over the head.
 //! - [`storage`]: the sharded head, interned labels, inverted index, XOR chunks.
+//! - [`wal`]: the write-ahead log's segments, records and replay (not yet wired in).
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
@@ -19,3 +20,4 @@ pub mod proto;
 pub mod server;
 pub mod storage;
 pub mod telemetry;
+pub mod wal;
