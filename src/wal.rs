@@ -8,10 +8,14 @@
 //! middle: replay fails, unless `repair` is set, in which case everything
 //! from the bad record on is dropped, loudly.
 //!
-//! In progress (issue 5): the log is written and replayed here, with tests;
-//! wiring it to ingest (group commit, acknowledgement after fsync),
+//! [`commit::GroupCommit`] is the one writer: requests queue their frames,
+//! one thread writes and fsyncs them together.
+//!
+//! In progress (issue 5): the log is written, group-committed and replayed
+//! here, with tests; wiring it to ingest (acknowledgement after fsync),
 //! replaying into the head at start, and checkpoints come next.
 
+pub mod commit;
 pub mod record;
 
 use std::fs::{self, File, OpenOptions};
