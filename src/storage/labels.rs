@@ -168,7 +168,8 @@ fn uvarint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
+/// Appends `v` as a protobuf varint.
+pub(crate) fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;

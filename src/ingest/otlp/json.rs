@@ -9,6 +9,7 @@ use base64::Engine as _;
 use serde_json::Value as Json;
 
 use super::schema::{Msg, Ty, REQUEST};
+use crate::storage::labels::put_uvarint;
 
 /// A JSON body that is not a valid OTLP metrics request, with the path of
 /// the offending value (`resourceMetrics[0].scopeMetrics[1]…`).
@@ -48,21 +49,13 @@ fn message(v: &Json, msg: &Msg, out: &mut Vec<u8>) -> Result<(), String> {
     Ok(())
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 fn put_tag(out: &mut Vec<u8>, num: u32, wire: u8) {
-    put_varint(out, (u64::from(num) << 3) | u64::from(wire));
+    put_uvarint(out, (u64::from(num) << 3) | u64::from(wire));
 }
 
 fn put_bytes(out: &mut Vec<u8>, num: u32, b: &[u8]) {
     put_tag(out, num, 2);
-    put_varint(out, b.len() as u64);
+    put_uvarint(out, b.len() as u64);
     out.extend_from_slice(b);
 }
 
@@ -74,7 +67,7 @@ fn put_value(num: u32, ty: Ty, v: &Json, out: &mut Vec<u8>) -> Result<(), String
             let mut buf = Vec::new();
             message(v, inner, &mut buf).map_err(|e| format!(".{e}"))?;
             put_tag(out, num, 2);
-            put_varint(out, buf.len() as u64);
+            put_uvarint(out, buf.len() as u64);
             out.extend_from_slice(&buf);
         }
         Ty::Str => {
@@ -97,29 +90,29 @@ fn put_value(num: u32, ty: Ty, v: &Json, out: &mut Vec<u8>) -> Result<(), String
         Ty::Bool => {
             let b = v.as_bool().ok_or(": expected true or false")?;
             put_tag(out, num, 0);
-            put_varint(out, u64::from(b));
+            put_uvarint(out, u64::from(b));
         }
         Ty::Int64 => {
             put_tag(out, num, 0);
-            put_varint(out, int::<i64>(v)? as u64);
+            put_uvarint(out, int::<i64>(v)? as u64);
         }
         Ty::Uint32 => {
             put_tag(out, num, 0);
-            put_varint(out, u64::from(int::<u32>(v)?));
+            put_uvarint(out, u64::from(int::<u32>(v)?));
         }
         Ty::Uint64 => {
             put_tag(out, num, 0);
-            put_varint(out, int::<u64>(v)?);
+            put_uvarint(out, int::<u64>(v)?);
         }
         Ty::Enum => {
             // Enums are int32 on the wire: negative ones are sign-extended.
             put_tag(out, num, 0);
-            put_varint(out, i64::from(int::<i32>(v)?) as u64);
+            put_uvarint(out, i64::from(int::<i32>(v)?) as u64);
         }
         Ty::Sint32 => {
             let n = int::<i32>(v)?;
             put_tag(out, num, 0);
-            put_varint(out, u64::from(((n << 1) ^ (n >> 31)) as u32));
+            put_uvarint(out, u64::from(((n << 1) ^ (n >> 31)) as u32));
         }
         Ty::Fixed64 => {
             put_tag(out, num, 1);
