@@ -76,6 +76,16 @@ impl AppState {
         Arc::clone(&self.inner.head)
     }
 
+    /// Waits until the WAL holds everything up to `lsn` durably (by the
+    /// fsync mode); a WAL that cannot write is a server fault.
+    pub(crate) async fn durable(&self, lsn: u64) -> Result<(), ApiError> {
+        self.inner
+            .head
+            .durable(lsn)
+            .await
+            .map_err(|e| ApiError::Internal(format!("the write-ahead log failed: {e}")))
+    }
+
     /// Default limits of queries.
     pub fn query_options(&self) -> &QueryOptions {
         &self.inner.query

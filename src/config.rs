@@ -11,7 +11,9 @@ use serde::Deserialize;
 use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
-use crate::storage::head::HeadOptions;
+use crate::storage::head::{Durability, HeadOptions};
+use crate::wal::commit::FsyncMode;
+use crate::wal::WalOptions;
 
 /// Sluice's configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -19,7 +21,7 @@ use crate::storage::head::HeadOptions;
 pub struct Config {
     /// Address the HTTP server listens on.
     pub listen: SocketAddr,
-    /// Directory for durable data (the write-ahead log, in a later release).
+    /// Directory for durable data: the write-ahead log and checkpoints.
     pub data_dir: PathBuf,
     /// Largest request body accepted, in bytes, as sent (compressed).
     pub max_body_bytes: usize,
@@ -57,6 +59,63 @@ pub struct Config {
     /// Store OTLP delta sums and histograms as running totals (cumulative)
     /// instead of refusing them.
     pub otlp_delta_to_cumulative: bool,
+    /// When a write is acknowledged: `always` (after its WAL records are
+    /// fsynced, group-committed) or `interval=<duration>` (once written;
+    /// fsynced within the interval, so a crash loses at most that much).
+    pub wal_fsync: WalFsync,
+    /// Size at which a WAL segment is closed and the next one started.
+    pub wal_segment_bytes: u64,
+    /// On corruption in the middle of the WAL, drop everything from the bad
+    /// record on and start, instead of refusing to start.
+    pub wal_repair: bool,
+    /// Run without a WAL: nothing survives a restart (for a pure cache).
+    pub wal_disabled: bool,
+}
+
+/// The `wal-fsync` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum WalFsync {
+    /// Acknowledge after fsync.
+    Always,
+    /// Acknowledge after the write; fsync at least this often.
+    Interval(Duration),
+}
+
+impl std::str::FromStr for WalFsync {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "always" {
+            return Ok(Self::Always);
+        }
+        let bad = || {
+            format!("invalid wal-fsync {s:?}: use always or interval=<duration>, e.g. interval=1s")
+        };
+        let d = s.strip_prefix("interval=").ok_or_else(bad)?;
+        let d = humantime::parse_duration(d).map_err(|_| bad())?;
+        if d.is_zero() {
+            return Err(bad());
+        }
+        Ok(Self::Interval(d))
+    }
+}
+
+impl TryFrom<String> for WalFsync {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl WalFsync {
+    fn mode(self) -> FsyncMode {
+        match self {
+            Self::Always => FsyncMode::Always,
+            Self::Interval(d) => FsyncMode::Interval(d),
+        }
+    }
 }
 
 impl Default for Config {
@@ -79,6 +138,10 @@ impl Default for Config {
             query_lookback_delta: Duration::from_secs(300),
             otlp_promote_resource_attributes: Vec::new(),
             otlp_delta_to_cumulative: false,
+            wal_fsync: WalFsync::Always,
+            wal_segment_bytes: 128 << 20,
+            wal_repair: false,
+            wal_disabled: false,
         }
     }
 }
@@ -134,6 +197,10 @@ impl Config {
             ("max-label-name-length", self.max_label_name_length),
             ("max-label-value-length", self.max_label_value_length),
             ("max-series", self.max_series),
+            (
+                "wal-segment-bytes",
+                usize::try_from(self.wal_segment_bytes).unwrap_or(usize::MAX),
+            ),
         ];
         for (name, v) in positive {
             if v == 0 {
@@ -175,6 +242,18 @@ impl Config {
             delta_to_cumulative: self.otlp_delta_to_cumulative,
             target_info_interval_ms: (self.query_options().lookback_ms / 2).max(1),
         }
+    }
+
+    /// Where and how the head is made durable; `None` without a WAL.
+    pub fn durability(&self) -> Option<Durability> {
+        (!self.wal_disabled).then(|| Durability {
+            dir: self.data_dir.clone(),
+            wal: WalOptions {
+                segment_bytes: self.wal_segment_bytes,
+                repair: self.wal_repair,
+            },
+            fsync: self.wal_fsync.mode(),
+        })
     }
 
     /// The head's options.

@@ -99,6 +99,9 @@ pub struct IngestReport {
     pub resorted_series: u64,
     /// The first few problems, spelled out.
     pub problems: Vec<String>,
+    /// The WAL position that makes the stored samples durable: wait for it
+    /// with [`Head::durable`] before acknowledging.
+    pub wal_lsn: u64,
 }
 
 impl Default for IngestReport {
@@ -108,6 +111,7 @@ impl Default for IngestReport {
             rejected: [0; Reason::COUNT],
             resorted_series: 0,
             problems: Vec::new(),
+            wal_lsn: 0,
         }
     }
 }
@@ -236,6 +240,7 @@ pub fn append_write_request(
         }
     }
     report.accepted = counts.appended;
+    report.wal_lsn = head.log_appended(&mut counts);
     for e in SampleError::ALL {
         report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
     }

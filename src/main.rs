@@ -24,7 +24,8 @@ struct Cli {
     /// Address to listen on for HTTP [default: 127.0.0.1:9201].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Directory for durable data (used by the write-ahead log) [default: ./data].
+    /// Directory for durable data: the write-ahead log (wal/) and
+    /// checkpoints [default: ./data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Largest request body, as sent (compressed); larger bodies get 413
@@ -84,6 +85,25 @@ struct Cli {
     /// kept in memory per series, instead of refusing them [default: off].
     #[arg(long)]
     otlp_delta_to_cumulative: bool,
+    /// When a write is acknowledged: `always` (after its WAL records are
+    /// fsynced; concurrent writes share one fsync) or `interval=<duration>`
+    /// (once written; fsynced at least that often, so a crash of the machine
+    /// can lose up to that much acknowledged data) [default: always].
+    #[arg(long, value_name = "MODE")]
+    wal_fsync: Option<sluice::config::WalFsync>,
+    /// Size at which a WAL segment file is closed and the next started
+    /// [default: 134217728].
+    #[arg(long, value_name = "BYTES")]
+    wal_segment_bytes: Option<u64>,
+    /// If the WAL is corrupt in the middle (not just a torn last write),
+    /// drop everything from the bad record on and start, instead of
+    /// refusing to start [default: off].
+    #[arg(long)]
+    wal_repair: bool,
+    /// Run without a write-ahead log: nothing survives a restart
+    /// [default: off].
+    #[arg(long)]
+    wal_disabled: bool,
 }
 
 impl Cli {
@@ -111,11 +131,13 @@ impl Cli {
             query_timeout,
             query_max_samples,
             query_lookback_delta,
-            otlp_promote_resource_attributes
+            otlp_promote_resource_attributes,
+            wal_fsync,
+            wal_segment_bytes
         );
-        if self.otlp_delta_to_cumulative {
-            c.otlp_delta_to_cumulative = true;
-        }
+        c.otlp_delta_to_cumulative |= self.otlp_delta_to_cumulative;
+        c.wal_repair |= self.wal_repair;
+        c.wal_disabled |= self.wal_disabled;
         c.validate()?;
         Ok(c)
     }

@@ -32,6 +32,9 @@ pub enum ServerError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The write-ahead log could not be replayed or opened.
+    #[error(transparent)]
+    Wal(#[from] crate::wal::WalError),
     /// Serving failed.
     #[error("server error: {0}")]
     Serve(#[from] std::io::Error),
@@ -52,7 +55,16 @@ impl Server {
             path: config.data_dir.clone(),
             source,
         })?;
-        let head = Arc::new(Head::new(config.head_options()));
+        let head = match config.durability() {
+            Some(d) => {
+                let opts = config.head_options();
+                tokio::task::spawn_blocking(move || Head::open(opts, &d))
+                    .await
+                    .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??
+            }
+            None => Head::new(config.head_options()),
+        };
+        let head = Arc::new(head);
         let state = AppState::new(config, head);
         let listener =
             TcpListener::bind(config.listen)
@@ -81,9 +93,14 @@ impl Server {
     ) -> Result<(), ServerError> {
         let addr = self.local_addr()?;
         tracing::info!(%addr, "listening");
+        let head = self.state.head_arc();
         axum::serve(self.listener, api::router(self.state))
             .with_graceful_shutdown(shutdown)
             .await?;
+        // Every request has been answered; make what they stored durable.
+        tokio::task::spawn_blocking(move || head.close_wal())
+            .await
+            .map_err(std::io::Error::other)?;
         tracing::info!("stopped");
         Ok(())
     }

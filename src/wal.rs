@@ -153,9 +153,27 @@ fn valid_records_after(buf: &[u8], from: usize) -> u64 {
 pub fn replay(
     dir: &Path,
     opts: &WalOptions,
+    f: impl FnMut(Record<'_>),
+) -> Result<ReplayReport, WalError> {
+    replay_after(dir, 0, opts, f)
+}
+
+/// Like [`replay`], but skips segments numbered `after` or lower (those a
+/// checkpoint covers). Logs progress every few seconds: percent of bytes,
+/// records per second and the time left.
+pub fn replay_after(
+    dir: &Path,
+    after: u64,
+    opts: &WalOptions,
     mut f: impl FnMut(Record<'_>),
 ) -> Result<ReplayReport, WalError> {
-    let indexes = segments(dir)?;
+    let indexes: Vec<u64> = segments(dir)?.into_iter().filter(|&i| i > after).collect();
+    let total: u64 = indexes
+        .iter()
+        .map(|&j| fs::metadata(segment_path(dir, j)).map_or(0, |m| m.len()))
+        .sum();
+    let started = std::time::Instant::now();
+    let mut next_log = started + PROGRESS_EVERY;
     let mut report = ReplayReport::default();
     for (i, &index) in indexes.iter().enumerate() {
         let path = segment_path(dir, index);
@@ -169,6 +187,10 @@ pub fn replay(
                     report.records += 1;
                     report.bytes += len as u64;
                     pos += len;
+                    if report.records % 4096 == 0 && std::time::Instant::now() >= next_log {
+                        log_progress(&report, total, started);
+                        next_log += PROGRESS_EVERY;
+                    }
                     continue;
                 }
                 Err(e) => e,
@@ -220,6 +242,20 @@ pub fn replay(
         }
     }
     Ok(report)
+}
+
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn log_progress(report: &ReplayReport, total: u64, started: std::time::Instant) {
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let done = report.bytes.max(1) as f64;
+    let eta = (total as f64 - done).max(0.0) * secs / done;
+    tracing::info!(
+        percent = format_args!("{:.1}", 100.0 * done / total.max(1) as f64),
+        records_per_second = (report.records as f64 / secs) as u64,
+        eta_seconds = format_args!("{eta:.0}"),
+        "replaying WAL"
+    );
 }
 
 fn truncate(path: &Path, len: u64) -> Result<(), WalError> {
@@ -292,7 +328,8 @@ impl WalWriter {
         self.file.sync_data().map_err(io_err(&path))
     }
 
-    fn rotate(&mut self) -> Result<(), WalError> {
+    /// Fsyncs the current segment and starts the next.
+    pub(crate) fn rotate(&mut self) -> Result<(), WalError> {
         self.sync()?;
         let (file, _) = Self::create(&self.dir, self.index + 1)?;
         sync_dir(&self.dir)?;

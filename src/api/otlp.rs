@@ -78,7 +78,10 @@ pub(super) async fn export(
         return error_reply(Format::Protobuf, e);
     };
     match handle(&state, format, &headers, body) {
-        Ok(report) => success(format, &report),
+        Ok(report) => match state.durable(report.samples.wal_lsn).await {
+            Ok(()) => success(format, &report),
+            Err(e) => error_reply(format, e),
+        },
         Err(e) => error_reply(format, e),
     }
 }

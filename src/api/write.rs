@@ -36,7 +36,17 @@ pub(super) async fn remote_write(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let mut resp = match handle(&state, &headers, body) {
+    let result = match handle(&state, &headers, body) {
+        // What was stored must be durable before any reply, 400 included:
+        // a sender does not retry a 400, so its valid part must not be lost.
+        Ok(report) => match state.durable(report.wal_lsn).await {
+            Ok(()) if report.rejected_total() > 0 => Err(ApiError::BadRequest(report.message())),
+            Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    let mut resp = match result {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => e.into_response(),
     };
@@ -49,7 +59,7 @@ fn handle(
     state: &AppState,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(), ApiError> {
+) -> Result<ingest::IngestReport, ApiError> {
     check_content_type(headers)?;
     check_content_encoding(headers)?;
     let inner = &state.inner;
@@ -92,10 +102,7 @@ fn handle(
         result
     })?;
     inner.metrics.record_ingest("remote_write", &report);
-    if report.rejected_total() > 0 {
-        return Err(ApiError::BadRequest(report.message()));
-    }
-    Ok(())
+    Ok(report)
 }
 
 /// A missing Content-Type means 1.0 (as Prometheus treats it); otherwise it

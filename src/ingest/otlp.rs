@@ -249,6 +249,8 @@ pub fn append_export_request(
         for e in SampleError::ALL {
             report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
         }
+        w.counts.touched |= w.target_counts.touched;
+        report.samples.wal_lsn = head.log_appended(&mut w.counts);
         scratch.trim();
         walked?;
         Ok(report)

@@ -4,14 +4,20 @@
 //! section. A series already seen is found from the sender's raw label bytes
 //! (see [`super::labels`]); only a new series is decoded, interned and indexed.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::index::Matcher;
 use super::labels::Label;
-use super::shard::{MemSeries, Shard};
+use super::shard::{MemSeries, Shard, ShardLog};
+use crate::wal::commit::{FsyncMode, GroupCommit};
+use crate::wal::record::Record;
+use crate::wal::{self, WalError, WalOptions};
 
 /// Why one sample was not stored. Values, not errors: counted per batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +58,9 @@ pub struct AppendCounts {
     pub rejected: [u64; 3],
     /// The first rejection seen since the caller last cleared it: reason and timestamp.
     pub first: Option<(SampleError, i64)>,
+    /// Shards appended to (bit `i % 64` for shard `i`), whose log buffers
+    /// [`Head::log_appended`] hands to the WAL.
+    pub touched: u64,
 }
 
 impl AppendCounts {
@@ -126,6 +135,36 @@ pub struct Head {
     shards: Box<[Padded<Mutex<Shard>>]>,
     opts: HeadOptions,
     series: AtomicUsize,
+    /// The next series reference handed out (WAL and checkpoints).
+    next_ref: AtomicU64,
+    wal: Option<GroupCommit>,
+    recovery: Option<Recovery>,
+}
+
+/// Where and how the head keeps itself durable.
+#[derive(Debug, Clone)]
+pub struct Durability {
+    /// The data directory: `wal/` and checkpoints live under it.
+    pub dir: PathBuf,
+    /// Segment size and repair.
+    pub wal: WalOptions,
+    /// When appends are acknowledged.
+    pub fsync: FsyncMode,
+}
+
+/// What the start-up replay did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recovery {
+    /// Wall time of checkpoint load and WAL replay.
+    pub seconds: f64,
+    /// WAL records replayed.
+    pub records: u64,
+    /// Samples stored by the replay.
+    pub samples: u64,
+    /// Replayed samples refused (already held, or out of order).
+    pub refused_samples: u64,
+    /// Bytes of torn or repaired log dropped.
+    pub dropped_bytes: u64,
 }
 
 impl Head {
@@ -138,14 +177,168 @@ impl Head {
                 .collect(),
             opts,
             series: AtomicUsize::new(0),
+            next_ref: AtomicU64::new(1),
+            wal: None,
+            recovery: None,
+        }
+    }
+
+    /// A head rebuilt from `opts_wal.dir`: the newest checkpoint, then the
+    /// WAL segments after it; then it logs to a new segment. Fails on
+    /// corruption in the middle of the log unless `repair` is set.
+    pub fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
+        let started = Instant::now();
+        let mut head = Self::new(opts);
+        let wal_dir = durable.dir.join("wal");
+        let mut replayer = Replayer::new(&head);
+        let report = wal::replay_after(&wal_dir, 0, &durable.wal, |rec| replayer.apply(rec))?;
+        let (samples, refused) = replayer.samples();
+        if replayer.bad_series + replayer.unknown_refs > 0 {
+            tracing::warn!(
+                bad_series = replayer.bad_series,
+                unknown_refs = replayer.unknown_refs,
+                "WAL records that could not be applied were skipped"
+            );
+        }
+        let recovery = Recovery {
+            seconds: started.elapsed().as_secs_f64(),
+            records: report.records,
+            samples,
+            refused_samples: refused,
+            dropped_bytes: report.dropped_bytes,
+        };
+        tracing::info!(
+            segments = report.segments,
+            records = report.records,
+            series = head.series.load(Ordering::Relaxed),
+            samples,
+            seconds = format_args!("{:.3}", recovery.seconds),
+            "WAL replayed"
+        );
+        let writer = wal::WalWriter::open(&wal_dir, durable.wal.clone())?;
+        let commit = GroupCommit::start(writer, durable.fsync).map_err(|source| WalError::Io {
+            path: wal_dir.clone(),
+            source,
+        })?;
+        head.start_wal(commit);
+        head.recovery = Some(recovery);
+        Ok(head)
+    }
+
+    /// What the start-up replay did, if the head was opened from disk.
+    pub fn recovery(&self) -> Option<&Recovery> {
+        self.recovery.as_ref()
+    }
+
+    /// From now on, every series created and sample stored is also
+    /// written to `wal` (see [`Head::log_appended`]). Replay first.
+    pub fn start_wal(&mut self, wal: GroupCommit) {
+        for Padded(shard) in self.shards.iter_mut() {
+            shard.get_mut().log = Some(ShardLog::default());
+        }
+        self.wal = Some(wal);
+    }
+
+    /// The WAL, when the head writes one.
+    pub fn wal(&self) -> Option<&GroupCommit> {
+        self.wal.as_ref()
+    }
+
+    /// Stops the WAL after writing and fsyncing everything queued.
+    pub fn close_wal(&self) {
+        self.log_all();
+        if let Some(wal) = &self.wal {
+            wal.close();
         }
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+    fn shard_index(&self, hash: u64) -> usize {
         // Middle bits: hashbrown uses the low bits for buckets and the top
         // seven for tags, so neither should be constant within a shard.
-        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].0
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(hash)].0
+    }
+
+    #[inline]
+    fn lock_touched(
+        &self,
+        hash: u64,
+        counts: &mut AppendCounts,
+    ) -> parking_lot::MutexGuard<'_, Shard> {
+        let i = self.shard_index(hash);
+        counts.touched |= 1 << (i % 64);
+        self.shards[i].0.lock()
+    }
+
+    /// Hands what the shards in `counts.touched` appended to the WAL and
+    /// returns the LSN that makes it durable (0 without a WAL): pass it to
+    /// [`Head::durable`]. Whatever another request already handed over for
+    /// these shards is covered too, since each shard remembers how far it
+    /// pushed.
+    pub fn log_appended(&self, counts: &mut AppendCounts) -> u64 {
+        let touched = std::mem::take(&mut counts.touched);
+        let Some(wal) = &self.wal else {
+            return 0;
+        };
+        let mut lsn = 0;
+        for (i, Padded(shard)) in self.shards.iter().enumerate() {
+            if touched & (1 << (i % 64)) != 0 {
+                lsn = lsn.max(push_log(&mut shard.lock(), wal));
+            }
+        }
+        lsn
+    }
+
+    /// Hands every shard's pending records to the WAL; returns the LSN.
+    pub fn log_all(&self) -> u64 {
+        let mut counts = AppendCounts {
+            touched: u64::MAX,
+            ..AppendCounts::default()
+        };
+        self.log_appended(&mut counts)
+    }
+
+    /// Resolves when the WAL is durable up to `lsn` (at once without one).
+    pub fn durable(
+        &self,
+        lsn: u64,
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send {
+        let wait = self.wal.as_ref().filter(|_| lsn > 0).map(|w| w.wait(lsn));
+        async move {
+            match wait {
+                Some(w) => w.await,
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// Finds or creates the series with these canonical labels, keeping or
+    /// giving it reference `id`, for replay and checkpoints: no limit
+    /// applies and nothing is logged. Returns its shard and slot, or `None`
+    /// if the bytes are not labels.
+    pub(crate) fn restore_series(&self, id: u64, canonical: &[u8]) -> Option<(u32, u32)> {
+        let labels = super::labels::decode_canonical(canonical)?;
+        let hash = xxh3_64(canonical);
+        let i = self.shard_index(hash);
+        let mut shard = self.shards[i].0.lock();
+        let slot = match shard.find(hash, canonical) {
+            Some(slot) => slot,
+            None => {
+                self.series.fetch_add(1, Ordering::Relaxed);
+                self.next_ref.fetch_max(id + 1, Ordering::Relaxed);
+                shard.create(id, hash, &labels, canonical)
+            }
+        };
+        Some((i as u32, slot))
+    }
+
+    fn new_ref(&self) -> u64 {
+        self.next_ref.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Appends to the series whose canonical label bytes are exactly `raw`.
@@ -159,7 +352,7 @@ impl Head {
         counts: &mut AppendCounts,
     ) -> bool {
         let hash = xxh3_64(raw);
-        let mut shard = self.shard(hash).lock();
+        let mut shard = self.lock_touched(hash, counts);
         let Some(slot) = shard.find(hash, raw) else {
             return false;
         };
@@ -178,7 +371,7 @@ impl Head {
         counts: &mut AppendCounts,
     ) -> Result<(), SeriesLimit> {
         let hash = xxh3_64(canonical);
-        let mut shard = self.shard(hash).lock();
+        let mut shard = self.lock_touched(hash, counts);
         let slot = match shard.find(hash, canonical) {
             Some(slot) => slot,
             None => {
@@ -192,7 +385,7 @@ impl Head {
                 {
                     return Err(SeriesLimit(max));
                 }
-                shard.create(hash, labels)
+                shard.create(self.new_ref(), hash, labels, canonical)
             }
         };
         shard.append(slot, samples, max_t, &self.opts, counts);
@@ -263,6 +456,93 @@ impl Head {
         let slot = shard.find(hash, canonical)?;
         shard.series.get(slot as usize)?.max_time()
     }
+}
+
+/// Rebuilds a head from WAL records: series records map the log's
+/// references to series, samples records append through that map.
+#[derive(Debug)]
+pub struct Replayer<'h> {
+    head: &'h Head,
+    refs: HashMap<u64, (u32, u32)>,
+    counts: AppendCounts,
+    /// Series records whose labels could not be decoded.
+    pub bad_series: u64,
+    /// Samples whose series reference was never defined.
+    pub unknown_refs: u64,
+}
+
+impl<'h> Replayer<'h> {
+    /// A replayer into `head`, which should not write a WAL yet.
+    pub fn new(head: &'h Head) -> Self {
+        Self {
+            head,
+            refs: HashMap::new(),
+            counts: AppendCounts::default(),
+            bad_series: 0,
+            unknown_refs: 0,
+        }
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, rec: Record<'_>) {
+        match rec {
+            Record::Series { series_ref, labels } => {
+                match self.head.restore_series(series_ref, labels) {
+                    Some(at) => {
+                        self.refs.insert(series_ref, at);
+                    }
+                    None => self.bad_series += 1,
+                }
+            }
+            Record::Samples(samples) => {
+                let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
+                for (r, t, v) in samples {
+                    let Some(&(shard, slot)) = self.refs.get(&r) else {
+                        self.unknown_refs += 1;
+                        continue;
+                    };
+                    // Consecutive samples of one shard share a lock.
+                    let guard = match &mut current {
+                        Some((s, g)) if *s == shard => g,
+                        _ => {
+                            current = None;
+                            let g = self.head.shards[shard as usize].0.lock();
+                            &mut current.insert((shard, g)).1
+                        }
+                    };
+                    guard.append(
+                        slot,
+                        std::iter::once((t, v)),
+                        i64::MAX,
+                        &self.head.opts,
+                        &mut self.counts,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Samples stored and refused (older than what the series holds, as
+    /// after a checkpoint that already covers them) so far.
+    pub fn samples(&self) -> (u64, u64) {
+        (self.counts.appended, self.counts.rejected_total())
+    }
+}
+
+/// Closes the shard's open samples record and queues its frames.
+fn push_log(shard: &mut Shard, wal: &GroupCommit) -> u64 {
+    let Some(log) = &mut shard.log else {
+        return 0;
+    };
+    if !log.frames.is_empty() {
+        log.samples.close(&mut log.frames);
+        log.pushed = wal.submit(&log.frames);
+        log.frames.clear();
+        if log.frames.capacity() > 4 << 20 {
+            log.frames = Vec::new();
+        }
+    }
+    log.pushed
 }
 
 #[cfg(test)]
@@ -402,5 +682,105 @@ mod tests {
                 s.labels
             );
         }
+    }
+
+    fn durability(dir: &std::path::Path) -> Durability {
+        Durability {
+            dir: dir.to_owned(),
+            wal: WalOptions {
+                segment_bytes: 4096,
+                repair: false,
+            },
+            fsync: FsyncMode::Always,
+        }
+    }
+
+    fn everything(head: &Head) -> Vec<SeriesSamples> {
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        head.select_samples(&[all], i64::MIN, i64::MAX)
+    }
+
+    #[test]
+    fn a_reopened_head_holds_what_concurrent_writers_stored() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = Arc::new(
+            Head::open(
+                HeadOptions {
+                    shards: 4,
+                    ..Default::default()
+                },
+                &durability(dir.path()),
+            )
+            .expect("open"),
+        );
+        // Four threads write the same 30 series with interleaved timestamps,
+        // so appends to one series race and some are refused as out of
+        // order: the log must hold exactly what the head accepted, in the
+        // head's order.
+        let threads: Vec<_> = (0..4i64)
+            .map(|w| {
+                let head = Arc::clone(&head);
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .expect("rt");
+                    for i in 0..100i64 {
+                        let mut c = AppendCounts::default();
+                        for s in 0..30 {
+                            let name = format!("m{s}");
+                            let l = [("__name__", name.as_str()), ("w", "x")];
+                            let raw = canon(&l);
+                            let t = i * 4 + w;
+                            let v = (t * 7 + s) as f64;
+                            if !head.append_existing(&raw, [(t, v)].into_iter(), i64::MAX, &mut c) {
+                                head.append_labels(
+                                    &l,
+                                    &raw,
+                                    [(t, v)].into_iter(),
+                                    i64::MAX,
+                                    &mut c,
+                                )
+                                .expect("fits");
+                            }
+                        }
+                        let lsn = head.log_appended(&mut c);
+                        rt.block_on(head.durable(lsn)).expect("durable");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let before = everything(&head);
+        assert_eq!(before.len(), 30);
+        let stored: usize = before.iter().map(|s| s.samples.len()).sum();
+        assert!(stored >= 30 * 100, "{stored}");
+        head.close_wal();
+        drop(head);
+        let reopened = Head::open(
+            HeadOptions {
+                shards: 2,
+                ..Default::default()
+            },
+            &durability(dir.path()),
+        )
+        .expect("reopen");
+        assert_eq!(everything(&reopened), before);
+        let rec = reopened.recovery().expect("replayed");
+        assert_eq!(rec.samples as usize, stored);
+        assert_eq!(rec.refused_samples, 0);
+        // New series get references past the replayed ones.
+        let l = [("__name__", "new")];
+        let mut c = AppendCounts::default();
+        reopened
+            .append_labels(&l, &canon(&l), [(1, 1.0)].into_iter(), i64::MAX, &mut c)
+            .expect("fits");
+        let lsn = reopened.log_appended(&mut c);
+        assert!(lsn > 0);
+        reopened.close_wal();
+        drop(reopened);
+        let again = Head::open(HeadOptions::default(), &durability(dir.path())).expect("again");
+        assert_eq!(everything(&again).len(), 31);
     }
 }

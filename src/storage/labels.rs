@@ -111,6 +111,46 @@ pub fn encode_canonical<'a>(
     }
 }
 
+/// Splits canonical label bytes (from the WAL or a checkpoint) back into
+/// pairs; `None` if they are not well formed.
+pub fn decode_canonical(raw: &[u8]) -> Option<Vec<(&str, &str)>> {
+    let mut out = Vec::new();
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let (inner, r) = take_field(rest, 0x0a)?;
+        rest = r;
+        let (name, r) = take_field(inner, 0x0a)?;
+        let (value, r) = take_field(r, 0x12)?;
+        if !r.is_empty() {
+            return None;
+        }
+        out.push((
+            std::str::from_utf8(name).ok()?,
+            std::str::from_utf8(value).ok()?,
+        ));
+    }
+    Some(out)
+}
+
+/// Splits a length-delimited field with a one-byte `tag` off the front of `b`.
+fn take_field(b: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&t, mut b) = b.split_first()?;
+    if t != tag {
+        return None;
+    }
+    let mut len = 0u64;
+    for i in 0..10 {
+        let (&byte, r) = b.split_first()?;
+        b = r;
+        len |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            let len = usize::try_from(len).ok()?;
+            return (len <= b.len()).then(|| b.split_at(len));
+        }
+    }
+    None
+}
+
 /// Whether `raw` is exactly the canonical encoding of `labels`, compared
 /// piece by piece without building the encoding.
 pub fn matches_canonical(labels: &[(StrId, StrId)], strings: &Interner, raw: &[u8]) -> bool {
@@ -188,6 +228,22 @@ mod tests {
         let pairs = [("__name__", "up"), ("instance", long.as_str()), ("job", "")];
         let mut ours = Vec::new();
         encode_canonical(pairs, &mut ours);
+        assert_eq!(decode_canonical(&ours).as_deref(), Some(&pairs[..]));
+        // Cut anywhere: a cut between labels decodes to the labels before
+        // it, any other cut is refused.
+        let mut ends = vec![0];
+        for i in 1..=pairs.len() {
+            let mut b = Vec::new();
+            encode_canonical(pairs[..i].iter().copied(), &mut b);
+            ends.push(b.len());
+        }
+        for cut in 0..ours.len() {
+            let got = decode_canonical(&ours[..cut]);
+            match ends.iter().position(|&e| e == cut) {
+                Some(n) => assert_eq!(got.as_deref(), Some(&pairs[..n]), "{cut}"),
+                None => assert_eq!(got, None, "{cut}"),
+            }
+        }
         let ts = crate::proto::prometheus::TimeSeries {
             labels: pairs
                 .iter()

@@ -11,6 +11,7 @@ use super::head::{AppendCounts, HeadOptions, SampleError};
 use super::index::Postings;
 use super::labels::{matches_canonical, Interner, Label, StrId};
 use super::querier::ChunkRef;
+use crate::wal::record::{encode_series, SamplesFrame};
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
 const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
@@ -34,6 +35,8 @@ struct HeadChunk {
 /// One series in memory.
 #[derive(Debug)]
 pub(crate) struct MemSeries {
+    /// The series' reference in the write-ahead log and checkpoints.
+    pub(crate) id: u64,
     hash: u64,
     pub(crate) labels: Box<[(StrId, StrId)]>,
     pub(crate) sealed: Vec<SealedChunk>,
@@ -53,9 +56,15 @@ impl MemSeries {
     }
 
     /// Appends one sample by Prometheus' head rules. Returns the change in
-    /// encoded bytes and whether a chunk was created.
+    /// encoded bytes and whether a chunk was created, or `None` for an exact
+    /// duplicate (accepted, not stored again).
     #[inline]
-    fn append(&mut self, t: i64, v: f64, opts: &HeadOptions) -> Result<(isize, bool), SampleError> {
+    fn append(
+        &mut self,
+        t: i64,
+        v: f64,
+        opts: &HeadOptions,
+    ) -> Result<Option<(isize, bool)>, SampleError> {
         let mut created = false;
         let mut delta = 0isize;
         match &mut self.head {
@@ -65,7 +74,7 @@ impl MemSeries {
                 }
                 // Same timestamp: an exact duplicate is accepted and dropped.
                 return match h.app.last() {
-                    Some((_, last)) if last.to_bits() == v.to_bits() => Ok((0, false)),
+                    Some((_, last)) if last.to_bits() == v.to_bits() => Ok(None),
                     _ => Err(SampleError::Duplicate),
                 };
             }
@@ -90,12 +99,15 @@ impl MemSeries {
             }
         }
         let Some(h) = &mut self.head else {
-            return Ok((delta, created));
+            return Ok(Some((delta, created)));
         };
         let before = h.app.bytes().len();
         h.app.append(t, v);
         h.maxt = t;
-        Ok((delta + (h.app.bytes().len() - before) as isize, created))
+        Ok(Some((
+            delta + (h.app.bytes().len() - before) as isize,
+            created,
+        )))
     }
 
     /// Seals the head chunk (if any) and opens a new one starting at `t`.
@@ -183,9 +195,22 @@ fn chunk_end_time(start: i64, cur: i64, max_t: i64, ratio_to_full: f64) -> i64 {
     (start as f64 + (max_t - start) as f64 / n.floor()) as i64
 }
 
+/// What a shard has appended but not yet handed to the WAL: whole frames,
+/// the last of them possibly an open samples record. Filled under the
+/// shard's lock, so the log holds each series' records in append order.
+#[derive(Debug, Default)]
+pub(crate) struct ShardLog {
+    pub(crate) frames: Vec<u8>,
+    pub(crate) samples: SamplesFrame,
+    /// LSN just past the last frames this shard handed to the WAL.
+    pub(crate) pushed: u64,
+}
+
 /// One shard's state.
 #[derive(Debug, Default)]
 pub(crate) struct Shard {
+    /// Present when the head writes a WAL.
+    pub(crate) log: Option<ShardLog>,
     pub(crate) strings: Interner,
     pub(crate) series: Vec<MemSeries>,
     by_labels: HashTable<u32>,
@@ -218,8 +243,19 @@ impl Shard {
             .copied()
     }
 
-    /// Adds a series with valid, sorted `labels`; the caller checked it is new.
-    pub(crate) fn create(&mut self, hash: u64, labels: &[(&str, &str)]) -> u32 {
+    /// Adds a series with valid, sorted `labels` whose canonical bytes are
+    /// `canonical`; the caller checked it is new.
+    pub(crate) fn create(
+        &mut self,
+        id: u64,
+        hash: u64,
+        labels: &[(&str, &str)],
+        canonical: &[u8],
+    ) -> u32 {
+        if let Some(log) = &mut self.log {
+            log.samples.close(&mut log.frames);
+            encode_series(&mut log.frames, id, canonical);
+        }
         let ids: Box<[(StrId, StrId)]> = labels
             .iter()
             .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
@@ -227,6 +263,7 @@ impl Shard {
         let slot = self.series.len() as u32;
         self.postings.add(slot, &ids);
         self.series.push(MemSeries {
+            id,
             hash,
             labels: ids,
             sealed: Vec::new(),
@@ -258,11 +295,15 @@ impl Shard {
                 continue;
             }
             match series.append(t, v, opts) {
-                Ok((delta, created)) => {
+                Ok(Some((delta, created))) => {
                     counts.appended += 1;
                     self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
                     self.chunks += usize::from(created);
+                    if let Some(log) = &mut self.log {
+                        log.samples.push(&mut log.frames, series.id, t, v);
+                    }
                 }
+                Ok(None) => counts.appended += 1,
                 Err(e) => counts.reject(e, t),
             }
         }
@@ -279,6 +320,7 @@ mod tests {
 
     fn series() -> MemSeries {
         MemSeries {
+            id: 0,
             hash: 0,
             labels: Box::new([]),
             sealed: Vec::new(),
@@ -336,7 +378,7 @@ mod tests {
         s.append(1000, 1.0, &opts()).expect("first");
         assert_eq!(
             s.append(1000, 1.0, &opts()),
-            Ok((0, false)),
+            Ok(None),
             "exact duplicate accepted"
         );
         assert_eq!(s.append(1000, 2.0, &opts()), Err(SampleError::Duplicate));

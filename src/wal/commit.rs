@@ -1,18 +1,24 @@
 //! Group commit: requests hand their encoded frames to one WAL thread,
 //! which writes everything that has queued up while it was busy and then
-//! fsyncs once for all of them. With [`FsyncMode::Always`] a request's
-//! acknowledgement waits for that fsync; with [`FsyncMode::Interval`] it
-//! is sent once the frames are written, and the thread fsyncs on a timer,
-//! so a crash can lose up to one interval of acknowledged writes.
+//! fsyncs once for all of them.
+//!
+//! Every byte submitted gets a position in one ever-growing sequence (the
+//! log sequence number, LSN): [`GroupCommit::submit`] returns the LSN just
+//! past its frames, and [`GroupCommit::wait`] resolves once the log is
+//! durable up to a given LSN. With [`FsyncMode::Always`] that means
+//! fsynced; with [`FsyncMode::Interval`] it means written, and the thread
+//! fsyncs on a timer, so a crash can lose up to one interval of
+//! acknowledged writes. A submitter that finds its frames already taken by
+//! another (see the head's per-shard buffers) waits for that LSN instead.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
-use super::WalWriter;
+use super::{WalError, WalWriter};
 
 /// When appended frames are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,79 +29,163 @@ pub enum FsyncMode {
     Interval(Duration),
 }
 
-/// The outcome a submitter waits for: `Err` carries the I/O error text.
-pub type Ack = oneshot::Receiver<Result<(), String>>;
+/// How far the log has got.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// LSN up to which frames are written to the segment file.
+    pub written: u64,
+    /// LSN up to which frames are fsynced.
+    pub synced: u64,
+    /// The first write or fsync error; after it nothing more is durable.
+    pub failed: Option<Arc<str>>,
+}
 
 #[derive(Debug, Default)]
 struct State {
     frames: Vec<u8>,
-    waiters: Vec<oneshot::Sender<Result<(), String>>>,
+    /// LSN just past the last submitted byte.
+    submitted: u64,
+    rotate: Vec<oneshot::Sender<Result<u64, String>>>,
     closed: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    progress: watch::Sender<Progress>,
     commits: std::sync::atomic::AtomicU64,
     syncs: std::sync::atomic::AtomicU64,
+    sync_nanos: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+/// Counters of the WAL thread's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Writes, one per batch of queued frames.
+    pub commits: u64,
+    /// Fsyncs.
+    pub syncs: u64,
+    /// Time spent in fsync, in nanoseconds.
+    pub sync_nanos: u64,
+    /// Bytes written.
+    pub bytes: u64,
 }
 
 /// The WAL thread and the queue in front of it.
 #[derive(Debug)]
 pub struct GroupCommit {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    mode: FsyncMode,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl GroupCommit {
     /// Starts the WAL thread over `writer`.
     pub fn start(writer: WalWriter, mode: FsyncMode) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            progress: watch::Sender::new(Progress::default()),
+            commits: Default::default(),
+            syncs: Default::default(),
+            sync_nanos: Default::default(),
+            bytes: Default::default(),
+        });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("sluice-wal".into())
             .spawn(move || run(writer, mode, &s))?;
         Ok(Self {
             shared,
-            thread: Some(thread),
+            mode,
+            thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// Queues `frames` (whole records) for the next commit; the returned
-    /// receiver resolves when they are durable (or written, by mode).
-    pub fn submit(&self, frames: &[u8]) -> Ack {
-        let (tx, rx) = oneshot::channel();
+    /// Queues `frames` (whole records) for the next commit and returns the
+    /// LSN to [`Self::wait`] for. Empty frames return the current end.
+    pub fn submit(&self, frames: &[u8]) -> u64 {
         let mut st = self.shared.state.lock();
-        if st.closed {
-            let _ = tx.send(Err("the WAL is shut down".into()));
-            return rx;
+        if frames.is_empty() || st.closed {
+            return st.submitted;
         }
         st.frames.extend_from_slice(frames);
-        st.waiters.push(tx);
+        st.submitted += frames.len() as u64;
+        let lsn = st.submitted;
         drop(st);
         self.shared.wake.notify_one();
-        rx
+        lsn
     }
 
-    /// Commits done (one write of all queued frames each) and fsyncs done.
-    pub fn stats(&self) -> (u64, u64) {
+    /// Resolves when the log is durable (by the fsync mode) up to `lsn`,
+    /// or with the error that stopped it.
+    pub fn wait(&self, lsn: u64) -> impl std::future::Future<Output = Result<(), String>> + Send {
+        let mut rx = self.shared.progress.subscribe();
+        let always = self.mode == FsyncMode::Always;
+        async move {
+            let reached = rx
+                .wait_for(|p| {
+                    p.failed.is_some() || (if always { p.synced } else { p.written }) >= lsn
+                })
+                .await
+                .map_err(|_| "the WAL is shut down".to_owned())?;
+            match &reached.failed {
+                Some(e)
+                    if (if always {
+                        reached.synced
+                    } else {
+                        reached.written
+                    }) < lsn =>
+                {
+                    Err(e.to_string())
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+
+    /// Writes and fsyncs what is queued, then starts a new segment. Returns
+    /// the index of the last segment before it: everything submitted
+    /// before this call is in segments up to that index. Blocks.
+    pub fn rotate(&self) -> Result<u64, String> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut st = self.shared.state.lock();
+            if st.closed {
+                return Err("the WAL is shut down".into());
+            }
+            st.rotate.push(tx);
+        }
+        self.shared.wake.notify_one();
+        rx.blocking_recv()
+            .map_err(|_| "the WAL is shut down".to_owned())?
+    }
+
+    /// The thread's counters.
+    pub fn stats(&self) -> CommitStats {
         use std::sync::atomic::Ordering::Relaxed;
-        (
-            self.shared.commits.load(Relaxed),
-            self.shared.syncs.load(Relaxed),
-        )
+        CommitStats {
+            commits: self.shared.commits.load(Relaxed),
+            syncs: self.shared.syncs.load(Relaxed),
+            sync_nanos: self.shared.sync_nanos.load(Relaxed),
+            bytes: self.shared.bytes.load(Relaxed),
+        }
     }
 
-    /// Commits what is queued, fsyncs, and stops the thread.
-    pub fn close(mut self) {
-        self.stop();
+    /// Where the log is now.
+    pub fn progress(&self) -> Progress {
+        self.shared.progress.borrow().clone()
     }
 
-    fn stop(&mut self) {
+    /// Commits what is queued, fsyncs, and stops the thread; later
+    /// submissions are not written. Blocks until done.
+    pub fn close(&self) {
         self.shared.state.lock().closed = true;
         self.shared.wake.notify_one();
-        if let Some(t) = self.thread.take() {
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
@@ -103,21 +193,24 @@ impl GroupCommit {
 
 impl Drop for GroupCommit {
     fn drop(&mut self) {
-        self.stop();
+        self.close();
     }
 }
 
 fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut frames = Vec::new();
-    let mut waiters = Vec::new();
+    let mut rotate = Vec::new();
     let mut last_sync = Instant::now();
     let mut dirty = false;
+    // LSN just past the bytes in `frames` once taken.
+    let mut lsn;
+    let mut failed: Option<Arc<str>> = None;
     loop {
         let closed;
         {
             let mut st = shared.state.lock();
-            while st.frames.is_empty() && st.waiters.is_empty() && !st.closed {
+            while st.frames.is_empty() && st.rotate.is_empty() && !st.closed {
                 match mode {
                     FsyncMode::Interval(every) if dirty => {
                         let left = every.saturating_sub(last_sync.elapsed());
@@ -129,36 +222,51 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                 }
             }
             std::mem::swap(&mut st.frames, &mut frames);
-            std::mem::swap(&mut st.waiters, &mut waiters);
+            std::mem::swap(&mut st.rotate, &mut rotate);
+            lsn = st.submitted;
             closed = st.closed;
         }
-        let mut result = Ok(());
-        if !frames.is_empty() {
-            result = writer.append(&frames).map_err(|e| e.to_string());
-            shared.commits.fetch_add(1, Relaxed);
-            dirty = true;
+        if !frames.is_empty() && failed.is_none() {
+            match writer.append(&frames) {
+                Ok(()) => {
+                    shared.commits.fetch_add(1, Relaxed);
+                    shared.bytes.fetch_add(frames.len() as u64, Relaxed);
+                    dirty = true;
+                    shared.progress.send_modify(|p| p.written = lsn);
+                }
+                Err(e) => failed = Some(fail(shared, &e)),
+            }
         }
         let sync_now = match mode {
             FsyncMode::Always => dirty,
-            FsyncMode::Interval(every) => dirty && (closed || last_sync.elapsed() >= every),
+            FsyncMode::Interval(every) => {
+                dirty && (closed || !rotate.is_empty() || last_sync.elapsed() >= every)
+            }
         };
-        let ack_before_sync = matches!(mode, FsyncMode::Interval(_));
-        if ack_before_sync {
-            for w in waiters.drain(..) {
-                let _ = w.send(result.clone());
+        if sync_now && failed.is_none() {
+            let started = Instant::now();
+            match writer.sync() {
+                Ok(()) => {
+                    shared.syncs.fetch_add(1, Relaxed);
+                    shared
+                        .sync_nanos
+                        .fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
+                    last_sync = Instant::now();
+                    dirty = false;
+                    shared.progress.send_modify(|p| p.synced = lsn);
+                }
+                Err(e) => failed = Some(fail(shared, &e)),
             }
         }
-        if sync_now && result.is_ok() {
-            result = writer.sync().map_err(|e| e.to_string());
-            shared.syncs.fetch_add(1, Relaxed);
-            last_sync = Instant::now();
-            dirty = false;
-        }
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "WAL write failed");
-        }
-        for w in waiters.drain(..) {
-            let _ = w.send(result.clone());
+        for tx in rotate.drain(..) {
+            let r = match &failed {
+                Some(e) => Err(e.to_string()),
+                None => {
+                    let before = writer.segment();
+                    writer.rotate().map(|()| before).map_err(|e| e.to_string())
+                }
+            };
+            let _ = tx.send(r);
         }
         frames.clear();
         if frames.capacity() > 16 << 20 {
@@ -170,13 +278,29 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
     }
 }
 
+fn fail(shared: &Shared, e: &WalError) -> Arc<str> {
+    tracing::error!(error = %e, "WAL write failed; writes are refused from now on");
+    let msg: Arc<str> = Arc::from(e.to_string());
+    shared
+        .progress
+        .send_modify(|p| p.failed = Some(Arc::clone(&msg)));
+    msg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wal::record::{encode_samples, Record};
     use crate::wal::{replay, WalOptions};
 
-    fn submit_from_threads(dir: &std::path::Path, mode: FsyncMode) -> (u64, u64) {
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    fn submit_from_threads(dir: &std::path::Path, mode: FsyncMode) -> CommitStats {
         let writer = WalWriter::open(dir, WalOptions::default()).expect("open");
         let gc = Arc::new(GroupCommit::start(writer, mode).expect("start"));
         let threads: Vec<_> = (0..8u64)
@@ -186,10 +310,14 @@ mod tests {
                     for i in 0..100u64 {
                         let mut buf = Vec::new();
                         encode_samples(&mut buf, &[(th, i as i64, i as f64)]);
-                        gc.submit(&buf)
-                            .blocking_recv()
-                            .expect("answered")
-                            .expect("durable");
+                        let lsn = gc.submit(&buf);
+                        block_on(gc.wait(lsn)).expect("durable");
+                        let p = gc.progress();
+                        if mode == FsyncMode::Always {
+                            assert!(p.synced >= lsn);
+                        } else {
+                            assert!(p.written >= lsn);
+                        }
                     }
                 })
             })
@@ -220,7 +348,7 @@ mod tests {
             FsyncMode::Interval(Duration::from_millis(5)),
         ] {
             let dir = tempfile::tempdir().expect("tmp");
-            let (commits, syncs) = submit_from_threads(dir.path(), mode);
+            let stats = submit_from_threads(dir.path(), mode);
             let got = replayed(dir.path());
             assert_eq!(got.len(), 800, "{mode:?}");
             for th in 0..8 {
@@ -232,23 +360,42 @@ mod tests {
                 assert_eq!(mine, (0..100).collect::<Vec<_>>(), "{mode:?}");
             }
             // One write per commit, never more fsyncs than commits.
-            assert!((1..=800).contains(&commits), "{commits}");
+            assert!((1..=800).contains(&stats.commits), "{stats:?}");
             assert!(
-                syncs >= 1 && syncs <= commits,
-                "{syncs} syncs, {commits} commits"
+                stats.syncs >= 1 && stats.syncs <= stats.commits,
+                "{stats:?}"
             );
         }
     }
 
     #[test]
-    fn submissions_after_close_are_refused() {
+    fn rotate_puts_everything_submitted_before_it_in_earlier_segments() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let writer = WalWriter::open(dir.path(), WalOptions::default()).expect("open");
+        let gc = GroupCommit::start(writer, FsyncMode::Interval(Duration::from_secs(60)))
+            .expect("start");
+        let mut buf = Vec::new();
+        encode_samples(&mut buf, &[(1, 1, 1.0)]);
+        gc.submit(&buf);
+        let last = gc.rotate().expect("rotate");
+        assert_eq!(last, 1);
+        // Rotation fsyncs even in interval mode.
+        assert_eq!(gc.progress().synced, buf.len() as u64);
+        let lsn = gc.submit(&buf);
+        block_on(gc.wait(lsn)).expect("written");
+        drop(gc);
+        assert_eq!(crate::wal::segments(dir.path()).expect("list"), vec![1, 2]);
+        assert_eq!(replayed(dir.path()), vec![(1, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn submissions_after_close_do_not_advance() {
         let dir = tempfile::tempdir().expect("tmp");
         let writer = WalWriter::open(dir.path(), WalOptions::default()).expect("open");
         let gc = GroupCommit::start(writer, FsyncMode::Always).expect("start");
-        let ack = gc.submit(b"");
-        assert_eq!(ack.blocking_recv().expect("answered"), Ok(()));
+        assert_eq!(gc.submit(b""), 0);
+        block_on(gc.wait(0)).expect("nothing to wait for");
         gc.shared.state.lock().closed = true;
-        let refused = gc.submit(b"x").blocking_recv().expect("answered");
-        assert!(refused.is_err());
+        assert_eq!(gc.submit(b"x"), 0);
     }
 }

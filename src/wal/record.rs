@@ -107,18 +107,51 @@ pub fn encode_series(out: &mut Vec<u8>, series_ref: u64, labels: &[u8]) {
 
 /// Appends a samples record of `(ref, t, v)` to `out`; nothing if empty.
 pub fn encode_samples(out: &mut Vec<u8>, samples: &[(u64, i64, f64)]) {
-    let Some(&(_, base_t, _)) = samples.first() else {
-        return;
-    };
-    let at = start(out, SAMPLES);
-    out.extend_from_slice(&base_t.to_le_bytes());
+    let mut frame = SamplesFrame::default();
     for &(r, t, v) in samples {
-        put_uvarint(out, r);
+        frame.push(out, r, t, v);
+    }
+    frame.close(out);
+}
+
+/// A samples record built one sample at a time, straight into a frame
+/// buffer (the head's per-shard log buffer): no list of samples in between.
+#[derive(Debug, Default)]
+pub struct SamplesFrame {
+    open: Option<(usize, i64)>,
+}
+
+impl SamplesFrame {
+    /// Frames grow to about this size, then a new one starts.
+    const TARGET: usize = 1 << 20;
+
+    /// Adds one sample to the open samples frame in `out`, opening one if
+    /// needed.
+    #[inline]
+    pub fn push(&mut self, out: &mut Vec<u8>, series_ref: u64, t: i64, v: f64) {
+        let base_t = match self.open {
+            Some((at, base_t)) if out.len() - at < Self::TARGET => base_t,
+            _ => {
+                self.close(out);
+                let at = start(out, SAMPLES);
+                out.extend_from_slice(&t.to_le_bytes());
+                self.open = Some((at, t));
+                t
+            }
+        };
+        put_uvarint(out, series_ref);
         let d = t.wrapping_sub(base_t);
         put_uvarint(out, ((d << 1) ^ (d >> 63)) as u64);
         out.extend_from_slice(&v.to_bits().to_le_bytes());
     }
-    finish(out, at);
+
+    /// Fills in the open frame's length and CRC; call before other frames
+    /// are appended to `out` and before `out` is handed on.
+    pub fn close(&mut self, out: &mut [u8]) {
+        if let Some((at, _)) = self.open.take() {
+            finish(out, at);
+        }
+    }
 }
 
 /// Why the bytes at some offset are not a record.
