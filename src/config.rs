@@ -70,6 +70,10 @@ pub struct Config {
     pub wal_repair: bool,
     /// Run without a WAL: nothing survives a restart (for a pure cache).
     pub wal_disabled: bool,
+    /// Longest time between checkpoints of the head (which let the WAL
+    /// segments before them be deleted); a busy WAL checkpoints sooner.
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_interval: Duration,
 }
 
 /// The `wal-fsync` setting.
@@ -142,6 +146,7 @@ impl Default for Config {
             wal_segment_bytes: 128 << 20,
             wal_repair: false,
             wal_disabled: false,
+            checkpoint_interval: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -208,6 +213,11 @@ impl Config {
                     "{name} must be greater than 0"
                 )));
             }
+        }
+        if self.checkpoint_interval.is_zero() {
+            return Err(ConfigError::Invalid(
+                "checkpoint-interval must be greater than 0".into(),
+            ));
         }
         if self.request_timeout.is_zero() {
             return Err(ConfigError::Invalid(

@@ -104,6 +104,11 @@ struct Cli {
     /// [default: off].
     #[arg(long)]
     wal_disabled: bool,
+    /// Longest time between checkpoints of the head, after which the WAL
+    /// segments they cover are deleted; a busy WAL checkpoints sooner (once
+    /// it outgrows 256 MiB and the last checkpoint) [default: 30m].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    checkpoint_interval: Option<Duration>,
 }
 
 impl Cli {
@@ -133,7 +138,8 @@ impl Cli {
             query_lookback_delta,
             otlp_promote_resource_attributes,
             wal_fsync,
-            wal_segment_bytes
+            wal_segment_bytes,
+            checkpoint_interval
         );
         c.otlp_delta_to_cumulative |= self.otlp_delta_to_cumulative;
         c.wal_repair |= self.wal_repair;

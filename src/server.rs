@@ -2,12 +2,16 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
+use crate::storage::checkpoint::{self, Schedule};
 use crate::storage::head::Head;
 
 /// Why the server could not start or stopped with an error.
@@ -45,6 +49,8 @@ pub enum ServerError {
 pub struct Server {
     listener: TcpListener,
     state: AppState,
+    data_dir: PathBuf,
+    checkpoint_interval: Duration,
 }
 
 impl Server {
@@ -73,7 +79,12 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
-        Ok(Self { listener, state })
+        Ok(Self {
+            listener,
+            state,
+            data_dir: config.data_dir.clone(),
+            checkpoint_interval: config.checkpoint_interval,
+        })
     }
 
     /// The bound address (useful with port 0).
@@ -94,13 +105,29 @@ impl Server {
         let addr = self.local_addr()?;
         tracing::info!(%addr, "listening");
         let head = self.state.head_arc();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let background = tokio::spawn(maintain(
+            Arc::clone(&head),
+            self.data_dir.clone(),
+            self.checkpoint_interval,
+            stop_rx,
+        ));
         axum::serve(self.listener, api::router(self.state))
             .with_graceful_shutdown(shutdown)
             .await?;
-        // Every request has been answered; make what they stored durable.
-        tokio::task::spawn_blocking(move || head.close_wal())
-            .await
-            .map_err(std::io::Error::other)?;
+        // Every request has been answered: stop background work, take a
+        // last checkpoint so the next start is quick, and close the WAL.
+        let _ = stop_tx.send(true);
+        let _ = background.await;
+        let dir = self.data_dir;
+        tokio::task::spawn_blocking(move || {
+            if head.wal().is_some() {
+                checkpoint_now(&head, &dir);
+            }
+            head.close_wal();
+        })
+        .await
+        .map_err(std::io::Error::other)?;
         tracing::info!("stopped");
         Ok(())
     }
@@ -112,4 +139,62 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     Server::bind(&config).await?.serve(shutdown).await
+}
+
+/// How often background work checks whether it is due.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Background upkeep of the head until `stop` turns true: checkpoints
+/// (when a WAL is written).
+async fn maintain(
+    head: Arc<Head>,
+    dir: PathBuf,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let wal_bytes = |h: &Head| h.wal().map_or(0, |w| w.stats().bytes);
+    let mut schedule = Schedule::new(interval, wal_bytes(&head));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(TICK) => {}
+        }
+        if head.wal().is_none() {
+            continue;
+        }
+        let now = Instant::now();
+        if schedule.due(now, wal_bytes(&head)) {
+            let (h, d) = (Arc::clone(&head), dir.clone());
+            let written = wal_bytes(&head);
+            if let Ok(Some(size)) =
+                tokio::task::spawn_blocking(move || checkpoint_now(&h, &d)).await
+            {
+                schedule.done(now, written, size);
+            }
+        }
+    }
+}
+
+/// Writes a checkpoint, logging the outcome; returns its size.
+fn checkpoint_now(head: &Head, dir: &Path) -> Option<u64> {
+    let started = Instant::now();
+    match checkpoint::write(head, dir) {
+        Ok(r) => {
+            head.note_checkpoint(started.elapsed(), r.bytes);
+            tracing::info!(
+                segment = r.segment,
+                series = r.series,
+                bytes = r.bytes,
+                deleted_segments = r.deleted_segments,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "checkpoint written"
+            );
+            Some(r.bytes)
+        }
+        Err(e) => {
+            head.note_checkpoint_failure();
+            tracing::error!(error = %e, "checkpoint failed; the WAL keeps everything until the next one succeeds");
+            None
+        }
+    }
 }

@@ -68,6 +68,17 @@ pub enum WalError {
         /// What is wrong with it.
         what: &'static str,
     },
+    /// A checkpoint record that does not check out.
+    #[error(
+        "checkpoint {path} is damaged at byte {offset}. Start with --wal-repair to keep the \
+         series before the damage"
+    )]
+    CorruptCheckpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Where the bad record starts.
+        offset: u64,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
@@ -273,6 +284,21 @@ fn sync_dir(dir: &Path) -> Result<(), WalError> {
         .map_err(io_err(dir))
 }
 
+/// Deletes segments numbered `last` or lower (a checkpoint covers them);
+/// returns how many.
+pub fn remove_segments_through(dir: &Path, last: u64) -> Result<usize, WalError> {
+    let mut n = 0;
+    for i in segments(dir)?.into_iter().filter(|&i| i <= last) {
+        let p = segment_path(dir, i);
+        fs::remove_file(&p).map_err(io_err(&p))?;
+        n += 1;
+    }
+    if n > 0 {
+        sync_dir(dir)?;
+    }
+    Ok(n)
+}
+
 /// Appends framed records to the newest segment, starting a new one when
 /// it is full.
 #[derive(Debug)]
@@ -287,8 +313,14 @@ pub struct WalWriter {
 impl WalWriter {
     /// Starts a new segment after any in `dir` (replay them first).
     pub fn open(dir: &Path, opts: WalOptions) -> Result<Self, WalError> {
+        Self::open_after(dir, 0, opts)
+    }
+
+    /// Like [`Self::open`], numbering the new segment past `after` too (the
+    /// last segment a checkpoint covers, which may be deleted already).
+    pub fn open_after(dir: &Path, after: u64, opts: WalOptions) -> Result<Self, WalError> {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let index = segments(dir)?.last().map_or(1, |i| i + 1);
+        let index = segments(dir)?.last().map_or(1, |i| i + 1).max(after + 1);
         let (file, _) = Self::create(dir, index)?;
         sync_dir(dir)?;
         Ok(Self {
@@ -385,6 +417,7 @@ mod tests {
                     got.push(format!("s{series_ref}:{}", String::from_utf8_lossy(labels)));
                 }
                 Record::Samples(s) => got.extend(s.map(|(r, t, v)| format!("x{r}@{t}={v}"))),
+                Record::Checkpoint(_) => got.push("checkpoint".into()),
             },
         )?;
         Ok((got, report))

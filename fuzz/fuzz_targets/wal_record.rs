@@ -1,15 +1,17 @@
-//! WAL segment bytes as a crash or a bad disk may leave them: frames are
-//! decoded one after another until the first bad one. Never panics; every
-//! frame it accepts re-encodes to a frame that decodes the same.
+//! WAL segment and checkpoint bytes as a crash or a bad disk may leave
+//! them: frames are decoded one after another until the first bad one.
+//! Never panics; every frame it accepts re-encodes to a frame that decodes
+//! the same.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::wal::record::{decode, encode_samples, encode_series, Record};
+use sluice::storage::checkpoint::parse;
+use sluice::wal::record::{decode, encode_checkpoint, encode_samples, encode_series, Record};
 
 fn samples(rec: &Record<'_>) -> Vec<(u64, i64, u64)> {
     match rec {
         Record::Samples(s) => s.clone().map(|(r, t, v)| (r, t, v.to_bits())).collect(),
-        Record::Series { .. } => Vec::new(),
+        Record::Series { .. } | Record::Checkpoint(_) => Vec::new(),
     }
 }
 
@@ -23,12 +25,18 @@ fuzz_target!(|data: &[u8]| {
                 let all: Vec<_> = s.clone().collect();
                 encode_samples(&mut again, &all);
             }
+            Record::Checkpoint(payload) => {
+                // The checkpoint layout parser must not panic either.
+                let _ = parse(payload);
+                encode_checkpoint(&mut again, |out| out.extend_from_slice(payload));
+            }
         }
         if !again.is_empty() {
             let (back, n) = decode(&again).expect("our own frame decodes");
             assert_eq!(n, again.len());
             match (&rec, &back) {
-                (Record::Series { .. }, Record::Series { .. }) => assert_eq!(rec, back),
+                (Record::Series { .. }, Record::Series { .. })
+                | (Record::Checkpoint(_), Record::Checkpoint(_)) => assert_eq!(rec, back),
                 (Record::Samples(_), Record::Samples(_)) => assert_eq!(samples(&rec), samples(&back)),
                 _ => panic!("record kind changed"),
             }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::checkpoint::{self, SeriesImage};
 use super::index::Matcher;
 use super::labels::Label;
 use super::shard::{MemSeries, Shard, ShardLog};
@@ -139,6 +140,20 @@ pub struct Head {
     next_ref: AtomicU64,
     wal: Option<GroupCommit>,
     recovery: Option<Recovery>,
+    checkpoints: Mutex<CheckpointStats>,
+}
+
+/// Checkpoints taken since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Checkpoints written.
+    pub written: u64,
+    /// Checkpoints that failed.
+    pub failed: u64,
+    /// How long the last one took, in seconds.
+    pub last_seconds: f64,
+    /// Size of the last one.
+    pub last_bytes: u64,
 }
 
 /// Where and how the head keeps itself durable.
@@ -157,6 +172,8 @@ pub struct Durability {
 pub struct Recovery {
     /// Wall time of checkpoint load and WAL replay.
     pub seconds: f64,
+    /// Series restored from the checkpoint.
+    pub checkpoint_series: u64,
     /// WAL records replayed.
     pub records: u64,
     /// Samples stored by the replay.
@@ -180,6 +197,7 @@ impl Head {
             next_ref: AtomicU64::new(1),
             wal: None,
             recovery: None,
+            checkpoints: Mutex::new(CheckpointStats::default()),
         }
     }
 
@@ -191,7 +209,22 @@ impl Head {
         let mut head = Self::new(opts);
         let wal_dir = durable.dir.join("wal");
         let mut replayer = Replayer::new(&head);
-        let report = wal::replay_after(&wal_dir, 0, &durable.wal, |rec| replayer.apply(rec))?;
+        let loaded = checkpoint::load(&durable.dir, durable.wal.repair, |image| {
+            replayer.restore(image)
+        })?;
+        if loaded.segment > 0 {
+            tracing::info!(
+                checkpoint = loaded.segment,
+                series = loaded.series,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "checkpoint loaded"
+            );
+            // Segments it covers may remain from a crash before their deletion.
+            wal::remove_segments_through(&wal_dir, loaded.segment)?;
+        }
+        let report = wal::replay_after(&wal_dir, loaded.segment, &durable.wal, |rec| {
+            replayer.apply(rec)
+        })?;
         let (samples, refused) = replayer.samples();
         if replayer.bad_series + replayer.unknown_refs > 0 {
             tracing::warn!(
@@ -202,6 +235,7 @@ impl Head {
         }
         let recovery = Recovery {
             seconds: started.elapsed().as_secs_f64(),
+            checkpoint_series: loaded.series,
             records: report.records,
             samples,
             refused_samples: refused,
@@ -215,7 +249,7 @@ impl Head {
             seconds = format_args!("{:.3}", recovery.seconds),
             "WAL replayed"
         );
-        let writer = wal::WalWriter::open(&wal_dir, durable.wal.clone())?;
+        let writer = wal::WalWriter::open_after(&wal_dir, loaded.segment, durable.wal.clone())?;
         let commit = GroupCommit::start(writer, durable.fsync).map_err(|source| WalError::Io {
             path: wal_dir.clone(),
             source,
@@ -335,6 +369,34 @@ impl Head {
             }
         };
         Some((i as u32, slot))
+    }
+
+    /// Records a checkpoint written in `took`, of `bytes`.
+    pub fn note_checkpoint(&self, took: std::time::Duration, bytes: u64) {
+        let mut c = self.checkpoints.lock();
+        c.written += 1;
+        c.last_seconds = took.as_secs_f64();
+        c.last_bytes = bytes;
+    }
+
+    /// Records a failed checkpoint.
+    pub fn note_checkpoint_failure(&self) {
+        self.checkpoints.lock().failed += 1;
+    }
+
+    /// Checkpoints taken since start.
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        *self.checkpoints.lock()
+    }
+
+    /// Number of shards.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Runs `f` on shard `i` under its lock.
+    pub(crate) fn with_shard<T>(&self, i: usize, f: impl FnOnce(&Shard) -> T) -> T {
+        f(&self.shards[i].0.lock())
     }
 
     fn new_ref(&self) -> u64 {
@@ -483,6 +545,18 @@ impl<'h> Replayer<'h> {
         }
     }
 
+    /// Restores one series of a checkpoint; `false` if it is malformed.
+    pub fn restore(&mut self, image: &SeriesImage<'_>) -> bool {
+        let Some((shard, slot)) = self.head.restore_series(image.id, image.labels) else {
+            return false;
+        };
+        self.refs.insert(image.id, (shard, slot));
+        self.head.shards[shard as usize]
+            .0
+            .lock()
+            .restore_chunks(slot, image)
+    }
+
     /// Applies one record.
     pub fn apply(&mut self, rec: Record<'_>) {
         match rec {
@@ -494,6 +568,7 @@ impl<'h> Replayer<'h> {
                     None => self.bad_series += 1,
                 }
             }
+            Record::Checkpoint(_) => self.bad_series += 1,
             Record::Samples(samples) => {
                 let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
                 for (r, t, v) in samples {

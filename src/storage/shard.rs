@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::chunk::{XorAppender, HEADER_BYTES};
+use super::checkpoint::SeriesImage;
+use super::chunk::{XorAppender, XorIter, HEADER_BYTES};
 use super::head::{AppendCounts, HeadOptions, SampleError};
 use super::index::Postings;
 use super::labels::{matches_canonical, Interner, Label, StrId};
@@ -161,6 +162,16 @@ impl MemSeries {
         out
     }
 
+    /// When the open chunk must be cut at the latest.
+    pub(crate) fn next_at(&self) -> i64 {
+        self.next_at
+    }
+
+    /// The open chunk: (mint, maxt, bytes).
+    pub(crate) fn open_chunk(&self) -> Option<(i64, i64, &[u8])> {
+        self.head.as_ref().map(|h| (h.mint, h.maxt, h.app.bytes()))
+    }
+
     /// The oldest timestamp, if the series has samples.
     pub(crate) fn min_time(&self) -> Option<i64> {
         self.sealed.first().map(|c| c.mint).or_else(|| {
@@ -274,6 +285,44 @@ impl Shard {
         self.by_labels
             .insert_unique(hash, slot, |&s| series[s as usize].hash);
         slot
+    }
+
+    /// Gives the series in `slot` the chunks of a checkpoint image, unless
+    /// it holds samples already. The open chunk is rebuilt by appending its
+    /// samples, which yields the same bytes (the encoder is deterministic).
+    /// Returns `false` if a chunk does not decode.
+    pub(crate) fn restore_chunks(&mut self, slot: u32, image: &SeriesImage<'_>) -> bool {
+        let Some(series) = self.series.get_mut(slot as usize) else {
+            return false;
+        };
+        if series.head.is_some() || !series.sealed.is_empty() {
+            return true;
+        }
+        let mut bytes = 0;
+        for &(mint, maxt, b) in &image.sealed {
+            series.sealed.push(SealedChunk {
+                mint,
+                maxt,
+                bytes: Arc::from(b),
+            });
+            bytes += b.len();
+        }
+        if let Some((mint, maxt, b)) = image.open {
+            let mut app = XorAppender::with_capacity((b.len() + b.len() / 8).clamp(32, 1040));
+            let mut it = XorIter::new(b);
+            for (t, v) in it.by_ref() {
+                app.append(t, v);
+            }
+            if it.err().is_some() || app.bytes() != b {
+                return false;
+            }
+            bytes += b.len();
+            series.head = Some(HeadChunk { app, mint, maxt });
+        }
+        series.next_at = image.next_at;
+        self.chunks += image.sealed.len() + usize::from(image.open.is_some());
+        self.chunk_bytes += bytes;
+        true
     }
 
     /// Appends `samples` to the series in `slot`, counting each outcome.

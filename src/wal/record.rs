@@ -16,6 +16,7 @@ pub const MAX_RECORD: usize = 64 << 20;
 
 const SERIES: u8 = 1;
 const SAMPLES: u8 = 2;
+const CHECKPOINT: u8 = 3;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +30,9 @@ pub enum Record<'a> {
     },
     /// Samples for series defined earlier.
     Samples(Samples<'a>),
+    /// One series of a checkpoint, in the checkpoint's own layout (see
+    /// `storage::checkpoint`); never in WAL segments.
+    Checkpoint(&'a [u8]),
 }
 
 /// The samples of a samples record, decoded as they are iterated.
@@ -62,15 +66,10 @@ impl Iterator for Samples<'_> {
     }
 }
 
-fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+use crate::storage::labels::put_uvarint;
 
-fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
+/// A protobuf-style varint at the start of `b`, and its length.
+pub(crate) fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &byte) in b.iter().enumerate().take(10) {
         v |= u64::from(byte & 0x7f) << (7 * i);
@@ -95,6 +94,13 @@ fn finish(out: &mut [u8], at: usize) {
     let crc = crc32c::crc32c(body);
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     out[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends a checkpoint record whose payload `fill` writes.
+pub fn encode_checkpoint(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
+    let at = start(out, CHECKPOINT);
+    fill(out);
+    finish(out, at);
 }
 
 /// Appends a series record to `out`.
@@ -204,6 +210,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
                 rest: &payload[8..],
             })
         }
+        CHECKPOINT => Record::Checkpoint(payload),
         _ => return Err(FrameError::BadPayload),
     };
     Ok((record, HEADER + len))

@@ -1,0 +1,544 @@
+//! Checkpoints: the whole head (every series, its sealed chunks and its
+//! open chunk) in one file, so the WAL segments it covers can be deleted
+//! and replay time and disk stay bounded.
+//!
+//! Taking one: the WAL is rotated, so segments up to `N` hold only records
+//! the head had applied before the rotation; then each shard is copied out
+//! under its lock into `checkpoint.N.tmp`, which is fsynced, renamed to
+//! `checkpoint.N`, and the directory fsynced; only then are segments `≤ N`
+//! and older checkpoints deleted. A crash at any step leaves either the
+//! previous checkpoint with all the segments after it, or the new one with
+//! (possibly) some segments it covers, which start-up deletes.
+//!
+//! Replaying segments after `N` may repeat samples the checkpoint already
+//! holds (they were appended while it was being written); the head refuses
+//! those as duplicates or out of order, so nothing is stored twice.
+//!
+//! The file is a sequence of WAL frames (length, CRC32C, kind 3), one per
+//! series: `ref: uvarint | labels: len-prefixed canonical bytes |
+//! next_at: i64 | sealed chunks: count, then (mint: i64, maxt: i64, bytes:
+//! len-prefixed) each | open chunk: 0, or 1 then the same triple`.
+
+use std::fs::{self, File};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use super::head::Head;
+use super::labels::{encode_canonical, put_uvarint};
+use super::shard::{MemSeries, Shard};
+
+use crate::wal::record::{self, encode_checkpoint, uvarint, Record};
+use crate::wal::WalError;
+
+/// One series as a checkpoint holds it, borrowing the file's bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesImage<'a> {
+    /// The series' WAL reference.
+    pub id: u64,
+    /// Canonical label bytes.
+    pub labels: &'a [u8],
+    /// When the open chunk must be cut at the latest.
+    pub next_at: i64,
+    /// Sealed chunks, oldest first: (mint, maxt, bytes).
+    pub sealed: Vec<(i64, i64, &'a [u8])>,
+    /// The open chunk.
+    pub open: Option<(i64, i64, &'a [u8])>,
+}
+
+/// What writing a checkpoint did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// The last WAL segment it covers.
+    pub segment: u64,
+    /// Series written.
+    pub series: u64,
+    /// File size.
+    pub bytes: u64,
+    /// WAL segments deleted.
+    pub deleted_segments: usize,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
+    move |source| WalError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn checkpoint_path(dir: &Path, segment: u64) -> PathBuf {
+    dir.join(format!("checkpoint.{segment:08}"))
+}
+
+/// Complete checkpoints in `dir` (segment numbers, ascending); leftover
+/// temporary files are removed.
+pub fn list(dir: &Path) -> Result<Vec<u64>, WalError> {
+    let mut out = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("checkpoint.")) else {
+            continue;
+        };
+        if rest.ends_with(".tmp") {
+            let p = entry.path();
+            tracing::info!(file = %p.display(), "removing an unfinished checkpoint");
+            fs::remove_file(&p).map_err(io_err(&p))?;
+        } else if let Ok(n) = rest.parse::<u64>() {
+            out.push(n);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut Vec<u8>) {
+    encode_checkpoint(out, |out| {
+        put_uvarint(out, s.id);
+        scratch.clear();
+        encode_canonical(
+            s.labels
+                .iter()
+                .map(|&(n, v)| (shard.strings.get(n), shard.strings.get(v))),
+            scratch,
+        );
+        put_bytes(out, scratch);
+        out.extend_from_slice(&s.next_at().to_le_bytes());
+        put_uvarint(out, s.sealed.len() as u64);
+        for c in &s.sealed {
+            put_chunk(out, c.mint, c.maxt, &c.bytes);
+        }
+        match s.open_chunk() {
+            Some((mint, maxt, bytes)) => {
+                out.push(1);
+                put_chunk(out, mint, maxt, bytes);
+            }
+            None => out.push(0),
+        }
+    });
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_uvarint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn put_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, bytes: &[u8]) {
+    out.extend_from_slice(&mint.to_le_bytes());
+    out.extend_from_slice(&maxt.to_le_bytes());
+    put_bytes(out, bytes);
+}
+
+/// Reads a checkpoint record's payload; `None` if it is malformed.
+pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
+    let mut r = Cursor(payload);
+    let id = r.uvarint()?;
+    let labels = r.bytes()?;
+    let next_at = r.i64()?;
+    let n = r.uvarint()?;
+    // Each chunk takes at least 17 bytes: a count beyond that is a lie.
+    if n > (payload.len() / 17) as u64 {
+        return None;
+    }
+    let mut sealed = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        sealed.push(r.chunk()?);
+    }
+    let open = match r.byte()? {
+        0 => None,
+        1 => Some(r.chunk()?),
+        _ => return None,
+    };
+    r.0.is_empty().then_some(SeriesImage {
+        id,
+        labels,
+        next_at,
+        sealed,
+        open,
+    })
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn uvarint(&mut self) -> Option<u64> {
+        let (v, n) = uvarint(self.0)?;
+        self.0 = &self.0[n..];
+        Some(v)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        let (b, rest) = self.0.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Some(i64::from_le_bytes(*b))
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.uvarint()?).ok()?;
+        if n > self.0.len() {
+            return None;
+        }
+        let (b, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn chunk(&mut self) -> Option<(i64, i64, &'a [u8])> {
+        Some((self.i64()?, self.i64()?, self.bytes()?))
+    }
+}
+
+/// Writes a checkpoint of `head` into `dir` and deletes the WAL segments
+/// and checkpoints it makes redundant. The head must write a WAL. Blocks:
+/// run it on a thread of its own.
+pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
+    let Some(wal) = head.wal() else {
+        return Ok(CheckpointReport::default());
+    };
+    let segment = wal.rotate().map_err(|e| WalError::Io {
+        path: dir.join("wal"),
+        source: io::Error::other(e),
+    })?;
+    let path = checkpoint_path(dir, segment);
+    let tmp = path.with_extension(format!("{segment:08}.tmp"));
+    let mut report = CheckpointReport {
+        segment,
+        ..CheckpointReport::default()
+    };
+    let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io_err(&tmp))?);
+    let mut buf = Vec::new();
+    let mut scratch = Vec::new();
+    for i in 0..head.shard_count() {
+        buf.clear();
+        // Copied out under the shard's lock; written after it is released.
+        head.with_shard(i, |shard| {
+            for s in &shard.series {
+                encode_series(&mut buf, shard, s, &mut scratch);
+                report.series += 1;
+            }
+        });
+        report.bytes += buf.len() as u64;
+        file.write_all(&buf).map_err(io_err(&tmp))?;
+    }
+    let file = file
+        .into_inner()
+        .map_err(|e| io_err(&tmp)(e.into_error()))?;
+    file.sync_all().map_err(io_err(&tmp))?;
+    drop(file);
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    sync_dir(dir)?;
+    report.deleted_segments = crate::wal::remove_segments_through(&dir.join("wal"), segment)?;
+    for old in list(dir)? {
+        if old < segment {
+            let p = checkpoint_path(dir, old);
+            fs::remove_file(&p).map_err(io_err(&p))?;
+        }
+    }
+    Ok(report)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), WalError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// What loading a checkpoint found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// The last WAL segment the checkpoint covers (0 if there was none).
+    pub segment: u64,
+    /// Series restored.
+    pub series: u64,
+}
+
+/// Loads the newest checkpoint in `dir` into `head` through `restore`
+/// (which maps each series' reference for the WAL replay that follows).
+/// A damaged checkpoint fails, unless `repair`, which keeps the series
+/// before the damage.
+pub fn load(
+    dir: &Path,
+    repair: bool,
+    mut restore: impl FnMut(&SeriesImage<'_>) -> bool,
+) -> Result<Loaded, WalError> {
+    let Some(&segment) = list(dir)?.last() else {
+        return Ok(Loaded::default());
+    };
+    let path = checkpoint_path(dir, segment);
+    let buf = fs::read(&path).map_err(io_err(&path))?;
+    let mut loaded = Loaded { segment, series: 0 };
+    let mut pos = 0;
+    while pos < buf.len() {
+        let (image, len) = match record::decode(&buf[pos..]) {
+            Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
+            _ => (None, 0),
+        };
+        match image {
+            Some(image) if restore(&image) => {
+                loaded.series += 1;
+                pos += len;
+            }
+            _ if repair => {
+                tracing::error!(
+                    file = %path.display(),
+                    offset = pos,
+                    series = loaded.series,
+                    "checkpoint damaged; --wal-repair keeps the series before the damage"
+                );
+                break;
+            }
+            _ => {
+                return Err(WalError::CorruptCheckpoint {
+                    path,
+                    offset: pos as u64,
+                })
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// When to take the next checkpoint: after `interval`, or sooner once the
+/// WAL written since the last one outgrows both 256 MiB and the last
+/// checkpoint (so a busy log never costs more than about twice the head to
+/// replay, and a checkpoint is never written more often than the log
+/// grows by its size).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    interval: std::time::Duration,
+    last: std::time::Instant,
+    wal_bytes_then: u64,
+    last_size: u64,
+}
+
+impl Schedule {
+    const MIN_WAL_BYTES: u64 = 256 << 20;
+
+    /// A schedule starting now.
+    pub fn new(interval: std::time::Duration, wal_bytes: u64) -> Self {
+        Self {
+            interval,
+            last: std::time::Instant::now(),
+            wal_bytes_then: wal_bytes,
+            last_size: 0,
+        }
+    }
+
+    /// Whether a checkpoint is due, given the WAL bytes written so far.
+    pub fn due(&self, now: std::time::Instant, wal_bytes: u64) -> bool {
+        let grown = wal_bytes.saturating_sub(self.wal_bytes_then);
+        (now.duration_since(self.last) >= self.interval && grown > 0)
+            || grown >= Self::MIN_WAL_BYTES.max(self.last_size)
+    }
+
+    /// Notes a checkpoint of `size` bytes taken at `now`.
+    pub fn done(&mut self, now: std::time::Instant, wal_bytes: u64, size: u64) {
+        self.last = now;
+        self.wal_bytes_then = wal_bytes;
+        self.last_size = size;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::head::{AppendCounts, Durability, HeadOptions, SeriesSamples};
+    use crate::storage::index::{MatchOp, Matcher};
+    use crate::wal::commit::FsyncMode;
+    use crate::wal::WalOptions;
+
+    fn durability(dir: &Path) -> Durability {
+        Durability {
+            dir: dir.to_owned(),
+            wal: WalOptions {
+                segment_bytes: 2048,
+                repair: false,
+            },
+            fsync: FsyncMode::Always,
+        }
+    }
+
+    /// Appends samples `from..to` (15 s apart) to 20 series and logs them.
+    fn append_rounds(head: &Head, from: i64, to: i64) {
+        let mut c = AppendCounts::default();
+        for i in from..to {
+            for s in 0..20 {
+                let name = format!("m{s}");
+                let l = [("__name__", name.as_str()), ("job", "j")];
+                let mut raw = Vec::new();
+                encode_canonical(l, &mut raw);
+                let t = i * 15_000;
+                let v = (i * (s + 1)) as f64 / 3.0;
+                if !head.append_existing(&raw, [(t, v)].into_iter(), i64::MAX, &mut c) {
+                    head.append_labels(&l, &raw, [(t, v)].into_iter(), i64::MAX, &mut c)
+                        .expect("fits");
+                }
+            }
+        }
+        head.log_appended(&mut c);
+    }
+
+    fn everything(head: &Head) -> Vec<SeriesSamples> {
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        head.select_samples(&[all], i64::MIN, i64::MAX)
+    }
+
+    fn open(dir: &Path) -> Head {
+        Head::open(HeadOptions::default(), &durability(dir)).expect("open")
+    }
+
+    #[test]
+    fn a_checkpoint_plus_the_log_after_it_restores_the_head() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        // 300 samples per series: sealed chunks and an open one.
+        append_rounds(&head, 0, 300);
+        let r = write_checkpoint(&head, dir.path());
+        assert_eq!(r.series, 20);
+        assert!(r.deleted_segments > 0, "{r:?}");
+        append_rounds(&head, 300, 330);
+        let want = everything(&head);
+        head.close_wal();
+        drop(head);
+        assert_eq!(list(dir.path()).expect("list"), vec![r.segment]);
+        let reopened = open(dir.path());
+        assert_eq!(everything(&reopened), want);
+        let rec = reopened.recovery().expect("recovered");
+        assert_eq!(rec.checkpoint_series, 20);
+        assert_eq!(
+            rec.samples,
+            20 * 30,
+            "only the log after the checkpoint is replayed"
+        );
+        // And a checkpoint of the reopened head (open chunks rebuilt from
+        // bytes) restores the same again.
+        write_checkpoint(&reopened, dir.path());
+        reopened.close_wal();
+        drop(reopened);
+        assert_eq!(everything(&open(dir.path())), want);
+    }
+
+    fn write_checkpoint(head: &Head, dir: &Path) -> CheckpointReport {
+        super::write(head, dir).expect("checkpoint")
+    }
+
+    #[test]
+    fn a_crash_at_any_step_of_a_checkpoint_restores_the_same_head() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_rounds(&head, 0, 200);
+        let first = write_checkpoint(&head, dir.path());
+        append_rounds(&head, 200, 260);
+        let want = everything(&head);
+        // Take a second checkpoint but keep what the crash would leave:
+        // the WAL segments it covers, and the first checkpoint.
+        let wal = dir.path().join("wal");
+        let saved: Vec<(PathBuf, Vec<u8>)> = fs::read_dir(&wal)
+            .expect("ls")
+            .map(|e| {
+                let p = e.expect("entry").path();
+                let b = fs::read(&p).expect("read");
+                (p, b)
+            })
+            .collect();
+        let first_bytes = fs::read(checkpoint_path(dir.path(), first.segment)).expect("read");
+        let second = write_checkpoint(&head, dir.path());
+        head.close_wal();
+        drop(head);
+        let second_bytes = fs::read(checkpoint_path(dir.path(), second.segment)).expect("read");
+        let restore_all = || {
+            for (p, b) in &saved {
+                if !p.exists() {
+                    fs::write(p, b).expect("restore segment");
+                }
+            }
+        };
+        // 1. Crash while writing the temp file: old checkpoint, all segments.
+        restore_all();
+        fs::remove_file(checkpoint_path(dir.path(), second.segment)).expect("rm");
+        fs::write(checkpoint_path(dir.path(), first.segment), &first_bytes).expect("write");
+        fs::write(
+            dir.path()
+                .join(format!("checkpoint.{:08}.tmp", second.segment)),
+            &second_bytes[..second_bytes.len() / 2],
+        )
+        .expect("write tmp");
+        let h = open(dir.path());
+        assert_eq!(everything(&h), want, "crash before the rename");
+        assert_eq!(
+            list(dir.path()).expect("list"),
+            vec![first.segment],
+            "tmp removed"
+        );
+        h.close_wal();
+        drop(h);
+        // 2. Crash after the rename, before segments and the old checkpoint
+        //    were deleted.
+        let dir2 = tempfile::tempdir().expect("tmp");
+        fs::create_dir(dir2.path().join("wal")).expect("mkdir");
+        for (p, b) in &saved {
+            fs::write(
+                dir2.path().join("wal").join(p.file_name().expect("name")),
+                b,
+            )
+            .expect("copy");
+        }
+        fs::write(checkpoint_path(dir2.path(), first.segment), &first_bytes).expect("write");
+        fs::write(checkpoint_path(dir2.path(), second.segment), &second_bytes).expect("write");
+        let h = open(dir2.path());
+        assert_eq!(everything(&h), want, "crash after the rename");
+        let left = crate::wal::segments(&dir2.path().join("wal")).expect("ls");
+        assert!(left.iter().all(|&s| s > second.segment), "{left:?}");
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_stops_start_unless_repaired() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_rounds(&head, 0, 50);
+        let r = write_checkpoint(&head, dir.path());
+        head.close_wal();
+        drop(head);
+        let p = checkpoint_path(dir.path(), r.segment);
+        let mut b = fs::read(&p).expect("read");
+        let mid = b.len() / 2;
+        b[mid] ^= 0x10;
+        fs::write(&p, &b).expect("write");
+        let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("damaged");
+        assert!(err.to_string().contains("--wal-repair"), "{err}");
+        let mut d = durability(dir.path());
+        d.wal.repair = true;
+        let h = Head::open(HeadOptions::default(), &d).expect("repaired");
+        let n = everything(&h).len();
+        assert!(n > 0 && n < 20, "{n} series kept");
+    }
+
+    #[test]
+    fn the_schedule_waits_for_the_interval_or_a_big_log() {
+        let t0 = std::time::Instant::now();
+        let mut s = Schedule::new(std::time::Duration::from_secs(60), 0);
+        assert!(!s.due(t0, 1000));
+        assert!(s.due(t0 + std::time::Duration::from_secs(61), 1000));
+        assert!(
+            !s.due(t0 + std::time::Duration::from_secs(61), 0),
+            "nothing new"
+        );
+        assert!(s.due(t0, 256 << 20));
+        s.done(t0, 0, 1 << 30);
+        assert!(
+            !s.due(t0, 512 << 20),
+            "the log has not outgrown the last checkpoint"
+        );
+        assert!(s.due(t0, 1 << 30));
+    }
+}
