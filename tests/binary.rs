@@ -64,6 +64,14 @@ fn help_explains_every_flag_with_the_real_defaults() {
             }
             .to_owned(),
         ),
+        ("--wal-fsync", "always".to_owned()),
+        ("--wal-segment-bytes", d.wal_segment_bytes.to_string()),
+        ("--wal-repair", "off".to_owned()),
+        ("--wal-disabled", "off".to_owned()),
+        (
+            "--checkpoint-interval",
+            humantime::format_duration(d.checkpoint_interval).to_string(),
+        ),
     ] {
         let at = help
             .find(flag)
