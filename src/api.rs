@@ -26,6 +26,7 @@ use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
 use crate::storage::head::Head;
 use crate::storage::metadata::MetadataStore;
+use crate::storage::Clock;
 use crate::telemetry::Metrics;
 use prom::ErrorType;
 
@@ -46,14 +47,27 @@ struct Inner {
     max_body_bytes: usize,
     max_decompressed_bytes: usize,
     request_timeout: Duration,
+    clock: Clock,
+    /// Head bytes at which writes are pushed back.
+    high_water_bytes: usize,
+    memory_limit: u64,
 }
 
 impl AppState {
     /// State over `head`, with the limits from `config`.
     pub fn new(config: &Config, head: Arc<Head>) -> Self {
+        Self::with_clock(config, head, Clock::system())
+    }
+
+    /// Like [`AppState::new`], reading time from `clock`.
+    pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
+        let memory_limit = config.memory_limit();
         Self {
             inner: Arc::new(Inner {
-                metrics: Metrics::new(Arc::clone(&head)),
+                metrics: Metrics::new(Arc::clone(&head), memory_limit),
+                clock,
+                memory_limit,
+                high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
                 head,
                 metadata: MetadataStore::new(config.max_metadata_families),
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
@@ -64,6 +78,31 @@ impl AppState {
                 request_timeout: config.request_timeout,
             }),
         }
+    }
+
+    /// Now, in Unix milliseconds, by the state's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// The clock, for background tasks.
+    pub fn clock(&self) -> Clock {
+        self.inner.clock.clone()
+    }
+
+    /// Refuses a write while the head is at its memory high-water mark.
+    pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
+        let held = self.inner.head.accounted_bytes();
+        if held < self.inner.high_water_bytes {
+            return Ok(());
+        }
+        self.inner.metrics.record_throttled(protocol);
+        Err(ApiError::Throttled(format!(
+            "memory limit reached: the head holds {held} bytes, at or over the high-water \
+             mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
+             (retention) or series are deleted",
+            self.inner.high_water_bytes, self.inner.memory_limit
+        )))
     }
 
     /// The head.
@@ -120,6 +159,10 @@ pub enum ApiError {
     /// The Content-Type or Content-Encoding is not supported (415).
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// Writes are pushed back: the head is at its memory limit (429, with
+    /// `Retry-After`).
+    #[error("{0}")]
+    Throttled(String),
     /// Something failed on our side (500); the message goes to the log only.
     #[error("internal error: {0}")]
     Internal(String),
@@ -149,6 +192,7 @@ impl ApiError {
             ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
             ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
+            ApiError::Throttled(m) => (StatusCode::TOO_MANY_REQUESTS, m),
             ApiError::Internal(m) => {
                 tracing::error!(error = %m, "request failed");
                 (
@@ -169,13 +213,29 @@ impl IntoResponse for ApiError {
             return prom::error(*kind, message);
         }
         let (status, body) = self.status_and_message();
-        (
-            status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            body + "\n",
+        with_retry_after(
+            (
+                status,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                body + "\n",
+            )
+                .into_response(),
         )
-            .into_response()
     }
+}
+
+/// Seconds a pushed-back sender is asked to wait.
+const RETRY_AFTER_SECONDS: &str = "5";
+
+/// Adds `Retry-After` to a 429 reply.
+fn with_retry_after(mut resp: Response) -> Response {
+    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+        );
+    }
+    resp
 }
 
 impl AppState {

@@ -74,6 +74,40 @@ pub struct Config {
     /// segments before them be deleted); a busy WAL checkpoints sooner.
     #[serde(with = "humantime_serde")]
     pub checkpoint_interval: Duration,
+    /// How long samples are kept: older chunks are dropped, and series
+    /// with no sample this recent are removed.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// Memory the head may use, in bytes; 0 picks 60% of the machine's (or
+    /// cgroup's) memory. Writes get 429 once the head's accounted bytes
+    /// reach 80% of it, leaving the rest for requests and queries.
+    pub max_memory: u64,
+}
+
+/// Parses a byte size: a number with an optional unit, `k`/`KB` (1000),
+/// `KiB` (1024), up to `T`/`TiB`, e.g. `512MiB` or `2GB`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 512MiB, 2GB or 1048576"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        u => return Err(format!("invalid size {s:?}: unknown unit {u:?}")),
+    };
+    Ok((n * mult as f64) as u64)
 }
 
 /// The `wal-fsync` setting.
@@ -147,6 +181,8 @@ impl Default for Config {
             wal_repair: false,
             wal_disabled: false,
             checkpoint_interval: Duration::from_secs(30 * 60),
+            retention: Duration::from_secs(15 * 24 * 3600),
+            max_memory: 0,
         }
     }
 }
@@ -214,6 +250,9 @@ impl Config {
                 )));
             }
         }
+        if self.retention < Duration::from_secs(60) {
+            return Err(ConfigError::Invalid("retention must be at least 1m".into()));
+        }
         if self.checkpoint_interval.is_zero() {
             return Err(ConfigError::Invalid(
                 "checkpoint-interval must be greater than 0".into(),
@@ -264,6 +303,14 @@ impl Config {
             },
             fsync: self.wal_fsync.mode(),
         })
+    }
+
+    /// The memory limit in bytes: `max-memory`, or 60% of the machine's.
+    pub fn memory_limit(&self) -> u64 {
+        if self.max_memory > 0 {
+            return self.max_memory;
+        }
+        crate::storage::machine_memory_bytes().map_or(4 << 30, |m| m / 10 * 6)
     }
 
     /// The head's options.

@@ -109,6 +109,15 @@ struct Cli {
     /// it outgrows 256 MiB and the last checkpoint) [default: 30m].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     checkpoint_interval: Option<Duration>,
+    /// How long samples are kept: older chunks are dropped and series with
+    /// no newer sample removed, e.g. 15d or 12h [default: 15days].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    retention: Option<Duration>,
+    /// Memory the head may use, e.g. 4GiB or 512MB; writes get 429 with
+    /// Retry-After once the head reaches 80% of it, and queries keep
+    /// working. 0 picks 60% of the machine's or cgroup's memory [default: 0].
+    #[arg(long, value_name = "BYTES", value_parser = sluice::config::parse_bytes)]
+    max_memory: Option<u64>,
 }
 
 impl Cli {
@@ -139,7 +148,9 @@ impl Cli {
             otlp_promote_resource_attributes,
             wal_fsync,
             wal_segment_bytes,
-            checkpoint_interval
+            checkpoint_interval,
+            retention,
+            max_memory
         );
         c.otlp_delta_to_cumulative |= self.otlp_delta_to_cumulative;
         c.wal_repair |= self.wal_repair;

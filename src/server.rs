@@ -13,6 +13,7 @@ use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::storage::checkpoint::{self, Schedule};
 use crate::storage::head::Head;
+use crate::storage::Clock;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -51,11 +52,18 @@ pub struct Server {
     state: AppState,
     data_dir: PathBuf,
     checkpoint_interval: Duration,
+    retention_ms: i64,
 }
 
 impl Server {
     /// Validates `config`, builds the head and binds the listen address.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
+        Self::bind_with_clock(config, Clock::system()).await
+    }
+
+    /// Like [`Server::bind`], reading time from `clock` (tests move it to
+    /// exercise retention without waiting).
+    pub async fn bind_with_clock(config: &Config, clock: Clock) -> Result<Self, ServerError> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
             path: config.data_dir.clone(),
@@ -71,7 +79,7 @@ impl Server {
             None => Head::new(config.head_options()),
         };
         let head = Arc::new(head);
-        let state = AppState::new(config, head);
+        let state = AppState::with_clock(config, head, clock);
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -84,6 +92,7 @@ impl Server {
             state,
             data_dir: config.data_dir.clone(),
             checkpoint_interval: config.checkpoint_interval,
+            retention_ms: i64::try_from(config.retention.as_millis()).unwrap_or(i64::MAX),
         })
     }
 
@@ -108,8 +117,12 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let background = tokio::spawn(maintain(
             Arc::clone(&head),
-            self.data_dir.clone(),
-            self.checkpoint_interval,
+            Upkeep {
+                dir: self.data_dir.clone(),
+                checkpoint_interval: self.checkpoint_interval,
+                retention_ms: self.retention_ms,
+                clock: self.state.clock(),
+            },
             stop_rx,
         ));
         axum::serve(self.listener, api::router(self.state))
@@ -144,17 +157,45 @@ pub async fn run(
 /// How often background work checks whether it is due.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Background upkeep of the head until `stop` turns true: checkpoints
-/// (when a WAL is written).
-async fn maintain(
-    head: Arc<Head>,
+/// What background upkeep needs.
+struct Upkeep {
     dir: PathBuf,
-    interval: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
+    checkpoint_interval: Duration,
+    retention_ms: i64,
+    clock: Clock,
+}
+
+/// Retention runs once its cutoff has moved this far since the last pass.
+const RETENTION_STEP_MS: i64 = 60_000;
+
+/// Background upkeep of the head until `stop` turns true: retention, and
+/// checkpoints when a WAL is written.
+async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<bool>) {
+    let Upkeep {
+        dir,
+        checkpoint_interval,
+        retention_ms,
+        clock,
+    } = upkeep;
     let wal_bytes = |h: &Head| h.wal().map_or(0, |w| w.stats().bytes);
-    let mut schedule = Schedule::new(interval, wal_bytes(&head));
+    let mut schedule = Schedule::new(checkpoint_interval, wal_bytes(&head));
+    let mut last_cutoff = i64::MIN;
     loop {
+        let cutoff = clock.now_ms().saturating_sub(retention_ms);
+        if cutoff.saturating_sub(last_cutoff) >= RETENTION_STEP_MS {
+            last_cutoff = cutoff;
+            let h = Arc::clone(&head);
+            if let Ok(r) = tokio::task::spawn_blocking(move || h.apply_retention(cutoff)).await {
+                if r.series + r.chunks > 0 {
+                    tracing::info!(
+                        cutoff,
+                        removed_series = r.series,
+                        dropped_chunks = r.chunks,
+                        "retention applied"
+                    );
+                }
+            }
+        }
         tokio::select! {
             _ = stop.changed() => return,
             () = tokio::time::sleep(TICK) => {}

@@ -13,3 +13,52 @@ mod shard;
 /// Prometheus' stale marker: a NaN with this exact bit pattern ends a
 /// series for queries. Senders write it when a series disappears.
 pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// The wall clock in Unix milliseconds, injectable so tests can move time
+/// (retention, the future-sample bound) without sleeping.
+#[derive(Clone)]
+pub struct Clock(std::sync::Arc<dyn Fn() -> i64 + Send + Sync>);
+
+impl Clock {
+    /// A clock that reads `f`.
+    pub fn new(f: impl Fn() -> i64 + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+
+    /// The system clock.
+    pub fn system() -> Self {
+        Self::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        })
+    }
+
+    /// Now, in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clock({})", self.now_ms())
+    }
+}
+
+/// Memory of this machine or its cgroup, whichever is smaller, if known.
+pub fn machine_memory_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(t), Some(c)) => Some(t.min(c)),
+        (t, c) => t.or(c),
+    }
+}

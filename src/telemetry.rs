@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -65,6 +65,7 @@ pub struct Metrics {
     resorted: Family<ProtocolLabels, Counter>,
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
+    throttled: Family<ProtocolLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -74,7 +75,7 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     /// Registers every metric; the head's sizes are read at scrape time.
-    pub fn new(head: Arc<Head>) -> Self {
+    pub fn new(head: Arc<Head>, memory_limit: u64) -> Self {
         let mut registry = Registry::default();
         let ingested = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -125,7 +126,13 @@ impl Metrics {
             "Sluice build information; always 1",
             build,
         );
-        registry.register_collector(Box::new(HeadCollector { head }));
+        let throttled = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_write_throttled_requests",
+            "Write requests answered 429 because the head was at its memory high-water mark",
+            throttled.clone(),
+        );
+        registry.register_collector(Box::new(HeadCollector { head, memory_limit }));
         Self {
             registry,
             ingested,
@@ -134,7 +141,15 @@ impl Metrics {
             resorted,
             requests,
             durations,
+            throttled,
         }
+    }
+
+    /// Counts one write request pushed back for memory.
+    pub fn record_throttled(&self, protocol: &'static str) {
+        self.throttled
+            .get_or_create(&ProtocolLabels { protocol })
+            .inc();
     }
 
     /// Counts one ingest request's outcome.
@@ -240,6 +255,7 @@ fn openmetrics_to_text(om: &str) -> String {
 #[derive(Debug)]
 struct HeadCollector {
     head: Arc<Head>,
+    memory_limit: u64,
 }
 
 impl Collector for HeadCollector {
@@ -260,6 +276,95 @@ impl Collector for HeadCollector {
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(v as i64);
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
+        let bytes = [
+            (
+                "sluice_head_bytes",
+                "Bytes the head accounts for: chunks, series, labels and index",
+                self.head.accounted_bytes() as u64,
+            ),
+            (
+                "sluice_memory_limit_bytes",
+                "The memory limit (max-memory); writes get 429 at 80% of it",
+                self.memory_limit,
+            ),
+        ];
+        for (name, help, v) in bytes {
+            let g = ConstGauge::new(v as i64);
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
+        let r = self.head.retention_stats();
+        let mut counters = vec![
+            (
+                "sluice_retention_removed_series",
+                "Series removed from the head for having no sample within retention",
+                r.series as f64,
+            ),
+            (
+                "sluice_retention_dropped_chunks",
+                "Chunks dropped for ending before the retention cutoff",
+                r.chunks as f64,
+            ),
+        ];
+        let c = self.head.checkpoint_stats();
+        counters.push((
+            "sluice_wal_checkpoints",
+            "Checkpoints of the head written",
+            c.written as f64,
+        ));
+        counters.push((
+            "sluice_wal_checkpoint_failures",
+            "Checkpoints of the head that failed",
+            c.failed as f64,
+        ));
+        if let Some(wal) = self.head.wal() {
+            let w = wal.stats();
+            counters.extend([
+                (
+                    "sluice_wal_writes",
+                    "WAL writes, one per group commit",
+                    w.commits as f64,
+                ),
+                ("sluice_wal_fsyncs", "WAL fsyncs", w.syncs as f64),
+                (
+                    "sluice_wal_fsync_duration_seconds",
+                    "Time spent in WAL fsyncs",
+                    w.sync_nanos as f64 / 1e9,
+                ),
+                (
+                    "sluice_wal_written_bytes",
+                    "Bytes written to the WAL",
+                    w.bytes as f64,
+                ),
+            ]);
+        }
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v);
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
+        let mut seconds = vec![(
+            "sluice_wal_checkpoint_last_duration_seconds",
+            "How long the last checkpoint took",
+            c.last_seconds,
+        )];
+        if let Some(r) = self.head.recovery() {
+            seconds.push((
+                "sluice_wal_replay_duration_seconds",
+                "How long loading the checkpoint and replaying the WAL took at start",
+                r.seconds,
+            ));
+        }
+        seconds.push((
+            "sluice_wal_checkpoint_last_bytes",
+            "Size of the last checkpoint",
+            c.last_bytes as f64,
+        ));
+        for (name, help, v) in seconds {
+            let g = ConstGauge::new(v);
             let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
             g.encode(m)?;
         }

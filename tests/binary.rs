@@ -72,6 +72,11 @@ fn help_explains_every_flag_with_the_real_defaults() {
             "--checkpoint-interval",
             humantime::format_duration(d.checkpoint_interval).to_string(),
         ),
+        (
+            "--retention",
+            humantime::format_duration(d.retention).to_string(),
+        ),
+        ("--max-memory", d.max_memory.to_string()),
     ] {
         let at = help
             .find(flag)

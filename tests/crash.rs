@@ -328,7 +328,11 @@ async fn acknowledged_samples_survive_kill_9_and_restarts() {
         let s2 = start(&data);
         let got = stored(s2.addr).await;
         check(base, &got, &snapshot, round);
-        let (_, bulk) = common::get(s2.addr, "/api/v1/query?query=count(last_over_time(crash_bulk%5B2h%5D))").await;
+        let (_, bulk) = common::get(
+            s2.addr,
+            "/api/v1/query?query=count(last_over_time(crash_bulk%5B2h%5D))",
+        )
+        .await;
         assert!(
             bulk.contains(&format!("\"{BULK_SERIES}\"")),
             "round {round}: {bulk}"

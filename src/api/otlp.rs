@@ -11,7 +11,6 @@
 
 use std::cell::RefCell;
 use std::io::Read as _;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -32,6 +31,7 @@ const KEEP_BUFFER_BYTES: usize = 4 << 20;
 
 /// gRPC status codes used in `google.rpc.Status` bodies.
 const CODE_INVALID_ARGUMENT: i32 = 3;
+const CODE_RESOURCE_EXHAUSTED: i32 = 8;
 const CODE_INTERNAL: i32 = 13;
 const CODE_UNAVAILABLE: i32 = 14;
 
@@ -105,10 +105,9 @@ fn handle(
         }
     };
     let body = state.write_body(body)?;
+    state.check_memory("otlp")?;
     let limit = inner.max_decompressed_bytes;
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = state.now_ms();
     let report = BUFS.with(|cell| {
         let mut bufs = cell.borrow_mut();
         let (unzipped, transcoded) = &mut *bufs;
@@ -192,6 +191,7 @@ fn error_reply(format: Format, e: ApiError) -> Response {
     let (status, message) = e.status_and_message();
     let code = match status {
         StatusCode::SERVICE_UNAVAILABLE => CODE_UNAVAILABLE,
+        StatusCode::TOO_MANY_REQUESTS => CODE_RESOURCE_EXHAUSTED,
         s if s.is_server_error() => CODE_INTERNAL,
         _ => CODE_INVALID_ARGUMENT,
     };
@@ -201,10 +201,12 @@ fn error_reply(format: Format, e: ApiError) -> Response {
             .to_string()
             .into_bytes(),
     };
-    (
-        status,
-        [(header::CONTENT_TYPE, format.content_type())],
-        body,
+    super::with_retry_after(
+        (
+            status,
+            [(header::CONTENT_TYPE, format.content_type())],
+            body,
+        )
+            .into_response(),
     )
-        .into_response()
 }

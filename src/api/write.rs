@@ -6,7 +6,6 @@
 //! or message type we do not speak. 5xx is kept for faults a retry can fix.
 
 use std::cell::RefCell;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -64,6 +63,7 @@ fn handle(
     check_content_encoding(headers)?;
     let inner = &state.inner;
     let body = state.write_body(body)?;
+    state.check_memory("remote_write")?;
     if body.starts_with(SNAPPY_FRAMED_MAGIC) {
         return Err(ApiError::BadRequest(
             "body uses the snappy framed format; remote write requires the snappy block format"
@@ -78,9 +78,7 @@ fn handle(
             inner.max_decompressed_bytes
         )));
     }
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = state.now_ms();
     let report = DECODE_BUF.with(|cell| {
         let mut buf = cell.borrow_mut();
         if buf.len() < len {

@@ -130,10 +130,49 @@ pub struct SeriesSamples {
 #[repr(align(128))]
 struct Padded<T>(T);
 
+/// A shard and its accounted bytes, readable without the lock (for the
+/// memory limit, checked once per write request).
+#[derive(Debug, Default)]
+struct Slot {
+    shard: Mutex<Shard>,
+    bytes: AtomicUsize,
+}
+
+impl std::ops::Deref for Slot {
+    type Target = Mutex<Shard>;
+
+    fn deref(&self) -> &Mutex<Shard> {
+        &self.shard
+    }
+}
+
+impl std::ops::DerefMut for Slot {
+    fn deref_mut(&mut self) -> &mut Mutex<Shard> {
+        &mut self.shard
+    }
+}
+
+impl Slot {
+    /// Publishes the shard's size; call with its lock held.
+    #[inline]
+    fn publish(&self, shard: &Shard) {
+        self.bytes.store(shard.accounted_bytes(), Ordering::Relaxed);
+    }
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Chunks dropped (sealed ones past retention, and those of removed series).
+    pub chunks: usize,
+    /// Series removed: no sample within retention.
+    pub series: usize,
+}
+
 /// All series in memory.
 #[derive(Debug)]
 pub struct Head {
-    shards: Box<[Padded<Mutex<Shard>>]>,
+    shards: Box<[Padded<Slot>]>,
     opts: HeadOptions,
     series: AtomicUsize,
     /// The next series reference handed out (WAL and checkpoints).
@@ -141,6 +180,7 @@ pub struct Head {
     wal: Option<GroupCommit>,
     recovery: Option<Recovery>,
     checkpoints: Mutex<CheckpointStats>,
+    retained: Mutex<RetentionReport>,
 }
 
 /// Checkpoints taken since start.
@@ -189,15 +229,14 @@ impl Head {
     pub fn new(opts: HeadOptions) -> Self {
         let n = opts.shards.max(1).next_power_of_two();
         Self {
-            shards: (0..n)
-                .map(|_| Padded(Mutex::new(Shard::default())))
-                .collect(),
+            shards: (0..n).map(|_| Padded(Slot::default())).collect(),
             opts,
             series: AtomicUsize::new(0),
             next_ref: AtomicU64::new(1),
             wal: None,
             recovery: None,
             checkpoints: Mutex::new(CheckpointStats::default()),
+            retained: Mutex::new(RetentionReport::default()),
         }
     }
 
@@ -254,6 +293,7 @@ impl Head {
             path: wal_dir.clone(),
             source,
         })?;
+        head.publish_all();
         head.start_wal(commit);
         head.recovery = Some(recovery);
         Ok(head)
@@ -303,10 +343,44 @@ impl Head {
         &self,
         hash: u64,
         counts: &mut AppendCounts,
-    ) -> parking_lot::MutexGuard<'_, Shard> {
+    ) -> (&Slot, parking_lot::MutexGuard<'_, Shard>) {
         let i = self.shard_index(hash);
         counts.touched |= 1 << (i % 64);
-        self.shards[i].0.lock()
+        let slot = &self.shards[i].0;
+        (slot, slot.lock())
+    }
+
+    /// Bytes the head accounts for: chunks, series, labels, index. The
+    /// memory limit compares against this; it tracks the process' RSS
+    /// within the slack the memory test states.
+    pub fn accounted_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.0.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Drops chunks that end before `cutoff_ms` and series with no sample
+    /// at or after it, shard by shard.
+    pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
+        let mut r = RetentionReport::default();
+        for Padded(slot) in self.shards.iter() {
+            let mut shard = slot.lock();
+            let (chunks, series) = shard.retain(cutoff_ms);
+            slot.publish(&shard);
+            r.chunks += chunks;
+            r.series += series;
+        }
+        self.series.fetch_sub(r.series, Ordering::Relaxed);
+        let mut total = self.retained.lock();
+        total.chunks += r.chunks;
+        total.series += r.series;
+        r
+    }
+
+    /// What retention removed since start.
+    pub fn retention_stats(&self) -> RetentionReport {
+        *self.retained.lock()
     }
 
     /// Hands what the shards in `counts.touched` appended to the WAL and
@@ -389,6 +463,13 @@ impl Head {
         *self.checkpoints.lock()
     }
 
+    /// Publishes every shard's accounted bytes (after bulk changes).
+    fn publish_all(&self) {
+        for Padded(slot) in self.shards.iter() {
+            slot.publish(&slot.lock());
+        }
+    }
+
     /// Number of shards.
     pub(crate) fn shard_count(&self) -> usize {
         self.shards.len()
@@ -414,11 +495,12 @@ impl Head {
         counts: &mut AppendCounts,
     ) -> bool {
         let hash = xxh3_64(raw);
-        let mut shard = self.lock_touched(hash, counts);
+        let (home, mut shard) = self.lock_touched(hash, counts);
         let Some(slot) = shard.find(hash, raw) else {
             return false;
         };
         shard.append(slot, samples, max_t, &self.opts, counts);
+        home.publish(&shard);
         true
     }
 
@@ -433,7 +515,7 @@ impl Head {
         counts: &mut AppendCounts,
     ) -> Result<(), SeriesLimit> {
         let hash = xxh3_64(canonical);
-        let mut shard = self.lock_touched(hash, counts);
+        let (home, mut shard) = self.lock_touched(hash, counts);
         let slot = match shard.find(hash, canonical) {
             Some(slot) => slot,
             None => {
@@ -451,6 +533,7 @@ impl Head {
             }
         };
         shard.append(slot, samples, max_t, &self.opts, counts);
+        home.publish(&shard);
         Ok(())
     }
 

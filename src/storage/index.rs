@@ -79,6 +79,10 @@ impl Matcher {
 #[derive(Debug, Default)]
 pub struct Postings {
     by_name: HashMap<StrId, HashMap<StrId, Vec<u32>>>,
+    /// Slot ids stored, over all lists.
+    entries: usize,
+    /// (name, value) lists.
+    lists: usize,
 }
 
 impl Postings {
@@ -86,13 +90,17 @@ impl Postings {
     /// handed out in increasing order, so each list stays sorted.
     pub fn add(&mut self, slot: u32, labels: &[(StrId, StrId)]) {
         for &(n, v) in labels {
-            self.by_name
-                .entry(n)
-                .or_default()
-                .entry(v)
-                .or_default()
-                .push(slot);
+            let list = self.by_name.entry(n).or_default().entry(v).or_default();
+            self.lists += usize::from(list.is_empty());
+            list.push(slot);
         }
+        self.entries += labels.len();
+    }
+
+    /// Heap bytes held, estimated from counts: each list costs its map
+    /// entry and vector header, each entry four bytes plus growth slack.
+    pub fn heap_bytes(&self) -> usize {
+        self.lists * 48 + self.entries * 6
     }
 
     /// The values a label name takes in this shard.

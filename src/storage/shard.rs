@@ -228,6 +228,8 @@ pub(crate) struct Shard {
     pub(crate) postings: Postings,
     pub(crate) chunks: usize,
     pub(crate) chunk_bytes: usize,
+    /// Label pairs over all series.
+    label_pairs: usize,
 }
 
 impl Shard {
@@ -241,6 +243,23 @@ impl Shard {
                 value: self.strings.get(v).to_owned(),
             })
             .collect()
+    }
+
+    /// Bytes this shard holds, estimated from counters (cheap enough to
+    /// call after every append): chunk bytes with the open chunks' growth
+    /// slack, a chunk's own overhead (its `Arc` and list entry), series
+    /// structs, label ids, the lookup table, strings and postings.
+    pub(crate) fn accounted_bytes(&self) -> usize {
+        const PER_CHUNK: usize = 48;
+        self.chunk_bytes
+            + self.chunk_bytes / 8
+            + self.chunks * PER_CHUNK
+            + self.series.capacity() * std::mem::size_of::<MemSeries>()
+            + self.label_pairs * std::mem::size_of::<(StrId, StrId)>()
+            + self.series.len() * 16
+            + self.by_labels.capacity() * (std::mem::size_of::<u32>() + 1)
+            + self.strings.heap_bytes()
+            + self.postings.heap_bytes()
     }
 
     /// The slot of the series whose canonical label bytes are `raw`.
@@ -273,6 +292,7 @@ impl Shard {
             .collect();
         let slot = self.series.len() as u32;
         self.postings.add(slot, &ids);
+        self.label_pairs += ids.len();
         self.series.push(MemSeries {
             id,
             hash,
@@ -323,6 +343,70 @@ impl Shard {
         self.chunks += image.sealed.len() + usize::from(image.open.is_some());
         self.chunk_bytes += bytes;
         true
+    }
+
+    /// Drops sealed chunks that end before `cutoff` and removes series with
+    /// no sample at or after it. Removing series rebuilds the shard's
+    /// table, strings and postings (slots are dense), so it costs a pass
+    /// over the shard; it runs rarely, from the retention task.
+    /// Returns (chunks dropped, series removed).
+    pub(crate) fn retain(&mut self, cutoff: i64) -> (usize, usize) {
+        let mut dropped = 0;
+        let mut freed = 0;
+        let mut dead = 0;
+        for s in &mut self.series {
+            let old = s.sealed.iter().take_while(|c| c.maxt < cutoff).count();
+            if old > 0 {
+                freed += s.sealed[..old].iter().map(|c| c.bytes.len()).sum::<usize>();
+                s.sealed.drain(..old);
+                dropped += old;
+            }
+            dead += usize::from(s.max_time().is_none_or(|t| t < cutoff));
+        }
+        self.chunks -= dropped;
+        self.chunk_bytes -= freed;
+        if dead == 0 {
+            return (dropped, 0);
+        }
+        let old = std::mem::take(self);
+        let Shard {
+            log,
+            strings,
+            series,
+            ..
+        } = old;
+        self.log = log;
+        let mut labels = Vec::new();
+        for mut s in series {
+            if s.max_time().is_none_or(|t| t < cutoff) {
+                // Its sealed chunks went above; the open one goes with it.
+                dropped += s.sealed.len() + usize::from(s.head.is_some());
+                continue;
+            }
+            labels.clear();
+            labels.extend(
+                s.labels
+                    .iter()
+                    .map(|&(n, v)| (strings.get(n), strings.get(v))),
+            );
+            let ids: Box<[(StrId, StrId)]> = labels
+                .iter()
+                .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
+                .collect();
+            let slot = self.series.len() as u32;
+            self.postings.add(slot, &ids);
+            self.label_pairs += ids.len();
+            s.labels = ids;
+            self.chunks += s.sealed.len() + usize::from(s.head.is_some());
+            self.chunk_bytes += s.sealed.iter().map(|c| c.bytes.len()).sum::<usize>()
+                + s.head.as_ref().map_or(0, |h| h.app.bytes().len());
+            let hash = s.hash;
+            self.series.push(s);
+            let series = &self.series;
+            self.by_labels
+                .insert_unique(hash, slot, |&x| series[x as usize].hash);
+        }
+        (dropped, dead)
     }
 
     /// Appends `samples` to the series in `slot`, counting each outcome.

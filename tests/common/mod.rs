@@ -29,13 +29,18 @@ impl Drop for TestServer {
 
 /// Starts Sluice on 127.0.0.1:0 with `config`'s other settings.
 pub async fn start(config: Config) -> TestServer {
+    start_with_clock(config, sluice::storage::Clock::system()).await
+}
+
+/// Like [`start`], with time read from `clock`.
+pub async fn start_with_clock(config: Config, clock: sluice::storage::Clock) -> TestServer {
     let data = tempfile::tempdir().expect("tempdir");
     let config = Config {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: data.path().to_owned(),
         ..config
     };
-    let server = Server::bind(&config).await.expect("bind");
+    let server = Server::bind_with_clock(&config, clock).await.expect("bind");
     let addr = server.local_addr().expect("addr");
     let state = server.state().clone();
     let (stop, stopped) = oneshot::channel();
@@ -260,5 +265,28 @@ impl Prometheus {
                 Err(e) => panic!("prometheus never came up: {e}\n{}", self.log()),
             }
         }
+    }
+}
+
+/// The value of an unlabelled sample in a scrape of `/metrics`.
+pub async fn self_metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    let (_, text) = get(addr, "/metrics").await;
+    text.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Waits (bounded) until `name` in `/metrics` satisfies `ok`; returns the
+/// last value seen.
+pub async fn wait_for_metric(addr: SocketAddr, name: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let v = self_metric(addr, name).await.unwrap_or(f64::NAN);
+        if ok(v) || std::time::Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
