@@ -378,3 +378,65 @@ async fn acknowledged_samples_survive_kill_9_and_restarts() {
     assert!(log.contains("checkpoint loaded"), "{log}");
     drop(s3);
 }
+
+#[tokio::test]
+async fn the_binary_refuses_a_wal_corrupt_in_the_middle_until_told_to_repair() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().join("data");
+    let base = common::now_ms() - 600_000;
+    let mut s = start(&data);
+    for b in 0..5 {
+        let (code, _) = common::push(s.addr, batch(base, 0, b)).await;
+        assert_eq!(code, 204);
+    }
+    kill_9(s.child.id());
+    let _ = s.child.wait();
+    drop(s);
+    let wal = data.join("wal");
+    let first = std::fs::read_dir(&wal)
+        .expect("ls")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .min()
+        .expect("a segment");
+    let mut bytes = std::fs::read(&first).expect("read");
+    bytes[10] ^= 0x20;
+    std::fs::write(&first, &bytes).expect("write");
+    let out = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "started on a corrupt WAL");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WAL corrupt") && err.contains("--wal-repair"),
+        "{err}"
+    );
+    // With --wal-repair it starts, says what it dropped, and serves.
+    let mut child = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--wal-repair"])
+        .arg("--data-dir")
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    for line in lines.map_while(Result::ok) {
+        seen.push(line.clone());
+        if line.contains("listening addr=") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = seen.join("\n");
+    assert!(
+        log.contains("--wal-repair dropped everything from there on"),
+        "{log}"
+    );
+    assert!(log.contains("listening"), "{log}");
+}

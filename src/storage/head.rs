@@ -941,4 +941,125 @@ mod tests {
         let again = Head::open(HeadOptions::default(), &durability(dir.path())).expect("again");
         assert_eq!(everything(&again).len(), 31);
     }
+
+    /// Writes three requests' worth (series records, then samples) and
+    /// closes the WAL; returns the directory and what the head held after
+    /// the first two requests and after all three.
+    fn three_requests() -> (tempfile::TempDir, Vec<SeriesSamples>, Vec<SeriesSamples>) {
+        let dir = tempfile::tempdir().expect("tmp");
+        // One shard: each request is one samples record.
+        let one = HeadOptions {
+            shards: 1,
+            ..HeadOptions::default()
+        };
+        let head = Head::open(one, &durability(dir.path())).expect("open");
+        let mut after_two = Vec::new();
+        for r in 0..3i64 {
+            let mut c = AppendCounts::default();
+            for s in 0..3 {
+                let name = format!("m{s}");
+                let l = [("__name__", name.as_str())];
+                let raw = canon(&l);
+                let v = [(r * 1000, (r * 10 + s) as f64)];
+                if !head.append_existing(&raw, v.into_iter(), i64::MAX, &mut c) {
+                    head.append_labels(&l, &raw, v.into_iter(), i64::MAX, &mut c)
+                        .expect("fits");
+                }
+            }
+            head.log_appended(&mut c);
+            if r == 1 {
+                head.log_all();
+                after_two = everything(&head);
+            }
+        }
+        let all = everything(&head);
+        head.close_wal();
+        (dir, after_two, all)
+    }
+
+    /// The newest segment and where its last record starts.
+    fn last_record(dir: &std::path::Path) -> (std::path::PathBuf, usize, usize) {
+        let wal_dir = dir.join("wal");
+        let last = *crate::wal::segments(&wal_dir)
+            .expect("ls")
+            .iter()
+            .rev()
+            .find(|&&i| {
+                std::fs::metadata(wal_dir.join(format!("{i:08}"))).is_ok_and(|m| m.len() > 0)
+            })
+            .expect("a segment with records");
+        let path = wal_dir.join(format!("{last:08}"));
+        let bytes = std::fs::read(&path).expect("read");
+        let mut pos = 0;
+        let mut start = 0;
+        while pos < bytes.len() {
+            start = pos;
+            pos += crate::wal::record::decode(&bytes[pos..]).expect("valid").1;
+        }
+        (path, start, bytes.len())
+    }
+
+    #[test]
+    fn a_wal_cut_at_any_byte_of_its_last_record_replays_everything_before_it() {
+        let (dir, after_two, all) = three_requests();
+        let (path, start, len) = last_record(dir.path());
+        let original = std::fs::read(&path).expect("read");
+        for cut in start..=len {
+            std::fs::write(&path, &original[..cut]).expect("cut");
+            let head = Head::open(HeadOptions::default(), &durability(dir.path()))
+                .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+            let want = if cut == len { &all } else { &after_two };
+            assert_eq!(&everything(&head), want, "cut at {cut}");
+            head.close_wal();
+            drop(head);
+            // Start over from the original log for the next offset.
+            for i in crate::wal::segments(&dir.path().join("wal")).expect("ls") {
+                let p = dir.path().join("wal").join(format!("{i:08}"));
+                if p != path {
+                    std::fs::remove_file(p).expect("rm new segment");
+                }
+            }
+            std::fs::write(&path, &original).expect("restore");
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_in_the_last_record_loses_only_that_record() {
+        let (dir, after_two, _) = three_requests();
+        let (path, start, len) = last_record(dir.path());
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[start + (len - start) / 2] ^= 0x04;
+        std::fs::write(&path, &bytes).expect("write");
+        let head = Head::open(HeadOptions::default(), &durability(dir.path()))
+            .expect("a torn tail is not fatal");
+        assert_eq!(everything(&head), after_two);
+        assert_eq!(
+            head.recovery().expect("recovered").dropped_bytes,
+            (len - start) as u64
+        );
+    }
+
+    #[test]
+    fn a_flipped_bit_in_an_early_record_stops_start_unless_repaired() {
+        let (dir, _, _) = three_requests();
+        let wal_dir = dir.path().join("wal");
+        let first = crate::wal::segments(&wal_dir).expect("ls")[0];
+        let path = wal_dir.join(format!("{first:08}"));
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[12] ^= 0x01;
+        std::fs::write(&path, &bytes).expect("write");
+        let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("corrupt");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("corrupt") && msg.contains("--wal-repair"),
+            "{msg}"
+        );
+        let mut d = durability(dir.path());
+        d.wal.repair = true;
+        let head = Head::open(HeadOptions::default(), &d).expect("repaired");
+        // The damaged record was the first (a series record), so nothing
+        // after it could be kept.
+        assert!(everything(&head).is_empty());
+        assert!(head.recovery().expect("recovered").dropped_bytes > 0);
+    }
 }
