@@ -3,7 +3,11 @@
 //! remote-write requests (one sample per series, as Prometheus sends them).
 //! Bounded in requests and time; prints samples/s, latency and head sizes.
 //!
-//! `cargo bench --bench http_load` (env: SERIES, ROUNDS, CONNS, PER_REQUEST).
+//! Runs once per WAL mode (WAL off, `interval=1s`, `always`) on the same
+//! requests, so the price of durability shows as a ratio.
+//!
+//! `cargo bench --bench http_load` (env: SERIES, ROUNDS, CONNS, PER_REQUEST,
+//! WAL=off,interval=1s,always).
 
 #[path = "../tests/common/requests.rs"]
 mod requests;
@@ -80,13 +84,61 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(async move {
+    let bodies = Arc::new(bodies);
+    // One run per WAL mode, same requests, fresh server and data directory.
+    let modes = std::env::var("WAL").unwrap_or_else(|_| "off,interval=1s,always".to_owned());
+    let mut results = Vec::new();
+    for mode in modes.split(',') {
+        let load = Load {
+            rounds,
+            per_round,
+            per_request,
+            conns,
+            rss_before,
+        };
+        let rate = rt.block_on(run(mode, &load, Arc::clone(&bodies)));
+        results.push((mode.to_owned(), rate));
+    }
+    if let Some(&(_, base)) = results.iter().find(|(m, _)| m == "off") {
+        for (mode, rate) in &results {
+            println!(
+                "http_load wal={mode}: {rate:.0} samples/s, {:.2}x of WAL off",
+                rate / base
+            );
+        }
+    }
+}
+
+struct Load {
+    rounds: usize,
+    per_round: usize,
+    per_request: usize,
+    conns: usize,
+    rss_before: u64,
+}
+
+/// Drives the whole load against a fresh server with WAL `mode` (`off`,
+/// `always`, `interval=<dur>`); returns samples/s.
+async fn run(mode: &str, load: &Load, bodies: Arc<Vec<Vec<u8>>>) -> f64 {
+    let Load {
+        rounds,
+        per_round,
+        per_request,
+        conns,
+        rss_before,
+    } = *load;
+    {
         let data = tempfile::tempdir().expect("tempdir");
-        let config = Config {
+        let mut config = Config {
             listen: "127.0.0.1:0".parse().expect("addr"),
             data_dir: data.path().to_owned(),
             ..Config::default()
         };
+        if mode == "off" {
+            config.wal_disabled = true;
+        } else {
+            config.wal_fsync = mode.parse().expect("a WAL mode");
+        }
         let server = Server::bind(&config).await.expect("bind");
         let addr = server.local_addr().expect("addr");
         let state = server.state().clone();
@@ -95,8 +147,10 @@ fn main() {
             let _ = stopped.await;
         }));
         let url = format!("http://{addr}/api/v1/write");
-        let client = reqwest::Client::builder().pool_max_idle_per_host(conns).build().expect("client");
-        let bodies = Arc::new(bodies);
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(conns)
+            .build()
+            .expect("client");
         let start = Instant::now();
         let deadline = start + Duration::from_secs(300);
         // Rounds must land in order per series: one round at a time, its
@@ -136,32 +190,49 @@ fn main() {
                 }
             }
             if Instant::now() > deadline {
-                eprintln!("http_load: stopped at the time bound after {} rounds", round + 1);
+                eprintln!(
+                    "http_load: stopped at the time bound after {} rounds",
+                    round + 1
+                );
                 break;
             }
         }
         let elapsed = start.elapsed();
         let samples = latencies.len() as f64 * per_request as f64;
         latencies.sort();
-        let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        let pct =
+            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
         let st = state.head().stats();
         let rss = status_kib("VmRSS");
-        println!("http_load samples/s: {:.0}", samples / elapsed.as_secs_f64());
+        let rate = samples / elapsed.as_secs_f64();
+        println!("http_load [wal={mode}] samples/s: {rate:.0}");
         println!(
-            "http_load ns/sample (wall): {:.1}   request latency p50 {:.2?} p99 {:.2?}",
+            "http_load [wal={mode}] ns/sample (wall): {:.1}   request latency p50 {:.2?} p99 {:.2?}",
             elapsed.as_nanos() as f64 / samples,
             pct(0.5),
             pct(0.99)
         );
-        println!("http_load errors by status: {errors:?}");
+        println!("http_load [wal={mode}] errors by status: {errors:?}");
         println!(
-            "http_load head: {} series, {} chunks, {:.2} chunk bytes/sample",
+            "http_load [wal={mode}] head: {} series, {} chunks, {:.2} chunk bytes/sample, {:.0} accounted bytes/series",
             st.series,
             st.chunks,
-            st.chunk_bytes as f64 / samples
+            st.chunk_bytes as f64 / samples,
+            state.head().accounted_bytes() as f64 / st.series.max(1) as f64
         );
+        if let Some(w) = state.head().wal() {
+            let w = w.stats();
+            println!(
+                "http_load [wal={mode}] WAL: {} writes, {} fsyncs ({:.1} requests per fsync, {:.2} ms per fsync), {:.2} bytes/sample",
+                w.commits,
+                w.syncs,
+                latencies.len() as f64 / w.syncs.max(1) as f64,
+                w.sync_nanos as f64 / 1e6 / w.syncs.max(1) as f64,
+                w.bytes as f64 / samples
+            );
+        }
         println!(
-            "http_load RSS {} MiB after the load, {} MiB before serving (the pre-encoded requests); growth per series {:.0} bytes",
+            "http_load [wal={mode}] RSS {} MiB after the load, {} MiB before serving (the pre-encoded requests); growth per series {:.0} bytes",
             rss / 1024,
             rss_before / 1024,
             (rss.saturating_sub(rss_before)) as f64 * 1024.0 / st.series.max(1) as f64
@@ -169,5 +240,6 @@ fn main() {
         assert!(errors.is_empty(), "every request must succeed: {errors:?}");
         let _ = stop.send(());
         let _ = serving.await;
-    });
+        rate
+    }
 }

@@ -385,7 +385,12 @@ mod tests {
                 }
             }
         }
-        head.log_appended(&mut c);
+        let lsn = head.log_appended(&mut c);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(head.durable(lsn))
+            .expect("durable");
     }
 
     fn everything(head: &Head) -> Vec<SeriesSamples> {

@@ -393,12 +393,46 @@ impl Head {
         let Some(wal) = &self.wal else {
             return 0;
         };
+        // All touched shards go in one submission, so a request waits for
+        // one group commit, not one per shard. Their locks are taken in
+        // index order (appends hold one lock at a time, so this cannot
+        // deadlock) and held until the frames are queued, which keeps each
+        // shard's records in order in the log.
+        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| touched & (1 << (i % 64)) != 0)
+            .map(|(_, Padded(slot))| slot.lock())
+            .collect();
         let mut lsn = 0;
-        for (i, Padded(shard)) in self.shards.iter().enumerate() {
-            if touched & (1 << (i % 64)) != 0 {
-                lsn = lsn.max(push_log(&mut shard.lock(), wal));
+        PENDING.with(|cell| {
+            let mut frames = cell.borrow_mut();
+            frames.clear();
+            for shard in guards.iter_mut() {
+                if let Some(log) = &mut shard.log {
+                    log.samples.close(&mut log.frames);
+                    frames.extend_from_slice(&log.frames);
+                    log.frames.clear();
+                    if log.frames.capacity() > 4 << 20 {
+                        log.frames = Vec::new();
+                    }
+                }
             }
-        }
+            let pushed = (!frames.is_empty()).then(|| wal.submit(&frames));
+            for shard in guards.iter_mut() {
+                if let Some(log) = &mut shard.log {
+                    if let Some(p) = pushed {
+                        log.pushed = p;
+                    }
+                    lsn = lsn.max(log.pushed);
+                }
+            }
+            if frames.capacity() > 4 << 20 {
+                *frames = Vec::new();
+            }
+        });
+        drop(guards);
         lsn
     }
 
@@ -687,20 +721,9 @@ impl<'h> Replayer<'h> {
     }
 }
 
-/// Closes the shard's open samples record and queues its frames.
-fn push_log(shard: &mut Shard, wal: &GroupCommit) -> u64 {
-    let Some(log) = &mut shard.log else {
-        return 0;
-    };
-    if !log.frames.is_empty() {
-        log.samples.close(&mut log.frames);
-        log.pushed = wal.submit(&log.frames);
-        log.frames.clear();
-        if log.frames.capacity() > 4 << 20 {
-            log.frames = Vec::new();
-        }
-    }
-    log.pushed
+thread_local! {
+    /// One request's frames from all its shards, gathered for one submit.
+    static PENDING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
