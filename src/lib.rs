@@ -5,8 +5,10 @@
 //! - [`api`]: the axum router, one error-to-HTTP mapping, and the handlers.
 //! - [`ingest`]: wire decoders that feed the head straight from request bytes.
 //! - [`promql`]: the PromQL evaluator over the head.
-//! - [`storage`]: the sharded head, interned labels, inverted index, XOR chunks.
-//! - [`wal`]: the write-ahead log's segments, records and replay (not yet wired in).
+//! - [`storage`]: the sharded head, interned labels, inverted index, XOR
+//!   chunks; its durability (WAL logging, replay, checkpoints), retention
+//!   and memory accounting.
+//! - [`wal`]: the write-ahead log's segments, records, group commit and replay.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.

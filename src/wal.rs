@@ -9,11 +9,9 @@
 //! from the bad record on is dropped, loudly.
 //!
 //! [`commit::GroupCommit`] is the one writer: requests queue their frames,
-//! one thread writes and fsyncs them together.
-//!
-//! In progress (issue 5): the log is written, group-committed and replayed
-//! here, with tests; wiring it to ingest (acknowledgement after fsync),
-//! replaying into the head at start, and checkpoints come next.
+//! one thread writes and fsyncs them together. The head decides what goes
+//! in (see `storage::head`: shards log under their own locks) and what a
+//! checkpoint covers (`storage::checkpoint`); this module knows only bytes.
 
 pub mod commit;
 pub mod record;

@@ -277,8 +277,21 @@ pub fn load(
     let path = checkpoint_path(dir, segment);
     let buf = fs::read(&path).map_err(io_err(&path))?;
     let mut loaded = Loaded { segment, series: 0 };
+    let started = std::time::Instant::now();
+    let mut next_log = started + std::time::Duration::from_secs(5);
     let mut pos = 0;
     while pos < buf.len() {
+        if loaded.series % 4096 == 0 && std::time::Instant::now() >= next_log {
+            next_log += std::time::Duration::from_secs(5);
+            let secs = started.elapsed().as_secs_f64();
+            let done = pos.max(1) as f64;
+            tracing::info!(
+                percent = format_args!("{:.1}", 100.0 * done / buf.len() as f64),
+                series_per_second = (loaded.series as f64 / secs) as u64,
+                eta_seconds = format_args!("{:.0}", (buf.len() as f64 - done) * secs / done),
+                "loading checkpoint"
+            );
+        }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
             _ => (None, 0),
