@@ -1,6 +1,7 @@
 //! The HTTP edge: [`router`] wires the routes and tower layers, and
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
+mod federate;
 mod metadata;
 mod otlp;
 pub mod params;
@@ -269,6 +270,7 @@ const ROUTES: &[&str] = &[
     "/api/v1/metadata",
     "/api/v1/status/buildinfo",
     "/api/v1/query_exemplars",
+    "/federate",
     "/metrics",
     "/-/healthy",
     "/-/ready",
@@ -320,6 +322,7 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/query_exemplars",
             get(metadata::query_exemplars).post(metadata::query_exemplars),
         )
+        .route("/federate", get(federate::federate))
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
         .route("/-/ready", get(status::ready))

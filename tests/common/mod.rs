@@ -268,14 +268,11 @@ impl Prometheus {
     }
 }
 
-/// The value of an unlabelled sample in a scrape of `/metrics`.
-pub async fn self_metric(addr: SocketAddr, name: &str) -> Option<f64> {
+/// The value of one sample line (name and labels as printed) in a scrape
+/// of Sluice's `/metrics`.
+pub async fn self_metric(addr: SocketAddr, series: &str) -> Option<f64> {
     let (_, text) = get(addr, "/metrics").await;
-    text.lines().find_map(|l| {
-        l.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    })
+    metric_value(&text, series)
 }
 
 /// Waits (bounded) until `name` in `/metrics` satisfies `ok`; returns the
