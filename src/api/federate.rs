@@ -32,35 +32,28 @@ pub(super) async fn federate(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
-    let mut newest: BTreeMap<Vec<Label>, (i64, f64)> = BTreeMap::new();
+    // Keyed by metric name, then labels: families in name order.
+    let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
     for matchers in &selectors {
         for s in state.head().select(matchers, mint, now) {
-            if newest.contains_key(&s.labels) {
-                continue;
-            }
             let Some(last) = s.samples(mint, now).last() else {
                 continue;
             };
             if last.1.to_bits() != STALE_NAN {
-                newest.insert(s.labels, last);
+                let name = s.label("__name__").unwrap_or("").to_owned();
+                // A series matched by several selectors is written once.
+                newest.entry((name, s.labels)).or_insert(last);
             }
         }
     }
-    // Families by metric name, in name order; series in label order.
-    let mut by_name: BTreeMap<&str, Vec<(&[Label], (i64, f64))>> = BTreeMap::new();
-    for (labels, sample) in &newest {
-        let name = labels
-            .iter()
-            .find(|l| l.name == "__name__")
-            .map_or("", |l| l.value.as_str());
-        by_name.entry(name).or_default().push((labels, *sample));
-    }
     let mut out = String::with_capacity(newest.len() * 96);
-    for (name, series) in by_name {
-        let _ = writeln!(out, "# TYPE {name} untyped");
-        for (labels, (t, v)) in series {
-            write_sample(&mut out, name, labels, t, v);
+    let mut family = None;
+    for ((name, labels), (t, v)) in &newest {
+        if family != Some(name) {
+            let _ = writeln!(out, "# TYPE {name} untyped");
+            family = Some(name);
         }
+        write_sample(&mut out, name, labels, *t, *v);
     }
     Ok(([(header::CONTENT_TYPE, TEXT_FORMAT)], out).into_response())
 }
