@@ -133,6 +133,11 @@ impl Metrics {
             throttled.clone(),
         );
         registry.register_collector(Box::new(HeadCollector { head, memory_limit }));
+        registry.register_collector(Box::new(ProcessCollector {
+            start_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        }));
         Self {
             registry,
             ingested,
@@ -273,6 +278,11 @@ impl Collector for HeadCollector {
                 "Encoded bytes of all chunks in the head",
                 st.chunk_bytes,
             ),
+            (
+                "sluice_head_samples",
+                "Samples held in the head's chunks",
+                st.samples,
+            ),
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(v as i64);
@@ -346,6 +356,16 @@ impl Collector for HeadCollector {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
+        if let Some(bytes) = self.head.wal_disk_bytes() {
+            let g = ConstGauge::new(bytes as i64);
+            let m = encoder.encode_descriptor(
+                "sluice_wal_disk_bytes",
+                "Bytes of WAL segments on disk (checkpoints not included)",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(m)?;
+        }
         let mut seconds = vec![(
             "sluice_wal_checkpoint_last_duration_seconds",
             "How long the last checkpoint took",
@@ -367,6 +387,78 @@ impl Collector for HeadCollector {
             let g = ConstGauge::new(v);
             let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
             g.encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+/// The standard `process_*` metrics, read from `/proc/self` at scrape time.
+#[derive(Debug)]
+struct ProcessCollector {
+    start_time: f64,
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on
+/// every mainstream Linux architecture).
+const USER_HZ: f64 = 100.0;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map(|k| k * 1024.0)
+        };
+        let mut gauges = vec![(
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch, in seconds",
+            self.start_time,
+        )];
+        if let Some(rss) = kib("VmRSS:") {
+            gauges.push((
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                rss,
+            ));
+        }
+        if let Some(vm) = kib("VmSize:") {
+            gauges.push((
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                vm,
+            ));
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            gauges.push((
+                "process_open_fds",
+                "Open file descriptors",
+                fds.count() as f64,
+            ));
+        }
+        for (name, help, v) in gauges {
+            let g = ConstGauge::new(v);
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
+        // utime and stime are fields 14 and 15, counted after the
+        // parenthesised command name (which may hold spaces).
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(u), Some(s)) = (ticks(11), ticks(12)) {
+            let c = ConstCounter::new((u + s) / USER_HZ);
+            let m = encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds",
+                None,
+                c.metric_type(),
+            )?;
+            c.encode(m)?;
         }
         Ok(())
     }

@@ -112,6 +112,8 @@ pub struct HeadStats {
     pub chunks: usize,
     /// Encoded bytes of all chunks.
     pub chunk_bytes: usize,
+    /// Samples in all chunks.
+    pub samples: usize,
 }
 
 /// A series and its samples, copied out of the head.
@@ -178,6 +180,7 @@ pub struct Head {
     /// The next series reference handed out (WAL and checkpoints).
     next_ref: AtomicU64,
     wal: Option<GroupCommit>,
+    wal_dir: Option<PathBuf>,
     recovery: Option<Recovery>,
     checkpoints: Mutex<CheckpointStats>,
     retained: Mutex<RetentionReport>,
@@ -234,6 +237,7 @@ impl Head {
             series: AtomicUsize::new(0),
             next_ref: AtomicU64::new(1),
             wal: None,
+            wal_dir: None,
             recovery: None,
             checkpoints: Mutex::new(CheckpointStats::default()),
             retained: Mutex::new(RetentionReport::default()),
@@ -296,7 +300,22 @@ impl Head {
         head.publish_all();
         head.start_wal(commit);
         head.recovery = Some(recovery);
+        head.wal_dir = Some(wal_dir);
         Ok(head)
+    }
+
+    /// Bytes of WAL segments on disk, when the head writes a WAL.
+    pub fn wal_disk_bytes(&self) -> Option<u64> {
+        let dir = self.wal_dir.as_ref()?;
+        let entries = std::fs::read_dir(dir).ok()?;
+        Some(
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum(),
+        )
     }
 
     /// What the start-up replay did, if the head was opened from disk.
@@ -579,6 +598,7 @@ impl Head {
             st.series += s.series.len();
             st.chunks += s.chunks;
             st.chunk_bytes += s.chunk_bytes;
+            st.samples += s.samples;
         }
         st
     }
@@ -762,7 +782,8 @@ mod tests {
             HeadStats {
                 series: 1,
                 chunks: 1,
-                chunk_bytes: 15
+                chunk_bytes: 15,
+                samples: 2,
             }
         );
         let m = Matcher::new(MatchOp::Equal, "job", "node").expect("matcher");

@@ -217,6 +217,13 @@ pub(crate) struct ShardLog {
     pub(crate) pushed: u64,
 }
 
+/// The sample count in an XOR chunk's two-byte header.
+fn chunk_samples(chunk: &[u8]) -> usize {
+    chunk
+        .get(..2)
+        .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
+}
+
 /// One shard's state.
 #[derive(Debug, Default)]
 pub(crate) struct Shard {
@@ -228,6 +235,8 @@ pub(crate) struct Shard {
     pub(crate) postings: Postings,
     pub(crate) chunks: usize,
     pub(crate) chunk_bytes: usize,
+    /// Samples held in all chunks.
+    pub(crate) samples: usize,
     /// Label pairs over all series.
     label_pairs: usize,
 }
@@ -342,6 +351,12 @@ impl Shard {
         series.next_at = image.next_at;
         self.chunks += image.sealed.len() + usize::from(image.open.is_some());
         self.chunk_bytes += bytes;
+        self.samples += image
+            .sealed
+            .iter()
+            .chain(&image.open)
+            .map(|c| chunk_samples(c.2))
+            .sum::<usize>();
         true
     }
 
@@ -358,6 +373,10 @@ impl Shard {
             let old = s.sealed.iter().take_while(|c| c.maxt < cutoff).count();
             if old > 0 {
                 freed += s.sealed[..old].iter().map(|c| c.bytes.len()).sum::<usize>();
+                self.samples -= s.sealed[..old]
+                    .iter()
+                    .map(|c| chunk_samples(&c.bytes))
+                    .sum::<usize>();
                 s.sealed.drain(..old);
                 dropped += old;
             }
@@ -400,6 +419,14 @@ impl Shard {
             self.chunks += s.sealed.len() + usize::from(s.head.is_some());
             self.chunk_bytes += s.sealed.iter().map(|c| c.bytes.len()).sum::<usize>()
                 + s.head.as_ref().map_or(0, |h| h.app.bytes().len());
+            self.samples += s
+                .sealed
+                .iter()
+                .map(|c| chunk_samples(&c.bytes))
+                .sum::<usize>()
+                + s.head
+                    .as_ref()
+                    .map_or(0, |h| usize::from(h.app.num_samples()));
             let hash = s.hash;
             self.series.push(s);
             let series = &self.series;
@@ -430,6 +457,7 @@ impl Shard {
             match series.append(t, v, opts) {
                 Ok(Some((delta, created))) => {
                     counts.appended += 1;
+                    self.samples += 1;
                     self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
                     self.chunks += usize::from(created);
                     if let Some(log) = &mut self.log {
