@@ -52,6 +52,11 @@ struct Inner {
     /// Head bytes at which writes are pushed back.
     high_water_bytes: usize,
     memory_limit: u64,
+    /// Settings by flag name, for the status page.
+    flags: Vec<(String, String)>,
+    started: Instant,
+    /// When the status page was last viewed and the samples ingested then.
+    last_view: parking_lot::Mutex<(Instant, u64)>,
 }
 
 impl AppState {
@@ -68,6 +73,9 @@ impl AppState {
                 metrics: Metrics::new(Arc::clone(&head), memory_limit),
                 clock,
                 memory_limit,
+                flags: config.flags(),
+                started: Instant::now(),
+                last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
                 head,
                 metadata: MetadataStore::new(config.max_metadata_families),
@@ -258,6 +266,7 @@ impl AppState {
 
 /// The routes Sluice serves, as metric label values.
 const ROUTES: &[&str] = &[
+    "/",
     "/api/v1/write",
     "/v1/metrics",
     "/api/v1/otlp/v1/metrics",
@@ -322,6 +331,7 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/query_exemplars",
             get(metadata::query_exemplars).post(metadata::query_exemplars),
         )
+        .route("/", get(status::page))
         .route("/federate", get(federate::federate))
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))

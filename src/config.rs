@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::LabelLimits;
@@ -16,7 +16,7 @@ use crate::wal::commit::FsyncMode;
 use crate::wal::WalOptions;
 
 /// Sluice's configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Config {
     /// Address the HTTP server listens on.
@@ -111,8 +111,8 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// The `wal-fsync` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum WalFsync {
     /// Acknowledge after fsync.
     Always,
@@ -136,6 +136,15 @@ impl std::str::FromStr for WalFsync {
             return Err(bad());
         }
         Ok(Self::Interval(d))
+    }
+}
+
+impl From<WalFsync> for String {
+    fn from(w: WalFsync) -> String {
+        match w {
+            WalFsync::Always => "always".to_owned(),
+            WalFsync::Interval(d) => format!("interval={}", humantime::format_duration(d)),
+        }
     }
 }
 
@@ -311,6 +320,28 @@ impl Config {
             return self.max_memory;
         }
         crate::storage::machine_memory_bytes().map_or(4 << 30, |m| m / 10 * 6)
+    }
+
+    /// Every setting by its flag name, with its value as text, for the
+    /// status page.
+    pub fn flags(&self) -> Vec<(String, String)> {
+        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self) else {
+            return Vec::new();
+        };
+        map.into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => s,
+                    serde_json::Value::Array(a) => a
+                        .iter()
+                        .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    other => other.to_string(),
+                };
+                (k, text)
+            })
+            .collect()
     }
 
     /// The head's options.

@@ -150,6 +150,18 @@ impl Metrics {
         }
     }
 
+    /// Samples ingested since start, over every protocol.
+    pub fn ingested_total(&self) -> u64 {
+        ["remote_write", "otlp"]
+            .into_iter()
+            .map(|protocol| {
+                self.ingested
+                    .get_or_create(&ProtocolLabels { protocol })
+                    .get()
+            })
+            .sum()
+    }
+
     /// Counts one write request pushed back for memory.
     pub fn record_throttled(&self, protocol: &'static str) {
         self.throttled

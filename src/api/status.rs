@@ -1,8 +1,11 @@
 //! Health, readiness and self-metrics endpoints.
 
+use std::fmt::Write as _;
+use std::time::Instant;
+
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
-use axum::response::IntoResponse;
+use axum::response::{Html, IntoResponse};
 
 use super::AppState;
 
@@ -44,4 +47,121 @@ pub(super) async fn metrics(
             m.encode_text(),
         )
     }
+}
+
+/// `GET /`: a small status page in the spirit of Prometheus' own: version,
+/// uptime, head sizes, ingest rate, settings, and links. No scripts, no
+/// external assets.
+pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
+    let inner = &state.inner;
+    let now = Instant::now();
+    let ingested = inner.metrics.ingested_total();
+    let uptime = now.duration_since(inner.started);
+    let (since_last, rate_last) = {
+        let mut last = inner.last_view.lock();
+        let secs = now.duration_since(last.0).as_secs_f64();
+        let rate = (ingested.saturating_sub(last.1)) as f64 / secs.max(1e-3);
+        *last = (now, ingested);
+        (secs, rate)
+    };
+    let st = inner.head.stats();
+    let mut rows = String::new();
+    let mut row = |k: &str, v: &str| {
+        let _ = write!(
+            rows,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(k),
+            escape(v)
+        );
+    };
+    row("Version", env!("CARGO_PKG_VERSION"));
+    row(
+        "Uptime",
+        &humantime::format_duration(std::time::Duration::from_secs(uptime.as_secs())).to_string(),
+    );
+    row("Head series", &st.series.to_string());
+    row("Head samples", &st.samples.to_string());
+    row("Head chunks", &st.chunks.to_string());
+    row(
+        "Head memory",
+        &format!(
+            "{} of {} bytes (writes get 429 at 80%)",
+            inner.head.accounted_bytes(),
+            inner.memory_limit
+        ),
+    );
+    row(
+        "Ingest rate",
+        &format!(
+            "{rate_last:.0} samples/s over the {since_last:.0} s since this page was last viewed; \
+             {:.0} samples/s on average since start",
+            ingested as f64 / uptime.as_secs_f64().max(1e-3)
+        ),
+    );
+    row("Samples ingested", &ingested.to_string());
+    let mut flags = String::new();
+    for (k, v) in &inner.flags {
+        let _ = write!(
+            flags,
+            "<tr><th>--{}</th><td>{}</td></tr>",
+            escape(k),
+            escape(v)
+        );
+    }
+    Html(format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>Sluice {version}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
+h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
+table {{ border-collapse: collapse; }}
+th, td {{ text-align: left; padding: 0.2rem 1rem 0.2rem 0; vertical-align: top; }}
+th {{ font-weight: 600; white-space: nowrap; }}
+code {{ background: #f3f3f3; padding: 0 0.2rem; }}
+</style>
+</head>
+<body>
+<h1>Sluice {version}</h1>
+<p>A Prometheus-compatible remote-write receiver. Point Prometheus' <code>remote_write</code> at <code>/api/v1/write</code>, OTLP exporters at <code>/v1/metrics</code>, and Grafana's Prometheus data source at this address.</p>
+<h2>Status</h2>
+<table>{rows}</table>
+<h2>Endpoints</h2>
+<ul>
+<li><a href="/metrics">/metrics</a>: Sluice's own metrics</li>
+<li><a href="/api/v1/status/buildinfo">/api/v1/status/buildinfo</a></li>
+<li><a href="/api/v1/labels">/api/v1/labels</a>, <a href="/api/v1/label/__name__/values">metric names</a>, <a href="/api/v1/metadata">/api/v1/metadata</a></li>
+<li><a href="/api/v1/query?query=sum%20by%20(job)%20(up)">/api/v1/query</a>, <code>/api/v1/query_range</code>, <code>/api/v1/series</code></li>
+<li><a href="/federate?match[]=%7Bjob%3D~%22.%2B%22%7D">/federate</a>: the newest samples, for another Prometheus</li>
+<li><a href="/-/healthy">/-/healthy</a>, <a href="/-/ready">/-/ready</a></li>
+</ul>
+<h2>Dashboards</h2>
+<p>Grafana dashboards ship in <code>dashboards/</code>: <code>sluice-overview.json</code> (Sluice itself) and <code>node-exporter.json</code> (the data flowing through it). With the repository's <code>compose.yaml</code>, Grafana runs on <a href="http://localhost:3000/">http://localhost:3000/</a> with both provisioned.</p>
+<h2>Settings</h2>
+<table>{flags}</table>
+</body>
+</html>
+"#,
+        version = env!("CARGO_PKG_VERSION"),
+    ))
+}
+
+/// Escapes text for HTML.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
