@@ -110,23 +110,29 @@ fn segment_path(dir: &Path, index: u64) -> PathBuf {
 
 /// Segment indexes in `dir`, ascending; other files are ignored.
 pub fn segments(dir: &Path) -> Result<Vec<u64>, WalError> {
-    let mut out = Vec::new();
+    let mut out: Vec<u64> = file_names(dir)?
+        .iter()
+        .filter(|n| n.len() == 8 && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The UTF-8 file names in `dir`; none if it does not exist.
+pub(crate) fn file_names(dir: &Path) -> Result<Vec<String>, WalError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_err(dir)(e)),
     };
+    let mut out = Vec::new();
     for entry in entries {
         let entry = entry.map_err(io_err(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.len() == 8 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(i) = name.parse() {
-                out.push(i);
-            }
+        if let Ok(name) = entry.file_name().into_string() {
+            out.push(name);
         }
     }
-    out.sort_unstable();
     Ok(out)
 }
 

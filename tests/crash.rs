@@ -151,22 +151,32 @@ async fn writer(
     }
 }
 
+/// One writer task per ledger, and the flag that stops them.
+fn spawn_writers(
+    addr: SocketAddr,
+    base: i64,
+    ledgers: &[Arc<Mutex<Ledger>>],
+) -> (Arc<AtomicBool>, Vec<tokio::task::JoinHandle<()>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = ledgers
+        .iter()
+        .enumerate()
+        .map(|(w, l)| tokio::spawn(writer(addr, base, w, Arc::clone(l), Arc::clone(&stop))))
+        .collect();
+    (stop, tasks)
+}
+
 /// Every sample of `crash_test`, by (writer, series): (t, value) in order.
 async fn stored(addr: SocketAddr) -> BTreeMap<(usize, usize), Vec<(i64, f64)>> {
     let now = common::now_ms() as f64 / 1000.0;
-    let text = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/query"))
-        .form(&[
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/query"),
+        &[
             ("query", "crash_test[1d]".to_owned()),
             ("time", now.to_string()),
-        ])
-        .send()
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        ],
+    )
+    .await;
     assert_eq!(v["status"], "success", "{v}");
     let mut out = BTreeMap::new();
     for s in v["data"]["result"].as_array().expect("matrix") {
@@ -283,12 +293,7 @@ async fn acknowledged_samples_survive_kill_9_and_restarts() {
             let (code, text) = common::push(s.addr, common::body(bulk)).await;
             assert_eq!(code, 204, "{text}");
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let tasks: Vec<_> = ledgers
-            .iter()
-            .enumerate()
-            .map(|(w, l)| tokio::spawn(writer(s.addr, base, w, Arc::clone(l), Arc::clone(&stop))))
-            .collect();
+        let (stop, tasks) = spawn_writers(s.addr, base, &ledgers);
         match *kill {
             Kill::After(d) => {
                 tokio::time::sleep(d).await;
@@ -347,12 +352,7 @@ async fn acknowledged_samples_survive_kill_9_and_restarts() {
     );
     // A clean stop: SIGTERM exits 0 and keeps everything too.
     let s = start(&data);
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = ledgers
-        .iter()
-        .enumerate()
-        .map(|(w, l)| tokio::spawn(writer(s.addr, base, w, Arc::clone(l), Arc::clone(&stop))))
-        .collect();
+    let (stop, tasks) = spawn_writers(s.addr, base, &ledgers);
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     for t in tasks {

@@ -96,21 +96,16 @@ async fn range_query(
     start: f64,
     end: f64,
 ) -> serde_json::Value {
-    let text = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/query_range"))
-        .form(&[
+    common::api_json(
+        &format!("http://{addr}/api/v1/query_range"),
+        &[
             ("query", expr.to_owned()),
             ("start", format!("{start:.3}")),
             ("end", format!("{end:.3}")),
             ("step", "2".to_owned()),
-        ])
-        .send()
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    serde_json::from_str(&text).expect("json")
+        ],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

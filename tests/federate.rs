@@ -11,14 +11,11 @@ use common::{get, now_ms, start, Prometheus};
 use sluice::config::Config;
 
 async fn prom_query(port: u16, query: &str) -> serde_json::Value {
-    let resp = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/api/v1/query"))
-        .query(&[("query", query)])
-        .send()
-        .await
-        .expect("query sent");
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    let v = common::api_json(
+        &format!("http://127.0.0.1:{port}/api/v1/query"),
+        &[("query", query.to_owned())],
+    )
+    .await;
     assert_eq!(v["status"], "success", "{v}");
     v
 }

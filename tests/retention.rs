@@ -24,19 +24,14 @@ fn fake_clock(t: i64) -> (Arc<AtomicI64>, Clock) {
 
 /// A range query's samples for one selector at `time` (ms).
 async fn raw_samples(addr: std::net::SocketAddr, selector: &str, time: i64) -> Vec<i64> {
-    let text = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/query"))
-        .form(&[
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/query"),
+        &[
             ("query", format!("{selector}[60d]")),
             ("time", (time as f64 / 1000.0).to_string()),
-        ])
-        .send()
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        ],
+    )
+    .await;
     assert_eq!(v["status"], "success", "{v}");
     v["data"]["result"]
         .as_array()

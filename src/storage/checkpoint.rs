@@ -73,19 +73,12 @@ fn checkpoint_path(dir: &Path, segment: u64) -> PathBuf {
 /// temporary files are removed.
 pub fn list(dir: &Path) -> Result<Vec<u64>, WalError> {
     let mut out = Vec::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(io_err(dir)(e)),
-    };
-    for entry in entries {
-        let entry = entry.map_err(io_err(dir))?;
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("checkpoint.")) else {
+    for name in crate::wal::file_names(dir)? {
+        let Some(rest) = name.strip_prefix("checkpoint.") else {
             continue;
         };
         if rest.ends_with(".tmp") {
-            let p = entry.path();
+            let p = dir.join(&name);
             tracing::info!(file = %p.display(), "removing an unfinished checkpoint");
             fs::remove_file(&p).map_err(io_err(&p))?;
         } else if let Ok(n) = rest.parse::<u64>() {

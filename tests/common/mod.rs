@@ -131,6 +131,21 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, resp.text().await.expect("body"))
 }
 
+/// POSTs `form` to a query-API `url` (Sluice's or Prometheus') and parses
+/// the JSON reply.
+pub async fn api_json(url: &str, form: &[(&str, String)]) -> serde_json::Value {
+    let text = reqwest::Client::new()
+        .post(url)
+        .form(form)
+        .send()
+        .await
+        .expect("sent")
+        .text()
+        .await
+        .expect("body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 /// Runs an instant query (at `time`, unix seconds, if given); returns each
 /// series' labels and value string, sorted.
 pub async fn query_vector(
@@ -142,16 +157,7 @@ pub async fn query_vector(
     if let Some(t) = time {
         form.push(("time", t.to_string()));
     }
-    let text = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/query"))
-        .form(&form)
-        .send()
-        .await
-        .expect("sent")
-        .text()
-        .await
-        .expect("body");
-    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let v = api_json(&format!("http://{addr}/api/v1/query"), &form).await;
     assert_eq!(v["status"], "success", "{v}");
     let mut out: Vec<_> = v["data"]["result"]
         .as_array()
