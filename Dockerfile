@@ -1,7 +1,7 @@
 # Sluice: a multi-stage build. The first stage compiles a release binary;
 # the runtime image is Debian slim with that binary alone (~90 MB), running
 # as nobody with its data on the /data volume.
-FROM rust:1.85-bookworm AS build
+FROM rust:1.93-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin sluice \
