@@ -202,7 +202,8 @@ pub fn replay_after(
                     report.records += 1;
                     report.bytes += len as u64;
                     pos += len;
-                    if report.records % 4096 == 0 && std::time::Instant::now() >= next_log {
+                    if report.records.is_multiple_of(4096) && std::time::Instant::now() >= next_log
+                    {
                         log_progress(&report, total, started);
                         next_log += PROGRESS_EVERY;
                     }

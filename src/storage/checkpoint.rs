@@ -274,7 +274,7 @@ pub fn load(
     let mut next_log = started + std::time::Duration::from_secs(5);
     let mut pos = 0;
     while pos < buf.len() {
-        if loaded.series % 4096 == 0 && std::time::Instant::now() >= next_log {
+        if loaded.series.is_multiple_of(4096) && std::time::Instant::now() >= next_log {
             next_log += std::time::Duration::from_secs(5);
             let secs = started.elapsed().as_secs_f64();
             let done = pos.max(1) as f64;

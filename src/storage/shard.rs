@@ -295,24 +295,34 @@ impl Shard {
             log.samples.close(&mut log.frames);
             encode_series(&mut log.frames, id, canonical);
         }
-        let ids: Box<[(StrId, StrId)]> = labels
+        self.add(
+            labels,
+            MemSeries {
+                id,
+                hash,
+                labels: Box::new([]),
+                sealed: Vec::new(),
+                head: None,
+                next_at: i64::MIN,
+            },
+        )
+    }
+
+    /// Interns `labels`, gives them to `series`, indexes it under the next
+    /// slot and enters it in the lookup table; returns the slot.
+    fn add(&mut self, labels: &[(&str, &str)], mut series: MemSeries) -> u32 {
+        series.labels = labels
             .iter()
             .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
             .collect();
         let slot = self.series.len() as u32;
-        self.postings.add(slot, &ids);
-        self.label_pairs += ids.len();
-        self.series.push(MemSeries {
-            id,
-            hash,
-            labels: ids,
-            sealed: Vec::new(),
-            head: None,
-            next_at: i64::MIN,
-        });
-        let series = &self.series;
+        self.postings.add(slot, &series.labels);
+        self.label_pairs += series.labels.len();
+        let hash = series.hash;
+        self.series.push(series);
+        let all = &self.series;
         self.by_labels
-            .insert_unique(hash, slot, |&s| series[s as usize].hash);
+            .insert_unique(hash, slot, |&s| all[s as usize].hash);
         slot
     }
 
@@ -396,7 +406,7 @@ impl Shard {
         } = old;
         self.log = log;
         let mut labels = Vec::new();
-        for mut s in series {
+        for s in series {
             if s.max_time().is_none_or(|t| t < cutoff) {
                 // Its sealed chunks went above; the open one goes with it.
                 dropped += s.sealed.len() + usize::from(s.head.is_some());
@@ -408,14 +418,6 @@ impl Shard {
                     .iter()
                     .map(|&(n, v)| (strings.get(n), strings.get(v))),
             );
-            let ids: Box<[(StrId, StrId)]> = labels
-                .iter()
-                .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
-                .collect();
-            let slot = self.series.len() as u32;
-            self.postings.add(slot, &ids);
-            self.label_pairs += ids.len();
-            s.labels = ids;
             self.chunks += s.sealed.len() + usize::from(s.head.is_some());
             self.chunk_bytes += s.sealed.iter().map(|c| c.bytes.len()).sum::<usize>()
                 + s.head.as_ref().map_or(0, |h| h.app.bytes().len());
@@ -427,11 +429,7 @@ impl Shard {
                 + s.head
                     .as_ref()
                     .map_or(0, |h| usize::from(h.app.num_samples()));
-            let hash = s.hash;
-            self.series.push(s);
-            let series = &self.series;
-            self.by_labels
-                .insert_unique(hash, slot, |&x| series[x as usize].hash);
+            self.add(&labels, s);
         }
         (dropped, dead)
     }

@@ -373,7 +373,7 @@ pub fn len_prefix(len: usize) -> usize {
 
 fn check_packed(b: &[u8], ty: Ty) -> Result<(), &'static str> {
     match ty.wire_type() {
-        1 if b.len() % 8 == 0 => Ok(()),
+        1 if b.len().is_multiple_of(8) => Ok(()),
         1 => Err("packed run of 8-byte values has a partial value"),
         0 => {
             let mut it = PackedVarints { buf: b };
