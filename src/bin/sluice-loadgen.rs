@@ -1,0 +1,157 @@
+//! `sluice-loadgen`: pushes a pre-encoded remote-write or OTLP load to a
+//! receiver on loopback and reports what it accepted; `--sink` serves the
+//! null sink that measures the generator's own ceiling.
+//!
+//! The last line on stdout is `key=value` pairs for scripts
+//! (`scripts/bench-peers`); the rest goes to stderr.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Parser;
+use sluice::loadgen::{self, Mode, Workload};
+
+/// Drives a remote-write (1.0) or OTLP/HTTP receiver with a realistic,
+/// pre-encoded load over keep-alive connections, bounded in count and time.
+#[derive(Debug, Parser)]
+#[command(name = "sluice-loadgen", version)]
+struct Cli {
+    /// Receiver to push to (host:port on loopback); requests go to
+    /// /api/v1/write, or /v1/metrics in otlp mode (see --path).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9201")]
+    target: SocketAddr,
+    /// Path to post to instead of the mode's usual one (VictoriaMetrics
+    /// and Prometheus both take /api/v1/write).
+    #[arg(long)]
+    path: Option<String>,
+    /// steady: one sample per TimeSeries, every series once per round;
+    /// churn: a tenth of each request is new series; backfill: all of a
+    /// series' samples in one TimeSeries; otlp: steady as OTLP protobuf.
+    #[arg(long, default_value = "steady")]
+    mode: Mode,
+    /// Active series.
+    #[arg(long, default_value_t = 100_000)]
+    series: usize,
+    /// Samples per series, 15 s apart, the last at the current time.
+    #[arg(long, default_value_t = 120)]
+    samples: usize,
+    /// Samples per request.
+    #[arg(long, default_value_t = 2_000)]
+    per_request: usize,
+    /// Concurrent keep-alive connections.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Stop sending after this long, e.g. 60s.
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    max_time: Duration,
+    /// Serve the null sink on this address instead of driving a load: it
+    /// reads each body and answers 204, until SIGTERM/SIGINT or --max-time.
+    #[arg(long, value_name = "ADDR")]
+    sink: Option<SocketAddr>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    if let Some(addr) = cli.sink {
+        return rt.block_on(sink(addr, cli.max_time));
+    }
+    anyhow::ensure!(cli.connections > 0, "--connections must be at least 1");
+    anyhow::ensure!(cli.per_request >= 10, "--per-request must be at least 10");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("clock before 1970")?
+        .as_millis() as i64;
+    let mut w = Workload {
+        mode: cli.mode,
+        series: cli.series,
+        samples: cli.samples,
+        per_request: cli.per_request,
+        connections: cli.connections,
+        start_ms: 0,
+        interval_ms: 15_000,
+    };
+    w.end_at(now_ms);
+    let t = Instant::now();
+    let mut encoded = loadgen::encode(&w);
+    if let Some(path) = cli.path {
+        encoded.path = path;
+    }
+    eprintln!(
+        "sluice-loadgen: {} mode, {} series ({} in all) x {} samples, {} samples/request, {} connections: {} requests, {} samples, {:.1} MiB on the wire (encoded in {:.1?})",
+        w.mode,
+        w.series,
+        w.total_series(),
+        w.samples,
+        w.per_request,
+        w.connections,
+        encoded.requests(),
+        encoded.samples(),
+        encoded.bytes() as f64 / 1048576.0,
+        t.elapsed()
+    );
+    let report = rt.block_on(loadgen::drive(cli.target, &encoded, cli.max_time));
+    let rate = report.samples_per_second();
+    eprintln!(
+        "sluice-loadgen: {} of {} samples accepted in {:.2?}: {rate:.0} samples/s; latency p50 {:.2?} p99 {:.2?}; errors by status: {}{}",
+        report.accepted,
+        report.sent,
+        report.elapsed,
+        report.latency(0.5),
+        report.latency(0.99),
+        report.errors_text(),
+        if report.timed_out { " (stopped at --max-time)" } else { "" }
+    );
+    if let Some(e) = &report.first_error {
+        eprintln!("sluice-loadgen: first error: {e}");
+    }
+    println!(
+        "mode={} series={} total_series={} requests={} sent={} accepted={} seconds={:.3} samples_per_second={rate:.0} p50_ms={:.2} p99_ms={:.2} errors={} timed_out={}",
+        w.mode,
+        w.series,
+        w.total_series(),
+        report.requests,
+        report.sent,
+        report.accepted,
+        report.elapsed.as_secs_f64(),
+        report.latency(0.5).as_secs_f64() * 1e3,
+        report.latency(0.99).as_secs_f64() * 1e3,
+        report.errors_text(),
+        report.timed_out
+    );
+    anyhow::ensure!(
+        report.accepted == encoded.samples(),
+        "not every sample was accepted ({} of {})",
+        report.accepted,
+        encoded.samples()
+    );
+    Ok(())
+}
+
+async fn sink(addr: SocketAddr, limit: Duration) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    eprintln!("sluice-loadgen: null sink on {}", listener.local_addr()?);
+    let stop = async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+            () = tokio::time::sleep(limit) => {}
+        }
+    };
+    loadgen::null_sink(listener, stop).await?;
+    Ok(())
+}
