@@ -216,12 +216,20 @@ pub fn series_labels(i: usize) -> [(&'static str, String); 7] {
         ("env", ENVS[target % 2].to_owned()),
         (
             "instance",
-            format!("10.{}.{}.{}:9100", target >> 16, (target >> 8) & 255, target & 255),
+            format!(
+                "10.{}.{}.{}:9100",
+                target >> 16,
+                (target >> 8) & 255,
+                target & 255
+            ),
         ),
         ("job", JOBS[target % 5].to_owned()),
         ("mode", MODES[(i / 20) % 5].to_owned()),
         ("region", region.to_owned()),
-        ("zone", format!("{region}{}", ['a', 'b', 'c'][(target / 3) % 3])),
+        (
+            "zone",
+            format!("{region}{}", ['a', 'b', 'c'][(target / 3) % 3]),
+        ),
     ]
 }
 
@@ -313,7 +321,10 @@ fn connection_requests(w: &Workload, c: usize) -> Vec<Vec<Point>> {
         }
     }
     if w.mode != Mode::Churn {
-        return order.chunks(w.per_request.max(1)).map(<[_]>::to_vec).collect();
+        return order
+            .chunks(w.per_request.max(1))
+            .map(<[_]>::to_vec)
+            .collect();
     }
     // Churn: every request also brings per_request/10 series never seen,
     // numbered after the steady ones, unique to this connection.
@@ -593,7 +604,9 @@ pub async fn drive(addr: SocketAddr, encoded: &Encoded, limit: Duration) -> Repo
         let r = match task.await {
             Ok(r) => r,
             Err(e) => {
-                report.first_error.get_or_insert(format!("connection task failed: {e}"));
+                report
+                    .first_error
+                    .get_or_insert(format!("connection task failed: {e}"));
                 continue;
             }
         };
@@ -621,9 +634,10 @@ async fn connect(addr: SocketAddr) -> Result<Sender, String> {
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake with {addr}: {e}"))?;
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake with {addr}: {e}"))?;
     tokio::spawn(conn);
     Ok(sender)
 }
@@ -783,8 +797,11 @@ mod tests {
                         let mut sorted = names.clone();
                         sorted.sort_unstable();
                         assert_eq!(names, sorted);
-                        let key: Vec<String> =
-                            ts.labels.iter().map(|l| format!("{}={}", l.name, l.value)).collect();
+                        let key: Vec<String> = ts
+                            .labels
+                            .iter()
+                            .map(|l| format!("{}={}", l.name, l.value))
+                            .collect();
                         let entry = seen.entry(key.join(",")).or_default();
                         entry.extend(ts.samples.iter().map(|s| (s.timestamp, s.value)));
                     }
@@ -814,7 +831,10 @@ mod tests {
                 .iter()
                 .filter(|t| series.insert(format!("{:?}", t.labels)))
                 .count();
-            assert!(fresh >= 10, "each request has ≥ 10 unseen series, got {fresh}");
+            assert!(
+                fresh >= 10,
+                "each request has ≥ 10 unseen series, got {fresh}"
+            );
         }
         assert_eq!(series.len(), w.total_series());
     }

@@ -318,6 +318,21 @@ impl Collector for HeadCollector {
             let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
             g.encode(m)?;
         }
+        let m = self.head.memory();
+        let mut family = encoder.encode_descriptor(
+            "sluice_head_memory_bytes",
+            "Bytes the head holds by part (their sum is sluice_head_bytes as of the last write)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (part, v) in [
+            ("chunks", m.chunks),
+            ("series", m.series),
+            ("labels", m.labels),
+            ("index", m.index),
+        ] {
+            ConstGauge::new(v as i64).encode(family.encode_family(&[("part", part)])?)?;
+        }
         let r = self.head.retention_stats();
         let mut counters = vec![
             (

@@ -1,9 +1,7 @@
 //! Aggregation operators with `by` / `without`.
 
 use std::collections::HashMap;
-
-use hashbrown::HashTable;
-use xxhash_rust::xxh3::Xxh3;
+use std::sync::Arc;
 
 use promql_parser::parser::token::{
     T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
@@ -13,27 +11,9 @@ use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::engine::Ctx;
 use super::functions::quantile;
-use super::value::{
-    format_float, keep_labels, keeps_label, no_labels, set_label, Labels, Sample, Value,
-};
+use super::value::{format_float, keep_labels, no_labels, set_label, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
-
-/// Whether label `name` is part of the grouping (none without `by`/`without`).
-fn in_group(name: &str, modifier: &Option<LabelModifier>) -> bool {
-    modifier.is_some() && keeps_label(name, modifier)
-}
-
-fn group_hash(labels: &[Label]) -> u64 {
-    let mut h = Xxh3::new();
-    for l in labels {
-        h.update(l.name.as_bytes());
-        h.update(&[0xff]);
-        h.update(l.value.as_bytes());
-        h.update(&[0xff]);
-    }
-    h.digest()
-}
 
 /// The labels of the group a series falls into (none without `by`/`without`).
 fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
@@ -77,6 +57,46 @@ struct Group {
     members: Vec<usize>,
 }
 
+/// One aggregation node's grouping of the series it has seen in a query:
+/// each distinct group gets a number, and each series (by the address of
+/// its shared labels) the number of its group, worked out once per query.
+/// Every address here belongs to an `Arc` held in `keep`, so it is never
+/// reused for other labels while the memo lives.
+#[derive(Default)]
+pub(crate) struct GroupMemo {
+    by_addr: hashbrown::HashMap<usize, u32>,
+    keep: Vec<Labels>,
+    by_labels: HashMap<Labels, u32>,
+    groups: Vec<Labels>,
+    /// Scratch for one step: memo group number → index in that step's groups.
+    at_step: Vec<u32>,
+}
+
+impl GroupMemo {
+    /// Series remembered per node at most; past it (inputs whose labels are
+    /// rebuilt at every step) a series' group is looked up by content.
+    const MAX: usize = 1 << 20;
+    const NONE: u32 = u32::MAX;
+
+    fn group_of(&mut self, labels: &Labels, modifier: &Option<LabelModifier>) -> u32 {
+        let addr = Arc::as_ptr(labels) as *const Label as usize;
+        if let Some(&g) = self.by_addr.get(&addr) {
+            return g;
+        }
+        let key = group_labels(labels, modifier);
+        let groups = &mut self.groups;
+        let g = *self.by_labels.entry(key).or_insert_with_key(|key| {
+            groups.push(Arc::clone(key));
+            (groups.len() - 1) as u32
+        });
+        if self.keep.len() < Self::MAX {
+            self.by_addr.insert(addr, g);
+            self.keep.push(Arc::clone(labels));
+        }
+        g
+    }
+}
+
 /// Evaluates an aggregation at `t`.
 pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, QueryError> {
     let input = ctx.eval_vector(&agg.expr, t)?;
@@ -102,10 +122,15 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         None
     };
 
-    // Groups in first-seen order. The grouping labels of a sample are
-    // hashed and compared in place; only a new group builds its labels.
+    // Groups in first-seen order. A series' group is worked out once per
+    // query (the memo, by the address of the series' shared labels); at
+    // each step a sample finds its group by the memo's number for it.
+    let mut memos = ctx.group_memos.borrow_mut();
+    let memo = memos
+        .entry(agg as *const AggregateExpr as usize)
+        .or_default();
+    memo.at_step.iter_mut().for_each(|g| *g = GroupMemo::NONE);
     let mut index: HashMap<Labels, usize> = HashMap::new();
-    let mut table: HashTable<usize> = HashTable::new();
     let mut groups: Vec<Group> = Vec::new();
     for (i, s) in input.iter().enumerate() {
         if let Some(name) = &count_label {
@@ -122,32 +147,21 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             groups[g].members.push(i);
             continue;
         }
-        let kept = || s.labels.iter().filter(|l| in_group(&l.name, &agg.modifier));
-        let mut h = Xxh3::new();
-        for l in kept() {
-            h.update(l.name.as_bytes());
-            h.update(&[0xff]);
-            h.update(l.value.as_bytes());
-            h.update(&[0xff]);
+        let id = memo.group_of(&s.labels, &agg.modifier) as usize;
+        if memo.at_step.len() <= id {
+            memo.at_step.resize(id + 1, GroupMemo::NONE);
         }
-        let hash = h.digest();
-        let found = table
-            .find(hash, |&g| groups[g].labels.iter().eq(kept()))
-            .copied();
-        let g = match found {
-            Some(g) => g,
-            None => {
-                groups.push(Group {
-                    labels: kept().cloned().collect(),
-                    members: Vec::new(),
-                });
-                let g = groups.len() - 1;
-                table.insert_unique(hash, g, |&g| group_hash(&groups[g].labels));
-                g
-            }
-        };
-        groups[g].members.push(i);
+        if memo.at_step[id] == GroupMemo::NONE {
+            memo.at_step[id] = groups.len() as u32;
+            groups.push(Group {
+                labels: Arc::clone(&memo.groups[id]),
+                members: Vec::new(),
+            });
+        }
+        groups[memo.at_step[id] as usize].members.push(i);
     }
+
+    drop(memos);
 
     let mut out = Vec::with_capacity(groups.len());
     if op == T_TOPK || op == T_BOTTOMK {

@@ -100,6 +100,8 @@ pub(crate) struct Ctx<'e> {
     loaded: RefCell<HashMap<usize, Rc<Vec<Loaded>>>>,
     /// One evaluator per subquery node, spanning every time it is asked at.
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
+    /// Each aggregation node's grouping memo, by the node's address.
+    pub(crate) group_memos: RefCell<HashMap<usize, aggregate::GroupMemo>>,
     samples: Rc<Cell<usize>>,
 }
 
@@ -122,6 +124,7 @@ impl<'h> Engine<'h> {
             deadline: Instant::now() + self.opts.timeout,
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
+            group_memos: RefCell::new(HashMap::new()),
             samples: Rc::new(Cell::new(0)),
         }
     }
@@ -523,6 +526,7 @@ impl<'e> Ctx<'e> {
             deadline: self.deadline,
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
+            group_memos: RefCell::new(HashMap::new()),
             samples: Rc::clone(&self.samples),
         });
         self.children.borrow_mut().insert(key, Rc::clone(&child));

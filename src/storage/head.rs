@@ -15,6 +15,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::checkpoint::{self, SeriesImage};
 use super::index::Matcher;
 use super::labels::Label;
+pub use super::shard::HeadMemory;
 use super::shard::{MemSeries, Shard, ShardLog};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::record::Record;
@@ -367,6 +368,15 @@ impl Head {
         counts.touched |= 1 << (i % 64);
         let slot = &self.shards[i].0;
         (slot, slot.lock())
+    }
+
+    /// Bytes the head holds by part, each shard read under its lock.
+    pub fn memory(&self) -> HeadMemory {
+        let mut m = HeadMemory::default();
+        for Padded(slot) in self.shards.iter() {
+            m.add(slot.lock().memory());
+        }
+        m
     }
 
     /// Bytes the head accounts for: chunks, series, labels, index. The

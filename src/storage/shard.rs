@@ -168,6 +168,13 @@ impl MemSeries {
     }
 
     /// The open chunk: (mint, maxt, bytes).
+    /// Bytes the open chunk's buffer holds beyond what it has written.
+    fn open_slack(&self) -> usize {
+        self.head
+            .as_ref()
+            .map_or(0, |h| h.app.capacity() - h.app.bytes().len())
+    }
+
     pub(crate) fn open_chunk(&self) -> Option<(i64, i64, &[u8])> {
         self.head.as_ref().map(|h| (h.mint, h.maxt, h.app.bytes()))
     }
@@ -224,6 +231,39 @@ fn chunk_samples(chunk: &[u8]) -> usize {
         .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
 }
 
+/// What one heap block costs beyond its bytes in glibc's allocator: an
+/// 8-byte header and rounding to 16 bytes, 16 on average.
+const MALLOC_OVERHEAD: usize = 16;
+
+/// Bytes the head holds, by part.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeadMemory {
+    /// Chunk bytes (with the open chunks' unwritten buffer space), chunk
+    /// list entries and their `Arc` counts.
+    pub chunks: usize,
+    /// Series structs, with the series table's unused capacity.
+    pub series: usize,
+    /// Label id pairs and the interned strings they point to.
+    pub labels: usize,
+    /// The label lookup table and the postings lists.
+    pub index: usize,
+}
+
+impl HeadMemory {
+    /// All parts.
+    pub fn total(&self) -> usize {
+        self.chunks + self.series + self.labels + self.index
+    }
+
+    /// Adds `other`'s parts to these.
+    pub fn add(&mut self, other: HeadMemory) {
+        self.chunks += other.chunks;
+        self.series += other.series;
+        self.labels += other.labels;
+        self.index += other.index;
+    }
+}
+
 /// One shard's state.
 #[derive(Debug, Default)]
 pub(crate) struct Shard {
@@ -235,6 +275,8 @@ pub(crate) struct Shard {
     pub(crate) postings: Postings,
     pub(crate) chunks: usize,
     pub(crate) chunk_bytes: usize,
+    /// Reserved but unwritten bytes of the open chunks' buffers.
+    open_slack: usize,
     /// Samples held in all chunks.
     pub(crate) samples: usize,
     /// Label pairs over all series.
@@ -254,21 +296,27 @@ impl Shard {
             .collect()
     }
 
-    /// Bytes this shard holds, estimated from counters (cheap enough to
-    /// call after every append): chunk bytes with the open chunks' growth
-    /// slack, a chunk's own overhead (its `Arc` and list entry), series
-    /// structs, label ids, the lookup table, strings and postings.
+    /// Bytes this shard holds by part, from counters (cheap enough to call
+    /// after every append). Each heap block also costs the allocator's
+    /// header and rounding, counted as [`MALLOC_OVERHEAD`].
+    pub(crate) fn memory(&self) -> HeadMemory {
+        // A sealed chunk's list entry (times and `Arc` pointer) and the
+        // `Arc`'s counts, plus its block's overhead.
+        const PER_CHUNK: usize = 48 + MALLOC_OVERHEAD;
+        HeadMemory {
+            chunks: self.chunk_bytes + self.open_slack + self.chunks * PER_CHUNK,
+            series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
+            labels: self.label_pairs * std::mem::size_of::<(StrId, StrId)>()
+                + self.series.len() * MALLOC_OVERHEAD
+                + self.strings.heap_bytes(),
+            index: self.by_labels.capacity() * (std::mem::size_of::<u32>() + 1)
+                + self.postings.heap_bytes(),
+        }
+    }
+
+    /// [`Shard::memory`] in all.
     pub(crate) fn accounted_bytes(&self) -> usize {
-        const PER_CHUNK: usize = 48;
-        self.chunk_bytes
-            + self.chunk_bytes / 8
-            + self.chunks * PER_CHUNK
-            + self.series.capacity() * std::mem::size_of::<MemSeries>()
-            + self.label_pairs * std::mem::size_of::<(StrId, StrId)>()
-            + self.series.len() * 16
-            + self.by_labels.capacity() * (std::mem::size_of::<u32>() + 1)
-            + self.strings.heap_bytes()
-            + self.postings.heap_bytes()
+        self.memory().total()
     }
 
     /// The slot of the series whose canonical label bytes are `raw`.
@@ -357,6 +405,7 @@ impl Shard {
             }
             bytes += b.len();
             series.head = Some(HeadChunk { app, mint, maxt });
+            self.open_slack += series.open_slack();
         }
         series.next_at = image.next_at;
         self.chunks += image.sealed.len() + usize::from(image.open.is_some());
@@ -421,6 +470,7 @@ impl Shard {
             self.chunks += s.sealed.len() + usize::from(s.head.is_some());
             self.chunk_bytes += s.sealed.iter().map(|c| c.bytes.len()).sum::<usize>()
                 + s.head.as_ref().map_or(0, |h| h.app.bytes().len());
+            self.open_slack += s.open_slack();
             self.samples += s
                 .sealed
                 .iter()
@@ -452,8 +502,10 @@ impl Shard {
                 counts.reject(SampleError::OutOfBounds, t);
                 continue;
             }
+            let slack = series.open_slack();
             match series.append(t, v, opts) {
                 Ok(Some((delta, created))) => {
+                    self.open_slack = (self.open_slack + series.open_slack()) - slack;
                     counts.appended += 1;
                     self.samples += 1;
                     self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
