@@ -1,0 +1,100 @@
+//! Smoke test of `sluice-loadgen`: the binary drives a small load of each
+//! kind against a real Sluice over loopback HTTP; every sample must be
+//! accepted and then be found by the query API, sample for sample.
+
+mod common;
+
+use std::process::Command;
+
+use sluice::config::Config;
+
+const LOADGEN: &str = env!("CARGO_BIN_EXE_sluice-loadgen");
+
+/// Runs the load generator against `addr` and returns its `key=value`
+/// summary line.
+fn run_loadgen(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    let out = Command::new(LOADGEN)
+        .arg("--target")
+        .arg(addr.to_string())
+        .args(["--max-time", "120s"])
+        .args(args)
+        .output()
+        .expect("sluice-loadgen runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice-loadgen failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout.lines().last().unwrap_or_default().to_owned()
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("{key} missing from {line:?}"))
+}
+
+/// Samples stored in the last hour for series matching `selector`, by the
+/// query API.
+async fn stored(addr: std::net::SocketAddr, selector: &str) -> (f64, f64) {
+    let url = format!("http://{addr}/api/v1/query");
+    let q = |expr: String| {
+        let url = url.clone();
+        async move {
+            let v = common::api_json(&url, &[("query", expr)]).await;
+            v["data"]["result"][0]["value"][1]
+                .as_str()
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+    (
+        q(format!("count({selector})")).await,
+        q(format!("sum(count_over_time({selector}[1h]))")).await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mode_is_accepted_in_full_and_queryable() {
+    let small = [
+        "--series",
+        "1500",
+        "--samples",
+        "6",
+        "--per-request",
+        "400",
+        "--connections",
+        "3",
+    ];
+    for mode in ["steady", "churn", "backfill", "otlp"] {
+        let srv = common::start(Config::default()).await;
+        let addr = srv.addr;
+        let mut args = small.to_vec();
+        args.extend(["--mode", mode]);
+        let line = tokio::task::spawn_blocking(move || run_loadgen(addr, &args))
+            .await
+            .expect("join");
+        assert_eq!(field(&line, "mode"), mode);
+        assert_eq!(field(&line, "errors"), "none", "{line}");
+        assert_eq!(field(&line, "timed_out"), "false", "{line}");
+        let sent: f64 = field(&line, "sent").parse().expect("sent");
+        let accepted: f64 = field(&line, "accepted").parse().expect("accepted");
+        let series: f64 = field(&line, "total_series").parse().expect("series");
+        assert_eq!(accepted, sent, "{line}");
+        match mode {
+            "churn" => {
+                // A tenth of each request is new series: 40 per request.
+                let requests: f64 = field(&line, "requests").parse().expect("requests");
+                assert_eq!(series, 1500.0 + requests * 40.0, "{line}");
+                assert_eq!(sent, 1500.0 * 6.0 + requests * 40.0, "{line}");
+            }
+            _ => {
+                assert_eq!(series, 1500.0);
+                assert_eq!(sent, 9000.0);
+            }
+        }
+        // OTLP adds target_info series of its own; count the load's.
+        let selector = r#"{__name__!="target_info",job=~".+"}"#;
+        let (count, samples) = stored(addr, selector).await;
+        assert_eq!(count, series, "{mode}: series stored");
+        assert_eq!(samples, sent, "{mode}: samples stored");
+    }
+}
