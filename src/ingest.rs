@@ -13,10 +13,11 @@ pub mod validate;
 
 use std::fmt::Write as _;
 
-use crate::storage::head::{AppendCounts, Head, SampleError};
+use crate::storage::head::{AppendCounts, Head, SampleError, ShardGuard};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
 pub use protowire::DecodeError;
+use remote_write::SeriesSpan;
 use validate::{LabelError, LabelLimits};
 
 /// Samples more than this far ahead of the receiver's clock are rejected.
@@ -185,11 +186,10 @@ pub fn append_write_request(
     let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
     let mut report = IngestReport::default();
     let mut counts = AppendCounts::default();
-    // Scratch for new series; allocated only if one shows up.
-    let mut raw_labels = Vec::new();
-    let mut labels = Vec::new();
-    let mut canonical = Vec::new();
+    let mut batch = BATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    batch.clear();
 
+    // 1. Each series with samples, by the hash of its raw label bytes.
     for ts in series {
         if ts.histograms > 0 {
             report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
@@ -202,49 +202,212 @@ pub fn append_write_request(
         if ts.samples == 0 {
             continue;
         }
-        counts.first = None;
-        let stored = ts
-            .labels_raw
-            .is_some_and(|raw| head.append_existing(raw, ts.samples(), max_t, &mut counts));
-        if !stored {
-            raw_labels.clear();
-            raw_labels.extend(ts.labels());
-            match validate::validate(&raw_labels, limits, &mut labels) {
-                Err(e) => {
-                    report.reject(Reason::Label(e), u64::from(ts.samples), || {
-                        format!("{} for series {}", label_problem(e), ts.describe())
-                    });
-                    continue;
-                }
-                Ok(resorted) => report.resorted_series += u64::from(resorted),
-            }
-            canonical.clear();
-            encode_canonical(labels.iter().copied(), &mut canonical);
-            if let Err(limit) =
-                head.append_labels(&labels, &canonical, ts.samples(), max_t, &mut counts)
-            {
-                report.reject(Reason::SeriesLimit, u64::from(ts.samples), || {
-                    format!("{limit}; new series {} not created", ts.describe())
+        match ts.labels_raw {
+            Some(raw) => {
+                let hash = Head::label_hash(raw);
+                batch.entries.push(Entry {
+                    hash,
+                    shard: head.shard_of(hash),
+                    span: ts.span(body),
                 });
-                continue;
+            }
+            None => batch.rest.push(ts.span(body)),
+        }
+    }
+
+    // 2. Series the head holds, shard by shard: each shard is locked once
+    // for all its series in the request, and a shard another request holds
+    // is left for later rather than waited on.
+    batch.group_by_shard(head.shard_count());
+    let Batch {
+        sorted,
+        starts,
+        pending,
+        rest,
+        ..
+    } = &mut batch;
+    while !pending.is_empty() {
+        let mut progressed = false;
+        let mut i = 0;
+        while i < pending.len() {
+            let shard = pending[i];
+            if let Some(mut guard) = head.try_lock_shard(shard, &mut counts) {
+                let group = &sorted[starts[shard]..starts[shard + 1]];
+                append_known(
+                    &mut guard,
+                    group,
+                    body,
+                    max_t,
+                    &mut counts,
+                    &mut report,
+                    rest,
+                );
+                pending.swap_remove(i);
+                progressed = true;
+            } else {
+                i += 1;
             }
         }
-        if let Some((e, t)) = counts.first {
-            if report.problems.len() < MAX_PROBLEMS {
-                report.problems.push(format!(
-                    "{} at timestamp {t} for series {}",
-                    sample_problem(e, max_t),
-                    ts.describe()
-                ));
+        if !progressed {
+            if let Some(shard) = pending.pop() {
+                let mut guard = head.lock_shard(shard, &mut counts);
+                let group = &sorted[starts[shard]..starts[shard + 1]];
+                append_known(
+                    &mut guard,
+                    group,
+                    body,
+                    max_t,
+                    &mut counts,
+                    &mut report,
+                    rest,
+                );
             }
         }
     }
+
+    // 3. New series (and any whose labels are not one run of bytes):
+    // validated, sorted, interned and indexed.
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    for span in rest.iter() {
+        let ts = span.view(body);
+        counts.first = None;
+        raw_labels.clear();
+        raw_labels.extend(ts.labels());
+        match validate::validate(&raw_labels, limits, &mut labels) {
+            Err(e) => {
+                report.reject(Reason::Label(e), u64::from(ts.samples), || {
+                    format!("{} for series {}", label_problem(e), ts.describe())
+                });
+                continue;
+            }
+            Ok(resorted) => report.resorted_series += u64::from(resorted),
+        }
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        if let Err(limit) =
+            head.append_labels(&labels, &canonical, ts.samples(), max_t, &mut counts)
+        {
+            report.reject(Reason::SeriesLimit, u64::from(ts.samples), || {
+                format!("{limit}; new series {} not created", ts.describe())
+            });
+            continue;
+        }
+        note_sample_problem(&mut report, &counts, &ts, max_t);
+    }
+    BATCH.with(|b| *b.borrow_mut() = batch);
+
     report.accepted = counts.appended;
     report.wal_lsn = head.log_appended(&mut counts);
     for e in SampleError::ALL {
         report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
     }
     Ok(report)
+}
+
+/// Appends each series of `group` (all in the guarded shard) that the head
+/// holds; those it does not hold yet go to `rest`.
+fn append_known(
+    guard: &mut ShardGuard<'_>,
+    group: &[Entry],
+    body: &[u8],
+    max_t: i64,
+    counts: &mut AppendCounts,
+    report: &mut IngestReport,
+    rest: &mut Vec<SeriesSpan>,
+) {
+    for e in group {
+        let ts = e.span.view(body);
+        counts.first = None;
+        let raw = ts.labels_raw.unwrap_or_default();
+        if guard.append_existing(e.hash, raw, ts.samples(), max_t, counts) {
+            note_sample_problem(report, counts, &ts, max_t);
+        } else {
+            rest.push(e.span);
+        }
+    }
+}
+
+/// Notes the first sample a series lost, if it lost one.
+fn note_sample_problem(
+    report: &mut IngestReport,
+    counts: &AppendCounts,
+    ts: &remote_write::TimeSeriesView<'_>,
+    max_t: i64,
+) {
+    if let Some((e, t)) = counts.first {
+        if report.problems.len() < MAX_PROBLEMS {
+            report.problems.push(format!(
+                "{} at timestamp {t} for series {}",
+                sample_problem(e, max_t),
+                ts.describe()
+            ));
+        }
+    }
+}
+
+/// A series of a request: its label hash, shard and place in the request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    hash: u64,
+    shard: usize,
+    span: SeriesSpan,
+}
+
+/// A request's series grouped by shard. Kept per thread and reused, so a
+/// request of known series allocates nothing.
+#[derive(Debug, Default)]
+struct Batch {
+    /// In request order.
+    entries: Vec<Entry>,
+    /// Grouped by shard, request order kept within a shard.
+    sorted: Vec<Entry>,
+    /// `sorted[starts[i]..starts[i + 1]]` are shard `i`'s.
+    starts: Vec<usize>,
+    /// Shards with series in the request, not yet appended to.
+    pending: Vec<usize>,
+    /// Series to create or to look up by their parsed labels.
+    rest: Vec<SeriesSpan>,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.sorted.clear();
+        self.pending.clear();
+        self.rest.clear();
+    }
+
+    /// Counting sort of `entries` into `sorted` by shard.
+    fn group_by_shard(&mut self, shards: usize) {
+        self.starts.clear();
+        self.starts.resize(shards + 1, 0);
+        for e in &self.entries {
+            self.starts[e.shard + 1] += 1;
+        }
+        for i in 0..shards {
+            if self.starts[i + 1] > 0 {
+                self.pending.push(i);
+            }
+            self.starts[i + 1] += self.starts[i];
+        }
+        self.sorted.resize(self.entries.len(), Entry::default());
+        // `starts[i]` walks forward while filling, then is restored.
+        for e in &self.entries {
+            let at = &mut self.starts[e.shard];
+            self.sorted[*at] = *e;
+            *at += 1;
+        }
+        for i in (1..=shards).rev() {
+            self.starts[i] = self.starts[i - 1];
+        }
+        self.starts[0] = 0;
+    }
+}
+
+thread_local! {
+    static BATCH: std::cell::RefCell<Batch> = std::cell::RefCell::default();
 }
 
 /// Records the `metadata` of a checked remote-write 1.0 request. Entries

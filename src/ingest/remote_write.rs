@@ -20,6 +20,32 @@ pub struct TimeSeriesView<'a> {
     pub histograms: u32,
 }
 
+/// A [`TimeSeriesView`] as offsets into its request, to keep in a buffer
+/// reused across requests (a view borrows the request; this does not).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SeriesSpan {
+    msg: (usize, usize),
+    base: usize,
+    labels: Option<(usize, usize)>,
+    samples: u32,
+    histograms: u32,
+}
+
+impl SeriesSpan {
+    /// The view again, over the request `buf` the span was taken from.
+    #[inline]
+    pub fn view<'a>(&self, buf: &'a [u8]) -> TimeSeriesView<'a> {
+        let slice = |(start, len): (usize, usize)| buf.get(start..start + len).unwrap_or_default();
+        TimeSeriesView {
+            msg: slice(self.msg),
+            base: self.base,
+            labels_raw: self.labels.map(slice),
+            samples: self.samples,
+            histograms: self.histograms,
+        }
+    }
+}
+
 /// Checks `buf` as a `WriteRequest`, then iterates its series in place.
 ///
 /// The check walks every nested message once, so a truncated or corrupt body
@@ -191,6 +217,24 @@ fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
 }
 
 impl<'a> TimeSeriesView<'a> {
+    /// This view as offsets into `buf`, the request it was read from.
+    #[inline]
+    pub fn span(&self, buf: &[u8]) -> SeriesSpan {
+        let at = |part: &[u8]| {
+            (
+                (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize),
+                part.len(),
+            )
+        };
+        SeriesSpan {
+            msg: at(self.msg),
+            base: self.base,
+            labels: self.labels_raw.map(at),
+            samples: self.samples,
+            histograms: self.histograms,
+        }
+    }
+
     /// The series' labels as raw (name, value) bytes, in sent order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         fields(self.msg, self.base, 1).map(|label| {

@@ -163,6 +163,42 @@ impl Slot {
     }
 }
 
+/// One shard held for a run of appends (a request's samples for that
+/// shard): one lock and one memory publication for the whole run.
+pub struct ShardGuard<'h> {
+    head: &'h Head,
+    slot: &'h Slot,
+    shard: parking_lot::MutexGuard<'h, Shard>,
+}
+
+impl ShardGuard<'_> {
+    /// Appends to the series of this shard whose canonical label bytes are
+    /// exactly `raw` (label hash `hash`). Returns `false`, touching nothing,
+    /// when no such series exists yet.
+    #[inline]
+    pub fn append_existing(
+        &mut self,
+        hash: u64,
+        raw: &[u8],
+        samples: impl Iterator<Item = (i64, f64)>,
+        max_t: i64,
+        counts: &mut AppendCounts,
+    ) -> bool {
+        let Some(slot) = self.shard.find(hash, raw) else {
+            return false;
+        };
+        self.shard
+            .append(slot, samples, max_t, &self.head.opts, counts);
+        true
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        self.slot.publish(&self.shard);
+    }
+}
+
 /// What one retention pass removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionReport {
@@ -545,6 +581,43 @@ impl Head {
 
     fn new_ref(&self) -> u64 {
         self.next_ref.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The hash the head files a series under: of its canonical label bytes.
+    #[inline]
+    pub fn label_hash(canonical: &[u8]) -> u64 {
+        xxh3_64(canonical)
+    }
+
+    /// The shard a series with label hash `hash` lives in.
+    #[inline]
+    pub fn shard_of(&self, hash: u64) -> usize {
+        self.shard_index(hash)
+    }
+
+    /// Locks shard `i` for a run of appends if no one holds it.
+    #[inline]
+    pub fn try_lock_shard(&self, i: usize, counts: &mut AppendCounts) -> Option<ShardGuard<'_>> {
+        let slot = &self.shards[i].0;
+        let shard = slot.try_lock()?;
+        counts.touched |= 1 << (i % 64);
+        Some(ShardGuard {
+            head: self,
+            slot,
+            shard,
+        })
+    }
+
+    /// Locks shard `i` for a run of appends, waiting for it.
+    #[inline]
+    pub fn lock_shard(&self, i: usize, counts: &mut AppendCounts) -> ShardGuard<'_> {
+        let slot = &self.shards[i].0;
+        counts.touched |= 1 << (i % 64);
+        ShardGuard {
+            head: self,
+            slot,
+            shard: slot.lock(),
+        }
     }
 
     /// Appends to the series whose canonical label bytes are exactly `raw`.

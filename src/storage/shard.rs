@@ -39,6 +39,9 @@ pub(crate) struct MemSeries {
     /// The series' reference in the write-ahead log and checkpoints.
     pub(crate) id: u64,
     hash: u64,
+    /// A second, independent hash of the canonical label bytes: with
+    /// `hash`, the 128-bit fingerprint a known series is found by.
+    check: u64,
     pub(crate) labels: Box<[(StrId, StrId)]>,
     pub(crate) sealed: Vec<SealedChunk>,
     head: Option<HeadChunk>,
@@ -231,6 +234,19 @@ fn chunk_samples(chunk: &[u8]) -> usize {
         .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
 }
 
+/// The second half of a series' fingerprint (see [`Shard::find`]): xxh3
+/// of its canonical label bytes under a seed drawn once per process, so
+/// colliding label sets cannot be prepared in advance.
+#[inline]
+fn label_check(canonical: &[u8]) -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+    });
+    xxhash_rust::xxh3::xxh3_64_with_seed(canonical, seed)
+}
+
 /// What one heap block costs beyond its bytes in glibc's allocator: an
 /// 8-byte header and rounding to 16 bytes, 16 on average.
 const MALLOC_OVERHEAD: usize = 16;
@@ -319,15 +335,30 @@ impl Shard {
         self.memory().total()
     }
 
-    /// The slot of the series whose canonical label bytes are `raw`.
+    /// The slot of the series whose canonical label bytes are `raw`
+    /// (`hash` is their [`Head::label_hash`](super::head::Head::label_hash)).
+    ///
+    /// A series is recognised by the 128-bit fingerprint of those bytes
+    /// (two independent 64-bit hashes, the second seeded at random per
+    /// process) rather than by comparing them with its interned labels:
+    /// the comparison chased the label and string pointers of every
+    /// series, a cache miss or more per sample at scale. Two distinct
+    /// series among ten million share a fingerprint with a probability
+    /// near 10^-25. Debug builds (the test suite) still compare the bytes.
     #[inline]
     pub(crate) fn find(&self, hash: u64, raw: &[u8]) -> Option<u32> {
-        self.by_labels
+        let check = label_check(raw);
+        let found = self
+            .by_labels
             .find(hash, |&slot| {
                 let s = &self.series[slot as usize];
-                s.hash == hash && matches_canonical(&s.labels, &self.strings, raw)
+                s.hash == hash && s.check == check
             })
-            .copied()
+            .copied();
+        debug_assert!(found.is_none_or(|slot| {
+            matches_canonical(&self.series[slot as usize].labels, &self.strings, raw)
+        }));
+        found
     }
 
     /// Adds a series with valid, sorted `labels` whose canonical bytes are
@@ -348,6 +379,7 @@ impl Shard {
             MemSeries {
                 id,
                 hash,
+                check: label_check(canonical),
                 labels: Box::new([]),
                 sealed: Vec::new(),
                 head: None,
@@ -533,6 +565,7 @@ mod tests {
         MemSeries {
             id: 0,
             hash: 0,
+            check: 0,
             labels: Box::new([]),
             sealed: Vec::new(),
             head: None,
