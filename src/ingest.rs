@@ -13,7 +13,7 @@ pub mod validate;
 
 use std::fmt::Write as _;
 
-use crate::storage::head::{AppendCounts, Head, SampleError, ShardGuard};
+use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError, ShardGuard};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
 pub use protowire::DecodeError;
@@ -204,10 +204,10 @@ pub fn append_write_request(
         }
         match ts.labels_raw {
             Some(raw) => {
-                let hash = Head::label_hash(raw);
+                let fp = fingerprint(raw);
                 batch.entries.push(Entry {
-                    hash,
-                    shard: head.shard_of(hash),
+                    fp,
+                    shard: head.shard_of(fp),
                     span: ts.span(body),
                 });
             }
@@ -321,7 +321,7 @@ fn append_known(
         let ts = e.span.view(body);
         counts.first = None;
         let raw = ts.labels_raw.unwrap_or_default();
-        if guard.append_existing(e.hash, raw, ts.samples(), max_t, counts) {
+        if guard.append_existing(e.fp, raw, ts.samples(), max_t, counts) {
             note_sample_problem(report, counts, &ts, max_t);
         } else {
             rest.push(e.span);
@@ -347,10 +347,10 @@ fn note_sample_problem(
     }
 }
 
-/// A series of a request: its label hash, shard and place in the request.
+/// A series of a request: its fingerprint, shard and place in the request.
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
-    hash: u64,
+    fp: Fingerprint,
     shard: usize,
     span: SeriesSpan,
 }

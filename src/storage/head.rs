@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use xxhash_rust::xxh3::xxh3_64;
 
 use super::checkpoint::{self, SeriesImage};
 use super::index::Matcher;
 use super::labels::Label;
-pub use super::shard::HeadMemory;
+pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
 use super::shard::{MemSeries, Shard, ShardLog};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::record::Record;
@@ -178,13 +177,13 @@ impl ShardGuard<'_> {
     #[inline]
     pub fn append_existing(
         &mut self,
-        hash: u64,
+        fp: Fingerprint,
         raw: &[u8],
         samples: impl Iterator<Item = (i64, f64)>,
         max_t: i64,
         counts: &mut AppendCounts,
     ) -> bool {
-        let Some(slot) = self.shard.find(hash, raw) else {
+        let Some(slot) = self.shard.find(fp, raw) else {
             return false;
         };
         self.shard
@@ -530,15 +529,15 @@ impl Head {
     /// if the bytes are not labels.
     pub(crate) fn restore_series(&self, id: u64, canonical: &[u8]) -> Option<(u32, u32)> {
         let labels = super::labels::decode_canonical(canonical)?;
-        let hash = xxh3_64(canonical);
-        let i = self.shard_index(hash);
+        let fp = fingerprint(canonical);
+        let i = self.shard_index(fp.hash);
         let mut shard = self.shards[i].0.lock();
-        let slot = match shard.find(hash, canonical) {
+        let slot = match shard.find(fp, canonical) {
             Some(slot) => slot,
             None => {
                 self.series.fetch_add(1, Ordering::Relaxed);
                 self.next_ref.fetch_max(id + 1, Ordering::Relaxed);
-                shard.create(id, hash, &labels, canonical)
+                shard.create(id, fp, &labels, canonical)
             }
         };
         Some((i as u32, slot))
@@ -583,16 +582,10 @@ impl Head {
         self.next_ref.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The hash the head files a series under: of its canonical label bytes.
+    /// The shard the series with fingerprint `fp` lives in.
     #[inline]
-    pub fn label_hash(canonical: &[u8]) -> u64 {
-        xxh3_64(canonical)
-    }
-
-    /// The shard a series with label hash `hash` lives in.
-    #[inline]
-    pub fn shard_of(&self, hash: u64) -> usize {
-        self.shard_index(hash)
+    pub fn shard_of(&self, fp: Fingerprint) -> usize {
+        self.shard_index(fp.hash)
     }
 
     /// Locks shard `i` for a run of appends if no one holds it.
@@ -630,9 +623,9 @@ impl Head {
         max_t: i64,
         counts: &mut AppendCounts,
     ) -> bool {
-        let hash = xxh3_64(raw);
-        let (home, mut shard) = self.lock_touched(hash, counts);
-        let Some(slot) = shard.find(hash, raw) else {
+        let fp = fingerprint(raw);
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
+        let Some(slot) = shard.find(fp, raw) else {
             return false;
         };
         shard.append(slot, samples, max_t, &self.opts, counts);
@@ -650,9 +643,9 @@ impl Head {
         max_t: i64,
         counts: &mut AppendCounts,
     ) -> Result<(), SeriesLimit> {
-        let hash = xxh3_64(canonical);
-        let (home, mut shard) = self.lock_touched(hash, counts);
-        let slot = match shard.find(hash, canonical) {
+        let fp = fingerprint(canonical);
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
+        let slot = match shard.find(fp, canonical) {
             Some(slot) => slot,
             None => {
                 let max = self.opts.max_series;
@@ -665,7 +658,7 @@ impl Head {
                 {
                     return Err(SeriesLimit(max));
                 }
-                shard.create(self.new_ref(), hash, labels, canonical)
+                shard.create(self.new_ref(), fp, labels, canonical)
             }
         };
         shard.append(slot, samples, max_t, &self.opts, counts);
@@ -733,9 +726,9 @@ impl Head {
 
     /// The newest timestamp of the series with these canonical label bytes.
     pub fn max_time(&self, canonical: &[u8]) -> Option<i64> {
-        let hash = xxh3_64(canonical);
-        let shard = self.shard(hash).lock();
-        let slot = shard.find(hash, canonical)?;
+        let fp = fingerprint(canonical);
+        let shard = self.shard(fp.hash).lock();
+        let slot = shard.find(fp, canonical)?;
         shard.series.get(slot as usize)?.max_time()
     }
 }

@@ -39,8 +39,7 @@ pub(crate) struct MemSeries {
     /// The series' reference in the write-ahead log and checkpoints.
     pub(crate) id: u64,
     hash: u64,
-    /// A second, independent hash of the canonical label bytes: with
-    /// `hash`, the 128-bit fingerprint a known series is found by.
+    /// With `hash`, the series' [`Fingerprint`].
     check: u64,
     pub(crate) labels: Box<[(StrId, StrId)]>,
     pub(crate) sealed: Vec<SealedChunk>,
@@ -234,17 +233,31 @@ fn chunk_samples(chunk: &[u8]) -> usize {
         .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
 }
 
-/// The second half of a series' fingerprint (see [`Shard::find`]): xxh3
-/// of its canonical label bytes under a seed drawn once per process, so
-/// colliding label sets cannot be prepared in advance.
+/// A series' identity in the head: the 128-bit xxh3 of its canonical
+/// label bytes, under a seed drawn once per process (so colliding label
+/// sets cannot be prepared in advance). `hash` picks the shard and the
+/// table bucket; `check` confirms the match (see [`Shard::find`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// Low half: shard and bucket.
+    pub hash: u64,
+    /// High half.
+    pub check: u64,
+}
+
+/// The [`Fingerprint`] of canonical label bytes.
 #[inline]
-fn label_check(canonical: &[u8]) -> u64 {
+pub fn fingerprint(canonical: &[u8]) -> Fingerprint {
     static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let seed = *SEED.get_or_init(|| {
         use std::hash::BuildHasher;
         std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
     });
-    xxhash_rust::xxh3::xxh3_64_with_seed(canonical, seed)
+    let v = xxhash_rust::xxh3::xxh3_128_with_seed(canonical, seed);
+    Fingerprint {
+        hash: v as u64,
+        check: (v >> 64) as u64,
+    }
 }
 
 /// What one heap block costs beyond its bytes in glibc's allocator: an
@@ -336,7 +349,7 @@ impl Shard {
     }
 
     /// The slot of the series whose canonical label bytes are `raw`
-    /// (`hash` is their [`Head::label_hash`](super::head::Head::label_hash)).
+    /// (`fp` is their [`fingerprint`]).
     ///
     /// A series is recognised by the 128-bit fingerprint of those bytes
     /// (two independent 64-bit hashes, the second seeded at random per
@@ -346,13 +359,12 @@ impl Shard {
     /// series among ten million share a fingerprint with a probability
     /// near 10^-25. Debug builds (the test suite) still compare the bytes.
     #[inline]
-    pub(crate) fn find(&self, hash: u64, raw: &[u8]) -> Option<u32> {
-        let check = label_check(raw);
+    pub(crate) fn find(&self, fp: Fingerprint, raw: &[u8]) -> Option<u32> {
         let found = self
             .by_labels
-            .find(hash, |&slot| {
+            .find(fp.hash, |&slot| {
                 let s = &self.series[slot as usize];
-                s.hash == hash && s.check == check
+                s.hash == fp.hash && s.check == fp.check
             })
             .copied();
         debug_assert!(found.is_none_or(|slot| {
@@ -366,7 +378,7 @@ impl Shard {
     pub(crate) fn create(
         &mut self,
         id: u64,
-        hash: u64,
+        fp: Fingerprint,
         labels: &[(&str, &str)],
         canonical: &[u8],
     ) -> u32 {
@@ -378,8 +390,8 @@ impl Shard {
             labels,
             MemSeries {
                 id,
-                hash,
-                check: label_check(canonical),
+                hash: fp.hash,
+                check: fp.check,
                 labels: Box::new([]),
                 sealed: Vec::new(),
                 head: None,
