@@ -89,6 +89,41 @@ fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
     i
 }
 
+/// A range function: a series' points in the window, the range and the
+/// window's end (ms) to its value there, if any.
+pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + 'f;
+
+/// A range function's results for every series at every step.
+pub(crate) struct RangeTable {
+    labels: Vec<Labels>,
+    /// Step-major, so a step's results are read in one sweep: series `i`
+    /// at step `k` is `k * labels.len() + i`.
+    values: Vec<f64>,
+    present: Vec<bool>,
+}
+
+impl RangeTable {
+    /// The results at step `k`.
+    pub(crate) fn vector(&self, k: usize) -> Vec<Sample> {
+        let n = self.labels.len();
+        let at = k * n..(k + 1) * n;
+        let (Some(values), Some(present)) = (self.values.get(at.clone()), self.present.get(at))
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for ((labels, &v), &here) in self.labels.iter().zip(values).zip(present) {
+            if here {
+                out.push(Sample {
+                    labels: Arc::clone(labels),
+                    v,
+                });
+            }
+        }
+        out
+    }
+}
+
 /// State of one query's evaluation.
 pub(crate) struct Ctx<'e> {
     head: &'e Head,
@@ -102,6 +137,10 @@ pub(crate) struct Ctx<'e> {
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
     /// Each aggregation node's grouping memo, by the node's address.
     pub(crate) group_memos: RefCell<HashMap<usize, aggregate::GroupMemo>>,
+    /// The step between evaluation times (0: one time only).
+    step: i64,
+    /// Range-function results over every step, by the call's address.
+    range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
     samples: Rc<Cell<usize>>,
 }
 
@@ -115,7 +154,7 @@ impl<'h> Engine<'h> {
         parser::parse(query).map_err(QueryError::BadData)
     }
 
-    fn ctx(&self, start: i64, end: i64) -> Ctx<'_> {
+    fn ctx(&self, start: i64, end: i64, step: i64) -> Ctx<'_> {
         Ctx {
             head: self.head,
             opts: &self.opts,
@@ -125,6 +164,8 @@ impl<'h> Engine<'h> {
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
+            step,
+            range_tables: RefCell::new(HashMap::new()),
             samples: Rc::new(Cell::new(0)),
         }
     }
@@ -132,7 +173,7 @@ impl<'h> Engine<'h> {
     /// Evaluates `query` at time `t` (ms).
     pub fn instant(&self, query: &str, t: i64) -> Result<Value, QueryError> {
         let expr = Self::parse(query)?;
-        let ctx = self.ctx(t, t);
+        let ctx = self.ctx(t, t, 0);
         let v = ctx.eval(&expr, t)?;
         if let Value::Vector(v) = &v {
             check_unique(v)?;
@@ -159,7 +200,7 @@ impl<'h> Engine<'h> {
             )))
             }
         }
-        let ctx = self.ctx(start, end);
+        let ctx = self.ctx(start, end, step);
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets
         // are hashed by content.
@@ -510,6 +551,85 @@ impl<'e> Ctx<'e> {
         Ok(acc.finish())
     }
 
+    /// The index of evaluation time `t` among this evaluator's steps, if
+    /// it is one of them.
+    pub(crate) fn step_of(&self, t: i64) -> Option<usize> {
+        if self.step <= 0 || t < self.start || t > self.end || (t - self.start) % self.step != 0 {
+            return None;
+        }
+        Some(((t - self.start) / self.step) as usize)
+    }
+
+    /// `f` (a range function) over the series of `vs[range]` at every step
+    /// of this evaluator, worked out series by series on the first call and
+    /// kept for the others (by `key`, the call's address). A series' points
+    /// stay in cache while its window slides over all steps, where stepping
+    /// through every series at each step would load them all again. `None`
+    /// when the table would exceed the query's sample limit.
+    pub(crate) fn range_table(
+        &self,
+        key: usize,
+        vs: &VectorSelector,
+        range: &Duration,
+        keep_name: bool,
+        f: &RangeFn<'_>,
+    ) -> Result<Option<Rc<RangeTable>>, QueryError> {
+        if let Some(t) = self.range_tables.borrow().get(&key) {
+            return Ok(Some(Rc::clone(t)));
+        }
+        let range_ms = ms(range);
+        let series = self.load(vs, range_ms)?;
+        let steps = ((self.end - self.start) / self.step.max(1) + 1) as usize;
+        let cells = series.len().saturating_mul(steps);
+        if cells > self.opts.max_samples {
+            return Ok(None);
+        }
+        let n = series.len();
+        let mut table = RangeTable {
+            labels: Vec::with_capacity(series.len()),
+            values: vec![0.0; cells],
+            present: vec![false; cells],
+        };
+        let mut scratch = Vec::new();
+        for (i, s) in series.iter().enumerate() {
+            if i % 256 == 255 {
+                self.check_deadline("range function evaluation")?;
+            }
+            table
+                .labels
+                .push(Arc::clone(if keep_name { &s.labels } else { &s.unnamed }));
+            let (mut lo, mut hi) = (0, 0);
+            for k in 0..steps {
+                let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);
+                // The window (ts - range, ts]; both ends only move forward.
+                while hi < s.points.len() && s.points[hi].0 <= ts {
+                    hi += 1;
+                }
+                while lo < hi && s.points[lo].0 <= ts - range_ms {
+                    lo += 1;
+                }
+                let mut window = &s.points[lo..hi];
+                if s.has_stale {
+                    scratch.clear();
+                    scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                    window = &scratch;
+                }
+                if window.is_empty() {
+                    continue;
+                }
+                if let Some(v) = f(window, range_ms, ts) {
+                    table.values[k * n + i] = v;
+                    table.present[k * n + i] = true;
+                }
+            }
+        }
+        let table = Rc::new(table);
+        self.range_tables
+            .borrow_mut()
+            .insert(key, Rc::clone(&table));
+        Ok(Some(table))
+    }
+
     /// The evaluator for a subquery node, covering all of this query's steps.
     fn child(&self, sq: &SubqueryExpr, step: i64, range: i64) -> Result<Rc<Ctx<'e>>, QueryError> {
         let key = sq as *const SubqueryExpr as usize;
@@ -527,6 +647,8 @@ impl<'e> Ctx<'e> {
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
+            step,
+            range_tables: RefCell::new(HashMap::new()),
             samples: Rc::clone(&self.samples),
         });
         self.children.borrow_mut().insert(key, Rc::clone(&child));

@@ -58,6 +58,13 @@ fn over_range(
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
     if let Some(Expr::MatrixSelector(m)) = call.args.args.first().map(AsRef::as_ref) {
+        // In a range query, every step at once (see `Ctx::range_table`).
+        if let Some(k) = ctx.step_of(t) {
+            let key = call as *const Call as usize;
+            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, keep_name, &f)? {
+                return Ok(Value::Vector(table.vector(k)));
+            }
+        }
         let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
         let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
         ctx.range_windows(&m.vs, &m.range, t, |s, points| {

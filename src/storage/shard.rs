@@ -116,6 +116,7 @@ impl MemSeries {
     /// Seals the head chunk (if any) and opens a new one starting at `t`.
     /// Returns the change in encoded bytes: the new chunk's header.
     fn cut(&mut self, t: i64, opts: &HeadOptions) -> isize {
+        let next_at = range_for_timestamp(t, opts.chunk_range_ms);
         let cap = match self.head.take() {
             Some(h) => {
                 let len = h.app.bytes().len();
@@ -124,7 +125,17 @@ impl MemSeries {
                     maxt: h.maxt,
                     bytes: Arc::from(h.app.bytes()),
                 });
-                len + len / 8
+                // Half of what the new chunk will likely hold: the old
+                // one's bytes per sample times the samples that fit before
+                // its time boundary at the old one's interval (at most a
+                // typical chunk's 120). The buffer then grows towards its
+                // projected size (`XorAppender::grow`), so an open chunk
+                // holds little unwritten space at any moment, at the price
+                // of a reallocation or two per chunk.
+                let n = i64::from(h.app.num_samples()).max(1);
+                let interval = ((h.maxt - h.mint) / (n - 1).max(1)).max(1);
+                let fit = (next_at.saturating_sub(t) / interval + 1).clamp(1, 120);
+                (len as i64 * fit / n / 2) as usize
             }
             None => 64,
         };
@@ -133,7 +144,7 @@ impl MemSeries {
             mint: t,
             maxt: t,
         });
-        self.next_at = range_for_timestamp(t, opts.chunk_range_ms);
+        self.next_at = next_at;
         HEADER_BYTES as isize
     }
 

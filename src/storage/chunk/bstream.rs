@@ -33,6 +33,12 @@ impl BitWriter {
         &mut self.bytes
     }
 
+    /// Grows the buffer to hold `total` bytes without reallocating.
+    pub fn reserve_total(&mut self, total: usize) {
+        self.bytes
+            .reserve_exact(total.saturating_sub(self.bytes.len()));
+    }
+
     /// Bytes reserved by the buffer (for memory accounting).
     pub fn capacity(&self) -> usize {
         self.bytes.capacity()
