@@ -227,42 +227,29 @@ pub fn append_write_request(
         ..
     } = &mut batch;
     while !pending.is_empty() {
-        let mut progressed = false;
-        let mut i = 0;
-        while i < pending.len() {
-            let shard = pending[i];
-            if let Some(mut guard) = head.try_lock_shard(shard, &mut counts) {
-                let group = &sorted[starts[shard]..starts[shard + 1]];
-                append_known(
-                    &mut guard,
-                    group,
-                    body,
-                    max_t,
-                    &mut counts,
-                    &mut report,
-                    rest,
-                );
-                pending.swap_remove(i);
-                progressed = true;
-            } else {
-                i += 1;
+        // The first free shard; if every one is held, wait for the last.
+        let free = pending.iter().enumerate().find_map(|(i, &shard)| {
+            head.try_lock_shard(shard, &mut counts)
+                .map(|guard| (i, guard))
+        });
+        let (at, mut guard) = match free {
+            Some(found) => found,
+            None => {
+                let last = pending.len() - 1;
+                (last, head.lock_shard(pending[last], &mut counts))
             }
-        }
-        if !progressed {
-            if let Some(shard) = pending.pop() {
-                let mut guard = head.lock_shard(shard, &mut counts);
-                let group = &sorted[starts[shard]..starts[shard + 1]];
-                append_known(
-                    &mut guard,
-                    group,
-                    body,
-                    max_t,
-                    &mut counts,
-                    &mut report,
-                    rest,
-                );
-            }
-        }
+        };
+        let shard = pending.swap_remove(at);
+        let group = &sorted[starts[shard]..starts[shard + 1]];
+        append_known(
+            &mut guard,
+            group,
+            body,
+            max_t,
+            &mut counts,
+            &mut report,
+            rest,
+        );
     }
 
     // 3. New series (and any whose labels are not one run of bytes):
