@@ -168,3 +168,27 @@ fn bad_config_fails_loudly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("max-series must be greater than 0"));
 }
+
+/// The README's first command is plain `cargo run --release`: with more than
+/// one binary in the package, that needs `default-run` naming the server.
+#[test]
+fn plain_cargo_run_starts_the_server() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .expect("Cargo.toml");
+    let doc: toml::Table = manifest.parse().expect("Cargo.toml parses");
+    let bins = doc
+        .get("bin")
+        .and_then(toml::Value::as_array)
+        .map_or(0, Vec::len);
+    let default_run = doc
+        .get("package")
+        .and_then(|p| p.get("default-run"))
+        .and_then(toml::Value::as_str);
+    if bins > 1 {
+        assert_eq!(
+            default_run,
+            Some("sluice"),
+            "{bins} binaries and no default-run"
+        );
+    }
+}
