@@ -180,7 +180,6 @@ impl MemSeries {
         self.next_at
     }
 
-    /// The open chunk: (mint, maxt, bytes).
     /// Bytes the open chunk's buffer holds beyond what it has written.
     fn open_slack(&self) -> usize {
         self.head
@@ -188,6 +187,7 @@ impl MemSeries {
             .map_or(0, |h| h.app.capacity() - h.app.bytes().len())
     }
 
+    /// The open chunk: (mint, maxt, bytes).
     pub(crate) fn open_chunk(&self) -> Option<(i64, i64, &[u8])> {
         self.head.as_ref().map(|h| (h.mint, h.maxt, h.app.bytes()))
     }
