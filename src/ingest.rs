@@ -283,7 +283,11 @@ pub fn append_write_request(
         }
         note_sample_problem(&mut report, &counts, &ts, max_t);
     }
-    BATCH.with(|b| *b.borrow_mut() = batch);
+    // Keep the buffers for the next request unless an unusually large one
+    // grew them: a thread should not hold on to that.
+    if batch.entries.capacity() <= MAX_KEPT_ENTRIES {
+        BATCH.with(|b| *b.borrow_mut() = batch);
+    }
 
     report.accepted = counts.appended;
     report.wal_lsn = head.log_appended(&mut counts);
@@ -392,6 +396,10 @@ impl Batch {
         self.starts[0] = 0;
     }
 }
+
+/// Series entries a thread keeps buffers for between requests (a request
+/// of up to this many series allocates nothing once the buffers exist).
+const MAX_KEPT_ENTRIES: usize = 1 << 16;
 
 thread_local! {
     static BATCH: std::cell::RefCell<Batch> = std::cell::RefCell::default();
