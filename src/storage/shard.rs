@@ -120,6 +120,10 @@ impl MemSeries {
         let cap = match self.head.take() {
             Some(h) => {
                 let len = h.app.bytes().len();
+                // Exactly one more entry: most series hold one or two sealed
+                // chunks, and `push`'s first growth to four entries would
+                // leave 96 bytes per series unused.
+                self.sealed.reserve_exact(1);
                 self.sealed.push(SealedChunk {
                     mint: h.mint,
                     maxt: h.maxt,
@@ -441,6 +445,7 @@ impl Shard {
             return true;
         }
         let mut bytes = 0;
+        series.sealed.reserve_exact(image.sealed.len());
         for &(mint, maxt, b) in &image.sealed {
             series.sealed.push(SealedChunk {
                 mint,
@@ -492,6 +497,7 @@ impl Shard {
                     .map(|c| chunk_samples(&c.bytes))
                     .sum::<usize>();
                 s.sealed.drain(..old);
+                s.sealed.shrink_to_fit();
                 dropped += old;
             }
             dead += usize::from(s.max_time().is_none_or(|t| t < cutoff));
@@ -609,6 +615,8 @@ mod tests {
             .map(|(_, _, b)| u16::from_be_bytes([b[0], b[1]]))
             .collect();
         assert_eq!(sizes, vec![120; 8]);
+        // The sealed list holds exactly its chunks, no spare entries.
+        assert_eq!(s.sealed.capacity(), 7);
         // No chunk crosses a 2h boundary.
         for (mint, maxt, _) in s.chunks() {
             assert_eq!(mint / 7_200_000, maxt / 7_200_000);
