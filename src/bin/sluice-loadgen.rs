@@ -33,9 +33,16 @@ struct Cli {
     /// Active series.
     #[arg(long, default_value_t = 100_000)]
     series: usize,
-    /// Samples per series, 15 s apart, the last at the current time.
+    /// Samples per series, 15 s apart, the last at the current time, or
+    /// just before the last 2 h boundary if they would span it (see
+    /// --end-now).
     #[arg(long, default_value_t = 120)]
     samples: usize,
+    /// End the samples at the current time even when they then span a 2 h
+    /// boundary, where receivers cut every series' chunk (a second chunk
+    /// per series: more memory, slower ingest).
+    #[arg(long)]
+    end_now: bool,
     /// Samples per request.
     #[arg(long, default_value_t = 2_000)]
     per_request: usize,
@@ -75,7 +82,11 @@ fn main() -> anyhow::Result<()> {
         start_ms: 0,
         interval_ms: 15_000,
     };
-    w.end_at(now_ms);
+    if cli.end_now {
+        w.end_at(now_ms);
+    } else {
+        w.end_within_block(now_ms, 2 * 3_600_000);
+    }
     let t = Instant::now();
     let mut encoded = loadgen::encode(&w);
     if let Some(path) = cli.path {
