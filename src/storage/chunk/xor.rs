@@ -50,16 +50,41 @@ impl XorAppender {
 
     /// Makes room for the next samples. Instead of doubling (which leaves
     /// an open chunk up to half empty, for as long as it stays open), the
-    /// buffer grows towards the size the chunk will have at a typical cut,
-    /// projected from its bytes per sample so far; at most it doubles.
+    /// buffer grows to the size the chunk will have at a typical cut,
+    /// projected from the bytes per sample after the first (which alone
+    /// holds a full timestamp and value). One projection from a few samples
+    /// usually lands within a sample or two of the final size, so a chunk
+    /// grows once or twice instead of through every power of two: each
+    /// step left its old block free in the allocator, which at 100k series
+    /// growing in step was ~200 bytes per series of RSS outside the head.
+    /// From two samples or fewer it doubles; it never grows more than
+    /// eightfold at once.
     #[cold]
     fn grow(&mut self) {
         let len = self.w.bytes().len();
-        let n = usize::from(self.num).max(1);
-        let projected = len * TYPICAL_SAMPLES / n;
+        let n = usize::from(self.num);
         let least = len + 4 * MAX_SAMPLE_BYTES;
-        let target = projected.clamp(least, (2 * len).max(least));
-        self.w.reserve_total(target);
+        let target = if n > 2 {
+            let first = self.first_sample_end();
+            let per = len.saturating_sub(first).div_ceil(n - 1);
+            len + per * TYPICAL_SAMPLES.saturating_sub(n)
+        } else {
+            2 * len
+        };
+        self.w
+            .reserve_total(target.clamp(least, (8 * len).max(least)));
+    }
+
+    /// Where the first sample ends: the header, its timestamp's varint and
+    /// its 8-byte value.
+    fn first_sample_end(&self) -> usize {
+        let b = self.w.bytes();
+        let varint = b
+            .iter()
+            .skip(HEADER_BYTES)
+            .position(|&x| x & 0x80 == 0)
+            .map_or(0, |i| i + 1);
+        (HEADER_BYTES + varint + 8).min(b.len())
     }
 
     /// Samples in the chunk.
@@ -425,6 +450,38 @@ mod tests {
             a.append(t, v);
         }
         a.bytes().to_vec()
+    }
+
+    /// Buffer sizes an appender goes through over `n` samples.
+    fn growth(n: i64, value: impl Fn(i64) -> f64) -> (Vec<usize>, usize) {
+        let mut a = XorAppender::default();
+        let mut caps = vec![a.capacity()];
+        for i in 0..n {
+            a.append(1_700_000_000_000 + i * 15_000, value(i));
+            if a.capacity() != *caps.last().expect("one") {
+                caps.push(a.capacity());
+            }
+        }
+        (caps, a.bytes().len())
+    }
+
+    #[test]
+    fn buffers_grow_to_their_projected_size_in_few_steps() {
+        // A gauge wandering by tenths and a counter rising by whole
+        // amounts, as the benchmark load sends them.
+        let gauge = |i: i64| 50.0 + ((i * 7919) % 23) as f64 / 10.0;
+        let counter = |i: i64| (i * 3 + (i * 7) % 5) as f64;
+        for (name, (caps, len)) in [
+            ("gauge", growth(120, gauge)),
+            ("counter", growth(120, counter)),
+        ] {
+            // The first buffer, one projection, at most one correction
+            // (growing at most twofold took 128, 216, 432, 864).
+            assert!(caps.len() <= 3, "{name}: {caps:?}");
+            // The projection does not leave the chunk a third empty.
+            let cap = *caps.last().expect("one");
+            assert!(cap * 2 <= len * 3, "{name}: {len} bytes in {caps:?}");
+        }
     }
 
     // Golden chunks derived by hand from the format in wire-formats.md §4.
