@@ -201,6 +201,9 @@ impl<'h> Engine<'h> {
             }
         }
         let ctx = self.ctx(start, end, step);
+        if let Expr::VectorSelector(vs) = &expr {
+            return ctx.selector_range(vs, start, end, step);
+        }
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets
         // are hashed by content.
@@ -419,6 +422,58 @@ impl<'e> Ctx<'e> {
                 ));
             }
         }
+        Ok(out)
+    }
+
+    /// A plain vector selector as a whole range query: each series walks
+    /// its points once across all steps into its own result, instead of
+    /// being evaluated per step and regrouped by labels (that regrouping
+    /// was three quarters of a 1,100-series selector's time).
+    fn selector_range(
+        &self,
+        vs: &VectorSelector,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let steps = usize::try_from((end - start) / step + 1).unwrap_or(0);
+        let mut out = Vec::with_capacity(series.len());
+        for (n, s) in series.iter().enumerate() {
+            if n % 256 == 0 {
+                self.check_deadline("query range evaluation")?;
+            }
+            let mut points = Vec::new();
+            let hint = Cell::new(0);
+            let mut t = start;
+            while t <= end {
+                let ts = self.selector_time(&vs.at, &vs.offset, t);
+                let i = seek(&s.points, &hint, ts);
+                if i > 0 {
+                    let (pt, v) = s.points[i - 1];
+                    // The window is (ts - lookback, ts]; a stale marker
+                    // ends the series.
+                    if pt > ts - lookback && !is_stale(v) {
+                        if points.is_empty() {
+                            points.reserve_exact(steps);
+                        }
+                        points.push((t, v));
+                    }
+                }
+                t = match t.checked_add(step) {
+                    Some(t) => t,
+                    None => break,
+                };
+            }
+            if !points.is_empty() {
+                out.push(Series {
+                    labels: s.labels.clone(),
+                    points,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
     }
 
