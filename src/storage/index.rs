@@ -144,11 +144,11 @@ impl Postings {
             if let Some(values) = values {
                 for (&v, slots) in values {
                     if !m.matches(strings.get(v)) {
-                        excluded = union(&excluded, slots);
+                        excluded.extend_from_slice(slots);
                     }
                 }
             }
-            return difference(all, &excluded);
+            return difference(all, &sorted_set(excluded));
         }
         let Some(values) = values else {
             return Vec::new();
@@ -163,11 +163,20 @@ impl Postings {
         let mut out = Vec::new();
         for (&v, slots) in values {
             if m.matches(strings.get(v)) {
-                out = union(&out, slots);
+                out.extend_from_slice(slots);
             }
         }
-        out
+        sorted_set(out)
     }
+}
+
+/// The union of postings lists gathered one after another: sorted once
+/// (merging them pairwise was quadratic in the number of values, and a
+/// regex over instances matches thousands).
+fn sorted_set(mut slots: Vec<u32>) -> Vec<u32> {
+    slots.sort_unstable();
+    slots.dedup();
+    slots
 }
 
 fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
@@ -183,31 +192,6 @@ fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
             }
         }
     }
-    out
-}
-
-fn union(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let (mut i, mut j) = (0, 0);
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => {
-                out.push(a[i]);
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                out.push(b[j]);
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
     out
 }
 
