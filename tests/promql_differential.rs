@@ -132,6 +132,8 @@ const QUERIES: &[&str] = &[
     "idelta(demo_temperature[5m])",
     "deriv(demo_temperature[10m])",
     "predict_linear(demo_temperature[10m], 600)",
+    // A horizon that changes from step to step.
+    "predict_linear(demo_temperature[10m], time() % 600)",
     "changes(demo_temperature[10m])",
     "sum(rate(demo_requests_total[5m]))",
     "sum by (instance) (rate(demo_requests_total[5m]))",

@@ -58,8 +58,11 @@ fn over_range(
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
     if let Some(Expr::MatrixSelector(m)) = call.args.args.first().map(AsRef::as_ref) {
-        // In a range query, every step at once (see `Ctx::range_table`).
-        if let Some(k) = ctx.step_of(t) {
+        // In a range query, every step at once (see `Ctx::range_table`),
+        // unless a further argument (predict_linear's horizon) can change
+        // from step to step: the table would keep the first step's.
+        let fixed = call.args.args[1..].iter().all(|a| is_constant(a));
+        if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
             if let Some(table) = ctx.range_table(key, &m.vs, &m.range, keep_name, &f)? {
                 return Ok(Value::Vector(table.vector(k)));
@@ -274,6 +277,16 @@ fn map_vector(
             })
             .collect(),
     ))
+}
+
+/// Whether `e` has the same value at every evaluation time.
+fn is_constant(e: &Expr) -> bool {
+    match e {
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => true,
+        Expr::Paren(p) => is_constant(&p.expr),
+        Expr::Unary(u) => is_constant(&u.expr),
+        _ => false,
+    }
 }
 
 fn scalar_arg(ctx: &Ctx<'_>, call: &Call, i: usize, t: i64) -> Result<f64, QueryError> {
