@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use promql_parser::parser::token::{
-    T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE, T_STDDEV,
-    T_STDVAR, T_SUM, T_TOPK,
+    TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE,
+    T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
 };
 use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
@@ -55,6 +55,60 @@ impl Kahan {
 struct Group {
     labels: Labels,
     members: Vec<usize>,
+}
+
+/// `sum`, `avg`, `count`, `group`, `min` and `max` per group in one pass
+/// over `input`, where `of[i]` is the group of `input[i]`; `None` for the
+/// other operators.
+fn streamed(op: TokenId, input: &[Sample], of: &[u32], groups: usize) -> Option<Vec<f64>> {
+    let pairs = || input.iter().zip(of).map(|(s, &g)| (g as usize, s.v));
+    Some(match op {
+        T_SUM | T_AVG => {
+            let mut sums = vec![Kahan::default(); groups];
+            let mut counts = vec![0u32; groups];
+            for (g, v) in pairs() {
+                sums[g].add(v);
+                counts[g] += 1;
+            }
+            let mut out: Vec<f64> = sums.iter().map(Kahan::value).collect();
+            if op == T_AVG {
+                for (g, v) in out.iter_mut().enumerate() {
+                    if v.is_infinite() {
+                        // Overflow: fall back to an incremental mean.
+                        let mut mean = 0.0;
+                        let members = pairs().filter(|&(o, _)| o == g).map(|(_, v)| v);
+                        for (i, x) in members.enumerate() {
+                            mean += (x - mean) / (i as f64 + 1.0);
+                        }
+                        *v = mean;
+                    } else {
+                        *v /= f64::from(counts[g]);
+                    }
+                }
+            }
+            out
+        }
+        T_COUNT | T_COUNT_VALUES => {
+            let mut counts = vec![0.0; groups];
+            for (g, _) in pairs() {
+                counts[g] += 1.0;
+            }
+            counts
+        }
+        T_GROUP => vec![1.0; groups],
+        T_MIN | T_MAX => {
+            let mut out = vec![f64::NAN; groups];
+            for (g, v) in pairs() {
+                let m = out[g];
+                let better = if op == T_MIN { v < m } else { v > m };
+                if m.is_nan() || better {
+                    out[g] = v;
+                }
+            }
+            out
+        }
+        _ => return None,
+    })
 }
 
 /// One aggregation node's grouping of the series it has seen in a query:
@@ -132,7 +186,9 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     memo.at_step.iter_mut().for_each(|g| *g = GroupMemo::NONE);
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
-    for (i, s) in input.iter().enumerate() {
+    // The group of each input sample, in input order.
+    let mut of = Vec::with_capacity(input.len());
+    for s in &input {
         if let Some(name) = &count_label {
             let mut v = String::new();
             format_float(s.v, &mut v);
@@ -144,7 +200,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
                 });
                 groups.len() - 1
             });
-            groups[g].members.push(i);
+            of.push(g as u32);
             continue;
         }
         let id = memo.group_of(&s.labels, &agg.modifier) as usize;
@@ -158,10 +214,28 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
                 members: Vec::new(),
             });
         }
-        groups[memo.at_step[id] as usize].members.push(i);
+        of.push(memo.at_step[id]);
     }
 
     drop(memos);
+
+    // Sums, counts and extremes accumulate in one pass over the input; the
+    // other operators need each group's members side by side.
+    if let Some(v) = streamed(op, &input, &of, groups.len()) {
+        return Ok(Value::Vector(
+            groups
+                .into_iter()
+                .zip(v)
+                .map(|(g, v)| Sample {
+                    labels: g.labels,
+                    v,
+                })
+                .collect(),
+        ));
+    }
+    for (i, &g) in of.iter().enumerate() {
+        groups[g as usize].members.push(i);
+    }
 
     let mut out = Vec::with_capacity(groups.len());
     if op == T_TOPK || op == T_BOTTOMK {
@@ -192,32 +266,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     let q = if op == T_QUANTILE { param(ctx)? } else { 0.0 };
     for g in groups {
         let vals = g.members.iter().map(|&i| input[i].v);
-        let n = g.members.len() as f64;
         let v = match op {
-            T_SUM => {
-                let mut k = Kahan::default();
-                vals.for_each(|v| k.add(v));
-                k.value()
-            }
-            T_AVG => {
-                let mut k = Kahan::default();
-                vals.for_each(|v| k.add(v));
-                let sum = k.value();
-                if sum.is_infinite() {
-                    // Overflow: fall back to an incremental mean.
-                    let mut mean = 0.0;
-                    for (i, v) in g.members.iter().map(|&i| input[i].v).enumerate() {
-                        mean += (v - mean) / (i as f64 + 1.0);
-                    }
-                    mean
-                } else {
-                    sum / n
-                }
-            }
-            T_COUNT | T_COUNT_VALUES => n,
-            T_GROUP => 1.0,
-            T_MIN => vals.fold(f64::NAN, |m, v| if m.is_nan() || v < m { v } else { m }),
-            T_MAX => vals.fold(f64::NAN, |m, v| if m.is_nan() || v > m { v } else { m }),
             T_STDDEV | T_STDVAR => {
                 let (mut count, mut mean, mut m2) = (0.0, 0.0, 0.0);
                 for v in vals {
