@@ -165,6 +165,13 @@ fn json(body: String) -> Response {
 }
 
 fn push_json_str(out: &mut String, s: &str) {
+    // Label names and values rarely hold anything to escape: copy them.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     match serde_json::to_string(s) {
         Ok(q) => out.push_str(&q),
         Err(_) => out.push_str("\"\""),
@@ -219,4 +226,29 @@ pub(super) async fn format_query(p: Params) -> Result<Response, ApiError> {
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?;
     let expr = promql_parser::parser::parse(query).map_err(|e| ApiError::bad_param("query", e))?;
     Ok(super::prom::success(expr.prettify(), &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_json_str;
+
+    #[test]
+    fn strings_are_written_as_json_would() {
+        for s in [
+            "",
+            "plain",
+            "10.0.0.1:9100",
+            "quote\"d",
+            "back\\slash",
+            "new\nline\ttab\u{1}",
+            "ünïcödé ✓",
+            "</script>",
+        ] {
+            let mut out = String::new();
+            push_json_str(&mut out, s);
+            let back: String = serde_json::from_str(&out).expect("valid JSON");
+            assert_eq!(back, s);
+            assert_eq!(out, serde_json::to_string(s).expect("serialises"));
+        }
+    }
 }

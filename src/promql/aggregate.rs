@@ -9,7 +9,7 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
-use super::engine::Ctx;
+use super::engine::{Ctx, RangeTable};
 use super::functions::quantile;
 use super::value::{format_float, keep_labels, no_labels, set_label, Labels, Sample, Value};
 use super::QueryError;
@@ -57,11 +57,65 @@ struct Group {
     members: Vec<usize>,
 }
 
+/// The operators [`streamed`] computes.
+fn streams(op: TokenId) -> bool {
+    matches!(op, T_SUM | T_AVG | T_COUNT | T_GROUP | T_MIN | T_MAX)
+}
+
+/// A streamed aggregation whose input is a range table (a range function
+/// over a selector in a range query): the table's rows are read in place,
+/// and each row's group is worked out once per query, so a step costs one
+/// pass over the values: no label set is cloned and none is hashed.
+fn from_table(
+    memo: &mut GroupMemo,
+    agg: &AggregateExpr,
+    op: TokenId,
+    table: &RangeTable,
+    k: usize,
+) -> Option<Vec<Sample>> {
+    let table_id = table as *const RangeTable as usize;
+    if memo.rows_of != table_id {
+        // A row's group is worked out when it is first present.
+        memo.rows.clear();
+        memo.rows.resize(table.rows(), GroupMemo::NONE);
+        memo.rows_of = table_id;
+    }
+    memo.at_step.iter_mut().for_each(|g| *g = GroupMemo::NONE);
+    let mut labels: Vec<Labels> = Vec::new();
+    let mut of = Vec::new();
+    let mut vals = Vec::new();
+    for (row, l, v) in table.at_step(k) {
+        let mut id = memo.rows[row];
+        if id == GroupMemo::NONE {
+            id = memo.group_of(l, &agg.modifier);
+            memo.rows[row] = id;
+        }
+        let id = id as usize;
+        if memo.at_step.len() <= id {
+            memo.at_step.resize(id + 1, GroupMemo::NONE);
+        }
+        if memo.at_step[id] == GroupMemo::NONE {
+            memo.at_step[id] = labels.len() as u32;
+            labels.push(Arc::clone(&memo.groups[id]));
+        }
+        of.push(memo.at_step[id]);
+        vals.push(v);
+    }
+    let v = streamed(op, &vals, &of, labels.len())?;
+    Some(
+        labels
+            .into_iter()
+            .zip(v)
+            .map(|(labels, v)| Sample { labels, v })
+            .collect(),
+    )
+}
+
 /// `sum`, `avg`, `count`, `group`, `min` and `max` per group in one pass
 /// over `input`, where `of[i]` is the group of `input[i]`; `None` for the
 /// other operators.
-fn streamed(op: TokenId, input: &[Sample], of: &[u32], groups: usize) -> Option<Vec<f64>> {
-    let pairs = || input.iter().zip(of).map(|(s, &g)| (g as usize, s.v));
+fn streamed(op: TokenId, input: &[f64], of: &[u32], groups: usize) -> Option<Vec<f64>> {
+    let pairs = || input.iter().zip(of).map(|(&v, &g)| (g as usize, v));
     Some(match op {
         T_SUM | T_AVG => {
             let mut sums = vec![Kahan::default(); groups];
@@ -124,6 +178,10 @@ pub(crate) struct GroupMemo {
     groups: Vec<Labels>,
     /// Scratch for one step: memo group number → index in that step's groups.
     at_step: Vec<u32>,
+    /// The group of each row of the range table at `rows_of` (its address),
+    /// `NONE` until the row is first present.
+    rows: Vec<u32>,
+    rows_of: usize,
 }
 
 impl GroupMemo {
@@ -153,8 +211,19 @@ impl GroupMemo {
 
 /// Evaluates an aggregation at `t`.
 pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, QueryError> {
-    let input = ctx.eval_vector(&agg.expr, t)?;
     let op = agg.op.id();
+    if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
+        if let Some((table, k)) = ctx.tabulated(call, t) {
+            let mut memos = ctx.group_memos.borrow_mut();
+            let memo = memos
+                .entry(agg as *const AggregateExpr as usize)
+                .or_default();
+            if let Some(out) = from_table(memo, agg, op, &table, k) {
+                return Ok(Value::Vector(out));
+            }
+        }
+    }
+    let input = ctx.eval_vector(&agg.expr, t)?;
     let param = |ctx: &Ctx<'_>| -> Result<f64, QueryError> {
         match &agg.param {
             Some(p) => ctx.eval_scalar(p, t),
@@ -221,7 +290,8 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
 
     // Sums, counts and extremes accumulate in one pass over the input; the
     // other operators need each group's members side by side.
-    if let Some(v) = streamed(op, &input, &of, groups.len()) {
+    let vals: Vec<f64> = input.iter().map(|s| s.v).collect();
+    if let Some(v) = streamed(op, &vals, &of, groups.len()) {
         return Ok(Value::Vector(
             groups
                 .into_iter()

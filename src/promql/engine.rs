@@ -103,6 +103,26 @@ pub(crate) struct RangeTable {
 }
 
 impl RangeTable {
+    /// Series (rows) in the table.
+    pub(crate) fn rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The results at step `k` in place: (row, labels, value), in the
+    /// order of [`RangeTable::vector`], without cloning a label set.
+    pub(crate) fn at_step(&self, k: usize) -> impl Iterator<Item = (usize, &Labels, f64)> + '_ {
+        let n = self.labels.len();
+        let at = (k * n).min(self.values.len())..((k + 1) * n).min(self.values.len());
+        let values = &self.values[at.clone()];
+        let present = &self.present[at];
+        self.labels
+            .iter()
+            .zip(values.iter().zip(present))
+            .enumerate()
+            .filter(|(_, (_, (_, &here)))| here)
+            .map(|(i, (labels, (&v, _)))| (i, labels, v))
+    }
+
     /// The results at step `k`.
     pub(crate) fn vector(&self, k: usize) -> Vec<Sample> {
         let n = self.labels.len();
@@ -613,6 +633,15 @@ impl<'e> Ctx<'e> {
             return None;
         }
         Some(((t - self.start) / self.step) as usize)
+    }
+
+    /// The range table already made for `call` (see [`Ctx::range_table`])
+    /// and the index of `t` among the steps, if both exist.
+    pub(crate) fn tabulated(&self, call: &parser::Call, t: i64) -> Option<(Rc<RangeTable>, usize)> {
+        let k = self.step_of(t)?;
+        let key = call as *const parser::Call as usize;
+        let table = self.range_tables.borrow().get(&key).cloned()?;
+        Some((table, k))
     }
 
     /// `f` (a range function) over the series of `vs[range]` at every step

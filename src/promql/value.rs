@@ -60,6 +60,14 @@ pub fn format_float(f: f64, out: &mut String) {
         out.push_str("NaN");
     } else if f.is_infinite() {
         out.push_str(if f > 0.0 { "+Inf" } else { "-Inf" });
+    } else if f.fract() == 0.0 && f.abs() < 1e15 {
+        // Whole numbers (counters, most gauges) skip the float formatter:
+        // exact as an i64 below 2^53. Go writes negative zero as "-0".
+        if f == 0.0 && f.is_sign_negative() {
+            out.push_str("-0");
+        } else {
+            out.push_str(itoa::Buffer::new().format(f as i64));
+        }
     } else if f != 0.0 && (f.abs() < 1e-6 || f.abs() >= 1e21) {
         // Rust gives `1.5e21` / `1e-7`; Go writes `1.5e+21` / `1e-07`.
         let s = format!("{f:e}");
@@ -83,10 +91,14 @@ pub fn format_timestamp(t: i64, out: &mut String) {
         ("", t as u64)
     };
     let (secs, ms) = (t / 1000, t % 1000);
-    if ms == 0 {
-        let _ = write!(out, "{sign}{secs}");
-    } else {
-        let _ = write!(out, "{sign}{secs}.{ms:03}");
+    out.push_str(sign);
+    out.push_str(itoa::Buffer::new().format(secs));
+    if ms != 0 {
+        let ms = ms as u32; // < 1000
+        out.push('.');
+        for d in [ms / 100, ms / 10 % 10, ms % 10] {
+            out.push(char::from(b'0' + d as u8));
+        }
     }
 }
 
@@ -174,6 +186,23 @@ mod tests {
         assert_eq!(f(f64::INFINITY), "+Inf");
         assert_eq!(f(f64::NEG_INFINITY), "-Inf");
         assert_eq!(f(1.0 / 3.0), "0.3333333333333333");
+    }
+
+    proptest::proptest! {
+        /// The whole-number fast path writes what the float formatter does.
+        #[test]
+        fn whole_numbers_format_as_floats_do(i in -999_999_999_999_999i64..=999_999_999_999_999) {
+            let v = i as f64;
+            proptest::prop_assert_eq!(f(v), format!("{v}"));
+        }
+
+        #[test]
+        fn timestamps_read_back_exactly(ms in -10_000_000_000_000i64..10_000_000_000_000) {
+            let mut s = String::new();
+            format_timestamp(ms, &mut s);
+            let back: f64 = s.parse().expect("a number");
+            proptest::prop_assert_eq!((back * 1000.0).round() as i64, ms);
+        }
     }
 
     #[test]
