@@ -1,7 +1,8 @@
 //! Remote-write decoding: the hand-written walk against prost, on a
 //! realistic request (2000 series, 10 labels each, one sample each, as
 //! Prometheus sends them), plus the whole ingest path (decode, look up,
-//! append) for series the head already holds. Allocation counts per request
+//! append) for series the head already holds, with 2000 series and at the
+//! benchmark load's 100k (a head larger than the caches). Allocation counts per request
 //! come from `cargo test --test alloc -- --nocapture`.
 
 #[path = "../tests/common/requests.rs"]
@@ -10,6 +11,7 @@ mod requests;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prost::Message;
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
+use sluice::loadgen::{self, Mode, Workload};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
 use std::hint::black_box;
@@ -77,6 +79,55 @@ fn bench(c: &mut Criterion) {
                 let n = (iters - done).min(bodies.len() as u64 - 1) as usize;
                 let start = std::time::Instant::now();
                 for body in &bodies[1..=n] {
+                    black_box(
+                        ingest::append_write_request(&head, body, &limits, now).expect("valid"),
+                    );
+                }
+                total += start.elapsed();
+                done += n as u64;
+            }
+            total
+        })
+    });
+
+    // The same at the benchmark load's scale: 100k series with 7 labels
+    // (`sluice-loadgen`'s series), 2000 samples per request, so the head
+    // (~100 MB) is far larger than the caches and each series' lookup and
+    // chunk write miss them, as in the server. The first round of requests
+    // creates the series untimed; the later rounds are timed. WAL off.
+    let w = Workload {
+        mode: Mode::Steady,
+        series: 100_000,
+        samples: 8,
+        per_request: 2_000,
+        connections: 1,
+        start_ms: t0,
+        interval_ms: 15_000,
+    };
+    let rounds: Vec<Vec<u8>> = loadgen::encode(&w).per_connection[0]
+        .iter()
+        .map(|b| {
+            snap::raw::Decoder::new()
+                .decompress_vec(&b.bytes)
+                .expect("snappy")
+        })
+        .collect();
+    let per_round = w.series / w.per_request;
+    g.throughput(Throughput::Elements(w.per_request as u64));
+    g.bench_function(BenchmarkId::new("existing_series", w.series), |b| {
+        b.iter_custom(|iters| {
+            let now = i64::MAX / 2;
+            let mut total = std::time::Duration::ZERO;
+            let mut done = 0u64;
+            while done < iters {
+                let head = Head::new(HeadOptions::default());
+                for body in &rounds[..per_round] {
+                    ingest::append_write_request(&head, body, &limits, now).expect("valid");
+                }
+                let timed = &rounds[per_round..];
+                let n = (iters - done).min(timed.len() as u64) as usize;
+                let start = std::time::Instant::now();
+                for body in &timed[..n] {
                     black_box(
                         ingest::append_write_request(&head, body, &limits, now).expect("valid"),
                     );
