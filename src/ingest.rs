@@ -224,6 +224,7 @@ pub fn append_write_request(
         starts,
         pending,
         rest,
+        slots,
         ..
     } = &mut batch;
     while !pending.is_empty() {
@@ -249,6 +250,7 @@ pub fn append_write_request(
             &mut counts,
             &mut report,
             rest,
+            slots,
         );
     }
 
@@ -307,16 +309,23 @@ fn append_known(
     counts: &mut AppendCounts,
     report: &mut IngestReport,
     rest: &mut Vec<SeriesSpan>,
+    slots: &mut Vec<Option<u32>>,
 ) {
-    for e in group {
+    // Every lookup first, then every append (see `ShardGuard::find_warm`).
+    slots.clear();
+    slots.extend(group.iter().map(|e| {
+        let raw = e.span.view(body).labels_raw.unwrap_or_default();
+        guard.find_warm(e.fp, raw)
+    }));
+    for (e, &slot) in group.iter().zip(slots.iter()) {
+        let Some(slot) = slot else {
+            rest.push(e.span);
+            continue;
+        };
         let ts = e.span.view(body);
         counts.first = None;
-        let raw = ts.labels_raw.unwrap_or_default();
-        if guard.append_existing(e.fp, raw, ts.samples(), max_t, counts) {
-            note_sample_problem(report, counts, &ts, max_t);
-        } else {
-            rest.push(e.span);
-        }
+        guard.append_to(slot, ts.samples(), max_t, counts);
+        note_sample_problem(report, counts, &ts, max_t);
     }
 }
 
@@ -360,6 +369,8 @@ struct Batch {
     pending: Vec<usize>,
     /// Series to create or to look up by their parsed labels.
     rest: Vec<SeriesSpan>,
+    /// One shard's series' slots in the head, `None` for new ones.
+    slots: Vec<Option<u32>>,
 }
 
 impl Batch {
@@ -368,6 +379,7 @@ impl Batch {
         self.sorted.clear();
         self.pending.clear();
         self.rest.clear();
+        self.slots.clear();
     }
 
     /// Counting sort of `entries` into `sorted` by shard.

@@ -186,9 +186,33 @@ impl ShardGuard<'_> {
         let Some(slot) = self.shard.find(fp, raw) else {
             return false;
         };
+        self.append_to(slot, samples, max_t, counts);
+        true
+    }
+
+    /// The slot of the series of this shard whose canonical label bytes are
+    /// `raw` (fingerprint `fp`), if it exists, with the cache lines its next
+    /// append writes loaded. Finding a run of series first and appending
+    /// after lets their cache misses overlap: one lookup after another in
+    /// a short loop, where each append's long body kept them apart.
+    #[inline]
+    pub fn find_warm(&self, fp: Fingerprint, raw: &[u8]) -> Option<u32> {
+        let slot = self.shard.find(fp, raw)?;
+        self.shard.warm(slot);
+        Some(slot)
+    }
+
+    /// Appends to the series in `slot` (from [`ShardGuard::find_warm`]).
+    #[inline]
+    pub fn append_to(
+        &mut self,
+        slot: u32,
+        samples: impl Iterator<Item = (i64, f64)>,
+        max_t: i64,
+        counts: &mut AppendCounts,
+    ) {
         self.shard
             .append(slot, samples, max_t, &self.head.opts, counts);
-        true
     }
 }
 

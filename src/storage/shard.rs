@@ -391,6 +391,15 @@ impl Shard {
         found
     }
 
+    /// Reads the bytes the next append to `slot` touches (the open chunk's
+    /// state and the end of its buffer), so that they are in cache by then.
+    #[inline]
+    pub(crate) fn warm(&self, slot: u32) {
+        if let Some(h) = self.series.get(slot as usize).and_then(|s| s.head.as_ref()) {
+            std::hint::black_box(h.app.bytes().last());
+        }
+    }
+
     /// Adds a series with valid, sorted `labels` whose canonical bytes are
     /// `canonical`; the caller checked it is new.
     pub(crate) fn create(
