@@ -396,7 +396,9 @@ impl Shard {
     #[inline]
     pub(crate) fn warm(&self, slot: u32) {
         if let Some(h) = self.series.get(slot as usize).and_then(|s| s.head.as_ref()) {
-            std::hint::black_box(h.app.bytes().last());
+            // The byte itself, not a reference to it: the next sample's
+            // bits are OR-ed into it.
+            std::hint::black_box(h.app.bytes().last().copied());
         }
     }
 
