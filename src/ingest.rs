@@ -211,7 +211,7 @@ pub fn append_write_request(
                     span: ts.span(body),
                 });
             }
-            None => batch.rest.push(ts.span(body)),
+            None => batch.spill.rest.push(ts.span(body)),
         }
     }
 
@@ -223,8 +223,7 @@ pub fn append_write_request(
         sorted,
         starts,
         pending,
-        rest,
-        slots,
+        spill,
         ..
     } = &mut batch;
     while !pending.is_empty() {
@@ -249,8 +248,7 @@ pub fn append_write_request(
             max_t,
             &mut counts,
             &mut report,
-            rest,
-            slots,
+            spill,
         );
     }
 
@@ -259,7 +257,7 @@ pub fn append_write_request(
     let mut raw_labels = Vec::new();
     let mut labels = Vec::new();
     let mut canonical = Vec::new();
-    for span in rest.iter() {
+    for span in spill.rest.iter() {
         let ts = span.view(body);
         counts.first = None;
         raw_labels.clear();
@@ -300,7 +298,7 @@ pub fn append_write_request(
 }
 
 /// Appends each series of `group` (all in the guarded shard) that the head
-/// holds; those it does not hold yet go to `rest`.
+/// holds; those it does not hold yet go to `spill.rest`.
 fn append_known(
     guard: &mut ShardGuard<'_>,
     group: &[Entry],
@@ -308,9 +306,9 @@ fn append_known(
     max_t: i64,
     counts: &mut AppendCounts,
     report: &mut IngestReport,
-    rest: &mut Vec<SeriesSpan>,
-    slots: &mut Vec<Option<u32>>,
+    spill: &mut Spill,
 ) {
+    let Spill { rest, slots } = spill;
     // Every lookup first, then every append (see `ShardGuard::find_warm`).
     slots.clear();
     slots.extend(group.iter().map(|e| {
@@ -367,6 +365,13 @@ struct Batch {
     starts: Vec<usize>,
     /// Shards with series in the request, not yet appended to.
     pending: Vec<usize>,
+    /// Series left for step 3, and scratch for step 2.
+    spill: Spill,
+}
+
+/// What appending a shard's known series leaves and uses.
+#[derive(Debug, Default)]
+struct Spill {
     /// Series to create or to look up by their parsed labels.
     rest: Vec<SeriesSpan>,
     /// One shard's series' slots in the head, `None` for new ones.
@@ -378,8 +383,8 @@ impl Batch {
         self.entries.clear();
         self.sorted.clear();
         self.pending.clear();
-        self.rest.clear();
-        self.slots.clear();
+        self.spill.rest.clear();
+        self.spill.slots.clear();
     }
 
     /// Counting sort of `entries` into `sorted` by shard.
