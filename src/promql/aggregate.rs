@@ -90,15 +90,11 @@ fn from_table(
             id = memo.group_of(l, &agg.modifier);
             memo.rows[row] = id;
         }
-        let id = id as usize;
-        if memo.at_step.len() <= id {
-            memo.at_step.resize(id + 1, GroupMemo::NONE);
+        let (at, new) = memo.step_index(id, labels.len());
+        if new {
+            labels.push(Arc::clone(&memo.groups[id as usize]));
         }
-        if memo.at_step[id] == GroupMemo::NONE {
-            memo.at_step[id] = labels.len() as u32;
-            labels.push(Arc::clone(&memo.groups[id]));
-        }
-        of.push(memo.at_step[id]);
+        of.push(at);
         vals.push(v);
     }
     let v = streamed(op, &vals, &of, labels.len())?;
@@ -190,6 +186,21 @@ impl GroupMemo {
     const MAX: usize = 1 << 20;
     const NONE: u32 = u32::MAX;
 
+    /// The index of memo group `id` among the current step's groups, and
+    /// whether it is new to the step: the caller then adds it, at `next`
+    /// (the step's group count so far).
+    fn step_index(&mut self, id: u32, next: usize) -> (u32, bool) {
+        let id = id as usize;
+        if self.at_step.len() <= id {
+            self.at_step.resize(id + 1, Self::NONE);
+        }
+        let new = self.at_step[id] == Self::NONE;
+        if new {
+            self.at_step[id] = next as u32;
+        }
+        (self.at_step[id], new)
+    }
+
     fn group_of(&mut self, labels: &Labels, modifier: &Option<LabelModifier>) -> u32 {
         let addr = Arc::as_ptr(labels) as *const Label as usize;
         if let Some(&g) = self.by_addr.get(&addr) {
@@ -272,18 +283,15 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             of.push(g as u32);
             continue;
         }
-        let id = memo.group_of(&s.labels, &agg.modifier) as usize;
-        if memo.at_step.len() <= id {
-            memo.at_step.resize(id + 1, GroupMemo::NONE);
-        }
-        if memo.at_step[id] == GroupMemo::NONE {
-            memo.at_step[id] = groups.len() as u32;
+        let id = memo.group_of(&s.labels, &agg.modifier);
+        let (at, new) = memo.step_index(id, groups.len());
+        if new {
             groups.push(Group {
-                labels: Arc::clone(&memo.groups[id]),
+                labels: Arc::clone(&memo.groups[id as usize]),
                 members: Vec::new(),
             });
         }
-        of.push(memo.at_step[id]);
+        of.push(at);
     }
 
     drop(memos);
