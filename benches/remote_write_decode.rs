@@ -69,25 +69,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| requests::request(SERIES, t0 + i as i64 * 15_000).encode_to_vec())
         .collect();
     g.bench_function(BenchmarkId::new("existing_series", SERIES), |b| {
-        b.iter_custom(|iters| {
-            let now = i64::MAX / 2;
-            let mut total = std::time::Duration::ZERO;
-            let mut done = 0u64;
-            while done < iters {
-                let head = Head::new(HeadOptions::default());
-                ingest::append_write_request(&head, &bodies[0], &limits, now).expect("valid");
-                let n = (iters - done).min(bodies.len() as u64 - 1) as usize;
-                let start = std::time::Instant::now();
-                for body in &bodies[1..=n] {
-                    black_box(
-                        ingest::append_write_request(&head, body, &limits, now).expect("valid"),
-                    );
-                }
-                total += start.elapsed();
-                done += n as u64;
-            }
-            total
-        })
+        b.iter_custom(|iters| timed_ingest(iters, &bodies[..1], &bodies[1..], &limits))
     });
 
     // The same at the benchmark load's scale: 100k series with 7 labels
@@ -116,29 +98,37 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(w.per_request as u64));
     g.bench_function(BenchmarkId::new("existing_series", w.series), |b| {
         b.iter_custom(|iters| {
-            let now = i64::MAX / 2;
-            let mut total = std::time::Duration::ZERO;
-            let mut done = 0u64;
-            while done < iters {
-                let head = Head::new(HeadOptions::default());
-                for body in &rounds[..per_round] {
-                    ingest::append_write_request(&head, body, &limits, now).expect("valid");
-                }
-                let timed = &rounds[per_round..];
-                let n = (iters - done).min(timed.len() as u64) as usize;
-                let start = std::time::Instant::now();
-                for body in &timed[..n] {
-                    black_box(
-                        ingest::append_write_request(&head, body, &limits, now).expect("valid"),
-                    );
-                }
-                total += start.elapsed();
-                done += n as u64;
-            }
-            total
+            timed_ingest(iters, &rounds[..per_round], &rounds[per_round..], &limits)
         })
     });
     g.finish();
+}
+
+/// `iters` requests from `timed` appended to heads that first took `setup`
+/// (untimed; a fresh head whenever `timed` runs out): their time in all.
+fn timed_ingest(
+    iters: u64,
+    setup: &[Vec<u8>],
+    timed: &[Vec<u8>],
+    limits: &LabelLimits,
+) -> std::time::Duration {
+    let now = i64::MAX / 2;
+    let mut total = std::time::Duration::ZERO;
+    let mut done = 0u64;
+    while done < iters {
+        let head = Head::new(HeadOptions::default());
+        for body in setup {
+            ingest::append_write_request(&head, body, limits, now).expect("valid");
+        }
+        let n = (iters - done).min(timed.len() as u64) as usize;
+        let start = std::time::Instant::now();
+        for body in &timed[..n] {
+            black_box(ingest::append_write_request(&head, body, limits, now).expect("valid"));
+        }
+        total += start.elapsed();
+        done += n as u64;
+    }
+    total
 }
 
 criterion_group!(benches, bench);
