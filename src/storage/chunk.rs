@@ -8,7 +8,7 @@
 mod bstream;
 mod xor;
 
-pub use bstream::{BitReader, BitWriter};
+pub use bstream::{BitReader, BitWriter, INLINE_BYTES};
 pub use xor::{XorAppender, XorIter};
 
 /// Bytes of the chunk header (the big-endian sample count).

@@ -117,34 +117,21 @@ impl MemSeries {
     /// Returns the change in encoded bytes: the new chunk's header.
     fn cut(&mut self, t: i64, opts: &HeadOptions) -> isize {
         let next_at = range_for_timestamp(t, opts.chunk_range_ms);
-        let cap = match self.head.take() {
-            Some(h) => {
-                let len = h.app.bytes().len();
-                // Exactly one more entry: most series hold one or two sealed
-                // chunks, and `push`'s first growth to four entries would
-                // leave 96 bytes per series unused.
-                self.sealed.reserve_exact(1);
-                self.sealed.push(SealedChunk {
-                    mint: h.mint,
-                    maxt: h.maxt,
-                    bytes: Arc::from(h.app.bytes()),
-                });
-                // Half of what the new chunk will likely hold: the old
-                // one's bytes per sample times the samples that fit before
-                // its time boundary at the old one's interval (at most a
-                // typical chunk's 120). The buffer then grows towards its
-                // projected size (`XorAppender::grow`), so an open chunk
-                // holds little unwritten space at any moment, at the price
-                // of a reallocation or two per chunk.
-                let n = i64::from(h.app.num_samples()).max(1);
-                let interval = ((h.maxt - h.mint) / (n - 1).max(1)).max(1);
-                let fit = (next_at.saturating_sub(t) / interval + 1).clamp(1, 120);
-                (len as i64 * fit / n / 2) as usize
-            }
-            None => 64,
-        };
+        if let Some(h) = self.head.take() {
+            // Exactly one more entry: most series hold one or two sealed
+            // chunks, and `push`'s first growth to four entries would
+            // leave 96 bytes per series unused.
+            self.sealed.reserve_exact(1);
+            self.sealed.push(SealedChunk {
+                mint: h.mint,
+                maxt: h.maxt,
+                bytes: Arc::from(h.app.bytes()),
+            });
+        }
+        // The new chunk's first samples are written inline; its buffer is
+        // then allocated at the size they project (`XorAppender::grow`).
         self.head = Some(HeadChunk {
-            app: XorAppender::with_capacity(cap.clamp(32, 1040)),
+            app: XorAppender::default(),
             mint: t,
             maxt: t,
         });

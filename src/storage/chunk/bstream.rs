@@ -3,20 +3,72 @@
 //! bytes are a valid chunk at any moment; the reader keeps up to 64 bits in a
 //! register and refills eight bytes at a time.
 
+/// Bytes a chunk buffer holds inside its owner before it needs a heap block.
+pub const INLINE_BYTES: usize = 38;
+
+/// The storage of a [`BitWriter`]: its first [`INLINE_BYTES`] in place,
+/// then a heap block sized by its owner. All of it is initialised and
+/// every byte past the written ones is zero, so a write can store a whole
+/// 8-byte word and advance by the bytes it meant.
+///
+/// A chunk's first samples are what tell how large it will grow, so its
+/// heap block is only allocated once they are written (see
+/// `XorAppender::grow`). A small first heap block that is freed as the
+/// chunk grows would be lost to the process: every series frees one at
+/// about the same moment and nothing else asks for blocks of that size.
+#[derive(Debug, Clone)]
+enum Buf {
+    Inline([u8; INLINE_BYTES]),
+    Heap(Box<[u8]>),
+}
+
+impl Buf {
+    #[inline(always)]
+    fn all(&self) -> &[u8] {
+        match self {
+            Buf::Heap(b) => b,
+            Buf::Inline(a) => a,
+        }
+    }
+
+    #[inline(always)]
+    fn all_mut(&mut self) -> &mut [u8] {
+        match self {
+            Buf::Heap(b) => b,
+            Buf::Inline(a) => a,
+        }
+    }
+}
+
 /// Appends bits to a byte buffer, MSB first. Unused low bits of the last byte
 /// stay zero, which is the padding the format expects.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct BitWriter {
-    bytes: Vec<u8>,
+    buf: Buf,
+    /// Bytes written, the partial last byte included.
+    len: u32,
     /// Free bits left in the last byte (0 when the stream is byte-aligned).
-    free: u32,
+    free: u8,
+}
+
+impl Default for BitWriter {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
 }
 
 impl BitWriter {
-    /// A writer with room for `cap` bytes before it reallocates.
+    /// A writer with room for `cap` bytes before it reallocates: inline
+    /// when they fit there.
     pub fn with_capacity(cap: usize) -> Self {
+        let buf = if cap <= INLINE_BYTES {
+            Buf::Inline([0; INLINE_BYTES])
+        } else {
+            Buf::Heap(vec![0; cap].into_boxed_slice())
+        };
         Self {
-            bytes: Vec::with_capacity(cap),
+            buf,
+            len: 0,
             free: 0,
         }
     }
@@ -24,24 +76,51 @@ impl BitWriter {
     /// The bytes written so far, the partial last byte included.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        let all = self.buf.all();
+        all.get(..self.len as usize).unwrap_or(all)
     }
 
-    /// Mutable access for fixed-position fields such as the chunk header.
+    /// Bits written so far.
     #[inline]
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+    pub fn bit_len(&self) -> usize {
+        self.len as usize * 8 - usize::from(self.free)
     }
 
-    /// Grows the buffer to hold `total` bytes without reallocating.
+    /// Whether `n` more bits (at most 8) fit before the buffer must grow.
+    #[inline]
+    pub fn has_room_for(&self, n: u32) -> bool {
+        n <= u32::from(self.free) || self.capacity() > self.len as usize
+    }
+
+    /// Overwrites the first two bytes (the chunk header).
+    #[inline]
+    pub fn set_header(&mut self, h: [u8; 2]) {
+        if let Some(head) = self.buf.all_mut().get_mut(..2) {
+            head.copy_from_slice(&h);
+        }
+    }
+
+    /// Grows the buffer to hold `total` bytes in a heap block of exactly
+    /// that size.
     pub fn reserve_total(&mut self, total: usize) {
-        self.bytes
-            .reserve_exact(total.saturating_sub(self.bytes.len()));
+        if total <= self.capacity() {
+            return;
+        }
+        let mut v = Vec::with_capacity(total);
+        v.extend_from_slice(self.bytes());
+        v.resize(total, 0);
+        self.buf = Buf::Heap(v.into_boxed_slice());
     }
 
     /// Bytes reserved by the buffer (for memory accounting).
+    #[inline]
     pub fn capacity(&self) -> usize {
-        self.bytes.capacity()
+        self.buf.all().len()
+    }
+
+    /// Whether the bytes live in a heap block of their own.
+    pub fn on_heap(&self) -> bool {
+        matches!(self.buf, Buf::Heap(_))
     }
 
     /// Writes one whole byte (which straddles two bytes when unaligned).
@@ -53,25 +132,15 @@ impl BitWriter {
     /// Writes a single bit.
     #[inline]
     pub fn write_bit(&mut self, bit: bool) {
-        if self.free == 0 {
-            self.bytes.push(if bit { 0x80 } else { 0 });
-            self.free = 7;
-        } else {
-            self.free -= 1;
-            if bit {
-                if let Some(last) = self.bytes.last_mut() {
-                    *last |= 1 << self.free;
-                }
-            }
-        }
+        self.write_bits(u64::from(bit), 1);
     }
 
     /// Writes `n` zero bits (1 ≤ n ≤ 64). Free bits are already zero, so
     /// this often only moves the bit position.
     #[inline]
     pub fn write_zeros(&mut self, n: u32) {
-        if n <= self.free {
-            self.free -= n;
+        if n <= u32::from(self.free) {
+            self.free -= n as u8;
         } else {
             self.write_bits(0, n);
         }
@@ -79,21 +148,24 @@ impl BitWriter {
 
     /// Writes the low `n` bits of `v` (1 ≤ n ≤ 64), most significant first.
     ///
-    /// One call fills the partial last byte, then appends the rest with a
-    /// single slice copy rather than bit by bit.
-    #[inline]
+    /// The bits that fill the partial last byte are OR-ed into it; the rest
+    /// go in as one 8-byte store (the bytes past them are zero in `v` and
+    /// in the buffer alike), then the length moves by the bytes they took.
+    #[inline(always)]
     pub fn write_bits(&mut self, v: u64, n: u32) {
         debug_assert!((1..=64).contains(&n));
         // Left-align the payload so the next bit to write is bit 63.
         let mut v = v << (64 - n);
         let mut n = n;
-        if self.free > 0 {
-            let take = self.free.min(n);
-            let top = (v >> (64 - take)) as u8;
-            if let Some(last) = self.bytes.last_mut() {
-                *last |= top << (self.free - take);
+        let len = self.len as usize;
+        let free = u32::from(self.free);
+        let all = self.buf.all_mut();
+        if free > 0 {
+            let take = free.min(n);
+            if let Some(last) = len.checked_sub(1).and_then(|i| all.get_mut(i)) {
+                *last |= ((v >> (64 - take)) as u8) << (free - take);
             }
-            self.free -= take;
+            self.free -= take as u8;
             n -= take;
             if n == 0 {
                 return;
@@ -101,9 +173,28 @@ impl BitWriter {
             v <<= take;
         }
         let whole = n.div_ceil(8);
-        self.bytes
-            .extend_from_slice(&v.to_be_bytes()[..whole as usize]);
-        self.free = whole * 8 - n;
+        let word = v.to_be_bytes();
+        if let Some(dst) = all.get_mut(len..len + 8) {
+            dst.copy_from_slice(&word);
+        } else {
+            self.write_tail(&word[..whole as usize]);
+        }
+        self.len += whole;
+        self.free = (whole * 8 - n) as u8;
+    }
+
+    /// Stores `bytes` at the end when fewer than eight bytes of room are
+    /// left, growing the buffer if even they do not fit (its owner
+    /// normally makes room first).
+    #[cold]
+    fn write_tail(&mut self, bytes: &[u8]) {
+        let len = self.len as usize;
+        if len + bytes.len() > self.capacity() {
+            self.reserve_total(2 * (len + bytes.len()));
+        }
+        if let Some(dst) = self.buf.all_mut().get_mut(len..len + bytes.len()) {
+            dst.copy_from_slice(bytes);
+        }
     }
 }
 

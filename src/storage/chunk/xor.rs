@@ -10,7 +10,14 @@ const UNSET: u8 = 0xff;
 #[derive(Debug, Clone)]
 pub struct XorAppender {
     w: BitWriter,
-    num: u16,
+    /// Samples in the chunk (as wide as a register: a 16-bit count was
+    /// loaded 32 bits wide together with `second_end`, a load that cannot
+    /// be forwarded from the 16-bit store before it, which stalled every
+    /// append of a run of equal samples).
+    num: u32,
+    /// Bytes written when the second sample was (0 before): the samples
+    /// after it are the ones a chunk's size is projected from.
+    second_end: u16,
     t: i64,
     v: u64,
     t_delta: u64,
@@ -27,8 +34,9 @@ const MAX_SAMPLE_BYTES: usize = 20;
 const TYPICAL_SAMPLES: usize = 120;
 
 impl Default for XorAppender {
+    /// An empty chunk whose first samples are written inline.
     fn default() -> Self {
-        Self::with_capacity(128)
+        Self::with_capacity(0)
     }
 }
 
@@ -40,6 +48,7 @@ impl XorAppender {
         Self {
             w,
             num: 0,
+            second_end: 0,
             t: 0,
             v: 0,
             t_delta: 0,
@@ -48,31 +57,93 @@ impl XorAppender {
         }
     }
 
-    /// Makes room for the next samples. Instead of doubling (which leaves
-    /// an open chunk up to half empty, for as long as it stays open), the
-    /// buffer grows to the size the chunk will have at a typical cut,
-    /// projected from the bytes per sample after the first (which alone
-    /// holds a full timestamp and value). One projection from a few samples
-    /// usually lands within a sample or two of the final size, so a chunk
-    /// grows once or twice instead of through every power of two: each
-    /// step left its old block free in the allocator, which at 100k series
-    /// growing in step was ~200 bytes per series of RSS outside the head.
-    /// From two samples or fewer it doubles; it never grows more than
-    /// eightfold at once.
+    /// Makes sure the sample `(t, vbits)` fits, growing the buffer only if
+    /// it does not: the check before each append assumes the worst case,
+    /// which would grow a buffer that is exactly full enough.
     #[cold]
-    fn grow(&mut self) {
+    fn make_room(&mut self, t: i64, vbits: u64) {
+        let need = (self.w.bit_len() + self.sample_bits(t, vbits) as usize).div_ceil(8);
+        if need > self.w.capacity() {
+            self.grow(need);
+        }
+    }
+
+    /// Grows the buffer to hold at least `need` bytes. Instead of doubling
+    /// (which leaves an open chunk up to half empty, for as long as it
+    /// stays open), it grows to the size the chunk will have at a typical
+    /// cut, projected from the bytes per sample after the first (which
+    /// alone holds a full timestamp and value). The first samples are
+    /// written inline (see [`super::INLINE_BYTES`]), so a chunk's first heap
+    /// block is already this projection, and one projection from a few
+    /// samples usually lands within a sample or two of the final size.
+    /// Past the projection, it grows by an eighth. From two samples or
+    /// fewer it doubles; it never grows more than eightfold at once.
+    fn grow(&mut self, need: usize) {
         let len = self.w.bytes().len();
-        let n = usize::from(self.num);
-        let least = len + 4 * MAX_SAMPLE_BYTES;
+        let n = self.num as usize;
+        let least = need + (len / 8).max(MAX_SAMPLE_BYTES);
         let target = if n > 2 {
-            let first = self.first_sample_end();
-            let per = len.saturating_sub(first).div_ceil(n - 1);
-            len + per * TYPICAL_SAMPLES.saturating_sub(n)
+            // The first sample holds a full timestamp and value, the
+            // second a varint delta and the first XOR window: both are
+            // larger than the rest, so they are left out when there are
+            // samples after them.
+            let (from, samples) = if n > 3 {
+                (usize::from(self.second_end), n - 2)
+            } else {
+                (self.first_sample_end(), n - 1)
+            };
+            len + len.saturating_sub(from) * TYPICAL_SAMPLES.saturating_sub(n) / samples
         } else {
             2 * len
         };
         self.w
             .reserve_total(target.clamp(least, (8 * len).max(least)));
+    }
+
+    /// Bits that appending `(t, vbits)` would write, by the same rules as
+    /// [`XorAppender::append`].
+    fn sample_bits(&self, t: i64, vbits: u64) -> u32 {
+        match self.num {
+            0 => 8 * uvarint_len(((t << 1) ^ (t >> 63)) as u64) + 64,
+            1 => 8 * uvarint_len(t.wrapping_sub(self.t) as u64) + self.value_bits(vbits),
+            _ => {
+                let t_delta = t.wrapping_sub(self.t) as u64;
+                let dod = t_delta.wrapping_sub(self.t_delta) as i64;
+                if dod == 0 && vbits == self.v {
+                    return 2;
+                }
+                let ts = if dod == 0 {
+                    1
+                } else if bit_range(dod, 14) {
+                    16
+                } else if bit_range(dod, 17) {
+                    20
+                } else if bit_range(dod, 20) {
+                    24
+                } else {
+                    68
+                };
+                ts + self.value_bits(vbits)
+            }
+        }
+    }
+
+    /// Bits of the value's XOR code (see [`XorAppender::write_value`]).
+    fn value_bits(&self, vbits: u64) -> u32 {
+        let delta = vbits ^ self.v;
+        if delta == 0 {
+            return 1;
+        }
+        let lead = delta.leading_zeros().min(31);
+        let trail = delta.trailing_zeros();
+        if self.leading != UNSET
+            && lead >= u32::from(self.leading)
+            && trail >= u32::from(self.trailing)
+        {
+            2 + 64 - u32::from(self.leading) - u32::from(self.trailing)
+        } else {
+            13 + 64 - lead - trail
+        }
     }
 
     /// Where the first sample ends: the header, its timestamp's varint and
@@ -90,7 +161,7 @@ impl XorAppender {
     /// Samples in the chunk.
     #[inline]
     pub fn num_samples(&self) -> u16 {
-        self.num
+        self.num as u16
     }
 
     /// The chunk bytes, header included.
@@ -114,25 +185,30 @@ impl XorAppender {
     /// sample count below `u16::MAX`; the head cuts chunks long before that.
     #[inline]
     pub fn append(&mut self, t: i64, v: f64) {
-        if self.w.capacity() - self.w.bytes().len() < MAX_SAMPLE_BYTES {
-            self.grow();
-        }
         let vbits = v.to_bits();
+        let t_delta = t.wrapping_sub(self.t) as u64;
+        if self.num >= 2 && t_delta == self.t_delta && vbits == self.v {
+            // Regular interval, same value: `0` `0`. Checked before the
+            // worst-case room check, which a run of these would otherwise
+            // fail for every sample in a chunk's last 20 bytes.
+            if !self.w.has_room_for(2) {
+                self.make_room(t, vbits);
+            }
+            self.w.write_zeros(2);
+            self.finish(t, vbits);
+            return;
+        }
+        if self.w.capacity() - self.w.bytes().len() < MAX_SAMPLE_BYTES {
+            self.make_room(t, vbits);
+        }
         match self.num {
             0 => {
                 write_varint(&mut self.w, t);
                 self.w.write_bits(vbits, 64);
             }
             n if n >= 2 => {
-                let t_delta = t.wrapping_sub(self.t) as u64;
                 let dod = t_delta.wrapping_sub(self.t_delta) as i64;
                 self.t_delta = t_delta;
-                if dod == 0 && vbits == self.v {
-                    // Regular interval, same value: `0` `0`.
-                    self.w.write_zeros(2);
-                    self.finish(t, vbits);
-                    return;
-                }
                 // Timestamp code as (bits, width); the 64-bit case is rare.
                 let (code, width) = if dod == 0 {
                     (0, 1)
@@ -149,9 +225,10 @@ impl XorAppender {
                 self.write_value(vbits, code, width);
             }
             _ => {
-                self.t_delta = t.wrapping_sub(self.t) as u64;
+                self.t_delta = t_delta;
                 write_uvarint(&mut self.w, self.t_delta);
                 self.write_value(vbits, 0, 0);
+                self.second_end = self.w.bytes().len() as u16;
             }
         }
         self.finish(t, vbits);
@@ -162,10 +239,8 @@ impl XorAppender {
     fn finish(&mut self, t: i64, vbits: u64) {
         self.t = t;
         self.v = vbits;
-        self.num = self.num.wrapping_add(1);
-        if let Some(hdr) = self.w.bytes_mut().get_mut(..HEADER_BYTES) {
-            hdr.copy_from_slice(&self.num.to_be_bytes());
-        }
+        self.num += 1;
+        self.w.set_header((self.num as u16).to_be_bytes());
     }
 
     /// Writes the value's XOR code, preceded by `prefix` (the timestamp's
@@ -226,6 +301,11 @@ fn bit_range(x: i64, n: u32) -> bool {
 
 fn write_varint(w: &mut BitWriter, v: i64) {
     write_uvarint(w, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Bytes of `v` as a uvarint.
+fn uvarint_len(v: u64) -> u32 {
+    (64 - (v | 1).leading_zeros()).div_ceil(7)
 }
 
 fn write_uvarint(w: &mut BitWriter, mut v: u64) {
@@ -484,6 +564,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn first_samples_stay_inline() {
+        let mut a = XorAppender::default();
+        assert!(!a.w.on_heap());
+        a.append(1_700_000_000_000, 50.0);
+        a.append(1_700_000_015_000, 50.1);
+        a.append(1_700_000_030_000, 50.3);
+        assert!(!a.w.on_heap(), "{} bytes", a.bytes().len());
+        for i in 3..120 {
+            a.append(1_700_000_000_000 + i * 15_000, 50.0 + i as f64 / 10.0);
+        }
+        assert!(a.w.on_heap());
+        let got: Vec<_> = XorIter::new(a.bytes()).map(|(_, v)| v).collect();
+        assert_eq!(got.len(), 120);
+        assert_eq!(got[1], 50.1);
+    }
+
     // Golden chunks derived by hand from the format in wire-formats.md §4.
     //
     // Sample (1000, 1.0):
@@ -580,7 +677,17 @@ mod tests {
                 last = v;
                 t = match t.checked_add(dt) { Some(t) => t, None => break };
             }
+            // The size check before each append predicts every sample's
+            // bits exactly.
+            let mut a = XorAppender::default();
+            for &(t, v) in &samples {
+                let before = a.w.bit_len();
+                let predicted = a.sample_bits(t, v.to_bits()) as usize;
+                a.append(t, v);
+                prop_assert_eq!(a.w.bit_len() - before, predicted);
+            }
             let bytes = encode(&samples);
+            prop_assert_eq!(a.bytes(), &bytes[..]);
             let mut it = XorIter::new(&bytes);
             let got: Vec<(i64, u64)> = it.by_ref().map(|(t, v)| (t, v.to_bits())).collect();
             let want: Vec<(i64, u64)> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
