@@ -71,17 +71,24 @@ impl XorAppender {
     /// Grows the buffer to hold at least `need` bytes. Instead of doubling
     /// (which leaves an open chunk up to half empty, for as long as it
     /// stays open), it grows to the size the chunk will have at a typical
-    /// cut, projected from the bytes per sample after the first (which
-    /// alone holds a full timestamp and value). The first samples are
-    /// written inline (see [`super::INLINE_BYTES`]), so a chunk's first heap
-    /// block is already this projection, and one projection from a few
-    /// samples usually lands within a sample or two of the final size.
-    /// Past the projection, it grows by an eighth. From two samples or
-    /// fewer it doubles; it never grows more than eightfold at once.
+    /// cut, projected from the bytes per sample so far, plus a sixteenth
+    /// of what is left: a projection a little short costs a second heap
+    /// block and leaves the first free in the allocator, where (at 100k
+    /// series growing in step) little else reuses it. The first samples
+    /// are written inline (see [`super::INLINE_BYTES`]), so a chunk's first
+    /// heap block is already a projection. Before a typical chunk's
+    /// samples are in, a short projection grows by one worst-case sample;
+    /// past them, by an eighth. From two samples or fewer it doubles; it
+    /// never grows more than eightfold at once.
     fn grow(&mut self, need: usize) {
         let len = self.w.bytes().len();
         let n = self.num as usize;
-        let least = need + (len / 8).max(MAX_SAMPLE_BYTES);
+        let least = need
+            + if n < TYPICAL_SAMPLES {
+                MAX_SAMPLE_BYTES
+            } else {
+                len / 8
+            };
         let target = if n > 2 {
             // The first sample holds a full timestamp and value, the
             // second a varint delta and the first XOR window: both are
@@ -92,7 +99,8 @@ impl XorAppender {
             } else {
                 (self.first_sample_end(), n - 1)
             };
-            len + len.saturating_sub(from) * TYPICAL_SAMPLES.saturating_sub(n) / samples
+            let rest = len.saturating_sub(from) * TYPICAL_SAMPLES.saturating_sub(n) / samples;
+            len + rest + rest / 16
         } else {
             2 * len
         };
