@@ -94,7 +94,8 @@ fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut 
         put_uvarint(out, s.id);
         scratch.clear();
         encode_canonical(
-            s.labels
+            shard
+                .labels(s)
                 .iter()
                 .map(|&(n, v)| (shard.strings.get(n), shard.strings.get(v))),
             scratch,

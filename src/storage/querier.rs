@@ -82,7 +82,7 @@ impl Head {
     pub fn label_names(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         self.for_each_match(matchers, mint, maxt, |shard, series| {
-            for &(n, _) in series.labels.iter() {
+            for &(n, _) in shard.labels(series).iter() {
                 let name = shard.strings.get(n);
                 if !out.contains(name) {
                     out.insert(name.to_owned());
@@ -106,7 +106,7 @@ impl Head {
             let Some(id) = shard.strings.lookup(name) else {
                 return;
             };
-            if let Some(&(_, v)) = series.labels.iter().find(|&&(n, _)| n == id) {
+            if let Some(&(_, v)) = shard.labels(series).iter().find(|&&(n, _)| n == id) {
                 let value = shard.strings.get(v);
                 if !out.contains(value) {
                     out.insert(value.to_owned());

@@ -30,7 +30,14 @@ pub(crate) struct SealedChunk {
 struct HeadChunk {
     app: XorAppender,
     mint: i64,
-    maxt: i64,
+}
+
+impl HeadChunk {
+    /// The newest sample's timestamp (the appender keeps it).
+    #[inline]
+    fn maxt(&self) -> i64 {
+        self.app.last().map_or(self.mint, |(t, _)| t)
+    }
 }
 
 /// One series in memory.
@@ -41,8 +48,13 @@ pub(crate) struct MemSeries {
     hash: u64,
     /// With `hash`, the series' [`Fingerprint`].
     check: u64,
-    pub(crate) labels: Box<[(StrId, StrId)]>,
-    pub(crate) sealed: Vec<SealedChunk>,
+    /// Where the series' label ids start in its shard's `label_ids`, and
+    /// how many there are (see [`Shard::labels`]).
+    labels_at: u32,
+    labels_len: u32,
+    /// Exactly as long as it needs to be (a `Vec` would cost a capacity
+    /// word per series).
+    pub(crate) sealed: Box<[SealedChunk]>,
     head: Option<HeadChunk>,
     /// When the head chunk must be cut at the latest (Prometheus' `nextAt`).
     next_at: i64,
@@ -55,7 +67,7 @@ impl MemSeries {
         self.sealed
             .iter()
             .map(|c| (c.mint, c.maxt, &*c.bytes))
-            .chain(self.head.iter().map(|h| (h.mint, h.maxt, h.app.bytes())))
+            .chain(self.head.iter().map(|h| (h.mint, h.maxt(), h.app.bytes())))
     }
 
     /// Appends one sample by Prometheus' head rules. Returns the change in
@@ -71,8 +83,8 @@ impl MemSeries {
         let mut created = false;
         let mut delta = 0isize;
         match &mut self.head {
-            Some(h) if t <= h.maxt => {
-                if t < h.maxt {
+            Some(h) if t <= h.maxt() => {
+                if t < h.maxt() {
                     return Err(SampleError::OutOfOrder);
                 }
                 // Same timestamp: an exact duplicate is accepted and dropped.
@@ -87,7 +99,7 @@ impl MemSeries {
                     true
                 } else {
                     if n == opts.samples_per_chunk / 4 {
-                        self.next_at = chunk_end_time(h.mint, h.maxt, self.next_at, 4.0);
+                        self.next_at = chunk_end_time(h.mint, h.maxt(), self.next_at, 4.0);
                     }
                     t >= self.next_at || n >= opts.samples_per_chunk.saturating_mul(2)
                 };
@@ -106,7 +118,6 @@ impl MemSeries {
         };
         let before = h.app.bytes().len();
         h.app.append(t, v);
-        h.maxt = t;
         Ok(Some((
             delta + (h.app.bytes().len() - before) as isize,
             created,
@@ -121,19 +132,20 @@ impl MemSeries {
             // Exactly one more entry: most series hold one or two sealed
             // chunks, and `push`'s first growth to four entries would
             // leave 96 bytes per series unused.
-            self.sealed.reserve_exact(1);
-            self.sealed.push(SealedChunk {
+            let mut sealed = std::mem::take(&mut self.sealed).into_vec();
+            sealed.reserve_exact(1);
+            sealed.push(SealedChunk {
                 mint: h.mint,
-                maxt: h.maxt,
+                maxt: h.maxt(),
                 bytes: Arc::from(h.app.bytes()),
             });
+            self.sealed = sealed.into_boxed_slice();
         }
         // The new chunk's first samples are written inline; its buffer is
         // then allocated at the size they project (`XorAppender::grow`).
         self.head = Some(HeadChunk {
             app: XorAppender::default(),
             mint: t,
-            maxt: t,
         });
         self.next_at = next_at;
         HEADER_BYTES as isize
@@ -155,11 +167,11 @@ impl MemSeries {
         if let Some(h) = self
             .head
             .as_ref()
-            .filter(|h| h.maxt >= mint && h.mint <= maxt)
+            .filter(|h| h.maxt() >= mint && h.mint <= maxt)
         {
             out.push(ChunkRef {
                 mint: h.mint,
-                maxt: h.maxt,
+                maxt: h.maxt(),
                 bytes: Arc::from(h.app.bytes()),
             });
         }
@@ -180,7 +192,9 @@ impl MemSeries {
 
     /// The open chunk: (mint, maxt, bytes).
     pub(crate) fn open_chunk(&self) -> Option<(i64, i64, &[u8])> {
-        self.head.as_ref().map(|h| (h.mint, h.maxt, h.app.bytes()))
+        self.head
+            .as_ref()
+            .map(|h| (h.mint, h.maxt(), h.app.bytes()))
     }
 
     /// The oldest timestamp, if the series has samples.
@@ -198,7 +212,7 @@ impl MemSeries {
         self.head
             .as_ref()
             .filter(|h| h.app.num_samples() > 0)
-            .map(|h| h.maxt)
+            .map(|h| h.maxt())
     }
 }
 
@@ -313,15 +327,25 @@ pub(crate) struct Shard {
     open_slack: usize,
     /// Samples held in all chunks.
     pub(crate) samples: usize,
-    /// Label pairs over all series.
-    label_pairs: usize,
+    /// Every series' (name, value) ids, one run per series: one block
+    /// for the shard instead of one per series, which cost a pointer,
+    /// a length and the allocator's header and rounding each.
+    label_ids: Vec<(StrId, StrId)>,
 }
 
 impl Shard {
+    /// The sorted (name, value) ids of a series of this shard.
+    #[inline]
+    pub(crate) fn labels(&self, series: &MemSeries) -> &[(StrId, StrId)] {
+        let at = series.labels_at as usize;
+        self.label_ids
+            .get(at..at + series.labels_len as usize)
+            .unwrap_or_default()
+    }
+
     /// The owned, sorted labels of a series of this shard.
     pub(crate) fn labels_of(&self, series: &MemSeries) -> Vec<Label> {
-        series
-            .labels
+        self.labels(series)
             .iter()
             .map(|&(n, v)| Label {
                 name: self.strings.get(n).to_owned(),
@@ -340,8 +364,7 @@ impl Shard {
         HeadMemory {
             chunks: self.chunk_bytes + self.open_slack + self.chunks * PER_CHUNK,
             series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
-            labels: self.label_pairs * std::mem::size_of::<(StrId, StrId)>()
-                + self.series.len() * MALLOC_OVERHEAD
+            labels: self.label_ids.capacity() * std::mem::size_of::<(StrId, StrId)>()
                 + self.strings.heap_bytes(),
             index: self.by_labels.capacity() * (std::mem::size_of::<u32>() + 1)
                 + self.postings.heap_bytes(),
@@ -373,7 +396,7 @@ impl Shard {
             })
             .copied();
         debug_assert!(found.is_none_or(|slot| {
-            matches_canonical(&self.series[slot as usize].labels, &self.strings, raw)
+            matches_canonical(self.labels(&self.series[slot as usize]), &self.strings, raw)
         }));
         found
     }
@@ -408,8 +431,9 @@ impl Shard {
                 id,
                 hash: fp.hash,
                 check: fp.check,
-                labels: Box::new([]),
-                sealed: Vec::new(),
+                labels_at: 0,
+                labels_len: 0,
+                sealed: Box::new([]),
                 head: None,
                 next_at: i64::MIN,
             },
@@ -419,13 +443,20 @@ impl Shard {
     /// Interns `labels`, gives them to `series`, indexes it under the next
     /// slot and enters it in the lookup table; returns the slot.
     fn add(&mut self, labels: &[(&str, &str)], mut series: MemSeries) -> u32 {
-        series.labels = labels
-            .iter()
-            .map(|&(n, v)| (self.strings.intern(n), self.strings.intern(v)))
-            .collect();
+        if self.label_ids.capacity() - self.label_ids.len() < labels.len() {
+            // A quarter more, like the series slab.
+            self.label_ids
+                .reserve_exact((self.label_ids.len() / 4).max(SERIES_SLAB_MIN * labels.len()));
+        }
+        let at = self.label_ids.len();
+        for &(n, v) in labels {
+            let ids = (self.strings.intern(n), self.strings.intern(v));
+            self.label_ids.push(ids);
+        }
+        series.labels_at = at as u32;
+        series.labels_len = labels.len() as u32;
         let slot = self.series.len() as u32;
-        self.postings.add(slot, &series.labels);
-        self.label_pairs += series.labels.len();
+        self.postings.add(slot, &self.label_ids[at..]);
         let hash = series.hash;
         if self.series.len() == self.series.capacity() {
             // A quarter more, not double: at 100k series doubling left a
@@ -453,26 +484,30 @@ impl Shard {
             return true;
         }
         let mut bytes = 0;
-        series.sealed.reserve_exact(image.sealed.len());
-        for &(mint, maxt, b) in &image.sealed {
-            series.sealed.push(SealedChunk {
-                mint,
-                maxt,
-                bytes: Arc::from(b),
-            });
-            bytes += b.len();
-        }
+        series.sealed = image
+            .sealed
+            .iter()
+            .map(|&(mint, maxt, b)| {
+                bytes += b.len();
+                SealedChunk {
+                    mint,
+                    maxt,
+                    bytes: Arc::from(b),
+                }
+            })
+            .collect();
         if let Some((mint, maxt, b)) = image.open {
             let mut app = XorAppender::with_capacity((b.len() + b.len() / 8).clamp(32, 1040));
             let mut it = XorIter::new(b);
             for (t, v) in it.by_ref() {
                 app.append(t, v);
             }
-            if it.err().is_some() || app.bytes() != b {
+            let head = HeadChunk { app, mint };
+            if it.err().is_some() || head.app.bytes() != b || head.maxt() != maxt {
                 return false;
             }
             bytes += b.len();
-            series.head = Some(HeadChunk { app, mint, maxt });
+            series.head = Some(head);
             self.open_slack += series.open_slack();
         }
         series.next_at = image.next_at;
@@ -504,8 +539,9 @@ impl Shard {
                     .iter()
                     .map(|c| chunk_samples(&c.bytes))
                     .sum::<usize>();
-                s.sealed.drain(..old);
-                s.sealed.shrink_to_fit();
+                let mut sealed = std::mem::take(&mut s.sealed).into_vec();
+                sealed.drain(..old);
+                s.sealed = sealed.into_boxed_slice();
                 dropped += old;
             }
             dead += usize::from(s.max_time().is_none_or(|t| t < cutoff));
@@ -520,6 +556,7 @@ impl Shard {
             log,
             strings,
             series,
+            label_ids: old_ids,
             ..
         } = old;
         self.log = log;
@@ -531,8 +568,11 @@ impl Shard {
                 continue;
             }
             labels.clear();
+            let at = s.labels_at as usize;
             labels.extend(
-                s.labels
+                old_ids
+                    .get(at..at + s.labels_len as usize)
+                    .unwrap_or_default()
                     .iter()
                     .map(|&(n, v)| (strings.get(n), strings.get(v))),
             );
@@ -603,11 +643,25 @@ mod tests {
             id: 0,
             hash: 0,
             check: 0,
-            labels: Box::new([]),
-            sealed: Vec::new(),
+            labels_at: 0,
+            labels_len: 0,
+            sealed: Box::new([]),
             head: None,
             next_at: i64::MIN,
         }
+    }
+
+    #[test]
+    fn series_struct_stays_small() {
+        // Every active series holds one; at 100k series each 8 bytes here
+        // are ~0.9 MB of the head.
+        eprintln!(
+            "MemSeries {} HeadChunk {} XorAppender {}",
+            std::mem::size_of::<MemSeries>(),
+            std::mem::size_of::<HeadChunk>(),
+            std::mem::size_of::<XorAppender>()
+        );
+        assert!(std::mem::size_of::<MemSeries>() <= 144);
     }
 
     #[test]
@@ -624,7 +678,7 @@ mod tests {
             .collect();
         assert_eq!(sizes, vec![120; 8]);
         // The sealed list holds exactly its chunks, no spare entries.
-        assert_eq!(s.sealed.capacity(), 7);
+        assert_eq!(s.sealed.len(), 7);
         // No chunk crosses a 2h boundary.
         for (mint, maxt, _) in s.chunks() {
             assert_eq!(mint / 7_200_000, maxt / 7_200_000);
