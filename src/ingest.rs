@@ -103,6 +103,8 @@ pub struct IngestReport {
     /// The WAL position that makes the stored samples durable: wait for it
     /// with [`Head::durable`] before acknowledging.
     pub wal_lsn: u64,
+    /// Whether the request also carried metadata entries.
+    pub metadata: bool,
 }
 
 impl Default for IngestReport {
@@ -113,6 +115,7 @@ impl Default for IngestReport {
             resorted_series: 0,
             problems: Vec::new(),
             wal_lsn: 0,
+            metadata: false,
         }
     }
 }
@@ -182,15 +185,15 @@ pub fn append_write_request(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    let series = remote_write::decode(body)?;
     let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
     let mut report = IngestReport::default();
     let mut counts = AppendCounts::default();
     let mut batch = BATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
     batch.clear();
 
-    // 1. Each series with samples, by the hash of its raw label bytes.
-    for ts in series {
+    // 1. Each series with samples, by the hash of its raw label bytes, as
+    // the request is checked (nothing is stored until all of it is).
+    let checked = remote_write::decode_each(body, |ts| {
         if ts.histograms > 0 {
             report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
                 format!(
@@ -200,7 +203,7 @@ pub fn append_write_request(
             });
         }
         if ts.samples == 0 {
-            continue;
+            return;
         }
         match ts.labels_raw {
             Some(raw) => {
@@ -213,7 +216,15 @@ pub fn append_write_request(
             }
             None => batch.spill.rest.push(ts.span(body)),
         }
-    }
+    });
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            BATCH.with(|b| *b.borrow_mut() = batch);
+            return Err(e);
+        }
+    };
+    report.metadata = checked.metadata;
 
     // 2. Series the head holds, shard by shard: each shard is locked once
     // for all its series in the request, and a shard another request holds

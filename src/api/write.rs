@@ -91,7 +91,7 @@ fn handle(
             })?;
         let result = ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
             .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
-        if result.is_ok() {
+        if result.as_ref().is_ok_and(|r| r.metadata) {
             ingest::record_metadata(&inner.metadata, &buf[..n]);
         }
         if buf.len() > KEEP_BUFFER_BYTES {

@@ -14,6 +14,9 @@ pub struct TimeSeriesView<'a> {
     /// The label fields, when they are one contiguous run of bytes (they are,
     /// from every known sender): the key for the head's fast lookup.
     pub labels_raw: Option<&'a [u8]>,
+    /// Where in `msg` the first sample field starts: the sample iterator
+    /// starts there instead of stepping over every label again.
+    samples_at: u32,
     /// Float samples in the series.
     pub samples: u32,
     /// Native histogram samples (not stored yet; reported as rejected).
@@ -27,6 +30,7 @@ pub struct SeriesSpan {
     msg: (usize, usize),
     base: usize,
     labels: Option<(usize, usize)>,
+    samples_at: u32,
     samples: u32,
     histograms: u32,
 }
@@ -40,6 +44,7 @@ impl SeriesSpan {
             msg: slice(self.msg),
             base: self.base,
             labels_raw: self.labels.map(slice),
+            samples_at: self.samples_at,
             samples: self.samples,
             histograms: self.histograms,
         }
@@ -50,20 +55,44 @@ impl SeriesSpan {
 ///
 /// The check walks every nested message once, so a truncated or corrupt body
 /// is refused before anything is stored; the iteration then reads only the
-/// top level of each series. Neither allocates.
+/// top level of each series. Neither allocates. [`decode_each`] does both in
+/// one walk.
 pub fn decode(buf: &[u8]) -> Result<Series<'_>, DecodeError> {
+    decode_each(buf, |_| {})?;
+    Ok(Series {
+        r: Reader::new(buf),
+    })
+}
+
+/// What a checked request holds besides its series.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Whether it carries `metadata` entries (see [`metadata`]).
+    pub metadata: bool,
+}
+
+/// Checks `buf` as a `WriteRequest` in one walk, handing `f` each series'
+/// view as soon as that series is checked. An error can come after some
+/// series were handed over, so `f` must only collect: nothing may be
+/// stored before this returns `Ok`. Allocates nothing.
+pub fn decode_each<'a>(
+    buf: &'a [u8],
+    mut f: impl FnMut(TimeSeriesView<'a>),
+) -> Result<Checked, DecodeError> {
+    let mut checked = Checked::default();
     let mut r = Reader::new(buf);
     while let Some((field, v, at)) = r.next_field()? {
         match (field, v) {
-            (1, Value::Bytes(ts)) => check_series(ts, at)?,
-            (3, Value::Bytes(md)) => check_message(md, at)?,
+            (1, Value::Bytes(ts)) => f(check_series(ts, at)?),
+            (3, Value::Bytes(md)) => {
+                check_message(md, at)?;
+                checked.metadata = true;
+            }
             (1 | 3, _) => return Err(wrong_type(at)),
             _ => {}
         }
     }
-    Ok(Series {
-        r: Reader::new(buf),
-    })
+    Ok(checked)
 }
 
 /// The series of a checked request, in order.
@@ -78,7 +107,7 @@ impl<'a> Iterator for Series<'a> {
     fn next(&mut self) -> Option<TimeSeriesView<'a>> {
         loop {
             match self.r.next_field() {
-                Ok(Some((1, Value::Bytes(ts), at))) => return Some(view_series(ts, at)),
+                Ok(Some((1, Value::Bytes(ts), at))) => return check_series(ts, at).ok(),
                 Ok(Some(_)) => {}
                 _ => return None,
             }
@@ -117,26 +146,14 @@ pub fn metadata(buf: &[u8]) -> impl Iterator<Item = MetadataView<'_>> + '_ {
     })
 }
 
-fn check_series(msg: &[u8], base: usize) -> Result<(), DecodeError> {
-    let mut r = Reader::nested(msg, base);
-    while let Some((field, v, at)) = r.next_field()? {
-        match (field, v) {
-            (1, Value::Bytes(label)) => check_label(label, at)?,
-            (2, Value::Bytes(sample)) => check_sample(sample, at)?,
-            (3 | 4, Value::Bytes(nested)) => check_message(nested, at)?,
-            (1..=4, _) => return Err(wrong_type(at)),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Indexes a checked `TimeSeries`: where its label run is, how many samples.
-fn view_series(msg: &[u8], base: usize) -> TimeSeriesView<'_> {
+/// Checks a `TimeSeries` and indexes it: where its label run is, how many
+/// samples it has.
+fn check_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeError> {
     let mut view = TimeSeriesView {
         msg,
         base,
         labels_raw: None,
+        samples_at: 0,
         samples: 0,
         histograms: 0,
     };
@@ -146,11 +163,12 @@ fn view_series(msg: &[u8], base: usize) -> TimeSeriesView<'_> {
     let mut r = Reader::nested(msg, base);
     loop {
         let field_start = r.offset() - base;
-        let Ok(Some((field, _, _))) = r.next_field() else {
+        let Some((field, v, at)) = r.next_field()? else {
             break;
         };
-        match field {
-            1 => {
+        match (field, v) {
+            (1, Value::Bytes(label)) => {
+                check_label(label, at)?;
                 if start.is_none() {
                     start = Some(field_start);
                 } else if end != field_start {
@@ -158,15 +176,25 @@ fn view_series(msg: &[u8], base: usize) -> TimeSeriesView<'_> {
                 }
                 end = r.offset() - base;
             }
-            2 => view.samples += 1,
-            4 => view.histograms += 1,
+            (2, Value::Bytes(sample)) => {
+                check_sample(sample, at)?;
+                if view.samples == 0 {
+                    view.samples_at = field_start as u32;
+                }
+                view.samples += 1;
+            }
+            (3 | 4, Value::Bytes(nested)) => {
+                check_message(nested, at)?;
+                view.histograms += u32::from(field == 4);
+            }
+            (1..=4, _) => return Err(wrong_type(at)),
             _ => {}
         }
     }
     if let (Some(s), false) = (start, split) {
         view.labels_raw = msg.get(s..end);
     }
-    view
+    Ok(view)
 }
 
 #[inline]
@@ -230,6 +258,7 @@ impl<'a> TimeSeriesView<'a> {
             msg: at(self.msg),
             base: self.base,
             labels: self.labels_raw.map(at),
+            samples_at: self.samples_at,
             samples: self.samples,
             histograms: self.histograms,
         }
@@ -253,8 +282,9 @@ impl<'a> TimeSeriesView<'a> {
 
     /// The series' float samples as (timestamp ms, value), in sent order.
     pub fn samples(&self) -> SampleIter<'a> {
+        let at = self.samples_at as usize;
         SampleIter {
-            r: Reader::nested(self.msg, self.base),
+            r: Reader::nested(self.msg.get(at..).unwrap_or_default(), self.base + at),
         }
     }
 
@@ -423,6 +453,14 @@ mod tests {
             metadata: vec![],
         }
         .encode_to_vec();
+        // One walk hands over the same views and tells whether metadata
+        // came along.
+        let mut each = Vec::new();
+        let checked = decode_each(&buf, |v| each.push((v.samples, v.labels_raw)));
+        assert_eq!(checked, Ok(Checked { metadata: true }));
+        let twice: Vec<_> = view.iter().map(|v| (v.samples, v.labels_raw)).collect();
+        assert_eq!(each, twice);
+        assert_eq!(decode_each(&big, |_| {}), Ok(Checked { metadata: false }));
         let d = decode(&big).expect("valid").next().expect("one").describe();
         assert!(d.len() < 700 && d.ends_with(", …}"), "{}", d.len());
         // The raw label run is exactly the canonical form.
