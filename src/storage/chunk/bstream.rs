@@ -277,6 +277,12 @@ impl<'a> BitReader<'a> {
         self.avail >= n
     }
 
+    /// How many of the buffered bits are valid.
+    #[inline]
+    pub fn available(&self) -> u32 {
+        self.avail
+    }
+
     /// The buffered bits, left-aligned; only the first `ensure`d ones count.
     #[inline]
     pub fn peek_all(&self) -> u64 {

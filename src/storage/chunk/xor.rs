@@ -343,6 +343,8 @@ pub struct XorIter<'a> {
     r: BitReader<'a>,
     total: u16,
     read: u16,
+    /// Samples still to return from a run of `00` codes already consumed.
+    repeats: u16,
     t: i64,
     v: u64,
     t_delta: u64,
@@ -362,6 +364,7 @@ impl<'a> XorIter<'a> {
             r: BitReader::new(body),
             total,
             read: 0,
+            repeats: 0,
             t: 0,
             v: 0,
             t_delta: 0,
@@ -393,8 +396,18 @@ impl<'a> XorIter<'a> {
                 let dod = if self.r.ensure(24) {
                     let top = self.r.peek_all();
                     if top >> 62 == 0 {
-                        // Regular interval, same value: `0` `0`.
-                        self.r.consume(2);
+                        // Regular interval, same value: `0` `0`. They come
+                        // in runs, so every pair of zeros among the valid
+                        // buffered bits is taken at once (at most the
+                        // samples left: the last byte's padding is zeros
+                        // too), and the rest returned by `next` directly.
+                        let zeros = top.leading_zeros().min(self.r.available());
+                        let pairs = (zeros / 2)
+                            .min(31)
+                            .min(u32::from(self.total - self.read))
+                            .max(1);
+                        self.r.consume(2 * pairs);
+                        self.repeats = (pairs - 1) as u16;
                         self.t = self.t.wrapping_add(self.t_delta as i64);
                         self.read += 1;
                         return Some((self.t, f64::from_bits(self.v)));
@@ -518,6 +531,12 @@ impl Iterator for XorIter<'_> {
     fn next(&mut self) -> Option<(i64, f64)> {
         if self.read >= self.total || self.err.is_some() {
             return None;
+        }
+        if self.repeats > 0 {
+            self.repeats -= 1;
+            self.t = self.t.wrapping_add(self.t_delta as i64);
+            self.read += 1;
+            return Some((self.t, f64::from_bits(self.v)));
         }
         let s = self.step();
         if s.is_none() {
