@@ -40,6 +40,16 @@ impl HeadChunk {
     }
 }
 
+/// Whether an append started a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NewChunk {
+    No,
+    /// The series' first open chunk.
+    Opened,
+    /// The open chunk was sealed and a new one opened.
+    Sealed,
+}
+
 /// One series in memory.
 #[derive(Debug)]
 pub(crate) struct MemSeries {
@@ -71,16 +81,16 @@ impl MemSeries {
     }
 
     /// Appends one sample by Prometheus' head rules. Returns the change in
-    /// encoded bytes and whether a chunk was created, or `None` for an exact
-    /// duplicate (accepted, not stored again).
+    /// encoded bytes and what happened to the chunks, or `None` for an
+    /// exact duplicate (accepted, not stored again).
     #[inline]
     fn append(
         &mut self,
         t: i64,
         v: f64,
         opts: &HeadOptions,
-    ) -> Result<Option<(isize, bool)>, SampleError> {
-        let mut created = false;
+    ) -> Result<Option<(isize, NewChunk)>, SampleError> {
+        let mut created = NewChunk::No;
         let mut delta = 0isize;
         match &mut self.head {
             Some(h) if t <= h.maxt() => {
@@ -105,12 +115,12 @@ impl MemSeries {
                 };
                 if cut {
                     delta = self.cut(t, opts);
-                    created = true;
+                    created = NewChunk::Sealed;
                 }
             }
             None => {
                 delta = self.cut(t, opts);
-                created = true;
+                created = NewChunk::Opened;
             }
         }
         let Some(h) = &mut self.head else {
@@ -321,7 +331,10 @@ pub(crate) struct Shard {
     pub(crate) series: Vec<MemSeries>,
     by_labels: HashTable<u32>,
     pub(crate) postings: Postings,
+    /// Chunks, sealed and open.
     pub(crate) chunks: usize,
+    /// Open chunks (one per series that has samples).
+    open_chunks: usize,
     pub(crate) chunk_bytes: usize,
     /// Reserved but unwritten bytes of the open chunks' buffers.
     open_slack: usize,
@@ -359,10 +372,16 @@ impl Shard {
     /// header and rounding, counted as [`MALLOC_OVERHEAD`].
     pub(crate) fn memory(&self) -> HeadMemory {
         // A sealed chunk's list entry (times and `Arc` pointer) and the
-        // `Arc`'s counts, plus its block's overhead.
-        const PER_CHUNK: usize = 48 + MALLOC_OVERHEAD;
+        // `Arc`'s counts, plus its block's overhead. An open chunk lives in
+        // its series' struct; only its buffer's block has an overhead
+        // (counted for all, though the smallest are still inline).
+        const PER_SEALED: usize = 48 + MALLOC_OVERHEAD;
+        let sealed = self.chunks - self.open_chunks;
         HeadMemory {
-            chunks: self.chunk_bytes + self.open_slack + self.chunks * PER_CHUNK,
+            chunks: self.chunk_bytes
+                + self.open_slack
+                + sealed * PER_SEALED
+                + self.open_chunks * MALLOC_OVERHEAD,
             series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
             labels: self.label_ids.capacity() * std::mem::size_of::<(StrId, StrId)>()
                 + self.strings.heap_bytes(),
@@ -512,6 +531,7 @@ impl Shard {
         }
         series.next_at = image.next_at;
         self.chunks += image.sealed.len() + usize::from(image.open.is_some());
+        self.open_chunks += usize::from(image.open.is_some());
         self.chunk_bytes += bytes;
         self.samples += image
             .sealed
@@ -577,6 +597,7 @@ impl Shard {
                     .map(|&(n, v)| (strings.get(n), strings.get(v))),
             );
             self.chunks += s.sealed.len() + usize::from(s.head.is_some());
+            self.open_chunks += usize::from(s.head.is_some());
             self.chunk_bytes += s.sealed.iter().map(|c| c.bytes.len()).sum::<usize>()
                 + s.head.as_ref().map_or(0, |h| h.app.bytes().len());
             self.open_slack += s.open_slack();
@@ -618,7 +639,8 @@ impl Shard {
                     counts.appended += 1;
                     self.samples += 1;
                     self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
-                    self.chunks += usize::from(created);
+                    self.chunks += usize::from(created != NewChunk::No);
+                    self.open_chunks += usize::from(created == NewChunk::Opened);
                     if let Some(log) = &mut self.log {
                         log.samples.push(&mut log.frames, series.id, t, v);
                     }
