@@ -71,6 +71,14 @@ pub(crate) struct MemSeries {
 }
 
 impl MemSeries {
+    /// This series' run in its shard's `label_ids`.
+    #[inline]
+    fn label_run<'a>(&self, ids: &'a [(StrId, StrId)]) -> &'a [(StrId, StrId)] {
+        let at = self.labels_at as usize;
+        ids.get(at..at + self.labels_len as usize)
+            .unwrap_or_default()
+    }
+
     /// Chunks in time order, head chunk last: (mint, maxt, bytes).
     #[cfg(test)]
     pub(crate) fn chunks(&self) -> impl Iterator<Item = (i64, i64, &[u8])> {
@@ -350,10 +358,7 @@ impl Shard {
     /// The sorted (name, value) ids of a series of this shard.
     #[inline]
     pub(crate) fn labels(&self, series: &MemSeries) -> &[(StrId, StrId)] {
-        let at = series.labels_at as usize;
-        self.label_ids
-            .get(at..at + series.labels_len as usize)
-            .unwrap_or_default()
+        series.label_run(&self.label_ids)
     }
 
     /// The owned, sorted labels of a series of this shard.
@@ -588,11 +593,8 @@ impl Shard {
                 continue;
             }
             labels.clear();
-            let at = s.labels_at as usize;
             labels.extend(
-                old_ids
-                    .get(at..at + s.labels_len as usize)
-                    .unwrap_or_default()
+                s.label_run(&old_ids)
                     .iter()
                     .map(|&(n, v)| (strings.get(n), strings.get(v))),
             );

@@ -120,20 +120,16 @@ impl XorAppender {
                 if dod == 0 && vbits == self.v {
                     return 2;
                 }
-                let ts = if dod == 0 {
-                    1
-                } else if bit_range(dod, 14) {
-                    16
-                } else if bit_range(dod, 17) {
-                    20
-                } else if bit_range(dod, 20) {
-                    24
-                } else {
-                    68
-                };
-                ts + self.value_bits(vbits)
+                dod_code(dod).map_or(68, |(_, width)| width) + self.value_bits(vbits)
             }
         }
+    }
+
+    /// Whether a XOR delta with these leading and trailing zeros fits the
+    /// window of the previous value's (`10` code) rather than opening one.
+    #[inline]
+    fn fits_window(&self, lead: u8, trail: u8) -> bool {
+        self.leading != UNSET && lead >= self.leading && trail >= self.trailing
     }
 
     /// Bits of the value's XOR code (see [`XorAppender::write_value`]).
@@ -142,15 +138,12 @@ impl XorAppender {
         if delta == 0 {
             return 1;
         }
-        let lead = delta.leading_zeros().min(31);
-        let trail = delta.trailing_zeros();
-        if self.leading != UNSET
-            && lead >= u32::from(self.leading)
-            && trail >= u32::from(self.trailing)
-        {
+        let lead = (delta.leading_zeros() as u8).min(31);
+        let trail = delta.trailing_zeros() as u8;
+        if self.fits_window(lead, trail) {
             2 + 64 - u32::from(self.leading) - u32::from(self.trailing)
         } else {
-            13 + 64 - lead - trail
+            13 + 64 - u32::from(lead) - u32::from(trail)
         }
     }
 
@@ -218,17 +211,12 @@ impl XorAppender {
                 let dod = t_delta.wrapping_sub(self.t_delta) as i64;
                 self.t_delta = t_delta;
                 // Timestamp code as (bits, width); the 64-bit case is rare.
-                let (code, width) = if dod == 0 {
-                    (0, 1)
-                } else if bit_range(dod, 14) {
-                    ((0b10 << 14) | (dod as u64 & 0x3fff), 16)
-                } else if bit_range(dod, 17) {
-                    ((0b110 << 17) | (dod as u64 & 0x1_ffff), 20)
-                } else if bit_range(dod, 20) {
-                    ((0b1110 << 20) | (dod as u64 & 0xf_ffff), 24)
-                } else {
-                    self.w.write_bits(0b1111, 4);
-                    (dod as u64, 64)
+                let (code, width) = match dod_code(dod) {
+                    Some(code) => code,
+                    None => {
+                        self.w.write_bits(0b1111, 4);
+                        (dod as u64, 64)
+                    }
                 };
                 self.write_value(vbits, code, width);
             }
@@ -263,7 +251,7 @@ impl XorAppender {
         }
         let lead = (delta.leading_zeros() as u8).min(31);
         let trail = delta.trailing_zeros() as u8;
-        if self.leading != UNSET && lead >= self.leading && trail >= self.trailing {
+        if self.fits_window(lead, trail) {
             // `10` then the significant bits inside the previous window.
             let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
             let payload = delta >> self.trailing;
@@ -297,6 +285,23 @@ impl XorAppender {
             self.w.write_bits(a, an);
             self.w.write_bits(b, bn);
         }
+    }
+}
+
+/// The timestamp code of a delta-of-delta as (bits, width), or `None` for
+/// the 64-bit case (`1111` then the whole value).
+#[inline]
+fn dod_code(dod: i64) -> Option<(u64, u32)> {
+    if dod == 0 {
+        Some((0, 1))
+    } else if bit_range(dod, 14) {
+        Some(((0b10 << 14) | (dod as u64 & 0x3fff), 16))
+    } else if bit_range(dod, 17) {
+        Some(((0b110 << 17) | (dod as u64 & 0x1_ffff), 20))
+    } else if bit_range(dod, 20) {
+        Some(((0b1110 << 20) | (dod as u64 & 0xf_ffff), 24))
+    } else {
+        None
     }
 }
 
