@@ -8,7 +8,9 @@
 mod bstream;
 mod xor;
 
-pub use bstream::{BitReader, BitWriter, INLINE_BYTES};
+#[cfg(test)]
+use bstream::BitReader;
+pub use bstream::{BitWriter, INLINE_BYTES};
 pub use xor::{XorAppender, XorIter};
 
 /// Bytes of the chunk header (the big-endian sample count).

@@ -198,115 +198,39 @@ impl BitWriter {
     }
 }
 
-/// Reads bits MSB first from a byte slice.
+/// Reads bits MSB first from a byte slice, one at a time: the plain
+/// reference that the writer and [`super::XorIter`]'s word-at-a-time
+/// reading are tested against.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub struct BitReader<'a> {
     data: &'a [u8],
-    /// Next byte of `data` not yet in `buf`.
-    pos: usize,
-    /// Buffered bits, left-aligned: the next bit to read is bit 63.
-    buf: u64,
-    /// How many bits of `buf` are valid.
-    avail: u32,
+    /// Next bit to read.
+    bit: usize,
 }
 
+#[cfg(test)]
 impl<'a> BitReader<'a> {
     /// A reader positioned at the first bit of `data`.
     pub fn new(data: &'a [u8]) -> Self {
-        Self {
-            data,
-            pos: 0,
-            buf: 0,
-            avail: 0,
-        }
+        Self { data, bit: 0 }
     }
 
-    /// Loads bytes until at least 57 bits are buffered or the data ends.
-    #[inline]
-    fn refill(&mut self) {
-        if let Some(word) = self.data.get(self.pos..self.pos + 8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            let w = u64::from_be_bytes(w);
-            // `avail` < 64 here (refill runs only when more bits are needed).
-            self.buf |= w >> self.avail;
-            let n = (63 - self.avail) / 8;
-            self.pos += n as usize;
-            self.avail += n * 8;
-        } else {
-            while self.avail <= 56 {
-                let Some(&b) = self.data.get(self.pos) else {
-                    break;
-                };
-                self.buf |= u64::from(b) << (56 - self.avail);
-                self.pos += 1;
-                self.avail += 8;
-            }
-        }
-    }
-
-    /// Reads `n` bits (1 ≤ n ≤ 64), or `None` when the data runs out.
-    #[inline]
-    pub fn read_bits(&mut self, n: u32) -> Option<u64> {
-        debug_assert!((1..=64).contains(&n));
-        if n > 56 {
-            let hi = self.read_bits(n - 32)?;
-            let lo = self.read_bits(32)?;
-            return Some((hi << 32) | lo);
-        }
-        if self.avail < n {
-            self.refill();
-            if self.avail < n {
-                return None;
-            }
-        }
-        let v = self.buf >> (64 - n);
-        self.buf <<= n;
-        self.avail -= n;
-        Some(v)
-    }
-
-    /// Makes at least `n` (≤ 56) bits visible in [`BitReader::peek_all`];
-    /// false when fewer remain.
-    #[inline]
-    pub fn ensure(&mut self, n: u32) -> bool {
-        debug_assert!(n <= 56);
-        if self.avail < n {
-            self.refill();
-        }
-        self.avail >= n
-    }
-
-    /// How many of the buffered bits are valid.
-    #[inline]
-    pub fn available(&self) -> u32 {
-        self.avail
-    }
-
-    /// The buffered bits, left-aligned; only the first `ensure`d ones count.
-    #[inline]
-    pub fn peek_all(&self) -> u64 {
-        self.buf
-    }
-
-    /// Drops `n` (< 64) bits that [`BitReader::ensure`] made visible.
-    #[inline]
-    pub fn consume(&mut self, n: u32) {
-        debug_assert!(n <= self.avail && n < 64);
-        self.buf <<= n;
-        self.avail -= n;
-    }
-
-    /// Reads one bit.
-    #[inline]
+    /// Reads one bit, or `None` when the data has ended.
     pub fn read_bit(&mut self) -> Option<bool> {
-        self.read_bits(1).map(|b| b == 1)
+        let byte = self.data.get(self.bit / 8)?;
+        let b = byte >> (7 - self.bit % 8) & 1;
+        self.bit += 1;
+        Some(b == 1)
     }
 
-    /// Reads one byte.
-    #[inline]
-    pub fn read_byte(&mut self) -> Option<u8> {
-        self.read_bits(8).map(|b| b as u8)
+    /// Reads `n` bits (0 ≤ n ≤ 64), or `None` when the data runs out.
+    pub fn read_bits(&mut self, n: u32) -> Option<u64> {
+        let mut v = 0u64;
+        for _ in 0..n {
+            v = v << 1 | u64::from(self.read_bit()?);
+        }
+        Some(v)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The XOR sample codec: delta-of-delta timestamps and XOR'd float values.
 
-use super::{BitReader, BitWriter, ChunkError, HEADER_BYTES};
+use super::{BitWriter, ChunkError, HEADER_BYTES};
 
 /// Sentinel for "no leading/trailing window chosen yet".
 const UNSET: u8 = 0xff;
@@ -329,23 +329,20 @@ fn write_uvarint(w: &mut BitWriter, mut v: u64) {
     w.write_byte(v as u8);
 }
 
-fn read_uvarint(r: &mut BitReader<'_>) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = r.read_byte()?;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
 /// Iterates the samples of a chunk's bytes. A malformed chunk ends the
 /// iteration early and leaves the reason in [`XorIter::err`].
+///
+/// It reads the stream by bit position: every read loads the eight bytes
+/// that hold its first bit and shifts them into place, so the only state
+/// that a sample's decoding carries to the next is that position (no bit
+/// buffer to refill behind a branch), and a sample's timestamp code and
+/// value control bits come from one load.
 #[derive(Debug, Clone)]
 pub struct XorIter<'a> {
-    r: BitReader<'a>,
+    /// The bit stream: the chunk after its header.
+    data: &'a [u8],
+    /// Bits of `data` read.
+    bit: usize,
     total: u16,
     read: u16,
     /// Samples still to return from a run of `00` codes already consumed.
@@ -358,15 +355,20 @@ pub struct XorIter<'a> {
     err: Option<ChunkError>,
 }
 
+/// Bits of the stream a [`XorIter::peek`] returns at least (64 less the up
+/// to 7 of its first byte that precede the position).
+const PEEK_BITS: u32 = 57;
+
 impl<'a> XorIter<'a> {
     /// Iterates `chunk`, header included.
     pub fn new(chunk: &'a [u8]) -> Self {
-        let (total, body, err) = match chunk {
+        let (total, data, err) = match chunk {
             [a, b, body @ ..] => (u16::from_be_bytes([*a, *b]), body, None),
             _ => (0, &[][..], Some(ChunkError::NoHeader)),
         };
         Self {
-            r: BitReader::new(body),
+            data,
+            bit: 0,
             total,
             read: 0,
             repeats: 0,
@@ -384,149 +386,186 @@ impl<'a> XorIter<'a> {
         self.err
     }
 
+    #[inline(always)]
+    fn peek(&self, at: usize) -> u64 {
+        peek(self.data, at)
+    }
+
+    /// Reads `n` bits, 1 ≤ n ≤ 64.
+    #[inline(always)]
+    fn take(&mut self, n: u32) -> u64 {
+        let v = read_at(self.data, self.bit, n);
+        self.bit += n as usize;
+        v
+    }
+
+    #[inline(always)]
+    fn read_uvarint(&mut self) -> Option<u64> {
+        let (v, bit) = read_uvarint(self.data, self.bit)?;
+        self.bit = bit;
+        Some(v)
+    }
+
+    /// Decodes the next sample; `None` for a malformed or short stream.
     #[inline]
     fn step(&mut self) -> Option<(i64, f64)> {
         match self.read {
             0 => {
-                let zz = read_uvarint(&mut self.r)?;
+                let zz = self.read_uvarint()?;
                 self.t = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
-                self.v = self.r.read_bits(64)?;
+                self.v = self.take(64);
             }
             1 => {
-                self.t_delta = read_uvarint(&mut self.r)?;
+                self.t_delta = self.read_uvarint()?;
                 self.t = self.t.wrapping_add(self.t_delta as i64);
-                self.read_value()?;
+                self.read_value(self.peek(self.bit), self.bit)?;
             }
             _ => {
-                let dod = if self.r.ensure(24) {
-                    let top = self.r.peek_all();
-                    if top >> 62 == 0 {
-                        // Regular interval, same value: `0` `0`. They come
-                        // in runs, so every pair of zeros among the valid
-                        // buffered bits is taken at once (at most the
-                        // samples left: the last byte's padding is zeros
-                        // too), and the rest returned by `next` directly.
-                        let zeros = top.leading_zeros().min(self.r.available());
-                        let pairs = (zeros / 2)
-                            .min(31)
-                            .min(u32::from(self.total - self.read))
-                            .max(1);
-                        self.r.consume(2 * pairs);
-                        self.repeats = (pairs - 1) as u16;
-                        self.t = self.t.wrapping_add(self.t_delta as i64);
-                        self.read += 1;
-                        return Some((self.t, f64::from_bits(self.v)));
-                    }
-                    self.read_dod(top)?
+                let w = self.peek(self.bit);
+                if w >> 62 == 0 {
+                    // Regular interval, same value: `0` `0`. They come in
+                    // runs, so every pair of zeros among the stream bits
+                    // at hand is taken at once (at most the samples left:
+                    // the last byte's padding is zeros too), and the rest
+                    // returned by `next` directly.
+                    let left = (self.data.len() * 8).saturating_sub(self.bit);
+                    let zeros = w.leading_zeros().min(PEEK_BITS).min(left as u32);
+                    let pairs = (zeros / 2).min(u32::from(self.total - self.read)).max(1);
+                    self.bit += 2 * pairs as usize;
+                    self.repeats = (pairs - 1) as u16;
+                    self.t = self.t.wrapping_add(self.t_delta as i64);
                 } else {
-                    self.read_dod_slow()?
-                };
-                self.t_delta = self.t_delta.wrapping_add(dod as u64);
-                self.t = self.t.wrapping_add(self.t_delta as i64);
-                self.read_value()?;
+                    // Timestamp code: `0`, `10`, `110`, `1110` then 0, 14,
+                    // 17 or 20 bits of delta-of-delta; `1111` then 64.
+                    let ones = (!w).leading_zeros();
+                    if ones <= 3 {
+                        let (width, dod) = if ones == 0 {
+                            (1, 0)
+                        } else {
+                            // `sz` bits after the prefix hold the dod, in
+                            // Prometheus' range -(2^(sz-1)-1) ..= 2^(sz-1):
+                            // two's complement of dod - 1, so take 1 at
+                            // the field's lowest bit, sign-extend, add 1.
+                            let sz = 11 + 3 * ones;
+                            let field = (w << (ones + 1)).wrapping_sub(1 << (64 - sz));
+                            (12 + 4 * ones, ((field as i64 >> (64 - sz)) + 1) as u64)
+                        };
+                        self.t_delta = self.t_delta.wrapping_add(dod);
+                        self.t = self.t.wrapping_add(self.t_delta as i64);
+                        // The value's control bits are in the same load.
+                        self.read_value(w << width, self.bit + width as usize)?;
+                    } else {
+                        self.bit += 4;
+                        let dod = self.take(64);
+                        self.t_delta = self.t_delta.wrapping_add(dod);
+                        self.t = self.t.wrapping_add(self.t_delta as i64);
+                        self.read_value(self.peek(self.bit), self.bit)?;
+                    }
+                }
             }
+        }
+        if self.bit > self.data.len() * 8 {
+            return None;
         }
         self.read += 1;
         Some((self.t, f64::from_bits(self.v)))
     }
 
-    /// Decodes a delta-of-delta from `top`, the buffered bits, of which at
-    /// least 24 are valid: prefix and payload of every case but the 64-bit
-    /// one fit in them.
-    #[inline]
-    fn read_dod(&mut self, top: u64) -> Option<i64> {
-        let (sz, used) = match (!top).leading_zeros() {
-            0 => {
-                self.r.consume(1);
-                return Some(0);
-            }
-            1 => (14, 16),
-            2 => (17, 20),
-            3 => (20, 24),
-            _ => {
-                self.r.consume(4);
-                return self.r.read_bits(64).map(|b| b as i64);
-            }
-        };
-        let mut bits = (top >> (64 - used)) & ((1 << sz) - 1);
-        self.r.consume(used);
-        if bits > 1 << (sz - 1) {
-            bits = bits.wrapping_sub(1 << sz);
-        }
-        Some(bits as i64)
-    }
-
-    /// Bit by bit, for the last few bits of a chunk.
-    #[cold]
-    fn read_dod_slow(&mut self) -> Option<i64> {
-        let sz = match self.r.read_bit()? {
-            false => return Some(0),
-            true if !self.r.read_bit()? => 14,
-            true if !self.r.read_bit()? => 17,
-            true if !self.r.read_bit()? => 20,
-            true => return self.r.read_bits(64).map(|b| b as i64),
-        };
-        let mut bits = self.r.read_bits(sz)?;
-        if bits > 1 << (sz - 1) {
-            bits = bits.wrapping_sub(1 << sz);
-        }
-        Some(bits as i64)
-    }
-
-    #[inline]
-    fn read_value(&mut self) -> Option<()> {
-        if !self.r.ensure(13) {
-            return self.read_value_slow();
-        }
-        let top = self.r.peek_all();
-        if top >> 63 == 0 {
-            self.r.consume(1);
+    /// Decodes a value whose code starts at bit `at`; `w` is the stream
+    /// from there (at least 13 of its bits). Leaves the position after it.
+    #[inline(always)]
+    fn read_value(&mut self, w: u64, at: usize) -> Option<()> {
+        if w >> 63 == 0 {
+            // `0`: value unchanged.
+            self.bit = at + 1;
             return Some(());
         }
-        if top >> 62 == 0b11 {
-            // `11`, 5 bits leading, 6 bits significant count.
-            self.leading = ((top >> 57) & 0x1f) as u8;
-            let sig = match ((top >> 51) & 0x3f) as u8 {
+        let (ctl, lead, sig) = if w >> 62 == 0b11 {
+            // `11`, 5 bits of leading zeros, 6 of significant-bit count
+            // (0 meaning 64).
+            let lead = ((w >> 57) & 0x1f) as u32;
+            let sig = match ((w >> 51) & 0x3f) as u32 {
                 0 => 64,
                 n => n,
             };
-            self.r.consume(13);
-            // A corrupt chunk could claim more bits than a u64 holds.
-            self.trailing = 64u8.checked_sub(self.leading + sig)?;
+            (13, lead, sig)
         } else {
-            self.r.consume(2);
-        }
-        self.read_significant()
-    }
-
-    /// Bit by bit, for the last few bits of a chunk.
-    #[cold]
-    fn read_value_slow(&mut self) -> Option<()> {
-        if !self.r.read_bit()? {
-            return Some(());
-        }
-        if self.r.read_bit()? {
-            let ctl = self.r.read_bits(11)?;
-            self.leading = (ctl >> 6) as u8;
-            let sig = match (ctl & 0x3f) as u8 {
-                0 => 64,
-                n => n,
-            };
-            self.trailing = 64u8.checked_sub(self.leading + sig)?;
-        }
-        self.read_significant()
-    }
-
-    #[inline]
-    fn read_significant(&mut self) -> Option<()> {
-        let sig = 64 - u32::from(self.leading) - u32::from(self.trailing);
-        if sig == 0 {
-            return None;
-        }
-        let bits = self.r.read_bits(sig)?;
-        self.v ^= bits << self.trailing;
+            // `10`: the previous value's window.
+            let lead = u32::from(self.leading);
+            (2, lead, 64 - lead - u32::from(self.trailing))
+        };
+        // A corrupt chunk could claim more bits than a u64 holds.
+        let trailing = 64u32.checked_sub(lead + sig)?;
+        self.leading = lead as u8;
+        self.trailing = trailing as u8;
+        let at = at + ctl;
+        self.v ^= read_at(self.data, at, sig) << trailing;
+        self.bit = at + sig as usize;
         Some(())
     }
+}
+
+/// The stream `data` from bit `at` on, left-aligned: its first
+/// [`PEEK_BITS`] are the stream's, zeros past its end. (The reading
+/// helpers take the slice, not the iterator, so that the iterator's state
+/// can live in registers.)
+#[inline(always)]
+fn peek(data: &[u8], at: usize) -> u64 {
+    let byte = at >> 3;
+    let word = match data.get(byte..byte + 8) {
+        Some(w) => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            u64::from_be_bytes(a)
+        }
+        None => peek_tail(data, byte),
+    };
+    word << (at & 7)
+}
+
+/// The last bytes of `data` (fewer than eight from `byte`), padded with
+/// zeros.
+#[inline(never)]
+fn peek_tail(data: &[u8], byte: usize) -> u64 {
+    let mut a = [0u8; 8];
+    for (d, s) in a.iter_mut().zip(data.get(byte..).unwrap_or(&[])) {
+        *d = *s;
+    }
+    u64::from_be_bytes(a)
+}
+
+/// `n` bits (1 ≤ n ≤ 64) from bit `at`.
+#[inline(always)]
+fn read_at(data: &[u8], at: usize, n: u32) -> u64 {
+    if n <= PEEK_BITS {
+        peek(data, at) >> (64 - n)
+    } else {
+        read_wide(data, at, n)
+    }
+}
+
+/// A uvarint from bit `at`, and the bit after it.
+#[inline(never)]
+fn read_uvarint(data: &[u8], mut at: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = read_at(data, at, 8);
+        at += 8;
+        v |= (b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some((v, at));
+        }
+    }
+    None
+}
+
+/// `n` bits (58 ≤ n ≤ 64) from bit `at`, in two loads.
+#[cold]
+#[inline(never)]
+fn read_wide(data: &[u8], at: usize, n: u32) -> u64 {
+    let hi = peek(data, at) >> 32;
+    let lo = peek(data, at + 32) >> (96 - n);
+    (hi << (n - 32)) | lo
 }
 
 impl Iterator for XorIter<'_> {
@@ -534,7 +573,8 @@ impl Iterator for XorIter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(i64, f64)> {
-        if self.read >= self.total || self.err.is_some() {
+        // An error sets `total` to the samples read, which ends iteration.
+        if self.read >= self.total {
             return None;
         }
         if self.repeats > 0 {
@@ -546,6 +586,7 @@ impl Iterator for XorIter<'_> {
         let s = self.step();
         if s.is_none() {
             self.err = Some(ChunkError::Truncated);
+            self.total = self.read;
         }
         s
     }
@@ -674,6 +715,126 @@ mod tests {
         assert_eq!(XorIter::new(&[1]).err(), Some(ChunkError::NoHeader));
     }
 
+    /// The format read one bit at a time, straight from its description:
+    /// the reference the iterator must agree with on any bytes, valid or
+    /// not. Returns the samples (value bits) and whether it stopped early.
+    fn reference_decode(chunk: &[u8]) -> (Vec<(i64, u64)>, Option<ChunkError>) {
+        let [a, b, body @ ..] = chunk else {
+            return (Vec::new(), Some(ChunkError::NoHeader));
+        };
+        let total = u16::from_be_bytes([*a, *b]);
+        let mut r = super::super::BitReader::new(body);
+        let mut out = Vec::new();
+        let (mut t, mut v, mut t_delta) = (0i64, 0u64, 0u64);
+        let (mut lead, mut trail) = (0u32, 0u32);
+        fn uvarint(r: &mut super::super::BitReader<'_>) -> Option<u64> {
+            let mut x = 0u64;
+            for i in 0..10 {
+                let b = r.read_bits(8)?;
+                x |= (b & 0x7f) << (7 * i);
+                if b < 0x80 {
+                    return Some(x);
+                }
+            }
+            None
+        }
+        for i in 0..total {
+            let mut sample = || -> Option<()> {
+                if i == 0 {
+                    let zz = uvarint(&mut r)?;
+                    t = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+                    v = r.read_bits(64)?;
+                    return Some(());
+                }
+                if i == 1 {
+                    t_delta = uvarint(&mut r)?;
+                } else {
+                    let mut ones = 0;
+                    while ones < 4 && r.read_bit()? {
+                        ones += 1;
+                    }
+                    let dod = match ones {
+                        0 => 0,
+                        4 => r.read_bits(64)?,
+                        _ => {
+                            let sz = [14, 17, 20][ones - 1];
+                            let raw = r.read_bits(sz)?;
+                            if raw > 1 << (sz - 1) {
+                                raw.wrapping_sub(1 << sz)
+                            } else {
+                                raw
+                            }
+                        }
+                    };
+                    t_delta = t_delta.wrapping_add(dod);
+                }
+                t = t.wrapping_add(t_delta as i64);
+                if r.read_bit()? {
+                    if r.read_bit()? {
+                        lead = r.read_bits(5)? as u32;
+                        let sig = match r.read_bits(6)? as u32 {
+                            0 => 64,
+                            n => n,
+                        };
+                        trail = 64u32.checked_sub(lead + sig)?;
+                    }
+                    let sig = 64 - lead - trail;
+                    v ^= r.read_bits(sig)? << trail;
+                }
+                Some(())
+            };
+            if sample().is_none() {
+                return (out, Some(ChunkError::Truncated));
+            }
+            out.push((t, v));
+        }
+        (out, None)
+    }
+
+    fn iterate(chunk: &[u8]) -> (Vec<(i64, u64)>, Option<ChunkError>) {
+        let mut it = XorIter::new(chunk);
+        let got = it.by_ref().map(|(t, v)| (t, v.to_bits())).collect();
+        (got, it.err())
+    }
+
+    #[test]
+    fn every_timestamp_code_width_round_trips_at_its_bounds() {
+        // Prometheus' ranges are asymmetric: -(2^(n-1)-1) ..= 2^(n-1).
+        let mut dods = vec![0i64];
+        for n in [14, 17, 20] {
+            let half = 1i64 << (n - 1);
+            dods.extend([half, half + 1, -(half - 1), -half, 1 - half, half - 1]);
+        }
+        dods.extend([i64::from(i32::MAX), -(1i64 << 40)]);
+        let mut samples = vec![(0i64, 1.0), (1_000_000_000_000, 1.0)];
+        let mut delta = 1_000_000_000_000i64;
+        for (i, dod) in dods.iter().enumerate() {
+            delta += dod;
+            let (t, _) = samples[samples.len() - 1];
+            samples.push((t + delta, i as f64));
+        }
+        let want: Vec<_> = samples.iter().map(|&(t, v)| (t, v.to_bits())).collect();
+        let chunk = encode(&samples);
+        assert_eq!(iterate(&chunk), (want, None));
+        assert_eq!(iterate(&chunk), reference_decode(&chunk));
+    }
+
+    #[test]
+    fn a_run_of_repeats_stops_where_the_stream_ends() {
+        // 40 equal samples at a regular interval: 80 bits for the first,
+        // 17 for the second, then one `00` each: 173 bits in 22 bytes.
+        let samples: Vec<_> = (0..40).map(|i| (1000 + 15_000 * i, 7.0)).collect();
+        let mut chunk = encode(&samples);
+        // A header claiming more samples than the stream holds: two of
+        // the three padding bits read as one more repeat, then the stream
+        // ends.
+        chunk[..2].copy_from_slice(&200u16.to_be_bytes());
+        let (got, err) = iterate(&chunk);
+        assert_eq!((got.len(), err), (41, Some(ChunkError::Truncated)));
+        assert_eq!((got.clone(), err), reference_decode(&chunk));
+        assert_eq!(got[39], (1000 + 15_000 * 39, 7f64.to_bits()));
+    }
+
     fn value() -> impl Strategy<Value = f64> {
         prop_oneof![
             any::<f64>(),
@@ -697,6 +858,45 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn iterator_agrees_with_the_reference_on_any_bytes(
+            total in 0u16..300,
+            body in proptest::collection::vec(any::<u8>(), 0..400),
+        ) {
+            let mut chunk = total.to_be_bytes().to_vec();
+            chunk.extend_from_slice(&body);
+            prop_assert_eq!(iterate(&chunk), reference_decode(&chunk));
+        }
+
+        #[test]
+        fn iterator_agrees_with_the_reference_on_damaged_chunks(
+            steps in proptest::collection::vec((step(), value(), any::<bool>()), 1..200),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..8), 0..4),
+            cut in any::<prop::sample::Index>(),
+            count in prop_oneof![Just(None), (0u16..400).prop_map(Some)],
+        ) {
+            let mut t = 1_700_000_000_000i64;
+            let mut last = 0.0;
+            let mut samples = Vec::new();
+            for (dt, v, repeat) in steps {
+                let v = if repeat { last } else { v };
+                samples.push((t, v));
+                last = v;
+                t = t.saturating_add(dt);
+            }
+            let mut chunk = encode(&samples);
+            prop_assert_eq!(iterate(&chunk), reference_decode(&chunk));
+            for (at, bit) in flips {
+                let i = at.index(chunk.len());
+                chunk[i] ^= 1 << bit;
+            }
+            if let Some(n) = count {
+                chunk[..2].copy_from_slice(&n.to_be_bytes());
+            }
+            chunk.truncate(2 + cut.index(chunk.len() - 1));
+            prop_assert_eq!(iterate(&chunk), reference_decode(&chunk));
+        }
+
         #[test]
         fn round_trip(t0 in -(1i64 << 50)..(1i64 << 50),
                       steps in proptest::collection::vec((step(), value(), any::<bool>()), 0..300)) {
