@@ -86,12 +86,6 @@ impl BitWriter {
         self.len as usize * 8 - usize::from(self.free)
     }
 
-    /// Whether `n` more bits (at most 8) fit before the buffer must grow.
-    #[inline]
-    pub fn has_room_for(&self, n: u32) -> bool {
-        n <= u32::from(self.free) || self.capacity() > self.len as usize
-    }
-
     /// Overwrites the first two bytes (the chunk header).
     #[inline]
     pub fn set_header(&mut self, h: [u8; 2]) {
@@ -133,6 +127,23 @@ impl BitWriter {
     #[inline]
     pub fn write_bit(&mut self, bit: bool) {
         self.write_bits(u64::from(bit), 1);
+    }
+
+    /// Writes `n` (≤ 8) zero bits if they fit without growing; false if
+    /// they do not. Every byte past the written ones is zero, so this only
+    /// moves the bit position.
+    #[inline(always)]
+    pub fn try_write_zeros(&mut self, n: u8) -> bool {
+        if n <= self.free {
+            self.free -= n;
+            true
+        } else if (self.len as usize) < self.capacity() {
+            self.len += 1;
+            self.free += 8 - n;
+            true
+        } else {
+            false
+        }
     }
 
     /// Writes `n` zero bits (1 ≤ n ≤ 64). Free bits are already zero, so
@@ -254,6 +265,20 @@ mod tests {
         w.write_zeros(2);
         w.write_bit(true);
         assert_eq!(w.bytes(), &[0b1001_0000, 0b0000_0110, 0b0100_0000]);
+        // Two zeros across the byte boundary: one bit of this byte, one of
+        // the next, then a one right after them.
+        let mut w = BitWriter::default();
+        w.write_bits(0b1111_111, 7);
+        assert!(w.try_write_zeros(2));
+        w.write_bit(true);
+        assert_eq!(w.bytes(), &[0b1111_1110, 0b0100_0000]);
+        // Full: no room for a new byte, and nothing written.
+        let full = 8 * w.capacity();
+        while w.bit_len() < full {
+            w.write_bits(0, (full - w.bit_len()).min(64) as u32);
+        }
+        assert!(!w.try_write_zeros(1));
+        assert_eq!(w.bit_len(), full);
     }
 
     #[test]

@@ -192,11 +192,14 @@ impl XorAppender {
             // Regular interval, same value: `0` `0`. Checked before the
             // worst-case room check, which a run of these would otherwise
             // fail for every sample in a chunk's last 20 bytes.
-            if !self.w.has_room_for(2) {
+            if !self.w.try_write_zeros(2) {
                 self.make_room(t, vbits);
+                self.w.write_zeros(2);
             }
-            self.w.write_zeros(2);
-            self.finish(t, vbits);
+            // Only the time and the count change.
+            self.t = t;
+            self.num += 1;
+            self.w.set_header((self.num as u16).to_be_bytes());
             return;
         }
         if self.w.capacity() - self.w.bytes().len() < MAX_SAMPLE_BYTES {
