@@ -268,7 +268,7 @@ mod tests {
         // Two zeros across the byte boundary: one bit of this byte, one of
         // the next, then a one right after them.
         let mut w = BitWriter::default();
-        w.write_bits(0b1111_111, 7);
+        w.write_bits(0b111_1111, 7);
         assert!(w.try_write_zeros(2));
         w.write_bit(true);
         assert_eq!(w.bytes(), &[0b1111_1110, 0b0100_0000]);
