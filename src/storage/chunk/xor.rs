@@ -358,7 +358,7 @@ pub struct XorIter<'a> {
     err: Option<ChunkError>,
 }
 
-/// Bits of the stream a [`XorIter::peek`] returns at least (64 less the up
+/// Bits of the stream a [`peek`] returns at least (64 less the up
 /// to 7 of its first byte that precede the position).
 const PEEK_BITS: u32 = 57;
 
@@ -389,11 +389,6 @@ impl<'a> XorIter<'a> {
         self.err
     }
 
-    #[inline(always)]
-    fn peek(&self, at: usize) -> u64 {
-        peek(self.data, at)
-    }
-
     /// Reads `n` bits, 1 ≤ n ≤ 64.
     #[inline(always)]
     fn take(&mut self, n: u32) -> u64 {
@@ -421,10 +416,10 @@ impl<'a> XorIter<'a> {
             1 => {
                 self.t_delta = self.read_uvarint()?;
                 self.t = self.t.wrapping_add(self.t_delta as i64);
-                self.read_value(self.peek(self.bit), self.bit)?;
+                self.read_value(peek(self.data, self.bit), self.bit)?;
             }
             _ => {
-                let w = self.peek(self.bit);
+                let w = peek(self.data, self.bit);
                 if w >> 62 == 0 {
                     // Regular interval, same value: `0` `0`. They come in
                     // runs, so every pair of zeros among the stream bits
@@ -441,7 +436,9 @@ impl<'a> XorIter<'a> {
                     // Timestamp code: `0`, `10`, `110`, `1110` then 0, 14,
                     // 17 or 20 bits of delta-of-delta; `1111` then 64.
                     let ones = (!w).leading_zeros();
-                    if ones <= 3 {
+                    // The delta of delta, where the value's code starts,
+                    // and the stream from there.
+                    let (dod, at, rest) = if ones <= 3 {
                         let (width, dod) = if ones == 0 {
                             (1, 0)
                         } else {
@@ -453,17 +450,16 @@ impl<'a> XorIter<'a> {
                             let field = (w << (ones + 1)).wrapping_sub(1 << (64 - sz));
                             (12 + 4 * ones, ((field as i64 >> (64 - sz)) + 1) as u64)
                         };
-                        self.t_delta = self.t_delta.wrapping_add(dod);
-                        self.t = self.t.wrapping_add(self.t_delta as i64);
                         // The value's control bits are in the same load.
-                        self.read_value(w << width, self.bit + width as usize)?;
+                        (dod, self.bit + width as usize, w << width)
                     } else {
-                        self.bit += 4;
-                        let dod = self.take(64);
-                        self.t_delta = self.t_delta.wrapping_add(dod);
-                        self.t = self.t.wrapping_add(self.t_delta as i64);
-                        self.read_value(self.peek(self.bit), self.bit)?;
-                    }
+                        let dod = read_at(self.data, self.bit + 4, 64);
+                        let at = self.bit + 68;
+                        (dod, at, peek(self.data, at))
+                    };
+                    self.t_delta = self.t_delta.wrapping_add(dod);
+                    self.t = self.t.wrapping_add(self.t_delta as i64);
+                    self.read_value(rest, at)?;
                 }
             }
         }
