@@ -7,6 +7,7 @@ mod otlp;
 pub mod params;
 pub mod prom;
 mod query;
+mod slots;
 mod status;
 mod write;
 
@@ -43,6 +44,7 @@ struct Inner {
     metadata: MetadataStore,
     otlp: Otlp,
     query: QueryOptions,
+    slots: slots::Slots,
     metrics: Metrics,
     limits: LabelLimits,
     max_body_bytes: usize,
@@ -81,6 +83,7 @@ impl AppState {
                 metadata: MetadataStore::new(config.max_metadata_families),
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query: config.query_options(),
+                slots: slots::Slots::new(config.query_max_concurrency, config.query_max_depth),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
@@ -137,6 +140,16 @@ impl AppState {
     /// Default limits of queries.
     pub fn query_options(&self) -> &QueryOptions {
         &self.inner.query
+    }
+
+    /// Runs read work (`work` gets a stop flag) on a query slot, within
+    /// `timeout`.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        timeout: std::time::Duration,
+        work: impl FnOnce(Arc<std::sync::atomic::AtomicBool>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.inner.slots.run(timeout, work).await
     }
 
     /// Metric metadata reported by senders.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::LabelLimits;
+use crate::promql::guard::ParseLimits;
 use crate::promql::QueryOptions;
 use crate::storage::head::{Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
@@ -53,6 +54,16 @@ pub struct Config {
     /// How far back an instant selector looks for a sample.
     #[serde(with = "humantime_serde")]
     pub query_lookback_delta: Duration,
+    /// Longest query text, in bytes (queries, `match[]` selectors).
+    pub query_max_length: usize,
+    /// Deepest query nesting: brackets plus operators around any point.
+    pub query_max_depth: usize,
+    /// Most bytes of label values one `label_replace` or `label_join` call
+    /// may make.
+    pub query_max_label_bytes: usize,
+    /// Most queries evaluated at once (query API, series, labels,
+    /// federate); more wait for a slot, up to their timeout.
+    pub query_max_concurrency: usize,
     /// OTLP resource attributes that become labels on every series of the
     /// resource (as Prometheus' `otlp.promote_resource_attributes`).
     pub otlp_promote_resource_attributes: Vec<String>,
@@ -183,6 +194,10 @@ impl Default for Config {
             query_timeout: Duration::from_secs(120),
             query_max_samples: 50_000_000,
             query_lookback_delta: Duration::from_secs(300),
+            query_max_length: ParseLimits::default().max_length,
+            query_max_depth: ParseLimits::default().max_depth,
+            query_max_label_bytes: QueryOptions::default().max_label_bytes,
+            query_max_concurrency: 20,
             otlp_promote_resource_attributes: Vec::new(),
             otlp_delta_to_cumulative: false,
             wal_fsync: WalFsync::Always,
@@ -247,6 +262,9 @@ impl Config {
             ("max-label-name-length", self.max_label_name_length),
             ("max-label-value-length", self.max_label_value_length),
             ("max-series", self.max_series),
+            ("query-max-length", self.query_max_length),
+            ("query-max-depth", self.query_max_depth),
+            ("query-max-concurrency", self.query_max_concurrency),
             (
                 "wal-segment-bytes",
                 usize::try_from(self.wal_segment_bytes).unwrap_or(usize::MAX),
@@ -290,6 +308,11 @@ impl Config {
             lookback_ms: i64::try_from(self.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
             max_samples: self.query_max_samples,
             timeout: self.query_timeout,
+            parse: ParseLimits {
+                max_length: self.query_max_length,
+                max_depth: self.query_max_depth,
+            },
+            max_label_bytes: self.query_max_label_bytes,
         }
     }
 

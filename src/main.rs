@@ -76,6 +76,25 @@ struct Cli {
     /// override it with lookback_delta [default: 5m].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     query_lookback_delta: Option<Duration>,
+    /// Longest query text in bytes, for queries and match[] selectors;
+    /// longer ones get 400 bad_data [default: 262144].
+    #[arg(long, value_name = "BYTES")]
+    query_max_length: Option<usize>,
+    /// Deepest query nesting (brackets, plus operators around any point);
+    /// deeper queries get 400 bad_data before they are parsed, so that no
+    /// query can exhaust a thread's stack [default: 1000].
+    #[arg(long, value_name = "N")]
+    query_max_depth: Option<usize>,
+    /// Most bytes of label values one label_replace or label_join call may
+    /// make; past it the query fails with errorType execution
+    /// [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    query_max_label_bytes: Option<usize>,
+    /// Most queries evaluated at once (query API, series, labels, label
+    /// values, federate), as Prometheus' --query.max-concurrency; others
+    /// wait for a slot up to their timeout [default: 20].
+    #[arg(long, value_name = "N")]
+    query_max_concurrency: Option<usize>,
     /// OTLP resource attributes that become labels on every series of the
     /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
     /// (the rest go to target_info) [default: none].
@@ -145,6 +164,10 @@ impl Cli {
             query_timeout,
             query_max_samples,
             query_lookback_delta,
+            query_max_length,
+            query_max_depth,
+            query_max_label_bytes,
+            query_max_concurrency,
             otlp_promote_resource_attributes,
             wal_fsync,
             wal_segment_bytes,

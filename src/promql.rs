@@ -5,6 +5,7 @@
 //! are shared, not copied, until decoded into that window); each step then
 //! evaluates the expression tree against those windows by binary search.
 //!
+//! - [`guard`]: the bounds every query passes before and after parsing.
 //! - [`value`]: result types and Prometheus' number and time formatting.
 //! - [`engine`]: selectors, lookback and staleness, `offset`/`@`, steps.
 //! - [`functions`]: the function families.
@@ -15,6 +16,7 @@ pub mod aggregate;
 pub mod binary;
 pub mod engine;
 pub mod functions;
+pub mod guard;
 pub mod value;
 
 pub use engine::{Engine, QueryOptions};

@@ -28,7 +28,7 @@ pub(super) async fn federate(
 ) -> Result<Response, ApiError> {
     // A bad selector is a plain-text 400, as Prometheus answers it.
     let selectors = p
-        .selectors()
+        .selectors(&state.query_options().parse)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;

@@ -24,7 +24,7 @@ fn truncated(n: usize, limit: usize) -> Vec<String> {
 
 /// `GET|POST /api/v1/series?match[]=…&start=&end=&limit=`
 pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
-    let selectors = p.selectors()?;
+    let selectors = p.selectors(&state.query_options().parse)?;
     if selectors.is_empty() {
         return Err(ApiError::bad_data("no match[] parameter provided"));
     }
@@ -50,7 +50,7 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
 
 /// `GET|POST /api/v1/labels?match[]=…&start=&end=&limit=`
 pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
-    let selectors = p.selectors()?;
+    let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
     let mut names = BTreeSet::new();
@@ -72,7 +72,7 @@ pub(super) async fn label_values(
     if !is_valid_label_name(name.as_bytes()) {
         return Err(ApiError::bad_data(format!("invalid label name: {name:?}")));
     }
-    let selectors = p.selectors()?;
+    let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
     let mut values = BTreeSet::new();
@@ -104,8 +104,8 @@ pub(super) async fn metadata(
     State(state): State<AppState>,
     p: Params,
 ) -> Result<Response, ApiError> {
-    let limit = p.limit("limit")?;
-    let per_metric = p.limit("limit_per_metric")?;
+    let limit = p.limit_or_unlimited("limit")?;
+    let per_metric = p.limit_or_unlimited("limit_per_metric")?;
     let list = state.metadata().list(p.get("metric"), limit, per_metric);
     let data: BTreeMap<&str, Vec<MetadataEntry<'_>>> = list
         .iter()

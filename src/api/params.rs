@@ -7,6 +7,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{header, Method};
 
 use super::ApiError;
+use crate::promql::guard::ParseLimits;
 use crate::storage::index::Matcher;
 
 /// Every form value of a request, in order; keys may repeat (`match[]`).
@@ -82,24 +83,39 @@ impl Params {
         Ok((self.time("start", MIN_TIME)?, self.time("end", MAX_TIME)?))
     }
 
-    /// A non-negative integer parameter (`limit`), 0 when absent.
+    /// A non-negative integer parameter (`limit`), 0 (no limit) when
+    /// absent; negative values are refused, as Prometheus refuses them.
     pub fn limit(&self, key: &str) -> Result<usize, ApiError> {
-        match self.get(key) {
+        match self.signed_limit(key)? {
             None => Ok(0),
-            Some(v) => v
-                .parse::<i64>()
-                .map_err(|_| {
-                    ApiError::bad_param(key, format!("cannot parse {v:?} to a valid limit"))
-                })
-                .map(|n| usize::try_from(n).unwrap_or(0)),
+            Some(n) => usize::try_from(n)
+                .map_err(|_| ApiError::bad_param(key, "limit must be non-negative")),
         }
     }
 
+    /// An integer parameter where a negative value means no limit (the
+    /// metadata endpoint's `limit` and `limit_per_metric`), 0 when absent.
+    pub fn limit_or_unlimited(&self, key: &str) -> Result<usize, ApiError> {
+        Ok(self
+            .signed_limit(key)?
+            .map_or(0, |n| usize::try_from(n).unwrap_or(0)))
+    }
+
+    fn signed_limit(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| {
+                    ApiError::bad_param(key, format!("cannot parse {v:?} to a valid limit"))
+                })
+            })
+            .transpose()
+    }
+
     /// The `match[]` selectors, each a list of matchers.
-    pub fn selectors(&self) -> Result<Vec<Vec<Matcher>>, ApiError> {
+    pub fn selectors(&self, limits: &ParseLimits) -> Result<Vec<Vec<Matcher>>, ApiError> {
         let mut out = Vec::new();
         for s in self.all("match[]") {
-            out.extend(parse_selector(s).map_err(|e| ApiError::bad_param("match[]", e))?);
+            out.extend(parse_selector(s, limits).map_err(|e| ApiError::bad_param("match[]", e))?);
         }
         Ok(out)
     }
@@ -196,8 +212,8 @@ pub fn parse_prom_duration(s: &str) -> Option<i64> {
 
 /// Parses one series selector (`up{job="x"}`) into matcher sets: one set,
 /// or several when the selector uses `or` inside its braces.
-pub fn parse_selector(s: &str) -> Result<Vec<Vec<Matcher>>, String> {
-    match promql_parser::parser::parse(s)? {
+pub fn parse_selector(s: &str, limits: &ParseLimits) -> Result<Vec<Vec<Matcher>>, String> {
+    match crate::promql::guard::parse(s, limits)? {
         promql_parser::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
         _ => Err(format!("invalid selector {s:?}: not a series selector")),
     }
@@ -247,7 +263,8 @@ mod tests {
 
     #[test]
     fn selectors_become_matchers() {
-        let sets = parse_selector(r#"up{job=~"a|b", env!="dev"}"#).expect("valid");
+        let sets = parse_selector(r#"up{job=~"a|b", env!="dev"}"#, &ParseLimits::default())
+            .expect("valid");
         assert_eq!(sets.len(), 1);
         let m = &sets[0];
         assert_eq!(
@@ -256,8 +273,8 @@ mod tests {
         );
         assert_eq!((m[1].name.as_str(), m[1].op), ("job", MatchOp::Regex));
         assert_eq!((m[2].name.as_str(), m[2].op), ("env", MatchOp::NotEqual));
-        assert!(parse_selector("rate(up[5m])").is_err());
-        assert!(parse_selector(r#"{job=~".*"}"#).is_err());
-        assert!(parse_selector("up{").is_err());
+        assert!(parse_selector("rate(up[5m])", &ParseLimits::default()).is_err());
+        assert!(parse_selector(r#"{job=~".*"}"#, &ParseLimits::default()).is_err());
+        assert!(parse_selector("up{", &ParseLimits::default()).is_err());
     }
 }

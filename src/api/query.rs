@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::params::{parse_duration, Params};
 use super::prom::ErrorType;
 use super::{ApiError, AppState};
+use crate::promql::guard;
 use crate::promql::value::{format_float, format_timestamp, Series, Value};
 use crate::promql::{Engine, QueryError, QueryOptions};
 use crate::storage::labels::Label;
@@ -51,17 +52,19 @@ fn query_error(e: QueryError) -> ApiError {
     }
 }
 
-/// Runs `f` on the blocking pool: evaluation is CPU work.
+/// Evaluates on a query slot, within the query's timeout; the engine
+/// stops when the answer is no longer wanted.
 async fn run<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, QueryError> + Send + 'static,
+    state: &AppState,
+    opts: QueryOptions,
+    f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    let head = state.head_arc();
+    state
+        .read(opts.timeout, move |stop| {
+            f(Engine::new(&head, opts).with_cancel(stop)).map_err(query_error)
+        })
         .await
-        .map_err(|e| ApiError::Prom {
-            kind: ErrorType::Internal,
-            message: format!("query task failed: {e}"),
-        })?
-        .map_err(query_error)
 }
 
 /// `GET|POST /api/v1/query?query=&time=&timeout=&lookback_delta=`
@@ -75,8 +78,7 @@ pub(super) async fn instant(
         .to_owned();
     let t = p.time("time", now_ms())?;
     let opts = options(&state, &p)?;
-    let head = state.head_arc();
-    let value = run(move || Engine::new(&head, opts).instant(&query, t)).await?;
+    let value = run(&state, opts, move |e| e.instant(&query, t)).await?;
     let mut out = String::with_capacity(256);
     out.push_str(r#"{"status":"success","data":{"resultType":""#);
     out.push_str(value.type_name());
@@ -146,8 +148,7 @@ pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Re
         ));
     }
     let opts = options(&state, &p)?;
-    let head = state.head_arc();
-    let series = run(move || Engine::new(&head, opts).range(&query, start, end, step)).await?;
+    let series = run(&state, opts, move |e| e.range(&query, start, end, step)).await?;
     let mut out = String::with_capacity(256 + series.len() * 64);
     out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
     matrix(&mut out, &series);
@@ -220,11 +221,15 @@ fn matrix(out: &mut String, series: &[Series]) {
 }
 
 /// `GET|POST /api/v1/format_query?query=`: the query, pretty-printed.
-pub(super) async fn format_query(p: Params) -> Result<Response, ApiError> {
+pub(super) async fn format_query(
+    State(state): State<AppState>,
+    p: Params,
+) -> Result<Response, ApiError> {
     let query = p
         .get("query")
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?;
-    let expr = promql_parser::parser::parse(query).map_err(|e| ApiError::bad_param("query", e))?;
+    let expr = guard::parse(query, &state.query_options().parse)
+        .map_err(|e| ApiError::bad_param("query", e))?;
     Ok(super::prom::success(expr.prettify(), &[]))
 }
 

@@ -245,6 +245,10 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     };
     let count_label = if op == T_COUNT_VALUES {
         match agg.param.as_deref() {
+            // Prometheus 3 takes any UTF-8 name but the empty one.
+            Some(Expr::StringLiteral(s)) if s.val.is_empty() => {
+                return Err(QueryError::Execution("invalid label name \"\"".to_owned()))
+            }
             Some(Expr::StringLiteral(s)) => Some(s.val.clone()),
             _ => {
                 return Err(QueryError::BadData(

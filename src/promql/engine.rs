@@ -4,11 +4,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
 
+use super::guard::{self, millis as ms, ParseLimits};
 use super::selector_matchers;
 use super::value::{drop_name, no_labels, Labels, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
@@ -32,6 +34,11 @@ pub struct QueryOptions {
     pub max_samples: usize,
     /// Longest a query may run.
     pub timeout: Duration,
+    /// Bounds on the query's text.
+    pub parse: ParseLimits,
+    /// Most bytes of label values one `label_replace` or `label_join` call
+    /// may make.
+    pub max_label_bytes: usize,
 }
 
 impl Default for QueryOptions {
@@ -40,6 +47,8 @@ impl Default for QueryOptions {
             lookback_ms: 5 * 60 * 1000,
             max_samples: 50_000_000,
             timeout: Duration::from_secs(120),
+            parse: ParseLimits::default(),
+            max_label_bytes: 64 << 20,
         }
     }
 }
@@ -49,6 +58,9 @@ impl Default for QueryOptions {
 pub struct Engine<'h> {
     head: &'h Head,
     opts: QueryOptions,
+    /// Set by the caller to stop the evaluation, e.g. when its client is
+    /// gone or its time is up.
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// Samples of one series, loaded for a selector over the query's window.
@@ -152,6 +164,7 @@ pub(crate) struct Ctx<'e> {
     pub(crate) start: i64,
     pub(crate) end: i64,
     deadline: Instant,
+    cancel: Option<&'e AtomicBool>,
     loaded: RefCell<HashMap<usize, Rc<Vec<Loaded>>>>,
     /// One evaluator per subquery node, spanning every time it is asked at.
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
@@ -167,11 +180,22 @@ pub(crate) struct Ctx<'e> {
 impl<'h> Engine<'h> {
     /// An engine over `head`.
     pub fn new(head: &'h Head, opts: QueryOptions) -> Self {
-        Self { head, opts }
+        Self {
+            head,
+            opts,
+            cancel: None,
+        }
     }
 
-    fn parse(query: &str) -> Result<Expr, QueryError> {
-        parser::parse(query).map_err(QueryError::BadData)
+    /// The same engine, stopping with [`QueryError::Timeout`] once `flag`
+    /// is set (checked wherever the deadline is).
+    pub fn with_cancel(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
+    }
+
+    fn parse(&self, query: &str) -> Result<Expr, QueryError> {
+        guard::parse(query, &self.opts.parse).map_err(QueryError::BadData)
     }
 
     fn ctx(&self, start: i64, end: i64, step: i64) -> Ctx<'_> {
@@ -181,6 +205,7 @@ impl<'h> Engine<'h> {
             start,
             end,
             deadline: Instant::now() + self.opts.timeout,
+            cancel: self.cancel.as_deref(),
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
@@ -192,7 +217,7 @@ impl<'h> Engine<'h> {
 
     /// Evaluates `query` at time `t` (ms).
     pub fn instant(&self, query: &str, t: i64) -> Result<Value, QueryError> {
-        let expr = Self::parse(query)?;
+        let expr = self.parse(query)?;
         let ctx = self.ctx(t, t, 0);
         let v = ctx.eval(&expr, t)?;
         if let Value::Vector(v) = &v {
@@ -210,7 +235,7 @@ impl<'h> Engine<'h> {
         end: i64,
         step: i64,
     ) -> Result<Vec<Series>, QueryError> {
-        let expr = Self::parse(query)?;
+        let expr = self.parse(query)?;
         match expr.value_type() {
             parser::value::ValueType::Vector | parser::value::ValueType::Scalar => {}
             other => {
@@ -326,10 +351,6 @@ pub(crate) fn check_unique(v: &[Sample]) -> Result<(), QueryError> {
     Ok(())
 }
 
-fn ms(d: &Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 fn offset_ms(o: &Option<Offset>) -> i64 {
     match o {
         Some(Offset::Pos(d)) => ms(d),
@@ -340,7 +361,8 @@ fn offset_ms(o: &Option<Offset>) -> i64 {
 
 impl<'e> Ctx<'e> {
     pub(crate) fn check_deadline(&self, what: &'static str) -> Result<(), QueryError> {
-        if Instant::now() > self.deadline {
+        let canceled = self.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if canceled || Instant::now() > self.deadline {
             return Err(QueryError::Timeout(what));
         }
         Ok(())
@@ -362,7 +384,7 @@ impl<'e> Ctx<'e> {
                 Err(e) => -ms(&e.duration()),
             },
         };
-        base - offset_ms(offset)
+        base.saturating_sub(offset_ms(offset))
     }
 
     /// The series of a selector, loaded once per query over every window
@@ -372,20 +394,26 @@ impl<'e> Ctx<'e> {
         if let Some(l) = self.loaded.borrow().get(&key) {
             return Ok(Rc::clone(l));
         }
-        let lo = self.selector_time(&vs.at, &vs.offset, self.start) - range;
+        let lo = self
+            .selector_time(&vs.at, &vs.offset, self.start)
+            .saturating_sub(range);
         let hi = self.selector_time(&vs.at, &vs.offset, self.end);
+        let lo = lo.min(hi.saturating_sub(range));
         let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
         let mut selected = Vec::new();
         for matchers in &sets {
-            selected.extend(self.head.select(matchers, lo.min(hi - range), hi));
+            selected.extend(self.head.select(matchers, lo, hi));
         }
         if sets.len() > 1 {
             selected.sort_by(|a, b| a.labels.cmp(&b.labels));
             selected.dedup_by(|a, b| a.labels == b.labels);
         }
         let mut out = Vec::new();
-        for s in selected {
-            let points: Vec<(i64, f64)> = s.samples(lo.min(hi - range), hi).collect();
+        for (n, s) in selected.into_iter().enumerate() {
+            if n % 256 == 255 {
+                self.check_deadline("query execution")?;
+            }
+            let points: Vec<(i64, f64)> = s.samples(lo, hi).collect();
             let total = self.samples.get() + points.len();
             if total > self.opts.max_samples {
                 return Err(QueryError::TooManySamples("query execution"));
@@ -432,7 +460,7 @@ impl<'e> Ctx<'e> {
             }
             let (pt, v) = s.points[i - 1];
             // The window is (ts - lookback, ts]; a stale marker ends the series.
-            if pt > ts - lookback && !is_stale(v) {
+            if pt > ts.saturating_sub(lookback) && !is_stale(v) {
                 out.push((
                     Sample {
                         labels: s.labels.clone(),
@@ -474,7 +502,7 @@ impl<'e> Ctx<'e> {
                     let (pt, v) = s.points[i - 1];
                     // The window is (ts - lookback, ts]; a stale marker
                     // ends the series.
-                    if pt > ts - lookback && !is_stale(v) {
+                    if pt > ts.saturating_sub(lookback) && !is_stale(v) {
                         if points.is_empty() {
                             points.reserve_exact(steps);
                         }
@@ -510,7 +538,9 @@ impl<'e> Ctx<'e> {
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let mut out = Vec::new();
         for s in series.iter() {
-            let lo = s.points.partition_point(|&(pt, _)| pt <= ts - range);
+            let lo = s
+                .points
+                .partition_point(|&(pt, _)| pt <= ts.saturating_sub(range));
             let hi = s.points.partition_point(|&(pt, _)| pt <= ts);
             let points: Vec<(i64, f64)> = s.points[lo..hi]
                 .iter()
@@ -541,7 +571,7 @@ impl<'e> Ctx<'e> {
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let mut scratch = Vec::new();
         for s in series.iter() {
-            let lo = seek(&s.points, &s.lo_hint, ts - range);
+            let lo = seek(&s.points, &s.lo_hint, ts.saturating_sub(range));
             let hi = seek(&s.points, &s.hi_hint, ts).max(lo);
             let window = &s.points[lo..hi];
             if s.has_stale {
@@ -599,21 +629,30 @@ impl<'e> Ctx<'e> {
         let range = ms(&sq.range);
         let end = self.selector_time(&sq.at, &sq.offset, t);
         let child = self.child(sq, step, range)?;
-        let mut first = step * ((end - range) / step);
-        if first <= end - range {
+        let from = end.saturating_sub(range);
+        let mut first = step * (from / step);
+        if first <= from {
             first += step;
         }
         let mut acc = MatrixBuilder::default();
+        // The result's points count against the query's samples while it
+        // is built, as the samples a selector loads do.
+        let mut points = 0usize;
         let mut ti = first;
         while ti <= end {
             self.check_deadline("subquery evaluation")?;
+            let before = points;
             match child.eval(&sq.expr, ti)? {
                 Value::Vector(v) => {
+                    points += v.len();
                     for s in v {
                         acc.push(s.labels, ti, s.v);
                     }
                 }
-                Value::Scalar(v) => acc.push(no_labels(), ti, v),
+                Value::Scalar(v) => {
+                    points += 1;
+                    acc.push(no_labels(), ti, v);
+                }
                 other => {
                     return Err(QueryError::Execution(format!(
                         "subquery over {}",
@@ -621,7 +660,14 @@ impl<'e> Ctx<'e> {
                     )));
                 }
             }
-            ti += step;
+            if points > before && self.samples.get().saturating_add(points) > self.opts.max_samples
+            {
+                return Err(QueryError::TooManySamples("query execution"));
+            }
+            ti = match ti.checked_add(step) {
+                Some(t) => t,
+                None => break,
+            };
         }
         Ok(acc.finish())
     }
@@ -663,7 +709,8 @@ impl<'e> Ctx<'e> {
         }
         let range_ms = ms(range);
         let series = self.load(vs, range_ms)?;
-        let steps = ((self.end - self.start) / self.step.max(1) + 1) as usize;
+        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
+            .map_or(usize::MAX, |n| n.saturating_add(1));
         let cells = series.len().saturating_mul(steps);
         if cells > self.opts.max_samples {
             return Ok(None);
@@ -689,7 +736,7 @@ impl<'e> Ctx<'e> {
                 while hi < s.points.len() && s.points[hi].0 <= ts {
                     hi += 1;
                 }
-                while lo < hi && s.points[lo].0 <= ts - range_ms {
+                while lo < hi && s.points[lo].0 <= ts.saturating_sub(range_ms) {
                     lo += 1;
                 }
                 let mut window = &s.points[lo..hi];
@@ -720,7 +767,9 @@ impl<'e> Ctx<'e> {
         if let Some(c) = self.children.borrow().get(&key) {
             return Ok(Rc::clone(c));
         }
-        let lo = self.selector_time(&sq.at, &sq.offset, self.start) - range;
+        let lo = self
+            .selector_time(&sq.at, &sq.offset, self.start)
+            .saturating_sub(range);
         let hi = self.selector_time(&sq.at, &sq.offset, self.end);
         let child = Rc::new(Ctx {
             head: self.head,
@@ -728,6 +777,7 @@ impl<'e> Ctx<'e> {
             start: step * (lo / step),
             end: hi,
             deadline: self.deadline,
+            cancel: self.cancel,
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),

@@ -704,8 +704,20 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
             "invalid destination label name in label_join(): {dst}"
         )));
     }
+    let mut budget = LabelBudget::new(ctx, "label_join");
     let mut out = Vec::with_capacity(v.len());
     for mut s in v {
+        let bound = srcs
+            .iter()
+            .map(|n| {
+                s.labels
+                    .iter()
+                    .find(|l| &l.name == n)
+                    .map_or(0, |l| l.value.len())
+            })
+            .sum::<usize>()
+            + sep.len() * srcs.len();
+        budget.take(bound)?;
         let value = srcs
             .iter()
             .map(|n| {
@@ -720,6 +732,38 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
         out.push(s);
     }
     Ok(Value::Vector(out))
+}
+
+/// The bytes of label values one call of `label_replace` or `label_join`
+/// may make, across its output ([`QueryOptions::max_label_bytes`]); each
+/// value is charged its largest possible size before it is built.
+///
+/// [`QueryOptions::max_label_bytes`]: super::QueryOptions::max_label_bytes
+struct LabelBudget {
+    left: usize,
+    max: usize,
+    function: &'static str,
+}
+
+impl LabelBudget {
+    fn new(ctx: &Ctx<'_>, function: &'static str) -> Self {
+        let max = ctx.opts.max_label_bytes;
+        Self {
+            left: max,
+            max,
+            function,
+        }
+    }
+
+    fn take(&mut self, bytes: usize) -> Result<(), QueryError> {
+        self.left = self.left.checked_sub(bytes).ok_or_else(|| {
+            QueryError::Execution(format!(
+                "{}() would make more than {} bytes of label values (query-max-label-bytes)",
+                self.function, self.max
+            ))
+        })?;
+        Ok(())
+    }
 }
 
 /// `absent(sel)` takes the selector's equality matchers as labels.
@@ -757,6 +801,9 @@ fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError
             "invalid destination label name in label_replace(): {dst}"
         )));
     }
+    // Each `$` of the replacement can expand to the whole source value.
+    let refs = repl.bytes().filter(|&c| c == b'$').count();
+    let mut budget = LabelBudget::new(ctx, "label_replace");
     let mut out = Vec::with_capacity(v.len());
     for mut s in v {
         let src_val = s
@@ -766,6 +813,10 @@ fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError
             .map_or("", |l| l.value.as_str())
             .to_owned();
         if let Some(caps) = re.captures(&src_val) {
+            budget.take(
+                repl.len()
+                    .saturating_add(refs.saturating_mul(src_val.len())),
+            )?;
             let mut value = String::new();
             caps.expand(&repl, &mut value);
             s.labels = set_label(&s.labels, &dst, value);

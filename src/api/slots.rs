@@ -1,0 +1,191 @@
+//! Where read work runs: queries, and the series, label and federation
+//! endpoints. Each runs on a thread of its own with a stack sized for the
+//! deepest query the parser lets through, at most `query-max-concurrency`
+//! at once; a request waits for a slot up to its timeout, and when the
+//! timeout passes or the client goes away, the work is told to stop.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Semaphore};
+
+use super::prom::ErrorType;
+use super::ApiError;
+
+/// Stack bytes per nesting level a query thread reserves: the deepest
+/// shape (nested subqueries) needs about 6.3 KiB a level in an
+/// unoptimised build and under 1 KiB in a release build.
+const STACK_PER_LEVEL: usize = 16 << 10;
+
+/// The least stack a query thread gets.
+const MIN_STACK: usize = 8 << 20;
+
+/// The bounded set of threads read work runs on.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    permits: Arc<Semaphore>,
+    max: usize,
+    stack_bytes: usize,
+}
+
+/// Set when the request that started the work is answered or dropped.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Slots {
+    /// `max` slots, each thread with stack for queries `max_depth` deep.
+    pub(crate) fn new(max: usize, max_depth: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+            stack_bytes: max_depth.saturating_mul(STACK_PER_LEVEL).max(MIN_STACK),
+        }
+    }
+
+    /// Slots in use now.
+    #[cfg(test)]
+    fn busy(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+
+    /// Runs `work` on a thread of its own, once a slot is free, and waits
+    /// for it up to `timeout` in all. `work` gets a flag that turns true
+    /// when its answer is no longer wanted (timeout, or the client gone);
+    /// it keeps its slot until it returns. A panic in `work` is a 500.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        work: impl FnOnce(Arc<AtomicBool>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let permit = tokio::time::timeout_at(deadline, Arc::clone(&self.permits).acquire_owned())
+            .await
+            .map_err(|_| {
+                timed_out(format!(
+                    "query timed out waiting for one of the {} evaluation slots \
+                     (query-max-concurrency)",
+                    self.max
+                ))
+            })?
+            .map_err(|_| internal("the query slots are closed".to_owned()))?;
+        let flag = Arc::new(AtomicBool::new(false));
+        let cancel = CancelOnDrop(Arc::clone(&flag));
+        let (tx, rx) = oneshot::channel();
+        spawn(self.stack_bytes, move || {
+            let result = panic::catch_unwind(AssertUnwindSafe(|| work(flag)));
+            drop(permit);
+            let _ = tx.send(result);
+        })?;
+        let outcome = tokio::time::timeout_at(deadline, rx).await;
+        drop(cancel);
+        match outcome {
+            Err(_) => Err(timed_out(format!(
+                "query timed out in query execution after {}",
+                humantime::format_duration(timeout)
+            ))),
+            Ok(Err(_)) => Err(internal("the query thread ended without an answer".into())),
+            Ok(Ok(Err(panicked))) => {
+                let what = panicked
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panicked.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(internal(format!("query evaluation panicked: {what}")))
+            }
+            Ok(Ok(Ok(result))) => result,
+        }
+    }
+}
+
+fn spawn(stack_bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<(), ApiError> {
+    std::thread::Builder::new()
+        .name("sluice-query".to_owned())
+        .stack_size(stack_bytes)
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| internal(format!("cannot start a query thread: {e}")))
+}
+
+fn timed_out(message: String) -> ApiError {
+    ApiError::Prom {
+        kind: ErrorType::Timeout,
+        message,
+    }
+}
+
+fn internal(message: String) -> ApiError {
+    ApiError::Prom {
+        kind: ErrorType::Internal,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_timed_out_run_is_told_to_stop_and_keeps_its_slot_until_it_does() {
+        let slots = Slots::new(1, 10);
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let err = slots
+            .run(Duration::from_millis(50), move |stop| {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = seen_tx.send(());
+                Ok(())
+            })
+            .await
+            .expect_err("times out");
+        assert!(matches!(
+            err,
+            ApiError::Prom {
+                kind: ErrorType::Timeout,
+                ..
+            }
+        ));
+        seen_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the work saw the flag");
+        // The slot comes back once the work has returned.
+        let v = slots
+            .run(Duration::from_secs(10), |_| Ok(7))
+            .await
+            .expect("runs");
+        assert_eq!(v, 7);
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_an_internal_error_and_the_slot_is_freed() {
+        let slots = Slots::new(1, 10);
+        let err = slots
+            .run(Duration::from_secs(10), |_| -> Result<(), ApiError> {
+                panic!("boom")
+            })
+            .await
+            .expect_err("panics");
+        match err {
+            ApiError::Prom {
+                kind: ErrorType::Internal,
+                message,
+            } => assert!(message.contains("boom"), "{message}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(slots.busy(), 0);
+        assert!(slots.run(Duration::from_secs(10), |_| Ok(())).await.is_ok());
+    }
+
+    #[test]
+    fn threads_get_stack_for_the_deepest_query_allowed() {
+        assert_eq!(Slots::new(4, 10).stack_bytes, MIN_STACK);
+        assert_eq!(Slots::new(4, 10_000).stack_bytes, 10_000 * STACK_PER_LEVEL);
+    }
+}

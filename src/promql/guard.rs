@@ -1,0 +1,369 @@
+//! The one way into promql-parser: a query is bounded before it is parsed,
+//! and its durations and times are checked after.
+//!
+//! promql-parser builds and checks its tree by recursion, and so do the
+//! evaluator and `Drop`; a query nested deeper than the stack allows would
+//! end the process. [`parse`] therefore scans the text first, without
+//! recursion, and refuses a query longer than [`ParseLimits::max_length`]
+//! or deeper than [`ParseLimits::max_depth`]. The depth it measures is an
+//! upper bound on the tree's: every open bracket or parenthesis, plus every
+//! operator token (binary or unary) in the brackets around the position.
+//!
+//! The same scan refuses a number used as a duration (inside `[…]`, or
+//! after `offset`) that is not finite or too large, which promql-parser
+//! would turn into a panic; the walk after parsing holds every duration and
+//! `@` time to Prometheus' ranges.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use promql_parser::parser::{self, AtModifier, Expr, Offset, VectorSelector};
+
+/// Bounds on a query's text, checked before parsing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseLimits {
+    /// Longest query, in bytes.
+    pub max_length: usize,
+    /// Deepest nesting, as [`depth`] measures it.
+    pub max_depth: usize,
+}
+
+impl Default for ParseLimits {
+    fn default() -> Self {
+        Self {
+            max_length: 256 * 1024,
+            max_depth: 1000,
+        }
+    }
+}
+
+/// The longest duration Prometheus accepts: an int64 count of nanoseconds.
+pub const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+const DURATION_OUT_OF_RANGE: &str = "duration out of range";
+
+/// Parses `query` within `limits`: an error names the limit it broke, or is
+/// the parser's message.
+pub fn parse(query: &str, limits: &ParseLimits) -> Result<Expr, String> {
+    if query.len() > limits.max_length {
+        return Err(format!(
+            "the query is {} bytes long, over the limit of {} (query-max-length)",
+            query.len(),
+            limits.max_length
+        ));
+    }
+    let d = scan(query, limits.max_depth)?;
+    if d > limits.max_depth {
+        return Err(format!(
+            "the query nests deeper than the limit of {} levels (query-max-depth)",
+            limits.max_depth
+        ));
+    }
+    let expr = parser::parse(query)?;
+    check(&expr)?;
+    Ok(expr)
+}
+
+/// The nesting depth of `query` as [`parse`] bounds it; an error for a
+/// number in a duration's place that cannot be one.
+pub fn depth(query: &str) -> Result<usize, String> {
+    scan(query, usize::MAX)
+}
+
+/// Where the scanner is, for the tokens that matter to it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// Anywhere else.
+    Any,
+    /// Just after `offset` (and an optional sign): a duration.
+    OffsetDuration,
+}
+
+/// [`depth`], returning as soon as the depth passes `stop_at`.
+fn scan(query: &str, stop_at: usize) -> Result<usize, String> {
+    let b = query.as_bytes();
+    // Operator tokens seen so far in each open bracket level, outermost
+    // first, and their sum; the current depth is `levels.len() + ops`.
+    let mut levels: Vec<(u8, usize)> = Vec::new();
+    let mut top_ops = 0usize;
+    let mut ops = 0usize;
+    let mut max = 0usize;
+    let mut expect = Expect::Any;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let in_brackets = levels.last().is_some_and(|&(open, _)| open == b'[');
+        let in_braces = levels.last().is_some_and(|&(open, _)| open == b'{');
+        let mut next = Expect::Any;
+        match c {
+            b'"' | b'\'' | b'`' => i = skip_string(b, i),
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                next = expect;
+            }
+            b'(' | b'[' | b'{' => {
+                levels.push((c, top_ops));
+                top_ops = 0;
+                i += 1;
+            }
+            b')' | b']' | b'}' => {
+                ops -= top_ops;
+                top_ops = levels.pop().map_or(0, |(_, outer)| outer);
+                i += 1;
+            }
+            b'0'..=b'9' | b'.' if !in_braces => {
+                let end = number_end(b, i);
+                if in_brackets || expect == Expect::OffsetDuration {
+                    check_duration_number(&query[i..end])?;
+                }
+                i = end.max(i + 1);
+            }
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'^' | b'=' | b'!' | b'<' | b'>' if !in_braces => {
+                // `==`, `!=`, `<=`, `>=`, `=~`: one operator.
+                let two = b.get(i + 1).is_some_and(|&n| n == b'=' || n == b'~');
+                i += if two { 2 } else { 1 };
+                top_ops += 1;
+                ops += 1;
+                if expect == Expect::OffsetDuration && (c == b'+' || c == b'-') {
+                    next = Expect::OffsetDuration;
+                }
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let end = i + b[i..]
+                    .iter()
+                    .take_while(|&&x| x.is_ascii_alphanumeric() || x == b'_' || x == b':')
+                    .count();
+                let word = &query[i..end];
+                if !in_braces {
+                    if expect == Expect::OffsetDuration
+                        && (word.eq_ignore_ascii_case("inf") || word.eq_ignore_ascii_case("nan"))
+                    {
+                        return Err(DURATION_OUT_OF_RANGE.to_owned());
+                    }
+                    if word.eq_ignore_ascii_case("offset") {
+                        next = Expect::OffsetDuration;
+                    } else if ["and", "or", "unless", "atan2"]
+                        .iter()
+                        .any(|k| word.eq_ignore_ascii_case(k))
+                    {
+                        top_ops += 1;
+                        ops += 1;
+                    }
+                }
+                i = end;
+            }
+            c if c.is_ascii_whitespace() => {
+                i += 1;
+                next = expect;
+            }
+            _ => i += 1,
+        }
+        expect = next;
+        max = max.max(levels.len() + ops);
+        if max > stop_at {
+            return Ok(max);
+        }
+    }
+    Ok(max)
+}
+
+/// The index after the string literal that opens at `start`.
+fn skip_string(b: &[u8], start: usize) -> usize {
+    let quote = b[start];
+    let mut i = start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if quote != b'`' => i += 2,
+            c if c == quote => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// The end of the number (or duration) token that starts at `start`:
+/// digits, letters (hex digits, `e`, units), `.`, `_`, and a sign right
+/// after an exponent.
+fn number_end(b: &[u8], start: usize) -> usize {
+    let hex = b[start..].len() > 1 && b[start] == b'0' && matches!(b[start + 1], b'x' | b'X');
+    let mut i = start;
+    while i < b.len() {
+        let c = b[i];
+        let sign_after_e =
+            (c == b'+' || c == b'-') && !hex && i > start && matches!(b[i - 1], b'e' | b'E');
+        if c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || sign_after_e {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    i
+}
+
+/// A number that promql-parser would read as seconds of a duration must be
+/// one Prometheus accepts; unit durations (`5m`) are checked after parsing.
+fn check_duration_number(token: &str) -> Result<(), String> {
+    let t: String = token.chars().filter(|&c| c != '_').collect();
+    let secs = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        match u64::from_str_radix(hex, 16) {
+            Ok(v) => v as f64,
+            Err(_) if hex.bytes().all(|c| c.is_ascii_hexdigit()) => f64::INFINITY,
+            Err(_) => return Ok(()),
+        }
+    } else {
+        match t.parse::<f64>() {
+            Ok(v) => v,
+            // A duration with units, or a token the parser will refuse.
+            Err(_) => return Ok(()),
+        }
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > MAX_DURATION.as_secs_f64() {
+        return Err(DURATION_OUT_OF_RANGE.to_owned());
+    }
+    Ok(())
+}
+
+/// Holds every duration and `@` time of `expr` to Prometheus' ranges.
+/// Recursion is bounded by the depth check that came before.
+fn check(expr: &Expr) -> Result<(), String> {
+    match expr {
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Ok(()),
+        Expr::Paren(p) => check(&p.expr),
+        Expr::Unary(u) => check(&u.expr),
+        Expr::Binary(b) => {
+            check(&b.lhs)?;
+            check(&b.rhs)
+        }
+        Expr::Aggregate(a) => {
+            if let Some(p) = &a.param {
+                check(p)?;
+            }
+            check(&a.expr)
+        }
+        Expr::Call(c) => c.args.args.iter().try_for_each(|a| check(a)),
+        Expr::VectorSelector(vs) => check_selector(vs),
+        Expr::MatrixSelector(m) => {
+            check_duration(&m.range)?;
+            check_selector(&m.vs)
+        }
+        Expr::Subquery(sq) => {
+            check_duration(&sq.range)?;
+            if let Some(step) = &sq.step {
+                check_duration(step)?;
+            }
+            check_modifiers(&sq.at, &sq.offset)?;
+            check(&sq.expr)
+        }
+    }
+}
+
+fn check_selector(vs: &VectorSelector) -> Result<(), String> {
+    check_modifiers(&vs.at, &vs.offset)
+}
+
+fn check_modifiers(at: &Option<AtModifier>, offset: &Option<Offset>) -> Result<(), String> {
+    match offset {
+        Some(Offset::Pos(d) | Offset::Neg(d)) => check_duration(d)?,
+        None => {}
+    }
+    if let Some(AtModifier::At(t)) = at {
+        let (d, sign) = match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => (d, 1.0),
+            Err(e) => (e.duration(), -1.0),
+        };
+        if d.as_millis() >= i64::MAX as u128 {
+            return Err(format!(
+                "timestamp out of bounds for @ modifier: {}",
+                sign * d.as_secs_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_duration(d: &Duration) -> Result<(), String> {
+    if *d > MAX_DURATION {
+        return Err(DURATION_OUT_OF_RANGE.to_owned());
+    }
+    Ok(())
+}
+
+/// A duration in milliseconds; durations past [`MAX_DURATION`] were
+/// refused by [`parse`], so this cannot overflow for a parsed query.
+pub fn millis(d: &Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ParseLimits {
+        ParseLimits::default()
+    }
+
+    #[test]
+    fn depth_counts_brackets_and_operators() {
+        assert_eq!(depth("1").expect("ok"), 0);
+        assert_eq!(depth("(1)").expect("ok"), 1);
+        assert_eq!(depth("1+1+1").expect("ok"), 2);
+        assert_eq!(depth("sum(rate(x[5m]))").expect("ok"), 3);
+        // Operators inside a closed group do not count after it.
+        assert_eq!(depth("(1+1+1) * 2").expect("ok"), 3);
+        // Strings and label matchers are not operators.
+        assert_eq!(depth(r#"x{a=~"(((", b!="-+-"}"#).expect("ok"), 1);
+        assert_eq!(depth("x # ((((((\n").expect("ok"), 0);
+        assert_eq!(depth("x and y or z").expect("ok"), 2);
+        assert_eq!(depth("---1").expect("ok"), 3);
+    }
+
+    #[test]
+    fn deep_or_long_queries_are_refused_by_name() {
+        let deep = format!("{}1{}", "(".repeat(5000), ")".repeat(5000));
+        let e = parse(&deep, &limits()).expect_err("too deep");
+        assert!(e.contains("query-max-depth"), "{e}");
+        let chain = vec!["1"; 5000].join("+");
+        assert!(parse(&chain, &limits())
+            .expect_err("too deep")
+            .contains("query-max-depth"));
+        let long = "x".repeat(300 * 1024);
+        assert!(parse(&long, &limits())
+            .expect_err("too long")
+            .contains("query-max-length"));
+        let ok = format!("{}1{}", "(".repeat(900), ")".repeat(900));
+        assert!(parse(&ok, &limits()).is_ok());
+    }
+
+    #[test]
+    fn absurd_durations_are_refused_not_panicked_on() {
+        for q in [
+            "x[1e30]",
+            "x offset 1e30",
+            "x offset -1e30",
+            "rate(x[1e300])",
+            "x[5m:1e30]",
+            "x[1e10]",
+            "x[0xffffffffffffffffffff]",
+            "x[300y]",
+            "x offset 300y",
+            "x[5m] offset 1e30",
+            "x offset Inf",
+            "x offset - NaN",
+        ] {
+            let e = parse(q, &limits()).expect_err(q);
+            assert!(e.contains("out of range"), "{q}: {e}");
+        }
+        let e = parse("x @ 1e30", &limits()).expect_err("@");
+        assert!(e.contains("timestamp out of bounds"), "{e}");
+        for q in [
+            "x[5m]",
+            "x offset 1h",
+            "x[5m:30s] offset -1d",
+            "x[9e9]",
+            "x @ 1e9",
+        ] {
+            assert!(parse(q, &limits()).is_ok(), "{q}");
+        }
+    }
+}
