@@ -20,6 +20,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::config::Config;
@@ -150,6 +151,12 @@ impl AppState {
         work: impl FnOnce(Arc<std::sync::atomic::AtomicBool>) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         self.inner.slots.run(timeout, work).await
+    }
+
+    /// Stops running queries and refuses new ones: the server is shutting
+    /// down.
+    pub fn close_reads(&self) {
+        self.inner.slots.close();
     }
 
     /// Metric metadata reported by senders.
@@ -314,15 +321,14 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     resp
 }
 
-/// The application: every route, the body limit, the timeout and the
-/// request metrics.
+/// The application: every route, the body limit, the timeouts, the
+/// request metrics, and the panic guard.
 pub fn router(state: AppState) -> Router {
     let timeout = state.inner.request_timeout;
-    let body_limit = state.inner.max_body_bytes;
-    Router::new()
-        .route("/api/v1/write", post(write::remote_write))
-        .route("/v1/metrics", post(otlp::export))
-        .route("/api/v1/otlp/v1/metrics", post(otlp::export))
+    // Reads enforce the query timeout themselves, inside evaluation, and
+    // answer it in Prometheus' JSON; everything else gets the request
+    // timeout (a timed-out write must be retried by the sender: 503).
+    let reads = Router::new()
         .route("/api/v1/query", get(query::instant).post(query::instant))
         .route("/api/v1/query_range", get(query::range).post(query::range))
         .route(
@@ -338,6 +344,11 @@ pub fn router(state: AppState) -> Router {
             get(metadata::labels).post(metadata::labels),
         )
         .route("/api/v1/label/{name}/values", get(metadata::label_values))
+        .route("/federate", get(federate::federate));
+    let rest = Router::new()
+        .route("/api/v1/write", post(write::remote_write))
+        .route("/v1/metrics", post(otlp::export))
+        .route("/api/v1/otlp/v1/metrics", post(otlp::export))
         .route("/api/v1/metadata", get(metadata::metadata))
         .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
         .route(
@@ -345,16 +356,95 @@ pub fn router(state: AppState) -> Router {
             get(metadata::query_exemplars).post(metadata::query_exemplars),
         )
         .route("/", get(status::page))
-        .route("/federate", get(federate::federate))
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
         .route("/-/ready", get(status::ready))
-        .layer(DefaultBodyLimit::max(body_limit))
-        // A timed-out write must be retried by the sender: 503, not 408.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,
+        ));
+    guarded(reads.merge(rest), state)
+}
+
+/// The layers every route has: the body limit, request metrics, and a
+/// panic in a handler turned into a 500 that keeps the connection.
+fn guarded(routes: Router<AppState>, state: AppState) -> Router {
+    let body_limit = state.inner.max_body_bytes;
+    routes
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_declared_oversize,
         ))
+        .layer(CatchPanicLayer::custom(panicked))
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
+}
+
+/// A body whose `Content-Length` is over the limit gets 413 at once,
+/// before anything is read or waited for.
+async fn refuse_declared_oversize(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let limit = state.inner.max_body_bytes;
+    match declared {
+        Some(n) if n > limit as u64 => ApiError::TooLarge(format!(
+            "request body of {n} bytes (Content-Length) is larger than the limit of {limit} \
+             bytes (max-body-bytes)"
+        ))
+        .into_response(),
+        _ => next.run(req).await,
+    }
+}
+
+/// The reply to a handler's panic: logged, and a plain 500.
+fn panicked(what: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = what
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| what.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    ApiError::Internal(format!("a handler panicked: {what}")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_a_500_and_the_router_keeps_serving() {
+        let head = Arc::new(Head::new(Config::default().head_options()));
+        let state = AppState::new(&Config::default(), head);
+        async fn boom() -> &'static str {
+            panic!("handler bug")
+        }
+        let app = guarded(
+            Router::new()
+                .route("/boom", get(boom))
+                .route("/-/healthy", get(status::healthy)),
+            state,
+        );
+        let req = |uri: &str| {
+            Request::builder()
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        let resp = app.clone().oneshot(req("/boom")).await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        assert_eq!(&body[..], b"internal error; see the server log\n");
+        let resp = app.oneshot(req("/-/healthy")).await.expect("answered");
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
 }

@@ -39,9 +39,21 @@ pub struct Config {
     pub max_series: usize,
     /// Log filter: a level (`info`) or `EnvFilter` directives.
     pub log_level: String,
-    /// Longest time a request may take before it is answered 503.
+    /// Longest time a request other than a query may take before it is
+    /// answered 503 (queries have `query-timeout`).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Most HTTP connections open at once.
+    pub http_max_connections: usize,
+    /// Longest wait for a request's headers; a keep-alive connection idle
+    /// this long is closed too.
+    #[serde(with = "humantime_serde")]
+    pub http_header_read_timeout: Duration,
+    /// Largest request head (request line, URL and headers), in bytes.
+    pub http_max_header_bytes: usize,
+    /// Longest wait at shutdown for requests in flight.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
     /// Head shards (each with its own lock); 0 picks 4× the CPU count.
     pub head_shards: usize,
     /// Most metric families whose metadata (type, help, unit) is kept.
@@ -189,6 +201,10 @@ impl Default for Config {
             max_series: 10_000_000,
             log_level: "info".to_owned(),
             request_timeout: Duration::from_secs(30),
+            http_max_connections: 4096,
+            http_header_read_timeout: Duration::from_secs(30),
+            http_max_header_bytes: 1 << 20,
+            shutdown_timeout: Duration::from_secs(30),
             head_shards: 0,
             max_metadata_families: 100_000,
             query_timeout: Duration::from_secs(120),
@@ -265,6 +281,8 @@ impl Config {
             ("query-max-length", self.query_max_length),
             ("query-max-depth", self.query_max_depth),
             ("query-max-concurrency", self.query_max_concurrency),
+            ("http-max-connections", self.http_max_connections),
+            ("http-max-header-bytes", self.http_max_header_bytes),
             (
                 "wal-segment-bytes",
                 usize::try_from(self.wal_segment_bytes).unwrap_or(usize::MAX),
@@ -285,12 +303,27 @@ impl Config {
                 "checkpoint-interval must be greater than 0".into(),
             ));
         }
+        if self.http_header_read_timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "http-header-read-timeout must be greater than 0".into(),
+            ));
+        }
         if self.request_timeout.is_zero() {
             return Err(ConfigError::Invalid(
                 "request-timeout must be greater than 0".into(),
             ));
         }
         Ok(())
+    }
+
+    /// The HTTP listener's limits.
+    pub fn http_limits(&self) -> crate::server::http::HttpLimits {
+        crate::server::http::HttpLimits {
+            max_connections: self.http_max_connections,
+            header_read_timeout: self.http_header_read_timeout,
+            max_header_bytes: self.http_max_header_bytes,
+            shutdown_timeout: self.shutdown_timeout,
+        }
     }
 
     /// The label limits for ingest.

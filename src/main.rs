@@ -54,10 +54,28 @@ struct Cli {
     /// such as `sluice=debug,tower_http=debug` [default: info].
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
-    /// Longest time one request may take before it is answered 503, e.g. 30s
-    /// or 2m [default: 30s].
+    /// Longest time one request other than a query may take before it is
+    /// answered 503, e.g. 30s or 2m; queries have --query-timeout
+    /// [default: 30s].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     request_timeout: Option<Duration>,
+    /// Most HTTP connections open at once; further ones wait in the
+    /// kernel's backlog until one closes [default: 4096].
+    #[arg(long, value_name = "N")]
+    http_max_connections: Option<usize>,
+    /// Longest wait for a request's headers (slow or stalled clients); a
+    /// keep-alive connection idle this long is closed too [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    http_header_read_timeout: Option<Duration>,
+    /// Largest request head (request line, URL and headers) in bytes;
+    /// larger ones get 431 [default: 1048576].
+    #[arg(long, value_name = "BYTES")]
+    http_max_header_bytes: Option<usize>,
+    /// On SIGTERM, longest wait for requests in flight before the last
+    /// checkpoint is written and the process exits (running queries are
+    /// canceled at once) [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    shutdown_timeout: Option<Duration>,
     /// Head shards, each with its own lock; 0 picks 4x the CPU count [default: 0].
     #[arg(long, value_name = "N")]
     head_shards: Option<usize>,
@@ -159,6 +177,10 @@ impl Cli {
             max_series,
             log_level,
             request_timeout,
+            http_max_connections,
+            http_header_read_timeout,
+            http_max_header_bytes,
+            shutdown_timeout,
             head_shards,
             max_metadata_families,
             query_timeout,

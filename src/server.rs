@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod http;
+
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::storage::checkpoint::{self, Schedule};
@@ -53,6 +55,7 @@ pub struct Server {
     data_dir: PathBuf,
     checkpoint_interval: Duration,
     retention_ms: i64,
+    http: http::HttpLimits,
 }
 
 impl Server {
@@ -93,6 +96,7 @@ impl Server {
             data_dir: config.data_dir.clone(),
             checkpoint_interval: config.checkpoint_interval,
             retention_ms: i64::try_from(config.retention.as_millis()).unwrap_or(i64::MAX),
+            http: config.http_limits(),
         })
     }
 
@@ -106,7 +110,8 @@ impl Server {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests finish.
+    /// Serves until `shutdown` resolves, then cancels running queries and
+    /// lets in-flight requests finish, for up to `shutdown-timeout`.
     pub async fn serve(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -125,11 +130,21 @@ impl Server {
             },
             stop_rx,
         ));
-        axum::serve(self.listener, api::router(self.state))
-            .with_graceful_shutdown(shutdown)
-            .await?;
-        // Every request has been answered: stop background work, take a
-        // last checkpoint so the next start is quick, and close the WAL.
+        let state = self.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            state.close_reads();
+        };
+        let limits = self.http;
+        if !http::serve(self.listener, api::router(self.state), limits, shutdown).await {
+            tracing::warn!(
+                timeout = ?limits.shutdown_timeout,
+                "requests still in flight at the shutdown timeout; stopping without them"
+            );
+        }
+        // Requests are answered (or given up on: a write not yet in the WAL
+        // was never acknowledged): stop background work, take a last
+        // checkpoint so the next start is quick, and close the WAL.
         let _ = stop_tx.send(true);
         let _ = background.await;
         let dir = self.data_dir;

@@ -32,29 +32,35 @@ pub(super) async fn federate(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
-    // Keyed by metric name, then labels: families in name order.
-    let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
-    for matchers in &selectors {
-        for s in state.head().select(matchers, mint, now) {
-            let Some(last) = s.samples(mint, now).last() else {
-                continue;
-            };
-            if last.1.to_bits() != STALE_NAN {
-                let name = s.label("__name__").unwrap_or("").to_owned();
-                // A series matched by several selectors is written once.
-                newest.entry((name, s.labels)).or_insert(last);
+    let head = state.head_arc();
+    let out = state
+        .read(state.query_options().timeout, move |_| {
+            // Keyed by metric name, then labels: families in name order.
+            let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
+            for matchers in &selectors {
+                for s in head.select(matchers, mint, now) {
+                    let Some(last) = s.samples(mint, now).last() else {
+                        continue;
+                    };
+                    if last.1.to_bits() != STALE_NAN {
+                        let name = s.label("__name__").unwrap_or("").to_owned();
+                        // A series matched by several selectors is written once.
+                        newest.entry((name, s.labels)).or_insert(last);
+                    }
+                }
             }
-        }
-    }
-    let mut out = String::with_capacity(newest.len() * 96);
-    let mut family = None;
-    for ((name, labels), (t, v)) in &newest {
-        if family != Some(name) {
-            let _ = writeln!(out, "# TYPE {name} untyped");
-            family = Some(name);
-        }
-        write_sample(&mut out, name, labels, *t, *v);
-    }
+            let mut out = String::with_capacity(newest.len() * 96);
+            let mut family = None;
+            for ((name, labels), (t, v)) in &newest {
+                if family != Some(name) {
+                    let _ = writeln!(out, "# TYPE {name} untyped");
+                    family = Some(name);
+                }
+                write_sample(&mut out, name, labels, *t, *v);
+            }
+            Ok(out)
+        })
+        .await?;
     Ok(([(header::CONTENT_TYPE, TEXT_FORMAT)], out).into_response())
 }
 

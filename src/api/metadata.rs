@@ -30,22 +30,26 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
     }
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
-    for m in &selectors {
-        sets.extend(state.head().series_labels(m, start, end));
-    }
-    let warnings = truncated(sets.len(), limit);
-    let take = if limit == 0 { usize::MAX } else { limit };
-    let data: Vec<BTreeMap<&str, &str>> = sets
-        .iter()
-        .take(take)
-        .map(|ls| {
-            ls.iter()
-                .map(|l| (l.name.as_str(), l.value.as_str()))
-                .collect()
-        })
-        .collect();
-    Ok(success(data, &warnings))
+    let head = state.head_arc();
+    read(&state, move || {
+        let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
+        for m in &selectors {
+            sets.extend(head.series_labels(m, start, end));
+        }
+        let warnings = truncated(sets.len(), limit);
+        let take = if limit == 0 { usize::MAX } else { limit };
+        let data: Vec<BTreeMap<&str, &str>> = sets
+            .iter()
+            .take(take)
+            .map(|ls| {
+                ls.iter()
+                    .map(|l| (l.name.as_str(), l.value.as_str()))
+                    .collect()
+            })
+            .collect();
+        success(data, &warnings)
+    })
+    .await
 }
 
 /// `GET|POST /api/v1/labels?match[]=…&start=&end=&limit=`
@@ -53,14 +57,18 @@ pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<R
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let mut names = BTreeSet::new();
-    if selectors.is_empty() {
-        names = state.head().label_names(&[], start, end);
-    }
-    for m in &selectors {
-        names.extend(state.head().label_names(m, start, end));
-    }
-    Ok(limited(names, limit))
+    let head = state.head_arc();
+    read(&state, move || {
+        let mut names = BTreeSet::new();
+        if selectors.is_empty() {
+            names = head.label_names(&[], start, end);
+        }
+        for m in &selectors {
+            names.extend(head.label_names(m, start, end));
+        }
+        limited(names, limit)
+    })
+    .await
 }
 
 /// `GET /api/v1/label/<name>/values?match[]=…&start=&end=&limit=`
@@ -75,14 +83,29 @@ pub(super) async fn label_values(
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let mut values = BTreeSet::new();
-    if selectors.is_empty() {
-        values = state.head().label_values(&name, &[], start, end);
-    }
-    for m in &selectors {
-        values.extend(state.head().label_values(&name, m, start, end));
-    }
-    Ok(limited(values, limit))
+    let head = state.head_arc();
+    read(&state, move || {
+        let mut values = BTreeSet::new();
+        if selectors.is_empty() {
+            values = head.label_values(&name, &[], start, end);
+        }
+        for m in &selectors {
+            values.extend(head.label_values(&name, m, start, end));
+        }
+        limited(values, limit)
+    })
+    .await
+}
+
+/// Runs `f` on a query slot within the query timeout: walking the index
+/// is CPU work that would stall the async workers (and the writes on them).
+async fn read(
+    state: &AppState,
+    f: impl FnOnce() -> Response + Send + 'static,
+) -> Result<Response, ApiError> {
+    state
+        .read(state.query_options().timeout, move |_| Ok(f()))
+        .await
 }
 
 fn limited(set: BTreeSet<String>, limit: usize) -> Response {

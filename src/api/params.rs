@@ -155,17 +155,30 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
 
 /// Parses an API duration: float seconds, or a Prometheus duration such as
 /// `1h30m` (units ms, s, m, h, d, w, y; longest first). Returns ms.
+///
+/// Durations are Go's: an int64 of nanoseconds, about ±292 years; longer
+/// ones are refused in Prometheus' words.
 pub fn parse_duration(s: &str) -> Result<i64, String> {
-    let bad = || format!("cannot parse {s:?} to a valid duration");
+    let overflows = || format!("cannot parse {s:?} to a valid duration. It overflows int64");
     if let Ok(f) = s.parse::<f64>() {
         let ms = f * 1000.0;
-        if !ms.is_finite() || ms >= i64::MAX as f64 || ms <= i64::MIN as f64 {
-            return Err(bad());
+        if !ms.is_finite() {
+            return Err(format!("cannot parse {s:?} to a valid duration"));
+        }
+        if ms.abs() > MAX_DURATION_MS as f64 {
+            return Err(overflows());
         }
         return Ok(ms.round() as i64);
     }
-    parse_prom_duration(s).ok_or_else(bad)
+    match parse_prom_duration(s) {
+        Some(ms) if ms <= MAX_DURATION_MS => Ok(ms),
+        Some(_) => Err(overflows()),
+        None => Err(format!("cannot parse {s:?} to a valid duration")),
+    }
 }
+
+/// The longest duration, in ms: `i64::MAX` nanoseconds.
+pub const MAX_DURATION_MS: i64 = i64::MAX / 1_000_000;
 
 /// `[0-9]+` followed by a unit, repeated with units strictly decreasing.
 pub fn parse_prom_duration(s: &str) -> Option<i64> {
@@ -210,10 +223,19 @@ pub fn parse_prom_duration(s: &str) -> Option<i64> {
     Some(total)
 }
 
+/// The deepest `match[]` selector parsed; a valid one is 1 deep.
+const SELECTOR_MAX_DEPTH: usize = 16;
+
 /// Parses one series selector (`up{job="x"}`) into matcher sets: one set,
 /// or several when the selector uses `or` inside its braces.
 pub fn parse_selector(s: &str, limits: &ParseLimits) -> Result<Vec<Vec<Matcher>>, String> {
-    match crate::promql::guard::parse(s, limits)? {
+    // A selector nests one level (its braces): anything much deeper is
+    // refused before it is parsed, here on an async worker's stack.
+    let limits = ParseLimits {
+        max_depth: limits.max_depth.min(SELECTOR_MAX_DEPTH),
+        ..*limits
+    };
+    match crate::promql::guard::parse(s, &limits)? {
         promql_parser::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
         _ => Err(format!("invalid selector {s:?}: not a series selector")),
     }
@@ -256,9 +278,17 @@ mod tests {
             Ok(365 * 86_400_000 + 14 * 86_400_000)
         );
         assert_eq!(parse_duration("0"), Ok(0));
-        for bad in ["", "1.5h", "30m1h", "1h1h", "h", "5x", "-5m"] {
+        for bad in ["", "1.5h", "30m1h", "1h1h", "h", "5x", "-5m", "NaN", "Inf"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        for huge in ["1e30", "-1e30", "9e15", "300y", "99999999999999999999y"] {
+            let e = parse_duration(huge).expect_err(huge);
+            assert!(
+                e.contains("overflows int64") || e.contains("valid duration"),
+                "{e}"
+            );
+        }
+        assert_eq!(parse_duration("292y"), Ok(292 * 365 * 86_400_000));
     }
 
     #[test]

@@ -142,7 +142,7 @@ pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Re
             "zero or negative query resolution step widths are not accepted. Try a positive integer",
         ));
     }
-    if (end - start) / step > MAX_POINTS {
+    if (i128::from(end) - i128::from(start)) / i128::from(step) > i128::from(MAX_POINTS) {
         return Err(ApiError::bad_data(
             "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution (?step=XX)",
         ));
@@ -227,10 +227,18 @@ pub(super) async fn format_query(
 ) -> Result<Response, ApiError> {
     let query = p
         .get("query")
-        .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?;
-    let expr = guard::parse(query, &state.query_options().parse)
-        .map_err(|e| ApiError::bad_param("query", e))?;
-    Ok(super::prom::success(expr.prettify(), &[]))
+        .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
+        .to_owned();
+    let limits = state.query_options().parse;
+    // Parsing and printing recurse: on a query thread, whose stack fits
+    // the deepest query the limits let through.
+    state
+        .read(state.query_options().timeout, move |_| {
+            let expr =
+                guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
+            Ok(super::prom::success(expr.prettify(), &[]))
+        })
+        .await
 }
 
 #[cfg(test)]

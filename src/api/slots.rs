@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 
 use super::prom::ErrorType;
 use super::ApiError;
@@ -26,6 +26,8 @@ const MIN_STACK: usize = 8 << 20;
 #[derive(Debug)]
 pub(crate) struct Slots {
     permits: Arc<Semaphore>,
+    /// Turns true at shutdown: running work is told to stop.
+    closing: watch::Sender<bool>,
     max: usize,
     stack_bytes: usize,
 }
@@ -44,9 +46,15 @@ impl Slots {
     pub(crate) fn new(max: usize, max_depth: usize) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max.max(1))),
+            closing: watch::Sender::new(false),
             max: max.max(1),
             stack_bytes: max_depth.saturating_mul(STACK_PER_LEVEL).max(MIN_STACK),
         }
+    }
+
+    /// Tells running and waiting work to stop: the server is shutting down.
+    pub(crate) fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     /// Slots in use now.
@@ -83,7 +91,16 @@ impl Slots {
             drop(permit);
             let _ = tx.send(result);
         })?;
-        let outcome = tokio::time::timeout_at(deadline, rx).await;
+        let mut closing = self.closing.subscribe();
+        let outcome = tokio::select! {
+            o = tokio::time::timeout_at(deadline, rx) => o,
+            _ = closing.wait_for(|c| *c) => {
+                return Err(ApiError::Prom {
+                    kind: ErrorType::Unavailable,
+                    message: "query canceled: the server is shutting down".to_owned(),
+                });
+            }
+        };
         drop(cancel);
         match outcome {
             Err(_) => Err(timed_out(format!(

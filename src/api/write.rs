@@ -22,6 +22,10 @@ static VERSION_HEADER: HeaderName = HeaderName::from_static("x-prometheus-remote
 /// The first bytes of a snappy *framed* stream (which PRW forbids).
 const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
 
+/// The most a snappy block can expand: a 3-byte copy element makes 64
+/// bytes (21.3×), rounded up.
+const SNAPPY_MAX_RATIO: usize = 22;
+
 /// Decompressed bodies above this size are not kept for reuse by the thread.
 const KEEP_BUFFER_BYTES: usize = 4 << 20;
 
@@ -72,6 +76,16 @@ fn handle(
     }
     let len = snap::raw::decompress_len(&body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid snappy block data: {e}")))?;
+    // A snappy element expands at most 64 bytes from 3: a header claiming
+    // more than 22 times the body's size is a lie, refused before the
+    // buffer it asks for is allocated.
+    if len > body.len().saturating_mul(SNAPPY_MAX_RATIO) {
+        return Err(ApiError::BadRequest(format!(
+            "body is not valid snappy block data: its header claims {len} bytes, more than \
+             {} compressed bytes can hold",
+            body.len()
+        )));
+    }
     if len > inner.max_decompressed_bytes {
         return Err(ApiError::TooLarge(format!(
             "decompressed body would be {len} bytes, over the limit of {} bytes (max-decompressed-bytes)",

@@ -791,7 +791,7 @@ fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError
         string_arg(call, 3)?,
         string_arg(call, 4)?,
     );
-    let re = regex::Regex::new(&format!("^(?s:{re})$")).map_err(|e| {
+    let re = crate::storage::index::anchored_regex(&re).map_err(|e| {
         QueryError::BadData(format!(
             "invalid regular expression in label_replace(): {e}"
         ))

@@ -24,11 +24,21 @@ pub enum MatchOp {
 
 /// Why a matcher could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid regular expression {pattern:?}: {source}")]
+#[error("invalid regular expression {pattern:?}: {message}")]
 pub struct MatcherError {
     pattern: String,
-    #[source]
-    source: regex::Error,
+    message: String,
+}
+
+/// `pattern` compiled to match whole values, as PromQL's regexes do. The
+/// pattern must parse on its own first: anchoring wraps it in a group, and
+/// a pattern with an unbalanced `)` (`a)|(.*`) would otherwise close that
+/// group early and match everything.
+pub fn anchored_regex(pattern: &str) -> Result<Regex, String> {
+    regex_syntax::ast::parse::Parser::new()
+        .parse(pattern)
+        .map_err(|e| format!("error parsing regexp: {}", e.kind()))?;
+    Regex::new(&format!("^(?s:{pattern})$")).map_err(|e| e.to_string())
 }
 
 /// A label matcher, e.g. `job=~"node|api"`.
@@ -47,12 +57,12 @@ impl Matcher {
     /// Builds a matcher; regex patterns are anchored at both ends, as in PromQL.
     pub fn new(op: MatchOp, name: &str, value: &str) -> Result<Self, MatcherError> {
         let re = match op {
-            MatchOp::Regex | MatchOp::NotRegex => Some(
-                Regex::new(&format!("^(?s:{value})$")).map_err(|source| MatcherError {
+            MatchOp::Regex | MatchOp::NotRegex => {
+                Some(anchored_regex(value).map_err(|message| MatcherError {
                     pattern: value.to_owned(),
-                    source,
-                })?,
-            ),
+                    message,
+                })?)
+            }
             _ => None,
         };
         Ok(Self {
@@ -277,5 +287,19 @@ mod tests {
     #[test]
     fn bad_regex_is_an_error() {
         assert!(Matcher::new(MatchOp::Regex, "job", "(").is_err());
+        // A pattern cannot close the anchoring group and match everything.
+        for escape in ["zzz)|(.*", ")|(", "a))|((b"] {
+            assert!(
+                Matcher::new(MatchOp::Regex, "job", escape).is_err(),
+                "{escape}"
+            );
+            assert!(
+                Matcher::new(MatchOp::NotRegex, "job", escape).is_err(),
+                "{escape}"
+            );
+        }
+        let literal_paren = Matcher::new(MatchOp::Regex, "job", r"a\)|b").expect("valid");
+        assert!(literal_paren.matches("a)") && literal_paren.matches("b"));
+        assert!(!literal_paren.matches("anything"));
     }
 }
