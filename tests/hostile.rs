@@ -1,0 +1,448 @@
+//! Hostile input against the real binary on loopback: queries built to
+//! overflow the stack, overflow arithmetic, or allocate without bound;
+//! lying bodies and headers; stalled connections; and a SIGTERM while an
+//! abandoned query runs. After every attack the process must still be
+//! alive, answer `/-/healthy`, store a write and answer a query, and its
+//! RSS must stay within a stated bound. Each answer's status and
+//! `errorType` are Prometheus 3.5.3's for the same request.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// RSS the whole suite may add to the server.
+const RSS_GROWTH_BOUND_KIB: u64 = 512 * 1024;
+
+struct Sluice {
+    child: Child,
+    addr: SocketAddr,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sluice {
+    fn start(extra: &[&str]) -> Self {
+        let data = tempfile::tempdir().expect("tempdir");
+        let mut child = Command::new(BIN)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-level",
+                "warn,sluice::server=info",
+            ])
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = loop {
+            let line = match lines.next() {
+                Some(Ok(l)) => l,
+                _ => panic!("sluice exited before listening"),
+            };
+            if let Some(at) = line.find("listening addr=") {
+                break line[at + "listening addr=".len()..]
+                    .trim()
+                    .parse()
+                    .expect("an address");
+            }
+        };
+        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        Self {
+            child,
+            addr,
+            _data: data,
+        }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the process is alive");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS")
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Still up, and still storing and answering.
+    async fn assert_alive(&mut self, after: &str) {
+        assert!(
+            self.child.try_wait().expect("wait").is_none(),
+            "the process died after {after}"
+        );
+        let (code, _) = common::get(self.addr, "/-/healthy").await;
+        assert_eq!(code, 200, "healthy after {after}");
+        let body = common::body(vec![common::series(
+            &[("__name__", "alive"), ("after", "x")],
+            &[(common::now_ms(), 1.0)],
+        )]);
+        let (code, text) = common::push(self.addr, body).await;
+        assert_eq!(code, 204, "a write after {after}: {text}");
+        let v = query(self, &[("query", "1+1")]).await;
+        assert_eq!(v["data"]["result"][1], "2", "a query after {after}: {v}");
+    }
+}
+
+/// POSTs a form to the query API; the reply's JSON with its status code
+/// as `"code"`.
+async fn api(s: &Sluice, path: &str, form: &[(&str, &str)]) -> Value {
+    let client = reqwest::Client::new();
+    // Label values is GET only, as in Prometheus.
+    let req = if path.starts_with("/api/v1/label/") {
+        client.get(s.url(path)).query(form)
+    } else {
+        client.post(s.url(path)).form(form)
+    };
+    let resp = req.send().await.expect("answered");
+    let code = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    let mut v: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{path}: {code}, not JSON ({e}): {text}"));
+    v["code"] = code.into();
+    v
+}
+
+async fn query(s: &Sluice, form: &[(&str, &str)]) -> Value {
+    api(s, "/api/v1/query", form).await
+}
+
+#[track_caller]
+fn assert_error(v: &Value, code: u16, kind: &str, says: &str) {
+    assert_eq!(v["code"], code, "{v}");
+    assert_eq!(v["status"], "error", "{v}");
+    assert_eq!(v["errorType"], kind, "{v}");
+    let msg = v["error"].as_str().unwrap_or_default();
+    assert!(msg.contains(says), "expected {says:?} in {v}");
+}
+
+/// Sends raw bytes on a new connection; what the server writes back until
+/// it closes the connection or `wait` passes.
+fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> String {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    c.write_all(bytes).expect("write");
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn nested(open: &str, inner: &str, close: &str, n: usize) -> String {
+    format!("{}{inner}{}", open.repeat(n), close.repeat(n))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
+    let mut s = Sluice::start(&[
+        "--query-max-samples",
+        "200000",
+        "--query-max-concurrency",
+        "2",
+        "--http-header-read-timeout",
+        "2s",
+        // Long enough that a request left waiting for its body would
+        // still be waiting when the test reads the answer.
+        "--request-timeout",
+        "10m",
+    ]);
+    let rss_before = s.rss_kib();
+    let wide = "v".repeat(4000);
+    let body = common::body(vec![common::series(
+        &[("__name__", "x"), ("wide", &wide)],
+        &[(common::now_ms(), 1.0)],
+    )]);
+    assert_eq!(common::push(s.addr, body).await.0, 204);
+    s.assert_alive("start").await;
+
+    // Deep nesting: each would overflow a stack; 400 bad_data naming the limit.
+    let deep: Vec<(&str, String)> = vec![
+        ("parentheses", nested("(", "1", ")", 10_000)),
+        ("a sum of 10,000 terms", vec!["1"; 10_000].join("+")),
+        ("a sum of 100,000 terms", vec!["1"; 100_000].join("+")),
+        (
+            "abs() 10,000 deep",
+            nested("abs(", "vector(1)", ")", 10_000),
+        ),
+        (
+            "unary minus 10,000 deep",
+            format!("{}1", "-".repeat(10_000)),
+        ),
+    ];
+    for (what, q) in &deep {
+        for path in ["/api/v1/query", "/api/v1/format_query"] {
+            let v = api(&s, path, &[("query", q)]).await;
+            assert_error(&v, 400, "bad_data", "query-max-depth");
+        }
+        s.assert_alive(what).await;
+    }
+    let sel = nested("(", "up", ")", 10_000);
+    for path in [
+        "/api/v1/series",
+        "/api/v1/labels",
+        "/api/v1/label/job/values",
+    ] {
+        let v = api(&s, path, &[("match[]", &sel)]).await;
+        assert_error(&v, 400, "bad_data", "query-max-depth");
+    }
+    let long = format!("x{{a=\"{}\"}}", "a".repeat(300 * 1024));
+    assert_error(
+        &query(&s, &[("query", &long)]).await,
+        400,
+        "bad_data",
+        "query-max-length",
+    );
+    // The deepest query the limit lets through is evaluated.
+    let ok = nested("abs(", "vector(1)", ")", 999);
+    assert_eq!(query(&s, &[("query", &ok)]).await["status"], "success");
+    s.assert_alive("deep queries").await;
+
+    // Absurd durations: Prometheus' parse errors, never a panic.
+    for q in [
+        "x[1e30]",
+        "x offset 1e30",
+        "rate(x[1e300])",
+        "x[5m:1e30]",
+        "x[1e10]",
+        "x offset -1e30",
+    ] {
+        assert_error(
+            &query(&s, &[("query", q)]).await,
+            400,
+            "bad_data",
+            "duration out of range",
+        );
+        assert_error(
+            &api(&s, "/api/v1/format_query", &[("query", q)]).await,
+            400,
+            "bad_data",
+            "duration out of range",
+        );
+        for path in [
+            "/api/v1/series",
+            "/api/v1/labels",
+            "/api/v1/label/job/values",
+        ] {
+            let v = api(&s, path, &[("match[]", q)]).await;
+            assert_eq!(v["code"], 400, "{path} {q}: {v}");
+        }
+        let fed = reqwest::Client::new()
+            .get(s.url("/federate"))
+            .query(&[("match[]", q)])
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(fed.status().as_u16(), 400, "federate {q}");
+    }
+    assert_error(
+        &query(&s, &[("query", "x @ 1e30")]).await,
+        400,
+        "bad_data",
+        "timestamp out of bounds for @ modifier",
+    );
+    s.assert_alive("absurd durations").await;
+
+    // Absurd ranges, steps and lookbacks.
+    let v = api(
+        &s,
+        "/api/v1/query_range",
+        &[
+            ("query", "1"),
+            ("start", "-9e15"),
+            ("end", "9e15"),
+            ("step", "1"),
+        ],
+    )
+    .await;
+    assert_error(&v, 400, "bad_data", "11,000 points");
+    let v = api(
+        &s,
+        "/api/v1/query_range",
+        &[
+            ("query", "x"),
+            ("start", "0"),
+            ("end", "100"),
+            ("step", "1e6"),
+            ("lookback_delta", "9e15"),
+        ],
+    )
+    .await;
+    assert_error(&v, 400, "bad_data", "overflows int64");
+    let v = api(
+        &s,
+        "/api/v1/query_range",
+        &[
+            ("query", "1"),
+            ("start", "0"),
+            ("end", "100"),
+            ("step", "1e30"),
+        ],
+    )
+    .await;
+    assert_error(&v, 400, "bad_data", "overflows int64");
+    assert_error(
+        &query(&s, &[("query", "1"), ("timeout", "1e30")]).await,
+        400,
+        "bad_data",
+        "overflows int64",
+    );
+    s.assert_alive("absurd ranges").await;
+
+    // Queries that build data: bounded by the samples limit or the label
+    // bytes limit, 422 execution.
+    for q in [
+        "count_over_time(vector(1)[1y:1ms])",
+        "count_over_time(vector(1)[1d:1ms])",
+    ] {
+        assert_error(
+            &query(&s, &[("query", q)]).await,
+            422,
+            "execution",
+            "too many samples",
+        );
+    }
+    let mut doubling = "x".to_owned();
+    for _ in 0..9 {
+        doubling =
+            format!(r#"label_replace({doubling}, "wide", "$1$1$1$1$1$1$1$1", "wide", "(.*)")"#);
+    }
+    assert_error(
+        &query(&s, &[("query", &doubling)]).await,
+        422,
+        "execution",
+        "query-max-label-bytes",
+    );
+    s.assert_alive("queries that build data").await;
+
+    // Regexes cannot escape their anchoring.
+    for q in [r#"x{wide=~"zzz)|(.*"}"#, r#"x{wide!~"zzz)|(.*"}"#] {
+        assert_error(&query(&s, &[("query", q)]).await, 400, "bad_data", "regexp");
+    }
+    let v = query(
+        &s,
+        &[("query", r#"label_replace(x, "a", "b", "wide", "zzz)|(.*")"#)],
+    )
+    .await;
+    assert_eq!(v["code"], 400, "{v}");
+
+    // Smaller differences, as Prometheus 3.5.3 answers them.
+    assert_error(
+        &query(&s, &[("query", r#"count_values("", x)"#)]).await,
+        422,
+        "execution",
+        "invalid label name",
+    );
+    let v = query(&s, &[("query", r#"count_values("a-b", x)"#)]).await;
+    assert_eq!(v["status"], "success", "UTF-8 names are valid: {v}");
+    let v = api(&s, "/api/v1/series", &[("match[]", "x"), ("limit", "-1")]).await;
+    assert_error(&v, 400, "bad_data", "limit must be non-negative");
+
+    // Lying bodies and headers.
+    let answer = raw(
+        s.addr,
+        b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n\
+          Content-Encoding: snappy\r\nContent-Length: 1000000000000\r\n\r\n",
+        Duration::from_secs(60),
+    );
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    // A 9-byte body whose header claims 32 MB.
+    let mut lying = vec![0x80, 0x80, 0x80, 0x10];
+    lying.extend_from_slice(&[0; 5]);
+    let (code, text) = common::push(s.addr, lying).await;
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("claims"), "{text}");
+    let huge_header = format!(
+        "GET /-/healthy HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(2 << 20)
+    );
+    let answer = raw(s.addr, huge_header.as_bytes(), Duration::from_secs(60));
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+    s.assert_alive("lying bodies and headers").await;
+
+    // A stalled request head is dropped at the header deadline (2s here).
+    let answer = raw(
+        s.addr,
+        b"GET /-/healthy HTTP/1.1\r\nHost:",
+        Duration::from_secs(60),
+    );
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    s.assert_alive("a stalled request head").await;
+
+    // A query past its timeout answers errorType timeout, and stops: its
+    // slot comes back. Two slots; each slow query is abandoned at 1s.
+    let slow = [
+        ("query", "max_over_time(vector(1)[1m:1ms])"),
+        ("start", "0"),
+        ("end", "10000"),
+        ("step", "1"),
+        ("timeout", "1s"),
+    ];
+    for _ in 0..3 {
+        let v = api(&s, "/api/v1/query_range", &slow).await;
+        assert_error(&v, 503, "timeout", "timed out");
+    }
+    s.assert_alive("timed-out queries").await;
+
+    let growth = s.rss_kib().saturating_sub(rss_before);
+    assert!(
+        growth < RSS_GROWTH_BOUND_KIB,
+        "RSS grew by {growth} KiB over the attacks"
+    );
+
+    // SIGTERM while an abandoned slow query runs and a connection sits
+    // on a half-sent head: a clean exit 0, within the shutdown timeout.
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .expect("client");
+    let mut long = slow.to_vec();
+    long[4] = ("timeout", "10m");
+    let _ = client
+        .post(s.url("/api/v1/query_range"))
+        .form(&long)
+        .send()
+        .await;
+    let mut half = TcpStream::connect(s.addr).expect("connect");
+    half.write_all(b"GET /-/healthy HTTP/1.1\r\n")
+        .expect("write");
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let mut exited = None;
+    for _ in 0..600 {
+        if let Some(status) = s.child.try_wait().expect("wait") {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = exited.expect("exited within 60s of SIGTERM");
+    assert!(status.success(), "exit status {status}");
+}
