@@ -76,6 +76,12 @@ fn handle(
     }
     let len = snap::raw::decompress_len(&body)
         .map_err(|e| ApiError::BadRequest(format!("body is not valid snappy block data: {e}")))?;
+    if len > inner.max_decompressed_bytes {
+        return Err(ApiError::TooLarge(format!(
+            "decompressed body would be {len} bytes, over the limit of {} bytes (max-decompressed-bytes)",
+            inner.max_decompressed_bytes
+        )));
+    }
     // A snappy element expands at most 64 bytes from 3: a header claiming
     // more than 22 times the body's size is a lie, refused before the
     // buffer it asks for is allocated.
@@ -84,12 +90,6 @@ fn handle(
             "body is not valid snappy block data: its header claims {len} bytes, more than \
              {} compressed bytes can hold",
             body.len()
-        )));
-    }
-    if len > inner.max_decompressed_bytes {
-        return Err(ApiError::TooLarge(format!(
-            "decompressed body would be {len} bytes, over the limit of {} bytes (max-decompressed-bytes)",
-            inner.max_decompressed_bytes
         )));
     }
     let now_ms = state.now_ms();
@@ -161,5 +161,26 @@ fn check_content_encoding(headers: &HeaderMap) -> Result<(), ApiError> {
             "unsupported Content-Encoding {:?}: remote write needs snappy",
             String::from_utf8_lossy(v.as_bytes())
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SNAPPY_MAX_RATIO;
+
+    #[test]
+    fn no_real_snappy_block_expands_past_the_plausibility_ratio() {
+        // Runs of one byte are snappy's best case: all 64-byte copies.
+        for len in [1usize, 100, 65_536, 4 << 20] {
+            let raw = vec![0u8; len];
+            let packed = snap::raw::Encoder::new()
+                .compress_vec(&raw)
+                .expect("compresses");
+            assert!(
+                len <= packed.len() * SNAPPY_MAX_RATIO,
+                "{len} bytes packed into {}",
+                packed.len()
+            );
+        }
     }
 }

@@ -367,3 +367,179 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use crate::promql::{Engine, QueryOptions};
+    use crate::storage::head::{AppendCounts, Head, HeadOptions};
+    use crate::storage::labels::encode_canonical;
+
+    const TOKENS: &[&str] = &[
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "1",
+        "x",
+        "y",
+        "+",
+        "-",
+        "*",
+        "/",
+        "^",
+        "==",
+        "!=",
+        "and",
+        "or",
+        "unless",
+        "rate",
+        "abs",
+        "sum",
+        "by",
+        "(job)",
+        "offset",
+        "@",
+        "5m",
+        "1e30",
+        "1e308",
+        "0x1f",
+        "Inf",
+        "NaN",
+        ":",
+        ",",
+        "\"a\"",
+        "`b`",
+        "=~",
+        "!~",
+        "job",
+        "label_replace",
+        "label_join",
+        "vector",
+        "count_values",
+        "topk",
+        "scalar",
+        "time()",
+        " ",
+        "#",
+        "\n",
+        "[1y:1ms]",
+        "[5m:]",
+        "-1e30",
+        "start()",
+        "end()",
+        "bool",
+        "on",
+        "group_left",
+        "$1$1",
+        "\"(.*)\"",
+        "\")|(.*\"",
+    ];
+
+    fn head() -> Head {
+        let head = Head::new(HeadOptions::default());
+        let mut c = AppendCounts::default();
+        for (name, job) in [("x", "a"), ("x", "b"), ("y", "a")] {
+            let labels = [("__name__", name), ("job", job)];
+            let mut raw = Vec::new();
+            encode_canonical(labels.iter().copied(), &mut raw);
+            let samples = (0..40).map(|i| (i * 15_000, i as f64));
+            head.append_labels(&labels, &raw, samples, i64::MAX, &mut c)
+                .expect("fits");
+        }
+        head
+    }
+
+    fn query() -> impl Strategy<Value = String> {
+        let tokens =
+            prop::collection::vec(prop::sample::select(TOKENS), 0..60).prop_map(|t| t.concat());
+        (
+            0usize..100_000,
+            prop::sample::select(&["(", "abs(", "-", "1+"][..]),
+            tokens,
+        )
+            .prop_map(|(depth, opener, rest)| {
+                // Mostly shallow; sometimes up to 100,000 deep.
+                let depth = if depth % 8 == 0 { depth } else { depth % 40 };
+                format!("{}{rest}{}", opener.repeat(depth), ")".repeat(depth / 2))
+            })
+    }
+
+    /// Expressions by PromQL's grammar, with absurd durations and numbers
+    /// among the ordinary ones.
+    fn expression() -> impl Strategy<Value = String> {
+        let dur = || {
+            prop::sample::select(
+                &[
+                    "5m", "1s", "1ms", "1y", "300y", "1e30", "1e10", "0x10", "90",
+                ][..],
+            )
+        };
+        let num = prop::sample::select(&["1", "NaN", "Inf", "-1", "1e308", "0", "2"][..]);
+        let leaf =
+            prop::sample::select(&["x", "y", "1", "vector(1)", "time()", "x{job=~\"a|b\"}"][..])
+                .prop_map(str::to_owned);
+        leaf.prop_recursive(8, 64, 2, move |inner| {
+            prop_oneof![
+                (
+                    inner.clone(),
+                    inner.clone(),
+                    prop::sample::select(
+                        &["+", "/", "^", "and", "or", "> bool", "* on(job)", "unless"][..]
+                    )
+                )
+                    .prop_map(|(a, b, op)| format!("({a} {op} {b})")),
+                inner.clone().prop_map(|a| format!("abs({a})")),
+                inner.clone().prop_map(|a| format!("-{a}")),
+                inner.clone().prop_map(|a| format!("sum by (job) ({a})")),
+                (inner.clone(), dur(), dur())
+                    .prop_map(|(a, r, st)| format!("max_over_time(({a})[{r}:{st}])")),
+                (dur(), dur()).prop_map(|(r, o)| format!("rate(x[{r}] offset {o})")),
+                inner.clone().prop_map(|a| format!(
+                    "label_replace({a}, \"job\", \"$1$1\", \"job\", \"(.*)\")"
+                )),
+                (num.clone(), inner.clone()).prop_map(|(n, a)| format!("topk({n}, {a})")),
+                inner
+                    .clone()
+                    .prop_map(|a| format!("count_values(\"v\", {a})")),
+                (inner, num.clone()).prop_map(|(a, n)| format!("{a} @ {n}")),
+            ]
+        })
+    }
+
+    #[test]
+    fn any_query_text_is_answered_or_refused_never_a_panic() {
+        // The evaluator runs on a stack sized as query threads are.
+        let run = std::thread::Builder::new()
+            .stack_size(32 << 20)
+            .spawn(|| {
+                let head = head();
+                // Small limits keep each case short: nested subqueries over
+                // `[1y:1ms]` would otherwise run to the default timeout.
+                let opts = QueryOptions {
+                    max_samples: 10_000,
+                    timeout: std::time::Duration::from_millis(500),
+                    ..QueryOptions::default()
+                };
+                let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+                    cases: 128,
+                    failure_persistence: None,
+                    ..ProptestConfig::default()
+                });
+                runner
+                    .run(&prop_oneof![query(), expression()], |q| {
+                        let e = Engine::new(&head, opts.clone());
+                        let _ = e.instant(&q, 300_000);
+                        let _ = e.range(&q, 0, 600_000, 150_000);
+                        Ok(())
+                    })
+                    .map_err(|e| e.to_string())
+            })
+            .expect("thread");
+        let result = run.join().expect("no panic escaped");
+        assert!(result.is_ok(), "{result:?}");
+    }
+}
