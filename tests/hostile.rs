@@ -330,6 +330,17 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
         "execution",
         "query-max-label-bytes",
     );
+    let srcs = vec![r#""wide""#; 20].join(", ");
+    let mut joined = "x".to_owned();
+    for _ in 0..5 {
+        joined = format!(r#"label_join({joined}, "wide", "", {srcs})"#);
+    }
+    assert_error(
+        &query(&s, &[("query", &joined)]).await,
+        422,
+        "execution",
+        "query-max-label-bytes",
+    );
     s.assert_alive("queries that build data").await;
 
     // Regexes cannot escape their anchoring.

@@ -707,18 +707,7 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let mut budget = LabelBudget::new(ctx, "label_join");
     let mut out = Vec::with_capacity(v.len());
     for mut s in v {
-        let bound = srcs
-            .iter()
-            .map(|n| {
-                s.labels
-                    .iter()
-                    .find(|l| &l.name == n)
-                    .map_or(0, |l| l.value.len())
-            })
-            .sum::<usize>()
-            + sep.len() * srcs.len();
-        budget.take(bound)?;
-        let value = srcs
+        let parts: Vec<&str> = srcs
             .iter()
             .map(|n| {
                 s.labels
@@ -726,8 +715,9 @@ fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
                     .find(|l| &l.name == n)
                     .map_or("", |l| l.value.as_str())
             })
-            .collect::<Vec<_>>()
-            .join(&sep);
+            .collect();
+        budget.take(parts.iter().map(|p| p.len() + sep.len()).sum())?;
+        let value = parts.join(&sep);
         s.labels = set_label(&s.labels, &dst, value);
         out.push(s);
     }
