@@ -174,7 +174,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| otlp_requests::request(t0 + i * 15_000).encode_to_vec())
         .collect();
     let limits = LabelLimits::default();
-    let metadata = MetadataStore::new(1000);
+    let metadata = MetadataStore::new(1000, 64 << 20);
     let otlp = Otlp::new(OtlpOptions::default(), 1 << 20);
     let max_t = i64::MAX / 2;
     let ours = |head: &Head, body: &[u8]| {

@@ -81,7 +81,10 @@ impl AppState {
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
                 head,
-                metadata: MetadataStore::new(config.max_metadata_families),
+                metadata: MetadataStore::new(
+                    config.max_metadata_families,
+                    config.max_metadata_bytes,
+                ),
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query: config.query_options(),
                 slots: slots::Slots::new(config.query_max_concurrency, config.query_max_depth),
@@ -105,13 +108,13 @@ impl AppState {
 
     /// Refuses a write while the head is at its memory high-water mark.
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
-        let held = self.inner.head.accounted_bytes();
+        let held = self.inner.head.accounted_bytes() + self.inner.metadata.bytes();
         if held < self.inner.high_water_bytes {
             return Ok(());
         }
         self.inner.metrics.record_throttled(protocol);
         Err(ApiError::Throttled(format!(
-            "memory limit reached: the head holds {held} bytes, at or over the high-water \
+            "memory limit reached: the head and metadata hold {held} bytes, at or over the high-water \
              mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
              (retention) or series are deleted",
             self.inner.high_water_bytes, self.inner.memory_limit

@@ -58,6 +58,8 @@ pub struct Config {
     pub head_shards: usize,
     /// Most metric families whose metadata (type, help, unit) is kept.
     pub max_metadata_families: usize,
+    /// Most bytes of metadata text (names, help, units) kept in all.
+    pub max_metadata_bytes: usize,
     /// Longest a query may run before it fails with `timeout`.
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
@@ -207,6 +209,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(30),
             head_shards: 0,
             max_metadata_families: 100_000,
+            max_metadata_bytes: 64 << 20,
             query_timeout: Duration::from_secs(120),
             query_max_samples: 50_000_000,
             query_lookback_delta: Duration::from_secs(300),

@@ -349,7 +349,7 @@ fn note_sample_problem(
         if report.problems.len() < MAX_PROBLEMS {
             report.problems.push(format!(
                 "{} at timestamp {t} for series {}",
-                sample_problem(e, max_t),
+                sample_problem(e, t, max_t),
                 ts.describe()
             ));
         }
@@ -465,14 +465,17 @@ fn label_problem(e: LabelError) -> &'static str {
     }
 }
 
-fn sample_problem(e: SampleError, max_t: i64) -> String {
+fn sample_problem(e: SampleError, t: i64, max_t: i64) -> String {
     match e {
         SampleError::OutOfOrder => "out of order sample (older than the series' newest)".to_owned(),
         SampleError::Duplicate => {
             "duplicate sample for timestamp with a different value".to_owned()
         }
-        SampleError::OutOfBounds => {
+        SampleError::OutOfBounds if t > max_t => {
             format!("out of bounds: timestamp is too far in the future (limit {max_t})")
+        }
+        SampleError::OutOfBounds => {
+            "out of bounds: timestamp is older than the retention cutoff".to_owned()
         }
     }
 }

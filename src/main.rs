@@ -83,6 +83,11 @@ struct Cli {
     /// write) is kept for /api/v1/metadata [default: 100000].
     #[arg(long, value_name = "N")]
     max_metadata_families: Option<usize>,
+    /// Most bytes of metadata text kept in all (help texts are cut at
+    /// 4096 bytes, units at 256); they count toward --max-memory
+    /// [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    max_metadata_bytes: Option<usize>,
     /// Longest a query may run before it fails with errorType timeout
     /// [default: 2m].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -183,6 +188,7 @@ impl Cli {
             shutdown_timeout,
             head_shards,
             max_metadata_families,
+            max_metadata_bytes,
             query_timeout,
             query_max_samples,
             query_lookback_delta,

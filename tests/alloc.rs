@@ -93,7 +93,7 @@ fn otlp_allocates_only_for_new_series() {
         .map(|i| otlp_requests::request(t0 + i * 15_000).encode_to_vec())
         .collect();
     let head = Head::new(HeadOptions::default());
-    let metadata = MetadataStore::new(1000);
+    let metadata = MetadataStore::new(1000, 64 << 20);
     let otlp = Otlp::new(OtlpOptions::default(), 1 << 20);
     let limits = LabelLimits::default();
     let now = t0 + 3 * 15_000;

@@ -13,7 +13,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use prost::Message;
 use serde_json::Value;
+use sluice::proto::prometheus as pb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -365,6 +367,52 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     assert_eq!(v["status"], "success", "UTF-8 names are valid: {v}");
     let v = api(&s, "/api/v1/series", &[("match[]", "x"), ("limit", "-1")]).await;
     assert_error(&v, 400, "bad_data", "limit must be non-negative");
+
+    // Samples the next retention pass would drop are out of bounds, not
+    // acknowledged and then lost.
+    for t in [0, i64::MIN] {
+        let body = common::body(vec![common::series(
+            &[("__name__", "ancient")],
+            &[(t, 1.0)],
+        )]);
+        let (code, text) = common::push(s.addr, body).await;
+        assert_eq!(code, 400, "{text}");
+        assert!(text.contains("older than the retention cutoff"), "{text}");
+    }
+
+    // Metadata with huge help texts: cut, and bounded in all.
+    for i in 0..16 {
+        let help = format!("{i}{}", "h".repeat(24 << 20));
+        let req = pb::WriteRequest {
+            timeseries: vec![common::series(
+                &[("__name__", "meta")],
+                &[(common::now_ms(), 1.0)],
+            )],
+            metadata: vec![pb::MetricMetadata {
+                r#type: 2,
+                metric_family_name: format!("family{i}"),
+                help,
+                unit: "u".repeat(1 << 20),
+            }],
+        };
+        let body = snap::raw::Encoder::new()
+            .compress_vec(&req.encode_to_vec())
+            .expect("compress");
+        let (code, text) = common::push(s.addr, body).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    let meta = reqwest::get(s.url("/api/v1/metadata"))
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        meta.len() < 16 * 8192,
+        "/api/v1/metadata is {} bytes",
+        meta.len()
+    );
+    s.assert_alive("metadata with huge texts").await;
 
     // Lying bodies and headers.
     let answer = raw(

@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let head = Head::new(HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() });
-    let metadata = MetadataStore::new(16);
+    let metadata = MetadataStore::new(16, 64 << 20);
     let otlp = Otlp::new(OtlpOptions::default(), 64);
     let report = append_export_request(&head, &metadata, &otlp, &LabelLimits::default(), &pb, 1 << 40)
         .expect("a checked body walks");

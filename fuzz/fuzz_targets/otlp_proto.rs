@@ -11,7 +11,7 @@ use sluice::storage::metadata::MetadataStore;
 
 fuzz_target!(|data: &[u8]| {
     let head = Head::new(HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() });
-    let metadata = MetadataStore::new(16);
+    let metadata = MetadataStore::new(16, 64 << 20);
     // The first byte picks the options, so both delta paths are explored.
     let delta = data.first().is_some_and(|b| b & 1 == 1);
     let otlp = Otlp::new(

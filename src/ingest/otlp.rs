@@ -994,7 +994,7 @@ impl Walk<'_> {
                 let max_t = self.max_t;
                 self.report.samples.problems.push(format!(
                     "{} at timestamp {t} for series {name:?}",
-                    super::sample_problem(e, max_t)
+                    super::sample_problem(e, t, max_t)
                 ));
             }
         }
@@ -1281,7 +1281,7 @@ mod tests {
     #[test]
     fn huge_points_are_rejected_without_holding_their_memory() {
         let head = Head::new(HeadOptions::default());
-        let metadata = MetadataStore::new(100);
+        let metadata = MetadataStore::new(100, 1 << 20);
         let otlp = Otlp::new(OtlpOptions::default(), 1000);
         let n = 100_000;
         let point = m::HistogramDataPoint {
@@ -1366,7 +1366,7 @@ mod tests {
         #[test]
         fn points_land_under_the_reference_labels(metrics in prop::collection::vec(metric_strategy(), 1..5)) {
             let head = Head::new(HeadOptions { shards: 2, ..HeadOptions::default() });
-            let metadata = MetadataStore::new(100);
+            let metadata = MetadataStore::new(100, 1 << 20);
             let otlp = Otlp::new(OtlpOptions::default(), 1000);
             let t0 = 1_000_000;
             let body = encode(&metrics, t0);

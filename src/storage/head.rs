@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -211,8 +211,9 @@ impl ShardGuard<'_> {
         max_t: i64,
         counts: &mut AppendCounts,
     ) {
+        let bounds = (self.head.min_valid_ms(), max_t);
         self.shard
-            .append(slot, samples, max_t, &self.head.opts, counts);
+            .append(slot, samples, bounds, &self.head.opts, counts);
     }
 }
 
@@ -244,6 +245,9 @@ pub struct Head {
     recovery: Option<Recovery>,
     checkpoints: Mutex<CheckpointStats>,
     retained: Mutex<RetentionReport>,
+    /// The retention cutoff of the last pass: older samples are out of
+    /// bounds, since the next pass would drop them.
+    min_valid_ms: AtomicI64,
 }
 
 /// Checkpoints taken since start.
@@ -301,6 +305,7 @@ impl Head {
             recovery: None,
             checkpoints: Mutex::new(CheckpointStats::default()),
             retained: Mutex::new(RetentionReport::default()),
+            min_valid_ms: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -451,6 +456,7 @@ impl Head {
     /// Drops chunks that end before `cutoff_ms` and series with no sample
     /// at or after it, shard by shard.
     pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
+        self.min_valid_ms.fetch_max(cutoff_ms, Ordering::Relaxed);
         let mut r = RetentionReport::default();
         for Padded(slot) in self.shards.iter() {
             let mut shard = slot.lock();
@@ -464,6 +470,11 @@ impl Head {
         total.chunks += r.chunks;
         total.series += r.series;
         r
+    }
+
+    /// The oldest timestamp an append accepts: the last retention cutoff.
+    pub fn min_valid_ms(&self) -> i64 {
+        self.min_valid_ms.load(Ordering::Relaxed)
     }
 
     /// What retention removed since start.
@@ -652,7 +663,13 @@ impl Head {
         let Some(slot) = shard.find(fp, raw) else {
             return false;
         };
-        shard.append(slot, samples, max_t, &self.opts, counts);
+        shard.append(
+            slot,
+            samples,
+            (self.min_valid_ms(), max_t),
+            &self.opts,
+            counts,
+        );
         home.publish(&shard);
         true
     }
@@ -685,7 +702,13 @@ impl Head {
                 shard.create(self.new_ref(), fp, labels, canonical)
             }
         };
-        shard.append(slot, samples, max_t, &self.opts, counts);
+        shard.append(
+            slot,
+            samples,
+            (self.min_valid_ms(), max_t),
+            &self.opts,
+            counts,
+        );
         home.publish(&shard);
         Ok(())
     }
@@ -825,7 +848,7 @@ impl<'h> Replayer<'h> {
                     guard.append(
                         slot,
                         std::iter::once((t, v)),
-                        i64::MAX,
+                        (i64::MIN, i64::MAX),
                         &self.head.opts,
                         &mut self.counts,
                     );

@@ -1,8 +1,13 @@
 //! Metric metadata (type, help, unit) as senders report it, for
-//! `/api/v1/metadata`. Bounded: past the limit, new metric families are not
-//! recorded (existing ones still update).
+//! `/api/v1/metadata`. Bounded three ways: help and unit texts are cut at
+//! [`MAX_HELP_BYTES`] and [`MAX_UNIT_BYTES`]; past `max_families`, new
+//! families are not recorded (existing ones still update); and past
+//! `max_bytes` of text in all, nothing new is recorded. The bytes held
+//! count in the memory limit that pushes writes back.
 
 use std::collections::BTreeMap;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
@@ -24,22 +29,56 @@ pub struct MetricMetadata {
 pub struct MetadataStore {
     families: RwLock<BTreeMap<String, Vec<MetricMetadata>>>,
     max_families: usize,
+    max_bytes: usize,
+    /// Bytes of names and texts held, with a per-entry overhead.
+    bytes: AtomicUsize,
+}
+
+/// Longest help text kept, in bytes; longer ones are cut at a character
+/// boundary.
+pub const MAX_HELP_BYTES: usize = 4096;
+
+/// Longest unit kept, in bytes.
+pub const MAX_UNIT_BYTES: usize = 256;
+
+/// What an entry costs beyond its text: the struct and its map slot.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Distinct entries kept per family.
 const MAX_PER_FAMILY: usize = 4;
 
 impl MetadataStore {
-    /// An empty store that records at most `max_families` families.
-    pub fn new(max_families: usize) -> Self {
+    /// An empty store that records at most `max_families` families and
+    /// `max_bytes` of text.
+    pub fn new(max_families: usize, max_bytes: usize) -> Self {
         Self {
             families: RwLock::new(BTreeMap::new()),
             max_families,
+            max_bytes,
+            bytes: AtomicUsize::new(0),
         }
+    }
+
+    /// Bytes held, for the memory limit.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Records metadata for `family`. Cheap when nothing changed.
     pub fn record(&self, family: &str, kind: &'static str, help: &str, unit: &str) {
+        let (help, unit) = (cut(help, MAX_HELP_BYTES), cut(unit, MAX_UNIT_BYTES));
         let known = |entries: &Vec<MetricMetadata>| {
             entries
                 .iter()
@@ -49,16 +88,25 @@ impl MetadataStore {
             return;
         }
         let mut families = self.families.write();
-        if !families.contains_key(family) && families.len() >= self.max_families {
+        let new_family = !families.contains_key(family);
+        if new_family && families.len() >= self.max_families {
+            return;
+        }
+        let cost =
+            help.len() + unit.len() + ENTRY_OVERHEAD + if new_family { family.len() } else { 0 };
+        if self.bytes().saturating_add(cost) > self.max_bytes {
             return;
         }
         let entries = families.entry(family.to_owned()).or_default();
         if known(entries) {
             return;
         }
+        let mut held = self.bytes() + cost;
         if entries.len() >= MAX_PER_FAMILY {
-            entries.remove(0);
+            let old = entries.remove(0);
+            held -= old.help.len() + old.unit.len() + ENTRY_OVERHEAD;
         }
+        self.bytes.store(held, Ordering::Relaxed);
         entries.push(MetricMetadata {
             kind,
             help: help.to_owned(),
@@ -118,7 +166,7 @@ mod tests {
 
     #[test]
     fn records_distinct_entries_within_bounds() {
-        let s = MetadataStore::new(2);
+        let s = MetadataStore::new(2, 1 << 20);
         s.record("up", "gauge", "Up.", "");
         s.record("up", "gauge", "Up.", "");
         s.record("a_total", "counter", "A.", "");
@@ -132,5 +180,28 @@ mod tests {
         assert_eq!(s.list(Some("up"), 0, 1)[0].1.len(), 1);
         assert_eq!(s.list(None, 1, 0).len(), 1);
         assert!(s.list(Some("nope"), 0, 0).is_empty());
+    }
+
+    #[test]
+    fn texts_are_cut_and_the_store_holds_at_most_its_bytes() {
+        let s = MetadataStore::new(1000, 64 << 10);
+        let huge = "é".repeat(10 << 20);
+        s.record("a", "gauge", &huge, &huge);
+        let a = &s.list(Some("a"), 0, 0)[0].1[0];
+        assert!(a.help.len() <= MAX_HELP_BYTES && a.help.len() > MAX_HELP_BYTES - 2);
+        assert!(a.unit.len() <= MAX_UNIT_BYTES);
+        assert!(a.help.chars().all(|c| c == 'é'));
+        // Distinct texts fill the byte budget, then are not recorded.
+        for i in 0..1000 {
+            s.record(&format!("m{i}"), "gauge", &format!("{i}{huge}"), "");
+        }
+        assert!(s.bytes() <= 64 << 10, "{}", s.bytes());
+        assert!(s.list(None, 0, 0).len() < 20);
+        // Replacing a family's oldest entry gives its bytes back.
+        let t = MetadataStore::new(10, 1 << 20);
+        for i in 0..100 {
+            t.record("x", "gauge", &format!("{i:0>1000}"), "");
+        }
+        assert_eq!(t.bytes(), 1 + 4 * (1000 + ENTRY_OVERHEAD));
     }
 }

@@ -616,13 +616,14 @@ impl Shard {
         (dropped, dead)
     }
 
-    /// Appends `samples` to the series in `slot`, counting each outcome.
+    /// Appends `samples` to the series in `slot`, counting each outcome;
+    /// samples outside `[min_t, max_t]` are out of bounds.
     #[inline]
     pub(crate) fn append(
         &mut self,
         slot: u32,
         samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
+        (min_t, max_t): (i64, i64),
         opts: &HeadOptions,
         counts: &mut AppendCounts,
     ) {
@@ -630,7 +631,7 @@ impl Shard {
             return;
         };
         for (t, v) in samples {
-            if t > max_t {
+            if t > max_t || t < min_t {
                 counts.reject(SampleError::OutOfBounds, t);
                 continue;
             }
