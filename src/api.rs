@@ -108,13 +108,15 @@ impl AppState {
 
     /// Refuses a write while the head is at its memory high-water mark.
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
-        let held = self.inner.head.accounted_bytes() + self.inner.metadata.bytes();
+        let held = self.inner.head.accounted_bytes()
+            + self.inner.metadata.bytes()
+            + self.inner.otlp.delta.bytes();
         if held < self.inner.high_water_bytes {
             return Ok(());
         }
         self.inner.metrics.record_throttled(protocol);
         Err(ApiError::Throttled(format!(
-            "memory limit reached: the head and metadata hold {held} bytes, at or over the high-water \
+            "memory limit reached: the head, metadata and delta totals hold {held} bytes, at or over the high-water \
              mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
              (retention) or series are deleted",
             self.inner.high_water_bytes, self.inner.memory_limit

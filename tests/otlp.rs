@@ -767,3 +767,45 @@ fn splice_invalid_utf8(req: &ExportMetricsServiceRequest) -> Vec<u8> {
     body[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xfd, 0xfc]);
     body
 }
+
+#[tokio::test]
+async fn refused_delta_points_take_no_running_total_slot() {
+    let srv = common::start(Config {
+        otlp_delta_to_cumulative: true,
+        max_series: 50,
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    let too_long = "v".repeat(Config::default().max_label_value_length + 1);
+    let delta_point = |job: &str, attr: Vec<_>| {
+        request(
+            vec![kv("service.name", job)],
+            vec![metric(
+                "items",
+                "",
+                sum(
+                    vec![number(attr, t, number_data_point::Value::AsInt(1))],
+                    1,
+                    true,
+                ),
+            )],
+        )
+    };
+    // 60 points refused for a label value over the limit: none stored.
+    for i in 0..60 {
+        let req = delta_point(&format!("bad{i}"), vec![kv("big", &too_long)]);
+        let resp = response(&export(srv.addr, &req).await);
+        assert_eq!(
+            resp.partial_success.map(|p| p.rejected_data_points),
+            Some(1)
+        );
+    }
+    assert_eq!(srv.state.head().stats().series, 0);
+    // Five valid delta series still get their running totals.
+    for i in 0..5 {
+        let resp = response(&export(srv.addr, &delta_point(&format!("ok{i}"), vec![])).await);
+        assert_eq!(resp.partial_success.map(|p| p.rejected_data_points), None);
+    }
+    assert_eq!(query(srv.addr, "items_total", t).await.len(), 5);
+}

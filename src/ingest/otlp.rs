@@ -934,9 +934,13 @@ impl Walk<'_> {
         s.canonical.clear();
         labels.canonical_with(extras, &mut s.canonical);
         let canonical = s.canonical.as_slice();
-        let value = if delta {
-            match self.otlp.delta.accumulate(canonical, t, value) {
-                Ok(v) => v,
+        let pending = if delta {
+            match self
+                .otlp
+                .delta
+                .next(canonical, t, value, self.head.min_valid_ms())
+            {
+                Ok(next) => Some(next),
                 Err(e) => {
                     let reason = match e {
                         DeltaError::OutOfOrder => Reason::Sample(SampleError::OutOfOrder),
@@ -955,8 +959,9 @@ impl Walk<'_> {
                 }
             }
         } else {
-            value
+            None
         };
+        let value = pending.map_or(value, |n| n.value);
         let counts = match set {
             Set::Point => &mut self.counts,
             Set::Target => &mut self.target_counts,
@@ -987,6 +992,10 @@ impl Walk<'_> {
                 }
                 return;
             }
+        }
+        if let (Some(next), None) = (pending, counts.first) {
+            // The head stored the point: the running total moves.
+            self.otlp.delta.commit(canonical, t, next);
         }
         if let (Set::Point, Some((e, t))) = (set, counts.first) {
             self.point_reason.get_or_insert(Reason::Sample(e));
