@@ -73,13 +73,22 @@ impl Sluice {
     }
 
     fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The most RSS the process has had.
+    fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .expect("the process is alive");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmRSS")
+            .expect("a status field")
     }
 
     fn url(&self, path: &str) -> String {
@@ -146,6 +155,21 @@ fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> String {
     let mut out = Vec::new();
     let _ = c.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs the futures at once and collects their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
 }
 
 fn nested(open: &str, inner: &str, close: &str, n: usize) -> String {
@@ -414,6 +438,36 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     );
     s.assert_alive("metadata with huge texts").await;
 
+    // OTLP JSON whose 30 MB of ignored values gzip to a few KB: skipped
+    // as read, four at once.
+    let ignored = format!(
+        r#"{{"resourceMetrics":[{{"unknown":[{}0]}}]}}"#,
+        "0,".repeat(15 << 20)
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(ignored.as_bytes()).expect("gzip");
+    let packed = gz.finish().expect("gzip");
+    drop(ignored);
+    let before_json = s.peak_rss_kib();
+    let sends = (0..4).map(|_| {
+        reqwest::Client::new()
+            .post(s.url("/v1/metrics"))
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(packed.clone())
+            .send()
+    });
+    for r in futures_join(sends).await {
+        assert_eq!(r.expect("answered").status().as_u16(), 200);
+    }
+    let json_growth = s.peak_rss_kib().saturating_sub(before_json);
+    eprintln!("peak RSS growth for 4 ignored-array OTLP JSON bodies: {json_growth} KiB");
+    assert!(
+        json_growth < 256 * 1024,
+        "4 ignored-array bodies raised peak RSS by {json_growth} KiB"
+    );
+    s.assert_alive("OTLP JSON with ignored arrays").await;
+
     // Lying bodies and headers.
     let answer = raw(
         s.addr,
@@ -467,6 +521,7 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     s.assert_alive("timed-out queries").await;
 
     let growth = s.rss_kib().saturating_sub(rss_before);
+    eprintln!("RSS growth over the attacks: {growth} KiB");
     assert!(
         growth < RSS_GROWTH_BOUND_KIB,
         "RSS grew by {growth} KiB over the attacks"

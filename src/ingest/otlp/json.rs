@@ -5,10 +5,13 @@
 //! Protobuf Encoding"). JSON is the slow path by nature, so this builds
 //! the protobuf once per request; protobuf bodies skip this entirely.
 
+use std::cell::RefCell;
+
 use base64::Engine as _;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
-use super::schema::{Msg, Ty, REQUEST};
+use super::schema::{Field, Msg, Ty, REQUEST};
 use crate::storage::labels::put_uvarint;
 
 /// A JSON body that is not a valid OTLP metrics request, with the path of
@@ -18,35 +21,310 @@ use crate::storage::labels::put_uvarint;
 pub struct JsonError(pub String);
 
 /// Transcodes a JSON `ExportMetricsServiceRequest` into protobuf bytes.
+///
+/// The body is read as a stream, guided by the schema: unknown keys are
+/// skipped without being built (an ignored array of millions of values
+/// costs nothing), and known messages are written as they are read. Only
+/// each scalar becomes a `serde_json::Value`, one at a time.
 pub fn to_protobuf(body: &[u8], out: &mut Vec<u8>) -> Result<(), JsonError> {
-    let v: Json = serde_json::from_slice(body)
-        .map_err(|e| JsonError(format!("body is not valid JSON: {e}")))?;
-    message(&v, &REQUEST, out).map_err(|e| JsonError(format!("invalid {}: {e}", REQUEST.name)))
+    let problem = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = MsgSeed {
+        msg: &REQUEST,
+        out,
+        problem: &problem,
+        nested: None,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    match (read, problem.into_inner()) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(p)) => Err(JsonError(format!("invalid {}: {p}", REQUEST.name))),
+        (Err(e), None) => Err(JsonError(format!("body is not valid JSON: {e}"))),
+    }
 }
 
-fn message(v: &Json, msg: &Msg, out: &mut Vec<u8>) -> Result<(), String> {
-    let Json::Object(map) = v else {
-        return Err(format!("expected an object for {}", msg.name));
-    };
-    for (key, value) in map {
-        let Some(field) = msg.by_json(key) else {
-            continue;
-        };
-        if value.is_null() {
-            continue;
-        }
-        if field.repeated {
-            let Json::Array(items) = value else {
-                return Err(format!("{key}: expected an array"));
-            };
-            for (i, item) in items.iter().enumerate() {
-                put_value(field.num, field.ty, item, out).map_err(|e| format!("{key}[{i}]{e}"))?;
-            }
+/// Where a schema error is written, path first: each level prepends its
+/// part as the error travels up. A serde error carries no path of ours.
+type Problem = RefCell<Option<String>>;
+
+fn fail<E: de::Error>(problem: &Problem, message: impl Into<String>) -> E {
+    *problem.borrow_mut() = Some(message.into());
+    E::custom("invalid OTLP JSON")
+}
+
+fn prefix<E>(problem: &Problem, part: &str, e: E) -> E {
+    if let Some(m) = problem.borrow_mut().as_mut() {
+        m.insert_str(0, part);
+    }
+    e
+}
+
+/// A message read into `out`; `nested` is its field number when it is a
+/// field of another message (written length-delimited), and whether a
+/// `null` may stand for it.
+struct MsgSeed<'a> {
+    msg: &'static Msg,
+    out: &'a mut Vec<u8>,
+    problem: &'a Problem,
+    nested: Option<(u32, bool)>,
+}
+
+impl<'de> DeserializeSeed<'de> for MsgSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl MsgSeed<'_> {
+    fn not_object<E: de::Error>(&self) -> E {
+        let dot = if self.nested.is_some() { "." } else { "" };
+        fail(
+            self.problem,
+            format!("{dot}expected an object for {}", self.msg.name),
+        )
+    }
+}
+
+impl<'de> Visitor<'de> for MsgSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an object for {}", self.msg.name)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut inner = Vec::new();
+        let out = if self.nested.is_some() {
+            &mut inner
         } else {
-            put_value(field.num, field.ty, value, out).map_err(|e| format!("{key}{e}"))?;
+            &mut *self.out
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(field) = self.msg.by_json(&key) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let seed = FieldSeed {
+                field,
+                out: &mut *out,
+                problem: self.problem,
+            };
+            map.next_value_seed(seed).map_err(|e| {
+                let dot = if self.nested.is_some() { "." } else { "" };
+                prefix(self.problem, &format!("{dot}{key}"), e)
+            })?;
+        }
+        if let Some((num, _)) = self.nested {
+            put_bytes(self.out, num, &inner);
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        match self.nested {
+            Some((_, true)) => Ok(()),
+            _ => Err(self.not_object()),
         }
     }
-    Ok(())
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(self.not_object())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(self.not_object())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(self.not_object())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(self.not_object())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(self.not_object())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(self.not_object())
+    }
+}
+
+/// One known field's value: an array of values when `repeated`.
+struct FieldSeed<'a> {
+    field: &'static Field,
+    out: &'a mut Vec<u8>,
+    problem: &'a Problem,
+}
+
+impl<'de> DeserializeSeed<'de> for FieldSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.field.repeated {
+            d.deserialize_any(self)
+        } else {
+            value(
+                self.field.num,
+                self.field.ty,
+                true,
+                self.out,
+                self.problem,
+                d,
+            )
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for FieldSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let item = ItemSeed {
+                field: self.field,
+                out: &mut *self.out,
+                problem: self.problem,
+            };
+            match seq.next_element_seed(item) {
+                Ok(Some(())) => i += 1,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(prefix(self.problem, &format!("[{i}]"), e)),
+            }
+        }
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Err(fail(self.problem, ": expected an array"))
+    }
+}
+
+/// One element of a repeated field.
+struct ItemSeed<'a> {
+    field: &'static Field,
+    out: &'a mut Vec<u8>,
+    problem: &'a Problem,
+}
+
+impl<'de> DeserializeSeed<'de> for ItemSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        value(
+            self.field.num,
+            self.field.ty,
+            false,
+            self.out,
+            self.problem,
+            d,
+        )
+    }
+}
+
+/// Reads one field value of type `ty` and appends it as field `num`; a
+/// `null` is skipped where `null_ok` (a singular field).
+fn value<'de, D: Deserializer<'de>>(
+    num: u32,
+    ty: Ty,
+    null_ok: bool,
+    out: &mut Vec<u8>,
+    problem: &Problem,
+    d: D,
+) -> Result<(), D::Error> {
+    if let Ty::Msg(inner) = ty {
+        return MsgSeed {
+            msg: inner,
+            out,
+            problem,
+            nested: Some((num, null_ok)),
+        }
+        .deserialize(d);
+    }
+    let v = d.deserialize_any(ScalarVisitor)?;
+    if v.is_null() && null_ok {
+        return Ok(());
+    }
+    put_value(num, ty, &v, out).map_err(|m| fail(problem, m))
+}
+
+/// A scalar as a `serde_json::Value`; an array or object where a scalar
+/// belongs is skipped, not built, and stands as an empty one.
+struct ScalarVisitor;
+
+impl<'de> Visitor<'de> for ScalarVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a scalar")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<Json, E> {
+        Ok(Json::Bool(b))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Json, E> {
+        Ok(Json::from(n))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Json, E> {
+        Ok(Json::from(n))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
+        Ok(serde_json::Number::from_f64(n).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Json, E> {
+        Ok(Json::String(s.to_owned()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Json::Array(Vec::new()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Json::Object(serde_json::Map::new()))
+    }
 }
 
 fn put_tag(out: &mut Vec<u8>, num: u32, wire: u8) {
@@ -59,17 +337,11 @@ fn put_bytes(out: &mut Vec<u8>, num: u32, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-/// Appends one field value; errors start with the rest of the path
-/// (`.child…: what`) or `: what`.
+/// Appends one scalar field value; errors are `: what`.
 fn put_value(num: u32, ty: Ty, v: &Json, out: &mut Vec<u8>) -> Result<(), String> {
     match ty {
-        Ty::Msg(inner) => {
-            let mut buf = Vec::new();
-            message(v, inner, &mut buf).map_err(|e| format!(".{e}"))?;
-            put_tag(out, num, 2);
-            put_uvarint(out, buf.len() as u64);
-            out.extend_from_slice(&buf);
-        }
+        // Messages are streamed by `MsgSeed`, never held as a value.
+        Ty::Msg(_) => return Err(": expected an object".to_owned()),
         Ty::Str => {
             let s = v.as_str().ok_or(": expected a string")?;
             put_bytes(out, num, s.as_bytes());
