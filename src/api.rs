@@ -71,9 +71,17 @@ impl AppState {
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
         let memory_limit = config.memory_limit();
+        let metrics = Metrics::new(Arc::clone(&head), memory_limit);
+        let slots = slots::Slots::new(
+            config.query_max_concurrency,
+            config.query_max_depth,
+            metrics.queries_running(),
+            metrics.queries_timed_out(),
+        );
         Self {
             inner: Arc::new(Inner {
-                metrics: Metrics::new(Arc::clone(&head), memory_limit),
+                metrics,
+                slots,
                 clock,
                 memory_limit,
                 flags: config.flags(),
@@ -87,7 +95,6 @@ impl AppState {
                 ),
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query: config.query_options(),
-                slots: slots::Slots::new(config.query_max_concurrency, config.query_max_depth),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,

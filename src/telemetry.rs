@@ -66,6 +66,8 @@ pub struct Metrics {
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
     throttled: Family<ProtocolLabels, Counter>,
+    queries_running: Gauge,
+    queries_timed_out: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -132,6 +134,18 @@ impl Metrics {
             "Write requests answered 429 because the head was at its memory high-water mark",
             throttled.clone(),
         );
+        let queries_running = Gauge::default();
+        registry.register(
+            "sluice_query_running",
+            "Read requests (queries, series, labels, federate) evaluating now, on query slots",
+            queries_running.clone(),
+        );
+        let queries_timed_out = Counter::default();
+        registry.register(
+            "sluice_query_timed_out",
+            "Read requests answered with a timeout, waiting for a slot or evaluating",
+            queries_timed_out.clone(),
+        );
         registry.register_collector(Box::new(HeadCollector { head, memory_limit }));
         registry.register_collector(Box::new(ProcessCollector {
             start_time: std::time::SystemTime::now()
@@ -147,7 +161,19 @@ impl Metrics {
             requests,
             durations,
             throttled,
+            queries_running,
+            queries_timed_out,
         }
+    }
+
+    /// The gauge of read requests evaluating now, for the query slots.
+    pub fn queries_running(&self) -> Gauge {
+        self.queries_running.clone()
+    }
+
+    /// The counter of read requests that timed out, for the query slots.
+    pub fn queries_timed_out(&self) -> Counter {
+        self.queries_timed_out.clone()
     }
 
     /// Samples ingested since start, over every protocol.

@@ -518,6 +518,10 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
         let v = api(&s, "/api/v1/query_range", &slow).await;
         assert_error(&v, 503, "timeout", "timed out");
     }
+    let (_, metrics) = common::get(s.addr, "/metrics").await;
+    let timed_out = common::metric_value(&metrics, "sluice_query_timed_out_total");
+    assert!(timed_out >= Some(3.0), "{timed_out:?}");
+    assert!(metrics.contains("sluice_query_running"), "{metrics}");
     s.assert_alive("timed-out queries").await;
 
     let growth = s.rss_kib().saturating_sub(rss_before);

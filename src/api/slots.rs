@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use super::prom::ErrorType;
@@ -30,6 +32,8 @@ pub(crate) struct Slots {
     closing: watch::Sender<bool>,
     max: usize,
     stack_bytes: usize,
+    running: Gauge,
+    timed_out: Counter,
 }
 
 /// Set when the request that started the work is answered or dropped.
@@ -42,13 +46,16 @@ impl Drop for CancelOnDrop {
 }
 
 impl Slots {
-    /// `max` slots, each thread with stack for queries `max_depth` deep.
-    pub(crate) fn new(max: usize, max_depth: usize) -> Self {
+    /// `max` slots, each thread with stack for queries `max_depth` deep;
+    /// `running` and `timed_out` are the self-metrics it keeps.
+    pub(crate) fn new(max: usize, max_depth: usize, running: Gauge, timed_out: Counter) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max.max(1))),
             closing: watch::Sender::new(false),
             max: max.max(1),
             stack_bytes: max_depth.saturating_mul(STACK_PER_LEVEL).max(MIN_STACK),
+            running,
+            timed_out,
         }
     }
 
@@ -72,6 +79,22 @@ impl Slots {
         timeout: Duration,
         work: impl FnOnce(Arc<AtomicBool>) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
+        let result = self.wait_and_run(timeout, work).await;
+        if let Err(ApiError::Prom {
+            kind: ErrorType::Timeout,
+            ..
+        }) = &result
+        {
+            self.timed_out.inc();
+        }
+        result
+    }
+
+    async fn wait_and_run<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        work: impl FnOnce(Arc<AtomicBool>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let permit = tokio::time::timeout_at(deadline, Arc::clone(&self.permits).acquire_owned())
             .await
@@ -86,8 +109,11 @@ impl Slots {
         let flag = Arc::new(AtomicBool::new(false));
         let cancel = CancelOnDrop(Arc::clone(&flag));
         let (tx, rx) = oneshot::channel();
+        let running = self.running.clone();
+        running.inc();
         spawn(self.stack_bytes, move || {
             let result = panic::catch_unwind(AssertUnwindSafe(|| work(flag)));
+            running.dec();
             drop(permit);
             let _ = tx.send(result);
         })?;
@@ -103,10 +129,12 @@ impl Slots {
         };
         drop(cancel);
         match outcome {
-            Err(_) => Err(timed_out(format!(
-                "query timed out in query execution after {}",
-                humantime::format_duration(timeout)
-            ))),
+            Err(_) => Err({
+                timed_out(format!(
+                    "query timed out in query execution after {}",
+                    humantime::format_duration(timeout)
+                ))
+            }),
             Ok(Err(_)) => Err(internal("the query thread ended without an answer".into())),
             Ok(Ok(Err(panicked))) => {
                 let what = panicked
@@ -150,7 +178,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_timed_out_run_is_told_to_stop_and_keeps_its_slot_until_it_does() {
-        let slots = Slots::new(1, 10);
+        let slots = Slots::new(1, 10, Gauge::default(), Counter::default());
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
         let err = slots
             .run(Duration::from_millis(50), move |stop| {
@@ -182,7 +210,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_is_an_internal_error_and_the_slot_is_freed() {
-        let slots = Slots::new(1, 10);
+        let slots = Slots::new(1, 10, Gauge::default(), Counter::default());
         let err = slots
             .run(Duration::from_secs(10), |_| -> Result<(), ApiError> {
                 panic!("boom")
@@ -202,7 +230,13 @@ mod tests {
 
     #[test]
     fn threads_get_stack_for_the_deepest_query_allowed() {
-        assert_eq!(Slots::new(4, 10).stack_bytes, MIN_STACK);
-        assert_eq!(Slots::new(4, 10_000).stack_bytes, 10_000 * STACK_PER_LEVEL);
+        assert_eq!(
+            Slots::new(4, 10, Gauge::default(), Counter::default()).stack_bytes,
+            MIN_STACK
+        );
+        assert_eq!(
+            Slots::new(4, 10_000, Gauge::default(), Counter::default()).stack_bytes,
+            10_000 * STACK_PER_LEVEL
+        );
     }
 }
