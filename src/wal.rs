@@ -53,6 +53,17 @@ pub enum WalError {
         /// What the OS said.
         source: io::Error,
     },
+    /// An append failed (a full disk, say) and the segment was cut back
+    /// to its last whole frame: the same frames may be appended again.
+    #[error(
+        "WAL write to {path} failed: {source}; the segment was cut back to its last whole record"
+    )]
+    WriteCutBack {
+        /// The segment file.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
     /// A bad record with valid records after it.
     #[error(
         "WAL corrupt: segment {segment} at byte {offset}: {what}; valid records follow it, so \
@@ -354,7 +365,16 @@ impl WalWriter {
             self.rotate()?;
         }
         let path = segment_path(&self.dir, self.index);
-        self.file.write_all(frames).map_err(io_err(&path))?;
+        if let Err(e) = self.file.write_all(frames) {
+            // A short write (a full disk) leaves part of a frame: cut the
+            // segment back to its last whole frame, so that a later append
+            // of the same frames continues a valid log. If even that fails,
+            // the log cannot be continued.
+            return Err(match self.file.set_len(self.len) {
+                Ok(()) => WalError::WriteCutBack { path, source: e },
+                Err(_) => io_err(&path)(e),
+            });
+        }
         self.len += frames.len() as u64;
         Ok(())
     }

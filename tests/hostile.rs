@@ -564,3 +564,169 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     let status = exited.expect("exited within 60s of SIGTERM");
     assert!(status.success(), "exit status {status}");
 }
+
+/// A tmpfs of `bytes` mounted for the test; unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+    sudo: bool,
+}
+
+impl SmallDisk {
+    /// `None` when this machine does not let the test mount one.
+    fn mount(bytes: usize) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let size = format!("size={bytes}");
+        for sudo in [false, true] {
+            let mut cmd = if sudo {
+                let mut c = Command::new("sudo");
+                c.args(["-n", "mount"]);
+                c
+            } else {
+                Command::new("mount")
+            };
+            let ok = cmd
+                .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+                .arg(dir.path())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Some(Self { dir, sudo });
+            }
+        }
+        None
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let mut cmd = if self.sudo {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "umount"]);
+            c
+        } else {
+            Command::new("umount")
+        };
+        let _ = cmd.arg(self.dir.path()).status();
+    }
+}
+
+/// Fills the filesystem at `dir` with one file, to the last byte.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).expect("filler");
+    let block = vec![0xa5u8; 64 << 10];
+    let mut small = false;
+    loop {
+        let chunk = if small { &block[..512] } else { &block[..] };
+        match f.write_all(chunk) {
+            Ok(()) => {}
+            Err(_) if !small => small = true,
+            Err(_) => break,
+        }
+    }
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid() {
+    let Some(disk) = SmallDisk::mount(8 << 20) else {
+        eprintln!(
+            "!!! SKIPPED: cannot mount a tmpfs here (needs root or passwordless sudo); \
+             the full-disk WAL test did not run !!!"
+        );
+        return;
+    };
+    let data = disk.dir.path().join("data");
+    let start = |data: &std::path::Path| {
+        let mut child = Command::new(BIN)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--log-level",
+                "warn,sluice::server=info",
+            ])
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--checkpoint-interval", "1h"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr: SocketAddr = loop {
+            let line = lines.next().expect("a line").expect("utf-8");
+            if let Some(at) = line.find("listening addr=") {
+                break line[at + "listening addr=".len()..]
+                    .trim()
+                    .parse()
+                    .expect("an address");
+            }
+        };
+        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        (Killed(child), addr)
+    };
+    let (mut child, addr) = start(&data);
+    let push = |name: &str, n: usize| {
+        let series = (0..n)
+            .map(|i| {
+                common::series(
+                    &[("__name__", name), ("i", &i.to_string())],
+                    &[(common::now_ms(), i as f64)],
+                )
+            })
+            .collect();
+        common::body(series)
+    };
+    assert_eq!(common::push(addr, push("before", 10)).await.0, 204);
+
+    let filler = fill(disk.dir.path());
+    // The disk is full: writes get 500 and are not acknowledged.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let (code, _) = common::push(addr, push("while_full", 2000)).await;
+        assert!(code == 500 || code == 204, "{code}");
+        refused += usize::from(code == 500);
+    }
+    assert!(refused > 0, "no write was refused on a full disk");
+
+    // Space returns: writes are accepted again, without a restart.
+    std::fs::remove_file(&filler).expect("free the disk");
+    let mut accepted = false;
+    for _ in 0..100 {
+        if common::push(addr, push("after", 10)).await.0 == 204 {
+            accepted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(accepted, "writes still refused after space returned");
+
+    // The log is still valid: a restart replays everything acknowledged.
+    let pid = child.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let _ = child.0.wait();
+    let (_child, addr) = start(&data);
+    for name in ["before", "after"] {
+        let v = common::query_vector(addr, &format!("count({name})"), None).await;
+        assert_eq!(
+            v.first().map(|(_, n)| n.as_str()),
+            Some("10"),
+            "{name}: {v:?}"
+        );
+    }
+}
+
+/// A child process killed when dropped, so that a failed assertion leaves
+/// no server behind (and the small disk can be unmounted).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

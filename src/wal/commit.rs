@@ -36,7 +36,10 @@ pub struct Progress {
     pub written: u64,
     /// LSN up to which frames are fsynced.
     pub synced: u64,
-    /// The first write or fsync error; after it nothing more is durable.
+    /// Why the log is not advancing, while it is not: an fsync error, or
+    /// a write error the segment could not be cut back from, for good; a
+    /// write that was cut back (a full disk) until the same frames can be
+    /// written after all. Waiters past the durable LSN fail meanwhile.
     pub failed: Option<Arc<str>>,
 }
 
@@ -206,11 +209,19 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
     // LSN just past the bytes in `frames` once taken.
     let mut lsn;
     let mut failed: Option<Arc<str>> = None;
+    // Frames a cut-back write refused, retried ahead of newer ones: the
+    // head already holds them, and the log must too, in order.
+    let mut backlog: Vec<u8> = Vec::new();
+    let mut retryable = false;
     loop {
         let closed;
         {
             let mut st = shared.state.lock();
             while st.frames.is_empty() && st.rotate.is_empty() && !st.closed {
+                if retryable {
+                    shared.wake.wait_for(&mut st, WRITE_RETRY);
+                    break;
+                }
                 match mode {
                     FsyncMode::Interval(every) if dirty => {
                         let left = every.saturating_sub(last_sync.elapsed());
@@ -226,15 +237,36 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
             lsn = st.submitted;
             closed = st.closed;
         }
-        if !frames.is_empty() && failed.is_none() {
+        if !backlog.is_empty() {
+            backlog.extend_from_slice(&frames);
+            std::mem::swap(&mut backlog, &mut frames);
+            backlog.clear();
+        }
+        if !frames.is_empty() && (failed.is_none() || retryable) {
             match writer.append(&frames) {
                 Ok(()) => {
                     shared.commits.fetch_add(1, Relaxed);
                     shared.bytes.fetch_add(frames.len() as u64, Relaxed);
                     dirty = true;
-                    shared.progress.send_modify(|p| p.written = lsn);
+                    if retryable {
+                        tracing::info!("WAL writes succeed again; writes are accepted");
+                        failed = None;
+                        retryable = false;
+                    }
+                    shared.progress.send_modify(|p| {
+                        p.written = lsn;
+                        p.failed = None;
+                    });
                 }
-                Err(e) => failed = Some(fail(shared, &e)),
+                Err(e) => {
+                    retryable = matches!(e, WalError::WriteCutBack { .. });
+                    if retryable {
+                        std::mem::swap(&mut backlog, &mut frames);
+                    }
+                    if failed.is_none() {
+                        failed = Some(fail(shared, &e, retryable));
+                    }
+                }
             }
         }
         let sync_now = match mode {
@@ -255,7 +287,13 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                     dirty = false;
                     shared.progress.send_modify(|p| p.synced = lsn);
                 }
-                Err(e) => failed = Some(fail(shared, &e)),
+                Err(e) => {
+                    // After a failed fsync the kernel may have dropped the
+                    // dirty pages: nothing written since can be trusted.
+                    retryable = false;
+                    backlog.clear();
+                    failed = Some(fail(shared, &e, false));
+                }
             }
         }
         for tx in rotate.drain(..) {
@@ -272,14 +310,23 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
         if frames.capacity() > 16 << 20 {
             frames = Vec::new();
         }
+        // Frames the disk still refuses at close were never acknowledged:
+        // the last attempt was this turn's.
         if closed && shared.state.lock().frames.is_empty() {
             return;
         }
     }
 }
 
-fn fail(shared: &Shared, e: &WalError) -> Arc<str> {
-    tracing::error!(error = %e, "WAL write failed; writes are refused from now on");
+/// How often a write the disk refused is tried again.
+const WRITE_RETRY: Duration = Duration::from_secs(1);
+
+fn fail(shared: &Shared, e: &WalError, retryable: bool) -> Arc<str> {
+    if retryable {
+        tracing::error!(error = %e, "WAL write failed; writes are refused until it succeeds (retried every second)");
+    } else {
+        tracing::error!(error = %e, "WAL write failed; writes are refused from now on");
+    }
     let msg: Arc<str> = Arc::from(e.to_string());
     shared
         .progress
