@@ -51,7 +51,11 @@ fn main() {
     let per_request = env("PER_REQUEST", 2_000).min(series);
 
     // Pre-encode every request: `rounds` passes over all series, 15s apart.
-    let t0 = 1_700_000_000_000i64;
+    // Ending now: samples older than the retention cutoff are refused.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let t0 = now_ms - (rounds as i64 + 1) * 15_000;
     let encode_start = Instant::now();
     let mut bodies: Vec<Vec<u8>> = Vec::new();
     for r in 0..rounds {
