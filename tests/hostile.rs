@@ -287,43 +287,40 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     s.assert_alive("absurd durations").await;
 
     // Absurd ranges, steps and lookbacks.
-    let v = api(
-        &s,
-        "/api/v1/query_range",
-        &[
-            ("query", "1"),
-            ("start", "-9e15"),
-            ("end", "9e15"),
-            ("step", "1"),
-        ],
-    )
-    .await;
-    assert_error(&v, 400, "bad_data", "11,000 points");
-    let v = api(
-        &s,
-        "/api/v1/query_range",
-        &[
-            ("query", "x"),
-            ("start", "0"),
-            ("end", "100"),
-            ("step", "1e6"),
-            ("lookback_delta", "9e15"),
-        ],
-    )
-    .await;
-    assert_error(&v, 400, "bad_data", "overflows int64");
-    let v = api(
-        &s,
-        "/api/v1/query_range",
-        &[
-            ("query", "1"),
-            ("start", "0"),
-            ("end", "100"),
-            ("step", "1e30"),
-        ],
-    )
-    .await;
-    assert_error(&v, 400, "bad_data", "overflows int64");
+    let ranges: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[
+                ("query", "1"),
+                ("start", "-9e15"),
+                ("end", "9e15"),
+                ("step", "1"),
+            ],
+            "11,000 points",
+        ),
+        (
+            &[
+                ("query", "x"),
+                ("start", "0"),
+                ("end", "100"),
+                ("step", "1e6"),
+                ("lookback_delta", "9e15"),
+            ],
+            "overflows int64",
+        ),
+        (
+            &[
+                ("query", "1"),
+                ("start", "0"),
+                ("end", "100"),
+                ("step", "1e30"),
+            ],
+            "overflows int64",
+        ),
+    ];
+    for (form, says) in ranges {
+        let v = api(&s, "/api/v1/query_range", form).await;
+        assert_error(&v, 400, "bad_data", says);
+    }
     assert_error(
         &query(&s, &[("query", "1"), ("timeout", "1e30")]).await,
         400,
