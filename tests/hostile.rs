@@ -22,10 +22,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// RSS the whole suite may add to the server.
 const RSS_GROWTH_BOUND_KIB: u64 = 512 * 1024;
 
+/// The real binary, killed (only it) when dropped, so that a failed
+/// assertion leaves no server behind.
 struct Sluice {
     child: Child,
     addr: SocketAddr,
-    _data: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
 }
 
 impl Drop for Sluice {
@@ -36,8 +38,16 @@ impl Drop for Sluice {
 }
 
 impl Sluice {
+    /// On a data directory of its own.
     fn start(extra: &[&str]) -> Self {
         let data = tempfile::tempdir().expect("tempdir");
+        let mut s = Self::start_in(data.path(), extra);
+        s._data = Some(data);
+        s
+    }
+
+    /// On `data`, which outlives it.
+    fn start_in(data: &std::path::Path, extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args([
                 "--listen",
@@ -46,7 +56,7 @@ impl Sluice {
                 "warn,sluice::server=info",
             ])
             .arg("--data-dir")
-            .arg(data.path())
+            .arg(data)
             .args(extra)
             .stderr(Stdio::piped())
             .spawn()
@@ -68,7 +78,7 @@ impl Sluice {
         Self {
             child,
             addr,
-            _data: data,
+            _data: None,
         }
     }
 
@@ -635,34 +645,8 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
         return;
     };
     let data = disk.dir.path().join("data");
-    let start = |data: &std::path::Path| {
-        let mut child = Command::new(BIN)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "warn,sluice::server=info",
-            ])
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--checkpoint-interval", "1h"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sluice starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr: SocketAddr = loop {
-            let line = lines.next().expect("a line").expect("utf-8");
-            if let Some(at) = line.find("listening addr=") {
-                break line[at + "listening addr=".len()..]
-                    .trim()
-                    .parse()
-                    .expect("an address");
-            }
-        };
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        (Killed(child), addr)
-    };
-    let (mut child, addr) = start(&data);
+    let mut first = Sluice::start_in(&data, &["--checkpoint-interval", "1h"]);
+    let addr = first.addr;
     let push = |name: &str, n: usize| {
         let series = (0..n)
             .map(|i| {
@@ -699,14 +683,15 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
     assert!(accepted, "writes still refused after space returned");
 
     // The log is still valid: a restart replays everything acknowledged.
-    let pid = child.0.id().to_string();
+    let pid = first.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-9", &pid])
         .status()
         .expect("kill")
         .success());
-    let _ = child.0.wait();
-    let (_child, addr) = start(&data);
+    let _ = first.child.wait();
+    let second = Sluice::start_in(&data, &["--checkpoint-interval", "1h"]);
+    let addr = second.addr;
     for name in ["before", "after"] {
         let v = common::query_vector(addr, &format!("count({name})"), None).await;
         assert_eq!(
@@ -714,16 +699,5 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
             Some("10"),
             "{name}: {v:?}"
         );
-    }
-}
-
-/// A child process killed when dropped, so that a failed assertion leaves
-/// no server behind (and the small disk can be unmounted).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

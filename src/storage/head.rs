@@ -211,7 +211,7 @@ impl ShardGuard<'_> {
         max_t: i64,
         counts: &mut AppendCounts,
     ) {
-        let bounds = (self.head.min_valid_ms(), max_t);
+        let bounds = self.head.time_bounds(max_t);
         self.shard
             .append(slot, samples, bounds, &self.head.opts, counts);
     }
@@ -477,6 +477,11 @@ impl Head {
         self.min_valid_ms.load(Ordering::Relaxed)
     }
 
+    /// The times an append accepts: from the retention cutoff to `max_t`.
+    fn time_bounds(&self, max_t: i64) -> (i64, i64) {
+        (self.min_valid_ms(), max_t)
+    }
+
     /// What retention removed since start.
     pub fn retention_stats(&self) -> RetentionReport {
         *self.retained.lock()
@@ -663,13 +668,7 @@ impl Head {
         let Some(slot) = shard.find(fp, raw) else {
             return false;
         };
-        shard.append(
-            slot,
-            samples,
-            (self.min_valid_ms(), max_t),
-            &self.opts,
-            counts,
-        );
+        shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
         home.publish(&shard);
         true
     }
@@ -702,13 +701,7 @@ impl Head {
                 shard.create(self.new_ref(), fp, labels, canonical)
             }
         };
-        shard.append(
-            slot,
-            samples,
-            (self.min_valid_ms(), max_t),
-            &self.opts,
-            counts,
-        );
+        shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
         home.publish(&shard);
         Ok(())
     }
