@@ -50,6 +50,8 @@ struct Inner {
     limits: LabelLimits,
     max_body_bytes: usize,
     max_decompressed_bytes: usize,
+    max_form_bytes: usize,
+    max_response_bytes: usize,
     request_timeout: Duration,
     clock: Clock,
     /// Head bytes at which writes are pushed back.
@@ -98,6 +100,8 @@ impl AppState {
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
+                max_form_bytes: config.query_max_form_bytes,
+                max_response_bytes: config.query_max_response_bytes,
                 request_timeout: config.request_timeout,
             }),
         }
@@ -153,6 +157,16 @@ impl AppState {
     /// Default limits of queries.
     pub fn query_options(&self) -> &QueryOptions {
         &self.inner.query
+    }
+
+    /// Largest form body of a query API request.
+    pub(crate) fn max_form_bytes(&self) -> usize {
+        self.inner.max_form_bytes
+    }
+
+    /// Largest answer of the query API and federation.
+    pub(crate) fn max_response_bytes(&self) -> usize {
+        self.inner.max_response_bytes
     }
 
     /// Runs read work (`work` gets a stop flag) on a query slot, within

@@ -78,6 +78,11 @@ pub struct Config {
     /// Most queries evaluated at once (query API, series, labels,
     /// federate); more wait for a slot, up to their timeout.
     pub query_max_concurrency: usize,
+    /// Largest form-encoded body of a query API request (POST), in bytes.
+    pub query_max_form_bytes: usize,
+    /// Largest answer of the query API and federation, in bytes; a bigger
+    /// one is an error, not a body.
+    pub query_max_response_bytes: usize,
     /// OTLP resource attributes that become labels on every series of the
     /// resource (as Prometheus' `otlp.promote_resource_attributes`).
     pub otlp_promote_resource_attributes: Vec<String>,
@@ -217,6 +222,9 @@ impl Default for Config {
             query_max_depth: ParseLimits::default().max_depth,
             query_max_label_bytes: QueryOptions::default().max_label_bytes,
             query_max_concurrency: 20,
+            // Go's ParseForm limit, so the answer is Prometheus'.
+            query_max_form_bytes: 10 << 20,
+            query_max_response_bytes: 512 << 20,
             otlp_promote_resource_attributes: Vec::new(),
             otlp_delta_to_cumulative: false,
             wal_fsync: WalFsync::Always,
@@ -284,6 +292,8 @@ impl Config {
             ("query-max-length", self.query_max_length),
             ("query-max-depth", self.query_max_depth),
             ("query-max-concurrency", self.query_max_concurrency),
+            ("query-max-form-bytes", self.query_max_form_bytes),
+            ("query-max-response-bytes", self.query_max_response_bytes),
             ("http-max-connections", self.http_max_connections),
             ("http-max-header-bytes", self.http_max_header_bytes),
             (

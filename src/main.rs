@@ -118,6 +118,15 @@ struct Cli {
     /// wait for a slot up to their timeout [default: 20].
     #[arg(long, value_name = "N")]
     query_max_concurrency: Option<usize>,
+    /// Largest form-encoded POST body of the query API (query, series,
+    /// labels, federate …), as Go's ParseForm caps it for Prometheus;
+    /// larger ones get 400 bad_data [default: 10485760].
+    #[arg(long, value_name = "BYTES")]
+    query_max_form_bytes: Option<usize>,
+    /// Largest answer of the query API and /federate; a query whose answer
+    /// would be larger gets 422 execution instead [default: 536870912].
+    #[arg(long, value_name = "BYTES")]
+    query_max_response_bytes: Option<usize>,
     /// OTLP resource attributes that become labels on every series of the
     /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
     /// (the rest go to target_info) [default: none].
@@ -196,6 +205,8 @@ impl Cli {
             query_max_depth,
             query_max_label_bytes,
             query_max_concurrency,
+            query_max_form_bytes,
+            query_max_response_bytes,
             otlp_promote_resource_attributes,
             wal_fsync,
             wal_segment_bytes,
@@ -236,6 +247,22 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
+/// Raises the soft limit on open files to the hard one, as Go does for
+/// Prometheus: a distribution's default soft limit (often 1024) is below
+/// `http-max-connections` plus the WAL's and the queries' files.
+fn raise_open_files_limit(connections: usize) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(soft) if soft < connections as u64 + 256 => tracing::warn!(
+            open_files = soft,
+            http_max_connections = connections,
+            "the open-files limit is below http-max-connections plus 256: \
+             connections past it wait until others close"
+        ),
+        Ok(soft) => tracing::debug!(open_files = soft, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Cli::parse().into_config()?;
@@ -245,6 +272,7 @@ async fn main() -> anyhow::Result<()> {
         ?config,
         "starting sluice"
     );
+    raise_open_files_limit(config.http_max_connections);
     sluice::server::run(config, shutdown_signal())
         .await
         .context("sluice stopped with an error")

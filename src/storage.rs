@@ -14,6 +14,30 @@ mod shard;
 /// series for queries. Senders write it when a series disappears.
 pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
+/// When a read gives up: at a deadline, when a flag turns true (its client
+/// is gone, or the server is shutting down), or never (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stop<'a> {
+    /// Give up after this instant.
+    pub deadline: Option<std::time::Instant>,
+    /// Give up once this is true.
+    pub flag: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl Stop<'_> {
+    /// Whether to give up now.
+    pub fn now(&self) -> bool {
+        self.flag
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+            || self.deadline.is_some_and(|d| std::time::Instant::now() > d)
+    }
+}
+
+/// A read gave up (see [`Stop`]) before it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the read was stopped before it finished")]
+pub struct Stopped;
+
 /// The wall clock in Unix milliseconds, injectable so tests can move time
 /// (retention, the future-sample bound) without sleeping.
 #[derive(Clone)]

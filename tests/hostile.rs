@@ -572,6 +572,214 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     assert!(status.success(), "exit status {status}");
 }
 
+/// A regex that takes about 13 ms per 4 KB label value in a release build
+/// of the regex crate (1.2 KB of lazy repetitions: the lazy DFA gives up
+/// and the matcher falls back to its slower engines).
+fn slow_regex() -> String {
+    ["(?:\\w|\\s)*?v"; 100].concat()
+}
+
+/// Pushes `n` series named `name`, each with a 4 KB `wide` label value,
+/// in requests of 500.
+async fn push_wide(addr: SocketAddr, name: &str, n: usize) {
+    let now = common::now_ms();
+    for first in (0..n).step_by(500) {
+        let series = (first..(first + 500).min(n))
+            .map(|i| {
+                let wide = format!("{i:05}{}", "v".repeat(4000));
+                common::series(&[("__name__", name), ("wide", &wide)], &[(now, 1.0)])
+            })
+            .collect();
+        let (code, text) = common::push(addr, common::body(series)).await;
+        assert_eq!(code, 204, "{text}");
+    }
+}
+
+/// Label values are matched against a regex with the shard locks let go,
+/// so a slow regex over 2,000 values of 4 KB (~26 s of matching) holds no
+/// write back, and it stops at the query's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_regex_holds_no_write_back_and_stops_at_its_deadline() {
+    let mut s = Sluice::start(&["--query-timeout", "2s", "--query-max-concurrency", "2"]);
+    push_wide(s.addr, "wide", 2000).await;
+    // In a PromQL string, the regex's backslashes are escaped.
+    let selector = format!("wide{{wide=~\"{}\"}}", slow_regex().replace('\\', "\\\\"));
+    for (path, key) in [("/api/v1/query", "query"), ("/api/v1/series", "match[]")] {
+        let url = s.url(path);
+        let form = [(key.to_owned(), selector.clone())];
+        let slow = tokio::spawn(async move {
+            let resp = reqwest::Client::new()
+                .post(url)
+                .form(&form)
+                .send()
+                .await
+                .expect("answered");
+            let code = resp.status().as_u16();
+            let mut v: Value =
+                serde_json::from_str(&resp.text().await.expect("body")).expect("JSON");
+            v["code"] = code.into();
+            v
+        });
+        // Once the regex is running, writes to every shard go through
+        // while it still runs: its shard locks are not held meanwhile.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let series = (0..200)
+            .map(|i| {
+                common::series(
+                    &[("__name__", "during"), ("i", &i.to_string())],
+                    &[(common::now_ms(), 1.0)],
+                )
+            })
+            .collect();
+        let (code, text) = common::push(s.addr, common::body(series)).await;
+        assert_eq!(code, 204, "{text}");
+        if slow.is_finished() {
+            let v = slow.await.expect("task");
+            panic!("{path}: the write waited for the slow regex to finish: {v}");
+        }
+        let v = slow.await.expect("task");
+        assert_error(&v, 503, "timeout", "timed out");
+    }
+    // The abandoned matching stops (its slots come back) and the process
+    // still stores and answers.
+    s.assert_alive("slow regexes").await;
+    let v = query(&s, &[("query", "count(during)")]).await;
+    assert_eq!(v["data"]["result"][0]["value"][1], "200", "{v}");
+}
+
+/// Counts the open file descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(Iterator::count)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_answers_and_idle_connections_are_bounded() {
+    // Room for 2,000 connections on both ends (the server raises its own).
+    let soft = rlimit::increase_nofile_limit(8192).expect("raise the open-files limit");
+    assert!(
+        soft >= 4500,
+        "open-files limit {soft} is too low for this test"
+    );
+    let mut s = Sluice::start(&[
+        "--query-max-response-bytes",
+        "1000000",
+        // Long enough for all 2,000 connections to be open at once.
+        "--http-header-read-timeout",
+        "10s",
+    ]);
+    // 500 series of 4 KB label values: every listing of them is ~2 MB.
+    push_wide(s.addr, "wide", 500).await;
+
+    // A form body past query-max-form-bytes (10 MiB): Go's ParseForm
+    // answer, as Prometheus gives it.
+    let pad = "a".repeat(11 << 20);
+    for path in ["/api/v1/query", "/api/v1/series"] {
+        let v = api(
+            &s,
+            path,
+            &[("query", "1"), ("match[]", "up"), ("pad", &pad)],
+        )
+        .await;
+        assert_error(&v, 400, "bad_data", "query-max-form-bytes");
+    }
+    drop(pad);
+
+    // Answers past query-max-response-bytes are refused, not built.
+    let range = [
+        ("query", "wide"),
+        ("start", "0"),
+        ("end", "1"),
+        ("step", "1"),
+    ];
+    let mut now_range = range;
+    let now = (common::now_ms() / 1000 + 1).to_string();
+    now_range[1].1 = &now;
+    now_range[2].1 = &now;
+    let refused = [
+        api(&s, "/api/v1/query", &[("query", "wide")]).await,
+        api(&s, "/api/v1/query_range", &now_range).await,
+        api(&s, "/api/v1/series", &[("match[]", "wide")]).await,
+        api(&s, "/api/v1/label/wide/values", &[]).await,
+    ];
+    for v in &refused {
+        assert_error(v, 422, "execution", "query-max-response-bytes");
+    }
+    let fed = reqwest::Client::new()
+        .get(s.url("/federate"))
+        .query(&[("match[]", "wide")])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(fed.status().as_u16(), 422);
+    // Smaller answers over the same data are served.
+    let v = query(&s, &[("query", "count(wide)")]).await;
+    assert_eq!(v["data"]["result"][0]["value"][1], "500", "{v}");
+    let v = api(
+        &s,
+        "/api/v1/series",
+        &[("match[]", "wide"), ("limit", "10")],
+    )
+    .await;
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(10), "{v}");
+    s.assert_alive("answers past the limit").await;
+
+    // 2,000 keep-alive connections, each answered once and then left idle.
+    let pid = s.child.id();
+    let fds_before = open_fds(pid);
+    let rss_before = s.rss_kib();
+    let mut idle = Vec::new();
+    for _ in 0..2000 {
+        let mut c = TcpStream::connect(s.addr).expect("connect");
+        c.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        idle.push(c);
+    }
+    for c in &mut idle {
+        c.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).expect("an answer");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    }
+    let held = open_fds(pid).saturating_sub(fds_before);
+    let rss_growth = s.rss_kib().saturating_sub(rss_before);
+    eprintln!("2000 idle keep-alive connections: {held} descriptors, RSS +{rss_growth} KiB");
+    // (The count before included connections of earlier requests, some
+    // closed since.)
+    assert!(held >= 1800, "only {held} connections are open");
+    assert!(
+        rss_growth < 64 * 1024,
+        "2000 idle connections grew RSS by {rss_growth} KiB"
+    );
+    // The server still answers while they are open.
+    s.assert_alive("2000 idle keep-alive connections").await;
+    // Each is closed by the server once idle for the header timeout.
+    for c in &mut idle {
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("an idle connection was not closed: {other:?}"),
+        }
+    }
+    drop(idle);
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = open_fds(pid).saturating_sub(fds_before);
+        if left < 50 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        left < 50,
+        "{left} descriptors still held after the idle timeout"
+    );
+    s.assert_alive("idle connections closed").await;
+}
+
 /// A tmpfs of `bytes` mounted for the test; unmounted when dropped.
 struct SmallDisk {
     dir: tempfile::TempDir,
@@ -661,14 +869,28 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
     assert_eq!(common::push(addr, push("before", 10)).await.0, 204);
 
     let filler = fill(disk.dir.path());
-    // The disk is full: writes get 500 and are not acknowledged.
-    let mut refused = 0;
-    for _ in 0..20 {
-        let (code, _) = common::push(addr, push("while_full", 2000)).await;
+    // The disk is full: writes get 500 and are not acknowledged, and what
+    // they carried is not visible either (not a sample, not a series).
+    let mut codes = Vec::new();
+    for k in 0..20 {
+        let (code, _) = common::push(addr, push(&format!("while_full_{k}"), 2000)).await;
         assert!(code == 500 || code == 204, "{code}");
-        refused += usize::from(code == 500);
+        codes.push(code);
     }
-    assert!(refused > 0, "no write was refused on a full disk");
+    let refused: Vec<usize> = (0..codes.len()).filter(|&k| codes[k] == 500).collect();
+    assert!(!refused.is_empty(), "no write was refused on a full disk");
+    for (k, &code) in codes.iter().enumerate() {
+        let name = format!("while_full_{k}");
+        let v = common::query_vector(addr, &format!("count({name})"), None).await;
+        let count = v.first().map(|(_, n)| n.clone());
+        if code == 204 {
+            assert_eq!(count.as_deref(), Some("2000"), "{name} was acknowledged");
+        } else {
+            assert_eq!(count, None, "{name} was refused, yet visible");
+            let (_, series) = common::get(addr, &format!("/api/v1/series?match[]={name}")).await;
+            assert!(series.contains(r#""data":[]"#), "{name}: {series}");
+        }
+    }
 
     // Space returns: writes are accepted again, without a restart.
     std::fs::remove_file(&filler).expect("free the disk");
@@ -681,6 +903,11 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(accepted, "writes still refused after space returned");
+    // The refused requests' records were retried ahead of the new ones:
+    // they are in the log now, and so visible.
+    let last = refused[refused.len() - 1];
+    let v = common::query_vector(addr, &format!("count(while_full_{last})"), None).await;
+    assert_eq!(v.first().map(|(_, n)| n.as_str()), Some("2000"), "{v:?}");
 
     // The log is still valid: a restart replays everything acknowledged.
     let pid = first.child.id().to_string();

@@ -14,10 +14,11 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::params::Params;
+use super::prom::ErrorType;
 use super::{ApiError, AppState};
 use crate::promql::value::format_float;
 use crate::storage::labels::Label;
-use crate::storage::STALE_NAN;
+use crate::storage::{Stop, STALE_NAN};
 
 /// The text exposition format's content type.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -33,12 +34,17 @@ pub(super) async fn federate(
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
     let head = state.head_arc();
+    let max = state.max_response_bytes();
     let out = state
-        .read(state.query_options().timeout, move |_| {
+        .read(state.query_options().timeout, move |flag| {
+            let stop = Stop {
+                flag: Some(&flag),
+                deadline: None,
+            };
             // Keyed by metric name, then labels: families in name order.
             let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
             for matchers in &selectors {
-                for s in head.select(matchers, mint, now) {
+                for s in head.select_until(matchers, mint, now, &stop)? {
                     let Some(last) = s.samples(mint, now).last() else {
                         continue;
                     };
@@ -57,6 +63,15 @@ pub(super) async fn federate(
                     family = Some(name);
                 }
                 write_sample(&mut out, name, labels, *t, *v);
+                if out.len() > max {
+                    return Err(ApiError::Prom {
+                        kind: ErrorType::Execution,
+                        message: format!(
+                            "the answer would be larger than query-max-response-bytes \
+                             ({max} bytes); federate fewer series"
+                        ),
+                    });
+                }
             }
             Ok(out)
         })

@@ -9,10 +9,11 @@ use axum::response::Response;
 use serde::Serialize;
 
 use super::params::Params;
-use super::prom::success;
+use super::prom::{success, success_within};
 use super::{ApiError, AppState};
 use crate::ingest::validate::is_valid_label_name;
 use crate::storage::labels::Label;
+use crate::storage::Stop;
 
 fn truncated(n: usize, limit: usize) -> Vec<String> {
     if limit > 0 && n > limit {
@@ -31,10 +32,11 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
     let head = state.head_arc();
-    read(&state, move || {
+    let max = state.max_response_bytes();
+    read(&state, move |stop| {
         let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
         for m in &selectors {
-            sets.extend(head.series_labels(m, start, end));
+            sets.extend(head.series_labels(m, start, end, stop)?);
         }
         let warnings = truncated(sets.len(), limit);
         let take = if limit == 0 { usize::MAX } else { limit };
@@ -47,7 +49,7 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
                     .collect()
             })
             .collect();
-        success(data, &warnings)
+        success_within(data, &warnings, max)
     })
     .await
 }
@@ -58,15 +60,16 @@ pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<R
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
     let head = state.head_arc();
-    read(&state, move || {
+    let max = state.max_response_bytes();
+    read(&state, move |stop| {
         let mut names = BTreeSet::new();
         if selectors.is_empty() {
-            names = head.label_names(&[], start, end);
+            names = head.label_names(&[], start, end, stop)?;
         }
         for m in &selectors {
-            names.extend(head.label_names(m, start, end));
+            names.extend(head.label_names(m, start, end, stop)?);
         }
-        limited(names, limit)
+        limited(names, limit, max)
     })
     .await
 }
@@ -84,15 +87,16 @@ pub(super) async fn label_values(
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
     let head = state.head_arc();
-    read(&state, move || {
+    let max = state.max_response_bytes();
+    read(&state, move |stop| {
         let mut values = BTreeSet::new();
         if selectors.is_empty() {
-            values = head.label_values(&name, &[], start, end);
+            values = head.label_values(&name, &[], start, end, stop)?;
         }
         for m in &selectors {
-            values.extend(head.label_values(&name, m, start, end));
+            values.extend(head.label_values(&name, m, start, end, stop)?);
         }
-        limited(values, limit)
+        limited(values, limit, max)
     })
     .await
 }
@@ -101,17 +105,26 @@ pub(super) async fn label_values(
 /// is CPU work that would stall the async workers (and the writes on them).
 async fn read(
     state: &AppState,
-    f: impl FnOnce() -> Response + Send + 'static,
+    f: impl FnOnce(&Stop<'_>) -> Result<Response, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     state
-        .read(state.query_options().timeout, move |_| Ok(f()))
+        .read(state.query_options().timeout, move |flag| {
+            f(&Stop {
+                flag: Some(&flag),
+                deadline: None,
+            })
+        })
         .await
 }
 
-fn limited(set: BTreeSet<String>, limit: usize) -> Response {
+fn limited(set: BTreeSet<String>, limit: usize, max: usize) -> Result<Response, ApiError> {
     let warnings = truncated(set.len(), limit);
     let take = if limit == 0 { usize::MAX } else { limit };
-    success(set.into_iter().take(take).collect::<Vec<_>>(), &warnings)
+    success_within(
+        set.into_iter().take(take).collect::<Vec<_>>(),
+        &warnings,
+        max,
+    )
 }
 
 #[derive(Serialize)]

@@ -2,11 +2,10 @@
 //! query and, for POST, the form-encoded body (like Go's `r.FormValue`),
 //! and the API's time, duration and selector formats.
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, Method};
 
-use super::ApiError;
+use super::{ApiError, AppState};
 use crate::promql::guard::ParseLimits;
 use crate::storage::index::Matcher;
 
@@ -14,10 +13,10 @@ use crate::storage::index::Matcher;
 #[derive(Debug, Default, Clone)]
 pub struct Params(Vec<(String, String)>);
 
-impl<S: Send + Sync> FromRequest<S> for Params {
+impl FromRequest<AppState> for Params {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let mut pairs: Vec<(String, String)> = req
             .uri()
             .query()
@@ -29,9 +28,10 @@ impl<S: Send + Sync> FromRequest<S> for Params {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
         if req.method() == Method::POST && is_form {
-            let body = Bytes::from_request(req, state)
+            let limit = state.max_form_bytes();
+            let body = axum::body::to_bytes(req.into_body(), limit)
                 .await
-                .map_err(|e| ApiError::bad_data(format!("cannot read form body: {e}")))?;
+                .map_err(|e| form_error(&e, limit))?;
             // Body values come first, as with Go's ParseForm.
             let mut form: Vec<(String, String)> =
                 form_urlencoded::parse(&body).into_owned().collect();
@@ -40,6 +40,23 @@ impl<S: Send + Sync> FromRequest<S> for Params {
         }
         Ok(Params(pairs))
     }
+}
+
+/// Go's `ParseForm` words for a body over its limit, which Prometheus
+/// passes on as `bad_data`.
+fn form_error(e: &axum::Error, limit: usize) -> ApiError {
+    use std::error::Error as _;
+    let mut source = e.source();
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return ApiError::bad_data(format!(
+                "error parsing form values: http: POST too large (the form body is over \
+                 query-max-form-bytes, {limit} bytes)"
+            ));
+        }
+        source = s.source();
+    }
+    ApiError::bad_data(format!("error parsing form values: {e}"))
 }
 
 impl Params {

@@ -87,6 +87,60 @@ pub fn success<T: Serialize>(data: T, warnings: &[String]) -> Response {
     }
 }
 
+/// [`success`], or 422 `execution` when the body would be larger than
+/// `max` bytes (the encoder stops there).
+pub fn success_within<T: Serialize>(
+    data: T,
+    warnings: &[String],
+    max: usize,
+) -> Result<Response, super::ApiError> {
+    let env = Envelope {
+        status: "success",
+        data: Some(data),
+        error_type: None,
+        error: None,
+        warnings,
+    };
+    let mut body = Capped {
+        bytes: Vec::new(),
+        max,
+    };
+    match serde_json::to_writer(&mut body, &env) {
+        Ok(()) => Ok(json(StatusCode::OK, body.bytes)),
+        Err(e) if e.is_io() => Err(super::ApiError::Prom {
+            kind: ErrorType::Execution,
+            message: format!(
+                "the answer would be larger than query-max-response-bytes ({max} bytes); \
+                 select fewer series or a shorter range, or set a limit"
+            ),
+        }),
+        Err(e) => Err(super::ApiError::Prom {
+            kind: ErrorType::Internal,
+            message: format!("cannot encode response: {e}"),
+        }),
+    }
+}
+
+/// A body buffer that refuses to grow past `max` bytes.
+struct Capped {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.max {
+            return Err(std::io::Error::other("response too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An error reply.
 pub fn error(kind: ErrorType, message: &str) -> Response {
     let env: Envelope<'_, ()> = Envelope {

@@ -78,12 +78,32 @@ pub(super) async fn instant(
         .to_owned();
     let t = p.time("time", now_ms())?;
     let opts = options(&state, &p)?;
-    let value = run(&state, opts, move |e| e.instant(&query, t)).await?;
+    let max = state.max_response_bytes();
+    // The answer is written on the query thread too: it is CPU work as
+    // large as the result, and bounded by `max`.
+    let out = run(&state, opts, move |e| {
+        let value = e.instant(&query, t)?;
+        instant_body(&value, t, max)
+    })
+    .await?;
+    Ok(json(out))
+}
+
+/// The error of an answer that would outgrow `query-max-response-bytes`.
+fn too_large(max: usize) -> QueryError {
+    QueryError::Execution(format!(
+        "the answer would be larger than query-max-response-bytes ({max} bytes); \
+         select fewer series or a shorter range"
+    ))
+}
+
+/// The JSON answer to an instant query at `t`.
+fn instant_body(value: &Value, t: i64, max: usize) -> Result<String, QueryError> {
     let mut out = String::with_capacity(256);
     out.push_str(r#"{"status":"success","data":{"resultType":""#);
     out.push_str(value.type_name());
     out.push_str(r#"","result":"#);
-    match &value {
+    match value {
         Value::Scalar(v) => point(&mut out, t, *v),
         Value::String(s) => {
             out.push('[');
@@ -103,13 +123,19 @@ pub(super) async fn instant(
                 out.push_str(r#","value":"#);
                 point(&mut out, t, s.v);
                 out.push('}');
+                if out.len() > max {
+                    return Err(too_large(max));
+                }
             }
             out.push(']');
         }
-        Value::Matrix(series) => matrix(&mut out, series),
+        Value::Matrix(series) => matrix(&mut out, series, max)?,
     }
     out.push_str("}}");
-    Ok(json(out))
+    if out.len() > max {
+        return Err(too_large(max));
+    }
+    Ok(out)
 }
 
 /// `GET|POST /api/v1/query_range?query=&start=&end=&step=`
@@ -148,11 +174,16 @@ pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Re
         ));
     }
     let opts = options(&state, &p)?;
-    let series = run(&state, opts, move |e| e.range(&query, start, end, step)).await?;
-    let mut out = String::with_capacity(256 + series.len() * 64);
-    out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
-    matrix(&mut out, &series);
-    out.push_str("}}");
+    let max = state.max_response_bytes();
+    let out = run(&state, opts, move |e| {
+        let series = e.range(&query, start, end, step)?;
+        let mut out = String::with_capacity(256 + series.len() * 64);
+        out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
+        matrix(&mut out, &series, max)?;
+        out.push_str("}}");
+        Ok(out)
+    })
+    .await?;
     Ok(json(out))
 }
 
@@ -200,7 +231,8 @@ fn metric(out: &mut String, labels: &[Label]) {
     out.push('}');
 }
 
-fn matrix(out: &mut String, series: &[Series]) {
+/// Writes `series` as a JSON matrix; fails once `out` outgrows `max`.
+fn matrix(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryError> {
     out.push('[');
     for (i, s) in series.iter().enumerate() {
         if i > 0 {
@@ -216,8 +248,12 @@ fn matrix(out: &mut String, series: &[Series]) {
             point(out, t, v);
         }
         out.push_str("]}");
+        if out.len() > max {
+            return Err(too_large(max));
+        }
     }
     out.push(']');
+    Ok(())
 }
 
 /// `GET|POST /api/v1/format_query?query=`: the query, pretty-printed.
@@ -230,13 +266,14 @@ pub(super) async fn format_query(
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
         .to_owned();
     let limits = state.query_options().parse;
+    let max = state.max_response_bytes();
     // Parsing and printing recurse: on a query thread, whose stack fits
     // the deepest query the limits let through.
     state
         .read(state.query_options().timeout, move |_| {
             let expr =
                 guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
-            Ok(super::prom::success(expr.prettify(), &[]))
+            super::prom::success_within(expr.prettify(), &[], max)
         })
         .await
 }

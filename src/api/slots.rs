@@ -158,6 +158,14 @@ fn spawn(stack_bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<(), Ap
         .map_err(|e| internal(format!("cannot start a query thread: {e}")))
 }
 
+/// The error of read work that stopped because its answer was no longer
+/// wanted (the client was already told, or is gone).
+impl From<crate::storage::Stopped> for ApiError {
+    fn from(_: crate::storage::Stopped) -> Self {
+        timed_out("query timed out in query execution".to_owned())
+    }
+}
+
 fn timed_out(message: String) -> ApiError {
     ApiError::Prom {
         kind: ErrorType::Timeout,

@@ -16,6 +16,7 @@ use super::value::{drop_name, no_labels, Labels, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::head::Head;
 use crate::storage::labels::Label;
+use crate::storage::Stop;
 
 pub use crate::storage::STALE_NAN;
 
@@ -401,8 +402,16 @@ impl<'e> Ctx<'e> {
         let lo = lo.min(hi.saturating_sub(range));
         let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
         let mut selected = Vec::new();
+        let stop = Stop {
+            deadline: Some(self.deadline),
+            flag: self.cancel,
+        };
         for matchers in &sets {
-            selected.extend(self.head.select(matchers, lo, hi));
+            selected.extend(
+                self.head
+                    .select_until(matchers, lo, hi, &stop)
+                    .map_err(|_| QueryError::Timeout("query execution"))?,
+            );
         }
         if sets.len() > 1 {
             selected.sort_by(|a, b| a.labels.cmp(&b.labels));

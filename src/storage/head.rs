@@ -12,10 +12,11 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::checkpoint::{self, SeriesImage};
-use super::index::Matcher;
+use super::index::{Matcher, Verdicts};
 use super::labels::Label;
 pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
 use super::shard::{MemSeries, Shard, ShardLog};
+use super::{Stop, Stopped};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::record::Record;
 use crate::wal::{self, WalError, WalOptions};
@@ -431,7 +432,7 @@ impl Head {
         let i = self.shard_index(hash);
         counts.touched |= 1 << (i % 64);
         let slot = &self.shards[i].0;
-        (slot, slot.lock())
+        (slot, self.lock_caught_up(slot))
     }
 
     /// Bytes the head holds by part, each shard read under its lock.
@@ -513,9 +514,12 @@ impl Head {
         PENDING.with(|cell| {
             let mut frames = cell.borrow_mut();
             frames.clear();
-            for shard in guards.iter_mut() {
+            // Which of the guards had frames to hand over.
+            let mut gave = 0u64;
+            for (k, shard) in guards.iter_mut().enumerate() {
                 if let Some(log) = &mut shard.log {
                     log.samples.close(&mut log.frames);
+                    gave |= u64::from(!log.frames.is_empty()) << (k % 64);
                     frames.extend_from_slice(&log.frames);
                     log.frames.clear();
                     if log.frames.capacity() > 4 << 20 {
@@ -524,10 +528,10 @@ impl Head {
                 }
             }
             let pushed = (!frames.is_empty()).then(|| wal.submit(&frames));
-            for shard in guards.iter_mut() {
+            for (k, shard) in guards.iter_mut().enumerate() {
                 if let Some(log) = &mut shard.log {
-                    if let Some(p) = pushed {
-                        log.pushed = p;
+                    if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
+                        log.handed_over(p);
                     }
                     lsn = lsn.max(log.pushed);
                 }
@@ -632,7 +636,10 @@ impl Head {
     #[inline]
     pub fn try_lock_shard(&self, i: usize, counts: &mut AppendCounts) -> Option<ShardGuard<'_>> {
         let slot = &self.shards[i].0;
-        let shard = slot.try_lock()?;
+        let mut shard = slot.try_lock()?;
+        if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
+            log.catch_up(wal.durable_lsn());
+        }
         counts.touched |= 1 << (i % 64);
         Some(ShardGuard {
             head: self,
@@ -649,7 +656,7 @@ impl Head {
         ShardGuard {
             head: self,
             slot,
-            shard: slot.lock(),
+            shard: self.lock_caught_up(slot),
         }
     }
 
@@ -733,35 +740,70 @@ impl Head {
     }
 
     /// Calls `f` with each series (and its shard) that matches all
-    /// `matchers` and has samples in `[mint, maxt]`. Each shard's lock is
-    /// held only while that shard is visited.
+    /// `matchers` and has visible samples in `[mint, maxt]`, and the newest
+    /// timestamp it may read of that series (see
+    /// [`MemSeries::visible_until`]). Each shard's lock is held only while
+    /// that shard is visited, and never while a regex runs: the values a
+    /// regex matcher meets are judged with the lock let go (see
+    /// [`Verdicts`]). Gives up when `stop` says so.
     pub(crate) fn for_each_match(
         &self,
         matchers: &[Matcher],
         mint: i64,
         maxt: i64,
-        mut f: impl FnMut(&Shard, &MemSeries),
-    ) {
-        for Padded(shard) in self.shards.iter() {
-            let s = shard.lock();
-            let slots = if matchers.is_empty() {
-                (0..s.series.len() as u32).collect()
-            } else {
-                s.postings
-                    .select(&s.strings, matchers, s.series.len() as u32)
-            };
-            for slot in slots {
-                let Some(series) = s.series.get(slot as usize) else {
+        stop: &Stop<'_>,
+        mut f: impl FnMut(&Shard, &MemSeries, i64),
+    ) -> Result<(), Stopped> {
+        let mut verdicts = Verdicts::new(matchers);
+        for Padded(slot) in self.shards.iter() {
+            loop {
+                let s = self.lock_caught_up(slot);
+                let all = s.series.len() as u32;
+                let slots = if matchers.is_empty() {
+                    Some((0..all).collect())
+                } else {
+                    s.postings
+                        .select_judged(&s.strings, matchers, all, &mut verdicts)
+                };
+                let Some(slots) = slots else {
+                    drop(s);
+                    if !verdicts.judge(matchers, || stop.now()) {
+                        return Err(Stopped);
+                    }
                     continue;
                 };
-                let (Some(lo), Some(hi)) = (series.min_time(), series.max_time()) else {
-                    continue;
-                };
-                if hi >= mint && lo <= maxt {
-                    f(&s, series);
+                for (n, slot) in slots.into_iter().enumerate() {
+                    if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
+                        return Err(Stopped);
+                    }
+                    let Some(series) = s.series.get(slot as usize) else {
+                        continue;
+                    };
+                    let until = series.visible_until(s.log.as_ref());
+                    let (Some(lo), Some(hi)) = (series.min_time(), series.max_time()) else {
+                        continue;
+                    };
+                    let hi = hi.min(until);
+                    if hi >= lo && hi >= mint && lo <= maxt {
+                        f(&s, series, until);
+                    }
                 }
+                break;
             }
         }
+        Ok(())
+    }
+
+    /// Locks a shard, its log caught up with what the WAL has made durable
+    /// (which decides what readers see, and from where new samples count
+    /// as unlogged).
+    #[inline]
+    fn lock_caught_up<'a>(&self, slot: &'a Slot) -> parking_lot::MutexGuard<'a, Shard> {
+        let mut shard = slot.lock();
+        if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
+            log.catch_up(wal.durable_lsn());
+        }
+        shard
     }
 
     /// The newest timestamp of the series with these canonical label bytes.
@@ -856,6 +898,9 @@ impl<'h> Replayer<'h> {
         (self.counts.appended, self.counts.rejected_total())
     }
 }
+
+/// Series visited between two looks at a read's stop condition.
+const VISIT_BATCH: usize = 4096;
 
 thread_local! {
     /// One request's frames from all its shards, gathered for one submit.
@@ -1018,6 +1063,46 @@ mod tests {
         head.select_samples(&[all], i64::MIN, i64::MAX)
     }
 
+    /// Hands everything appended to the WAL and waits until it is durable
+    /// (and so visible).
+    fn log_and_wait(head: &Head) {
+        let lsn = head.log_all();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(head.durable(lsn))
+            .expect("durable");
+    }
+
+    #[test]
+    fn reads_see_what_the_wal_holds_durably_and_nothing_more() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = Head::open(HeadOptions::default(), &durability(dir.path())).expect("open");
+        let l = [("__name__", "m")];
+        let raw = canon(&l);
+        let mut c = AppendCounts::default();
+        head.append_labels(&l, &raw, [(1000, 1.0)].into_iter(), i64::MAX, &mut c)
+            .expect("fits");
+        // Stored in the head, not yet in the log: neither the sample nor
+        // the new series is visible.
+        assert_eq!(everything(&head), Vec::new());
+        assert!(head
+            .series_labels(&[], i64::MIN, i64::MAX, &Stop::default())
+            .expect("no stop")
+            .is_empty());
+        log_and_wait(&head);
+        let got = everything(&head);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].samples, vec![(1000, 1.0)]);
+        // A second sample waits for its own generation of the log; the
+        // first stays visible meanwhile.
+        assert!(head.append_existing(&raw, [(2000, 2.0)].into_iter(), i64::MAX, &mut c));
+        assert_eq!(everything(&head)[0].samples, vec![(1000, 1.0)]);
+        log_and_wait(&head);
+        assert_eq!(everything(&head)[0].samples, vec![(1000, 1.0), (2000, 2.0)]);
+        head.close_wal();
+    }
+
     #[test]
     fn a_reopened_head_holds_what_concurrent_writers_stored() {
         let dir = tempfile::tempdir().expect("tmp");
@@ -1128,10 +1213,11 @@ mod tests {
             }
             head.log_appended(&mut c);
             if r == 1 {
-                head.log_all();
+                log_and_wait(&head);
                 after_two = everything(&head);
             }
         }
+        log_and_wait(&head);
         let all = everything(&head);
         head.close_wal();
         (dir, after_two, all)

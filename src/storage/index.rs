@@ -85,6 +85,79 @@ impl Matcher {
     }
 }
 
+/// The verdicts of a selection's regex matchers on the label values they
+/// meet, so that the regexes run outside the shard locks. Under a lock,
+/// [`Postings::select_judged`] takes a verdict for every value it meets
+/// and notes the values it has none for; the caller lets the lock go,
+/// [`Verdicts::judge`]s them (stopping when told to), and selects again.
+/// Verdicts are kept by value, so a value met in several shards is judged
+/// once per selection.
+#[derive(Debug)]
+pub struct Verdicts {
+    /// Per matcher, for regex matchers: value → whether it matches.
+    known: Vec<hashbrown::HashMap<Box<str>, bool>>,
+    /// Whether each matcher matches the empty value (a missing label).
+    empty: Vec<bool>,
+    /// Values met without a verdict: (matcher index, value).
+    unjudged: Vec<(usize, Box<str>)>,
+}
+
+/// Regex evaluations between two looks at the stop condition.
+const JUDGE_BATCH: usize = 16;
+
+impl Verdicts {
+    /// No verdicts yet for `matchers`.
+    pub fn new(matchers: &[Matcher]) -> Self {
+        Self {
+            known: matchers.iter().map(|_| hashbrown::HashMap::new()).collect(),
+            empty: matchers.iter().map(|m| m.matches("")).collect(),
+            unjudged: Vec::new(),
+        }
+    }
+
+    /// Whether matcher `i` matches `v`, if known. Equality matchers are
+    /// answered at once; regex matchers from the verdicts, or `None` after
+    /// noting `v` for [`Verdicts::judge`].
+    #[inline]
+    fn verdict(&mut self, i: usize, m: &Matcher, v: &str) -> Option<bool> {
+        match m.op {
+            MatchOp::Equal | MatchOp::NotEqual => Some(m.matches(v)),
+            MatchOp::Regex | MatchOp::NotRegex => {
+                let known = self.known[i].get(v).copied();
+                if known.is_none() {
+                    self.unjudged.push((i, v.into()));
+                }
+                known
+            }
+        }
+    }
+
+    /// Whether values were met without a verdict.
+    pub fn pending(&self) -> bool {
+        !self.unjudged.is_empty()
+    }
+
+    /// Runs the regexes on the values noted without a verdict. Returns
+    /// `false`, leaving the rest unjudged, once `stop` says so (it is asked
+    /// every few evaluations: one regex on one long value can take
+    /// milliseconds).
+    pub fn judge(&mut self, matchers: &[Matcher], stop: impl Fn() -> bool) -> bool {
+        let mut n = 0;
+        while let Some((i, v)) = self.unjudged.pop() {
+            n += 1;
+            if n % JUDGE_BATCH == 0 && stop() {
+                self.unjudged.push((i, v));
+                return false;
+            }
+            if !self.known[i].contains_key(&v) {
+                let ok = matchers[i].matches(&v);
+                self.known[i].insert(v, ok);
+            }
+        }
+        true
+    }
+}
+
 /// Postings for one shard: name → value → ascending series slots.
 #[derive(Debug, Default)]
 pub struct Postings {
@@ -128,13 +201,36 @@ impl Postings {
 
     /// Slots of the series that match all `matchers`, ascending. `all` is the
     /// number of series slots, used when a matcher also matches the empty value.
+    /// Runs the regexes in place: for callers that hold no lock others wait on.
     pub fn select(&self, strings: &Interner, matchers: &[Matcher], all: u32) -> Vec<u32> {
+        let mut verdicts = Verdicts::new(matchers);
+        loop {
+            if let Some(slots) = self.select_judged(strings, matchers, all, &mut verdicts) {
+                return slots;
+            }
+            verdicts.judge(matchers, || false);
+        }
+    }
+
+    /// [`Postings::select`] with regex verdicts from `verdicts`: `None`
+    /// when a value had none yet (judge them, then call again).
+    pub fn select_judged(
+        &self,
+        strings: &Interner,
+        matchers: &[Matcher],
+        all: u32,
+        verdicts: &mut Verdicts,
+    ) -> Option<Vec<u32>> {
         let mut result: Option<Vec<u32>> = None;
         // Positive matchers first: they shrink the set fastest.
-        let mut order: Vec<&Matcher> = matchers.iter().collect();
-        order.sort_by_key(|m| m.matches(""));
-        for m in order {
-            let set = self.select_one(strings, m, all);
+        let mut order: Vec<usize> = (0..matchers.len()).collect();
+        order.sort_by_key(|&i| verdicts.empty[i]);
+        for i in order {
+            let set = self.select_one(strings, i, &matchers[i], all, verdicts);
+            if verdicts.pending() {
+                // Go on past this matcher only to note what else it lacks.
+                continue;
+            }
             result = Some(match result {
                 None => set,
                 Some(prev) => intersect(&prev, &set),
@@ -143,20 +239,33 @@ impl Postings {
                 break;
             }
         }
-        result.unwrap_or_else(|| (0..all).collect())
+        if verdicts.pending() {
+            return None;
+        }
+        Some(result.unwrap_or_else(|| (0..all).collect()))
     }
 
-    fn select_one(&self, strings: &Interner, m: &Matcher, all: u32) -> Vec<u32> {
+    fn select_one(
+        &self,
+        strings: &Interner,
+        i: usize,
+        m: &Matcher,
+        all: u32,
+        verdicts: &mut Verdicts,
+    ) -> Vec<u32> {
         let values = strings.lookup(&m.name).and_then(|n| self.by_name.get(&n));
-        if m.matches("") {
+        if verdicts.empty[i] {
             // Every series except those whose value for the name does not match.
             let mut excluded: Vec<u32> = Vec::new();
             if let Some(values) = values {
                 for (&v, slots) in values {
-                    if !m.matches(strings.get(v)) {
+                    if verdicts.verdict(i, m, strings.get(v)) == Some(false) {
                         excluded.extend_from_slice(slots);
                     }
                 }
+            }
+            if verdicts.pending() {
+                return Vec::new();
             }
             return difference(all, &sorted_set(excluded));
         }
@@ -172,9 +281,12 @@ impl Postings {
         }
         let mut out = Vec::new();
         for (&v, slots) in values {
-            if m.matches(strings.get(v)) {
+            if verdicts.verdict(i, m, strings.get(v)) == Some(true) {
                 out.extend_from_slice(slots);
             }
+        }
+        if verdicts.pending() {
+            return Vec::new();
         }
         sorted_set(out)
     }
@@ -301,5 +413,52 @@ mod tests {
         let literal_paren = Matcher::new(MatchOp::Regex, "job", r"a\)|b").expect("valid");
         assert!(literal_paren.matches("a)") && literal_paren.matches("b"));
         assert!(!literal_paren.matches("anything"));
+    }
+
+    #[test]
+    fn regex_verdicts_are_gathered_then_judged_outside() {
+        let (s, p) = shard(&[
+            &[("__name__", "up"), ("job", "node")],
+            &[("__name__", "up"), ("job", "api")],
+            &[("__name__", "up")],
+        ]);
+        let ms = [
+            m(MatchOp::Equal, "__name__", "up"),
+            m(MatchOp::NotRegex, "job", "n.*"),
+        ];
+        let mut v = Verdicts::new(&ms);
+        // First look: the values of `job` have no verdict yet.
+        assert_eq!(p.select_judged(&s, &ms, 3, &mut v), None);
+        assert!(v.pending());
+        assert!(v.judge(&ms, || false));
+        assert!(!v.pending());
+        assert_eq!(p.select_judged(&s, &ms, 3, &mut v), Some(vec![1, 2]));
+        assert_eq!(p.select(&s, &ms, 3), vec![1, 2]);
+        // Verdicts are kept by value: another shard with the same values
+        // needs no judging.
+        let (s2, p2) = shard(&[&[("__name__", "up"), ("job", "api")]]);
+        assert_eq!(p2.select_judged(&s2, &ms, 1, &mut v), Some(vec![0]));
+    }
+
+    #[test]
+    fn judging_stops_when_told() {
+        let series: Vec<Vec<(String, String)>> = (0..100)
+            .map(|i| vec![("job".to_owned(), format!("j{i}"))])
+            .collect();
+        let refs: Vec<Vec<(&str, &str)>> = series
+            .iter()
+            .map(|l| l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect())
+            .collect();
+        let slices: Vec<&[(&str, &str)]> = refs.iter().map(Vec::as_slice).collect();
+        let (s, p) = shard(&slices);
+        let ms = [m(MatchOp::Regex, "job", "j1.*")];
+        let mut v = Verdicts::new(&ms);
+        assert_eq!(p.select_judged(&s, &ms, 100, &mut v), None);
+        assert!(!v.judge(&ms, || true), "stopped");
+        assert!(v.judge(&ms, || false));
+        assert_eq!(
+            p.select_judged(&s, &ms, 100, &mut v).map(|x| x.len()),
+            Some(11)
+        );
     }
 }

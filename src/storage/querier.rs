@@ -10,6 +10,7 @@ use super::chunk::XorIter;
 use super::head::Head;
 use super::index::Matcher;
 use super::labels::Label;
+use super::{Stop, Stopped};
 
 /// One chunk of a selected series.
 #[derive(Debug, Clone)]
@@ -33,11 +34,13 @@ pub struct SelectedSeries {
 
 impl SelectedSeries {
     /// Samples with `mint <= t <= maxt`, in time order, decoded lazily.
+    /// Each chunk is read up to its `maxt`: the head cuts that short of
+    /// samples the log does not hold yet.
     pub fn samples(&self, mint: i64, maxt: i64) -> impl Iterator<Item = (i64, f64)> + '_ {
         self.chunks
             .iter()
             .filter(move |c| c.maxt >= mint && c.mint <= maxt)
-            .flat_map(|c| XorIter::new(&c.bytes))
+            .flat_map(|c| XorIter::new(&c.bytes).take_while(move |&(t, _)| t <= c.maxt))
             .skip_while(move |&(t, _)| t < mint)
             .take_while(move |&(t, _)| t <= maxt)
     }
@@ -55,41 +58,65 @@ impl Head {
     /// Series matching all `matchers` with samples in `[mint, maxt]`,
     /// sorted by labels.
     pub fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SelectedSeries> {
+        self.select_until(matchers, mint, maxt, &Stop::default())
+            .unwrap_or_default()
+    }
+
+    /// [`Head::select`], giving up when `stop` says so.
+    pub fn select_until(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
         let mut out = Vec::new();
-        self.for_each_match(matchers, mint, maxt, |shard, series| {
+        self.for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
             out.push(SelectedSeries {
                 labels: shard.labels_of(series),
-                chunks: series.snapshot_chunks(mint, maxt),
+                chunks: series.snapshot_chunks(mint, maxt, until),
             });
-        });
+        })?;
         out.sort_by(|a, b| a.labels.cmp(&b.labels));
-        out
+        Ok(out)
     }
 
     /// Label sets (no samples) of the series matching `matchers` with
     /// samples in `[mint, maxt]`, sorted.
-    pub fn series_labels(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<Vec<Label>> {
+    pub fn series_labels(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
         let mut out = Vec::new();
-        self.for_each_match(matchers, mint, maxt, |shard, series| {
+        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
             out.push(shard.labels_of(series))
-        });
+        })?;
         out.sort();
-        out
+        Ok(out)
     }
 
     /// Label names used by series matching `matchers` (all series when
     /// empty) with samples in `[mint, maxt]`.
-    pub fn label_names(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> BTreeSet<String> {
+    pub fn label_names(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
         let mut out = BTreeSet::new();
-        self.for_each_match(matchers, mint, maxt, |shard, series| {
+        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
             for &(n, _) in shard.labels(series).iter() {
                 let name = shard.strings.get(n);
                 if !out.contains(name) {
                     out.insert(name.to_owned());
                 }
             }
-        });
-        out
+        })?;
+        Ok(out)
     }
 
     /// Values of label `name` among series matching `matchers` (all series
@@ -100,9 +127,10 @@ impl Head {
         matchers: &[Matcher],
         mint: i64,
         maxt: i64,
-    ) -> BTreeSet<String> {
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
         let mut out = BTreeSet::new();
-        self.for_each_match(matchers, mint, maxt, |shard, series| {
+        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
             let Some(id) = shard.strings.lookup(name) else {
                 return;
             };
@@ -112,8 +140,8 @@ impl Head {
                     out.insert(value.to_owned());
                 }
             }
-        });
-        out
+        })?;
+        Ok(out)
     }
 }
 
@@ -188,18 +216,38 @@ mod tests {
             ),
             (&[("__name__", "b"), ("env", "p")], &[(1000, 1.0)]),
         ]);
-        let names = head.label_names(&[], i64::MIN, i64::MAX);
+        let names = head
+            .label_names(&[], i64::MIN, i64::MAX, &Stop::default())
+            .expect("no stop");
         assert_eq!(
             names.into_iter().collect::<Vec<_>>(),
             ["__name__", "env", "job", "zone"]
         );
-        let names = head.label_names(&[m(MatchOp::Equal, "__name__", "a")], 0, 5000);
+        let names = head
+            .label_names(
+                &[m(MatchOp::Equal, "__name__", "a")],
+                0,
+                5000,
+                &Stop::default(),
+            )
+            .expect("no stop");
         assert_eq!(names.into_iter().collect::<Vec<_>>(), ["__name__", "job"]);
-        let values = head.label_values("job", &[], i64::MIN, i64::MAX);
+        let values = head
+            .label_values("job", &[], i64::MIN, i64::MAX, &Stop::default())
+            .expect("no stop");
         assert_eq!(values.into_iter().collect::<Vec<_>>(), ["x", "y"]);
-        let values = head.label_values("__name__", &[], 5000, 10_000);
+        let values = head
+            .label_values("__name__", &[], 5000, 10_000, &Stop::default())
+            .expect("no stop");
         assert_eq!(values.into_iter().collect::<Vec<_>>(), ["a"]);
-        let sets = head.series_labels(&[m(MatchOp::Equal, "job", "y")], i64::MIN, i64::MAX);
+        let sets = head
+            .series_labels(
+                &[m(MatchOp::Equal, "job", "y")],
+                i64::MIN,
+                i64::MAX,
+                &Stop::default(),
+            )
+            .expect("no stop");
         assert_eq!(sets.len(), 1);
         assert_eq!(sets[0].len(), 3);
     }

@@ -68,6 +68,11 @@ pub(crate) struct MemSeries {
     head: Option<HeadChunk>,
     /// When the head chunk must be cut at the latest (Prometheus' `nextAt`).
     next_at: i64,
+    /// Samples from `unlogged_from` on may not be durable yet: the newest
+    /// of them went to the shard's log in generation `unlogged_gen`
+    /// (see [`ShardLog`]). Once that generation is durable, all are.
+    unlogged_gen: u64,
+    unlogged_from: i64,
 }
 
 impl MemSeries {
@@ -170,15 +175,18 @@ impl MemSeries {
     }
 
     /// Chunks overlapping `[mint, maxt]`, for a query: sealed ones shared,
-    /// the open one copied (it is still being written).
-    pub(crate) fn snapshot_chunks(&self, mint: i64, maxt: i64) -> Vec<ChunkRef> {
+    /// the open one copied (it is still being written). A chunk's `maxt`
+    /// is cut to `until` (see [`MemSeries::visible_until`]), and readers
+    /// stop there.
+    pub(crate) fn snapshot_chunks(&self, mint: i64, maxt: i64, until: i64) -> Vec<ChunkRef> {
+        let maxt = maxt.min(until);
         let mut out: Vec<ChunkRef> = self
             .sealed
             .iter()
             .filter(|c| c.maxt >= mint && c.mint <= maxt)
             .map(|c| ChunkRef {
                 mint: c.mint,
-                maxt: c.maxt,
+                maxt: c.maxt.min(until),
                 bytes: Arc::clone(&c.bytes),
             })
             .collect();
@@ -189,11 +197,32 @@ impl MemSeries {
         {
             out.push(ChunkRef {
                 mint: h.mint,
-                maxt: h.maxt(),
+                maxt: h.maxt().min(until),
                 bytes: Arc::from(h.app.bytes()),
             });
         }
         out
+    }
+
+    /// The newest timestamp readers may see: samples after it are not yet
+    /// durable in the log (`i64::MAX` when all are, or without a log).
+    #[inline]
+    pub(crate) fn visible_until(&self, log: Option<&ShardLog>) -> i64 {
+        match log {
+            Some(log) if self.unlogged_gen >= log.durable_gen => {
+                self.unlogged_from.saturating_sub(1)
+            }
+            _ => i64::MAX,
+        }
+    }
+
+    /// Notes that a sample at `t` went to the log in generation `gen`.
+    #[inline]
+    fn note_unlogged(&mut self, log: &ShardLog, t: i64) {
+        if self.unlogged_gen < log.durable_gen {
+            self.unlogged_from = t;
+        }
+        self.unlogged_gen = log.gen;
     }
 
     /// When the open chunk must be cut at the latest.
@@ -252,12 +281,60 @@ fn chunk_end_time(start: i64, cur: i64, max_t: i64, ratio_to_full: f64) -> i64 {
 /// What a shard has appended but not yet handed to the WAL: whole frames,
 /// the last of them possibly an open samples record. Filled under the
 /// shard's lock, so the log holds each series' records in append order.
-#[derive(Debug, Default)]
+///
+/// It also decides what readers see. Each hand-over of the frames to the
+/// WAL closes a generation; a sample is visible once the generation that
+/// logged it is durable, so a write the log has not taken (a full disk)
+/// is never read, and an acknowledged one always is.
+#[derive(Debug)]
 pub(crate) struct ShardLog {
     pub(crate) frames: Vec<u8>,
     pub(crate) samples: SamplesFrame,
     /// LSN just past the last frames this shard handed to the WAL.
     pub(crate) pushed: u64,
+    /// The generation the frames buffered now belong to.
+    gen: u64,
+    /// Every generation below this one is durable.
+    durable_gen: u64,
+    /// Generations handed to the WAL and not yet known durable, with the
+    /// LSN that makes each so, oldest first.
+    in_flight: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl Default for ShardLog {
+    fn default() -> Self {
+        Self {
+            frames: Vec::new(),
+            samples: SamplesFrame::default(),
+            pushed: 0,
+            // Series start with generation 0: durable, nothing unlogged.
+            gen: 1,
+            durable_gen: 1,
+            in_flight: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl ShardLog {
+    /// Records that this generation's frames were handed to the WAL,
+    /// durable at `lsn`; later appends belong to the next one.
+    pub(crate) fn handed_over(&mut self, lsn: u64) {
+        self.pushed = lsn;
+        self.in_flight.push_back((self.gen, lsn));
+        self.gen += 1;
+    }
+
+    /// Catches up with the WAL, which is durable up to `durable_lsn`.
+    #[inline]
+    pub(crate) fn catch_up(&mut self, durable_lsn: u64) {
+        while let Some(&(gen, lsn)) = self.in_flight.front() {
+            if lsn > durable_lsn {
+                break;
+            }
+            self.durable_gen = gen + 1;
+            self.in_flight.pop_front();
+        }
+    }
 }
 
 /// The sample count in an XOR chunk's two-byte header.
@@ -460,6 +537,8 @@ impl Shard {
                 sealed: Box::new([]),
                 head: None,
                 next_at: i64::MIN,
+                unlogged_gen: 0,
+                unlogged_from: i64::MAX,
             },
         )
     }
@@ -646,6 +725,7 @@ impl Shard {
                     self.open_chunks += usize::from(created == NewChunk::Opened);
                     if let Some(log) = &mut self.log {
                         log.samples.push(&mut log.frames, series.id, t, v);
+                        series.note_unlogged(log, t);
                     }
                 }
                 Ok(None) => counts.appended += 1,
@@ -673,6 +753,8 @@ mod tests {
             sealed: Box::new([]),
             head: None,
             next_at: i64::MIN,
+            unlogged_gen: 0,
+            unlogged_from: i64::MAX,
         }
     }
 
@@ -686,7 +768,7 @@ mod tests {
             std::mem::size_of::<HeadChunk>(),
             std::mem::size_of::<XorAppender>()
         );
-        assert!(std::mem::size_of::<MemSeries>() <= 144);
+        assert!(std::mem::size_of::<MemSeries>() <= 160);
     }
 
     #[test]
@@ -755,5 +837,84 @@ mod tests {
             got,
             vec![(1000, 1.0f64.to_bits()), (2000, 0x7ff0_0000_0000_0002)]
         );
+    }
+
+    /// A shard with a log, holding one series in slot 0.
+    fn logged_shard() -> Shard {
+        let mut shard = Shard {
+            log: Some(ShardLog::default()),
+            ..Shard::default()
+        };
+        let canonical = b"x";
+        let fp = fingerprint(canonical);
+        shard.create(1, fp, &[("__name__", "x")], canonical);
+        shard
+    }
+
+    fn append(shard: &mut Shard, t: i64) {
+        let mut c = AppendCounts::default();
+        shard.append(
+            0,
+            std::iter::once((t, t as f64)),
+            (i64::MIN, i64::MAX),
+            &opts(),
+            &mut c,
+        );
+        assert_eq!(c.appended, 1);
+    }
+
+    fn visible(shard: &Shard) -> i64 {
+        shard.series[0].visible_until(shard.log.as_ref())
+    }
+
+    #[test]
+    fn samples_are_visible_once_the_log_holds_them_durably() {
+        let mut shard = logged_shard();
+        append(&mut shard, 1000);
+        append(&mut shard, 2000);
+        // Not yet handed to the WAL: nothing is visible.
+        assert_eq!(visible(&shard), 999);
+        let log = shard.log.as_mut().expect("log");
+        log.handed_over(100);
+        log.catch_up(99);
+        assert_eq!(visible(&shard), 999, "LSN 100 is not durable yet");
+        // Appended while generation 1 is in flight: generation 2.
+        append(&mut shard, 3000);
+        let log = shard.log.as_mut().expect("log");
+        log.catch_up(100);
+        // Generation 1 is durable, but the series' newest sample is in
+        // generation 2, so it still hides from its oldest unlogged sample:
+        // never more than the log holds.
+        assert_eq!(visible(&shard), 999);
+        let log = shard.log.as_mut().expect("log");
+        log.handed_over(200);
+        log.catch_up(200);
+        assert_eq!(visible(&shard), i64::MAX);
+        // Once durable, the next append starts a new unlogged run at its own
+        // time, not at the old one.
+        append(&mut shard, 4000);
+        assert_eq!(visible(&shard), 3999);
+        let log = shard.log.as_mut().expect("log");
+        log.handed_over(300);
+        // A refused write (the WAL is stuck below 300) stays hidden, and
+        // what was durable before stays visible.
+        log.catch_up(250);
+        assert_eq!(visible(&shard), 3999);
+        let snap = shard.series[0].snapshot_chunks(i64::MIN, i64::MAX, visible(&shard));
+        let sel = crate::storage::querier::SelectedSeries {
+            labels: Vec::new(),
+            chunks: snap,
+        };
+        let got: Vec<i64> = sel.samples(i64::MIN, i64::MAX).map(|(t, _)| t).collect();
+        assert_eq!(got, vec![1000, 2000, 3000]);
+    }
+
+    #[test]
+    fn without_a_log_everything_is_visible() {
+        let mut shard = Shard::default();
+        let fp = fingerprint(b"x");
+        shard.create(1, fp, &[("__name__", "x")], b"x");
+        append(&mut shard, 1000);
+        assert_eq!(visible(&shard), i64::MAX);
     }
 }

@@ -61,6 +61,9 @@ struct Shared {
     syncs: std::sync::atomic::AtomicU64,
     sync_nanos: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
+    /// LSN up to which the log is durable by the fsync mode: what
+    /// [`GroupCommit::wait`] waits for, readable without the watch's lock.
+    durable: std::sync::atomic::AtomicU64,
 }
 
 /// Counters of the WAL thread's work.
@@ -95,6 +98,7 @@ impl GroupCommit {
             syncs: Default::default(),
             sync_nanos: Default::default(),
             bytes: Default::default(),
+            durable: Default::default(),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -177,6 +181,16 @@ impl GroupCommit {
         }
     }
 
+    /// LSN up to which the log is durable by the fsync mode (written with
+    /// [`FsyncMode::Interval`], fsynced with [`FsyncMode::Always`]): one
+    /// atomic load, for the head's visibility checks.
+    #[inline]
+    pub fn durable_lsn(&self) -> u64 {
+        self.shared
+            .durable
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Where the log is now.
     pub fn progress(&self) -> Progress {
         self.shared.progress.borrow().clone()
@@ -253,6 +267,13 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                         failed = None;
                         retryable = false;
                     }
+                    // Visible before any waiter is woken: an acknowledged
+                    // write is readable by the next query.
+                    if matches!(mode, FsyncMode::Interval(_)) {
+                        shared
+                            .durable
+                            .store(lsn, std::sync::atomic::Ordering::Release);
+                    }
                     shared.progress.send_modify(|p| {
                         p.written = lsn;
                         p.failed = None;
@@ -285,6 +306,11 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                         .fetch_add(started.elapsed().as_nanos() as u64, Relaxed);
                     last_sync = Instant::now();
                     dirty = false;
+                    if mode == FsyncMode::Always {
+                        shared
+                            .durable
+                            .store(lsn, std::sync::atomic::Ordering::Release);
+                    }
                     shared.progress.send_modify(|p| p.synced = lsn);
                 }
                 Err(e) => {
