@@ -1,13 +1,17 @@
 //! Head appends for series that already exist, through the raw-label-bytes
 //! lookup the ingest path uses, from one and from two threads. Each thread
 //! owns its own series so per-series order holds, as with real senders.
+//! The `logged` variants run with a WAL (written, never fsynced here), and
+//! hand the shards' records over every 500 appends, as a request does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sluice::storage::head::{AppendCounts, Head, HeadOptions};
+use sluice::storage::head::{AppendCounts, Durability, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
+use sluice::wal::commit::FsyncMode;
+use sluice::wal::WalOptions;
 
 const SERIES_PER_THREAD: usize = 10_000;
 
@@ -28,27 +32,51 @@ fn keys(thread: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn run(head: &Head, keys: &[Vec<u8>], rounds: u64, t0: i64) -> Duration {
+/// Series per simulated request in the `logged` variants.
+const PER_REQUEST: usize = 500;
+
+fn run(head: &Head, keys: &[Vec<u8>], rounds: u64, t0: i64, logged: bool) -> Duration {
     let mut counts = AppendCounts::default();
+    let mut appended = 0;
     let start = Instant::now();
     for r in 0..rounds {
         let t = t0 + r as i64 * 15_000;
-        for k in keys {
+        for (i, k) in keys.iter().enumerate() {
             head.append_existing(k, std::iter::once((t, r as f64)), i64::MAX, &mut counts);
+            if logged && i % PER_REQUEST == PER_REQUEST - 1 {
+                appended += counts.appended;
+                counts.appended = 0;
+                head.log_appended(&mut counts);
+            }
         }
     }
     let d = start.elapsed();
-    assert_eq!(counts.appended, rounds * keys.len() as u64);
+    assert_eq!(appended + counts.appended, rounds * keys.len() as u64);
     d
 }
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("head_append");
-    for threads in [1usize, 2] {
+    for (name, threads, logged) in [
+        ("threads", 1usize, false),
+        ("threads", 2, false),
+        ("threads_logged", 1, true),
+        ("threads_logged", 2, true),
+    ] {
         g.throughput(Throughput::Elements((threads * SERIES_PER_THREAD) as u64));
-        g.bench_function(BenchmarkId::new("threads", threads), |b| {
+        g.bench_function(BenchmarkId::new(name, threads), |b| {
             b.iter_custom(|iters| {
-                let head = Arc::new(Head::new(HeadOptions::default()));
+                let dir = tempfile::tempdir().expect("tempdir");
+                let head = Arc::new(if logged {
+                    let durable = Durability {
+                        dir: dir.path().to_owned(),
+                        wal: WalOptions::default(),
+                        fsync: FsyncMode::Interval(Duration::from_secs(3600)),
+                    };
+                    Head::open(HeadOptions::default(), &durable).expect("open")
+                } else {
+                    Head::new(HeadOptions::default())
+                });
                 let all: Vec<Arc<Vec<Vec<u8>>>> = (0..threads).map(|t| Arc::new(keys(t))).collect();
                 let mut counts = AppendCounts::default();
                 for ks in &all {
@@ -66,13 +94,14 @@ fn bench(c: &mut Criterion) {
                     .iter()
                     .map(|ks| {
                         let (head, ks) = (Arc::clone(&head), Arc::clone(ks));
-                        std::thread::spawn(move || run(&head, &ks, iters, 0))
+                        std::thread::spawn(move || run(&head, &ks, iters, 0, logged))
                     })
                     .collect();
                 let times: Vec<Duration> = handles
                     .into_iter()
                     .map(|h| h.join().expect("thread"))
                     .collect();
+                head.close_wal();
                 times.into_iter().max().unwrap_or_default()
             })
         });

@@ -758,6 +758,7 @@ impl Head {
         for Padded(slot) in self.shards.iter() {
             loop {
                 let s = self.lock_caught_up(slot);
+                verdicts.begin_visit();
                 let all = s.series.len() as u32;
                 let slots = if matchers.is_empty() {
                     Some((0..all).collect())

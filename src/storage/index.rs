@@ -86,12 +86,16 @@ impl Matcher {
 }
 
 /// The verdicts of a selection's regex matchers on the label values they
-/// meet, so that the regexes run outside the shard locks. Under a lock,
-/// [`Postings::select_judged`] takes a verdict for every value it meets
+/// meet, kept so that a slow regex never runs long under a shard's lock.
+///
+/// A shard visit starts by running the regexes in place, as a cheap regex
+/// should. Once that has taken [`UNDER_LOCK_BUDGET`] (looked at after 1, 2,
+/// 4, 8 and then every 16 evaluations), the selection defers: for the rest
+/// of it, [`Postings::select_judged`] takes verdicts from a cache by value
 /// and notes the values it has none for; the caller lets the lock go,
 /// [`Verdicts::judge`]s them (stopping when told to), and selects again.
-/// Verdicts are kept by value, so a value met in several shards is judged
-/// once per selection.
+/// Cached verdicts serve every shard, so a value is judged once per
+/// selection.
 #[derive(Debug)]
 pub struct Verdicts {
     /// Per matcher, for regex matchers: value → whether it matches.
@@ -100,9 +104,19 @@ pub struct Verdicts {
     empty: Vec<bool>,
     /// Values met without a verdict: (matcher index, value).
     unjudged: Vec<(usize, Box<str>)>,
+    /// Regexes are judged outside the lock from now on.
+    deferred: bool,
+    /// When the current shard visit started, and its regex evaluations.
+    visit_started: std::time::Instant,
+    evaluated: u32,
 }
 
-/// Regex evaluations between two looks at the stop condition.
+/// How long regexes may run under one shard lock before the selection
+/// defers them to outside it.
+const UNDER_LOCK_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Regex evaluations outside the lock between two looks at the stop
+/// condition.
 const JUDGE_BATCH: usize = 16;
 
 impl Verdicts {
@@ -112,24 +126,43 @@ impl Verdicts {
             known: matchers.iter().map(|_| hashbrown::HashMap::new()).collect(),
             empty: matchers.iter().map(|m| m.matches("")).collect(),
             unjudged: Vec::new(),
+            deferred: false,
+            visit_started: std::time::Instant::now(),
+            evaluated: 0,
         }
     }
 
+    /// Starts the budget of a shard visit: call with the lock just taken.
+    pub fn begin_visit(&mut self) {
+        self.visit_started = std::time::Instant::now();
+        self.evaluated = 0;
+    }
+
     /// Whether matcher `i` matches `v`, if known. Equality matchers are
-    /// answered at once; regex matchers from the verdicts, or `None` after
-    /// noting `v` for [`Verdicts::judge`].
+    /// answered at once; regex matchers in place while the visit's budget
+    /// lasts, then from the cache, or `None` after noting `v` for
+    /// [`Verdicts::judge`].
     #[inline]
     fn verdict(&mut self, i: usize, m: &Matcher, v: &str) -> Option<bool> {
-        match m.op {
-            MatchOp::Equal | MatchOp::NotEqual => Some(m.matches(v)),
-            MatchOp::Regex | MatchOp::NotRegex => {
-                let known = self.known[i].get(v).copied();
-                if known.is_none() {
-                    self.unjudged.push((i, v.into()));
-                }
-                known
-            }
+        if matches!(m.op, MatchOp::Equal | MatchOp::NotEqual) {
+            return Some(m.matches(v));
         }
+        if !self.deferred {
+            let ok = m.matches(v);
+            self.evaluated += 1;
+            let n = self.evaluated;
+            if (n.is_power_of_two() || n.is_multiple_of(16))
+                && self.visit_started.elapsed() > UNDER_LOCK_BUDGET
+            {
+                self.deferred = true;
+            }
+            return Some(ok);
+        }
+        let known = self.known[i].get(v).copied();
+        if known.is_none() {
+            self.unjudged.push((i, v.into()));
+        }
+        known
     }
 
     /// Whether values were met without a verdict.
@@ -155,6 +188,13 @@ impl Verdicts {
             }
         }
         true
+    }
+
+    /// Defers every regex from the start (tests).
+    #[cfg(test)]
+    fn deferring(mut self) -> Self {
+        self.deferred = true;
+        self
     }
 }
 
@@ -205,6 +245,7 @@ impl Postings {
     pub fn select(&self, strings: &Interner, matchers: &[Matcher], all: u32) -> Vec<u32> {
         let mut verdicts = Verdicts::new(matchers);
         loop {
+            verdicts.begin_visit();
             if let Some(slots) = self.select_judged(strings, matchers, all, &mut verdicts) {
                 return slots;
             }
@@ -426,7 +467,7 @@ mod tests {
             m(MatchOp::Equal, "__name__", "up"),
             m(MatchOp::NotRegex, "job", "n.*"),
         ];
-        let mut v = Verdicts::new(&ms);
+        let mut v = Verdicts::new(&ms).deferring();
         // First look: the values of `job` have no verdict yet.
         assert_eq!(p.select_judged(&s, &ms, 3, &mut v), None);
         assert!(v.pending());
@@ -452,7 +493,7 @@ mod tests {
         let slices: Vec<&[(&str, &str)]> = refs.iter().map(Vec::as_slice).collect();
         let (s, p) = shard(&slices);
         let ms = [m(MatchOp::Regex, "job", "j1.*")];
-        let mut v = Verdicts::new(&ms);
+        let mut v = Verdicts::new(&ms).deferring();
         assert_eq!(p.select_judged(&s, &ms, 100, &mut v), None);
         assert!(!v.judge(&ms, || true), "stopped");
         assert!(v.judge(&ms, || false));
@@ -460,5 +501,38 @@ mod tests {
             p.select_judged(&s, &ms, 100, &mut v).map(|x| x.len()),
             Some(11)
         );
+    }
+
+    #[test]
+    fn a_regex_past_its_budget_under_the_lock_is_deferred() {
+        let values: Vec<String> = (0..6).map(|i| format!("{i}{}", "v".repeat(4000))).collect();
+        let series: Vec<[(&str, &str); 1]> =
+            values.iter().map(|v| [("wide", v.as_str())]).collect();
+        let slices: Vec<&[(&str, &str)]> = series.iter().map(|l| &l[..]).collect();
+        let (s, p) = shard(&slices);
+        // Cheap: answered in place, nothing deferred.
+        let cheap = [m(MatchOp::Regex, "wide", "1v+")];
+        let mut v = Verdicts::new(&cheap);
+        v.begin_visit();
+        assert_eq!(p.select_judged(&s, &cheap, 6, &mut v), Some(vec![1]));
+        // Milliseconds per value: deferred after the first evaluation, the
+        // rest noted for judging outside the lock.
+        let slow = [m(MatchOp::Regex, "wide", &["(?:\\w|\\s)*?v"; 100].concat())];
+        let mut v = Verdicts::new(&slow);
+        v.begin_visit();
+        assert_eq!(p.select_judged(&s, &slow, 6, &mut v), None);
+        assert!(v.unjudged.len() >= 4, "{}", v.unjudged.len());
+        assert!(v.judge(&slow, || false));
+        let mut rounds = 0;
+        let got = loop {
+            rounds += 1;
+            v.begin_visit();
+            if let Some(got) = p.select_judged(&s, &slow, 6, &mut v) {
+                break got;
+            }
+            assert!(v.judge(&slow, || false));
+        };
+        assert_eq!(got, vec![0, 1, 2, 3, 4, 5]);
+        assert!(rounds <= 2, "{rounds}");
     }
 }

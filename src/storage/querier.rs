@@ -34,13 +34,11 @@ pub struct SelectedSeries {
 
 impl SelectedSeries {
     /// Samples with `mint <= t <= maxt`, in time order, decoded lazily.
-    /// Each chunk is read up to its `maxt`: the head cuts that short of
-    /// samples the log does not hold yet.
     pub fn samples(&self, mint: i64, maxt: i64) -> impl Iterator<Item = (i64, f64)> + '_ {
         self.chunks
             .iter()
             .filter(move |c| c.maxt >= mint && c.mint <= maxt)
-            .flat_map(|c| XorIter::new(&c.bytes).take_while(move |&(t, _)| t <= c.maxt))
+            .flat_map(|c| XorIter::new(&c.bytes))
             .skip_while(move |&(t, _)| t < mint)
             .take_while(move |&(t, _)| t <= maxt)
     }

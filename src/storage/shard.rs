@@ -175,9 +175,9 @@ impl MemSeries {
     }
 
     /// Chunks overlapping `[mint, maxt]`, for a query: sealed ones shared,
-    /// the open one copied (it is still being written). A chunk's `maxt`
-    /// is cut to `until` (see [`MemSeries::visible_until`]), and readers
-    /// stop there.
+    /// the open one copied (it is still being written). Samples after
+    /// `until` (see [`MemSeries::visible_until`]) are left out: a chunk
+    /// that holds some is copied without them.
     pub(crate) fn snapshot_chunks(&self, mint: i64, maxt: i64, until: i64) -> Vec<ChunkRef> {
         let maxt = maxt.min(until);
         let mut out: Vec<ChunkRef> = self
@@ -187,7 +187,11 @@ impl MemSeries {
             .map(|c| ChunkRef {
                 mint: c.mint,
                 maxt: c.maxt.min(until),
-                bytes: Arc::clone(&c.bytes),
+                bytes: if c.maxt > until {
+                    clipped(&c.bytes, until)
+                } else {
+                    Arc::clone(&c.bytes)
+                },
             })
             .collect();
         if let Some(h) = self
@@ -198,7 +202,11 @@ impl MemSeries {
             out.push(ChunkRef {
                 mint: h.mint,
                 maxt: h.maxt().min(until),
-                bytes: Arc::from(h.app.bytes()),
+                bytes: if h.maxt() > until {
+                    clipped(h.app.bytes(), until)
+                } else {
+                    Arc::from(h.app.bytes())
+                },
             });
         }
         out
@@ -261,6 +269,17 @@ impl MemSeries {
             .filter(|h| h.app.num_samples() > 0)
             .map(|h| h.maxt())
     }
+}
+
+/// A copy of the XOR chunk `bytes` with only its samples up to `until`
+/// (the encoder is deterministic: the same bytes as a chunk that never
+/// held the rest).
+fn clipped(bytes: &[u8], until: i64) -> Arc<[u8]> {
+    let mut app = XorAppender::default();
+    for (t, v) in XorIter::new(bytes).take_while(|&(t, _)| t <= until) {
+        app.append(t, v);
+    }
+    Arc::from(app.bytes())
 }
 
 /// The end of the chunk range that holds `t` (Go's truncating division).
