@@ -9,6 +9,7 @@
 //!   chunks; its durability (WAL logging, replay, checkpoints), retention
 //!   and memory accounting.
 //! - [`wal`]: the write-ahead log's segments, records, group commit and replay.
+//! - [`encoding`]: leaf byte codes: varints, zigzag, a byte cursor.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
@@ -17,6 +18,7 @@
 
 pub mod api;
 pub mod config;
+pub mod encoding;
 pub mod ingest;
 pub mod loadgen;
 pub mod promql;

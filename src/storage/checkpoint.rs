@@ -24,10 +24,11 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::head::Head;
-use super::labels::{encode_canonical, put_uvarint};
+use super::labels::encode_canonical;
 use super::shard::{MemSeries, Shard};
 
-use crate::wal::record::{self, encode_checkpoint, uvarint, Record};
+use crate::encoding::{put_uvarint, Cursor};
+use crate::wal::record::{self, encode_checkpoint, Record};
 use crate::wal::WalError;
 
 /// One series as a checkpoint holds it, borrowing the file's bytes.
@@ -132,7 +133,7 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
     let mut r = Cursor(payload);
     let id = r.uvarint()?;
     let labels = r.bytes()?;
-    let next_at = r.i64()?;
+    let next_at = r.i64_le()?;
     let n = r.uvarint()?;
     // Each chunk takes at least 17 bytes: a count beyond that is a lie.
     if n > (payload.len() / 17) as u64 {
@@ -140,14 +141,14 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
     }
     let mut sealed = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        sealed.push(r.chunk()?);
+        sealed.push(chunk(&mut r)?);
     }
     let open = match r.byte()? {
         0 => None,
-        1 => Some(r.chunk()?),
+        1 => Some(chunk(&mut r)?),
         _ => return None,
     };
-    r.0.is_empty().then_some(SeriesImage {
+    r.is_empty().then_some(SeriesImage {
         id,
         labels,
         next_at,
@@ -156,40 +157,9 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
     })
 }
 
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn uvarint(&mut self) -> Option<u64> {
-        let (v, n) = uvarint(self.0)?;
-        self.0 = &self.0[n..];
-        Some(v)
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        let (b, rest) = self.0.split_first_chunk::<8>()?;
-        self.0 = rest;
-        Some(i64::from_le_bytes(*b))
-    }
-
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = usize::try_from(self.uvarint()?).ok()?;
-        if n > self.0.len() {
-            return None;
-        }
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(b)
-    }
-
-    fn chunk(&mut self) -> Option<(i64, i64, &'a [u8])> {
-        Some((self.i64()?, self.i64()?, self.bytes()?))
-    }
+/// A checkpoint chunk: `mint`, `maxt` and the length-prefixed bytes.
+fn chunk<'a>(r: &mut Cursor<'a>) -> Option<(i64, i64, &'a [u8])> {
+    Some((r.i64_le()?, r.i64_le()?, r.bytes()?))
 }
 
 /// Writes a checkpoint of `head` into `dir` and deletes the WAL segments

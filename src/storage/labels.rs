@@ -8,6 +8,8 @@
 //! decoding, sorting or validating them.
 
 use hashbrown::HashTable;
+
+use crate::encoding::{put_uvarint, uvarint_len};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// An interned string's id within one shard.
@@ -221,19 +223,6 @@ fn expect_field(b: &[u8], tag: u8, len: usize) -> Option<&[u8]> {
 /// Bytes of a length-delimited field with a one-byte tag.
 fn field_len(len: usize) -> usize {
     1 + uvarint_len(len as u64) + len
-}
-
-fn uvarint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// Appends `v` as a protobuf varint.
-pub(crate) fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 #[cfg(test)]

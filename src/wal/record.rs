@@ -57,7 +57,7 @@ impl Iterator for Samples<'_> {
         let mut b = [0u8; 8];
         b.copy_from_slice(v);
         self.rest = &self.rest[n + m + 8..];
-        let delta = ((d >> 1) as i64) ^ -((d & 1) as i64);
+        let delta = unzigzag(d);
         Some((
             r,
             self.base_t.wrapping_add(delta),
@@ -66,19 +66,7 @@ impl Iterator for Samples<'_> {
     }
 }
 
-use crate::storage::labels::put_uvarint;
-
-/// A protobuf-style varint at the start of `b`, and its length.
-pub(crate) fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    for (i, &byte) in b.iter().enumerate().take(10) {
-        v |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            return Some((v, i + 1));
-        }
-    }
-    None
-}
+use crate::encoding::{put_uvarint, unzigzag, uvarint, zigzag};
 
 /// Starts a frame of `kind` in `out`; [`finish`] fills in length and CRC.
 fn start(out: &mut Vec<u8>, kind: u8) -> usize {
@@ -147,7 +135,7 @@ impl SamplesFrame {
         };
         put_uvarint(out, series_ref);
         let d = t.wrapping_sub(base_t);
-        put_uvarint(out, ((d << 1) ^ (d >> 63)) as u64);
+        put_uvarint(out, zigzag(d));
         out.extend_from_slice(&v.to_bits().to_le_bytes());
     }
 

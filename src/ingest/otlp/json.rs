@@ -12,7 +12,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::Value as Json;
 
 use super::schema::{Field, Msg, Ty, REQUEST};
-use crate::storage::labels::put_uvarint;
+use crate::encoding::put_uvarint;
 
 /// A JSON body that is not a valid OTLP metrics request, with the path of
 /// the offending value (`resourceMetrics[0].scopeMetrics[1]…`).

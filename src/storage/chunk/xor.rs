@@ -1,6 +1,7 @@
 //! The XOR sample codec: delta-of-delta timestamps and XOR'd float values.
 
 use super::{BitWriter, ChunkError, HEADER_BYTES};
+use crate::encoding::{unzigzag, uvarint_len, zigzag};
 
 /// Sentinel for "no leading/trailing window chosen yet".
 const UNSET: u8 = 0xff;
@@ -112,8 +113,8 @@ impl XorAppender {
     /// [`XorAppender::append`].
     fn sample_bits(&self, t: i64, vbits: u64) -> u32 {
         match self.num {
-            0 => 8 * uvarint_len(((t << 1) ^ (t >> 63)) as u64) + 64,
-            1 => 8 * uvarint_len(t.wrapping_sub(self.t) as u64) + self.value_bits(vbits),
+            0 => 8 * uvarint_len(zigzag(t)) as u32 + 64,
+            1 => 8 * uvarint_len(t.wrapping_sub(self.t) as u64) as u32 + self.value_bits(vbits),
             _ => {
                 let t_delta = t.wrapping_sub(self.t) as u64;
                 let dod = t_delta.wrapping_sub(self.t_delta) as i64;
@@ -316,12 +317,7 @@ fn bit_range(x: i64, n: u32) -> bool {
 }
 
 fn write_varint(w: &mut BitWriter, v: i64) {
-    write_uvarint(w, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-/// Bytes of `v` as a uvarint.
-fn uvarint_len(v: u64) -> u32 {
-    (64 - (v | 1).leading_zeros()).div_ceil(7)
+    write_uvarint(w, zigzag(v));
 }
 
 fn write_uvarint(w: &mut BitWriter, mut v: u64) {
@@ -410,7 +406,7 @@ impl<'a> XorIter<'a> {
         match self.read {
             0 => {
                 let zz = self.read_uvarint()?;
-                self.t = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+                self.t = unzigzag(zz);
                 self.v = self.take(64);
             }
             1 => {
@@ -741,7 +737,7 @@ mod tests {
             let mut sample = || -> Option<()> {
                 if i == 0 {
                     let zz = uvarint(&mut r)?;
-                    t = ((zz >> 1) as i64) ^ -((zz & 1) as i64);
+                    t = unzigzag(zz);
                     v = r.read_bits(64)?;
                     return Some(());
                 }
