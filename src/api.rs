@@ -310,30 +310,22 @@ impl AppState {
     }
 }
 
-/// The routes Sluice serves, as metric label values.
-const ROUTES: &[&str] = &[
-    "/",
-    "/api/v1/write",
-    "/v1/metrics",
-    "/api/v1/otlp/v1/metrics",
-    "/api/v1/query",
-    "/api/v1/query_range",
-    "/api/v1/format_query",
-    "/api/v1/series",
-    "/api/v1/labels",
-    "/api/v1/label/{name}/values",
-    "/api/v1/metadata",
-    "/api/v1/status/buildinfo",
-    "/api/v1/query_exemplars",
-    "/federate",
-    "/metrics",
-    "/-/healthy",
-    "/-/ready",
-];
-
+/// The route pattern a request matched (axum's [`MatchedPath`]), as a
+/// metric label value (`other` if a matched route had none). Patterns come only from the
+/// router's own routes, a closed set, so each is kept once for the life of
+/// the process and a request allocates nothing for its label.
 fn route_label(path: Option<&MatchedPath>) -> &'static str {
-    path.and_then(|p| ROUTES.iter().find(|r| **r == p.as_str()).copied())
-        .unwrap_or("other")
+    static SEEN: parking_lot::Mutex<Vec<&'static str>> = parking_lot::Mutex::new(Vec::new());
+    let Some(path) = path.map(MatchedPath::as_str) else {
+        return "other";
+    };
+    let mut seen = SEEN.lock();
+    if let Some(&known) = seen.iter().find(|&&r| r == path) {
+        return known;
+    }
+    let kept: &'static str = Box::leak(path.to_owned().into_boxed_str());
+    seen.push(kept);
+    kept
 }
 
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -472,5 +464,93 @@ mod tests {
         assert_eq!(&body[..], b"internal error; see the server log\n");
         let resp = app.oneshot(req("/-/healthy")).await.expect("answered");
         assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    /// The router over an empty head, with `config`'s limits.
+    fn app(config: &Config) -> Router {
+        let head = Arc::new(Head::new(config.head_options()));
+        router(AppState::new(config, head))
+    }
+
+    async fn send(app: &Router, req: Request) -> (StatusCode, String) {
+        let resp = app.clone().oneshot(req).await.expect("answered");
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn write(body: &'static [u8], headers: &[(&str, &str)]) -> Request {
+        let mut b = Request::builder().method("POST").uri("/api/v1/write");
+        for &(k, v) in headers {
+            b = b.header(k, v);
+        }
+        b.body(axum::body::Body::from(body)).expect("request")
+    }
+
+    fn get_uri(uri: &str) -> Request {
+        Request::builder()
+            .uri(uri)
+            .body(axum::body::Body::empty())
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn every_error_maps_to_its_status() {
+        let config = Config {
+            max_body_bytes: 64,
+            ..Config::default()
+        };
+        let a = app(&config);
+        // 400: not snappy.
+        let (status, body) = send(&a, write(b"not snappy at all", &[])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        // 405: a write must be a POST.
+        let (status, _) = send(&a, get_uri("/api/v1/write")).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        // 413: a declared length over max-body-bytes.
+        let (status, body) = send(&a, write(&[0; 100], &[("content-length", "100")])).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+        // 415: an encoding remote write does not use.
+        let (status, body) = send(&a, write(b"x", &[("content-encoding", "gzip")])).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+        // 422: a query that fails while it runs.
+        let (status, body) = send(
+            &a,
+            get_uri("/api/v1/query?query=count_values(%22%22,vector(1))&time=1"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body.contains(r#""errorType":"execution""#), "{body}");
+        // 503: a query past its timeout (here none at all).
+        let (status, body) = send(
+            &a,
+            get_uri("/api/v1/query?query=max_over_time(vector(1)[10m:1ms])&time=1&timeout=0s"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains(r#""errorType":"timeout""#), "{body}");
+        // 429: the head at its memory high-water mark.
+        let full = app(&Config {
+            max_memory: 1,
+            ..Config::default()
+        });
+        let (status, body) = send(&full, write(b"", &[])).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_the_route_pattern_they_matched() {
+        let a = app(&Config::default());
+        send(&a, get_uri("/api/v1/label/job/values")).await;
+        send(&a, get_uri("/api/v1/label/instance/values")).await;
+        let (_, metrics) = send(&a, get_uri("/metrics")).await;
+        assert!(
+            metrics.contains(
+                r#"sluice_http_requests_total{handler="/api/v1/label/{name}/values",code="200"} 2"#
+            ),
+            "{metrics}"
+        );
     }
 }
