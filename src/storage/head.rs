@@ -172,25 +172,6 @@ pub struct ShardGuard<'h> {
 }
 
 impl ShardGuard<'_> {
-    /// Appends to the series of this shard whose canonical label bytes are
-    /// exactly `raw` (label hash `hash`). Returns `false`, touching nothing,
-    /// when no such series exists yet.
-    #[inline]
-    pub fn append_existing(
-        &mut self,
-        fp: Fingerprint,
-        raw: &[u8],
-        samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) -> bool {
-        let Some(slot) = self.shard.find(fp, raw) else {
-            return false;
-        };
-        self.append_to(slot, samples, max_t, counts);
-        true
-    }
-
     /// The slot of the series of this shard whose canonical label bytes are
     /// `raw` (fingerprint `fp`), if it exists, with the cache lines its next
     /// append writes loaded. Finding a run of series first and appending
@@ -416,11 +397,6 @@ impl Head {
         // Middle bits: hashbrown uses the low bits for buckets and the top
         // seven for tags, so neither should be constant within a shard.
         (hash >> 32) as usize & (self.shards.len() - 1)
-    }
-
-    #[inline]
-    fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[self.shard_index(hash)].0
     }
 
     #[inline]
@@ -806,32 +782,24 @@ impl Head {
         }
         shard
     }
-
-    /// The newest timestamp of the series with these canonical label bytes.
-    pub fn max_time(&self, canonical: &[u8]) -> Option<i64> {
-        let fp = fingerprint(canonical);
-        let shard = self.shard(fp.hash).lock();
-        let slot = shard.find(fp, canonical)?;
-        shard.series.get(slot as usize)?.max_time()
-    }
 }
 
 /// Rebuilds a head from WAL records: series records map the log's
 /// references to series, samples records append through that map.
 #[derive(Debug)]
-pub struct Replayer<'h> {
+struct Replayer<'h> {
     head: &'h Head,
     refs: HashMap<u64, (u32, u32)>,
     counts: AppendCounts,
     /// Series records whose labels could not be decoded.
-    pub bad_series: u64,
+    bad_series: u64,
     /// Samples whose series reference was never defined.
-    pub unknown_refs: u64,
+    unknown_refs: u64,
 }
 
 impl<'h> Replayer<'h> {
     /// A replayer into `head`, which should not write a WAL yet.
-    pub fn new(head: &'h Head) -> Self {
+    fn new(head: &'h Head) -> Self {
         Self {
             head,
             refs: HashMap::new(),
@@ -842,7 +810,7 @@ impl<'h> Replayer<'h> {
     }
 
     /// Restores one series of a checkpoint; `false` if it is malformed.
-    pub fn restore(&mut self, image: &SeriesImage<'_>) -> bool {
+    fn restore(&mut self, image: &SeriesImage<'_>) -> bool {
         let Some((shard, slot)) = self.head.restore_series(image.id, image.labels) else {
             return false;
         };
@@ -854,7 +822,7 @@ impl<'h> Replayer<'h> {
     }
 
     /// Applies one record.
-    pub fn apply(&mut self, rec: Record<'_>) {
+    fn apply(&mut self, rec: Record<'_>) {
         match rec {
             Record::Series { series_ref, labels } => {
                 match self.head.restore_series(series_ref, labels) {
@@ -895,7 +863,7 @@ impl<'h> Replayer<'h> {
 
     /// Samples stored and refused (older than what the series holds, as
     /// after a checkpoint that already covers them) so far.
-    pub fn samples(&self) -> (u64, u64) {
+    fn samples(&self) -> (u64, u64) {
         (self.counts.appended, self.counts.rejected_total())
     }
 }
