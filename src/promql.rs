@@ -11,12 +11,14 @@
 //! - [`functions`]: the function families.
 //! - [`aggregate`]: aggregation operators.
 //! - [`binary`]: arithmetic, comparison and set operators with vector matching.
+//! - [`stats`]: leaf float statistics (Kahan sums, Welford variance, quantile).
 
 pub mod aggregate;
 pub mod binary;
 pub mod engine;
 pub mod functions;
 pub mod guard;
+pub mod stats;
 pub mod value;
 
 pub use engine::{Engine, QueryOptions};

@@ -10,7 +10,7 @@ use promql_parser::parser::token::{
 use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
 use super::engine::{Ctx, RangeTable};
-use super::functions::quantile;
+use super::stats::{mean_and_variance, quantile, Kahan};
 use super::value::{format_float, keep_labels, no_labels, set_label, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
@@ -20,35 +20,6 @@ fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
     match modifier {
         None => no_labels(),
         Some(_) => keep_labels(labels, modifier),
-    }
-}
-
-/// Kahan-compensated running sum, as Prometheus sums.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Kahan {
-    sum: f64,
-    c: f64,
-}
-
-impl Kahan {
-    pub(crate) fn add(&mut self, v: f64) {
-        let t = self.sum + v;
-        if t.is_infinite() {
-            self.c = 0.0;
-        } else if self.sum.abs() >= v.abs() {
-            self.c += (self.sum - t) + v;
-        } else {
-            self.c += (v - t) + self.sum;
-        }
-        self.sum = t;
-    }
-
-    pub(crate) fn value(&self) -> f64 {
-        if self.sum.is_infinite() {
-            self.sum
-        } else {
-            self.sum + self.c
-        }
     }
 }
 
@@ -350,14 +321,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         let vals = g.members.iter().map(|&i| input[i].v);
         let v = match op {
             T_STDDEV | T_STDVAR => {
-                let (mut count, mut mean, mut m2) = (0.0, 0.0, 0.0);
-                for v in vals {
-                    count += 1.0;
-                    let d = v - mean;
-                    mean += d / count;
-                    m2 += d * (v - mean);
-                }
-                let var = m2 / count;
+                let (_, var) = mean_and_variance(vals);
                 if op == T_STDDEV {
                     var.sqrt()
                 } else {

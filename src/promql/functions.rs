@@ -6,6 +6,7 @@ use promql_parser::parser::{Call, Expr};
 use super::engine::Ctx;
 use std::sync::Arc;
 
+use super::stats::{mean_and_variance, quantile, Kahan};
 use super::value::{drop_name, no_labels, set_label, Sample, Series, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
@@ -187,38 +188,6 @@ fn linear_regression(points: &[(i64, f64)], at: i64) -> (f64, f64) {
     (slope, sy / n - slope * sx / n)
 }
 
-fn mean_and_variance(points: &[(i64, f64)]) -> (f64, f64) {
-    // Welford's method, as Prometheus uses for *_over_time.
-    let (mut count, mut mean, mut m2) = (0.0, 0.0, 0.0);
-    for &(_, v) in points {
-        count += 1.0;
-        let delta = v - mean;
-        mean += delta / count;
-        m2 += delta * (v - mean);
-    }
-    (mean, m2 / count)
-}
-
-/// Prometheus' `quantile` over plain values (linear interpolation).
-pub fn quantile(q: f64, values: &mut [f64]) -> f64 {
-    if values.is_empty() || q.is_nan() {
-        return f64::NAN;
-    }
-    if q < 0.0 {
-        return f64::NEG_INFINITY;
-    }
-    if q > 1.0 {
-        return f64::INFINITY;
-    }
-    values.sort_by(|a, b| a.total_cmp(b));
-    let n = values.len() as f64;
-    let rank = q * (n - 1.0);
-    let lower = rank.floor().max(0.0) as usize;
-    let upper = (rank.floor() + 1.0).min(n - 1.0) as usize;
-    let weight = rank - rank.floor();
-    values[lower] * (1.0 - weight) + values[upper] * weight
-}
-
 fn avg_over_time(points: &[(i64, f64)]) -> f64 {
     // Kahan-free running mean like Prometheus, switching to incremental
     // mean only when the sum would overflow.
@@ -358,7 +327,7 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         "avg_over_time" => over_range(ctx, call, t, false, |p, _, _| Some(avg_over_time(p))),
         "sum_over_time" => over_range(ctx, call, t, false, |p, _, _| {
             // Compensated, as Prometheus 3 sums.
-            let mut k = super::aggregate::Kahan::default();
+            let mut k = Kahan::default();
             p.iter().for_each(|x| k.add(x.1));
             Some(k.value())
         }),
@@ -380,11 +349,11 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         "last_over_time" => over_range(ctx, call, t, true, |p, _, _| p.last().map(|x| x.1)),
         "present_over_time" => over_range(ctx, call, t, false, |_, _, _| Some(1.0)),
         "stddev_over_time" => over_range(ctx, call, t, false, |p, _, _| {
-            Some(mean_and_variance(p).1.sqrt())
+            Some(mean_and_variance(p.iter().map(|&(_, v)| v)).1.sqrt())
         }),
-        "stdvar_over_time" => {
-            over_range(ctx, call, t, false, |p, _, _| Some(mean_and_variance(p).1))
-        }
+        "stdvar_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+            Some(mean_and_variance(p.iter().map(|&(_, v)| v)).1)
+        }),
         "quantile_over_time" => {
             let q = scalar_arg(ctx, call, 0, t)?;
             let (series, _, _) = range_arg(ctx, call, 1, t)?;
@@ -905,16 +874,6 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_interpolate_and_handle_edges() {
-        assert_eq!(quantile(0.5, &mut [1.0, 2.0, 3.0, 4.0]), 2.5);
-        assert_eq!(quantile(0.0, &mut [3.0, 1.0]), 1.0);
-        assert_eq!(quantile(1.0, &mut [3.0, 1.0]), 3.0);
-        assert_eq!(quantile(1.5, &mut [1.0]), f64::INFINITY);
-        assert_eq!(quantile(-1.0, &mut [1.0]), f64::NEG_INFINITY);
-        assert!(quantile(0.5, &mut []).is_nan());
-    }
-
-    #[test]
     fn over_time_statistics() {
         let p = [
             (0, 2.0),
@@ -927,7 +886,7 @@ mod tests {
             (7, 9.0),
         ];
         assert_eq!(avg_over_time(&p), 5.0);
-        let (mean, var) = mean_and_variance(&p);
+        let (mean, var) = mean_and_variance(p.iter().map(|&(_, v)| v));
         assert_eq!((mean, var), (5.0, 4.0));
         assert!(avg_over_time(&[(0, f64::NAN), (1, 1.0)]).is_nan());
         assert_eq!(
