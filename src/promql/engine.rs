@@ -12,7 +12,7 @@ use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, Vector
 
 use super::guard::{self, millis as ms, ParseLimits};
 use super::selector_matchers;
-use super::value::{drop_name, no_labels, Labels, Sample, Series, Value};
+use super::value::{drop_name, no_labels, Labels, Name, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::head::Head;
 use crate::storage::labels::Label;
@@ -710,7 +710,7 @@ impl<'e> Ctx<'e> {
         key: usize,
         vs: &VectorSelector,
         range: &Duration,
-        keep_name: bool,
+        name: Name,
         f: &RangeFn<'_>,
     ) -> Result<Option<Rc<RangeTable>>, QueryError> {
         if let Some(t) = self.range_tables.borrow().get(&key) {
@@ -735,9 +735,10 @@ impl<'e> Ctx<'e> {
             if i % 256 == 255 {
                 self.check_deadline("range function evaluation")?;
             }
-            table
-                .labels
-                .push(Arc::clone(if keep_name { &s.labels } else { &s.unnamed }));
+            table.labels.push(Arc::clone(match name {
+                Name::Keep => &s.labels,
+                Name::Drop => &s.unnamed,
+            }));
             let (mut lo, mut hi) = (0, 0);
             for k in 0..steps {
                 let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);

@@ -7,7 +7,7 @@ use super::engine::Ctx;
 use std::sync::Arc;
 
 use super::stats::{mean_and_variance, quantile, Kahan};
-use super::value::{drop_name, no_labels, set_label, Sample, Series, Value};
+use super::value::{drop_name, no_labels, set_label, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
 
@@ -53,7 +53,7 @@ fn over_range(
     ctx: &Ctx<'_>,
     call: &Call,
     t: i64,
-    keep_name: bool,
+    name: Name,
     f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();
@@ -65,7 +65,7 @@ fn over_range(
         let fixed = call.args.args[1..].iter().all(|a| is_constant(a));
         if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
-            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, keep_name, &f)? {
+            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f)? {
                 return Ok(Value::Vector(table.vector(k)));
             }
         }
@@ -73,7 +73,10 @@ fn over_range(
         let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
         ctx.range_windows(&m.vs, &m.range, t, |s, points| {
             if let Some(v) = f(points, range, at) {
-                let labels = if keep_name { &s.labels } else { &s.unnamed };
+                let labels = match name {
+                    Name::Keep => &s.labels,
+                    Name::Drop => &s.unnamed,
+                };
                 out.push(Sample {
                     labels: Arc::clone(labels),
                     v,
@@ -84,16 +87,36 @@ fn over_range(
         let (series, range, at) = matrix_arg(ctx, call, t)?;
         for s in series {
             if let Some(v) = f(&s.points, range, at) {
-                let labels = if keep_name {
-                    s.labels
-                } else {
-                    drop_name(&s.labels)
+                let labels = match name {
+                    Name::Keep => s.labels,
+                    Name::Drop => drop_name(&s.labels),
                 };
                 out.push(Sample { labels, v });
             }
         }
     }
     Ok(Value::Vector(out))
+}
+
+/// What a change over a window is reported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Per second, counter resets added back (`rate`, `irate`).
+    Rate,
+    /// In all, counter resets added back (`increase`).
+    Increase,
+    /// In all, as a gauge's (`delta`, `idelta`).
+    Delta,
+}
+
+impl Change {
+    fn counter(self) -> bool {
+        matches!(self, Self::Rate | Self::Increase)
+    }
+
+    fn per_second(self) -> bool {
+        self == Self::Rate
+    }
 }
 
 /// Prometheus' `extrapolatedRate` (v3): the change over the samples,
@@ -103,9 +126,9 @@ pub fn extrapolated_rate(
     points: &[(i64, f64)],
     range_ms: i64,
     eval_t: i64,
-    is_counter: bool,
-    is_rate: bool,
+    change: Change,
 ) -> Option<f64> {
+    let is_counter = change.counter();
     if points.len() < 2 {
         return None;
     }
@@ -141,14 +164,16 @@ pub fn extrapolated_rate(
         to_end = avg_step / 2.0;
     }
     let mut factor = (sampled + to_start + to_end) / sampled;
-    if is_rate {
+    if change.per_second() {
         factor /= range_ms as f64 / 1000.0;
     }
     Some(result * factor)
 }
 
-/// `irate`/`idelta`: from the last two samples.
-fn instant_delta(points: &[(i64, f64)], is_rate: bool) -> Option<f64> {
+/// `irate` ([`Change::Rate`]) and `idelta` ([`Change::Delta`]): from the
+/// last two samples.
+fn instant_delta(points: &[(i64, f64)], change: Change) -> Option<f64> {
+    let is_rate = change.per_second();
     let &[.., (t1, v1), (t2, v2)] = points else {
         return None;
     };
@@ -291,67 +316,71 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
     let name = call.func.name;
     let secs = t as f64 / 1000.0;
     match name {
-        "rate" => over_range(ctx, call, t, false, |p, r, t| {
-            extrapolated_rate(p, r, t, true, true)
+        "rate" => over_range(ctx, call, t, Name::Drop, |p, r, t| {
+            extrapolated_rate(p, r, t, Change::Rate)
         }),
-        "increase" => over_range(ctx, call, t, false, |p, r, t| {
-            extrapolated_rate(p, r, t, true, false)
+        "increase" => over_range(ctx, call, t, Name::Drop, |p, r, t| {
+            extrapolated_rate(p, r, t, Change::Increase)
         }),
-        "delta" => over_range(ctx, call, t, false, |p, r, t| {
-            extrapolated_rate(p, r, t, false, false)
+        "delta" => over_range(ctx, call, t, Name::Drop, |p, r, t| {
+            extrapolated_rate(p, r, t, Change::Delta)
         }),
-        "irate" => over_range(ctx, call, t, false, |p, _, _| instant_delta(p, true)),
-        "idelta" => over_range(ctx, call, t, false, |p, _, _| instant_delta(p, false)),
-        "resets" => over_range(ctx, call, t, false, |p, _, _| {
+        "irate" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
+            instant_delta(p, Change::Rate)
+        }),
+        "idelta" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
+            instant_delta(p, Change::Delta)
+        }),
+        "resets" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64)
         }),
-        "changes" => over_range(ctx, call, t, false, |p, _, _| {
+        "changes" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(
                 p.windows(2)
                     .filter(|w| w[1].1 != w[0].1 && !(w[1].1.is_nan() && w[0].1.is_nan()))
                     .count() as f64,
             )
         }),
-        "deriv" => over_range(ctx, call, t, false, |p, _, _| {
+        "deriv" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             (p.len() >= 2).then(|| linear_regression(p, p[0].0).0)
         }),
         "predict_linear" => {
             let d = scalar_arg(ctx, call, 1, t)?;
-            over_range(ctx, call, t, false, |p, _, t| {
+            over_range(ctx, call, t, Name::Drop, |p, _, t| {
                 (p.len() >= 2).then(|| {
                     let (slope, intercept) = linear_regression(p, t);
                     slope * d + intercept
                 })
             })
         }
-        "avg_over_time" => over_range(ctx, call, t, false, |p, _, _| Some(avg_over_time(p))),
-        "sum_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+        "avg_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| Some(avg_over_time(p))),
+        "sum_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             // Compensated, as Prometheus 3 sums.
             let mut k = Kahan::default();
             p.iter().for_each(|x| k.add(x.1));
             Some(k.value())
         }),
-        "count_over_time" => over_range(ctx, call, t, false, |p, _, _| Some(p.len() as f64)),
-        "min_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+        "count_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| Some(p.len() as f64)),
+        "min_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(
                 p.iter()
                     .map(|x| x.1)
                     .fold(f64::NAN, |m, v| if m.is_nan() || v < m { v } else { m }),
             )
         }),
-        "max_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+        "max_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(
                 p.iter()
                     .map(|x| x.1)
                     .fold(f64::NAN, |m, v| if m.is_nan() || v > m { v } else { m }),
             )
         }),
-        "last_over_time" => over_range(ctx, call, t, true, |p, _, _| p.last().map(|x| x.1)),
-        "present_over_time" => over_range(ctx, call, t, false, |_, _, _| Some(1.0)),
-        "stddev_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+        "last_over_time" => over_range(ctx, call, t, Name::Keep, |p, _, _| p.last().map(|x| x.1)),
+        "present_over_time" => over_range(ctx, call, t, Name::Drop, |_, _, _| Some(1.0)),
+        "stddev_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(mean_and_variance(p.iter().map(|&(_, v)| v)).1.sqrt())
         }),
-        "stdvar_over_time" => over_range(ctx, call, t, false, |p, _, _| {
+        "stdvar_over_time" => over_range(ctx, call, t, Name::Drop, |p, _, _| {
             Some(mean_and_variance(p.iter().map(|&(_, v)| v)).1)
         }),
         "quantile_over_time" => {
@@ -796,10 +825,10 @@ mod tests {
         // but for the 15s before the first sample, which is within 1.1 of
         // the spacing, so rate extrapolates to the start: exactly 1/s.
         let points: Vec<(i64, f64)> = (1..=20).map(|i| (i * 15_000, (i * 15) as f64)).collect();
-        let r = extrapolated_rate(&points, 300_000, 300_000, true, true).expect("rate");
+        let r = extrapolated_rate(&points, 300_000, 300_000, Change::Rate).expect("rate");
         assert!((r - 1.0).abs() < 1e-12, "{r}");
         // increase over the same is 300.
-        let inc = extrapolated_rate(&points, 300_000, 300_000, true, false).expect("increase");
+        let inc = extrapolated_rate(&points, 300_000, 300_000, Change::Increase).expect("increase");
         assert!((inc - 300.0).abs() < 1e-9, "{inc}");
     }
 
@@ -809,12 +838,15 @@ mod tests {
         let p = [(0, 10.0), (15_000, 20.0), (30_000, 5.0), (45_000, 15.0)];
         // Window (−15s, 45s] with range 60s at t=45s: start gap 15s < 1.1*15s,
         // but the zero point (10/25*45 = 18s) is further, so extrapolate 15s.
-        let inc = extrapolated_rate(&p, 60_000, 45_000, true, false).expect("increase");
+        let inc = extrapolated_rate(&p, 60_000, 45_000, Change::Increase).expect("increase");
         assert!((inc - 25.0 * 60.0 / 45.0).abs() < 1e-9, "{inc}");
         // delta ignores resets: 15 - 10 = 5, extrapolated the same way.
-        let d = extrapolated_rate(&p, 60_000, 45_000, false, false).expect("delta");
+        let d = extrapolated_rate(&p, 60_000, 45_000, Change::Delta).expect("delta");
         assert!((d - 5.0 * 60.0 / 45.0).abs() < 1e-9, "{d}");
-        assert_eq!(extrapolated_rate(&p[..1], 60_000, 45_000, true, true), None);
+        assert_eq!(
+            extrapolated_rate(&p[..1], 60_000, 45_000, Change::Rate),
+            None
+        );
     }
 
     #[test]
@@ -824,20 +856,20 @@ mod tests {
         // counter reaches zero 45s * 0.5/3 = 7.5s before it, so the increase
         // stops there: 3 * (45 + 7.5) / 45 = 3.5, the counter's value.
         let p = [(60_000, 0.5), (75_000, 1.5), (90_000, 2.5), (105_000, 3.5)];
-        let inc = extrapolated_rate(&p, 60_000, 105_000, true, false).expect("increase");
+        let inc = extrapolated_rate(&p, 60_000, 105_000, Change::Increase).expect("increase");
         assert!((inc - 3.5).abs() < 1e-9, "{inc}");
         // As a gauge (delta) there is no zero point: 3 * 60 / 45.
-        let d = extrapolated_rate(&p, 60_000, 105_000, false, false).expect("delta");
+        let d = extrapolated_rate(&p, 60_000, 105_000, Change::Delta).expect("delta");
         assert!((d - 4.0).abs() < 1e-9, "{d}");
     }
 
     #[test]
     fn irate_and_idelta_use_the_last_two_samples() {
         let p = [(0, 1.0), (10_000, 5.0), (20_000, 2.0)];
-        assert_eq!(instant_delta(&p, false), Some(-3.0));
+        assert_eq!(instant_delta(&p, Change::Delta), Some(-3.0));
         // A reset: the last value counts as the increase.
-        assert_eq!(instant_delta(&p, true), Some(0.2));
-        assert_eq!(instant_delta(&p[..1], true), None);
+        assert_eq!(instant_delta(&p, Change::Rate), Some(0.2));
+        assert_eq!(instant_delta(&p[..1], Change::Rate), None);
     }
 
     #[test]

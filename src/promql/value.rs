@@ -159,6 +159,16 @@ pub fn no_labels() -> Labels {
     Arc::from(Vec::new())
 }
 
+/// Whether a result keeps its input's metric name (`last_over_time` and
+/// the like) or drops it (functions that change what the value means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Name {
+    /// The result keeps `__name__`.
+    Keep,
+    /// The result drops `__name__`.
+    Drop,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

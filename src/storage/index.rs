@@ -89,7 +89,7 @@ impl Matcher {
 /// meet, kept so that a slow regex never runs long under a shard's lock.
 ///
 /// A shard visit starts by running the regexes in place, as a cheap regex
-/// should. Once that has taken [`UNDER_LOCK_BUDGET`] (looked at after 1, 2,
+/// should. Once that has taken a millisecond (looked at after 1, 2,
 /// 4, 8 and then every 16 evaluations), the selection defers: for the rest
 /// of it, [`Postings::select_judged`] takes verdicts from a cache by value
 /// and notes the values it has none for; the caller lets the lock go,
