@@ -1,6 +1,7 @@
 //! In-memory storage: the sharded [`head::Head`] of series, each holding
 //! Prometheus XOR [`chunk`]s, with interned labels and an inverted index.
 
+pub mod append;
 pub mod checkpoint;
 pub mod chunk;
 pub mod head;
@@ -8,6 +9,7 @@ pub mod index;
 pub mod labels;
 pub mod metadata;
 pub mod querier;
+mod recovery;
 mod shard;
 
 /// Prometheus' stale marker: a NaN with this exact bit pattern ends a

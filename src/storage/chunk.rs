@@ -13,6 +13,17 @@ use bstream::BitReader;
 pub use bstream::{BitWriter, INLINE_BYTES};
 pub use xor::{XorAppender, XorIter};
 
+/// One chunk of a selected series.
+#[derive(Debug, Clone)]
+pub struct ChunkRef {
+    /// First sample's timestamp.
+    pub mint: i64,
+    /// Last sample's timestamp.
+    pub maxt: i64,
+    /// The XOR chunk bytes.
+    pub bytes: std::sync::Arc<[u8]>,
+}
+
 /// Bytes of the chunk header (the big-endian sample count).
 pub const HEADER_BYTES: usize = 2;
 

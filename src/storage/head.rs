@@ -4,105 +4,19 @@
 //! section. A series already seen is found from the sender's raw label bytes
 //! (see [`super::labels`]); only a new series is decoded, interned and indexed.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::checkpoint::{self, SeriesImage};
+pub use super::append::{AppendCounts, HeadOptions, SampleError, SeriesLimit};
 use super::index::{Matcher, Verdicts};
 use super::labels::Label;
 pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
 use super::shard::{MemSeries, Shard, ShardLog};
 use super::{Stop, Stopped};
 use crate::wal::commit::{FsyncMode, GroupCommit};
-use crate::wal::record::Record;
-use crate::wal::{self, WalError, WalOptions};
-
-/// Why one sample was not stored. Values, not errors: counted per batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleError {
-    /// Older than the series' newest sample.
-    OutOfOrder,
-    /// Same timestamp as the newest sample, different value.
-    Duplicate,
-    /// Too far in the future.
-    OutOfBounds,
-}
-
-impl SampleError {
-    /// Every variant, for iterating counters.
-    pub const ALL: [SampleError; 3] = [Self::OutOfOrder, Self::Duplicate, Self::OutOfBounds];
-
-    /// The reason label used in metrics and messages.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Self::OutOfOrder => "out_of_order",
-            Self::Duplicate => "duplicate_sample_for_timestamp",
-            Self::OutOfBounds => "out_of_bounds",
-        }
-    }
-}
-
-/// The series limit was reached; the series was not created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("series limit of {0} reached")]
-pub struct SeriesLimit(pub usize);
-
-/// Outcome counts of appends, accumulated over a request.
-#[derive(Debug, Default, Clone)]
-pub struct AppendCounts {
-    /// Samples stored (exact duplicates included: they are accepted).
-    pub appended: u64,
-    /// Rejected samples, indexed like [`SampleError::ALL`].
-    pub rejected: [u64; 3],
-    /// The first rejection seen since the caller last cleared it: reason and timestamp.
-    pub first: Option<(SampleError, i64)>,
-    /// Shards appended to (bit `i % 64` for shard `i`), whose log buffers
-    /// [`Head::log_appended`] hands to the WAL.
-    pub touched: u64,
-}
-
-impl AppendCounts {
-    #[inline]
-    pub(crate) fn reject(&mut self, e: SampleError, t: i64) {
-        self.rejected[e as usize] += 1;
-        if self.first.is_none() {
-            self.first = Some((e, t));
-        }
-    }
-
-    /// Total rejected samples.
-    pub fn rejected_total(&self) -> u64 {
-        self.rejected.iter().sum()
-    }
-}
-
-/// Head tuning, with Prometheus' defaults.
-#[derive(Debug, Clone)]
-pub struct HeadOptions {
-    /// Number of shards (rounded up to a power of two).
-    pub shards: usize,
-    /// Most series the head will hold; new series beyond it are rejected.
-    pub max_series: usize,
-    /// Chunks never cross multiples of this many milliseconds (2h).
-    pub chunk_range_ms: i64,
-    /// Target samples per chunk (120).
-    pub samples_per_chunk: u16,
-}
-
-impl Default for HeadOptions {
-    fn default() -> Self {
-        Self {
-            shards: 16,
-            max_series: 10_000_000,
-            chunk_range_ms: 2 * 3600 * 1000,
-            samples_per_chunk: 120,
-        }
-    }
-}
+use crate::wal::WalOptions;
 
 /// Sizes of the head, computed on demand.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -291,64 +205,20 @@ impl Head {
         }
     }
 
-    /// A head rebuilt from `opts_wal.dir`: the newest checkpoint, then the
-    /// WAL segments after it; then it logs to a new segment. Fails on
-    /// corruption in the middle of the log unless `repair` is set.
-    pub fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
-        let started = Instant::now();
-        let mut head = Self::new(opts);
-        let wal_dir = durable.dir.join("wal");
-        let mut replayer = Replayer::new(&head);
-        let loaded = checkpoint::load(&durable.dir, durable.wal.repair, |image| {
-            replayer.restore(image)
-        })?;
-        if loaded.segment > 0 {
-            tracing::info!(
-                checkpoint = loaded.segment,
-                series = loaded.series,
-                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
-                "checkpoint loaded"
-            );
-            // Segments it covers may remain from a crash before their deletion.
-            wal::remove_segments_through(&wal_dir, loaded.segment)?;
-        }
-        let report = wal::replay_after(&wal_dir, loaded.segment, &durable.wal, |rec| {
-            replayer.apply(rec)
-        })?;
-        let (samples, refused) = replayer.samples();
-        if replayer.bad_series + replayer.unknown_refs > 0 {
-            tracing::warn!(
-                bad_series = replayer.bad_series,
-                unknown_refs = replayer.unknown_refs,
-                "WAL records that could not be applied were skipped"
-            );
-        }
-        let recovery = Recovery {
-            seconds: started.elapsed().as_secs_f64(),
-            checkpoint_series: loaded.series,
-            records: report.records,
-            samples,
-            refused_samples: refused,
-            dropped_bytes: report.dropped_bytes,
-        };
-        tracing::info!(
-            segments = report.segments,
-            records = report.records,
-            series = head.series.load(Ordering::Relaxed),
-            samples,
-            seconds = format_args!("{:.3}", recovery.seconds),
-            "WAL replayed"
-        );
-        let writer = wal::WalWriter::open_after(&wal_dir, loaded.segment, durable.wal.clone())?;
-        let commit = GroupCommit::start(writer, durable.fsync).map_err(|source| WalError::Io {
-            path: wal_dir.clone(),
-            source,
-        })?;
-        head.publish_all();
-        head.start_wal(commit);
-        head.recovery = Some(recovery);
-        head.wal_dir = Some(wal_dir);
-        Ok(head)
+    /// Records what the start-up replay did, and where the WAL lives.
+    pub(super) fn set_recovered(&mut self, recovery: Recovery, wal_dir: PathBuf) {
+        self.recovery = Some(recovery);
+        self.wal_dir = Some(wal_dir);
+    }
+
+    /// Shard `i`, locked, for the replay's runs of appends.
+    pub(super) fn lock_shard_for_replay(&self, i: usize) -> parking_lot::MutexGuard<'_, Shard> {
+        self.shards[i].0.lock()
+    }
+
+    /// The head's options.
+    pub(super) fn options(&self) -> &HeadOptions {
+        &self.opts
     }
 
     /// Bytes of WAL segments on disk, when the head writes a WAL.
@@ -582,7 +452,7 @@ impl Head {
     }
 
     /// Publishes every shard's accounted bytes (after bulk changes).
-    fn publish_all(&self) {
+    pub(super) fn publish_all(&self) {
         for Padded(slot) in self.shards.iter() {
             slot.publish(&slot.lock());
         }
@@ -781,90 +651,6 @@ impl Head {
             log.catch_up(wal.durable_lsn());
         }
         shard
-    }
-}
-
-/// Rebuilds a head from WAL records: series records map the log's
-/// references to series, samples records append through that map.
-#[derive(Debug)]
-struct Replayer<'h> {
-    head: &'h Head,
-    refs: HashMap<u64, (u32, u32)>,
-    counts: AppendCounts,
-    /// Series records whose labels could not be decoded.
-    bad_series: u64,
-    /// Samples whose series reference was never defined.
-    unknown_refs: u64,
-}
-
-impl<'h> Replayer<'h> {
-    /// A replayer into `head`, which should not write a WAL yet.
-    fn new(head: &'h Head) -> Self {
-        Self {
-            head,
-            refs: HashMap::new(),
-            counts: AppendCounts::default(),
-            bad_series: 0,
-            unknown_refs: 0,
-        }
-    }
-
-    /// Restores one series of a checkpoint; `false` if it is malformed.
-    fn restore(&mut self, image: &SeriesImage<'_>) -> bool {
-        let Some((shard, slot)) = self.head.restore_series(image.id, image.labels) else {
-            return false;
-        };
-        self.refs.insert(image.id, (shard, slot));
-        self.head.shards[shard as usize]
-            .0
-            .lock()
-            .restore_chunks(slot, image)
-    }
-
-    /// Applies one record.
-    fn apply(&mut self, rec: Record<'_>) {
-        match rec {
-            Record::Series { series_ref, labels } => {
-                match self.head.restore_series(series_ref, labels) {
-                    Some(at) => {
-                        self.refs.insert(series_ref, at);
-                    }
-                    None => self.bad_series += 1,
-                }
-            }
-            Record::Checkpoint(_) => self.bad_series += 1,
-            Record::Samples(samples) => {
-                let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
-                for (r, t, v) in samples {
-                    let Some(&(shard, slot)) = self.refs.get(&r) else {
-                        self.unknown_refs += 1;
-                        continue;
-                    };
-                    // Consecutive samples of one shard share a lock.
-                    let guard = match &mut current {
-                        Some((s, g)) if *s == shard => g,
-                        _ => {
-                            current = None;
-                            let g = self.head.shards[shard as usize].0.lock();
-                            &mut current.insert((shard, g)).1
-                        }
-                    };
-                    guard.append(
-                        slot,
-                        std::iter::once((t, v)),
-                        (i64::MIN, i64::MAX),
-                        &self.head.opts,
-                        &mut self.counts,
-                    );
-                }
-            }
-        }
-    }
-
-    /// Samples stored and refused (older than what the series holds, as
-    /// after a checkpoint that already covers them) so far.
-    fn samples(&self) -> (u64, u64) {
-        (self.counts.appended, self.counts.rejected_total())
     }
 }
 

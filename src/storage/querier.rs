@@ -4,24 +4,13 @@
 //! still being appended to. No shard lock is held while samples are read.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
+pub use super::chunk::ChunkRef;
 use super::chunk::XorIter;
 use super::head::Head;
 use super::index::Matcher;
 use super::labels::Label;
 use super::{Stop, Stopped};
-
-/// One chunk of a selected series.
-#[derive(Debug, Clone)]
-pub struct ChunkRef {
-    /// First sample's timestamp.
-    pub mint: i64,
-    /// Last sample's timestamp.
-    pub maxt: i64,
-    /// The XOR chunk bytes.
-    pub bytes: Arc<[u8]>,
-}
 
 /// A selected series: its labels and the chunks that overlap the range.
 #[derive(Debug, Clone)]

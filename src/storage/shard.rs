@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::checkpoint::SeriesImage;
+use super::append::{AppendCounts, HeadOptions, SampleError};
+use super::chunk::ChunkRef;
 use super::chunk::{XorAppender, XorIter, HEADER_BYTES};
-use super::head::{AppendCounts, HeadOptions, SampleError};
 use super::index::Postings;
 use super::labels::{matches_canonical, Interner, Label, StrId};
-use super::querier::ChunkRef;
 use crate::wal::record::{encode_series, SamplesFrame};
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
@@ -594,11 +593,18 @@ impl Shard {
         slot
     }
 
-    /// Gives the series in `slot` the chunks of a checkpoint image, unless
-    /// it holds samples already. The open chunk is rebuilt by appending its
-    /// samples, which yields the same bytes (the encoder is deterministic).
-    /// Returns `false` if a chunk does not decode.
-    pub(crate) fn restore_chunks(&mut self, slot: u32, image: &SeriesImage<'_>) -> bool {
+    /// Gives the series in `slot` the chunks of a checkpoint image (sealed
+    /// and open chunks as (mint, maxt, bytes), and when the open one must
+    /// be cut), unless it holds samples already. The open chunk is rebuilt
+    /// by appending its samples, which yields the same bytes (the encoder
+    /// is deterministic). Returns `false` if a chunk does not decode.
+    pub(crate) fn restore_chunks(
+        &mut self,
+        slot: u32,
+        sealed: &[(i64, i64, &[u8])],
+        open: Option<(i64, i64, &[u8])>,
+        next_at: i64,
+    ) -> bool {
         let Some(series) = self.series.get_mut(slot as usize) else {
             return false;
         };
@@ -606,8 +612,7 @@ impl Shard {
             return true;
         }
         let mut bytes = 0;
-        series.sealed = image
-            .sealed
+        series.sealed = sealed
             .iter()
             .map(|&(mint, maxt, b)| {
                 bytes += b.len();
@@ -618,7 +623,7 @@ impl Shard {
                 }
             })
             .collect();
-        if let Some((mint, maxt, b)) = image.open {
+        if let Some((mint, maxt, b)) = open {
             let mut app = XorAppender::with_capacity((b.len() + b.len() / 8).clamp(32, 1040));
             let mut it = XorIter::new(b);
             for (t, v) in it.by_ref() {
@@ -632,14 +637,13 @@ impl Shard {
             series.head = Some(head);
             self.open_slack += series.open_slack();
         }
-        series.next_at = image.next_at;
-        self.chunks += image.sealed.len() + usize::from(image.open.is_some());
-        self.open_chunks += usize::from(image.open.is_some());
+        series.next_at = next_at;
+        self.chunks += sealed.len() + usize::from(open.is_some());
+        self.open_chunks += usize::from(open.is_some());
         self.chunk_bytes += bytes;
-        self.samples += image
-            .sealed
+        self.samples += sealed
             .iter()
-            .chain(&image.open)
+            .chain(&open)
             .map(|c| chunk_samples(c.2))
             .sum::<usize>();
         true

@@ -1,0 +1,86 @@
+//! What an append is told and what it reports: the head's options, the
+//! per-sample outcomes and their counts. Shared by the head and its shards,
+//! naming neither.
+
+/// Why one sample was not stored. Values, not errors: counted per batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleError {
+    /// Older than the series' newest sample.
+    OutOfOrder,
+    /// Same timestamp as the newest sample, different value.
+    Duplicate,
+    /// Too far in the future.
+    OutOfBounds,
+}
+
+impl SampleError {
+    /// Every variant, for iterating counters.
+    pub const ALL: [SampleError; 3] = [Self::OutOfOrder, Self::Duplicate, Self::OutOfBounds];
+
+    /// The reason label used in metrics and messages.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::OutOfOrder => "out_of_order",
+            Self::Duplicate => "duplicate_sample_for_timestamp",
+            Self::OutOfBounds => "out_of_bounds",
+        }
+    }
+}
+
+/// The series limit was reached; the series was not created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("series limit of {0} reached")]
+pub struct SeriesLimit(pub usize);
+
+/// Outcome counts of appends, accumulated over a request.
+#[derive(Debug, Default, Clone)]
+pub struct AppendCounts {
+    /// Samples stored (exact duplicates included: they are accepted).
+    pub appended: u64,
+    /// Rejected samples, indexed like [`SampleError::ALL`].
+    pub rejected: [u64; 3],
+    /// The first rejection seen since the caller last cleared it: reason and timestamp.
+    pub first: Option<(SampleError, i64)>,
+    /// Shards appended to (bit `i % 64` for shard `i`), whose log buffers
+    /// `Head::log_appended` hands to the WAL.
+    pub touched: u64,
+}
+
+impl AppendCounts {
+    #[inline]
+    pub(crate) fn reject(&mut self, e: SampleError, t: i64) {
+        self.rejected[e as usize] += 1;
+        if self.first.is_none() {
+            self.first = Some((e, t));
+        }
+    }
+
+    /// Total rejected samples.
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.iter().sum()
+    }
+}
+
+/// Head tuning, with Prometheus' defaults.
+#[derive(Debug, Clone)]
+pub struct HeadOptions {
+    /// Number of shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Most series the head will hold; new series beyond it are rejected.
+    pub max_series: usize,
+    /// Chunks never cross multiples of this many milliseconds (2h).
+    pub chunk_range_ms: i64,
+    /// Target samples per chunk (120).
+    pub samples_per_chunk: u16,
+}
+
+impl Default for HeadOptions {
+    fn default() -> Self {
+        Self {
+            shards: 16,
+            max_series: 10_000_000,
+            chunk_range_ms: 2 * 3600 * 1000,
+            samples_per_chunk: 120,
+        }
+    }
+}

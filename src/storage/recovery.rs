@@ -1,0 +1,156 @@
+//! Start-up: a head rebuilt from the newest checkpoint, then the WAL
+//! segments after it, before it logs to a new segment.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::checkpoint::{self, SeriesImage};
+use super::head::{AppendCounts, Durability, Head, HeadOptions, Recovery};
+use super::shard::Shard;
+use crate::wal::commit::GroupCommit;
+use crate::wal::record::Record;
+use crate::wal::{self, WalError};
+
+impl Head {
+    /// A head rebuilt from `opts_wal.dir`: the newest checkpoint, then the
+    /// WAL segments after it; then it logs to a new segment. Fails on
+    /// corruption in the middle of the log unless `repair` is set.
+    pub fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
+        let started = Instant::now();
+        let mut head = Self::new(opts);
+        let wal_dir = durable.dir.join("wal");
+        let mut replayer = Replayer::new(&head);
+        let loaded = checkpoint::load(&durable.dir, durable.wal.repair, |image| {
+            replayer.restore(image)
+        })?;
+        if loaded.segment > 0 {
+            tracing::info!(
+                checkpoint = loaded.segment,
+                series = loaded.series,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "checkpoint loaded"
+            );
+            // Segments it covers may remain from a crash before their deletion.
+            wal::remove_segments_through(&wal_dir, loaded.segment)?;
+        }
+        let report = wal::replay_after(&wal_dir, loaded.segment, &durable.wal, |rec| {
+            replayer.apply(rec)
+        })?;
+        let (samples, refused) = replayer.samples();
+        if replayer.bad_series + replayer.unknown_refs > 0 {
+            tracing::warn!(
+                bad_series = replayer.bad_series,
+                unknown_refs = replayer.unknown_refs,
+                "WAL records that could not be applied were skipped"
+            );
+        }
+        let recovery = Recovery {
+            seconds: started.elapsed().as_secs_f64(),
+            checkpoint_series: loaded.series,
+            records: report.records,
+            samples,
+            refused_samples: refused,
+            dropped_bytes: report.dropped_bytes,
+        };
+        tracing::info!(
+            segments = report.segments,
+            records = report.records,
+            series = head.stats().series,
+            samples,
+            seconds = format_args!("{:.3}", recovery.seconds),
+            "WAL replayed"
+        );
+        let writer = wal::WalWriter::open_after(&wal_dir, loaded.segment, durable.wal.clone())?;
+        let commit = GroupCommit::start(writer, durable.fsync).map_err(|source| WalError::Io {
+            path: wal_dir.clone(),
+            source,
+        })?;
+        head.publish_all();
+        head.start_wal(commit);
+        head.set_recovered(recovery, wal_dir);
+        Ok(head)
+    }
+}
+
+/// Rebuilds a head from WAL records: series records map the log's
+/// references to series, samples records append through that map.
+#[derive(Debug)]
+struct Replayer<'h> {
+    head: &'h Head,
+    refs: HashMap<u64, (u32, u32)>,
+    counts: AppendCounts,
+    /// Series records whose labels could not be decoded.
+    bad_series: u64,
+    /// Samples whose series reference was never defined.
+    unknown_refs: u64,
+}
+
+impl<'h> Replayer<'h> {
+    /// A replayer into `head`, which should not write a WAL yet.
+    fn new(head: &'h Head) -> Self {
+        Self {
+            head,
+            refs: HashMap::new(),
+            counts: AppendCounts::default(),
+            bad_series: 0,
+            unknown_refs: 0,
+        }
+    }
+
+    /// Restores one series of a checkpoint; `false` if it is malformed.
+    fn restore(&mut self, image: &SeriesImage<'_>) -> bool {
+        let Some((shard, slot)) = self.head.restore_series(image.id, image.labels) else {
+            return false;
+        };
+        self.refs.insert(image.id, (shard, slot));
+        self.head
+            .lock_shard_for_replay(shard as usize)
+            .restore_chunks(slot, &image.sealed, image.open, image.next_at)
+    }
+
+    /// Applies one record.
+    fn apply(&mut self, rec: Record<'_>) {
+        match rec {
+            Record::Series { series_ref, labels } => {
+                match self.head.restore_series(series_ref, labels) {
+                    Some(at) => {
+                        self.refs.insert(series_ref, at);
+                    }
+                    None => self.bad_series += 1,
+                }
+            }
+            Record::Checkpoint(_) => self.bad_series += 1,
+            Record::Samples(samples) => {
+                let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
+                for (r, t, v) in samples {
+                    let Some(&(shard, slot)) = self.refs.get(&r) else {
+                        self.unknown_refs += 1;
+                        continue;
+                    };
+                    // Consecutive samples of one shard share a lock.
+                    let guard = match &mut current {
+                        Some((s, g)) if *s == shard => g,
+                        _ => {
+                            current = None;
+                            let g = self.head.lock_shard_for_replay(shard as usize);
+                            &mut current.insert((shard, g)).1
+                        }
+                    };
+                    guard.append(
+                        slot,
+                        std::iter::once((t, v)),
+                        (i64::MIN, i64::MAX),
+                        self.head.options(),
+                        &mut self.counts,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Samples stored and refused (older than what the series holds, as
+    /// after a checkpoint that already covers them) so far.
+    fn samples(&self) -> (u64, u64) {
+        (self.counts.appended, self.counts.rejected_total())
+    }
+}
