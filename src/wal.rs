@@ -90,7 +90,8 @@ pub enum WalError {
     },
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
+/// Maps an I/O error on `path` to [`WalError::Io`].
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
     move |source| WalError::Io {
         path: path.to_owned(),
         source,
@@ -294,7 +295,8 @@ fn truncate(path: &Path, len: u64) -> Result<(), WalError> {
     file.sync_all().map_err(io_err(path))
 }
 
-fn sync_dir(dir: &Path) -> Result<(), WalError> {
+/// Fsyncs directory `dir`, so that files created or renamed in it stay.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err(dir))

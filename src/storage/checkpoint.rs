@@ -29,7 +29,7 @@ use super::shard::{MemSeries, Shard};
 
 use crate::encoding::{put_uvarint, Cursor};
 use crate::wal::record::{self, encode_checkpoint, Record};
-use crate::wal::WalError;
+use crate::wal::{io_err, sync_dir, WalError};
 
 /// One series as a checkpoint holds it, borrowing the file's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,13 +57,6 @@ pub struct CheckpointReport {
     pub bytes: u64,
     /// WAL segments deleted.
     pub deleted_segments: usize,
-}
-
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
-    move |source| WalError::Io {
-        path: path.to_owned(),
-        source,
-    }
 }
 
 fn checkpoint_path(dir: &Path, segment: u64) -> PathBuf {
@@ -209,12 +202,6 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         }
     }
     Ok(report)
-}
-
-fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
 }
 
 /// What loading a checkpoint found.
