@@ -483,9 +483,8 @@ impl<'e> Ctx<'e> {
     }
 
     /// A plain vector selector as a whole range query: each series walks
-    /// its points once across all steps into its own result, instead of
-    /// being evaluated per step and regrouped by labels (that regrouping
-    /// was three quarters of a 1,100-series selector's time).
+    /// its points once across all steps into its own result; nothing is
+    /// evaluated per step or regrouped by labels.
     fn selector_range(
         &self,
         vs: &VectorSelector,

@@ -580,9 +580,8 @@ impl Shard {
         self.postings.add(slot, &self.label_ids[at..]);
         let hash = series.hash;
         if self.series.len() == self.series.capacity() {
-            // A quarter more, not double: at 100k series doubling left a
-            // third of the slab unused (47 bytes per series in the head's
-            // accounting; mostly untouched pages, so not all resident).
+            // A quarter more, not double: at most a fifth of the slab is
+            // unused capacity, which the head accounts as memory.
             self.series
                 .reserve_exact((self.series.len() / 4).max(SERIES_SLAB_MIN));
         }
@@ -783,8 +782,8 @@ mod tests {
 
     #[test]
     fn series_struct_stays_small() {
-        // Every active series holds one; at 100k series each 8 bytes here
-        // are ~0.9 MB of the head.
+        // Every active series holds one: each 8 bytes here are 8 bytes per
+        // active series.
         eprintln!(
             "MemSeries {} HeadChunk {} XorAppender {}",
             std::mem::size_of::<MemSeries>(),

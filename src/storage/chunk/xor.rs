@@ -11,10 +11,9 @@ const UNSET: u8 = 0xff;
 #[derive(Debug, Clone)]
 pub struct XorAppender {
     w: BitWriter,
-    /// Samples in the chunk (as wide as a register: a 16-bit count was
-    /// loaded 32 bits wide together with `second_end`, a load that cannot
-    /// be forwarded from the 16-bit store before it, which stalled every
-    /// append of a run of equal samples).
+    /// Samples in the chunk, as wide as a register: a 16-bit count loaded
+    /// 32 bits wide with `second_end` could not be forwarded from the
+    /// 16-bit store before it.
     num: u32,
     /// Bytes written when the second sample was (0 before): the samples
     /// after it are the ones a chunk's size is projected from.
