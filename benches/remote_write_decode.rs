@@ -11,9 +11,9 @@ mod requests;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prost::Message;
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
-use sluice::loadgen::{self, Mode, Workload};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
+use sluice_loadgen::{self as loadgen, Mode, Workload};
 use std::hint::black_box;
 
 const SERIES: usize = 2000;

@@ -14,13 +14,11 @@
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
 //! - [`proto`]: prost types generated from `proto/`, for tests, benches and encoders.
-//! - [`loadgen`]: the ingest load generator (`sluice-loadgen`) and its null sink.
 
 pub mod api;
 pub mod config;
 pub mod encoding;
 pub mod ingest;
-pub mod loadgen;
 pub mod promql;
 pub mod proto;
 pub mod server;

@@ -2,6 +2,7 @@
 //! kind against a real Sluice over loopback HTTP; every sample must be
 //! accepted and then be found by the query API, sample for sample.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Command;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Parser;
-use sluice::loadgen::{self, Mode, Workload};
+use sluice_loadgen::{self as loadgen, Mode, Workload};
 
 /// Drives a remote-write (1.0) or OTLP/HTTP receiver with a realistic,
 /// pre-encoded load over keep-alive connections, bounded in count and time.

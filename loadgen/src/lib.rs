@@ -23,10 +23,10 @@ use http_body_util::{BodyExt, Full};
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 
-use crate::proto::opentelemetry::proto::collector::metrics::v1::ExportMetricsServiceRequest;
-use crate::proto::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
-use crate::proto::opentelemetry::proto::metrics::v1 as otlp;
-use crate::proto::opentelemetry::proto::resource::v1::Resource;
+use sluice::proto::opentelemetry::proto::collector::metrics::v1::ExportMetricsServiceRequest;
+use sluice::proto::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
+use sluice::proto::opentelemetry::proto::metrics::v1 as otlp;
+use sluice::proto::opentelemetry::proto::resource::v1::Resource;
 
 /// What the requests carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -771,7 +771,7 @@ pub async fn null_sink(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::prometheus::WriteRequest;
+    use sluice::proto::prometheus::WriteRequest;
 
     fn small(mode: Mode) -> Workload {
         Workload {
