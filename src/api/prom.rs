@@ -74,17 +74,7 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response {
 
 /// A success reply with `data` and optional warnings.
 pub fn success<T: Serialize>(data: T, warnings: &[String]) -> Response {
-    let env = Envelope {
-        status: "success",
-        data: Some(data),
-        error_type: None,
-        error: None,
-        warnings,
-    };
-    match serde_json::to_vec(&env) {
-        Ok(body) => json(StatusCode::OK, body),
-        Err(e) => error(ErrorType::Internal, &format!("cannot encode response: {e}")),
-    }
+    success_within(data, warnings, usize::MAX).unwrap_or_else(IntoResponse::into_response)
 }
 
 /// [`success`], or 422 `execution` when the body would be larger than
