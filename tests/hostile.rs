@@ -597,10 +597,12 @@ async fn push_wide(addr: SocketAddr, name: &str, n: usize) {
 
 /// Label values are matched against a regex with the shard locks let go,
 /// so a slow regex over 2,000 values of 4 KB (~26 s of matching) holds no
-/// write back, and it stops at the query's deadline.
+/// write back, and it stops at the query's deadline (5 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_regex_holds_no_write_back_and_stops_at_its_deadline() {
-    let mut s = Sluice::start(&["--query-timeout", "2s", "--query-max-concurrency", "2"]);
+    // 5 s leaves a busy machine ample time for the write, and is still
+    // far short of the ~26 s the matching would take.
+    let mut s = Sluice::start(&["--query-timeout", "5s", "--query-max-concurrency", "2"]);
     push_wide(s.addr, "wide", 2000).await;
     // In a PromQL string, the regex's backslashes are escaped.
     let selector = format!("wide{{wide=~\"{}\"}}", slow_regex().replace('\\', "\\\\"));
@@ -665,9 +667,10 @@ async fn forms_answers_and_idle_connections_are_bounded() {
     let mut s = Sluice::start(&[
         "--query-max-response-bytes",
         "1000000",
-        // Long enough for all 2,000 connections to be open at once.
+        // Long enough for all 2,000 connections to be open at once, even
+        // on a machine busy with the other tests.
         "--http-header-read-timeout",
-        "10s",
+        "30s",
     ]);
     // 500 series of 4 KB label values: every listing of them is ~2 MB.
     push_wide(s.addr, "wide", 500).await;
@@ -757,6 +760,8 @@ async fn forms_answers_and_idle_connections_are_bounded() {
     s.assert_alive("2000 idle keep-alive connections").await;
     // Each is closed by the server once idle for the header timeout.
     for c in &mut idle {
+        c.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
         let mut buf = [0u8; 64];
         match c.read(&mut buf) {
             Ok(0) => {}
