@@ -319,6 +319,10 @@ pub(crate) struct ShardLog {
     in_flight: std::collections::VecDeque<(u64, u64)>,
 }
 
+/// Hand-overs a shard tracks until the WAL has made them durable; a
+/// healthy WAL keeps one or two in flight.
+const MAX_IN_FLIGHT: usize = 64;
+
 impl Default for ShardLog {
     fn default() -> Self {
         Self {
@@ -335,10 +339,18 @@ impl Default for ShardLog {
 
 impl ShardLog {
     /// Records that this generation's frames were handed to the WAL,
-    /// durable at `lsn`; later appends belong to the next one.
+    /// durable at `lsn`; later appends belong to the next one. While the
+    /// WAL is stuck (a full disk), hand-overs pile up: past
+    /// [`MAX_IN_FLIGHT`] the newest entry absorbs this one, so the
+    /// generations it held count as durable only once `lsn` is (later,
+    /// never early), and the queue stays bounded.
     pub(crate) fn handed_over(&mut self, lsn: u64) {
         self.pushed = lsn;
-        self.in_flight.push_back((self.gen, lsn));
+        let full = self.in_flight.len() >= MAX_IN_FLIGHT;
+        match self.in_flight.back_mut() {
+            Some(newest) if full => *newest = (self.gen, lsn),
+            _ => self.in_flight.push_back((self.gen, lsn)),
+        }
         self.gen += 1;
     }
 
@@ -938,5 +950,27 @@ mod tests {
         shard.create(1, fp, &[("__name__", "x")], b"x");
         append(&mut shard, 1000);
         assert_eq!(visible(&shard), i64::MAX);
+    }
+
+    #[test]
+    fn hand_overs_to_a_stuck_wal_stay_bounded_and_never_resolve_early() {
+        let mut shard = logged_shard();
+        // A WAL stuck at LSN 0: 100 hand-overs fill the queue.
+        for lsn in 1..=100u64 {
+            shard.log.as_mut().expect("log").handed_over(lsn);
+        }
+        // This sample's generation is absorbed into the newest entry, and
+        // so are the hand-overs after it.
+        append(&mut shard, 1000);
+        for lsn in 101..=200u64 {
+            shard.log.as_mut().expect("log").handed_over(lsn);
+        }
+        let log = shard.log.as_mut().expect("log");
+        assert!(log.in_flight.len() <= MAX_IN_FLIGHT);
+        log.catch_up(150);
+        assert_eq!(visible(&shard), 999, "resolved before its LSN was durable");
+        shard.log.as_mut().expect("log").catch_up(200);
+        assert_eq!(visible(&shard), i64::MAX);
+        assert!(shard.log.as_ref().expect("log").in_flight.is_empty());
     }
 }
