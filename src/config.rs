@@ -468,5 +468,24 @@ mod tests {
             .to_string()
             .contains("max-series"));
         assert!(Config::default().validate().is_ok());
+        for (name, c) in [
+            (
+                "query-max-form-bytes",
+                Config {
+                    query_max_form_bytes: 0,
+                    ..Config::default()
+                },
+            ),
+            (
+                "query-max-response-bytes",
+                Config {
+                    query_max_response_bytes: 0,
+                    ..Config::default()
+                },
+            ),
+        ] {
+            let err = c.validate().expect_err("zero").to_string();
+            assert!(err.contains(name), "{err}");
+        }
     }
 }

@@ -483,9 +483,7 @@ impl Head {
     pub fn try_lock_shard(&self, i: usize, counts: &mut AppendCounts) -> Option<ShardGuard<'_>> {
         let slot = &self.shards[i].0;
         let mut shard = slot.try_lock()?;
-        if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
-            log.catch_up(wal.durable_lsn());
-        }
+        self.catch_up(&mut shard);
         counts.touched |= 1 << (i % 64);
         Some(ShardGuard {
             head: self,
@@ -647,10 +645,16 @@ impl Head {
     #[inline]
     fn lock_caught_up<'a>(&self, slot: &'a Slot) -> parking_lot::MutexGuard<'a, Shard> {
         let mut shard = slot.lock();
+        self.catch_up(&mut shard);
+        shard
+    }
+
+    /// Catches a locked shard's log up with what the WAL has made durable.
+    #[inline]
+    fn catch_up(&self, shard: &mut Shard) {
         if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
             log.catch_up(wal.durable_lsn());
         }
-        shard
     }
 }
 
