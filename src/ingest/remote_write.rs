@@ -1,569 +1,296 @@
-//! Remote-write 1.0 `WriteRequest` decoding straight from the decompressed
-//! bytes: no prost types, no owned strings. One pass checks the structure of
-//! the whole request (so a truncated body is rejected before anything is
-//! stored) and notes where each series' labels and samples are; iterators
-//! then read them in place.
+//! Remote-write 1.0: the pipeline from a decompressed `WriteRequest` to the
+//! head. [`decode`] reads the wire format in place; this module appends.
+//!
+//! [`append_write_request`] walks the body once for structure, then once
+//! more to append: a series seen before is found from its raw label bytes
+//! with no decoding; a new one is validated, sorted and created. Problems
+//! are counted per reason and summarised once per request.
 
-use super::protowire::{wrong_type, DecodeError, Reader, Value};
+pub mod decode;
 
-/// One `TimeSeries`, borrowed from the request.
-#[derive(Debug, Clone, Copy)]
-pub struct TimeSeriesView<'a> {
-    msg: &'a [u8],
-    base: usize,
-    /// The label fields, when they are one contiguous run of bytes (they are,
-    /// from every known sender): the key for the head's fast lookup.
-    pub labels_raw: Option<&'a [u8]>,
-    /// Where in `msg` the first sample field starts: the sample iterator
-    /// starts there instead of stepping over every label again.
-    samples_at: u32,
-    /// Float samples in the series.
-    pub samples: u32,
-    /// Native histogram samples (not stored yet; reported as rejected).
-    pub histograms: u32,
-}
+pub use decode::{
+    decode, decode_each, metadata, Checked, MetadataView, SampleIter, Series, SeriesSpan,
+    TimeSeriesView,
+};
 
-/// A [`TimeSeriesView`] as offsets into its request, to keep in a buffer
-/// reused across requests (a view borrows the request; this does not).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SeriesSpan {
-    msg: (usize, usize),
-    base: usize,
-    labels: Option<(usize, usize)>,
-    samples_at: u32,
-    samples: u32,
-    histograms: u32,
-}
+use super::validate::{self, LabelLimits};
+use super::{
+    label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
+};
+use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError, ShardGuard};
+use crate::storage::labels::encode_canonical;
+use crate::storage::metadata::{type_name, MetadataStore};
 
-impl SeriesSpan {
-    /// The view again, over the request `buf` the span was taken from.
-    #[inline]
-    pub fn view<'a>(&self, buf: &'a [u8]) -> TimeSeriesView<'a> {
-        let slice = |(start, len): (usize, usize)| buf.get(start..start + len).unwrap_or_default();
-        TimeSeriesView {
-            msg: slice(self.msg),
-            base: self.base,
-            labels_raw: self.labels.map(slice),
-            samples_at: self.samples_at,
-            samples: self.samples,
-            histograms: self.histograms,
+/// Appends a decompressed remote-write 1.0 `WriteRequest` to `head`.
+/// A body that is not valid protobuf is rejected whole, before anything is
+/// stored; otherwise every valid series is stored and the rest counted.
+pub fn append_write_request(
+    head: &Head,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+) -> Result<IngestReport, DecodeError> {
+    let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
+    let mut report = IngestReport::default();
+    let mut counts = AppendCounts::default();
+    let mut batch = BATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    batch.clear();
+
+    // 1. Each series with samples, by the hash of its raw label bytes, as
+    // the request is checked (nothing is stored until all of it is).
+    let checked = decode::decode_each(body, |ts| {
+        if ts.histograms > 0 {
+            report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
+                format!(
+                    "native histogram samples are not supported yet for series {}",
+                    ts.describe()
+                )
+            });
         }
-    }
-}
-
-/// Checks `buf` as a `WriteRequest`, then iterates its series in place.
-///
-/// The check walks every nested message once, so a truncated or corrupt body
-/// is refused before anything is stored; the iteration then reads only the
-/// top level of each series. Neither allocates. [`decode_each`] does both in
-/// one walk.
-pub fn decode(buf: &[u8]) -> Result<Series<'_>, DecodeError> {
-    decode_each(buf, |_| {})?;
-    Ok(Series {
-        r: Reader::new(buf),
-    })
-}
-
-/// What a checked request holds besides its series.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Checked {
-    /// Whether it carries `metadata` entries (see [`metadata`]).
-    pub metadata: bool,
-}
-
-/// Checks `buf` as a `WriteRequest` in one walk, handing `f` each series'
-/// view as soon as that series is checked. An error can come after some
-/// series were handed over, so `f` must only collect: nothing may be
-/// stored before this returns `Ok`. Allocates nothing.
-pub fn decode_each<'a>(
-    buf: &'a [u8],
-    mut f: impl FnMut(TimeSeriesView<'a>),
-) -> Result<Checked, DecodeError> {
-    let mut checked = Checked::default();
-    let mut r = Reader::new(buf);
-    while let Some((field, v, at)) = r.next_field()? {
-        match (field, v) {
-            (1, Value::Bytes(ts)) => f(check_series(ts, at)?),
-            (3, Value::Bytes(md)) => {
-                check_message(md, at)?;
-                checked.metadata = true;
+        if ts.samples == 0 {
+            return;
+        }
+        match ts.labels_raw {
+            Some(raw) => {
+                let fp = fingerprint(raw);
+                batch.entries.push(Entry {
+                    fp,
+                    shard: head.shard_of(fp),
+                    span: ts.span(body),
+                });
             }
-            (1 | 3, _) => return Err(wrong_type(at)),
-            _ => {}
+            None => batch.spill.rest.push(ts.span(body)),
         }
-    }
-    Ok(checked)
-}
-
-/// The series of a checked request, in order.
-#[derive(Debug, Clone)]
-pub struct Series<'a> {
-    r: Reader<'a>,
-}
-
-impl<'a> Iterator for Series<'a> {
-    type Item = TimeSeriesView<'a>;
-
-    fn next(&mut self) -> Option<TimeSeriesView<'a>> {
-        loop {
-            match self.r.next_field() {
-                Ok(Some((1, Value::Bytes(ts), at))) => return check_series(ts, at).ok(),
-                Ok(Some(_)) => {}
-                _ => return None,
-            }
+    });
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            BATCH.with(|b| *b.borrow_mut() = batch);
+            return Err(e);
         }
-    }
-}
-
-/// One `MetricMetadata` entry, borrowed.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MetadataView<'a> {
-    /// The `MetricType` number.
-    pub kind: u64,
-    /// `metric_family_name`.
-    pub family: &'a [u8],
-    /// `help`.
-    pub help: &'a [u8],
-    /// `unit`.
-    pub unit: &'a [u8],
-}
-
-/// The `metadata` entries of a checked request.
-pub fn metadata(buf: &[u8]) -> impl Iterator<Item = MetadataView<'_>> + '_ {
-    fields(buf, 0, 3).map(|md| {
-        let mut view = MetadataView::default();
-        let mut r = Reader::new(md);
-        while let Ok(Some((f, v, _))) = r.next_field() {
-            match (f, v) {
-                (1, Value::Varint(k)) => view.kind = k,
-                (2, Value::Bytes(b)) => view.family = b,
-                (4, Value::Bytes(b)) => view.help = b,
-                (5, Value::Bytes(b)) => view.unit = b,
-                _ => {}
-            }
-        }
-        view
-    })
-}
-
-/// Checks a `TimeSeries` and indexes it: where its label run is, how many
-/// samples it has.
-fn check_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeError> {
-    let mut view = TimeSeriesView {
-        msg,
-        base,
-        labels_raw: None,
-        samples_at: 0,
-        samples: 0,
-        histograms: 0,
     };
-    // The label run: start of the first label field, end of the last one,
-    // and whether another field came in between.
-    let (mut start, mut end, mut split) = (None, 0, false);
-    let mut r = Reader::nested(msg, base);
-    loop {
-        let field_start = r.offset() - base;
-        let Some((field, v, at)) = r.next_field()? else {
-            break;
+    report.metadata = checked.metadata;
+
+    // 2. Series the head holds, shard by shard: each shard is locked once
+    // for all its series in the request, and a shard another request holds
+    // is left for later rather than waited on.
+    batch.group_by_shard(head.shard_count());
+    let Batch {
+        sorted,
+        starts,
+        pending,
+        spill,
+        ..
+    } = &mut batch;
+    while !pending.is_empty() {
+        // The first free shard; if every one is held, wait for the last.
+        let free = pending.iter().enumerate().find_map(|(i, &shard)| {
+            head.try_lock_shard(shard, &mut counts)
+                .map(|guard| (i, guard))
+        });
+        let (at, mut guard) = match free {
+            Some(found) => found,
+            None => {
+                let last = pending.len() - 1;
+                (last, head.lock_shard(pending[last], &mut counts))
+            }
         };
-        match (field, v) {
-            (1, Value::Bytes(label)) => {
-                check_label(label, at)?;
-                if start.is_none() {
-                    start = Some(field_start);
-                } else if end != field_start {
-                    split = true;
-                }
-                end = r.offset() - base;
+        let shard = pending.swap_remove(at);
+        let group = &sorted[starts[shard]..starts[shard + 1]];
+        append_known(
+            &mut guard,
+            group,
+            body,
+            max_t,
+            &mut counts,
+            &mut report,
+            spill,
+        );
+    }
+
+    // 3. New series (and any whose labels are not one run of bytes):
+    // validated, sorted, interned and indexed.
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    for span in spill.rest.iter() {
+        let ts = span.view(body);
+        counts.first = None;
+        raw_labels.clear();
+        raw_labels.extend(ts.labels());
+        match validate::validate(&raw_labels, limits, &mut labels) {
+            Err(e) => {
+                report.reject(Reason::Label(e), u64::from(ts.samples), || {
+                    format!("{} for series {}", label_problem(e), ts.describe())
+                });
+                continue;
             }
-            (2, Value::Bytes(sample)) => {
-                check_sample(sample, at)?;
-                if view.samples == 0 {
-                    view.samples_at = field_start as u32;
-                }
-                view.samples += 1;
-            }
-            (3 | 4, Value::Bytes(nested)) => {
-                check_message(nested, at)?;
-                view.histograms += u32::from(field == 4);
-            }
-            (1..=4, _) => return Err(wrong_type(at)),
-            _ => {}
+            Ok(resorted) => report.resorted_series += u64::from(resorted),
         }
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        if let Err(limit) =
+            head.append_labels(&labels, &canonical, ts.samples(), max_t, &mut counts)
+        {
+            report.reject(Reason::SeriesLimit, u64::from(ts.samples), || {
+                format!("{limit}; new series {} not created", ts.describe())
+            });
+            continue;
+        }
+        note_sample_problem(&mut report, &counts, &ts, max_t);
     }
-    if let (Some(s), false) = (start, split) {
-        view.labels_raw = msg.get(s..end);
+    // Keep the buffers for the next request unless an unusually large one
+    // grew them: a thread should not hold on to that.
+    if batch.entries.capacity() <= MAX_KEPT_ENTRIES {
+        BATCH.with(|b| *b.borrow_mut() = batch);
     }
-    Ok(view)
+
+    report.accepted = counts.appended;
+    report.wal_lsn = head.log_appended(&mut counts);
+    for e in SampleError::ALL {
+        report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
+    }
+    Ok(report)
 }
 
-#[inline]
-fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
-    // The shape every sender produces: 0a <len> name 12 <len> value, with
-    // one-byte lengths.
-    if let [0x0a, n, rest @ ..] = msg {
-        let n = usize::from(*n);
-        if n < 0x80 {
-            if let Some([0x12, v, value @ ..]) = rest.get(n..) {
-                if *v < 0x80 && value.len() == usize::from(*v) {
-                    return Ok(());
-                }
-            }
-        }
-    }
-    let mut r = Reader::nested(msg, base);
-    while let Some((field, v, at)) = r.next_field()? {
-        if matches!(field, 1 | 2) && !matches!(v, Value::Bytes(_)) {
-            return Err(wrong_type(at));
-        }
-    }
-    Ok(())
-}
-
-#[inline]
-fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
-    if fast_sample(msg).is_some() {
-        return Ok(());
-    }
-    let mut r = Reader::nested(msg, base);
-    while let Some((field, v, at)) = r.next_field()? {
-        match (field, v) {
-            (1, Value::Fixed64(_)) | (2, Value::Varint(_)) => {}
-            (1 | 2, _) => return Err(wrong_type(at)),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Exemplars, histograms and metadata are not stored yet; their framing is
-/// still checked so a corrupt body is never half-applied.
-fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
-    let mut r = Reader::nested(msg, base);
-    while r.next_field()?.is_some() {}
-    Ok(())
-}
-
-impl<'a> TimeSeriesView<'a> {
-    /// This view as offsets into `buf`, the request it was read from.
-    #[inline]
-    pub fn span(&self, buf: &[u8]) -> SeriesSpan {
-        let at = |part: &[u8]| {
-            (
-                (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize),
-                part.len(),
-            )
+/// Appends each series of `group` (all in the guarded shard) that the head
+/// holds; those it does not hold yet go to `spill.rest`.
+fn append_known(
+    guard: &mut ShardGuard<'_>,
+    group: &[Entry],
+    body: &[u8],
+    max_t: i64,
+    counts: &mut AppendCounts,
+    report: &mut IngestReport,
+    spill: &mut Spill,
+) {
+    let Spill { rest, slots } = spill;
+    // Every lookup first, then every append (see `ShardGuard::find_warm`).
+    slots.clear();
+    slots.extend(group.iter().map(|e| {
+        let raw = e.span.view(body).labels_raw.unwrap_or_default();
+        guard.find_warm(e.fp, raw)
+    }));
+    for (e, &slot) in group.iter().zip(slots.iter()) {
+        let Some(slot) = slot else {
+            rest.push(e.span);
+            continue;
         };
-        SeriesSpan {
-            msg: at(self.msg),
-            base: self.base,
-            labels: self.labels_raw.map(at),
-            samples_at: self.samples_at,
-            samples: self.samples,
-            histograms: self.histograms,
-        }
+        let ts = e.span.view(body);
+        counts.first = None;
+        guard.append_to(slot, ts.samples(), max_t, counts);
+        note_sample_problem(report, counts, &ts, max_t);
     }
+}
 
-    /// The series' labels as raw (name, value) bytes, in sent order.
-    pub fn labels(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        fields(self.msg, self.base, 1).map(|label| {
-            let (mut name, mut value): (&[u8], &[u8]) = (b"", b"");
-            let mut r = Reader::new(label);
-            while let Ok(Some((f, Value::Bytes(b), _))) = r.next_field() {
-                match f {
-                    1 => name = b,
-                    2 => value = b,
-                    _ => {}
-                }
-            }
-            (name, value)
-        })
-    }
-
-    /// The series' float samples as (timestamp ms, value), in sent order.
-    pub fn samples(&self) -> SampleIter<'a> {
-        let at = self.samples_at as usize;
-        SampleIter {
-            r: Reader::nested(self.msg.get(at..).unwrap_or_default(), self.base + at),
-        }
-    }
-
-    /// The labels as `{name="value", …}` for error messages, cut short
-    /// after about 256 bytes so a reply stays small whatever was sent.
-    pub fn describe(&self) -> String {
-        const MAX: usize = 256;
-        let mut s = String::from("{");
-        for (i, (n, v)) in self.labels().enumerate() {
-            if s.len() > MAX {
-                s.push_str(", …");
-                break;
-            }
-            if i > 0 {
-                s.push_str(", ");
-            }
-            s.push_str(&String::from_utf8_lossy(&n[..n.len().min(MAX)]));
-            s.push('=');
-            s.push_str(&format!(
-                "{:?}",
-                String::from_utf8_lossy(&v[..v.len().min(MAX)])
+/// Notes the first sample a series lost, if it lost one.
+fn note_sample_problem(
+    report: &mut IngestReport,
+    counts: &AppendCounts,
+    ts: &TimeSeriesView<'_>,
+    max_t: i64,
+) {
+    if let Some((e, t)) = counts.first {
+        if report.problems.len() < MAX_PROBLEMS {
+            report.problems.push(format!(
+                "{} at timestamp {t} for series {}",
+                sample_problem(e, t, max_t),
+                ts.describe()
             ));
         }
-        s.push('}');
-        s
     }
 }
 
-/// The payloads of every length-delimited `field` in a checked message.
-fn fields<'a>(msg: &'a [u8], base: usize, field: u32) -> impl Iterator<Item = &'a [u8]> + 'a {
-    let mut r = Reader::nested(msg, base);
-    std::iter::from_fn(move || loop {
-        match r.next_field() {
-            Ok(Some((f, Value::Bytes(b), _))) if f == field => return Some(b),
-            Ok(Some(_)) => {}
-            _ => return None,
+/// A series of a request: its fingerprint, shard and place in the request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    fp: Fingerprint,
+    shard: usize,
+    span: SeriesSpan,
+}
+
+/// A request's series grouped by shard. Kept per thread and reused, so a
+/// request of known series allocates nothing.
+#[derive(Debug, Default)]
+struct Batch {
+    /// In request order.
+    entries: Vec<Entry>,
+    /// Grouped by shard, request order kept within a shard.
+    sorted: Vec<Entry>,
+    /// `sorted[starts[i]..starts[i + 1]]` are shard `i`'s.
+    starts: Vec<usize>,
+    /// Shards with series in the request, not yet appended to.
+    pending: Vec<usize>,
+    /// Series left for step 3, and scratch for step 2.
+    spill: Spill,
+}
+
+/// What appending a shard's known series leaves and uses.
+#[derive(Debug, Default)]
+struct Spill {
+    /// Series to create or to look up by their parsed labels.
+    rest: Vec<SeriesSpan>,
+    /// One shard's series' slots in the head, `None` for new ones.
+    slots: Vec<Option<u32>>,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.sorted.clear();
+        self.pending.clear();
+        self.spill.rest.clear();
+        self.spill.slots.clear();
+    }
+
+    /// Counting sort of `entries` into `sorted` by shard.
+    fn group_by_shard(&mut self, shards: usize) {
+        self.starts.clear();
+        self.starts.resize(shards + 1, 0);
+        for e in &self.entries {
+            self.starts[e.shard + 1] += 1;
         }
-    })
-}
-
-/// Reads the samples of a checked `TimeSeries` in place.
-#[derive(Debug, Clone)]
-pub struct SampleIter<'a> {
-    r: Reader<'a>,
-}
-
-impl Iterator for SampleIter<'_> {
-    type Item = (i64, f64);
-
-    #[inline]
-    fn next(&mut self) -> Option<(i64, f64)> {
-        loop {
-            match self.r.next_field() {
-                Ok(Some((2, Value::Bytes(b), _))) => return Some(read_sample(b)),
-                Ok(Some(_)) => {}
-                _ => return None,
+        for i in 0..shards {
+            if self.starts[i + 1] > 0 {
+                self.pending.push(i);
             }
+            self.starts[i + 1] += self.starts[i];
         }
+        self.sorted.resize(self.entries.len(), Entry::default());
+        // `starts[i]` walks forward while filling, then is restored.
+        for e in &self.entries {
+            let at = &mut self.starts[e.shard];
+            self.sorted[*at] = *e;
+            *at += 1;
+        }
+        for i in (1..=shards).rev() {
+            self.starts[i] = self.starts[i - 1];
+        }
+        self.starts[0] = 0;
     }
 }
 
-/// The encoding every sender produces, `09 <8 bytes> 10 <varint>` and
-/// nothing else, read directly; `None` for anything else.
-#[inline]
-fn fast_sample(b: &[u8]) -> Option<(i64, f64)> {
-    let [0x09, v @ .., 0x10] = b.get(..10)? else {
-        return None;
-    };
-    let mut a = [0u8; 8];
-    a.copy_from_slice(v);
-    let mut t = 0u64;
-    for (i, &byte) in b[10..].iter().enumerate().take(10) {
-        t |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            return (i + 11 == b.len()).then_some((t as i64, f64::from_le_bytes(a)));
-        }
-    }
-    None
+/// Series entries a thread keeps buffers for between requests (a request
+/// of up to this many series allocates nothing once the buffers exist).
+const MAX_KEPT_ENTRIES: usize = 1 << 16;
+
+thread_local! {
+    static BATCH: std::cell::RefCell<Batch> = std::cell::RefCell::default();
 }
 
-#[inline]
-fn read_sample(b: &[u8]) -> (i64, f64) {
-    if let Some(s) = fast_sample(b) {
-        return s;
-    }
-    let (mut t, mut v) = (0i64, 0f64);
-    let mut r = Reader::new(b);
-    while let Ok(Some((f, val, _))) = r.next_field() {
-        match (f, val) {
-            (1, Value::Fixed64(bits)) => v = f64::from_bits(bits),
-            (2, Value::Varint(x)) => t = x as i64,
-            _ => {}
-        }
-    }
-    (t, v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::proto::prometheus as pb;
-    use proptest::prelude::*;
-    use prost::Message;
-
-    fn label(n: &str, v: &str) -> pb::Label {
-        pb::Label {
-            name: n.into(),
-            value: v.into(),
-        }
-    }
-
-    #[test]
-    fn decodes_what_prost_encodes() {
-        let req = pb::WriteRequest {
-            timeseries: vec![
-                pb::TimeSeries {
-                    labels: vec![label("__name__", "up"), label("job", "node")],
-                    samples: vec![
-                        pb::Sample {
-                            value: 1.5,
-                            timestamp: 1000,
-                        },
-                        pb::Sample {
-                            value: -0.0,
-                            timestamp: -5,
-                        },
-                        pb::Sample {
-                            value: 0.0,
-                            timestamp: 0,
-                        },
-                    ],
-                    ..Default::default()
-                },
-                pb::TimeSeries {
-                    labels: vec![label("__name__", "x")],
-                    histograms: vec![pb::Histogram::default()],
-                    ..Default::default()
-                },
-            ],
-            metadata: vec![pb::MetricMetadata {
-                metric_family_name: "up".into(),
-                ..Default::default()
-            }],
+/// Records the `metadata` of a checked remote-write 1.0 request. Entries
+/// with names or text that are not UTF-8 are skipped.
+pub fn record_metadata(store: &MetadataStore, body: &[u8]) {
+    for md in decode::metadata(body) {
+        let (Ok(name), Ok(help), Ok(unit)) = (
+            std::str::from_utf8(md.family),
+            std::str::from_utf8(md.help),
+            std::str::from_utf8(md.unit),
+        ) else {
+            continue;
         };
-        let buf = req.encode_to_vec();
-        let view: Vec<_> = decode(&buf).expect("valid").collect();
-        assert_eq!(view.len(), 2);
-        let s = &view[0];
-        assert_eq!(s.samples, 3);
-        let samples: Vec<_> = s.samples().map(|(t, v)| (t, v.to_bits())).collect();
-        // Like gogoproto, prost omits a -0.0 value as the proto3 default, so it arrives as 0.
-        assert_eq!(samples, vec![(1000, 1.5f64.to_bits()), (-5, 0), (0, 0)]);
-        let labels: Vec<_> = s.labels().collect();
-        assert_eq!(
-            labels,
-            vec![(&b"__name__"[..], &b"up"[..]), (&b"job"[..], &b"node"[..])]
-        );
-        assert_eq!(s.describe(), r#"{__name__="up", job="node"}"#);
-        let long = "v".repeat(10_000);
-        let big = pb::TimeSeries {
-            labels: (0..50).map(|i| label(&format!("l{i}"), &long)).collect(),
-            ..Default::default()
-        };
-        let big = pb::WriteRequest {
-            timeseries: vec![big],
-            metadata: vec![],
-        }
-        .encode_to_vec();
-        // One walk hands over the same views and tells whether metadata
-        // came along.
-        let mut each = Vec::new();
-        let checked = decode_each(&buf, |v| each.push((v.samples, v.labels_raw)));
-        assert_eq!(checked, Ok(Checked { metadata: true }));
-        let twice: Vec<_> = view.iter().map(|v| (v.samples, v.labels_raw)).collect();
-        assert_eq!(each, twice);
-        assert_eq!(decode_each(&big, |_| {}), Ok(Checked { metadata: false }));
-        let d = decode(&big).expect("valid").next().expect("one").describe();
-        assert!(d.len() < 700 && d.ends_with(", …}"), "{}", d.len());
-        // The raw label run is exactly the canonical form.
-        let mut canon = Vec::new();
-        crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "node")], &mut canon);
-        assert_eq!(s.labels_raw, Some(&canon[..]));
-        assert_eq!(view[1].histograms, 1);
-        let md: Vec<_> = metadata(&buf).collect();
-        assert_eq!(md.len(), 1);
-        assert_eq!(md[0].family, b"up");
-    }
-
-    #[test]
-    fn interleaved_labels_have_no_raw_run() {
-        // labels, sample, label: valid protobuf, but not one contiguous run.
-        let mut buf = Vec::new();
-        let ts = [
-            &[0x0a][..],
-            &label("__name__", "a").encode_length_delimited_to_vec(),
-            &[0x12],
-            &pb::Sample {
-                value: 1.0,
-                timestamp: 1,
-            }
-            .encode_length_delimited_to_vec(),
-            &[0x0a],
-            &label("job", "b").encode_length_delimited_to_vec(),
-        ]
-        .concat();
-        buf.push(0x0a);
-        prost::encoding::encode_varint(ts.len() as u64, &mut buf);
-        buf.extend_from_slice(&ts);
-        let view: Vec<_> = decode(&buf).expect("valid").collect();
-        assert_eq!(view[0].labels_raw, None);
-        assert_eq!(view[0].labels().count(), 2);
-    }
-
-    #[test]
-    fn truncation_anywhere_is_an_error_not_a_panic() {
-        let req = pb::WriteRequest {
-            timeseries: vec![pb::TimeSeries {
-                labels: vec![label("__name__", "up")],
-                samples: vec![pb::Sample {
-                    value: 1.0,
-                    timestamp: 1,
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let buf = req.encode_to_vec();
-        for cut in 1..buf.len() {
-            assert!(decode(&buf[..cut]).is_err(), "cut at {cut}");
-        }
-    }
-
-    fn arb_request() -> impl Strategy<Value = pb::WriteRequest> {
-        let lab = ("[a-z_]{0,12}", "\\PC{0,20}").prop_map(|(n, v)| label(&n, &v));
-        let sample = (any::<i64>(), any::<f64>())
-            .prop_map(|(timestamp, value)| pb::Sample { value, timestamp });
-        let ts = (
-            proptest::collection::vec(lab, 0..8),
-            proptest::collection::vec(sample, 0..8),
-        )
-            .prop_map(|(labels, samples)| pb::TimeSeries {
-                labels,
-                samples,
-                ..Default::default()
-            });
-        proptest::collection::vec(ts, 0..10).prop_map(|timeseries| pb::WriteRequest {
-            timeseries,
-            metadata: vec![],
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn agrees_with_prost(req in arb_request()) {
-            let buf = req.encode_to_vec();
-            // Compare with what prost reads back: proto3 drops -0.0 on the wire.
-            let req = pb::WriteRequest::decode(&buf[..]).expect("round trip");
-            let view: Vec<_> = decode(&buf).expect("prost output is valid").collect();
-            prop_assert_eq!(view.len(), req.timeseries.len());
-            for (v, ts) in view.iter().zip(&req.timeseries) {
-                let samples: Vec<_> = v.samples().map(|(t, x)| (t, x.to_bits())).collect();
-                let want: Vec<_> = ts.samples.iter().map(|s| (s.timestamp, s.value.to_bits())).collect();
-                prop_assert_eq!(samples, want);
-                let labels: Vec<_> = v.labels().map(|(n, x)| (n.to_vec(), x.to_vec())).collect();
-                let want: Vec<_> = ts.labels.iter().map(|l| (l.name.clone().into_bytes(), l.value.clone().into_bytes())).collect();
-                prop_assert_eq!(labels, want);
-            }
-        }
-
-        #[test]
-        fn arbitrary_bytes_agree_with_prost_when_both_accept(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            if let (Ok(view), Ok(req)) = (decode(&bytes), pb::WriteRequest::decode(&bytes[..])) {
-                let view: Vec<_> = view.collect();
-                prop_assert_eq!(view.len(), req.timeseries.len());
-                for (v, ts) in view.iter().zip(&req.timeseries) {
-                    prop_assert_eq!(v.samples().count(), ts.samples.len());
-                    prop_assert_eq!(v.labels().count(), ts.labels.len());
-                }
-            }
+        if !name.is_empty() {
+            store.record(name, type_name(md.kind), help, unit);
         }
     }
 }
