@@ -26,7 +26,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::config::Config;
 use crate::ingest::otlp::Otlp;
 use crate::ingest::validate::LabelLimits;
-use crate::promql::QueryOptions;
+use crate::promql::{QueryError, QueryOptions};
 use crate::storage::head::Head;
 use crate::storage::metadata::MetadataStore;
 use crate::storage::Clock;
@@ -239,43 +239,65 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// The HTTP status and the message a client may see; server faults are
-    /// logged here and their details kept out of the reply.
-    fn status_and_message(self) -> (StatusCode, String) {
+    /// The HTTP status, the message a client may see, and for a server
+    /// fault the details kept out of the reply (for the log).
+    fn into_parts(self) -> (StatusCode, String, Option<String>) {
         match self {
-            ApiError::Prom { kind, message } => (kind.status(), message),
-            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
-            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m),
-            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
-            ApiError::Throttled(m) => (StatusCode::TOO_MANY_REQUESTS, m),
-            ApiError::Internal(m) => {
-                tracing::error!(error = %m, "request failed");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal error; see the server log".to_owned(),
-                )
-            }
+            ApiError::Prom { kind, message } => (kind.status(), message, None),
+            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
+            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m, None),
+            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m, None),
+            ApiError::Throttled(m) => (StatusCode::TOO_MANY_REQUESTS, m, None),
+            ApiError::Internal(m) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error; see the server log".to_owned(),
+                Some(m),
+            ),
         }
     }
 }
 
+/// A server fault's details, carried on its 5xx reply for [`observe`] to
+/// log: building a reply has no side effects.
+#[derive(Debug, Clone)]
+struct Fault(String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Prom { kind, message } = &self {
+            let mut resp = prom::error(*kind, message);
             if matches!(kind, ErrorType::Internal) {
-                tracing::error!(error = %message, "query failed");
+                resp.extensions_mut().insert(Fault(message.clone()));
             }
-            return prom::error(*kind, message);
+            return resp;
         }
-        let (status, body) = self.status_and_message();
-        with_retry_after(
+        let (status, body, fault) = self.into_parts();
+        let mut resp = with_retry_after(
             (
                 status,
                 [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
                 body + "\n",
             )
                 .into_response(),
-        )
+        );
+        if let Some(fault) = fault {
+            resp.extensions_mut().insert(Fault(fault));
+        }
+        resp
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        let kind = match &e {
+            QueryError::BadData(_) => return ApiError::bad_param("query", e),
+            QueryError::Execution(_) | QueryError::TooManySamples(_) => ErrorType::Execution,
+            QueryError::Timeout(_) => ErrorType::Timeout,
+        };
+        ApiError::Prom {
+            kind,
+            message: e.to_string(),
+        }
     }
 }
 
@@ -336,6 +358,9 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
         .inner
         .metrics
         .record_http(handler, resp.status().as_u16(), start.elapsed());
+    if let Some(Fault(detail)) = resp.extensions().get::<Fault>() {
+        tracing::error!(route = handler, status = resp.status().as_u16(), error = %detail, "request failed");
+    }
     resp
 }
 

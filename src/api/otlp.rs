@@ -188,7 +188,7 @@ fn success(format: Format, report: &OtlpReport) -> Response {
 }
 
 fn error_reply(format: Format, e: ApiError) -> Response {
-    let (status, message) = e.status_and_message();
+    let (status, message, fault) = e.into_parts();
     let code = match status {
         StatusCode::SERVICE_UNAVAILABLE => CODE_UNAVAILABLE,
         StatusCode::TOO_MANY_REQUESTS => CODE_RESOURCE_EXHAUSTED,
@@ -201,12 +201,16 @@ fn error_reply(format: Format, e: ApiError) -> Response {
             .to_string()
             .into_bytes(),
     };
-    super::with_retry_after(
+    let mut resp = super::with_retry_after(
         (
             status,
             [(header::CONTENT_TYPE, format.content_type())],
             body,
         )
             .into_response(),
-    )
+    );
+    if let Some(fault) = fault {
+        resp.extensions_mut().insert(super::Fault(fault));
+    }
+    resp
 }

@@ -9,7 +9,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::params::{parse_duration, Params};
-use super::prom::ErrorType;
 use super::{ApiError, AppState};
 use crate::promql::guard;
 use crate::promql::value::{format_float, format_timestamp, Series, Value};
@@ -40,18 +39,6 @@ fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
     Ok(opts)
 }
 
-fn query_error(e: QueryError) -> ApiError {
-    let kind = match &e {
-        QueryError::BadData(_) => return ApiError::bad_param("query", e),
-        QueryError::Execution(_) | QueryError::TooManySamples(_) => ErrorType::Execution,
-        QueryError::Timeout(_) => ErrorType::Timeout,
-    };
-    ApiError::Prom {
-        kind,
-        message: e.to_string(),
-    }
-}
-
 /// Evaluates on a query slot, within the query's timeout; the engine
 /// stops when the answer is no longer wanted.
 async fn run<T: Send + 'static>(
@@ -62,7 +49,7 @@ async fn run<T: Send + 'static>(
     let head = state.head_arc();
     state
         .read(opts.timeout, move |stop| {
-            f(Engine::new(&head, opts).with_cancel(stop)).map_err(query_error)
+            Ok(f(Engine::new(&head, opts).with_cancel(stop))?)
         })
         .await
 }
