@@ -10,6 +10,7 @@
 //!   and memory accounting.
 //! - [`wal`]: the write-ahead log's segments, records, group commit and replay.
 //! - [`encoding`]: leaf byte codes: varints, zigzag, a byte cursor.
+//! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
@@ -21,6 +22,7 @@ pub mod encoding;
 pub mod ingest;
 pub mod promql;
 pub mod proto;
+pub mod reuse;
 pub mod server;
 pub mod storage;
 pub mod telemetry;

@@ -9,7 +9,6 @@
 //! other than protobuf/JSON and gzip/none. 503 (a timeout) is the only
 //! retryable answer Sluice gives today.
 
-use std::cell::RefCell;
 use std::io::Read as _;
 
 use axum::body::Bytes;
@@ -25,9 +24,7 @@ use crate::proto::google::rpc::Status;
 use crate::proto::opentelemetry::proto::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
 };
-
-/// Buffers above this size are not kept for reuse by the thread.
-const KEEP_BUFFER_BYTES: usize = 4 << 20;
+use crate::reuse::Reused;
 
 /// gRPC status codes used in `google.rpc.Status` bodies.
 const CODE_INVALID_ARGUMENT: i32 = 3;
@@ -38,7 +35,7 @@ const CODE_UNAVAILABLE: i32 = 14;
 thread_local! {
     /// Reused buffers per worker thread: the gunzipped body, and the
     /// protobuf transcoded from a JSON body.
-    static BUFS: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static BUFS: Reused<(Vec<u8>, Vec<u8>)> = const { Reused::new((Vec::new(), Vec::new())) };
 }
 
 /// The two encodings OTLP/HTTP speaks.
@@ -108,45 +105,40 @@ fn handle(
     state.check_memory("otlp")?;
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();
-    let report = BUFS.with(|cell| {
-        let mut bufs = cell.borrow_mut();
-        let (unzipped, transcoded) = &mut *bufs;
-        let mut bytes: &[u8] = &body;
-        if gzip {
-            unzipped.clear();
-            flate2::read::MultiGzDecoder::new(bytes)
-                .take(limit as u64 + 1)
-                .read_to_end(unzipped)
-                .map_err(|e| ApiError::BadRequest(format!("body is not valid gzip: {e}")))?;
-            bytes = unzipped;
-        }
-        if bytes.len() > limit {
-            return Err(ApiError::TooLarge(format!(
-                "decompressed body is over the limit of {limit} bytes (max-decompressed-bytes)"
-            )));
-        }
-        if format == Format::Json {
-            transcoded.clear();
-            json::to_protobuf(bytes, transcoded).map_err(|e| ApiError::BadRequest(e.0))?;
-            bytes = transcoded;
-        }
-        let result = otlp::append_export_request(
-            &inner.head,
-            &inner.metadata,
-            &inner.otlp,
-            &inner.limits,
-            bytes,
-            now_ms,
-        )
-        .map_err(|e| {
-            ApiError::BadRequest(format!("cannot decode ExportMetricsServiceRequest: {e}"))
-        });
-        for b in [unzipped, transcoded] {
-            if b.capacity() > KEEP_BUFFER_BYTES {
-                *b = Vec::new();
+    let report = BUFS.with(|kept| {
+        kept.with(|(unzipped, transcoded)| {
+            let mut bytes: &[u8] = &body;
+            if gzip {
+                unzipped.clear();
+                flate2::read::MultiGzDecoder::new(bytes)
+                    .take(limit as u64 + 1)
+                    .read_to_end(unzipped)
+                    .map_err(|e| ApiError::BadRequest(format!("body is not valid gzip: {e}")))?;
+                bytes = unzipped;
             }
-        }
-        result
+            if bytes.len() > limit {
+                return Err(ApiError::TooLarge(format!(
+                    "decompressed body is over the limit of {limit} bytes (max-decompressed-bytes)"
+                )));
+            }
+            if format == Format::Json {
+                transcoded.clear();
+                json::to_protobuf(bytes, transcoded).map_err(|e| ApiError::BadRequest(e.0))?;
+                bytes = transcoded;
+            }
+            let result = otlp::append_export_request(
+                &inner.head,
+                &inner.metadata,
+                &inner.otlp,
+                &inner.limits,
+                bytes,
+                now_ms,
+            )
+            .map_err(|e| {
+                ApiError::BadRequest(format!("cannot decode ExportMetricsServiceRequest: {e}"))
+            });
+            result
+        })
     })?;
     inner.metrics.record_ingest("otlp", &report.samples);
     inner

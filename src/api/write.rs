@@ -5,8 +5,6 @@
 //! the valid rest stored; 413 for bodies over a limit; 415 for an encoding
 //! or message type we do not speak. 5xx is kept for faults a retry can fix.
 
-use std::cell::RefCell;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -15,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState};
 use crate::ingest;
+use crate::reuse::Reused;
 
 /// The remote-write version header, sent back on every reply.
 static VERSION_HEADER: HeaderName = HeaderName::from_static("x-prometheus-remote-write-version");
@@ -26,12 +25,9 @@ const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
 /// bytes (21.3×), rounded up.
 const SNAPPY_MAX_RATIO: usize = 22;
 
-/// Decompressed bodies above this size are not kept for reuse by the thread.
-const KEEP_BUFFER_BYTES: usize = 4 << 20;
-
 thread_local! {
     /// Reused decompression buffer: one per worker thread, not per request.
-    static DECODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static DECODE_BUF: Reused<Vec<u8>> = const { Reused::new(Vec::new()) };
 }
 
 pub(super) async fn remote_write(
@@ -93,25 +89,24 @@ fn handle(
         )));
     }
     let now_ms = state.now_ms();
-    let report = DECODE_BUF.with(|cell| {
-        let mut buf = cell.borrow_mut();
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
-        let n = snap::raw::Decoder::new()
-            .decompress(&body, &mut buf[..len])
-            .map_err(|e| {
-                ApiError::BadRequest(format!("body is not valid snappy block data: {e}"))
-            })?;
-        let result = ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
-            .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
-        if result.as_ref().is_ok_and(|r| r.metadata) {
-            ingest::record_metadata(&inner.metadata, &buf[..n]);
-        }
-        if buf.len() > KEEP_BUFFER_BYTES {
-            *buf = Vec::new();
-        }
-        result
+    let report = DECODE_BUF.with(|kept| {
+        kept.with(|buf| {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let n = snap::raw::Decoder::new()
+                .decompress(&body, &mut buf[..len])
+                .map_err(|e| {
+                    ApiError::BadRequest(format!("body is not valid snappy block data: {e}"))
+                })?;
+            let result =
+                ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
+                    .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
+            if result.as_ref().is_ok_and(|r| r.metadata) {
+                ingest::record_metadata(&inner.metadata, &buf[..n]);
+            }
+            result
+        })
     })?;
     inner.metrics.record_ingest("remote_write", &report);
     Ok(report)

@@ -27,12 +27,12 @@ pub mod labels;
 pub mod names;
 pub mod schema;
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use super::protowire::{DecodeError, Reader, Value};
 use super::validate::{self, LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
+use crate::reuse::{Buffer, Reused};
 use crate::storage::head::{AppendCounts, Head, SampleError};
 use crate::storage::metadata::MetadataStore;
 use crate::storage::STALE_NAN;
@@ -182,30 +182,28 @@ struct Scratch {
     names: NameCache,
 }
 
-/// Scratch buffers larger than this are dropped after a request rather
-/// than kept by the thread.
-const KEEP_SCRATCH_BYTES: usize = 1 << 20;
-
-impl Scratch {
-    /// Drops buffers that one unusual request grew large.
-    fn trim(&mut self) {
-        let big = [&self.identity, &self.promoted, &self.target, &self.point]
+impl Buffer for Scratch {
+    fn heap_bytes(&self) -> usize {
+        [&self.identity, &self.promoted, &self.target, &self.point]
             .iter()
-            .any(|l| l.heap_bytes() > KEEP_SCRATCH_BYTES)
-            || self.canonical.capacity() > KEEP_SCRATCH_BYTES
-            || self.text.capacity() > KEEP_SCRATCH_BYTES;
-        if big {
-            let names = std::mem::take(&mut self.names);
-            *self = Scratch {
-                names,
-                ..Scratch::default()
-            };
-        }
+            .map(|l| l.heap_bytes())
+            .sum::<usize>()
+            + self.canonical.heap_bytes()
+            + self.text.heap_bytes()
+    }
+
+    /// Keeps the name cache, which is bounded on its own.
+    fn release(&mut self) {
+        let names = std::mem::take(&mut self.names);
+        *self = Scratch {
+            names,
+            ..Scratch::default()
+        };
     }
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static SCRATCH: Reused<Scratch> = Reused::default();
 }
 
 /// Where the labels of an emitted series come from.
@@ -228,32 +226,32 @@ pub fn append_export_request(
     now_ms: i64,
 ) -> Result<OtlpReport, DecodeError> {
     schema::check(body, &schema::REQUEST)?;
-    SCRATCH.with(|cell| {
-        let mut scratch = cell.borrow_mut();
-        let mut w = Walk {
-            head,
-            metadata,
-            otlp,
-            limits,
-            max_t: now_ms.saturating_add(MAX_AHEAD_MS),
-            report: OtlpReport::default(),
-            counts: AppendCounts::default(),
-            target_counts: AppendCounts::default(),
-            point_reason: None,
-            t_range: (i64::MAX, i64::MIN),
-            s: &mut scratch,
-        };
-        let walked = w.request(body);
-        let mut report = w.report;
-        report.samples.accepted = w.counts.appended + w.target_counts.appended;
-        for e in SampleError::ALL {
-            report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
-        }
-        w.counts.touched |= w.target_counts.touched;
-        report.samples.wal_lsn = head.log_appended(&mut w.counts);
-        scratch.trim();
-        walked?;
-        Ok(report)
+    SCRATCH.with(|kept| {
+        kept.with(|scratch| {
+            let mut w = Walk {
+                head,
+                metadata,
+                otlp,
+                limits,
+                max_t: now_ms.saturating_add(MAX_AHEAD_MS),
+                report: OtlpReport::default(),
+                counts: AppendCounts::default(),
+                target_counts: AppendCounts::default(),
+                point_reason: None,
+                t_range: (i64::MAX, i64::MIN),
+                s: scratch,
+            };
+            let walked = w.request(body);
+            let mut report = w.report;
+            report.samples.accepted = w.counts.appended + w.target_counts.appended;
+            for e in SampleError::ALL {
+                report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
+            }
+            w.counts.touched |= w.target_counts.touched;
+            report.samples.wal_lsn = head.log_appended(&mut w.counts);
+            walked?;
+            Ok(report)
+        })
     })
 }
 
@@ -1352,10 +1350,11 @@ mod tests {
             report.message()
         );
         assert_eq!(head.stats().series, 0);
-        SCRATCH.with(|s| {
-            let s = s.borrow();
-            assert!(s.bufs.counts.capacity() < 4 * MAX_BUCKETS);
-            assert!(s.bufs.bounds.capacity() < 4 * MAX_BUCKETS);
+        SCRATCH.with(|kept| {
+            kept.with(|s| {
+                assert!(s.bufs.counts.capacity() < 4 * MAX_BUCKETS);
+                assert!(s.bufs.bounds.capacity() < 4 * MAX_BUCKETS);
+            })
         });
     }
 

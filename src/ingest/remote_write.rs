@@ -17,6 +17,7 @@ use super::validate::{self, LabelLimits};
 use super::{
     label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
 };
+use crate::reuse::{Buffer, Reused};
 use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError, ShardGuard};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
@@ -31,10 +32,24 @@ pub fn append_write_request(
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
     let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
+    BATCH.with(|kept| {
+        kept.with(|batch| {
+            batch.clear();
+            append_batch(head, body, limits, max_t, batch)
+        })
+    })
+}
+
+/// [`append_write_request`] with the thread's buffers.
+fn append_batch(
+    head: &Head,
+    body: &[u8],
+    limits: &LabelLimits,
+    max_t: i64,
+    batch: &mut Batch,
+) -> Result<IngestReport, DecodeError> {
     let mut report = IngestReport::default();
     let mut counts = AppendCounts::default();
-    let mut batch = BATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    batch.clear();
 
     // 1. Each series with samples, by the hash of its raw label bytes, as
     // the request is checked (nothing is stored until all of it is).
@@ -62,13 +77,7 @@ pub fn append_write_request(
             None => batch.spill.rest.push(ts.span(body)),
         }
     });
-    let checked = match checked {
-        Ok(checked) => checked,
-        Err(e) => {
-            BATCH.with(|b| *b.borrow_mut() = batch);
-            return Err(e);
-        }
-    };
+    let checked = checked?;
     report.metadata = checked.metadata;
 
     // 2. Series the head holds, shard by shard: each shard is locked once
@@ -81,7 +90,7 @@ pub fn append_write_request(
         pending,
         spill,
         ..
-    } = &mut batch;
+    } = batch;
     while !pending.is_empty() {
         // The first free shard; if every one is held, wait for the last.
         let free = pending.iter().enumerate().find_map(|(i, &shard)| {
@@ -139,12 +148,6 @@ pub fn append_write_request(
         }
         note_sample_problem(&mut report, &counts, &ts, max_t);
     }
-    // Keep the buffers for the next request unless an unusually large one
-    // grew them: a thread should not hold on to that.
-    if batch.entries.capacity() <= MAX_KEPT_ENTRIES {
-        BATCH.with(|b| *b.borrow_mut() = batch);
-    }
-
     report.accepted = counts.appended;
     report.wal_lsn = head.log_appended(&mut counts);
     for e in SampleError::ALL {
@@ -270,12 +273,23 @@ impl Batch {
     }
 }
 
-/// Series entries a thread keeps buffers for between requests (a request
-/// of up to this many series allocates nothing once the buffers exist).
-const MAX_KEPT_ENTRIES: usize = 1 << 16;
+impl Buffer for Batch {
+    fn heap_bytes(&self) -> usize {
+        self.entries.heap_bytes()
+            + self.sorted.heap_bytes()
+            + self.starts.heap_bytes()
+            + self.pending.heap_bytes()
+            + self.spill.rest.heap_bytes()
+            + self.spill.slots.heap_bytes()
+    }
+
+    fn release(&mut self) {
+        *self = Batch::default();
+    }
+}
 
 thread_local! {
-    static BATCH: std::cell::RefCell<Batch> = std::cell::RefCell::default();
+    static BATCH: Reused<Batch> = Reused::default();
 }
 
 /// Records the `metadata` of a checked remote-write 1.0 request. Entries

@@ -15,6 +15,7 @@ use super::labels::Label;
 pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
 use super::shard::{MemSeries, Shard, ShardLog};
 use super::{Stop, Stopped};
+use crate::reuse::{self, Reused};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::WalOptions;
 
@@ -357,34 +358,30 @@ impl Head {
             .map(|(_, Padded(slot))| slot.lock())
             .collect();
         let mut lsn = 0;
-        PENDING.with(|cell| {
-            let mut frames = cell.borrow_mut();
-            frames.clear();
-            // Which of the guards had frames to hand over.
-            let mut gave = 0u64;
-            for (k, shard) in guards.iter_mut().enumerate() {
-                if let Some(log) = &mut shard.log {
-                    log.samples.close(&mut log.frames);
-                    gave |= u64::from(!log.frames.is_empty()) << (k % 64);
-                    frames.extend_from_slice(&log.frames);
-                    log.frames.clear();
-                    if log.frames.capacity() > 4 << 20 {
-                        log.frames = Vec::new();
+        PENDING.with(|kept| {
+            kept.with(|frames| {
+                frames.clear();
+                // Which of the guards had frames to hand over.
+                let mut gave = 0u64;
+                for (k, shard) in guards.iter_mut().enumerate() {
+                    if let Some(log) = &mut shard.log {
+                        log.samples.close(&mut log.frames);
+                        gave |= u64::from(!log.frames.is_empty()) << (k % 64);
+                        frames.extend_from_slice(&log.frames);
+                        log.frames.clear();
+                        reuse::trim(&mut log.frames);
                     }
                 }
-            }
-            let pushed = (!frames.is_empty()).then(|| wal.submit(&frames));
-            for (k, shard) in guards.iter_mut().enumerate() {
-                if let Some(log) = &mut shard.log {
-                    if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
-                        log.handed_over(p);
+                let pushed = (!frames.is_empty()).then(|| wal.submit(frames));
+                for (k, shard) in guards.iter_mut().enumerate() {
+                    if let Some(log) = &mut shard.log {
+                        if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
+                            log.handed_over(p);
+                        }
+                        lsn = lsn.max(log.pushed);
                     }
-                    lsn = lsn.max(log.pushed);
                 }
-            }
-            if frames.capacity() > 4 << 20 {
-                *frames = Vec::new();
-            }
+            })
         });
         drop(guards);
         lsn
@@ -663,7 +660,7 @@ const VISIT_BATCH: usize = 4096;
 
 thread_local! {
     /// One request's frames from all its shards, gathered for one submit.
-    static PENDING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PENDING: Reused<Vec<u8>> = const { Reused::new(Vec::new()) };
 }
 
 #[cfg(test)]

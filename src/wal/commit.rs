@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
 use super::{WalError, WalWriter};
+use crate::reuse;
 
 /// When appended frames are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,9 +334,7 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
             let _ = tx.send(r);
         }
         frames.clear();
-        if frames.capacity() > 16 << 20 {
-            frames = Vec::new();
-        }
+        reuse::trim(&mut frames);
         // Frames the disk still refuses at close were never acknowledged:
         // the last attempt was this turn's.
         if closed && shared.state.lock().frames.is_empty() {
