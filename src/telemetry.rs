@@ -323,9 +323,7 @@ impl Collector for HeadCollector {
             ),
         ];
         for (name, help, v) in gauges {
-            let g = ConstGauge::new(v as i64);
-            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-            g.encode(m)?;
+            gauge(&mut encoder, name, help, v as i64)?;
         }
         let bytes = [
             (
@@ -340,9 +338,7 @@ impl Collector for HeadCollector {
             ),
         ];
         for (name, help, v) in bytes {
-            let g = ConstGauge::new(v as i64);
-            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-            g.encode(m)?;
+            gauge(&mut encoder, name, help, v as i64)?;
         }
         let m = self.head.memory();
         let mut family = encoder.encode_descriptor(
@@ -405,19 +401,15 @@ impl Collector for HeadCollector {
             ]);
         }
         for (name, help, v) in counters {
-            let c = ConstCounter::new(v);
-            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(m)?;
+            counter(&mut encoder, name, help, v)?;
         }
         if let Some(bytes) = self.head.wal_disk_bytes() {
-            let g = ConstGauge::new(bytes as i64);
-            let m = encoder.encode_descriptor(
+            gauge(
+                &mut encoder,
                 "sluice_wal_disk_bytes",
                 "Bytes of WAL segments on disk (checkpoints not included)",
-                None,
-                g.metric_type(),
+                bytes as i64,
             )?;
-            g.encode(m)?;
         }
         let mut seconds = vec![(
             "sluice_wal_checkpoint_last_duration_seconds",
@@ -437,12 +429,35 @@ impl Collector for HeadCollector {
             c.last_bytes as f64,
         ));
         for (name, help, v) in seconds {
-            let g = ConstGauge::new(v);
-            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-            g.encode(m)?;
+            gauge(&mut encoder, name, help, v)?;
         }
         Ok(())
     }
+}
+
+/// Writes one unlabelled gauge read at scrape time.
+fn gauge<N>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: N,
+) -> Result<(), std::fmt::Error>
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let g = ConstGauge::new(v);
+    g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+/// Writes one unlabelled counter read at scrape time.
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: f64,
+) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(v);
+    c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
 /// The standard `process_*` metrics, read from `/proc/self` at scrape time.
@@ -492,9 +507,7 @@ impl Collector for ProcessCollector {
             ));
         }
         for (name, help, v) in gauges {
-            let g = ConstGauge::new(v);
-            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-            g.encode(m)?;
+            gauge(&mut encoder, name, help, v)?;
         }
         // utime and stime are fields 14 and 15, counted after the
         // parenthesised command name (which may hold spaces).
@@ -504,14 +517,12 @@ impl Collector for ProcessCollector {
             .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
         let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
         if let (Some(u), Some(s)) = (ticks(11), ticks(12)) {
-            let c = ConstCounter::new((u + s) / USER_HZ);
-            let m = encoder.encode_descriptor(
+            counter(
+                &mut encoder,
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds",
-                None,
-                c.metric_type(),
+                (u + s) / USER_HZ,
             )?;
-            c.encode(m)?;
         }
         Ok(())
     }
