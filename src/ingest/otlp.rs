@@ -39,7 +39,7 @@ use crate::storage::STALE_NAN;
 use delta::{DeltaError, DeltaState};
 use labels::{split_key_value, AttrError, LabelSet, Source};
 use names::{NameCache, NameKind};
-use schema::{len_prefix, PackedVarints};
+use schema::{len_prefix, temporality, DataKind, PackedVarints};
 
 /// Most buckets one histogram point may have (OpenTelemetry SDKs default
 /// to 160 for exponential histograms); each bucket is a series here.
@@ -206,11 +206,14 @@ thread_local! {
     static SCRATCH: Reused<Scratch> = Reused::default();
 }
 
-/// Where the labels of an emitted series come from.
+/// Which series an emitted sample belongs to, which fixes the label set
+/// it takes and the counts it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Set {
-    Point,
-    Target,
+enum Emitted {
+    /// A series of the data point being walked.
+    DataPoint,
+    /// The resource's `target_info`.
+    TargetInfo,
 }
 
 /// Appends a decoded (protobuf) `ExportMetricsServiceRequest` to `head`.
@@ -239,7 +242,7 @@ pub fn append_export_request(
                 target_counts: AppendCounts::default(),
                 point_reason: None,
                 t_range: (i64::MAX, i64::MIN),
-                s: scratch,
+                scratch,
             };
             let walked = w.request(body);
             let mut report = w.report;
@@ -270,11 +273,12 @@ struct Walk<'a> {
     point_reason: Option<Reason>,
     /// Earliest and latest sample time of the current resource.
     t_range: (i64, i64),
-    s: &'a mut Scratch,
+    scratch: &'a mut Scratch,
 }
 
-/// The offset where a length-delimited value found at `at` starts.
-fn inner(at: usize, b: &[u8]) -> usize {
+/// The offset in the request where the payload `b` of a length-delimited
+/// field found at `at` starts (past its length prefix).
+fn payload_at(at: usize, b: &[u8]) -> usize {
     at + len_prefix(b.len())
 }
 
@@ -317,7 +321,7 @@ impl Walk<'_> {
         let mut r = Reader::new(body);
         while let Some((num, v, at)) = r.next_field()? {
             if let (1, Value::Bytes(rm)) = (num, v) {
-                self.resource_metrics(rm, inner(at, rm))?;
+                self.resource_metrics(rm, payload_at(at, rm))?;
             }
         }
         Ok(())
@@ -328,7 +332,7 @@ impl Walk<'_> {
         let mut r = Reader::nested(rm, base);
         while let Some((num, v, at)) = r.next_field()? {
             if let (1, Value::Bytes(b)) = (num, v) {
-                resource = Some((b, inner(at, b)));
+                resource = Some((b, payload_at(at, b)));
             }
         }
         self.resource(resource)?;
@@ -338,10 +342,10 @@ impl Walk<'_> {
             let (2, Value::Bytes(sm)) = (num, v) else {
                 continue;
             };
-            let mut r = Reader::nested(sm, inner(at, sm));
+            let mut r = Reader::nested(sm, payload_at(at, sm));
             while let Some((num, v, at)) = r.next_field()? {
                 if let (2, Value::Bytes(m)) = (num, v) {
-                    self.metric(m, inner(at, m))?;
+                    self.metric(m, payload_at(at, m))?;
                 }
             }
         }
@@ -352,19 +356,19 @@ impl Walk<'_> {
     /// Fills the identity (`job`, `instance`), promoted and `target_info`
     /// label sets from a resource.
     fn resource(&mut self, resource: Option<(&[u8], usize)>) -> Result<(), DecodeError> {
-        let s = &mut *self.s;
-        s.identity.clear();
-        s.promoted.clear();
-        s.target.clear();
+        let scratch = &mut *self.scratch;
+        scratch.identity.clear();
+        scratch.promoted.clear();
+        scratch.target.clear();
         let (mut name, mut namespace, mut instance) = (None, None, None);
-        s.text.clear();
+        scratch.text.clear();
         if let Some((res, base)) = resource {
             let mut r = Reader::nested(res, base);
             while let Some((num, v, at)) = r.next_field()? {
                 let (1, Value::Bytes(kv)) = (num, v) else {
                     continue;
                 };
-                let (key, value) = split_key_value(kv, inner(at, kv))?;
+                let (key, value) = split_key_value(kv, payload_at(at, kv))?;
                 let Ok(key) = std::str::from_utf8(key) else {
                     self.report
                         .warnings
@@ -378,14 +382,17 @@ impl Walk<'_> {
                     .iter()
                     .any(|p| p == key)
                 {
-                    let _ = s.promoted.push_attribute(key, value, Source::Attribute);
+                    let _ = scratch
+                        .promoted
+                        .push_attribute(key, value, Source::Attribute);
                 }
                 let slot = match key {
                     "service.name" => &mut name,
                     "service.namespace" => &mut namespace,
                     "service.instance.id" => &mut instance,
                     _ => {
-                        if s.target
+                        if scratch
+                            .target
                             .push_attribute(key, value, Source::Attribute)
                             .is_err()
                             && self.report.warnings.len() < MAX_PROBLEMS
@@ -397,39 +404,45 @@ impl Walk<'_> {
                         continue;
                     }
                 };
-                let start = s.text.len();
+                let start = scratch.text.len();
                 if let Some((vb, vat)) = value {
-                    if labels::any_value_string(vb, vat, &mut s.text, 0).is_err() {
-                        s.text.truncate(start);
+                    if labels::any_value_string(vb, vat, &mut scratch.text, 0).is_err() {
+                        scratch.text.truncate(start);
                     }
                 }
-                *slot = Some((start, s.text.len()));
+                *slot = Some((start, scratch.text.len()));
             }
         }
-        let get = |r: Option<(usize, usize)>| r.map(|(a, b)| &s.text[a..b]);
+        let get = |r: Option<(usize, usize)>| r.map(|(a, b)| &scratch.text[a..b]);
         match (get(namespace), get(name)) {
             (Some(ns), Some(n)) if !ns.is_empty() => {
-                s.identity
+                scratch
+                    .identity
                     .push_parts("job", &[ns, "/", n], Source::Identity);
             }
-            (_, Some(n)) => s.identity.push("job", n, Source::Identity),
+            (_, Some(n)) => scratch.identity.push("job", n, Source::Identity),
             _ => {}
         }
         if let Some(inst) = get(instance) {
-            s.identity.push("instance", inst, Source::Identity);
+            scratch.identity.push("instance", inst, Source::Identity);
         }
-        s.identity.resolve();
-        s.promoted.resolve();
-        s.target.extend_from(&s.identity, Source::Identity);
-        s.target.resolve();
+        scratch.identity.resolve();
+        scratch.promoted.resolve();
+        scratch
+            .target
+            .extend_from(&scratch.identity, Source::Identity);
+        scratch.target.resolve();
         Ok(())
     }
 
     fn target_info(&mut self) {
         let (min_t, max_t) = self.t_range;
-        let s = &*self.s;
-        let has_attrs = s.target.iter().any(|(n, _)| n != "job" && n != "instance");
-        if min_t > max_t || !has_attrs || s.identity.is_empty() {
+        let scratch = &*self.scratch;
+        let has_attrs = scratch
+            .target
+            .iter()
+            .any(|(n, _)| n != "job" && n != "instance");
+        if min_t > max_t || !has_attrs || scratch.identity.is_empty() {
             return;
         }
         self.metadata
@@ -438,10 +451,10 @@ impl Walk<'_> {
         // At most 100 samples per resource, however wide the range.
         let mut t = min_t.max(max_t.saturating_sub(step.saturating_mul(100)));
         while t < max_t {
-            self.emit(Set::Target, "target_info", None, t, 1.0, false);
+            self.emit(Emitted::TargetInfo, "target_info", None, t, 1.0, false);
             t = t.saturating_add(step);
         }
-        self.emit(Set::Target, "target_info", None, max_t, 1.0, false);
+        self.emit(Emitted::TargetInfo, "target_info", None, max_t, 1.0, false);
     }
 
     fn metric(&mut self, m: &[u8], base: usize) -> Result<(), DecodeError> {
@@ -452,7 +465,9 @@ impl Walk<'_> {
                 (1, Value::Bytes(b)) => name = b,
                 (2, Value::Bytes(b)) => desc = b,
                 (3, Value::Bytes(b)) => unit = b,
-                (5 | 7 | 9 | 10 | 11, Value::Bytes(b)) => data = Some((num, b, inner(at, b))),
+                (_, Value::Bytes(b)) if DataKind::from_field(num).is_some() => {
+                    data = DataKind::from_field(num).map(|kind| (kind, b, payload_at(at, b)));
+                }
                 _ => {}
             }
         }
@@ -497,18 +512,22 @@ impl Walk<'_> {
             return Ok(());
         };
         let (name_kind, type_name) = match kind {
-            5 => (NameKind::Gauge, "gauge"),
-            7 if monotonic => (NameKind::Counter, "counter"),
-            7 => (NameKind::Gauge, "gauge"),
-            11 => (NameKind::Other, "summary"),
-            _ => (NameKind::Other, "histogram"),
+            DataKind::Gauge => (NameKind::Gauge, "gauge"),
+            DataKind::Sum if monotonic => (NameKind::Counter, "counter"),
+            DataKind::Sum => (NameKind::Gauge, "gauge"),
+            DataKind::Summary => (NameKind::Other, "summary"),
+            DataKind::Histogram | DataKind::ExponentialHistogram => (NameKind::Other, "histogram"),
         };
         let mut delta = false;
-        if matches!(kind, 7 | 9 | 10) && temporality != 2 {
-            if temporality == 1 && self.otlp.opts.delta_to_cumulative {
+        let has_temporality = matches!(
+            kind,
+            DataKind::Sum | DataKind::Histogram | DataKind::ExponentialHistogram
+        );
+        if has_temporality && temporality != temporality::CUMULATIVE {
+            if temporality == temporality::DELTA && self.otlp.opts.delta_to_cumulative {
                 delta = true;
             } else {
-                let why = if temporality == 1 {
+                let why = if temporality == temporality::DELTA {
                     "delta temporality, which Sluice stores only when run with --otlp-delta-to-cumulative"
                 } else {
                     "unspecified aggregation temporality"
@@ -524,8 +543,8 @@ impl Walk<'_> {
             }
         }
         let unit_str = utf8(unit);
-        let mut bufs = std::mem::take(&mut self.s.bufs);
-        match self.s.names.get(name_str, unit_str, name_kind) {
+        let mut bufs = std::mem::take(&mut self.scratch.bufs);
+        match self.scratch.names.get(name_str, unit_str, name_kind) {
             Ok((prom_name, unit_word)) => {
                 self.metadata
                     .record(prom_name, type_name, utf8(desc), unit_word);
@@ -533,7 +552,7 @@ impl Walk<'_> {
             }
             Err(e) => {
                 let detail = e.to_string();
-                self.s.bufs = bufs;
+                self.scratch.bufs = bufs;
                 reject_all(self, Reason::Label(LabelError::InvalidMetricName), detail);
                 return Ok(());
             }
@@ -544,14 +563,16 @@ impl Walk<'_> {
             let (1, Value::Bytes(p)) = (num, v) else {
                 continue;
             };
-            let base = inner(at, p);
+            let base = payload_at(at, p);
             self.report.points += 1;
             self.point_reason = None;
             result = match kind {
-                5 | 7 => self.number_point(p, base, &bufs, delta),
-                9 => self.histogram_point(p, base, &mut bufs, delta),
-                10 => self.exp_histogram_point(p, base, &mut bufs, delta),
-                _ => self.summary_point(p, base, &mut bufs),
+                DataKind::Gauge | DataKind::Sum => self.number_point(p, base, &bufs, delta),
+                DataKind::Histogram => self.histogram_point(p, base, &mut bufs, delta),
+                DataKind::ExponentialHistogram => {
+                    self.exp_histogram_point(p, base, &mut bufs, delta)
+                }
+                DataKind::Summary => self.summary_point(p, base, &mut bufs),
             };
             if let Some(reason) = self.point_reason.take() {
                 self.report.rejected_points[reason.index()] += 1;
@@ -560,7 +581,7 @@ impl Walk<'_> {
                 break;
             }
         }
-        self.s.bufs = bufs;
+        self.scratch.bufs = bufs;
         result
     }
 
@@ -580,15 +601,18 @@ impl Walk<'_> {
         name: &str,
         samples: u64,
     ) -> Result<bool, DecodeError> {
-        let s = &mut *self.s;
-        s.point.clear();
+        let scratch = &mut *self.scratch;
+        scratch.point.clear();
         let mut r = Reader::nested(p, base);
         while let Some((num, v, at)) = r.next_field()? {
             let Value::Bytes(kv) = v else { continue };
             if num != field {
                 continue;
             }
-            match s.point.push_key_value(kv, inner(at, kv), Source::Attribute) {
+            match scratch
+                .point
+                .push_key_value(kv, payload_at(at, kv), Source::Attribute)
+            {
                 Ok(()) => {}
                 Err(AttrError::Decode(e)) => return Err(e),
                 Err(AttrError::Label(e)) => {
@@ -605,9 +629,13 @@ impl Walk<'_> {
                 }
             }
         }
-        s.point.extend_from(&s.promoted, Source::Promoted);
-        s.point.extend_from(&s.identity, Source::Identity);
-        s.point.resolve();
+        scratch
+            .point
+            .extend_from(&scratch.promoted, Source::Promoted);
+        scratch
+            .point
+            .extend_from(&scratch.identity, Source::Identity);
+        scratch.point.resolve();
         Ok(true)
     }
 
@@ -663,10 +691,17 @@ impl Walk<'_> {
         delta: bool,
     ) {
         if let Some(sum) = sum {
-            self.emit(Set::Point, &names.sum, None, t, or_stale(stale, sum), delta);
+            self.emit(
+                Emitted::DataPoint,
+                &names.sum,
+                None,
+                t,
+                or_stale(stale, sum),
+                delta,
+            );
         }
         let count = or_stale(stale, count as f64);
-        self.emit(Set::Point, &names.count, None, t, count, delta);
+        self.emit(Emitted::DataPoint, &names.count, None, t, count, delta);
     }
 
     /// Emits one cumulative bucket, `le` formatted into `le_buf`.
@@ -683,7 +718,7 @@ impl Walk<'_> {
     ) {
         push_float(le_buf, le);
         let v = or_stale(stale, cumulative as f64);
-        self.emit(Set::Point, name, Some(("le", le_buf)), t, v, delta);
+        self.emit(Emitted::DataPoint, name, Some(("le", le_buf)), t, v, delta);
     }
 
     fn number_point(
@@ -710,7 +745,7 @@ impl Walk<'_> {
             .then_some(move || format!("a data point of metric {name:?} has no value"));
         if let Some(t) = self.begin_point(p, base, 7, t_ns, name, 1, invalid)? {
             let v = or_stale(stale, value.unwrap_or(0.0));
-            self.emit(Set::Point, name, None, t, v, delta);
+            self.emit(Emitted::DataPoint, name, None, t, v, delta);
         }
         Ok(())
     }
@@ -798,11 +833,11 @@ impl Walk<'_> {
                 (7, Value::Fixed64(z)) => zero_count = z,
                 (8, Value::Bytes(b)) => {
                     bufs.counts.clear();
-                    pos_offset = buckets(b, inner(at, b), &mut bufs.counts)?;
+                    pos_offset = buckets(b, payload_at(at, b), &mut bufs.counts)?;
                 }
                 (9, Value::Bytes(b)) => {
                     bufs.negative.clear();
-                    neg_offset = buckets(b, inner(at, b), &mut bufs.negative)?;
+                    neg_offset = buckets(b, payload_at(at, b), &mut bufs.negative)?;
                 }
                 (10, Value::Varint(f)) => flags = f,
                 (14, Value::Fixed64(b)) => zero_threshold = f64::from_bits(b),
@@ -869,7 +904,7 @@ impl Walk<'_> {
                 (5, Value::Fixed64(b)) => sum = f64::from_bits(b),
                 (6, Value::Bytes(b)) => {
                     let (mut q, mut qv) = (0.0, 0.0);
-                    let mut r = Reader::nested(b, inner(at, b));
+                    let mut r = Reader::nested(b, payload_at(at, b));
                     while let Some((num, v, _)) = r.next_field()? {
                         match (num, v) {
                             (1, Value::Fixed64(x)) => q = f64::from_bits(x),
@@ -906,32 +941,39 @@ impl Walk<'_> {
         for &(q, v) in quantiles.iter() {
             push_float(le, q);
             let v = or_stale(stale, v);
-            self.emit(Set::Point, &names.base, Some(("quantile", le)), t, v, false);
+            self.emit(
+                Emitted::DataPoint,
+                &names.base,
+                Some(("quantile", le)),
+                t,
+                v,
+                false,
+            );
         }
         Ok(())
     }
 
-    /// Appends one sample to the series made of the `set` labels, `__name__`
+    /// Appends one sample to the series made of the labels `emitted` takes, `__name__`
     /// = `name` and `extra`, which win over labels of the same name.
     fn emit(
         &mut self,
-        set: Set,
+        emitted: Emitted,
         name: &str,
         extra: Option<(&str, &str)>,
         t: i64,
         value: f64,
         delta: bool,
     ) {
-        let s = &mut *self.s;
-        let labels = match set {
-            Set::Point => &s.point,
-            Set::Target => &s.target,
+        let scratch = &mut *self.scratch;
+        let labels = match emitted {
+            Emitted::DataPoint => &scratch.point,
+            Emitted::TargetInfo => &scratch.target,
         };
         let extras = [("__name__", name), extra.unwrap_or(("", ""))];
         let extras = &extras[..1 + usize::from(extra.is_some())];
-        s.canonical.clear();
-        labels.canonical_with(extras, &mut s.canonical);
-        let canonical = s.canonical.as_slice();
+        scratch.canonical.clear();
+        labels.canonical_with(extras, &mut scratch.canonical);
+        let canonical = scratch.canonical.as_slice();
         let pending = if delta {
             match self
                 .otlp
@@ -960,9 +1002,9 @@ impl Walk<'_> {
             None
         };
         let value = pending.map_or(value, |n| n.value);
-        let counts = match set {
-            Set::Point => &mut self.counts,
-            Set::Target => &mut self.target_counts,
+        let counts = match emitted {
+            Emitted::DataPoint => &mut self.counts,
+            Emitted::TargetInfo => &mut self.target_counts,
         };
         counts.first = None;
         let sample = std::iter::once((t, value));
@@ -982,7 +1024,7 @@ impl Walk<'_> {
                     .map_err(|limit| (Reason::SeriesLimit, limit.to_string())),
             };
             if let Err((reason, why)) = outcome {
-                if set == Set::Point {
+                if emitted == Emitted::DataPoint {
                     self.point_reason.get_or_insert(reason);
                     self.report
                         .samples
@@ -995,7 +1037,7 @@ impl Walk<'_> {
             // The head stored the point: the running total moves.
             self.otlp.delta.commit(canonical, t, next);
         }
-        if let (Set::Point, Some((e, t))) = (set, counts.first) {
+        if let (Emitted::DataPoint, Some((e, t))) = (emitted, counts.first) {
             self.point_reason.get_or_insert(Reason::Sample(e));
             if self.report.samples.problems.len() < MAX_PROBLEMS {
                 let max_t = self.max_t;

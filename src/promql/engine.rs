@@ -66,7 +66,7 @@ pub struct Engine<'h> {
 
 /// Samples of one series, loaded for a selector over the query's window.
 #[derive(Debug)]
-pub(crate) struct Loaded {
+pub(crate) struct SeriesPoints {
     pub(crate) labels: Labels,
     /// `labels` without `__name__`, made once for the functions that drop it.
     pub(crate) unnamed: Labels,
@@ -166,7 +166,7 @@ pub(crate) struct Ctx<'e> {
     pub(crate) end: i64,
     deadline: Instant,
     cancel: Option<&'e AtomicBool>,
-    loaded: RefCell<HashMap<usize, Rc<Vec<Loaded>>>>,
+    loaded: RefCell<HashMap<usize, Rc<Vec<SeriesPoints>>>>,
     /// One evaluator per subquery node, spanning every time it is asked at.
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
     /// Each aggregation node's grouping memo, by the node's address.
@@ -390,7 +390,7 @@ impl<'e> Ctx<'e> {
 
     /// The series of a selector, loaded once per query over every window
     /// the query can ask of it (`range` back from each selector time).
-    fn load(&self, vs: &VectorSelector, range: i64) -> Result<Rc<Vec<Loaded>>, QueryError> {
+    fn load(&self, vs: &VectorSelector, range: i64) -> Result<Rc<Vec<SeriesPoints>>, QueryError> {
         let key = vs as *const VectorSelector as usize;
         if let Some(l) = self.loaded.borrow().get(&key) {
             return Ok(Rc::clone(l));
@@ -429,7 +429,7 @@ impl<'e> Ctx<'e> {
             }
             self.samples.set(total);
             let labels: Labels = s.labels.into();
-            out.push(Loaded {
+            out.push(SeriesPoints {
                 unnamed: drop_name(&labels),
                 labels,
                 has_stale: points.iter().any(|&(_, v)| is_stale(v)),
@@ -572,7 +572,7 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         range: &Duration,
         t: i64,
-        mut f: impl FnMut(&Loaded, &[(i64, f64)]),
+        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)]),
     ) -> Result<(), QueryError> {
         let range = ms(range);
         let series = self.load(vs, range)?;

@@ -206,7 +206,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
 
 /// What loading a checkpoint found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loaded {
+pub struct CheckpointLoad {
     /// The last WAL segment the checkpoint covers (0 if there was none).
     pub segment: u64,
     /// Series restored.
@@ -221,13 +221,13 @@ pub fn load(
     dir: &Path,
     repair: bool,
     mut restore: impl FnMut(&SeriesImage<'_>) -> bool,
-) -> Result<Loaded, WalError> {
+) -> Result<CheckpointLoad, WalError> {
     let Some(&segment) = list(dir)?.last() else {
-        return Ok(Loaded::default());
+        return Ok(CheckpointLoad::default());
     };
     let path = checkpoint_path(dir, segment);
     let buf = fs::read(&path).map_err(io_err(&path))?;
-    let mut loaded = Loaded { segment, series: 0 };
+    let mut loaded = CheckpointLoad { segment, series: 0 };
     let started = std::time::Instant::now();
     let mut next_log = started + std::time::Duration::from_secs(5);
     let mut pos = 0;

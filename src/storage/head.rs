@@ -49,14 +49,15 @@ pub struct SeriesSamples {
 struct Padded<T>(T);
 
 /// A shard and its accounted bytes, readable without the lock (for the
-/// memory limit, checked once per write request).
+/// memory limit, checked once per write request). A "slot", elsewhere, is
+/// a series' index inside its shard.
 #[derive(Debug, Default)]
-struct Slot {
+struct ShardCell {
     shard: Mutex<Shard>,
     bytes: AtomicUsize,
 }
 
-impl std::ops::Deref for Slot {
+impl std::ops::Deref for ShardCell {
     type Target = Mutex<Shard>;
 
     fn deref(&self) -> &Mutex<Shard> {
@@ -64,13 +65,13 @@ impl std::ops::Deref for Slot {
     }
 }
 
-impl std::ops::DerefMut for Slot {
+impl std::ops::DerefMut for ShardCell {
     fn deref_mut(&mut self) -> &mut Mutex<Shard> {
         &mut self.shard
     }
 }
 
-impl Slot {
+impl ShardCell {
     /// Publishes the shard's size; call with its lock held.
     #[inline]
     fn publish(&self, shard: &Shard) {
@@ -82,7 +83,7 @@ impl Slot {
 /// shard): one lock and one memory publication for the whole run.
 pub struct ShardGuard<'h> {
     head: &'h Head,
-    slot: &'h Slot,
+    cell: &'h ShardCell,
     shard: parking_lot::MutexGuard<'h, Shard>,
 }
 
@@ -116,7 +117,7 @@ impl ShardGuard<'_> {
 
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
-        self.slot.publish(&self.shard);
+        self.cell.publish(&self.shard);
     }
 }
 
@@ -132,7 +133,7 @@ pub struct RetentionReport {
 /// All series in memory.
 #[derive(Debug)]
 pub struct Head {
-    shards: Box<[Padded<Slot>]>,
+    shards: Box<[Padded<ShardCell>]>,
     opts: HeadOptions,
     series: AtomicUsize,
     /// The next series reference handed out (WAL and checkpoints).
@@ -193,7 +194,7 @@ impl Head {
     pub fn new(opts: HeadOptions) -> Self {
         let n = opts.shards.max(1).next_power_of_two();
         Self {
-            shards: (0..n).map(|_| Padded(Slot::default())).collect(),
+            shards: (0..n).map(|_| Padded(ShardCell::default())).collect(),
             opts,
             series: AtomicUsize::new(0),
             next_ref: AtomicU64::new(1),
@@ -275,18 +276,18 @@ impl Head {
         &self,
         hash: u64,
         counts: &mut AppendCounts,
-    ) -> (&Slot, parking_lot::MutexGuard<'_, Shard>) {
+    ) -> (&ShardCell, parking_lot::MutexGuard<'_, Shard>) {
         let i = self.shard_index(hash);
         counts.touched |= 1 << (i % 64);
-        let slot = &self.shards[i].0;
-        (slot, self.lock_caught_up(slot))
+        let cell = &self.shards[i].0;
+        (cell, self.lock_caught_up(cell))
     }
 
     /// Bytes the head holds by part, each shard read under its lock.
     pub fn memory(&self) -> HeadMemory {
         let mut m = HeadMemory::default();
-        for Padded(slot) in self.shards.iter() {
-            m.add(slot.lock().memory());
+        for Padded(cell) in self.shards.iter() {
+            m.add(cell.lock().memory());
         }
         m
     }
@@ -306,10 +307,10 @@ impl Head {
     pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
         self.min_valid_ms.fetch_max(cutoff_ms, Ordering::Relaxed);
         let mut r = RetentionReport::default();
-        for Padded(slot) in self.shards.iter() {
-            let mut shard = slot.lock();
+        for Padded(cell) in self.shards.iter() {
+            let mut shard = cell.lock();
             let (chunks, series) = shard.retain(cutoff_ms);
-            slot.publish(&shard);
+            cell.publish(&shard);
             r.chunks += chunks;
             r.series += series;
         }
@@ -355,7 +356,7 @@ impl Head {
             .iter()
             .enumerate()
             .filter(|(i, _)| touched & (1 << (i % 64)) != 0)
-            .map(|(_, Padded(slot))| slot.lock())
+            .map(|(_, Padded(cell))| cell.lock())
             .collect();
         let mut lsn = 0;
         PENDING.with(|kept| {
@@ -450,8 +451,8 @@ impl Head {
 
     /// Publishes every shard's accounted bytes (after bulk changes).
     pub(super) fn publish_all(&self) {
-        for Padded(slot) in self.shards.iter() {
-            slot.publish(&slot.lock());
+        for Padded(cell) in self.shards.iter() {
+            cell.publish(&cell.lock());
         }
     }
 
@@ -478,13 +479,13 @@ impl Head {
     /// Locks shard `i` for a run of appends if no one holds it.
     #[inline]
     pub fn try_lock_shard(&self, i: usize, counts: &mut AppendCounts) -> Option<ShardGuard<'_>> {
-        let slot = &self.shards[i].0;
-        let mut shard = slot.try_lock()?;
+        let cell = &self.shards[i].0;
+        let mut shard = cell.try_lock()?;
         self.catch_up(&mut shard);
         counts.touched |= 1 << (i % 64);
         Some(ShardGuard {
             head: self,
-            slot,
+            cell,
             shard,
         })
     }
@@ -492,12 +493,12 @@ impl Head {
     /// Locks shard `i` for a run of appends, waiting for it.
     #[inline]
     pub fn lock_shard(&self, i: usize, counts: &mut AppendCounts) -> ShardGuard<'_> {
-        let slot = &self.shards[i].0;
+        let cell = &self.shards[i].0;
         counts.touched |= 1 << (i % 64);
         ShardGuard {
             head: self,
-            slot,
-            shard: self.lock_caught_up(slot),
+            cell,
+            shard: self.lock_caught_up(cell),
         }
     }
 
@@ -596,9 +597,9 @@ impl Head {
         mut f: impl FnMut(&Shard, &MemSeries, i64),
     ) -> Result<(), Stopped> {
         let mut verdicts = Verdicts::new(matchers);
-        for Padded(slot) in self.shards.iter() {
+        for Padded(cell) in self.shards.iter() {
             loop {
-                let s = self.lock_caught_up(slot);
+                let s = self.lock_caught_up(cell);
                 verdicts.begin_visit();
                 let all = s.series.len() as u32;
                 let slots = if matchers.is_empty() {
@@ -640,8 +641,8 @@ impl Head {
     /// (which decides what readers see, and from where new samples count
     /// as unlogged).
     #[inline]
-    fn lock_caught_up<'a>(&self, slot: &'a Slot) -> parking_lot::MutexGuard<'a, Shard> {
-        let mut shard = slot.lock();
+    fn lock_caught_up<'a>(&self, cell: &'a ShardCell) -> parking_lot::MutexGuard<'a, Shard> {
+        let mut shard = cell.lock();
         self.catch_up(&mut shard);
         shard
     }

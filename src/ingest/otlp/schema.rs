@@ -145,17 +145,60 @@ static SCOPE: Msg = Msg {
     ],
 };
 
+/// The `data` oneof of `Metric`: each kind's field number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum DataKind {
+    /// `gauge`.
+    Gauge = 5,
+    /// `sum`.
+    Sum = 7,
+    /// `histogram` (explicit buckets).
+    Histogram = 9,
+    /// `exponential_histogram`.
+    ExponentialHistogram = 10,
+    /// `summary`.
+    Summary = 11,
+}
+
+impl DataKind {
+    /// The kind whose field number is `num`.
+    pub fn from_field(num: u32) -> Option<DataKind> {
+        [
+            DataKind::Gauge,
+            DataKind::Sum,
+            DataKind::Histogram,
+            DataKind::ExponentialHistogram,
+            DataKind::Summary,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == num)
+    }
+}
+
+/// `AggregationTemporality` values.
+pub mod temporality {
+    /// `AGGREGATION_TEMPORALITY_DELTA`.
+    pub const DELTA: u64 = 1;
+    /// `AGGREGATION_TEMPORALITY_CUMULATIVE`.
+    pub const CUMULATIVE: u64 = 2;
+}
+
 static METRIC: Msg = Msg {
     name: "Metric",
     fields: &[
         f(1, "name", Ty::Str),
         f(2, "description", Ty::Str),
         f(3, "unit", Ty::Str),
-        f(5, "gauge", Ty::Msg(&GAUGE)),
-        f(7, "sum", Ty::Msg(&SUM)),
-        f(9, "histogram", Ty::Msg(&HISTOGRAM)),
-        f(10, "exponentialHistogram", Ty::Msg(&EXP_HISTOGRAM)),
-        f(11, "summary", Ty::Msg(&SUMMARY)),
+        f(DataKind::Gauge as u32, "gauge", Ty::Msg(&GAUGE)),
+        f(DataKind::Sum as u32, "sum", Ty::Msg(&SUM)),
+        f(DataKind::Histogram as u32, "histogram", Ty::Msg(&HISTOGRAM)),
+        f(
+            DataKind::ExponentialHistogram as u32,
+            "exponentialHistogram",
+            Ty::Msg(&EXP_HISTOGRAM),
+        ),
+        f(DataKind::Summary as u32, "summary", Ty::Msg(&SUMMARY)),
         rep(12, "metadata", Ty::Msg(&KEY_VALUE)),
     ],
 };
