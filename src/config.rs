@@ -16,102 +16,214 @@ use crate::storage::head::{Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
 use crate::wal::WalOptions;
 
-/// Sluice's configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Config {
-    /// Address the HTTP server listens on.
-    pub listen: SocketAddr,
-    /// Directory for durable data: the write-ahead log and checkpoints.
-    pub data_dir: PathBuf,
-    /// Largest request body accepted, in bytes, as sent (compressed).
-    pub max_body_bytes: usize,
-    /// Largest request body accepted after decompression, in bytes; checked
-    /// from the snappy header before any buffer is allocated.
-    pub max_decompressed_bytes: usize,
-    /// Most labels one series may carry, `__name__` included.
-    pub max_labels_per_series: usize,
-    /// Longest label name, in bytes.
-    pub max_label_name_length: usize,
-    /// Longest label value, in bytes.
-    pub max_label_value_length: usize,
-    /// Most series the head holds; samples for new series beyond it are rejected.
-    pub max_series: usize,
-    /// Log filter: a level (`info`) or `EnvFilter` directives.
-    pub log_level: String,
-    /// Longest time a request other than a query may take before it is
-    /// answered 503 (queries have `query-timeout`).
+/// Declares every setting once: its documentation (the `--help` text),
+/// its type, its default and its flag. From that list come [`Config`] (the
+/// typed tree, read from a file with the flag names as keys), its
+/// `Default`, and [`Flags`] (the command line, each flag an override).
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[serde($($serde:tt)*)])?
+        #[arg($($arg:tt)*)]
+        $name:ident: $ty:ty = $default:expr;
+    )*) => {
+        /// Sluice's configuration.
+        #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+        #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+        pub struct Config {
+            $(
+                $(#[doc = $doc])*
+                $(#[serde($($serde)*)])?
+                pub $name: $ty,
+            )*
+        }
+
+        impl Default for Config {
+            fn default() -> Self {
+                Self { $($name: $default,)* }
+            }
+        }
+
+        /// The settings as command-line flags: each one given overrides the
+        /// config file, which overrides the defaults.
+        #[derive(Debug, Default, clap::Args)]
+        pub struct Flags {
+            $(
+                $(#[doc = $doc])*
+                #[arg(long, $($arg)*)]
+                pub $name: Option<$ty>,
+            )*
+        }
+
+        impl Flags {
+            /// Sets in `config` every setting given as a flag.
+            pub fn apply(self, config: &mut Config) {
+                $(
+                    if let Some(v) = self.$name {
+                        config.$name = v;
+                    }
+                )*
+            }
+        }
+    };
+}
+
+settings! {
+    /// Address to listen on for HTTP [default: 127.0.0.1:9201].
+    #[arg(value_name = "ADDR")]
+    listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9201));
+    /// Directory for durable data: the write-ahead log (wal/) and
+    /// checkpoints [default: ./data].
+    #[arg(value_name = "DIR")]
+    data_dir: PathBuf = PathBuf::from("./data");
+    /// Largest request body, as sent (compressed); larger bodies get 413
+    /// [default: 16777216].
+    #[arg(value_name = "BYTES")]
+    max_body_bytes: usize = 16 << 20;
+    /// Largest request body after decompression, read from the snappy header
+    /// before anything is allocated; larger bodies get 413 [default: 33554432].
+    #[arg(value_name = "BYTES")]
+    max_decompressed_bytes: usize = 32 << 20;
+    /// Most labels per series, __name__ included; series with more are
+    /// rejected (400) [default: 64].
+    #[arg(value_name = "N")]
+    max_labels_per_series: usize = 64;
+    /// Longest label name in bytes [default: 1024].
+    #[arg(value_name = "BYTES")]
+    max_label_name_length: usize = 1024;
+    /// Longest label value in bytes [default: 4096].
+    #[arg(value_name = "BYTES")]
+    max_label_value_length: usize = 4096;
+    /// Most series held in memory; samples for new series beyond it are
+    /// rejected (400, reason series_limit) [default: 10000000].
+    #[arg(value_name = "N")]
+    max_series: usize = 10_000_000;
+    /// Log filter: error, warn, info, debug, trace, or tracing directives
+    /// such as `sluice=debug,tower_http=debug` [default: info].
+    #[arg(value_name = "FILTER")]
+    log_level: String = "info".to_owned();
+    /// Longest time one request other than a query may take before it is
+    /// answered 503, e.g. 30s or 2m; queries have --query-timeout
+    /// [default: 30s].
     #[serde(with = "humantime_serde")]
-    pub request_timeout: Duration,
-    /// Most HTTP connections open at once.
-    pub http_max_connections: usize,
-    /// Longest wait for a request's headers; a keep-alive connection idle
-    /// this long is closed too.
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    request_timeout: Duration = Duration::from_secs(30);
+    /// Most HTTP connections open at once; further ones wait in the
+    /// kernel's backlog until one closes [default: 4096].
+    #[arg(value_name = "N")]
+    http_max_connections: usize = 4096;
+    /// Longest wait for a request's headers (slow or stalled clients); a
+    /// keep-alive connection idle this long is closed too [default: 30s].
     #[serde(with = "humantime_serde")]
-    pub http_header_read_timeout: Duration,
-    /// Largest request head (request line, URL and headers), in bytes.
-    pub http_max_header_bytes: usize,
-    /// Longest wait at shutdown for requests in flight.
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    http_header_read_timeout: Duration = Duration::from_secs(30);
+    /// Largest request head (request line, URL and headers) in bytes;
+    /// larger ones get 431 [default: 1048576].
+    #[arg(value_name = "BYTES")]
+    http_max_header_bytes: usize = 1 << 20;
+    /// On SIGTERM, longest wait for requests in flight before the last
+    /// checkpoint is written and the process exits (running queries are
+    /// canceled at once) [default: 30s].
     #[serde(with = "humantime_serde")]
-    pub shutdown_timeout: Duration,
-    /// Head shards (each with its own lock); 0 picks 4× the CPU count.
-    pub head_shards: usize,
-    /// Most metric families whose metadata (type, help, unit) is kept.
-    pub max_metadata_families: usize,
-    /// Most bytes of metadata text (names, help, units) kept in all.
-    pub max_metadata_bytes: usize,
-    /// Longest a query may run before it fails with `timeout`.
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    shutdown_timeout: Duration = Duration::from_secs(30);
+    /// Head shards, each with its own lock; 0 picks 4x the CPU count [default: 0].
+    #[arg(value_name = "N")]
+    head_shards: usize = 0;
+    /// Most metric families whose metadata (type, help, unit from remote
+    /// write) is kept for /api/v1/metadata [default: 100000].
+    #[arg(value_name = "N")]
+    max_metadata_families: usize = 100_000;
+    /// Most bytes of metadata text kept in all (help texts are cut at
+    /// 4096 bytes, units at 256); they count toward --max-memory
+    /// [default: 67108864].
+    #[arg(value_name = "BYTES")]
+    max_metadata_bytes: usize = 64 << 20;
+    /// Longest a query may run before it fails with errorType timeout
+    /// [default: 2m].
     #[serde(with = "humantime_serde")]
-    pub query_timeout: Duration,
-    /// Most samples one query may load.
-    pub query_max_samples: usize,
-    /// How far back an instant selector looks for a sample.
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    query_timeout: Duration = Duration::from_secs(120);
+    /// Most samples one query may load before it fails [default: 50000000].
+    #[arg(value_name = "N")]
+    query_max_samples: usize = 50_000_000;
+    /// How far back an instant selector looks for a sample; queries may
+    /// override it with lookback_delta [default: 5m].
     #[serde(with = "humantime_serde")]
-    pub query_lookback_delta: Duration,
-    /// Longest query text, in bytes (queries, `match[]` selectors).
-    pub query_max_length: usize,
-    /// Deepest query nesting: brackets plus operators around any point.
-    pub query_max_depth: usize,
-    /// Most bytes of label values one `label_replace` or `label_join` call
-    /// may make.
-    pub query_max_label_bytes: usize,
-    /// Most queries evaluated at once (query API, series, labels,
-    /// federate); more wait for a slot, up to their timeout.
-    pub query_max_concurrency: usize,
-    /// Largest form-encoded body of a query API request (POST), in bytes.
-    pub query_max_form_bytes: usize,
-    /// Largest answer of the query API and federation, in bytes; a bigger
-    /// one is an error, not a body.
-    pub query_max_response_bytes: usize,
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    query_lookback_delta: Duration = Duration::from_secs(300);
+    /// Longest query text in bytes, for queries and match[] selectors;
+    /// longer ones get 400 bad_data [default: 262144].
+    #[arg(value_name = "BYTES")]
+    query_max_length: usize = ParseLimits::default().max_length;
+    /// Deepest query nesting (brackets, plus operators around any point);
+    /// deeper queries get 400 bad_data before they are parsed, so that no
+    /// query can exhaust a thread's stack [default: 1000].
+    #[arg(value_name = "N")]
+    query_max_depth: usize = ParseLimits::default().max_depth;
+    /// Most bytes of label values one label_replace or label_join call may
+    /// make; past it the query fails with errorType execution
+    /// [default: 67108864].
+    #[arg(value_name = "BYTES")]
+    query_max_label_bytes: usize = QueryOptions::default().max_label_bytes;
+    /// Most queries evaluated at once (query API, series, labels, label
+    /// values, federate), as Prometheus' --query.max-concurrency; others
+    /// wait for a slot up to their timeout [default: 20].
+    #[arg(value_name = "N")]
+    query_max_concurrency: usize = 20;
+    /// Largest form-encoded POST body of the query API (query, series,
+    /// labels, federate …), as Go's ParseForm caps it for Prometheus;
+    /// larger ones get 400 bad_data [default: 10485760].
+    #[arg(value_name = "BYTES")]
+    query_max_form_bytes: usize = 10 << 20;
+    /// Largest answer of the query API and /federate; a query whose answer
+    /// would be larger gets 422 execution instead [default: 536870912].
+    #[arg(value_name = "BYTES")]
+    query_max_response_bytes: usize = 512 << 20;
     /// OTLP resource attributes that become labels on every series of the
-    /// resource (as Prometheus' `otlp.promote_resource_attributes`).
-    pub otlp_promote_resource_attributes: Vec<String>,
-    /// Store OTLP delta sums and histograms as running totals (cumulative)
-    /// instead of refusing them.
-    pub otlp_delta_to_cumulative: bool,
+    /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
+    /// (the rest go to target_info) [default: none].
+    #[arg(value_name = "ATTRS", value_delimiter = ',')]
+    otlp_promote_resource_attributes: Vec<String> = Vec::new();
+    /// Store OTLP delta sums and histograms as running totals (cumulative),
+    /// kept in memory per series, instead of refusing them [default: off].
+    #[arg(num_args = 0..=1, default_missing_value = "true")]
+    otlp_delta_to_cumulative: bool = false;
     /// When a write is acknowledged: `always` (after its WAL records are
-    /// fsynced, group-committed) or `interval=<duration>` (once written;
-    /// fsynced within the interval, so a crash loses at most that much).
-    pub wal_fsync: WalFsync,
-    /// Size at which a WAL segment is closed and the next one started.
-    pub wal_segment_bytes: u64,
-    /// On corruption in the middle of the WAL, drop everything from the bad
-    /// record on and start, instead of refusing to start.
-    pub wal_repair: bool,
-    /// Run without a WAL: nothing survives a restart (for a pure cache).
-    pub wal_disabled: bool,
-    /// Longest time between checkpoints of the head (which let the WAL
-    /// segments before them be deleted); a busy WAL checkpoints sooner.
+    /// fsynced; concurrent writes share one fsync) or `interval=<duration>`
+    /// (once written; fsynced at least that often, so a crash of the machine
+    /// can lose up to that much acknowledged data) [default: always].
+    #[arg(value_name = "MODE")]
+    wal_fsync: WalFsync = WalFsync::Always;
+    /// Size at which a WAL segment file is closed and the next started
+    /// [default: 134217728].
+    #[arg(value_name = "BYTES")]
+    wal_segment_bytes: u64 = 128 << 20;
+    /// If the WAL is corrupt in the middle (not just a torn last write),
+    /// drop everything from the bad record on and start, instead of
+    /// refusing to start [default: off].
+    #[arg(num_args = 0..=1, default_missing_value = "true")]
+    wal_repair: bool = false;
+    /// Run without a write-ahead log: nothing survives a restart
+    /// [default: off].
+    #[arg(num_args = 0..=1, default_missing_value = "true")]
+    wal_disabled: bool = false;
+    /// Longest time between checkpoints of the head, after which the WAL
+    /// segments they cover are deleted; a busy WAL checkpoints sooner (once
+    /// it outgrows 256 MiB and the last checkpoint) [default: 30m].
     #[serde(with = "humantime_serde")]
-    pub checkpoint_interval: Duration,
-    /// How long samples are kept: older chunks are dropped, and series
-    /// with no sample this recent are removed.
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    checkpoint_interval: Duration = Duration::from_secs(30 * 60);
+    /// How long samples are kept: older chunks are dropped and series with
+    /// no newer sample removed, e.g. 15d or 12h [default: 15days].
     #[serde(with = "humantime_serde")]
-    pub retention: Duration,
-    /// Memory the head may use, in bytes; 0 picks 60% of the machine's (or
-    /// cgroup's) memory. Writes get 429 once the head's accounted bytes
-    /// reach 80% of it, leaving the rest for requests and queries.
-    pub max_memory: u64,
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    retention: Duration = Duration::from_secs(15 * 24 * 3600);
+    /// Memory the head may use, e.g. 4GiB or 512MB; writes get 429 with
+    /// Retry-After once the head reaches 80% of it, and queries keep
+    /// working. 0 picks 60% of the machine's or cgroup's memory [default: 0].
+    #[arg(value_name = "BYTES", value_parser = parse_bytes)]
+    max_memory: u64 = 0;
 }
 
 /// Parses a byte size: a number with an optional unit, `k`/`KB` (1000),
@@ -191,49 +303,6 @@ impl WalFsync {
         match self {
             Self::Always => FsyncMode::Always,
             Self::Interval(d) => FsyncMode::Interval(d),
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9201)),
-            data_dir: PathBuf::from("./data"),
-            max_body_bytes: 16 << 20,
-            max_decompressed_bytes: 32 << 20,
-            max_labels_per_series: 64,
-            max_label_name_length: 1024,
-            max_label_value_length: 4096,
-            max_series: 10_000_000,
-            log_level: "info".to_owned(),
-            request_timeout: Duration::from_secs(30),
-            http_max_connections: 4096,
-            http_header_read_timeout: Duration::from_secs(30),
-            http_max_header_bytes: 1 << 20,
-            shutdown_timeout: Duration::from_secs(30),
-            head_shards: 0,
-            max_metadata_families: 100_000,
-            max_metadata_bytes: 64 << 20,
-            query_timeout: Duration::from_secs(120),
-            query_max_samples: 50_000_000,
-            query_lookback_delta: Duration::from_secs(300),
-            query_max_length: ParseLimits::default().max_length,
-            query_max_depth: ParseLimits::default().max_depth,
-            query_max_label_bytes: QueryOptions::default().max_label_bytes,
-            query_max_concurrency: 20,
-            // Go's ParseForm limit, so the answer is Prometheus'.
-            query_max_form_bytes: 10 << 20,
-            query_max_response_bytes: 512 << 20,
-            otlp_promote_resource_attributes: Vec::new(),
-            otlp_delta_to_cumulative: false,
-            wal_fsync: WalFsync::Always,
-            wal_segment_bytes: 128 << 20,
-            wal_repair: false,
-            wal_disabled: false,
-            checkpoint_interval: Duration::from_secs(30 * 60),
-            retention: Duration::from_secs(15 * 24 * 3600),
-            max_memory: 0,
         }
     }
 }
@@ -454,6 +523,40 @@ mod tests {
         std::fs::write(&yaml, "max_series: 5\n").expect("write");
         let err = Config::from_file(&yaml).expect_err("snake_case is not a key");
         assert!(err.to_string().contains("max_series"), "{err}");
+    }
+
+    /// Each flag's help names its default; it must be the default.
+    #[test]
+    fn help_states_the_true_defaults() {
+        use clap::Args as _;
+        let cmd = Flags::augment_args(clap::Command::new("sluice"));
+        let defaults: std::collections::HashMap<String, String> =
+            Config::default().flags().into_iter().collect();
+        let mut checked = 0;
+        for arg in cmd.get_arguments() {
+            let name = arg.get_long().expect("every setting is a long flag");
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let stated = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, rest)| rest.split_once(']'))
+                .map(|(v, _)| v)
+                .unwrap_or_else(|| panic!("--{name}'s help names no default: {help}"));
+            let stated = match stated {
+                "off" => "false",
+                "none" => "",
+                v => v,
+            };
+            let actual = &defaults[name];
+            let as_duration = |v: &str| humantime::parse_duration(v).ok();
+            let same = stated == actual
+                || as_duration(stated).is_some_and(|d| as_duration(actual) == Some(d));
+            assert!(
+                same,
+                "--{name}: help says {stated:?}, the default is {actual:?}"
+            );
+            checked += 1;
+        }
+        assert_eq!(checked, defaults.len(), "one flag per setting");
     }
 
     #[test]
