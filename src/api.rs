@@ -1,6 +1,7 @@
 //! The HTTP edge: [`router`] wires the routes and tower layers, and
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
+mod error;
 mod federate;
 mod metadata;
 mod otlp;
@@ -8,11 +9,11 @@ pub mod params;
 pub mod prom;
 mod query;
 mod slots;
+mod state;
 mod status;
 mod write;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
@@ -23,314 +24,9 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::config::Config;
-use crate::ingest::otlp::Otlp;
-use crate::ingest::validate::LabelLimits;
-use crate::promql::{QueryError, QueryOptions};
-use crate::storage::head::Head;
-use crate::storage::metadata::MetadataStore;
-use crate::storage::Clock;
-use crate::telemetry::Metrics;
-use prom::ErrorType;
-
-/// Shared state of every handler: a cheap clone.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    head: Arc<Head>,
-    metadata: MetadataStore,
-    otlp: Otlp,
-    query: QueryOptions,
-    slots: slots::Slots,
-    metrics: Metrics,
-    limits: LabelLimits,
-    max_body_bytes: usize,
-    max_decompressed_bytes: usize,
-    max_form_bytes: usize,
-    max_response_bytes: usize,
-    request_timeout: Duration,
-    clock: Clock,
-    /// Head bytes at which writes are pushed back.
-    high_water_bytes: usize,
-    memory_limit: u64,
-    /// Settings by flag name, for the status page.
-    flags: Vec<(String, String)>,
-    started: Instant,
-    /// When the status page was last viewed and the samples ingested then.
-    last_view: parking_lot::Mutex<(Instant, u64)>,
-}
-
-impl AppState {
-    /// State over `head`, with the limits from `config`.
-    pub fn new(config: &Config, head: Arc<Head>) -> Self {
-        Self::with_clock(config, head, Clock::system())
-    }
-
-    /// Like [`AppState::new`], reading time from `clock`.
-    pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
-        let memory_limit = config.memory_limit();
-        let metrics = Metrics::new(Arc::clone(&head), memory_limit);
-        let slots = slots::Slots::new(
-            config.query_max_concurrency,
-            config.query_max_depth,
-            metrics.queries_running(),
-            metrics.queries_timed_out(),
-        );
-        Self {
-            inner: Arc::new(Inner {
-                metrics,
-                slots,
-                clock,
-                memory_limit,
-                flags: config.flags(),
-                started: Instant::now(),
-                last_view: parking_lot::Mutex::new((Instant::now(), 0)),
-                high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
-                head,
-                metadata: MetadataStore::new(
-                    config.max_metadata_families,
-                    config.max_metadata_bytes,
-                ),
-                otlp: Otlp::new(config.otlp_options(), config.max_series),
-                query: config.query_options(),
-                limits: config.label_limits(),
-                max_body_bytes: config.max_body_bytes,
-                max_decompressed_bytes: config.max_decompressed_bytes,
-                max_form_bytes: config.query_max_form_bytes,
-                max_response_bytes: config.query_max_response_bytes,
-                request_timeout: config.request_timeout,
-            }),
-        }
-    }
-
-    /// Now, in Unix milliseconds, by the state's clock.
-    pub fn now_ms(&self) -> i64 {
-        self.inner.clock.now_ms()
-    }
-
-    /// The clock, for background tasks.
-    pub fn clock(&self) -> Clock {
-        self.inner.clock.clone()
-    }
-
-    /// Refuses a write while the head is at its memory high-water mark.
-    pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
-        let held = self.inner.head.accounted_bytes()
-            + self.inner.metadata.bytes()
-            + self.inner.otlp.delta.bytes();
-        if held < self.inner.high_water_bytes {
-            return Ok(());
-        }
-        self.inner.metrics.record_throttled(protocol);
-        Err(ApiError::Throttled(format!(
-            "memory limit reached: the head, metadata and delta totals hold {held} bytes, at or over the high-water \
-             mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
-             (retention) or series are deleted",
-            self.inner.high_water_bytes, self.inner.memory_limit
-        )))
-    }
-
-    /// The head.
-    pub fn head(&self) -> &Head {
-        &self.inner.head
-    }
-
-    /// A shared handle to the head, for work moved off the async threads.
-    pub fn head_arc(&self) -> Arc<Head> {
-        Arc::clone(&self.inner.head)
-    }
-
-    /// Waits until the WAL holds everything up to `lsn` durably (by the
-    /// fsync mode); a WAL that cannot write is a server fault.
-    pub(crate) async fn durable(&self, lsn: u64) -> Result<(), ApiError> {
-        self.inner
-            .head
-            .durable(lsn)
-            .await
-            .map_err(|e| ApiError::Internal(format!("the write-ahead log failed: {e}")))
-    }
-
-    /// Default limits of queries.
-    pub fn query_options(&self) -> &QueryOptions {
-        &self.inner.query
-    }
-
-    /// Largest form body of a query API request.
-    pub(crate) fn max_form_bytes(&self) -> usize {
-        self.inner.max_form_bytes
-    }
-
-    /// Largest answer of the query API and federation.
-    pub(crate) fn max_response_bytes(&self) -> usize {
-        self.inner.max_response_bytes
-    }
-
-    /// Runs read work (`work` gets a stop flag) on a query slot, within
-    /// `timeout`.
-    pub(crate) async fn read<T: Send + 'static>(
-        &self,
-        timeout: std::time::Duration,
-        work: impl FnOnce(Arc<std::sync::atomic::AtomicBool>) -> Result<T, ApiError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        self.inner.slots.run(timeout, work).await
-    }
-
-    /// Stops running queries and refuses new ones: the server is shutting
-    /// down.
-    pub fn close_reads(&self) {
-        self.inner.slots.close();
-    }
-
-    /// Metric metadata reported by senders.
-    pub fn metadata(&self) -> &MetadataStore {
-        &self.inner.metadata
-    }
-}
-
-/// Every error a handler can return. Client mistakes are 4xx and are not
-/// logged as errors; server faults are 5xx with details only in the log.
-/// The write endpoints answer in plain text (the remote-write contract);
-/// the query API answers in Prometheus' JSON envelope ([`ApiError::Prom`]).
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// A query-API error, answered as `{"status":"error","errorType":…}`.
-    #[error("{message}")]
-    Prom {
-        /// The Prometheus error type, which fixes the status code.
-        kind: ErrorType,
-        /// What went wrong.
-        message: String,
-    },
-    /// The request is malformed or holds invalid data (400).
-    #[error("{0}")]
-    BadRequest(String),
-    /// The body is larger than allowed (413).
-    #[error("{0}")]
-    TooLarge(String),
-    /// The Content-Type or Content-Encoding is not supported (415).
-    #[error("{0}")]
-    UnsupportedMediaType(String),
-    /// Writes are pushed back: the head is at its memory limit (429, with
-    /// `Retry-After`).
-    #[error("{0}")]
-    Throttled(String),
-    /// Something failed on our side (500); the message goes to the log only.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl ApiError {
-    /// A `bad_data` query-API error.
-    pub fn bad_data(message: impl Into<String>) -> Self {
-        Self::Prom {
-            kind: ErrorType::BadData,
-            message: message.into(),
-        }
-    }
-
-    /// A `bad_data` error for one parameter, worded as Prometheus words it.
-    pub fn bad_param(name: &str, err: impl std::fmt::Display) -> Self {
-        Self::bad_data(format!("invalid parameter {name:?}: {err}"))
-    }
-}
-
-impl ApiError {
-    /// The HTTP status, the message a client may see, and for a server
-    /// fault the details kept out of the reply (for the log).
-    fn into_parts(self) -> (StatusCode, String, Option<String>) {
-        match self {
-            ApiError::Prom { kind, message } => (kind.status(), message, None),
-            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
-            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m, None),
-            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m, None),
-            ApiError::Throttled(m) => (StatusCode::TOO_MANY_REQUESTS, m, None),
-            ApiError::Internal(m) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error; see the server log".to_owned(),
-                Some(m),
-            ),
-        }
-    }
-}
-
-/// A server fault's details, carried on its 5xx reply for [`observe`] to
-/// log: building a reply has no side effects.
-#[derive(Debug, Clone)]
-struct Fault(String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let ApiError::Prom { kind, message } = &self {
-            let mut resp = prom::error(*kind, message);
-            if matches!(kind, ErrorType::Internal) {
-                resp.extensions_mut().insert(Fault(message.clone()));
-            }
-            return resp;
-        }
-        let (status, body, fault) = self.into_parts();
-        let mut resp = with_retry_after(
-            (
-                status,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                body + "\n",
-            )
-                .into_response(),
-        );
-        if let Some(fault) = fault {
-            resp.extensions_mut().insert(Fault(fault));
-        }
-        resp
-    }
-}
-
-impl From<QueryError> for ApiError {
-    fn from(e: QueryError) -> Self {
-        let kind = match &e {
-            QueryError::BadData(_) => return ApiError::bad_param("query", e),
-            QueryError::Execution(_) | QueryError::TooManySamples(_) => ErrorType::Execution,
-            QueryError::Timeout(_) => ErrorType::Timeout,
-        };
-        ApiError::Prom {
-            kind,
-            message: e.to_string(),
-        }
-    }
-}
-
-/// Seconds a pushed-back sender is asked to wait.
-const RETRY_AFTER_SECONDS: &str = "5";
-
-/// Adds `Retry-After` to a 429 reply.
-fn with_retry_after(mut resp: Response) -> Response {
-    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
-        resp.headers_mut().insert(
-            header::RETRY_AFTER,
-            header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
-        );
-    }
-    resp
-}
-
-impl AppState {
-    /// The body of a write request, or the error that says why it could
-    /// not be read (413 over `--max-body-bytes`).
-    fn write_body(
-        &self,
-        body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
-    ) -> Result<axum::body::Bytes, ApiError> {
-        body.map_err(|e| match e.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
-                "request body is larger than the limit of {} bytes (max-body-bytes)",
-                self.inner.max_body_bytes
-            )),
-            _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
-        })
-    }
-}
+pub use error::ApiError;
+use error::Fault;
+pub use state::AppState;
 
 /// The route pattern a request matched (axum's [`MatchedPath`]), as a
 /// metric label value (`other` if a matched route had none). Patterns come only from the
@@ -460,6 +156,9 @@ fn panicked(what: Box<dyn std::any::Any + Send + 'static>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::storage::head::Head;
+    use std::sync::Arc;
     use tower::ServiceExt;
 
     #[tokio::test]

@@ -13,9 +13,10 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use super::error::ApiError;
 use super::params::Params;
 use super::prom::ErrorType;
-use super::{ApiError, AppState};
+use super::state::AppState;
 use crate::promql::value::format_float;
 use crate::storage::labels::Label;
 use crate::storage::{Stop, STALE_NAN};

@@ -8,9 +8,10 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde::Serialize;
 
+use super::error::ApiError;
 use super::params::Params;
 use super::prom::{success, success_within};
-use super::{ApiError, AppState};
+use super::state::AppState;
 use crate::ingest::validate::is_valid_label_name;
 use crate::storage::labels::Label;
 use crate::storage::Stop;
@@ -49,7 +50,7 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
                     .collect()
             })
             .collect();
-        success_within(data, &warnings, max)
+        Ok(success_within(data, &warnings, max)?)
     })
     .await
 }
@@ -120,11 +121,11 @@ async fn read(
 fn limited(set: BTreeSet<String>, limit: usize, max: usize) -> Result<Response, ApiError> {
     let warnings = truncated(set.len(), limit);
     let take = if limit == 0 { usize::MAX } else { limit };
-    success_within(
+    Ok(success_within(
         set.into_iter().take(take).collect::<Vec<_>>(),
         &warnings,
         max,
-    )
+    )?)
 }
 
 #[derive(Serialize)]

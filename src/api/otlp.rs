@@ -18,7 +18,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prost::Message as _;
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::ingest::otlp::{self, json, OtlpReport};
 use crate::proto::google::rpc::Status;
 use crate::proto::opentelemetry::proto::collector::metrics::v1::{
@@ -193,7 +194,7 @@ fn error_reply(format: Format, e: ApiError) -> Response {
             .to_string()
             .into_bytes(),
     };
-    let mut resp = super::with_retry_after(
+    let mut resp = super::error::with_retry_after(
         (
             status,
             [(header::CONTENT_TYPE, format.content_type())],
@@ -202,7 +203,7 @@ fn error_reply(format: Format, e: ApiError) -> Response {
             .into_response(),
     );
     if let Some(fault) = fault {
-        resp.extensions_mut().insert(super::Fault(fault));
+        resp.extensions_mut().insert(super::error::Fault(fault));
     }
     resp
 }

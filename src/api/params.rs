@@ -5,7 +5,8 @@
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, Method};
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::promql::guard::ParseLimits;
 use crate::storage::index::Matcher;
 

@@ -74,7 +74,16 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response {
 
 /// A success reply with `data` and optional warnings.
 pub fn success<T: Serialize>(data: T, warnings: &[String]) -> Response {
-    success_within(data, warnings, usize::MAX).unwrap_or_else(IntoResponse::into_response)
+    success_within(data, warnings, usize::MAX).unwrap_or_else(|e| error(e.kind, &e.message))
+}
+
+/// Why a success reply was not made: the error to answer instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotEncoded {
+    /// `execution` for an answer over the cap, `internal` otherwise.
+    pub kind: ErrorType,
+    /// What to tell the client.
+    pub message: String,
 }
 
 /// [`success`], or 422 `execution` when the body would be larger than
@@ -83,7 +92,7 @@ pub fn success_within<T: Serialize>(
     data: T,
     warnings: &[String],
     max: usize,
-) -> Result<Response, super::ApiError> {
+) -> Result<Response, NotEncoded> {
     let env = Envelope {
         status: "success",
         data: Some(data),
@@ -97,14 +106,14 @@ pub fn success_within<T: Serialize>(
     };
     match serde_json::to_writer(&mut body, &env) {
         Ok(()) => Ok(json(StatusCode::OK, body.bytes)),
-        Err(e) if e.is_io() => Err(super::ApiError::Prom {
+        Err(e) if e.is_io() => Err(NotEncoded {
             kind: ErrorType::Execution,
             message: format!(
                 "the answer would be larger than query-max-response-bytes ({max} bytes); \
                  select fewer series or a shorter range, or set a limit"
             ),
         }),
-        Err(e) => Err(super::ApiError::Prom {
+        Err(e) => Err(NotEncoded {
             kind: ErrorType::Internal,
             message: format!("cannot encode response: {e}"),
         }),

@@ -8,8 +8,9 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::error::ApiError;
 use super::params::{parse_duration, Params};
-use super::{ApiError, AppState};
+use super::state::AppState;
 use crate::promql::guard;
 use crate::promql::value::{format_float, format_timestamp, Series, Value};
 use crate::promql::{Engine, QueryError, QueryOptions};
@@ -260,7 +261,7 @@ pub(super) async fn format_query(
         .read(state.query_options().timeout, move |_| {
             let expr =
                 guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
-            super::prom::success_within(expr.prettify(), &[], max)
+            Ok(super::prom::success_within(expr.prettify(), &[], max)?)
         })
         .await
 }

@@ -13,8 +13,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{oneshot, watch, Semaphore};
 
+use super::error::ApiError;
 use super::prom::ErrorType;
-use super::ApiError;
 
 /// Stack bytes per nesting level a query thread reserves: the deepest
 /// shape (nested subqueries) needs about 6.3 KiB a level in an

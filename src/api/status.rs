@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{Html, IntoResponse};
 
-use super::AppState;
+use super::state::AppState;
 
 /// `GET /-/healthy`: the process is up.
 pub(super) async fn healthy() -> &'static str {

@@ -1,0 +1,193 @@
+//! The state every handler shares: the head, the stores beside it, the
+//! limits from the configuration, and the query slots.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+
+use super::error::ApiError;
+use super::slots;
+use crate::config::Config;
+use crate::ingest::otlp::Otlp;
+use crate::ingest::validate::LabelLimits;
+use crate::promql::QueryOptions;
+use crate::storage::head::Head;
+use crate::storage::metadata::MetadataStore;
+use crate::storage::Clock;
+use crate::telemetry::Metrics;
+
+/// Shared state of every handler: a cheap clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) head: Arc<Head>,
+    pub(super) metadata: MetadataStore,
+    pub(super) otlp: Otlp,
+    pub(super) query: QueryOptions,
+    pub(super) slots: slots::Slots,
+    pub(super) metrics: Metrics,
+    pub(super) limits: LabelLimits,
+    pub(super) max_body_bytes: usize,
+    pub(super) max_decompressed_bytes: usize,
+    pub(super) max_form_bytes: usize,
+    pub(super) max_response_bytes: usize,
+    pub(super) request_timeout: Duration,
+    pub(super) clock: Clock,
+    /// Head bytes at which writes are pushed back.
+    pub(super) high_water_bytes: usize,
+    pub(super) memory_limit: u64,
+    /// Settings by flag name, for the status page.
+    pub(super) flags: Vec<(String, String)>,
+    pub(super) started: Instant,
+    /// When the status page was last viewed and the samples ingested then.
+    pub(super) last_view: parking_lot::Mutex<(Instant, u64)>,
+}
+
+impl AppState {
+    /// State over `head`, with the limits from `config`.
+    pub fn new(config: &Config, head: Arc<Head>) -> Self {
+        Self::with_clock(config, head, Clock::system())
+    }
+
+    /// Like [`AppState::new`], reading time from `clock`.
+    pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
+        let memory_limit = config.memory_limit();
+        let metrics = Metrics::new(Arc::clone(&head), memory_limit);
+        let slots = slots::Slots::new(
+            config.query_max_concurrency,
+            config.query_max_depth,
+            metrics.queries_running(),
+            metrics.queries_timed_out(),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                metrics,
+                slots,
+                clock,
+                memory_limit,
+                flags: config.flags(),
+                started: Instant::now(),
+                last_view: parking_lot::Mutex::new((Instant::now(), 0)),
+                high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
+                head,
+                metadata: MetadataStore::new(
+                    config.max_metadata_families,
+                    config.max_metadata_bytes,
+                ),
+                otlp: Otlp::new(config.otlp_options(), config.max_series),
+                query: config.query_options(),
+                limits: config.label_limits(),
+                max_body_bytes: config.max_body_bytes,
+                max_decompressed_bytes: config.max_decompressed_bytes,
+                max_form_bytes: config.query_max_form_bytes,
+                max_response_bytes: config.query_max_response_bytes,
+                request_timeout: config.request_timeout,
+            }),
+        }
+    }
+
+    /// Now, in Unix milliseconds, by the state's clock.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// The clock, for background tasks.
+    pub fn clock(&self) -> Clock {
+        self.inner.clock.clone()
+    }
+
+    /// Refuses a write while the head is at its memory high-water mark.
+    pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
+        let held = self.inner.head.accounted_bytes()
+            + self.inner.metadata.bytes()
+            + self.inner.otlp.delta.bytes();
+        if held < self.inner.high_water_bytes {
+            return Ok(());
+        }
+        self.inner.metrics.record_throttled(protocol);
+        Err(ApiError::Throttled(format!(
+            "memory limit reached: the head, metadata and delta totals hold {held} bytes, at or over the high-water \
+             mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
+             (retention) or series are deleted",
+            self.inner.high_water_bytes, self.inner.memory_limit
+        )))
+    }
+
+    /// The head.
+    pub fn head(&self) -> &Head {
+        &self.inner.head
+    }
+
+    /// A shared handle to the head, for work moved off the async threads.
+    pub fn head_arc(&self) -> Arc<Head> {
+        Arc::clone(&self.inner.head)
+    }
+
+    /// Waits until the WAL holds everything up to `lsn` durably (by the
+    /// fsync mode); a WAL that cannot write is a server fault.
+    pub(crate) async fn durable(&self, lsn: u64) -> Result<(), ApiError> {
+        self.inner
+            .head
+            .durable(lsn)
+            .await
+            .map_err(|e| ApiError::Internal(format!("the write-ahead log failed: {e}")))
+    }
+
+    /// Default limits of queries.
+    pub fn query_options(&self) -> &QueryOptions {
+        &self.inner.query
+    }
+
+    /// Largest form body of a query API request.
+    pub(crate) fn max_form_bytes(&self) -> usize {
+        self.inner.max_form_bytes
+    }
+
+    /// Largest answer of the query API and federation.
+    pub(crate) fn max_response_bytes(&self) -> usize {
+        self.inner.max_response_bytes
+    }
+
+    /// Runs read work (`work` gets a stop flag) on a query slot, within
+    /// `timeout`.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        timeout: std::time::Duration,
+        work: impl FnOnce(Arc<std::sync::atomic::AtomicBool>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.inner.slots.run(timeout, work).await
+    }
+
+    /// Stops running queries and refuses new ones: the server is shutting
+    /// down.
+    pub fn close_reads(&self) {
+        self.inner.slots.close();
+    }
+
+    /// Metric metadata reported by senders.
+    pub fn metadata(&self) -> &MetadataStore {
+        &self.inner.metadata
+    }
+}
+
+impl AppState {
+    /// The body of a write request, or the error that says why it could
+    /// not be read (413 over `--max-body-bytes`).
+    pub(super) fn write_body(
+        &self,
+        body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    ) -> Result<axum::body::Bytes, ApiError> {
+        body.map_err(|e| match e.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+                "request body is larger than the limit of {} bytes (max-body-bytes)",
+                self.inner.max_body_bytes
+            )),
+            _ => ApiError::BadRequest(format!("cannot read request body: {e}")),
+        })
+    }
+}
