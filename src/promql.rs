@@ -16,7 +16,9 @@
 pub mod aggregate;
 pub mod binary;
 pub mod engine;
+pub mod eval;
 pub mod functions;
+pub mod group;
 pub mod guard;
 pub mod stats;
 pub mod value;

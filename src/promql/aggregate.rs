@@ -7,21 +7,13 @@ use promql_parser::parser::token::{
     TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE,
     T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
 };
-use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
+use promql_parser::parser::{AggregateExpr, Expr};
 
-use super::engine::{Ctx, RangeTable};
+use super::eval::{Ctx, RangeTable};
+use super::group::{group_labels, GroupMemo};
 use super::stats::{mean_and_variance, quantile, Kahan};
-use super::value::{format_float, keep_labels, no_labels, set_label, Labels, Sample, Value};
+use super::value::{format_float, set_label, Labels, Sample, Value};
 use super::QueryError;
-use crate::storage::labels::Label;
-
-/// The labels of the group a series falls into (none without `by`/`without`).
-fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -> Labels {
-    match modifier {
-        None => no_labels(),
-        Some(_) => keep_labels(labels, modifier),
-    }
-}
 
 struct Group {
     labels: Labels,
@@ -130,65 +122,6 @@ fn streamed(op: TokenId, input: &[f64], of: &[u32], groups: usize) -> Option<Vec
         }
         _ => return None,
     })
-}
-
-/// One aggregation node's grouping of the series it has seen in a query:
-/// each distinct group gets a number, and each series (by the address of
-/// its shared labels) the number of its group, worked out once per query.
-/// Every address here belongs to an `Arc` held in `keep`, so it is never
-/// reused for other labels while the memo lives.
-#[derive(Default)]
-pub(crate) struct GroupMemo {
-    by_addr: hashbrown::HashMap<usize, u32>,
-    keep: Vec<Labels>,
-    by_labels: HashMap<Labels, u32>,
-    groups: Vec<Labels>,
-    /// Scratch for one step: memo group number → index in that step's groups.
-    at_step: Vec<u32>,
-    /// The group of each row of the range table at `rows_of` (its address),
-    /// `NONE` until the row is first present.
-    rows: Vec<u32>,
-    rows_of: usize,
-}
-
-impl GroupMemo {
-    /// Series remembered per node at most; past it (inputs whose labels are
-    /// rebuilt at every step) a series' group is looked up by content.
-    const MAX: usize = 1 << 20;
-    const NONE: u32 = u32::MAX;
-
-    /// The index of memo group `id` among the current step's groups, and
-    /// whether it is new to the step: the caller then adds it, at `next`
-    /// (the step's group count so far).
-    fn step_index(&mut self, id: u32, next: usize) -> (u32, bool) {
-        let id = id as usize;
-        if self.at_step.len() <= id {
-            self.at_step.resize(id + 1, Self::NONE);
-        }
-        let new = self.at_step[id] == Self::NONE;
-        if new {
-            self.at_step[id] = next as u32;
-        }
-        (self.at_step[id], new)
-    }
-
-    fn group_of(&mut self, labels: &Labels, modifier: &Option<LabelModifier>) -> u32 {
-        let addr = Arc::as_ptr(labels) as *const Label as usize;
-        if let Some(&g) = self.by_addr.get(&addr) {
-            return g;
-        }
-        let key = group_labels(labels, modifier);
-        let groups = &mut self.groups;
-        let g = *self.by_labels.entry(key).or_insert_with_key(|key| {
-            groups.push(Arc::clone(key));
-            (groups.len() - 1) as u32
-        });
-        if self.keep.len() < Self::MAX {
-            self.by_addr.insert(addr, g);
-            self.keep.push(Arc::clone(labels));
-        }
-        g
-    }
 }
 
 /// Evaluates an aggregation at `t`.

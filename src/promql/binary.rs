@@ -11,7 +11,6 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use super::engine::Ctx;
 use super::value::{drop_name, keep_labels, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
@@ -46,12 +45,10 @@ fn apply(op: TokenId, l: f64, r: f64) -> (f64, bool) {
     }
 }
 
-/// Evaluates a binary expression at `t`.
-pub(crate) fn eval(ctx: &Ctx<'_>, b: &BinaryExpr, t: i64) -> Result<Value, QueryError> {
+/// `b` over its evaluated sides.
+pub(crate) fn eval(b: &BinaryExpr, lhs: Value, rhs: Value) -> Result<Value, QueryError> {
     let op = b.op.id();
     let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
-    let lhs = ctx.eval(&b.lhs, t)?;
-    let rhs = ctx.eval(&b.rhs, t)?;
     match (lhs, rhs) {
         (Value::Scalar(l), Value::Scalar(r)) => {
             let (v, keep) = apply(op, l, r);

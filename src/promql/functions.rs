@@ -3,7 +3,7 @@
 
 use promql_parser::parser::{Call, Expr};
 
-use super::engine::Ctx;
+use super::eval::Ctx;
 use std::sync::Arc;
 
 use super::stats::{mean_and_variance, quantile, Kahan};

@@ -1,0 +1,749 @@
+//! The evaluator's core: one query's state ([`Ctx`]) with its caches keyed
+//! by the expression tree, selectors with lookback and staleness, `offset`
+//! and `@`, range windows and subqueries. Operators (functions,
+//! aggregations, binary expressions) sit above it and reach it only
+//! through [`Ctx`]; it reaches them through the [`Operators`] hook.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
+
+use super::group::GroupMemo;
+use super::guard::{millis as ms, ParseLimits};
+use super::selector_matchers;
+use super::value::{drop_name, no_labels, Labels, Name, Sample, Series, Value};
+use super::QueryError;
+use crate::storage::head::Head;
+use crate::storage::labels::Label;
+use crate::storage::Stop;
+
+pub use crate::storage::STALE_NAN;
+
+/// Whether `v` is the stale marker.
+#[inline]
+pub fn is_stale(v: f64) -> bool {
+    v.to_bits() == STALE_NAN
+}
+
+/// Limits and defaults of one query.
+#[derive(Debug, Clone)]
+pub struct QueryOptions {
+    /// How far back an instant selector looks for a sample (5m).
+    pub lookback_ms: i64,
+    /// Most samples a query may load.
+    pub max_samples: usize,
+    /// Longest a query may run.
+    pub timeout: Duration,
+    /// Bounds on the query's text.
+    pub parse: ParseLimits,
+    /// Most bytes of label values one `label_replace` or `label_join` call
+    /// may make.
+    pub max_label_bytes: usize,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        Self {
+            lookback_ms: 5 * 60 * 1000,
+            max_samples: 50_000_000,
+            timeout: Duration::from_secs(120),
+            parse: ParseLimits::default(),
+            max_label_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Samples of one series, loaded for a selector over the query's window.
+#[derive(Debug)]
+pub(crate) struct SeriesPoints {
+    pub(crate) labels: Labels,
+    /// `labels` without `__name__`, made once for the functions that drop it.
+    pub(crate) unnamed: Labels,
+    pub(crate) points: Vec<(i64, f64)>,
+    /// Whether `points` holds a stale marker (range windows skip them).
+    has_stale: bool,
+    /// Where the last window started and ended: steps move forward, so
+    /// the next window is found by a short scan from here.
+    lo_hint: Cell<usize>,
+    hi_hint: Cell<usize>,
+}
+
+/// The index of the first point after `bound`, scanning forward from
+/// `hint` when it is at or before the answer (the common case across
+/// increasing steps), else by binary search. Updates `hint`.
+#[inline]
+fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
+    let mut i = hint.get().min(points.len());
+    if i > 0 && points[i - 1].0 > bound {
+        i = points[..i].partition_point(|&(t, _)| t <= bound);
+    } else {
+        let mut steps = 0;
+        while i < points.len() && points[i].0 <= bound {
+            i += 1;
+            steps += 1;
+            if steps == 16 {
+                i += points[i..].partition_point(|&(t, _)| t <= bound);
+                break;
+            }
+        }
+    }
+    hint.set(i);
+    i
+}
+
+/// A range function: a series' points in the window, the range and the
+/// window's end (ms) to its value there, if any.
+pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + 'f;
+
+/// A range function's results for every series at every step.
+pub(crate) struct RangeTable {
+    labels: Vec<Labels>,
+    /// Step-major, so a step's results are read in one sweep: series `i`
+    /// at step `k` is `k * labels.len() + i`.
+    values: Vec<f64>,
+    present: Vec<bool>,
+}
+
+impl RangeTable {
+    /// Series (rows) in the table.
+    pub(crate) fn rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The results at step `k` in place: (row, labels, value), in the
+    /// order of [`RangeTable::vector`], without cloning a label set.
+    pub(crate) fn at_step(&self, k: usize) -> impl Iterator<Item = (usize, &Labels, f64)> + '_ {
+        let n = self.labels.len();
+        let at = (k * n).min(self.values.len())..((k + 1) * n).min(self.values.len());
+        let values = &self.values[at.clone()];
+        let present = &self.present[at];
+        self.labels
+            .iter()
+            .zip(values.iter().zip(present))
+            .enumerate()
+            .filter(|(_, (_, (_, &here)))| here)
+            .map(|(i, (labels, (&v, _)))| (i, labels, v))
+    }
+
+    /// The results at step `k`.
+    pub(crate) fn vector(&self, k: usize) -> Vec<Sample> {
+        let n = self.labels.len();
+        let at = k * n..(k + 1) * n;
+        let (Some(values), Some(present)) = (self.values.get(at.clone()), self.present.get(at))
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for ((labels, &v), &here) in self.labels.iter().zip(values).zip(present) {
+            if here {
+                out.push(Sample {
+                    labels: Arc::clone(labels),
+                    v,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Evaluates the operator nodes (calls, aggregations, binary
+/// expressions): the engine hands its dispatcher to the evaluator, so the
+/// evaluator's core knows no operator and the operators know only it.
+pub(crate) type Operators = for<'a, 'e> fn(&'a Ctx<'e>, &'a Expr, i64) -> Result<Value, QueryError>;
+
+/// State of one query's evaluation.
+pub(crate) struct Ctx<'e> {
+    head: &'e Head,
+    operators: Operators,
+    pub(crate) opts: &'e QueryOptions,
+    /// First and last evaluation time, and the step (ms).
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    deadline: Instant,
+    cancel: Option<&'e AtomicBool>,
+    loaded: RefCell<HashMap<usize, Rc<Vec<SeriesPoints>>>>,
+    /// One evaluator per subquery node, spanning every time it is asked at.
+    children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
+    /// Each aggregation node's grouping memo, by the node's address.
+    pub(crate) group_memos: RefCell<HashMap<usize, GroupMemo>>,
+    /// The step between evaluation times (0: one time only).
+    step: i64,
+    /// Range-function results over every step, by the call's address.
+    range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
+    samples: Rc<Cell<usize>>,
+}
+
+/// Gathers points per label set across steps.
+#[derive(Default)]
+pub(crate) struct MatrixBuilder {
+    series: Vec<Series>,
+    by_content: HashMap<Labels, usize>,
+    /// Label sets seen, by the address of their shared allocation. Every
+    /// address here belongs to an `Arc` held in `keep`, so it is never reused.
+    by_addr: HashMap<usize, usize>,
+    keep: Vec<Labels>,
+}
+
+impl MatrixBuilder {
+    pub(crate) fn push(&mut self, labels: Labels, t: i64, v: f64) {
+        let addr = Arc::as_ptr(&labels) as *const Label as usize;
+        let i = match self.by_addr.get(&addr) {
+            Some(&i) => i,
+            None => {
+                let series = &mut self.series;
+                let i = *self
+                    .by_content
+                    .entry(Arc::clone(&labels))
+                    .or_insert_with(|| {
+                        series.push(Series {
+                            labels: Arc::clone(&labels),
+                            points: Vec::new(),
+                        });
+                        series.len() - 1
+                    });
+                self.by_addr.insert(addr, i);
+                self.keep.push(labels);
+                i
+            }
+        };
+        self.series[i].points.push((t, v));
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<Series> {
+        self.series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        self.series
+    }
+}
+
+/// A vector may not hold two elements with the same labels.
+pub(crate) fn check_unique(v: &[Sample]) -> Result<(), QueryError> {
+    if v.len() < 2 {
+        return Ok(());
+    }
+    let mut seen = std::collections::HashSet::with_capacity(v.len());
+    for s in v {
+        if !seen.insert(&s.labels) {
+            return Err(QueryError::Execution(
+                "vector cannot contain metrics with the same labelset".to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn offset_ms(o: &Option<Offset>) -> i64 {
+    match o {
+        Some(Offset::Pos(d)) => ms(d),
+        Some(Offset::Neg(d)) => -ms(d),
+        None => 0,
+    }
+}
+
+impl<'e> Ctx<'e> {
+    /// The evaluator of one query over `head`, at `start..=end` every
+    /// `step` ms (one time if `step` is 0), until `deadline` or `cancel`.
+    pub(crate) fn new(
+        head: &'e Head,
+        opts: &'e QueryOptions,
+        operators: Operators,
+        (start, end, step): (i64, i64, i64),
+        deadline: Instant,
+        cancel: Option<&'e AtomicBool>,
+    ) -> Self {
+        Ctx {
+            head,
+            operators,
+            opts,
+            start,
+            end,
+            deadline,
+            cancel,
+            loaded: RefCell::new(HashMap::new()),
+            children: RefCell::new(HashMap::new()),
+            group_memos: RefCell::new(HashMap::new()),
+            step,
+            range_tables: RefCell::new(HashMap::new()),
+            samples: Rc::new(Cell::new(0)),
+        }
+    }
+
+    pub(crate) fn check_deadline(&self, what: &'static str) -> Result<(), QueryError> {
+        let canceled = self.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if canceled || Instant::now() > self.deadline {
+            return Err(QueryError::Timeout(what));
+        }
+        Ok(())
+    }
+
+    /// The time a selector reads at when the query evaluates at `t`.
+    pub(crate) fn selector_time(
+        &self,
+        at: &Option<AtModifier>,
+        offset: &Option<Offset>,
+        t: i64,
+    ) -> i64 {
+        let base = match at {
+            None => t,
+            Some(AtModifier::Start) => self.start,
+            Some(AtModifier::End) => self.end,
+            Some(AtModifier::At(st)) => match st.duration_since(UNIX_EPOCH) {
+                Ok(d) => ms(&d),
+                Err(e) => -ms(&e.duration()),
+            },
+        };
+        base.saturating_sub(offset_ms(offset))
+    }
+
+    /// The series of a selector, loaded once per query over every window
+    /// the query can ask of it (`range` back from each selector time).
+    fn load(&self, vs: &VectorSelector, range: i64) -> Result<Rc<Vec<SeriesPoints>>, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        if let Some(l) = self.loaded.borrow().get(&key) {
+            return Ok(Rc::clone(l));
+        }
+        let lo = self
+            .selector_time(&vs.at, &vs.offset, self.start)
+            .saturating_sub(range);
+        let hi = self.selector_time(&vs.at, &vs.offset, self.end);
+        let lo = lo.min(hi.saturating_sub(range));
+        let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
+        let mut selected = Vec::new();
+        let stop = Stop {
+            deadline: Some(self.deadline),
+            flag: self.cancel,
+        };
+        for matchers in &sets {
+            selected.extend(
+                self.head
+                    .select_until(matchers, lo, hi, &stop)
+                    .map_err(|_| QueryError::Timeout("query execution"))?,
+            );
+        }
+        if sets.len() > 1 {
+            selected.sort_by(|a, b| a.labels.cmp(&b.labels));
+            selected.dedup_by(|a, b| a.labels == b.labels);
+        }
+        let mut out = Vec::new();
+        for (n, s) in selected.into_iter().enumerate() {
+            if n % 256 == 255 {
+                self.check_deadline("query execution")?;
+            }
+            let points: Vec<(i64, f64)> = s.samples(lo, hi).collect();
+            let total = self.samples.get() + points.len();
+            if total > self.opts.max_samples {
+                return Err(QueryError::TooManySamples("query execution"));
+            }
+            self.samples.set(total);
+            let labels: Labels = s.labels.into();
+            out.push(SeriesPoints {
+                unnamed: drop_name(&labels),
+                labels,
+                has_stale: points.iter().any(|&(_, v)| is_stale(v)),
+                lo_hint: Cell::new(0),
+                hi_hint: Cell::new(0),
+                points,
+            });
+        }
+        let out = Rc::new(out);
+        self.loaded.borrow_mut().insert(key, Rc::clone(&out));
+        Ok(out)
+    }
+
+    /// An instant vector selector at evaluation time `t`.
+    fn vector_selector(&self, vs: &VectorSelector, t: i64) -> Result<Vec<Sample>, QueryError> {
+        Ok(self
+            .vector_selector_timed(vs, t)?
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect())
+    }
+
+    /// An instant vector selector at `t`, with each sample's own timestamp.
+    pub(crate) fn vector_selector_timed(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut out = Vec::new();
+        for s in series.iter() {
+            let i = seek(&s.points, &s.hi_hint, ts);
+            if i == 0 {
+                continue;
+            }
+            let (pt, v) = s.points[i - 1];
+            // The window is (ts - lookback, ts]; a stale marker ends the series.
+            if pt > ts.saturating_sub(lookback) && !is_stale(v) {
+                out.push((
+                    Sample {
+                        labels: s.labels.clone(),
+                        v,
+                    },
+                    pt,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A plain vector selector as a whole range query: each series walks
+    /// its points once across all steps into its own result; nothing is
+    /// evaluated per step or regrouped by labels.
+    pub(crate) fn selector_range(
+        &self,
+        vs: &VectorSelector,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let steps = usize::try_from((end - start) / step + 1).unwrap_or(0);
+        let mut out = Vec::with_capacity(series.len());
+        for (n, s) in series.iter().enumerate() {
+            if n % 256 == 0 {
+                self.check_deadline("query range evaluation")?;
+            }
+            let mut points = Vec::new();
+            let hint = Cell::new(0);
+            let mut t = start;
+            while t <= end {
+                let ts = self.selector_time(&vs.at, &vs.offset, t);
+                let i = seek(&s.points, &hint, ts);
+                if i > 0 {
+                    let (pt, v) = s.points[i - 1];
+                    // The window is (ts - lookback, ts]; a stale marker
+                    // ends the series.
+                    if pt > ts.saturating_sub(lookback) && !is_stale(v) {
+                        if points.is_empty() {
+                            points.reserve_exact(steps);
+                        }
+                        points.push((t, v));
+                    }
+                }
+                t = match t.checked_add(step) {
+                    Some(t) => t,
+                    None => break,
+                };
+            }
+            if !points.is_empty() {
+                out.push(Series {
+                    labels: s.labels.clone(),
+                    points,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+
+    /// A range vector selector at `t`: samples in `(ts - range, ts]`,
+    /// stale markers left out.
+    pub(crate) fn matrix_selector(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        t: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let range = ms(range);
+        let series = self.load(vs, range)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut out = Vec::new();
+        for s in series.iter() {
+            let lo = s
+                .points
+                .partition_point(|&(pt, _)| pt <= ts.saturating_sub(range));
+            let hi = s.points.partition_point(|&(pt, _)| pt <= ts);
+            let points: Vec<(i64, f64)> = s.points[lo..hi]
+                .iter()
+                .copied()
+                .filter(|&(_, v)| !is_stale(v))
+                .collect();
+            if !points.is_empty() {
+                out.push(Series {
+                    labels: s.labels.clone(),
+                    points,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` with each series' samples in `(ts - range, ts]` (stale
+    /// markers left out), borrowed from the loaded window: no copies.
+    pub(crate) fn range_windows(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        t: i64,
+        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)]),
+    ) -> Result<(), QueryError> {
+        let range = ms(range);
+        let series = self.load(vs, range)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut scratch = Vec::new();
+        for s in series.iter() {
+            let lo = seek(&s.points, &s.lo_hint, ts.saturating_sub(range));
+            let hi = seek(&s.points, &s.hi_hint, ts).max(lo);
+            let window = &s.points[lo..hi];
+            if s.has_stale {
+                scratch.clear();
+                scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                if !scratch.is_empty() {
+                    f(s, &scratch);
+                }
+            } else if !window.is_empty() {
+                f(s, window);
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates `expr` at time `t`.
+    pub(crate) fn eval(&self, expr: &Expr, t: i64) -> Result<Value, QueryError> {
+        match expr {
+            Expr::NumberLiteral(n) => Ok(Value::Scalar(n.val)),
+            Expr::StringLiteral(s) => Ok(Value::String(s.val.clone())),
+            Expr::Paren(p) => self.eval(&p.expr, t),
+            Expr::Unary(u) => Ok(match self.eval(&u.expr, t)? {
+                Value::Scalar(v) => Value::Scalar(-v),
+                Value::Vector(v) => Value::Vector(
+                    v.into_iter()
+                        .map(|s| Sample {
+                            labels: drop_name(&s.labels),
+                            v: -s.v,
+                        })
+                        .collect(),
+                ),
+                other => {
+                    return Err(QueryError::Execution(format!(
+                        "unary minus on {}",
+                        other.type_name()
+                    )))
+                }
+            }),
+            Expr::VectorSelector(vs) => Ok(Value::Vector(self.vector_selector(vs, t)?)),
+            Expr::MatrixSelector(m) => Ok(Value::Matrix(self.matrix_selector(&m.vs, &m.range, t)?)),
+            Expr::Call(_) | Expr::Aggregate(_) | Expr::Binary(_) => (self.operators)(self, expr, t),
+            Expr::Subquery(sq) => Ok(Value::Matrix(self.subquery(sq, t)?)),
+            Expr::Extension(_) => Err(QueryError::Execution("unsupported expression".to_owned())),
+        }
+    }
+
+    /// A subquery at `t`: the inner expression evaluated at every multiple
+    /// of its step inside `(end - range, end]`, where `end` is `t` moved by
+    /// the subquery's `offset` and `@`. The step defaults to 1m, Prometheus'
+    /// default evaluation interval.
+    pub(crate) fn subquery(&self, sq: &SubqueryExpr, t: i64) -> Result<Vec<Series>, QueryError> {
+        let step = sq.step.as_ref().map_or(60_000, ms).max(1);
+        let range = ms(&sq.range);
+        let end = self.selector_time(&sq.at, &sq.offset, t);
+        let child = self.child(sq, step, range)?;
+        let from = end.saturating_sub(range);
+        let mut first = step * (from / step);
+        if first <= from {
+            first += step;
+        }
+        let mut acc = MatrixBuilder::default();
+        // The result's points count against the query's samples while it
+        // is built, as the samples a selector loads do.
+        let mut points = 0usize;
+        let mut ti = first;
+        while ti <= end {
+            self.check_deadline("subquery evaluation")?;
+            let before = points;
+            match child.eval(&sq.expr, ti)? {
+                Value::Vector(v) => {
+                    points += v.len();
+                    for s in v {
+                        acc.push(s.labels, ti, s.v);
+                    }
+                }
+                Value::Scalar(v) => {
+                    points += 1;
+                    acc.push(no_labels(), ti, v);
+                }
+                other => {
+                    return Err(QueryError::Execution(format!(
+                        "subquery over {}",
+                        other.type_name()
+                    )));
+                }
+            }
+            if points > before && self.samples.get().saturating_add(points) > self.opts.max_samples
+            {
+                return Err(QueryError::TooManySamples("query execution"));
+            }
+            ti = match ti.checked_add(step) {
+                Some(t) => t,
+                None => break,
+            };
+        }
+        Ok(acc.finish())
+    }
+
+    /// The index of evaluation time `t` among this evaluator's steps, if
+    /// it is one of them.
+    pub(crate) fn step_of(&self, t: i64) -> Option<usize> {
+        if self.step <= 0 || t < self.start || t > self.end || (t - self.start) % self.step != 0 {
+            return None;
+        }
+        Some(((t - self.start) / self.step) as usize)
+    }
+
+    /// The range table already made for `call` (see [`Ctx::range_table`])
+    /// and the index of `t` among the steps, if both exist.
+    pub(crate) fn tabulated(&self, call: &parser::Call, t: i64) -> Option<(Rc<RangeTable>, usize)> {
+        let k = self.step_of(t)?;
+        let key = call as *const parser::Call as usize;
+        let table = self.range_tables.borrow().get(&key).cloned()?;
+        Some((table, k))
+    }
+
+    /// `f` (a range function) over the series of `vs[range]` at every step
+    /// of this evaluator, worked out series by series on the first call and
+    /// kept for the others (by `key`, the call's address). A series' points
+    /// stay in cache while its window slides over all steps, where stepping
+    /// through every series at each step would load them all again. `None`
+    /// when the table would exceed the query's sample limit.
+    pub(crate) fn range_table(
+        &self,
+        key: usize,
+        vs: &VectorSelector,
+        range: &Duration,
+        name: Name,
+        f: &RangeFn<'_>,
+    ) -> Result<Option<Rc<RangeTable>>, QueryError> {
+        if let Some(t) = self.range_tables.borrow().get(&key) {
+            return Ok(Some(Rc::clone(t)));
+        }
+        let range_ms = ms(range);
+        let series = self.load(vs, range_ms)?;
+        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
+            .map_or(usize::MAX, |n| n.saturating_add(1));
+        let cells = series.len().saturating_mul(steps);
+        if cells > self.opts.max_samples {
+            return Ok(None);
+        }
+        let n = series.len();
+        let mut table = RangeTable {
+            labels: Vec::with_capacity(series.len()),
+            values: vec![0.0; cells],
+            present: vec![false; cells],
+        };
+        let mut scratch = Vec::new();
+        for (i, s) in series.iter().enumerate() {
+            if i % 256 == 255 {
+                self.check_deadline("range function evaluation")?;
+            }
+            table.labels.push(Arc::clone(match name {
+                Name::Keep => &s.labels,
+                Name::Drop => &s.unnamed,
+            }));
+            let (mut lo, mut hi) = (0, 0);
+            for k in 0..steps {
+                let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);
+                // The window (ts - range, ts]; both ends only move forward.
+                while hi < s.points.len() && s.points[hi].0 <= ts {
+                    hi += 1;
+                }
+                while lo < hi && s.points[lo].0 <= ts.saturating_sub(range_ms) {
+                    lo += 1;
+                }
+                let mut window = &s.points[lo..hi];
+                if s.has_stale {
+                    scratch.clear();
+                    scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                    window = &scratch;
+                }
+                if window.is_empty() {
+                    continue;
+                }
+                if let Some(v) = f(window, range_ms, ts) {
+                    table.values[k * n + i] = v;
+                    table.present[k * n + i] = true;
+                }
+            }
+        }
+        let table = Rc::new(table);
+        self.range_tables
+            .borrow_mut()
+            .insert(key, Rc::clone(&table));
+        Ok(Some(table))
+    }
+
+    /// The evaluator for a subquery node, covering all of this query's steps.
+    fn child(&self, sq: &SubqueryExpr, step: i64, range: i64) -> Result<Rc<Ctx<'e>>, QueryError> {
+        let key = sq as *const SubqueryExpr as usize;
+        if let Some(c) = self.children.borrow().get(&key) {
+            return Ok(Rc::clone(c));
+        }
+        let lo = self
+            .selector_time(&sq.at, &sq.offset, self.start)
+            .saturating_sub(range);
+        let hi = self.selector_time(&sq.at, &sq.offset, self.end);
+        let child = Rc::new(Ctx {
+            head: self.head,
+            operators: self.operators,
+            opts: self.opts,
+            start: step * (lo / step),
+            end: hi,
+            deadline: self.deadline,
+            cancel: self.cancel,
+            loaded: RefCell::new(HashMap::new()),
+            children: RefCell::new(HashMap::new()),
+            group_memos: RefCell::new(HashMap::new()),
+            step,
+            range_tables: RefCell::new(HashMap::new()),
+            samples: Rc::clone(&self.samples),
+        });
+        self.children.borrow_mut().insert(key, Rc::clone(&child));
+        Ok(child)
+    }
+
+    /// Evaluates an argument that must be an instant vector.
+    pub(crate) fn eval_vector(&self, expr: &Expr, t: i64) -> Result<Vec<Sample>, QueryError> {
+        match self.eval(expr, t)? {
+            Value::Vector(v) => Ok(v),
+            other => Err(QueryError::Execution(format!(
+                "expected instant vector, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    /// Evaluates an argument that must be a scalar.
+    pub(crate) fn eval_scalar(&self, expr: &Expr, t: i64) -> Result<f64, QueryError> {
+        match self.eval(expr, t)? {
+            Value::Scalar(v) => Ok(v),
+            other => Err(QueryError::Execution(format!(
+                "expected scalar, got {}",
+                other.type_name()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seek_finds_the_first_point_after_a_bound_from_any_hint() {
+        let points: Vec<(i64, f64)> = (0..100).map(|i| (i * 10, 0.0)).collect();
+        let hint = Cell::new(0);
+        for bound in [-5, 0, 5, 95, 96, 500, 990, 2000, 15, 0, -1, 999] {
+            let want = points.partition_point(|&(t, _)| t <= bound);
+            assert_eq!(seek(&points, &hint, bound), want, "bound {bound}");
+            assert_eq!(hint.get(), want);
+        }
+        assert_eq!(seek(&[], &Cell::new(7), 5), 0);
+    }
+}
