@@ -1,0 +1,163 @@
+//! What every function does with its arguments: read a range vector (in
+//! place where it can), a scalar or a string, and map over series.
+
+use std::sync::Arc;
+
+use promql_parser::parser::{Call, Expr};
+
+use crate::promql::eval::Ctx;
+use crate::promql::value::{drop_name, Name, Sample, Series, Value};
+use crate::promql::QueryError;
+
+/// The range-vector argument of `call`: its series at `t`, its range (ms)
+/// and the time its window ends at (`t` moved by `offset` and `@`).
+pub(crate) fn matrix_arg(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+) -> Result<(Vec<Series>, i64, i64), QueryError> {
+    range_arg(ctx, call, 0, t)
+}
+
+/// Like [`matrix_arg`], for argument `i`.
+pub(crate) fn range_arg(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    i: usize,
+    t: i64,
+) -> Result<(Vec<Series>, i64, i64), QueryError> {
+    let Some(arg) = call.args.args.get(i) else {
+        return Err(QueryError::BadData(format!(
+            "{}: missing argument",
+            call.func.name
+        )));
+    };
+    match arg.as_ref() {
+        Expr::MatrixSelector(m) => {
+            let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
+            let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
+            Ok((ctx.matrix_selector(&m.vs, &m.range, t)?, range, at))
+        }
+        Expr::Subquery(sq) => {
+            let range = i64::try_from(sq.range.as_millis()).unwrap_or(i64::MAX);
+            let at = ctx.selector_time(&sq.at, &sq.offset, t);
+            Ok((ctx.subquery(sq, t)?, range, at))
+        }
+        _ => Err(QueryError::BadData(format!(
+            "{}: expected a range vector",
+            call.func.name
+        ))),
+    }
+}
+
+/// Applies `f` to each series of the range argument; `None` drops it.
+pub(crate) fn over_range(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    name: Name,
+    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+) -> Result<Value, QueryError> {
+    let mut out = Vec::new();
+    // A plain range selector is read in place; a subquery is built first.
+    if let Some(Expr::MatrixSelector(m)) = call.args.args.first().map(AsRef::as_ref) {
+        // In a range query, every step at once (see `Ctx::range_table`),
+        // unless a further argument (predict_linear's horizon) can change
+        // from step to step: the table would keep the first step's.
+        let fixed = call.args.args[1..].iter().all(|a| is_constant(a));
+        if let (Some(k), true) = (ctx.step_of(t), fixed) {
+            let key = call as *const Call as usize;
+            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f)? {
+                return Ok(Value::Vector(table.vector(k)));
+            }
+        }
+        let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
+        let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
+        ctx.range_windows(&m.vs, &m.range, t, |s, points| {
+            if let Some(v) = f(points, range, at) {
+                let labels = match name {
+                    Name::Keep => &s.labels,
+                    Name::Drop => &s.unnamed,
+                };
+                out.push(Sample {
+                    labels: Arc::clone(labels),
+                    v,
+                });
+            }
+        })?;
+    } else {
+        let (series, range, at) = matrix_arg(ctx, call, t)?;
+        for s in series {
+            if let Some(v) = f(&s.points, range, at) {
+                let labels = match name {
+                    Name::Keep => s.labels,
+                    Name::Drop => drop_name(&s.labels),
+                };
+                out.push(Sample { labels, v });
+            }
+        }
+    }
+    Ok(Value::Vector(out))
+}
+
+/// Applies a math function to every element, dropping `__name__`.
+pub(crate) fn map_vector(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    f: impl Fn(f64) -> f64,
+) -> Result<Value, QueryError> {
+    let Some(arg) = call.args.args.first() else {
+        return Err(QueryError::BadData(format!(
+            "{}: missing argument",
+            call.func.name
+        )));
+    };
+    let v = ctx.eval_vector(arg, t)?;
+    Ok(Value::Vector(
+        v.into_iter()
+            .map(|s| Sample {
+                labels: drop_name(&s.labels),
+                v: f(s.v),
+            })
+            .collect(),
+    ))
+}
+
+/// Whether `e` has the same value at every evaluation time.
+pub(crate) fn is_constant(e: &Expr) -> bool {
+    match e {
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => true,
+        Expr::Paren(p) => is_constant(&p.expr),
+        Expr::Unary(u) => is_constant(&u.expr),
+        _ => false,
+    }
+}
+
+pub(crate) fn scalar_arg(ctx: &Ctx<'_>, call: &Call, i: usize, t: i64) -> Result<f64, QueryError> {
+    match call.args.args.get(i) {
+        Some(e) => ctx.eval_scalar(e, t),
+        None => Err(QueryError::BadData(format!(
+            "{}: missing argument {}",
+            call.func.name,
+            i + 1
+        ))),
+    }
+}
+
+pub(crate) fn string_arg(call: &Call, i: usize) -> Result<String, QueryError> {
+    match call.args.args.get(i).map(AsRef::as_ref) {
+        Some(Expr::StringLiteral(s)) => Ok(s.val.clone()),
+        Some(Expr::Paren(p)) => match p.expr.as_ref() {
+            Expr::StringLiteral(s) => Ok(s.val.clone()),
+            _ => Err(QueryError::BadData(format!(
+                "{}: expected a string argument",
+                call.func.name
+            ))),
+        },
+        _ => Err(QueryError::BadData(format!(
+            "{}: expected a string argument",
+            call.func.name
+        ))),
+    }
+}

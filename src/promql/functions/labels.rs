@@ -1,0 +1,201 @@
+//! Label functions: `label_replace`, `label_join`, `absent`,
+//! `absent_over_time` and `sort_by_label`.
+
+use promql_parser::parser::{Call, Expr};
+
+use super::args::{matrix_arg, string_arg};
+use crate::promql::eval::Ctx;
+use crate::promql::value::{set_label, Sample, Value};
+use crate::promql::QueryError;
+use crate::storage::labels::Label;
+
+pub(super) fn absent(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    if !v.is_empty() {
+        return Ok(Value::Vector(Vec::new()));
+    }
+    let labels = match call.args.args[0].as_ref() {
+        Expr::VectorSelector(vs) => absent_labels(vs),
+        _ => Vec::new(),
+    };
+    Ok(Value::Vector(vec![Sample {
+        labels: labels.into(),
+        v: 1.0,
+    }]))
+}
+
+pub(super) fn absent_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let (series, _, _) = matrix_arg(ctx, call, t)?;
+    if !series.is_empty() {
+        return Ok(Value::Vector(Vec::new()));
+    }
+    let labels = match call.args.args[0].as_ref() {
+        Expr::MatrixSelector(m) => absent_labels(&m.vs),
+        _ => Vec::new(),
+    };
+    Ok(Value::Vector(vec![Sample {
+        labels: labels.into(),
+        v: 1.0,
+    }]))
+}
+
+/// Which way `sort_by_label` sorts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Ascending,
+    Descending,
+}
+
+pub(super) fn sort_by_label(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    sort_by(ctx, call, t, Order::Ascending)
+}
+
+pub(super) fn sort_by_label_desc(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    sort_by(ctx, call, t, Order::Descending)
+}
+
+fn sort_by(ctx: &Ctx<'_>, call: &Call, t: i64, order: Order) -> Result<Value, QueryError> {
+    let mut v = ctx.eval_vector(&call.args.args[0], t)?;
+    let names: Vec<String> = (1..call.args.args.len())
+        .map(|i| string_arg(call, i))
+        .collect::<Result<_, _>>()?;
+    let key = |s: &Sample| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| {
+                s.labels
+                    .iter()
+                    .find(|l| &l.name == n)
+                    .map_or(String::new(), |l| l.value.clone())
+            })
+            .collect()
+    };
+    v.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.labels.cmp(&b.labels)));
+    if order == Order::Descending {
+        v.reverse();
+    }
+    Ok(Value::Vector(v))
+}
+
+pub(super) fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    let (dst, sep) = (string_arg(call, 1)?, string_arg(call, 2)?);
+    let srcs: Vec<String> = (3..call.args.args.len())
+        .map(|i| string_arg(call, i))
+        .collect::<Result<_, _>>()?;
+    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
+        return Err(QueryError::BadData(format!(
+            "invalid destination label name in label_join(): {dst}"
+        )));
+    }
+    let mut budget = LabelBudget::new(ctx, "label_join");
+    let mut out = Vec::with_capacity(v.len());
+    for mut s in v {
+        let parts: Vec<&str> = srcs
+            .iter()
+            .map(|n| {
+                s.labels
+                    .iter()
+                    .find(|l| &l.name == n)
+                    .map_or("", |l| l.value.as_str())
+            })
+            .collect();
+        budget.take(parts.iter().map(|p| p.len() + sep.len()).sum())?;
+        let value = parts.join(&sep);
+        s.labels = set_label(&s.labels, &dst, value);
+        out.push(s);
+    }
+    Ok(Value::Vector(out))
+}
+
+/// The bytes of label values one call of `label_replace` or `label_join`
+/// may make, across its output ([`QueryOptions::max_label_bytes`]); each
+/// value is charged its largest possible size before it is built.
+///
+/// [`QueryOptions::max_label_bytes`]: crate::promql::QueryOptions::max_label_bytes
+struct LabelBudget {
+    left: usize,
+    max: usize,
+    function: &'static str,
+}
+
+impl LabelBudget {
+    fn new(ctx: &Ctx<'_>, function: &'static str) -> Self {
+        let max = ctx.opts.max_label_bytes;
+        Self {
+            left: max,
+            max,
+            function,
+        }
+    }
+
+    fn take(&mut self, bytes: usize) -> Result<(), QueryError> {
+        self.left = self.left.checked_sub(bytes).ok_or_else(|| {
+            QueryError::Execution(format!(
+                "{}() would make more than {} bytes of label values (query-max-label-bytes)",
+                self.function, self.max
+            ))
+        })?;
+        Ok(())
+    }
+}
+
+/// `absent(sel)` takes the selector's equality matchers as labels.
+fn absent_labels(vs: &promql_parser::parser::VectorSelector) -> Vec<Label> {
+    let mut out: Vec<Label> = vs
+        .matchers
+        .matchers
+        .iter()
+        .filter(|m| matches!(m.op, promql_parser::label::MatchOp::Equal) && m.name != "__name__")
+        .map(|m| Label {
+            name: m.name.clone(),
+            value: m.value.clone(),
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.name == b.name);
+    out
+}
+
+pub(super) fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    let (dst, repl, src, re) = (
+        string_arg(call, 1)?,
+        string_arg(call, 2)?,
+        string_arg(call, 3)?,
+        string_arg(call, 4)?,
+    );
+    let re = crate::storage::index::anchored_regex(&re).map_err(|e| {
+        QueryError::BadData(format!(
+            "invalid regular expression in label_replace(): {e}"
+        ))
+    })?;
+    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
+        return Err(QueryError::BadData(format!(
+            "invalid destination label name in label_replace(): {dst}"
+        )));
+    }
+    // Each `$` of the replacement can expand to the whole source value.
+    let refs = repl.bytes().filter(|&c| c == b'$').count();
+    let mut budget = LabelBudget::new(ctx, "label_replace");
+    let mut out = Vec::with_capacity(v.len());
+    for mut s in v {
+        let src_val = s
+            .labels
+            .iter()
+            .find(|l| l.name == src)
+            .map_or("", |l| l.value.as_str())
+            .to_owned();
+        if let Some(caps) = re.captures(&src_val) {
+            budget.take(
+                repl.len()
+                    .saturating_add(refs.saturating_mul(src_val.len())),
+            )?;
+            let mut value = String::new();
+            caps.expand(&repl, &mut value);
+            s.labels = set_label(&s.labels, &dst, value);
+        }
+        out.push(s);
+    }
+    Ok(Value::Vector(out))
+}

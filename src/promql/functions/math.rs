@@ -1,0 +1,110 @@
+//! Math on each element, and the functions that convert, clamp or sort a
+//! vector.
+
+use promql_parser::parser::Call;
+
+use super::args::{map_vector, scalar_arg};
+use crate::promql::eval::Ctx;
+use crate::promql::value::{no_labels, Sample, Value};
+use crate::promql::QueryError;
+
+/// Functions that apply `f64 -> f64` to every element, dropping `__name__`.
+macro_rules! elementwise {
+    ($($name:ident => $f:expr,)*) => {$(
+        pub(super) fn $name(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+            map_vector(ctx, call, t, $f)
+        }
+    )*};
+}
+
+elementwise! {
+    abs => f64::abs,
+    ceil => f64::ceil,
+    floor => f64::floor,
+    sqrt => f64::sqrt,
+    exp => f64::exp,
+    ln => f64::ln,
+    log2 => f64::log2,
+    log10 => f64::log10,
+    sgn => |v: f64| {
+        if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            v
+        }
+    },
+    sin => f64::sin,
+    cos => f64::cos,
+    tan => f64::tan,
+    asin => f64::asin,
+    acos => f64::acos,
+    atan => f64::atan,
+    sinh => f64::sinh,
+    cosh => f64::cosh,
+    tanh => f64::tanh,
+    asinh => f64::asinh,
+    acosh => f64::acosh,
+    atanh => f64::atanh,
+    deg => f64::to_degrees,
+    rad => f64::to_radians,
+}
+
+pub(super) fn round(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let to = if call.args.args.len() > 1 {
+        scalar_arg(ctx, call, 1, t)?
+    } else {
+        1.0
+    };
+    // Go's math.Floor(v*(1/to)+0.5)/(1/to): rounds half up.
+    let inv = 1.0 / to;
+    map_vector(ctx, call, t, move |v| (v * inv + 0.5).floor() / inv)
+}
+
+pub(super) fn clamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let (lo, hi) = (scalar_arg(ctx, call, 1, t)?, scalar_arg(ctx, call, 2, t)?);
+    if lo > hi {
+        return Ok(Value::Vector(Vec::new()));
+    }
+    map_vector(ctx, call, t, move |v| v.max(lo).min(hi))
+}
+
+pub(super) fn clamp_min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let lo = scalar_arg(ctx, call, 1, t)?;
+    map_vector(ctx, call, t, move |v| v.max(lo))
+}
+
+pub(super) fn clamp_max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let hi = scalar_arg(ctx, call, 1, t)?;
+    map_vector(ctx, call, t, move |v| v.min(hi))
+}
+
+pub(super) fn pi(_: &Ctx<'_>, _: &Call, _: i64) -> Result<Value, QueryError> {
+    Ok(Value::Scalar(std::f64::consts::PI))
+}
+
+pub(super) fn vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    Ok(Value::Vector(vec![Sample {
+        labels: no_labels(),
+        v: scalar_arg(ctx, call, 0, t)?,
+    }]))
+}
+
+pub(super) fn scalar(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    Ok(Value::Scalar(if v.len() == 1 { v[0].v } else { f64::NAN }))
+}
+
+pub(super) fn sort(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let mut v = ctx.eval_vector(&call.args.args[0], t)?;
+    v.sort_by(|a, b| a.v.total_cmp(&b.v));
+    Ok(Value::Vector(v))
+}
+
+pub(super) fn sort_desc(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let mut v = ctx.eval_vector(&call.args.args[0], t)?;
+    v.sort_by(|a, b| a.v.total_cmp(&b.v));
+    v.reverse();
+    Ok(Value::Vector(v))
+}

@@ -1,0 +1,245 @@
+//! The rate family: `rate`, `increase`, `delta`, `irate`, `idelta`,
+//! `resets`, `changes`, `deriv` and `predict_linear`.
+
+use promql_parser::parser::Call;
+
+use super::args::{over_range, scalar_arg};
+use crate::promql::eval::Ctx;
+use crate::promql::value::{Name, Value};
+use crate::promql::QueryError;
+
+/// What a change over a window is reported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Per second, counter resets added back (`rate`, `irate`).
+    Rate,
+    /// In all, counter resets added back (`increase`).
+    Increase,
+    /// In all, as a gauge's (`delta`, `idelta`).
+    Delta,
+}
+
+impl Change {
+    fn counter(self) -> bool {
+        matches!(self, Self::Rate | Self::Increase)
+    }
+
+    fn per_second(self) -> bool {
+        self == Self::Rate
+    }
+}
+
+/// Prometheus' `extrapolatedRate` (v3): the change over the samples,
+/// counter resets added back, extrapolated towards the range boundaries
+/// when samples come close enough to them.
+pub fn extrapolated_rate(
+    points: &[(i64, f64)],
+    range_ms: i64,
+    eval_t: i64,
+    change: Change,
+) -> Option<f64> {
+    let is_counter = change.counter();
+    if points.len() < 2 {
+        return None;
+    }
+    let range_start = eval_t - range_ms;
+    let range_end = eval_t;
+    let (first_t, first_v) = points[0];
+    let (last_t, last_v) = points[points.len() - 1];
+    let mut result = last_v - first_v;
+    if is_counter {
+        let mut prev = first_v;
+        for &(_, v) in &points[1..] {
+            if v < prev {
+                result += prev;
+            }
+            prev = v;
+        }
+    }
+    let mut to_start = (first_t - range_start) as f64 / 1000.0;
+    let mut to_end = (range_end - last_t) as f64 / 1000.0;
+    let sampled = (last_t - first_t) as f64 / 1000.0;
+    let avg_step = sampled / (points.len() - 1) as f64;
+    let threshold = avg_step * 1.1;
+    if to_start >= threshold {
+        to_start = avg_step / 2.0;
+    }
+    if is_counter && result > 0.0 && first_v >= 0.0 {
+        let to_zero = sampled * (first_v / result);
+        if to_zero < to_start {
+            to_start = to_zero;
+        }
+    }
+    if to_end >= threshold {
+        to_end = avg_step / 2.0;
+    }
+    let mut factor = (sampled + to_start + to_end) / sampled;
+    if change.per_second() {
+        factor /= range_ms as f64 / 1000.0;
+    }
+    Some(result * factor)
+}
+
+/// `irate` ([`Change::Rate`]) and `idelta` ([`Change::Delta`]): from the
+/// last two samples.
+pub(crate) fn instant_delta(points: &[(i64, f64)], change: Change) -> Option<f64> {
+    let is_rate = change.per_second();
+    let &[.., (t1, v1), (t2, v2)] = points else {
+        return None;
+    };
+    let mut d = v2 - v1;
+    if is_rate && v2 < v1 {
+        // A counter reset: the last value is the increase since it.
+        d = v2;
+    }
+    if is_rate {
+        let dt = (t2 - t1) as f64 / 1000.0;
+        if dt == 0.0 {
+            return None;
+        }
+        d /= dt;
+    }
+    Some(d)
+}
+
+/// Least-squares slope and intercept at `at` (seconds from `at`).
+pub(crate) fn linear_regression(points: &[(i64, f64)], at: i64) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (mut sx, mut sy, mut sxy, mut sxx) = (0.0, 0.0, 0.0, 0.0);
+    let const_y = points.iter().all(|&(_, v)| v == points[0].1);
+    for &(t, v) in points {
+        let x = (t - at) as f64 / 1000.0;
+        sx += x;
+        sy += v;
+        sxy += x * v;
+        sxx += x * x;
+    }
+    if const_y {
+        return (0.0, points[0].1);
+    }
+    let cov = sxy - sx * sy / n;
+    let var = sxx - sx * sx / n;
+    let slope = cov / var;
+    (slope, sy / n - slope * sx / n)
+}
+
+pub(super) fn rate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, r, t| {
+        extrapolated_rate(p, r, t, Change::Rate)
+    })
+}
+
+pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, r, t| {
+        extrapolated_rate(p, r, t, Change::Increase)
+    })
+}
+
+pub(super) fn delta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, r, t| {
+        extrapolated_rate(p, r, t, Change::Delta)
+    })
+}
+
+pub(super) fn irate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        instant_delta(p, Change::Rate)
+    })
+}
+
+pub(super) fn idelta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        instant_delta(p, Change::Delta)
+    })
+}
+
+pub(super) fn resets(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64)
+    })
+}
+
+pub(super) fn changes(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        Some(
+            p.windows(2)
+                .filter(|w| w[1].1 != w[0].1 && !(w[1].1.is_nan() && w[0].1.is_nan()))
+                .count() as f64,
+        )
+    })
+}
+
+pub(super) fn deriv(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        (p.len() >= 2).then(|| linear_regression(p, p[0].0).0)
+    })
+}
+
+pub(super) fn predict_linear(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let d = scalar_arg(ctx, call, 1, t)?;
+    over_range(ctx, call, t, Name::Drop, |p, _, t| {
+        (p.len() >= 2).then(|| {
+            let (slope, intercept) = linear_regression(p, t);
+            slope * d + intercept
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_extrapolates_like_prometheus() {
+        // A counter rising 1/s, sampled every 15s from t=15s to 300s,
+        // evaluated at 300s over 5m: the window (0, 300] is fully covered
+        // but for the 15s before the first sample, which is within 1.1 of
+        // the spacing, so rate extrapolates to the start: exactly 1/s.
+        let points: Vec<(i64, f64)> = (1..=20).map(|i| (i * 15_000, (i * 15) as f64)).collect();
+        let r = extrapolated_rate(&points, 300_000, 300_000, Change::Rate).expect("rate");
+        assert!((r - 1.0).abs() < 1e-12, "{r}");
+        // increase over the same is 300.
+        let inc = extrapolated_rate(&points, 300_000, 300_000, Change::Increase).expect("increase");
+        assert!((inc - 300.0).abs() < 1e-9, "{inc}");
+    }
+
+    #[test]
+    fn counter_resets_add_back_the_value_before_the_reset() {
+        // 10, 20, 5, 15: increase is (20-10) + 5 + (15-5) = 25 over 45s of samples.
+        let p = [(0, 10.0), (15_000, 20.0), (30_000, 5.0), (45_000, 15.0)];
+        // Window (−15s, 45s] with range 60s at t=45s: start gap 15s < 1.1*15s,
+        // but the zero point (10/25*45 = 18s) is further, so extrapolate 15s.
+        let inc = extrapolated_rate(&p, 60_000, 45_000, Change::Increase).expect("increase");
+        assert!((inc - 25.0 * 60.0 / 45.0).abs() < 1e-9, "{inc}");
+        // delta ignores resets: 15 - 10 = 5, extrapolated the same way.
+        let d = extrapolated_rate(&p, 60_000, 45_000, Change::Delta).expect("delta");
+        assert!((d - 5.0 * 60.0 / 45.0).abs() < 1e-9, "{d}");
+        assert_eq!(
+            extrapolated_rate(&p[..1], 60_000, 45_000, Change::Rate),
+            None
+        );
+    }
+
+    #[test]
+    fn zero_point_limits_extrapolation_of_young_counters() {
+        // 0.5, 1.5, 2.5, 3.5 every 15s from 60s; rate window (45s, 105s].
+        // The 15s gap before the first sample would be extrapolated, but the
+        // counter reaches zero 45s * 0.5/3 = 7.5s before it, so the increase
+        // stops there: 3 * (45 + 7.5) / 45 = 3.5, the counter's value.
+        let p = [(60_000, 0.5), (75_000, 1.5), (90_000, 2.5), (105_000, 3.5)];
+        let inc = extrapolated_rate(&p, 60_000, 105_000, Change::Increase).expect("increase");
+        assert!((inc - 3.5).abs() < 1e-9, "{inc}");
+        // As a gauge (delta) there is no zero point: 3 * 60 / 45.
+        let d = extrapolated_rate(&p, 60_000, 105_000, Change::Delta).expect("delta");
+        assert!((d - 4.0).abs() < 1e-9, "{d}");
+    }
+
+    #[test]
+    fn irate_and_idelta_use_the_last_two_samples() {
+        let p = [(0, 1.0), (10_000, 5.0), (20_000, 2.0)];
+        assert_eq!(instant_delta(&p, Change::Delta), Some(-3.0));
+        // A reset: the last value counts as the increase.
+        assert_eq!(instant_delta(&p, Change::Rate), Some(0.2));
+        assert_eq!(instant_delta(&p[..1], Change::Rate), None);
+    }
+}
