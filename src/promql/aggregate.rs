@@ -139,7 +139,31 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         }
     }
     let input = ctx.eval_vector(&agg.expr, t)?;
-    let param = |ctx: &Ctx<'_>| -> Result<f64, QueryError> {
+    let count_label = count_values_label(agg, op)?;
+    let (groups, of) = {
+        let mut memos = ctx.group_memos.borrow_mut();
+        let memo = memos
+            .entry(agg as *const AggregateExpr as usize)
+            .or_default();
+        group_input(memo, agg, &input, count_label.as_deref())
+    };
+
+    // Sums, counts and extremes accumulate in one pass over the input; the
+    // other operators need each group's members side by side.
+    let vals: Vec<f64> = input.iter().map(|s| s.v).collect();
+    if let Some(v) = streamed(op, &vals, &of, groups.len()) {
+        return Ok(Value::Vector(
+            groups
+                .into_iter()
+                .zip(v)
+                .map(|(g, v)| Sample {
+                    labels: g.labels,
+                    v,
+                })
+                .collect(),
+        ));
+    }
+    let param = || -> Result<f64, QueryError> {
         match &agg.param {
             Some(p) => ctx.eval_scalar(p, t),
             None => Err(QueryError::BadData(
@@ -147,37 +171,46 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             )),
         }
     };
-    let count_label = if op == T_COUNT_VALUES {
-        match agg.param.as_deref() {
-            // Prometheus 3 takes any UTF-8 name but the empty one.
-            Some(Expr::StringLiteral(s)) if s.val.is_empty() => {
-                return Err(QueryError::Execution("invalid label name \"\"".to_owned()))
-            }
-            Some(Expr::StringLiteral(s)) => Some(s.val.clone()),
-            _ => {
-                return Err(QueryError::BadData(
-                    "count_values needs a label name".to_owned(),
-                ))
-            }
-        }
-    } else {
-        None
+    let param = match op {
+        T_TOPK | T_BOTTOMK | T_QUANTILE => param()?,
+        _ => 0.0,
     };
+    by_members(op, groups, &of, &input, param).map(Value::Vector)
+}
 
-    // Groups in first-seen order. A series' group is worked out once per
-    // query (the memo, by the address of the series' shared labels); at
-    // each step a sample finds its group by the memo's number for it.
-    let mut memos = ctx.group_memos.borrow_mut();
-    let memo = memos
-        .entry(agg as *const AggregateExpr as usize)
-        .or_default();
+/// `count_values`' label name (its parameter); `None` for other operators.
+fn count_values_label(agg: &AggregateExpr, op: TokenId) -> Result<Option<String>, QueryError> {
+    if op != T_COUNT_VALUES {
+        return Ok(None);
+    }
+    match agg.param.as_deref() {
+        // Prometheus 3 takes any UTF-8 name but the empty one.
+        Some(Expr::StringLiteral(s)) if s.val.is_empty() => {
+            Err(QueryError::Execution("invalid label name \"\"".to_owned()))
+        }
+        Some(Expr::StringLiteral(s)) => Ok(Some(s.val.clone())),
+        _ => Err(QueryError::BadData(
+            "count_values needs a label name".to_owned(),
+        )),
+    }
+}
+
+/// The step's groups in first-seen order, and the group of each input
+/// sample. A series' group is worked out once per query (the memo, by the
+/// address of the series' shared labels); at each step a sample finds its
+/// group by the memo's number for it. `count_values` groups by value too.
+fn group_input(
+    memo: &mut GroupMemo,
+    agg: &AggregateExpr,
+    input: &[Sample],
+    count_label: Option<&str>,
+) -> (Vec<Group>, Vec<u32>) {
     memo.at_step.iter_mut().for_each(|g| *g = GroupMemo::NONE);
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
-    // The group of each input sample, in input order.
     let mut of = Vec::with_capacity(input.len());
-    for s in &input {
-        if let Some(name) = &count_label {
+    for s in input {
+        if let Some(name) = count_label {
             let mut v = String::new();
             format_float(s.v, &mut v);
             let key = set_label(&group_labels(&s.labels, &agg.modifier), name, v);
@@ -201,33 +234,26 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         }
         of.push(at);
     }
+    (groups, of)
+}
 
-    drop(memos);
-
-    // Sums, counts and extremes accumulate in one pass over the input; the
-    // other operators need each group's members side by side.
-    let vals: Vec<f64> = input.iter().map(|s| s.v).collect();
-    if let Some(v) = streamed(op, &vals, &of, groups.len()) {
-        return Ok(Value::Vector(
-            groups
-                .into_iter()
-                .zip(v)
-                .map(|(g, v)| Sample {
-                    labels: g.labels,
-                    v,
-                })
-                .collect(),
-        ));
-    }
+/// The operators that need each group's members side by side: `topk`,
+/// `bottomk` (with `k` as `param`), `quantile` (with φ), `stddev`, `stdvar`.
+fn by_members(
+    op: TokenId,
+    mut groups: Vec<Group>,
+    of: &[u32],
+    input: &[Sample],
+    param: f64,
+) -> Result<Vec<Sample>, QueryError> {
     for (i, &g) in of.iter().enumerate() {
         groups[g as usize].members.push(i);
     }
-
     let mut out = Vec::with_capacity(groups.len());
     if op == T_TOPK || op == T_BOTTOMK {
-        let k = param(ctx)?;
+        let k = param;
         if k.is_nan() || k < 1.0 {
-            return Ok(Value::Vector(Vec::new()));
+            return Ok(Vec::new());
         }
         let k = if k >= input.len() as f64 {
             input.len()
@@ -247,9 +273,8 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             });
             out.extend(members.into_iter().take(k).cloned());
         }
-        return Ok(Value::Vector(out));
+        return Ok(out);
     }
-    let q = if op == T_QUANTILE { param(ctx)? } else { 0.0 };
     for g in groups {
         let vals = g.members.iter().map(|&i| input[i].v);
         let v = match op {
@@ -263,7 +288,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             }
             T_QUANTILE => {
                 let mut v: Vec<f64> = vals.collect();
-                quantile(q, &mut v)
+                quantile(param, &mut v)
             }
             _ => {
                 return Err(QueryError::Execution(
@@ -276,5 +301,5 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             v,
         });
     }
-    Ok(Value::Vector(out))
+    Ok(out)
 }
