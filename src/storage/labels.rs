@@ -9,7 +9,7 @@
 
 use hashbrown::HashTable;
 
-use crate::encoding::{put_uvarint, uvarint_len};
+use crate::encoding::{put_uvarint, uvarint, uvarint_len};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// An interned string's id within one shard.
@@ -140,17 +140,10 @@ fn take_field(b: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
     if t != tag {
         return None;
     }
-    let mut len = 0u64;
-    for i in 0..10 {
-        let (&byte, r) = b.split_first()?;
-        b = r;
-        len |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            let len = usize::try_from(len).ok()?;
-            return (len <= b.len()).then(|| b.split_at(len));
-        }
-    }
-    None
+    let (len, n) = uvarint(b)?;
+    b = &b[n..];
+    let len = usize::try_from(len).ok()?;
+    (len <= b.len()).then(|| b.split_at(len))
 }
 
 /// Whether `raw` is exactly the canonical encoding of `labels`, compared

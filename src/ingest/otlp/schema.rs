@@ -7,6 +7,7 @@
 //! indexes, entity refs) are unknown to Sluice and skipped, as protobuf
 //! and the OTLP JSON mapping both require.
 
+use crate::encoding::uvarint;
 use crate::ingest::protowire::{DecodeError, Reader, Value};
 
 /// A field's type, as far as the wire and JSON care.
@@ -443,20 +444,21 @@ impl Iterator for PackedVarints<'_> {
         if self.buf.is_empty() {
             return None;
         }
-        let mut v = 0u64;
-        for i in 0..10 {
-            let Some((&b, rest)) = self.buf.split_first() else {
+        match uvarint(self.buf) {
+            Some((v, n)) => {
+                self.buf = &self.buf[n..];
+                Some(Ok(v))
+            }
+            None => {
+                let truncated = self.buf.len() < 10;
                 self.buf = &[];
-                return Some(Err("truncated varint in packed run"));
-            };
-            self.buf = rest;
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Some(Ok(v));
+                Some(Err(if truncated {
+                    "truncated varint in packed run"
+                } else {
+                    "varint longer than 10 bytes in packed run"
+                }))
             }
         }
-        self.buf = &[];
-        Some(Err("varint longer than 10 bytes in packed run"))
     }
 }
 
