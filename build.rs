@@ -4,6 +4,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/prometheus/remote.proto",
+        "proto/io/prometheus/write/v2/types.proto",
         "proto/opentelemetry/proto/collector/metrics/v1/metrics_service.proto",
         "proto/google/rpc/status.proto",
     ];

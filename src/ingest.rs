@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use crate::storage::head::SampleError;
 pub use protowire::DecodeError;
-pub use remote_write::{append_write_request, record_metadata};
+pub use remote_write::{append_write_request, append_write_request_v2, record_metadata};
 use validate::LabelError;
 
 /// Samples more than this far ahead of the receiver's clock are rejected.
@@ -33,6 +33,9 @@ pub enum Reason {
     SeriesLimit,
     /// Native histograms are not stored yet.
     NativeHistogram,
+    /// A remote-write 2.0 series that breaks a rule of the request: a
+    /// reference outside `symbols`, both samples and histograms.
+    InvalidSeries,
     /// An OTLP metric whose aggregation temporality Sluice does not store
     /// (delta without `--otlp-delta-to-cumulative`, or unspecified).
     UnsupportedTemporality,
@@ -43,7 +46,7 @@ pub enum Reason {
 
 impl Reason {
     /// Number of distinct reasons.
-    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 4;
+    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 5;
 
     /// Every reason, in index order.
     pub fn all() -> impl Iterator<Item = Reason> {
@@ -56,6 +59,7 @@ impl Reason {
                 Reason::NativeHistogram,
                 Reason::UnsupportedTemporality,
                 Reason::InvalidDataPoint,
+                Reason::InvalidSeries,
             ])
     }
 
@@ -69,6 +73,7 @@ impl Reason {
             Reason::NativeHistogram => other + 1,
             Reason::UnsupportedTemporality => other + 2,
             Reason::InvalidDataPoint => other + 3,
+            Reason::InvalidSeries => other + 4,
         }
     }
 
@@ -81,6 +86,7 @@ impl Reason {
             Reason::NativeHistogram => "native_histogram_unsupported",
             Reason::UnsupportedTemporality => "unsupported_temporality",
             Reason::InvalidDataPoint => "invalid_data_point",
+            Reason::InvalidSeries => "invalid_series",
         }
     }
 }
@@ -101,6 +107,10 @@ pub struct IngestReport {
     pub wal_lsn: u64,
     /// Whether the request also carried metadata entries.
     pub metadata: bool,
+    /// Series refused for breaking a rule of the request, samples or not.
+    pub refused_series: u64,
+    /// Exemplars the request carried.
+    pub exemplars: u64,
 }
 
 impl Default for IngestReport {
@@ -112,6 +122,8 @@ impl Default for IngestReport {
             problems: Vec::new(),
             wal_lsn: 0,
             metadata: false,
+            refused_series: 0,
+            exemplars: 0,
         }
     }
 }
@@ -132,9 +144,33 @@ impl IngestReport {
         }
     }
 
+    /// Whether anything the request carried was not stored: the reply
+    /// must then be an error (400) that says what.
+    pub fn is_partial(&self) -> bool {
+        self.rejected_total() > 0 || self.refused_series > 0
+    }
+
+    /// Refuses a series that breaks a rule of the request, with the `lost`
+    /// samples (and histograms) it carried.
+    pub(crate) fn refuse_series(&mut self, lost: u64, detail: impl FnOnce() -> String) {
+        self.refused_series += 1;
+        self.rejected[Reason::InvalidSeries.index()] += lost;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(detail());
+        }
+    }
+
     /// The plain-text reply for a request with rejections: counts by
     /// reason, then the first problems.
     pub fn message(&self) -> String {
+        if self.rejected_total() == 0 && self.refused_series > 0 {
+            return format!(
+                "refused {} series that carried no samples; the other series were stored. \
+                 First problems: {}",
+                self.refused_series,
+                self.problems.join("; ")
+            );
+        }
         let total = self.rejected_total();
         summary(
             "samples",
@@ -144,6 +180,30 @@ impl IngestReport {
             &self.problems,
         )
     }
+}
+
+/// Labels as `{name="value", …}` for error messages, cut short after
+/// about 256 bytes so a reply stays small whatever was sent.
+pub(crate) fn describe_labels<'a>(labels: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String {
+    const MAX: usize = 256;
+    let mut s = String::from("{");
+    for (i, (n, v)) in labels.enumerate() {
+        if s.len() > MAX {
+            s.push_str(", …");
+            break;
+        }
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&String::from_utf8_lossy(&n[..n.len().min(MAX)]));
+        s.push('=');
+        s.push_str(&format!(
+            "{:?}",
+            String::from_utf8_lossy(&v[..v.len().min(MAX)])
+        ));
+    }
+    s.push('}');
+    s
 }
 
 /// `rejected <n> of <total> <unit> (<reason>: <n>, …); the other <unit>

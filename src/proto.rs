@@ -7,6 +7,20 @@ pub mod prometheus {
     include!(concat!(env!("OUT_DIR"), "/prometheus.rs"));
 }
 
+/// Remote-write 2.0 messages (`package io.prometheus.write.v2`).
+pub mod io {
+    /// `io.prometheus`
+    pub mod prometheus {
+        /// `io.prometheus.write`
+        pub mod write {
+            /// `io.prometheus.write.v2`
+            pub mod v2 {
+                include!(concat!(env!("OUT_DIR"), "/io.prometheus.write.v2.rs"));
+            }
+        }
+    }
+}
+
 /// `google.rpc.Status`, the body of OTLP/HTTP error replies.
 pub mod google {
     /// `google.rpc`

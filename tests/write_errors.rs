@@ -98,12 +98,24 @@ async fn bad_bodies_and_headers_are_refused_clearly() {
         ok.clone(),
         &[(
             "content-type",
-            "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+            "application/x-protobuf;proto=io.prometheus.write.v3.Request",
         )],
     )
     .await;
     assert_eq!(code, 415);
     assert!(text.contains("io.prometheus.write.v2.Request"), "{text}");
+    // A 1.0 body labelled 2.0: its fields are the ones 2.0 reserves.
+    let (code, text) = push_with(
+        srv.addr,
+        ok.clone(),
+        &[(
+            "content-type",
+            "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+        )],
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(text.contains("looks like a remote write 1.0"), "{text}");
     // No Content-Type or Content-Encoding at all: 1.0 with snappy is assumed.
     let (code, _) = push_with(
         srv.addr,

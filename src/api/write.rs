@@ -1,4 +1,5 @@
-//! `POST /api/v1/write`: the remote-write 1.0 receiver.
+//! `POST /api/v1/write`: the remote-write 1.0 and 2.0 receiver, the
+//! version chosen by `Content-Type` as the 2.0 spec requires.
 //!
 //! Status codes follow the spec so that senders do the right thing: 204 when
 //! everything was stored; 400 (not retried) when some data is invalid, with
@@ -19,6 +20,41 @@ use crate::reuse::Reused;
 /// The remote-write version header, sent back on every reply.
 static VERSION_HEADER: HeaderName = HeaderName::from_static("x-prometheus-remote-write-version");
 
+/// What a 2.0 reply says was written (spec: "Required Written Response
+/// Headers"), on success and on failure.
+static SAMPLES_WRITTEN: HeaderName =
+    HeaderName::from_static("x-prometheus-remote-write-samples-written");
+static HISTOGRAMS_WRITTEN: HeaderName =
+    HeaderName::from_static("x-prometheus-remote-write-histograms-written");
+static EXEMPLARS_WRITTEN: HeaderName =
+    HeaderName::from_static("x-prometheus-remote-write-exemplars-written");
+
+/// The message a request carries, by its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// `prometheus.WriteRequest`.
+    V1,
+    /// `io.prometheus.write.v2.Request`.
+    V2,
+}
+
+impl Version {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Version::V1 => "0.1.0",
+            Version::V2 => "2.0.0",
+        })
+    }
+
+    /// The protocol label of its metrics.
+    fn protocol(self) -> &'static str {
+        match self {
+            Version::V1 => "remote_write",
+            Version::V2 => "remote_write_2",
+        }
+    }
+}
+
 /// The first bytes of a snappy *framed* stream (which PRW forbids).
 const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
 
@@ -36,12 +72,22 @@ pub(super) async fn remote_write(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = match handle(&state, &headers, body) {
+    let version = check_content_type(&headers);
+    let replied_as = version.as_ref().map_or(Version::V1, |v| *v);
+    // Samples durably written: what a 2.0 reply reports.
+    let mut written = 0;
+    let result = match version.and_then(|v| handle(&state, v, &headers, body)) {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
         Ok(report) => match state.durable(report.wal_lsn).await {
-            Ok(()) if report.rejected_total() > 0 => Err(ApiError::BadRequest(report.message())),
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                written = report.accepted;
+                if report.is_partial() {
+                    Err(ApiError::BadRequest(report.message()))
+                } else {
+                    Ok(())
+                }
+            }
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
@@ -50,17 +96,24 @@ pub(super) async fn remote_write(
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => e.into_response(),
     };
-    resp.headers_mut()
-        .insert(VERSION_HEADER.clone(), HeaderValue::from_static("0.1.0"));
+    let version = replied_as;
+    let headers = resp.headers_mut();
+    headers.insert(VERSION_HEADER.clone(), version.header());
+    if version == Version::V2 {
+        headers.insert(SAMPLES_WRITTEN.clone(), HeaderValue::from(written));
+        // Native histograms and exemplars are not stored yet.
+        headers.insert(HISTOGRAMS_WRITTEN.clone(), HeaderValue::from(0u64));
+        headers.insert(EXEMPLARS_WRITTEN.clone(), HeaderValue::from(0u64));
+    }
     resp
 }
 
 fn handle(
     state: &AppState,
+    version: Version,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<ingest::IngestReport, ApiError> {
-    check_content_type(headers)?;
     check_content_encoding(headers)?;
     let inner = &state.inner;
     let body = state.write_body(body)?;
@@ -100,47 +153,72 @@ fn handle(
                 .map_err(|e| {
                     ApiError::BadRequest(format!("body is not valid snappy block data: {e}"))
                 })?;
-            let result =
-                ingest::append_write_request(&inner.head, &buf[..n], &inner.limits, now_ms)
-                    .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
-            if result.as_ref().is_ok_and(|r| r.metadata) {
-                ingest::record_metadata(&inner.metadata, &buf[..n]);
+            let body = &buf[..n];
+            match version {
+                Version::V1 => {
+                    let result =
+                        ingest::append_write_request(&inner.head, body, &inner.limits, now_ms)
+                            .map_err(|e| {
+                                ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))
+                            });
+                    if result.as_ref().is_ok_and(|r| r.metadata) {
+                        ingest::record_metadata(&inner.metadata, body);
+                    }
+                    result
+                }
+                Version::V2 => ingest::append_write_request_v2(
+                    &inner.head,
+                    &inner.metadata,
+                    body,
+                    &inner.limits,
+                    now_ms,
+                )
+                .map_err(|e| {
+                    ApiError::BadRequest(format!(
+                        "cannot decode io.prometheus.write.v2.Request: {e}"
+                    ))
+                }),
             }
-            result
         })
     })?;
-    inner.metrics.record_ingest("remote_write", &report);
+    inner.metrics.record_ingest(version.protocol(), &report);
     Ok(report)
 }
 
-/// A missing Content-Type means 1.0 (as Prometheus treats it); otherwise it
-/// must be protobuf, and a `proto=` parameter must name the 1.0 message.
-fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+/// The message the request carries: a missing Content-Type, or protobuf
+/// without a `proto=` parameter, means 1.0 (as Prometheus treats it);
+/// `proto=` names 1.0 or 2.0; anything else is 415.
+fn check_content_type(headers: &HeaderMap) -> Result<Version, ApiError> {
     let Some(v) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
+        return Ok(Version::V1);
     };
     let v = v.to_str().unwrap_or("");
     let mut parts = v.split(';');
     let media = parts.next().unwrap_or("").trim();
     if !media.eq_ignore_ascii_case("application/x-protobuf") {
         return Err(ApiError::UnsupportedMediaType(format!(
-            "unsupported Content-Type {v:?}: remote write 1.0 needs application/x-protobuf"
+            "unsupported Content-Type {v:?}: remote write needs application/x-protobuf"
         )));
     }
+    let mut version = Version::V1;
     for p in parts {
         let Some((k, val)) = p.split_once('=') else {
             continue;
         };
         if k.trim().eq_ignore_ascii_case("proto") {
-            let val = val.trim().trim_matches('"');
-            if val != "prometheus.WriteRequest" {
-                return Err(ApiError::UnsupportedMediaType(format!(
-                    "unsupported remote write message {val:?}: this receiver speaks remote write 1.0 (prometheus.WriteRequest)"
-                )));
-            }
+            version = match val.trim().trim_matches('"') {
+                "prometheus.WriteRequest" => Version::V1,
+                "io.prometheus.write.v2.Request" => Version::V2,
+                other => {
+                    return Err(ApiError::UnsupportedMediaType(format!(
+                        "unsupported remote write message {other:?}: this receiver speaks \
+                         prometheus.WriteRequest (1.0) and io.prometheus.write.v2.Request (2.0)"
+                    )))
+                }
+            };
         }
     }
-    Ok(())
+    Ok(version)
 }
 
 /// A missing Content-Encoding is taken as snappy; anything else is refused.

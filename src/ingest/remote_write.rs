@@ -7,6 +7,9 @@
 //! are counted per reason and summarised once per request.
 
 pub mod decode;
+pub mod v2;
+
+use v2::{MetadataRefs, RequestError, SpanV2};
 
 pub use decode::{
     decode, decode_each, metadata, Checked, MetadataView, SampleIter, Series, SeriesSpan,
@@ -18,7 +21,7 @@ use super::{
     label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
 };
 use crate::reuse::{Buffer, Reused};
-use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError, ShardGuard};
+use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
 
@@ -35,50 +38,95 @@ pub fn append_write_request(
     BATCH.with(|kept| {
         kept.with(|batch| {
             batch.clear();
-            append_batch(head, body, limits, max_t, batch)
+            let mut report = IngestReport::default();
+            // 1. Each series with samples, by the hash of its raw label
+            // bytes, as the request is checked (nothing is stored until
+            // all of it is).
+            let checked = decode::decode_each(body, |ts| {
+                if ts.histograms > 0 {
+                    report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
+                        format!(
+                            "native histogram samples are not supported yet for series {}",
+                            ts.describe()
+                        )
+                    });
+                }
+                if ts.samples == 0 {
+                    return;
+                }
+                let span = ts.span(body);
+                match ts.labels_raw {
+                    Some(raw) => batch.push(head, fingerprint(raw), span),
+                    None => batch.rest.push(span),
+                }
+            })?;
+            report.metadata = checked.metadata;
+            append_series(head, &V1 { body }, limits, max_t, batch, &mut report);
+            Ok(report)
         })
     })
 }
 
-/// [`append_write_request`] with the thread's buffers.
-fn append_batch(
+/// What the shared pipeline needs of a request's series, whatever the
+/// protocol: the series' labels as sent, its samples, and words for it.
+pub(super) trait Wire {
+    /// Where a series is in the request (kept in reused buffers).
+    type Span: Copy + Default;
+    /// The series' labels in the head's canonical byte form, as sent (a
+    /// known series is found by these bytes; unsorted labels find none).
+    fn canonical(&self, span: &Self::Span) -> &[u8];
+    /// The series' float samples.
+    fn samples(&self, span: &Self::Span) -> SampleIter<'_>;
+    /// How many float samples the series has.
+    fn sample_count(&self, span: &Self::Span) -> u32;
+    /// The series' labels as raw (name, value) pairs, in sent order.
+    fn labels<'a>(&'a self, span: &Self::Span, out: &mut Vec<(&'a [u8], &'a [u8])>);
+    /// The series for an error message.
+    fn describe(&self, span: &Self::Span) -> String;
+}
+
+/// A remote-write 1.0 request: each series' labels are its raw bytes.
+struct V1<'a> {
+    body: &'a [u8],
+}
+
+impl Wire for V1<'_> {
+    type Span = SeriesSpan;
+
+    fn canonical(&self, span: &SeriesSpan) -> &[u8] {
+        span.view(self.body).labels_raw.unwrap_or_default()
+    }
+
+    fn samples(&self, span: &SeriesSpan) -> SampleIter<'_> {
+        span.view(self.body).samples()
+    }
+
+    fn sample_count(&self, span: &SeriesSpan) -> u32 {
+        span.view(self.body).samples
+    }
+
+    fn labels<'a>(&'a self, span: &SeriesSpan, out: &mut Vec<(&'a [u8], &'a [u8])>) {
+        out.extend(span.view(self.body).labels());
+    }
+
+    fn describe(&self, span: &SeriesSpan) -> String {
+        span.view(self.body).describe()
+    }
+}
+
+/// Steps 2 and 3 of a request whose series are in `batch` (step 1, the
+/// protocol's decoding, put them there): series the head holds are
+/// appended shard by shard, then new series are validated and created.
+/// Fills in the report's counts and WAL position.
+pub(super) fn append_series<W: Wire>(
     head: &Head,
-    body: &[u8],
+    wire: &W,
     limits: &LabelLimits,
     max_t: i64,
-    batch: &mut Batch,
-) -> Result<IngestReport, DecodeError> {
-    let mut report = IngestReport::default();
+    batch: &mut Batch<W::Span>,
+    report: &mut IngestReport,
+) {
     let mut counts = AppendCounts::default();
-
-    // 1. Each series with samples, by the hash of its raw label bytes, as
-    // the request is checked (nothing is stored until all of it is).
-    let checked = decode::decode_each(body, |ts| {
-        if ts.histograms > 0 {
-            report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
-                format!(
-                    "native histogram samples are not supported yet for series {}",
-                    ts.describe()
-                )
-            });
-        }
-        if ts.samples == 0 {
-            return;
-        }
-        match ts.labels_raw {
-            Some(raw) => {
-                let fp = fingerprint(raw);
-                batch.entries.push(Entry {
-                    fp,
-                    shard: head.shard_of(fp),
-                    span: ts.span(body),
-                });
-            }
-            None => batch.spill.rest.push(ts.span(body)),
-        }
-    });
-    let checked = checked?;
-    report.metadata = checked.metadata;
 
     // 2. Series the head holds, shard by shard: each shard is locked once
     // for all its series in the request, and a shard another request holds
@@ -88,7 +136,8 @@ fn append_batch(
         sorted,
         starts,
         pending,
-        spill,
+        rest,
+        slots,
         ..
     } = batch;
     while !pending.is_empty() {
@@ -106,15 +155,22 @@ fn append_batch(
         };
         let shard = pending.swap_remove(at);
         let group = &sorted[starts[shard]..starts[shard + 1]];
-        append_known(
-            &mut guard,
-            group,
-            body,
-            max_t,
-            &mut counts,
-            &mut report,
-            spill,
+        // Every lookup first, then every append (see `ShardGuard::find_warm`).
+        slots.clear();
+        slots.extend(
+            group
+                .iter()
+                .map(|e| guard.find_warm(e.fp, wire.canonical(&e.span))),
         );
+        for (e, &slot) in group.iter().zip(slots.iter()) {
+            let Some(slot) = slot else {
+                rest.push(e.span);
+                continue;
+            };
+            counts.first = None;
+            guard.append_to(slot, wire.samples(&e.span), max_t, &mut counts);
+            note_sample_problem(report, &counts, || wire.describe(&e.span), max_t);
+        }
     }
 
     // 3. New series (and any whose labels are not one run of bytes):
@@ -122,15 +178,15 @@ fn append_batch(
     let mut raw_labels = Vec::new();
     let mut labels = Vec::new();
     let mut canonical = Vec::new();
-    for span in spill.rest.iter() {
-        let ts = span.view(body);
+    for span in rest.iter() {
+        let samples = u64::from(wire.sample_count(span));
         counts.first = None;
         raw_labels.clear();
-        raw_labels.extend(ts.labels());
+        wire.labels(span, &mut raw_labels);
         match validate::validate(&raw_labels, limits, &mut labels) {
             Err(e) => {
-                report.reject(Reason::Label(e), u64::from(ts.samples), || {
-                    format!("{} for series {}", label_problem(e), ts.describe())
+                report.reject(Reason::Label(e), samples, || {
+                    format!("{} for series {}", label_problem(e), wire.describe(span))
                 });
                 continue;
             }
@@ -139,50 +195,19 @@ fn append_batch(
         canonical.clear();
         encode_canonical(labels.iter().copied(), &mut canonical);
         if let Err(limit) =
-            head.append_labels(&labels, &canonical, ts.samples(), max_t, &mut counts)
+            head.append_labels(&labels, &canonical, wire.samples(span), max_t, &mut counts)
         {
-            report.reject(Reason::SeriesLimit, u64::from(ts.samples), || {
-                format!("{limit}; new series {} not created", ts.describe())
+            report.reject(Reason::SeriesLimit, samples, || {
+                format!("{limit}; new series {} not created", wire.describe(span))
             });
             continue;
         }
-        note_sample_problem(&mut report, &counts, &ts, max_t);
+        note_sample_problem(report, &counts, || wire.describe(span), max_t);
     }
     report.accepted = counts.appended;
     report.wal_lsn = head.log_appended(&mut counts);
     for e in SampleError::ALL {
         report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
-    }
-    Ok(report)
-}
-
-/// Appends each series of `group` (all in the guarded shard) that the head
-/// holds; those it does not hold yet go to `spill.rest`.
-fn append_known(
-    guard: &mut ShardGuard<'_>,
-    group: &[Entry],
-    body: &[u8],
-    max_t: i64,
-    counts: &mut AppendCounts,
-    report: &mut IngestReport,
-    spill: &mut Spill,
-) {
-    let Spill { rest, slots } = spill;
-    // Every lookup first, then every append (see `ShardGuard::find_warm`).
-    slots.clear();
-    slots.extend(group.iter().map(|e| {
-        let raw = e.span.view(body).labels_raw.unwrap_or_default();
-        guard.find_warm(e.fp, raw)
-    }));
-    for (e, &slot) in group.iter().zip(slots.iter()) {
-        let Some(slot) = slot else {
-            rest.push(e.span);
-            continue;
-        };
-        let ts = e.span.view(body);
-        counts.first = None;
-        guard.append_to(slot, ts.samples(), max_t, counts);
-        note_sample_problem(report, counts, &ts, max_t);
     }
 }
 
@@ -190,7 +215,7 @@ fn append_known(
 fn note_sample_problem(
     report: &mut IngestReport,
     counts: &AppendCounts,
-    ts: &TimeSeriesView<'_>,
+    describe: impl FnOnce() -> String,
     max_t: i64,
 ) {
     if let Some((e, t)) = counts.first {
@@ -198,7 +223,7 @@ fn note_sample_problem(
             report.problems.push(format!(
                 "{} at timestamp {t} for series {}",
                 sample_problem(e, t, max_t),
-                ts.describe()
+                describe()
             ));
         }
     }
@@ -206,44 +231,60 @@ fn note_sample_problem(
 
 /// A series of a request: its fingerprint, shard and place in the request.
 #[derive(Debug, Clone, Copy, Default)]
-struct Entry {
+pub(super) struct Entry<S> {
     fp: Fingerprint,
     shard: usize,
-    span: SeriesSpan,
+    span: S,
 }
 
 /// A request's series grouped by shard. Kept per thread and reused, so a
 /// request of known series allocates nothing.
-#[derive(Debug, Default)]
-struct Batch {
+#[derive(Debug)]
+pub(super) struct Batch<S> {
     /// In request order.
-    entries: Vec<Entry>,
+    entries: Vec<Entry<S>>,
     /// Grouped by shard, request order kept within a shard.
-    sorted: Vec<Entry>,
+    sorted: Vec<Entry<S>>,
     /// `sorted[starts[i]..starts[i + 1]]` are shard `i`'s.
     starts: Vec<usize>,
     /// Shards with series in the request, not yet appended to.
     pending: Vec<usize>,
-    /// Series left for step 3, and scratch for step 2.
-    spill: Spill,
-}
-
-/// What appending a shard's known series leaves and uses.
-#[derive(Debug, Default)]
-struct Spill {
-    /// Series to create or to look up by their parsed labels.
-    rest: Vec<SeriesSpan>,
+    /// Series to create or to look up by their parsed labels (step 3).
+    pub(super) rest: Vec<S>,
     /// One shard's series' slots in the head, `None` for new ones.
     slots: Vec<Option<u32>>,
 }
 
-impl Batch {
-    fn clear(&mut self) {
+impl<S> Default for Batch<S> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            sorted: Vec::new(),
+            starts: Vec::new(),
+            pending: Vec::new(),
+            rest: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+}
+
+impl<S: Copy + Default> Batch<S> {
+    pub(super) fn clear(&mut self) {
         self.entries.clear();
         self.sorted.clear();
         self.pending.clear();
-        self.spill.rest.clear();
-        self.spill.slots.clear();
+        self.rest.clear();
+        self.slots.clear();
+    }
+
+    /// Adds a series whose canonical label bytes hash to `fp`.
+    #[inline]
+    pub(super) fn push(&mut self, head: &Head, fp: Fingerprint, span: S) {
+        self.entries.push(Entry {
+            fp,
+            shard: head.shard_of(fp),
+            span,
+        });
     }
 
     /// Counting sort of `entries` into `sorted` by shard.
@@ -273,14 +314,14 @@ impl Batch {
     }
 }
 
-impl Buffer for Batch {
+impl<S> Buffer for Batch<S> {
     fn heap_bytes(&self) -> usize {
         self.entries.heap_bytes()
             + self.sorted.heap_bytes()
             + self.starts.heap_bytes()
             + self.pending.heap_bytes()
-            + self.spill.rest.heap_bytes()
-            + self.spill.slots.heap_bytes()
+            + self.rest.heap_bytes()
+            + self.slots.heap_bytes()
     }
 
     fn release(&mut self) {
@@ -289,7 +330,134 @@ impl Buffer for Batch {
 }
 
 thread_local! {
-    static BATCH: Reused<Batch> = Reused::default();
+    static BATCH: Reused<Batch<SeriesSpan>> = Reused::default();
+    static BATCH_V2: Reused<(Batch<SpanV2>, v2::Scratch)> = Reused::default();
+}
+
+impl Buffer for v2::Scratch {
+    fn heap_bytes(&self) -> usize {
+        v2::Scratch::heap_bytes(self)
+    }
+
+    fn release(&mut self) {
+        *self = v2::Scratch::default();
+    }
+}
+
+/// Appends a decompressed remote-write 2.0 `Request` to `head`, and its
+/// series' metadata to `metadata`. A body that is not a valid request is
+/// refused whole, before anything is stored; a series that breaks a rule
+/// (a reference outside `symbols`, both or neither of samples and
+/// histograms) is refused alone, and every valid series is stored.
+pub fn append_write_request_v2(
+    head: &Head,
+    metadata: &MetadataStore,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+) -> Result<IngestReport, RequestError> {
+    let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
+    BATCH_V2.with(|kept| {
+        kept.with(|(batch, scratch)| {
+            batch.clear();
+            v2::check(body, scratch)?;
+            let mut report = IngestReport::default();
+            // 1. Each valid series, by the hash of its canonical label
+            // bytes, built from its references.
+            for i in 0..scratch.series.len() {
+                let span = scratch.series[i];
+                report.exemplars += u64::from(span.exemplars);
+                if let Err(problem) = scratch.resolve(body, i) {
+                    let lost = u64::from(span.samples) + u64::from(span.histograms);
+                    report.refuse_series(lost, || {
+                        problem.describe(span.index, scratch.symbol_count())
+                    });
+                    continue;
+                }
+                if span.histograms > 0 {
+                    report.reject(Reason::NativeHistogram, u64::from(span.histograms), || {
+                        format!(
+                            "native histogram samples are not supported yet for series {}",
+                            scratch.describe(body, &span)
+                        )
+                    });
+                    continue;
+                }
+                let span = scratch.series[i];
+                batch.push(head, fingerprint(scratch.canonical(&span)), span);
+            }
+            append_series(
+                head,
+                &V2 { body, scratch },
+                limits,
+                max_t,
+                batch,
+                &mut report,
+            );
+            record_metadata_v2(metadata, body, scratch);
+            Ok(report)
+        })
+    })
+}
+
+/// A remote-write 2.0 request: labels are references into its symbols.
+struct V2<'a> {
+    body: &'a [u8],
+    scratch: &'a v2::Scratch,
+}
+
+impl Wire for V2<'_> {
+    type Span = SpanV2;
+
+    fn canonical(&self, span: &SpanV2) -> &[u8] {
+        self.scratch.canonical(span)
+    }
+
+    fn samples(&self, span: &SpanV2) -> SampleIter<'_> {
+        self.scratch.samples(self.body, span)
+    }
+
+    fn sample_count(&self, span: &SpanV2) -> u32 {
+        span.samples
+    }
+
+    fn labels<'a>(&'a self, span: &SpanV2, out: &mut Vec<(&'a [u8], &'a [u8])>) {
+        out.extend(self.scratch.labels(self.body, span));
+    }
+
+    fn describe(&self, span: &SpanV2) -> String {
+        self.scratch.describe(self.body, span)
+    }
+}
+
+/// Records the metadata the series of a checked 2.0 request carry, once
+/// per run of series with the same name and metadata (senders send a
+/// family's series together). Series without `__name__` are skipped.
+fn record_metadata_v2(store: &MetadataStore, body: &[u8], scratch: &v2::Scratch) {
+    let mut last: Option<(&str, MetadataRefs)> = None;
+    for span in &scratch.series {
+        let Some(md) = span.metadata else {
+            continue;
+        };
+        let Some(name) = scratch
+            .labels(body, span)
+            .find(|(n, _)| *n == b"__name__")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+            .filter(|n| !n.is_empty())
+        else {
+            continue;
+        };
+        if last == Some((name, md)) {
+            continue;
+        }
+        last = Some((name, md));
+        store.record(
+            name,
+            type_name(md.kind),
+            scratch.text(body, md.help),
+            scratch.text(body, md.unit),
+        );
+    }
 }
 
 /// Records the `metadata` of a checked remote-write 1.0 request. Entries

@@ -100,16 +100,31 @@ pub fn encode_canonical<'a>(
     labels: impl IntoIterator<Item = (&'a str, &'a str)>,
     out: &mut Vec<u8>,
 ) {
+    encode_canonical_bytes(
+        labels
+            .into_iter()
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+        out,
+    );
+}
+
+/// Appends `labels` to `out` in the canonical form, as they are: the bytes
+/// equal a series' canonical form only if they are that series' labels,
+/// sorted and valid.
+pub fn encode_canonical_bytes<'a>(
+    labels: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    out: &mut Vec<u8>,
+) {
     for (name, value) in labels {
         let inner = field_len(name.len()) + field_len(value.len());
         out.push(0x0a);
         put_uvarint(out, inner as u64);
         out.push(0x0a);
         put_uvarint(out, name.len() as u64);
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name);
         out.push(0x12);
         put_uvarint(out, value.len() as u64);
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
     }
 }
 

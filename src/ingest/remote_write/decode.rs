@@ -4,6 +4,7 @@
 //! stored) and notes where each series' labels and samples are; iterators
 //! then read them in place.
 
+use crate::ingest::describe_labels;
 use crate::ingest::protowire::{wrong_type, DecodeError, Reader, Value};
 
 /// One `TimeSeries`, borrowed from the request.
@@ -221,7 +222,7 @@ fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
 }
 
 #[inline]
-fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+pub(super) fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     if fast_sample(msg).is_some() {
         return Ok(());
     }
@@ -238,7 +239,7 @@ fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
 
 /// Exemplars, histograms and metadata are not stored yet; their framing is
 /// still checked so a corrupt body is never half-applied.
-fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+pub(super) fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     let mut r = Reader::nested(msg, base);
     while r.next_field()?.is_some() {}
     Ok(())
@@ -282,34 +283,12 @@ impl<'a> TimeSeriesView<'a> {
 
     /// The series' float samples as (timestamp ms, value), in sent order.
     pub fn samples(&self) -> SampleIter<'a> {
-        let at = self.samples_at as usize;
-        SampleIter {
-            r: Reader::nested(self.msg.get(at..).unwrap_or_default(), self.base + at),
-        }
+        SampleIter::at(self.msg, self.base, self.samples_at as usize)
     }
 
-    /// The labels as `{name="value", …}` for error messages, cut short
-    /// after about 256 bytes so a reply stays small whatever was sent.
+    /// The labels as `{name="value", …}` for error messages.
     pub fn describe(&self) -> String {
-        const MAX: usize = 256;
-        let mut s = String::from("{");
-        for (i, (n, v)) in self.labels().enumerate() {
-            if s.len() > MAX {
-                s.push_str(", …");
-                break;
-            }
-            if i > 0 {
-                s.push_str(", ");
-            }
-            s.push_str(&String::from_utf8_lossy(&n[..n.len().min(MAX)]));
-            s.push('=');
-            s.push_str(&format!(
-                "{:?}",
-                String::from_utf8_lossy(&v[..v.len().min(MAX)])
-            ));
-        }
-        s.push('}');
-        s
+        describe_labels(self.labels())
     }
 }
 
@@ -329,6 +308,16 @@ fn fields<'a>(msg: &'a [u8], base: usize, field: u32) -> impl Iterator<Item = &'
 #[derive(Debug, Clone)]
 pub struct SampleIter<'a> {
     r: Reader<'a>,
+}
+
+impl<'a> SampleIter<'a> {
+    /// The samples of the `TimeSeries` `msg` (found at `base` in its
+    /// request), whose first sample field starts at `at`.
+    pub(super) fn at(msg: &'a [u8], base: usize, at: usize) -> Self {
+        SampleIter {
+            r: Reader::nested(msg.get(at..).unwrap_or_default(), base + at),
+        }
+    }
 }
 
 impl Iterator for SampleIter<'_> {

@@ -1,0 +1,280 @@
+//! Remote-write 2.0 over real HTTP: hand-built requests for the rules of
+//! the spec (references, symbols[0], samples or histograms, sorting,
+//! partial writes), each reply's status, message and written-count
+//! headers, and what the head holds afterwards.
+
+mod common;
+
+use common::{now_ms, start, TestServer};
+use prost::Message;
+use sluice::config::Config;
+use sluice::proto::io::prometheus::write::v2 as pb;
+use sluice::storage::index::{MatchOp, Matcher};
+
+const V2: &str = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+
+/// A reply: status, the three written counts, the version header, body.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    written: (Option<u64>, Option<u64>, Option<u64>),
+    version: String,
+    text: String,
+}
+
+async fn push_v2(srv: &TestServer, req: &pb::Request) -> Reply {
+    push_raw(srv, req.encode_to_vec()).await
+}
+
+async fn push_raw(srv: &TestServer, raw: Vec<u8>) -> Reply {
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&raw)
+        .expect("compress");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/write", srv.addr))
+        .header("content-type", V2)
+        .header("content-encoding", "snappy")
+        .header("x-prometheus-remote-write-version", "2.0.0")
+        .body(body)
+        .send()
+        .await
+        .expect("sent");
+    let h = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let written = (
+        h("x-prometheus-remote-write-samples-written"),
+        h("x-prometheus-remote-write-histograms-written"),
+        h("x-prometheus-remote-write-exemplars-written"),
+    );
+    let version = resp
+        .headers()
+        .get("x-prometheus-remote-write-version")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    Reply {
+        status: resp.status().as_u16(),
+        written,
+        version,
+        text: resp.text().await.expect("body"),
+    }
+}
+
+/// A request over `symbols` (symbols[0] must be "" unless a test says).
+struct Builder {
+    symbols: Vec<String>,
+    series: Vec<pb::TimeSeries>,
+}
+
+impl Builder {
+    fn new() -> Self {
+        Self {
+            symbols: vec![String::new()],
+            series: Vec::new(),
+        }
+    }
+
+    fn sym(&mut self, s: &str) -> u32 {
+        match self.symbols.iter().position(|x| x == s) {
+            Some(i) => i as u32,
+            None => {
+                self.symbols.push(s.to_owned());
+                (self.symbols.len() - 1) as u32
+            }
+        }
+    }
+
+    /// A series with labels in the given order and float samples.
+    fn series(&mut self, labels: &[(&str, &str)], samples: &[(i64, f64)]) -> &mut pb::TimeSeries {
+        let labels_refs = labels
+            .iter()
+            .flat_map(|&(n, v)| [self.sym(n), self.sym(v)])
+            .collect();
+        self.series.push(pb::TimeSeries {
+            labels_refs,
+            samples: samples
+                .iter()
+                .map(|&(timestamp, value)| pb::Sample {
+                    value,
+                    timestamp,
+                    start_timestamp: 0,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        self.series.last_mut().expect("just pushed")
+    }
+
+    fn build(&self) -> pb::Request {
+        pb::Request {
+            symbols: self.symbols.clone(),
+            timeseries: self.series.clone(),
+        }
+    }
+}
+
+fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
+    let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
+    srv.state
+        .head()
+        .select_samples(&[m], i64::MIN, i64::MAX)
+        .into_iter()
+        .flat_map(|s| s.samples)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_valid_request_is_stored_with_its_metadata_and_counted() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let mut b = Builder::new();
+    let help = b.sym("Requests served.");
+    let unit = b.sym("requests");
+    b.series(
+        &[("__name__", "http_requests_total"), ("job", "api")],
+        &[(t, 1.0), (t + 15_000, 2.0)],
+    )
+    .metadata = Some(pb::Metadata {
+        r#type: pb::metadata::MetricType::Counter as i32,
+        help_ref: help,
+        unit_ref: unit,
+    });
+    // Labels out of order, as the compliance suite's generator sends them.
+    b.series(&[("job", "api"), ("__name__", "up")], &[(t, 1.0)]);
+    let r = push_v2(&srv, &b.build()).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(r.written, (Some(3), Some(0), Some(0)));
+    assert_eq!(r.version, "2.0.0");
+    assert_eq!(
+        stored(&srv, "http_requests_total"),
+        vec![(t, 1.0), (t + 15_000, 2.0)]
+    );
+    assert_eq!(stored(&srv, "up"), vec![(t, 1.0)]);
+
+    // The same series again: found by their label bytes, nothing new made.
+    let series_before = srv.state.head().stats().series;
+    let mut b2 = Builder::new();
+    b2.series(
+        &[("__name__", "http_requests_total"), ("job", "api")],
+        &[(t + 30_000, 3.0)],
+    );
+    b2.series(&[("job", "api"), ("__name__", "up")], &[(t + 15_000, 1.0)]);
+    let r = push_v2(&srv, &b2.build()).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(r.written.0, Some(2));
+    assert_eq!(srv.state.head().stats().series, series_before);
+    assert_eq!(stored(&srv, "up").len(), 2);
+
+    let md = srv.state.metadata().list(Some("http_requests_total"), 0, 0);
+    let entry = md
+        .first()
+        .expect("metadata recorded")
+        .1
+        .first()
+        .expect("one entry");
+    assert_eq!(
+        (entry.kind, entry.help.as_str(), entry.unit.as_str()),
+        ("counter", "Requests served.", "requests")
+    );
+}
+
+#[tokio::test]
+async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let mut b = Builder::new();
+    b.series(&[("__name__", "ok_a")], &[(t, 1.0), (t + 1000, 2.0)]);
+    // 1: a reference past the symbols table.
+    b.series(&[("__name__", "bad_ref")], &[(t, 1.0)])
+        .labels_refs[1] = 999;
+    // 2: both samples and histograms.
+    b.series(&[("__name__", "both")], &[(t, 1.0)])
+        .histograms
+        .push(pb::Histogram::default());
+    // 3: neither.
+    b.series(&[("__name__", "neither")], &[]);
+    // 4: a native histogram series: refused until histograms are stored.
+    b.series(&[("__name__", "hist")], &[])
+        .histograms
+        .push(pb::Histogram {
+            timestamp: t,
+            ..Default::default()
+        });
+    // 5: duplicate label names.
+    b.series(&[("__name__", "dup"), ("a", "1"), ("a", "2")], &[(t, 1.0)]);
+    // 6: out of order within the series: the first sample is stored.
+    b.series(&[("__name__", "ooo")], &[(t + 1000, 1.0), (t, 2.0)]);
+    let r = push_v2(&srv, &b.build()).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.written, (Some(3), Some(0), Some(0)), "{}", r.text);
+    for needle in [
+        "series 1:",
+        "outside the symbols table",
+        "series 2:",
+        "both float samples and histograms",
+        "native_histogram_unsupported: 1",
+        "invalid_series: 3",
+        "duplicate_label_name: 1",
+        "out_of_order: 1",
+    ] {
+        assert!(r.text.contains(needle), "missing {needle:?} in {}", r.text);
+    }
+    assert_eq!(stored(&srv, "ok_a").len(), 2);
+    assert_eq!(stored(&srv, "ooo"), vec![(t + 1000, 1.0)]);
+    for gone in ["bad_ref", "both", "neither", "hist", "dup"] {
+        assert!(stored(&srv, gone).is_empty(), "{gone} was stored");
+    }
+}
+
+#[tokio::test]
+async fn a_request_breaking_a_whole_request_rule_stores_nothing() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+
+    let mut b = Builder::new();
+    b.series(&[("__name__", "first_symbol")], &[(t, 1.0)]);
+    let mut req = b.build();
+    req.symbols[0] = "oops".to_owned();
+    let r = push_v2(&srv, &req).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("symbols[0] must be the empty string"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.written, (Some(0), Some(0), Some(0)));
+
+    let mut raw = b.build().encode_to_vec();
+    raw.truncate(raw.len() - 3);
+    let r = push_raw(&srv, raw).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("io.prometheus.write.v2.Request"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.written.0, Some(0));
+    assert!(stored(&srv, "first_symbol").is_empty());
+
+    // A series with no samples alone still makes the reply an error.
+    let mut b = Builder::new();
+    b.series(&[("__name__", "empty")], &[]);
+    let r = push_v2(&srv, &b.build()).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("neither samples nor histograms"),
+        "{}",
+        r.text
+    );
+
+    // Afterwards a good request is stored.
+    let mut b = Builder::new();
+    b.series(&[("__name__", "first_symbol")], &[(t, 1.0)]);
+    let r = push_v2(&srv, &b.build()).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(stored(&srv, "first_symbol"), vec![(t, 1.0)]);
+}
