@@ -255,13 +255,24 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         assert!(body.contains(r#""errorType":"timeout""#), "{body}");
-        // 429: the head at its memory high-water mark.
+        // 503 with Retry-After: the head at its memory high-water mark
+        // (every sender retries a 503; a stock Prometheus drops a 429).
         let full = app(&Config {
             max_memory: 1,
             ..Config::default()
         });
-        let (status, body) = send(&full, write(b"", &[])).await;
-        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        let resp = full
+            .clone()
+            .oneshot(write(b"", &[]))
+            .await
+            .expect("infallible");
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            resp.headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.as_bytes()),
+            Some(&b"5"[..])
+        );
     }
 
     #[tokio::test]

@@ -219,7 +219,7 @@ settings! {
     #[serde(with = "humantime_serde")]
     #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
     retention: Duration = Duration::from_secs(15 * 24 * 3600);
-    /// Memory the head may use, e.g. 4GiB or 512MB; writes get 429 with
+    /// Memory the head may use, e.g. 4GiB or 512MB; writes get 503 with
     /// Retry-After once the head reaches 80% of it, and queries keep
     /// working. 0 picks 60% of the machine's or cgroup's memory [default: 0].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]

@@ -21,14 +21,14 @@ use crate::storage::head::Head;
 /// Labels of ingest counters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ProtocolLabels {
-    /// `remote_write` or `otlp`.
+    /// `remote_write` (1.0), `remote_write_2` or `otlp`.
     pub protocol: &'static str,
 }
 
 /// Labels of rejection counters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct RejectLabels {
-    /// `remote_write` or `otlp`.
+    /// `remote_write` (1.0), `remote_write_2` or `otlp`.
     pub protocol: &'static str,
     /// One of [`Reason::as_str`].
     pub reason: &'static str,
@@ -131,7 +131,7 @@ impl Metrics {
         let throttled = Family::<ProtocolLabels, Counter>::default();
         registry.register(
             "sluice_write_throttled_requests",
-            "Write requests answered 429 because the head was at its memory high-water mark",
+            "Write requests answered 503 because the head was at its memory high-water mark",
             throttled.clone(),
         );
         let queries_running = Gauge::default();
@@ -333,7 +333,7 @@ impl Collector for HeadCollector {
             ),
             (
                 "sluice_memory_limit_bytes",
-                "The memory limit (max-memory); writes get 429 at 80% of it",
+                "The memory limit (max-memory); writes get 503 at 80% of it",
                 self.memory_limit,
             ),
         ];

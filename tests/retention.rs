@@ -1,7 +1,7 @@
 //! Retention and the memory bound, with an injected clock instead of
 //! sleeps: chunks and series past retention leave the head, the index and
 //! every API, the rest stays; a flood of new series under a small
-//! `max-memory` ends in 429s (queries still answer), and once retention
+//! `max-memory` ends in 503s (queries still answer), and once retention
 //! frees the head, writes are accepted again.
 
 mod common;
@@ -136,7 +136,7 @@ fn rss_bytes() -> u64 {
 }
 
 #[tokio::test]
-async fn a_flood_of_new_series_ends_in_429_and_writes_resume_after_retention() {
+async fn a_flood_of_new_series_ends_in_503_and_writes_resume_after_retention() {
     const LIMIT: u64 = 64 << 20;
     let t0 = common::now_ms();
     let (now, clock) = fake_clock(t0);
@@ -182,7 +182,7 @@ async fn a_flood_of_new_series_ends_in_429_and_writes_resume_after_retention() {
             .expect("sent");
         match resp.status().as_u16() {
             204 => accepted += 1,
-            429 => {
+            503 => {
                 let retry = resp.headers().get("retry-after").cloned();
                 refused = Some((retry, resp.text().await.expect("body")));
                 break;
@@ -193,7 +193,7 @@ async fn a_flood_of_new_series_ends_in_429_and_writes_resume_after_retention() {
             ),
         }
     }
-    let (retry, message) = refused.expect("the flood ends in 429");
+    let (retry, message) = refused.expect("the flood ends in 503");
     assert!(retry.is_some_and(|v| v.to_str().is_ok_and(|s| s.parse::<u32>().is_ok())));
     assert!(message.contains("max-memory"), "{message}");
     let head_bytes = common::self_metric(s.addr, "sluice_head_bytes")

@@ -1,6 +1,7 @@
 //! Every error a handler returns, and the one mapping of errors to HTTP
 //! replies.
 
+use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -30,10 +31,12 @@ pub enum ApiError {
     /// The Content-Type or Content-Encoding is not supported (415).
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// Writes are pushed back: the head is at its memory limit (429, with
-    /// `Retry-After`).
+    /// Writes are pushed back for now: the head is at its memory
+    /// high-water mark. 503 with `Retry-After`, because every sender
+    /// retries 503 by default (Prometheus retries 429 only with
+    /// `retry_on_http_429: true`, and drops the batch otherwise).
     #[error("{0}")]
-    Throttled(String),
+    Overloaded(String),
     /// Something failed on our side (500); the message goes to the log only.
     #[error("internal error: {0}")]
     Internal(String),
@@ -54,22 +57,64 @@ impl ApiError {
     }
 }
 
+/// An error as a reply: its status and message, the details of a server
+/// fault (kept out of the reply, for the log), and whether the client is
+/// asked to come back later (`Retry-After`).
+pub(super) struct Parts {
+    pub(super) status: StatusCode,
+    pub(super) message: String,
+    pub(super) fault: Option<String>,
+    pub(super) retry_after: bool,
+}
+
 impl ApiError {
-    /// The HTTP status, the message a client may see, and for a server
-    /// fault the details kept out of the reply (for the log).
-    pub(super) fn into_parts(self) -> (StatusCode, String, Option<String>) {
+    /// The reply's parts.
+    pub(super) fn into_parts(self) -> Parts {
+        let reply = |status, message| Parts {
+            status,
+            message,
+            fault: None,
+            retry_after: false,
+        };
         match self {
-            ApiError::Prom { kind, message } => (kind.status(), message, None),
-            ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
-            ApiError::TooLarge(m) => (StatusCode::PAYLOAD_TOO_LARGE, m, None),
-            ApiError::UnsupportedMediaType(m) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, m, None),
-            ApiError::Throttled(m) => (StatusCode::TOO_MANY_REQUESTS, m, None),
-            ApiError::Internal(m) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error; see the server log".to_owned(),
-                Some(m),
-            ),
+            ApiError::Prom { kind, message } => reply(kind.status(), message),
+            ApiError::BadRequest(m) => reply(StatusCode::BAD_REQUEST, m),
+            ApiError::TooLarge(m) => reply(StatusCode::PAYLOAD_TOO_LARGE, m),
+            ApiError::UnsupportedMediaType(m) => reply(StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
+            ApiError::Overloaded(m) => Parts {
+                retry_after: true,
+                ..reply(StatusCode::SERVICE_UNAVAILABLE, m)
+            },
+            ApiError::Internal(m) => Parts {
+                fault: Some(m),
+                ..reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see the server log".to_owned(),
+                )
+            },
         }
+    }
+}
+
+impl Parts {
+    /// The reply with `body` of `content_type`.
+    pub(super) fn reply(self, content_type: &'static str, body: impl Into<Body>) -> Response {
+        let mut resp = (
+            self.status,
+            [(header::CONTENT_TYPE, content_type)],
+            body.into(),
+        )
+            .into_response();
+        if self.retry_after {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
+        if let Some(fault) = self.fault {
+            resp.extensions_mut().insert(Fault(fault));
+        }
+        resp
     }
 }
 
@@ -87,19 +132,9 @@ impl IntoResponse for ApiError {
             }
             return resp;
         }
-        let (status, body, fault) = self.into_parts();
-        let mut resp = with_retry_after(
-            (
-                status,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                body + "\n",
-            )
-                .into_response(),
-        );
-        if let Some(fault) = fault {
-            resp.extensions_mut().insert(Fault(fault));
-        }
-        resp
+        let mut parts = self.into_parts();
+        let body = std::mem::take(&mut parts.message) + "\n";
+        parts.reply("text/plain; charset=utf-8", body)
     }
 }
 
@@ -119,17 +154,6 @@ impl From<QueryError> for ApiError {
 
 /// Seconds a pushed-back sender is asked to wait.
 const RETRY_AFTER_SECONDS: &str = "5";
-
-/// Adds `Retry-After` to a 429 reply.
-pub(super) fn with_retry_after(mut resp: Response) -> Response {
-    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
-        resp.headers_mut().insert(
-            header::RETRY_AFTER,
-            header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
-        );
-    }
-    resp
-}
 
 impl From<prom::NotEncoded> for ApiError {
     fn from(e: prom::NotEncoded) -> Self {

@@ -29,7 +29,6 @@ use crate::reuse::Reused;
 
 /// gRPC status codes used in `google.rpc.Status` bodies.
 const CODE_INVALID_ARGUMENT: i32 = 3;
-const CODE_RESOURCE_EXHAUSTED: i32 = 8;
 const CODE_INTERNAL: i32 = 13;
 const CODE_UNAVAILABLE: i32 = 14;
 
@@ -181,29 +180,18 @@ fn success(format: Format, report: &OtlpReport) -> Response {
 }
 
 fn error_reply(format: Format, e: ApiError) -> Response {
-    let (status, message, fault) = e.into_parts();
-    let code = match status {
+    let mut parts = e.into_parts();
+    let code = match parts.status {
         StatusCode::SERVICE_UNAVAILABLE => CODE_UNAVAILABLE,
-        StatusCode::TOO_MANY_REQUESTS => CODE_RESOURCE_EXHAUSTED,
         s if s.is_server_error() => CODE_INTERNAL,
         _ => CODE_INVALID_ARGUMENT,
     };
+    let message = std::mem::take(&mut parts.message);
     let body = match format {
         Format::Protobuf => Status { code, message }.encode_to_vec(),
         Format::Json => serde_json::json!({ "code": code, "message": message })
             .to_string()
             .into_bytes(),
     };
-    let mut resp = super::error::with_retry_after(
-        (
-            status,
-            [(header::CONTENT_TYPE, format.content_type())],
-            body,
-        )
-            .into_response(),
-    );
-    if let Some(fault) = fault {
-        resp.extensions_mut().insert(super::error::Fault(fault));
-    }
-    resp
+    parts.reply(format.content_type(), body)
 }

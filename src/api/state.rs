@@ -110,7 +110,7 @@ impl AppState {
             return Ok(());
         }
         self.inner.metrics.record_throttled(protocol);
-        Err(ApiError::Throttled(format!(
+        Err(ApiError::Overloaded(format!(
             "memory limit reached: the head, metadata and delta totals hold {held} bytes, at or over the high-water \
              mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
              (retention) or series are deleted",

@@ -85,7 +85,7 @@ pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
     row(
         "Head memory",
         &format!(
-            "{} of {} bytes (writes get 429 at 80%)",
+            "{} of {} bytes (writes get 503 at 80%)",
             inner.head.accounted_bytes(),
             inner.memory_limit
         ),

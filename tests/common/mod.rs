@@ -217,6 +217,16 @@ impl Prometheus {
             !bin.is_empty(),
             "the `prometheus` binary is missing: install Debian's `prometheus` package (scripts/test does)"
         );
+        Self::start_bin(&bin, config, extra)
+    }
+
+    /// Starts Prometheus 3.5.3 (see [`prometheus3`]).
+    pub fn start3(config: &str, extra: &[&str]) -> Self {
+        Self::start_bin(&prometheus3("prometheus"), config, extra)
+    }
+
+    /// Starts the Prometheus binary `bin`.
+    pub fn start_bin(bin: &str, config: &str, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -272,6 +282,20 @@ impl Prometheus {
             }
         }
     }
+}
+
+/// The path of Prometheus 3.5.3's `tool` (`prometheus` or `promtool`), as
+/// `scripts/fetch-prometheus3` unpacks it under `target/prometheus3/bin`
+/// (or where `SLUICE_PROMETHEUS3_DIR` says); fails loudly when missing.
+pub fn prometheus3(tool: &str) -> String {
+    let dir = std::env::var("SLUICE_PROMETHEUS3_DIR")
+        .unwrap_or_else(|_| format!("{}/target/prometheus3", env!("CARGO_MANIFEST_DIR")));
+    let bin = format!("{dir}/bin/{tool}");
+    assert!(
+        std::path::Path::new(&bin).is_file(),
+        "{bin} is missing: run ./scripts/fetch-prometheus3 (scripts/test does)"
+    );
+    bin
 }
 
 /// The value of one sample line (name and labels as printed) in a scrape

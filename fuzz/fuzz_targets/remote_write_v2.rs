@@ -1,0 +1,46 @@
+//! The remote-write 2.0 path on arbitrary bytes, raw (a decompressed
+//! `Request`) and as a snappy body: it never panics, reads what prost reads
+//! whenever both accept the input, and accounts for every sample and
+//! histogram it was given.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use sluice::ingest::{append_write_request_v2, validate::LabelLimits};
+use sluice::proto::io::prometheus::write::v2 as pb;
+use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::metadata::MetadataStore;
+
+const LIMIT: usize = 1 << 20;
+
+fn ingest(body: &[u8]) {
+    let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
+    let metadata = MetadataStore::new(16, 1 << 16);
+    let Ok(report) = append_write_request_v2(&head, &metadata, body, &LabelLimits::default(), 0)
+    else {
+        return;
+    };
+    if let Ok(req) = pb::Request::decode(body) {
+        let total: u64 = req
+            .timeseries
+            .iter()
+            .map(|ts| (ts.samples.len() + ts.histograms.len()) as u64)
+            .sum();
+        assert_eq!(report.accepted + report.rejected_total(), total);
+        assert_eq!(report.accepted, head.stats().samples as u64);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    ingest(data);
+    let Ok(len) = snap::raw::decompress_len(data) else {
+        return;
+    };
+    if len > LIMIT {
+        return;
+    }
+    let mut buf = vec![0u8; len];
+    if let Ok(n) = snap::raw::Decoder::new().decompress(data, &mut buf) {
+        ingest(&buf[..n]);
+    }
+});
