@@ -13,6 +13,7 @@ use prost::Message;
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::metadata::MetadataStore;
 use sluice_loadgen::{self as loadgen, Mode, Workload};
 use std::hint::black_box;
 
@@ -71,6 +72,20 @@ fn bench(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("existing_series", SERIES), |b| {
         b.iter_custom(|iters| timed_ingest(iters, &bodies[..1], &bodies[1..], &limits))
     });
+    // The same series and samples as remote write 2.0.
+    let bodies_v2: Vec<Vec<u8>> = (0..240)
+        .map(|i| {
+            requests::to_v2(&requests::request(SERIES, t0 + i as i64 * 15_000)).encode_to_vec()
+        })
+        .collect();
+    wire_bytes(
+        "2000 series x 10 labels, 1 sample each",
+        &bodies,
+        &bodies_v2,
+    );
+    g.bench_function(BenchmarkId::new("existing_series_v2", SERIES), |b| {
+        b.iter_custom(|iters| timed_ingest_v2(iters, &bodies_v2[..1], &bodies_v2[1..], &limits))
+    });
 
     // The same at the benchmark load's scale: 100k series with 7 labels
     // (`sluice-loadgen`'s series), 2000 samples per request, so the head
@@ -101,7 +116,89 @@ fn bench(c: &mut Criterion) {
             timed_ingest(iters, &rounds[..per_round], &rounds[per_round..], &limits)
         })
     });
+    let rounds_v2: Vec<Vec<u8>> = rounds
+        .iter()
+        .map(|b| requests::to_v2(&pb::WriteRequest::decode(&b[..]).expect("valid")).encode_to_vec())
+        .collect();
+    wire_bytes(
+        "100k series x 7 labels, 2000 per request",
+        &rounds,
+        &rounds_v2,
+    );
+    g.bench_function(BenchmarkId::new("existing_series_v2", w.series), |b| {
+        b.iter_custom(|iters| {
+            timed_ingest_v2(
+                iters,
+                &rounds_v2[..per_round],
+                &rounds_v2[per_round..],
+                &limits,
+            )
+        })
+    });
     g.finish();
+}
+
+/// Prints the snappy-compressed bytes per sample of the same requests as
+/// 1.0 and as 2.0.
+fn wire_bytes(what: &str, v1: &[Vec<u8>], v2: &[Vec<u8>]) {
+    let packed = |bodies: &[Vec<u8>]| -> (usize, usize) {
+        let mut enc = snap::raw::Encoder::new();
+        let bytes = bodies
+            .iter()
+            .map(|b| enc.compress_vec(b).expect("compress").len())
+            .sum();
+        let samples = bodies
+            .iter()
+            .map(|b| {
+                ingest::remote_write::decode(b)
+                    .map(|s| s.map(|ts| ts.samples as usize).sum::<usize>())
+                    .unwrap_or(0)
+            })
+            .sum();
+        (bytes, samples)
+    };
+    let (b1, n) = packed(v1);
+    let b2: usize = {
+        let mut enc = snap::raw::Encoder::new();
+        v2.iter()
+            .map(|b| enc.compress_vec(b).expect("compress").len())
+            .sum()
+    };
+    eprintln!(
+        "wire bytes per sample ({what}): 1.0 {:.1}, 2.0 {:.1} (snappy)",
+        b1 as f64 / n as f64,
+        b2 as f64 / n as f64
+    );
+}
+
+/// [`timed_ingest`] for 2.0 bodies.
+fn timed_ingest_v2(
+    iters: u64,
+    setup: &[Vec<u8>],
+    timed: &[Vec<u8>],
+    limits: &LabelLimits,
+) -> std::time::Duration {
+    let now = i64::MAX / 2;
+    let metadata = MetadataStore::new(1000, 1 << 20);
+    let mut total = std::time::Duration::ZERO;
+    let mut done = 0u64;
+    while done < iters {
+        let head = Head::new(HeadOptions::default());
+        for body in setup {
+            ingest::append_write_request_v2(&head, &metadata, body, limits, now).expect("valid");
+        }
+        let n = (iters - done).min(timed.len() as u64) as usize;
+        let start = std::time::Instant::now();
+        for body in &timed[..n] {
+            black_box(
+                ingest::append_write_request_v2(&head, &metadata, body, limits, now)
+                    .expect("valid"),
+            );
+        }
+        total += start.elapsed();
+        done += n as u64;
+    }
+    total
 }
 
 /// `iters` requests from `timed` appended to heads that first took `setup`

@@ -82,7 +82,36 @@ fn ingest_allocates_only_for_new_series_and_new_chunks() {
     eprintln!("steady state: {per_sample:.4} allocations per sample");
     assert!(per_sample < 0.05, "{per_sample} allocations per sample");
 
+    remote_write_2_allocates_only_for_new_series();
     otlp_allocates_only_for_new_series();
+}
+
+/// The same for remote write 2.0: the label references of a known series
+/// find it without allocating.
+fn remote_write_2_allocates_only_for_new_series() {
+    const SERIES: usize = 1000;
+    let t0 = 1_700_000_000_000i64;
+    let bodies: Vec<Vec<u8>> = (0..3)
+        .map(|i| requests::to_v2(&requests::request(SERIES, t0 + i * 15_000)).encode_to_vec())
+        .collect();
+    let head = Head::new(HeadOptions::default());
+    let metadata = MetadataStore::new(100, 1 << 20);
+    let limits = LabelLimits::default();
+    let now = t0 + 130 * 15_000;
+    for body in &bodies[..2] {
+        let r =
+            ingest::append_write_request_v2(&head, &metadata, body, &limits, now).expect("valid");
+        assert_eq!(r.accepted, SERIES as u64);
+    }
+    let before = blocks();
+    let r =
+        ingest::append_write_request_v2(&head, &metadata, &bodies[2], &limits, now).expect("valid");
+    assert_eq!(r.accepted, SERIES as u64);
+    assert_eq!(
+        blocks() - before,
+        0,
+        "a 2.0 request of known series allocates nothing"
+    );
 }
 
 /// The same for OTLP: once the thread's buffers have grown and the metric

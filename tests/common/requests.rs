@@ -2,6 +2,8 @@
 //! node-exporter's, ~10 labels each, one sample per series as Prometheus
 //! sends them.
 
+#![allow(dead_code)] // each includer uses a part
+
 use sluice::proto::prometheus as pb;
 
 /// `n` series with 10 labels each, one sample at `t`; the same `n` and `t0`
@@ -46,5 +48,45 @@ pub fn request(n: usize, t: i64) -> pb::WriteRequest {
     pb::WriteRequest {
         timeseries,
         metadata: vec![],
+    }
+}
+
+/// `req` as a remote-write 2.0 request, as Prometheus builds one: a
+/// symbol table per request (`""` first), each string once, and each
+/// series' labels as references to it.
+pub fn to_v2(req: &pb::WriteRequest) -> sluice::proto::io::prometheus::write::v2::Request {
+    use sluice::proto::io::prometheus::write::v2;
+    let mut symbols = vec![String::new()];
+    let mut index = std::collections::HashMap::new();
+    let mut sym = |s: &str| -> u32 {
+        *index.entry(s.to_owned()).or_insert_with(|| {
+            symbols.push(s.to_owned());
+            (symbols.len() - 1) as u32
+        })
+    };
+    let timeseries = req
+        .timeseries
+        .iter()
+        .map(|ts| v2::TimeSeries {
+            labels_refs: ts
+                .labels
+                .iter()
+                .flat_map(|l| [sym(&l.name), sym(&l.value)])
+                .collect(),
+            samples: ts
+                .samples
+                .iter()
+                .map(|s| v2::Sample {
+                    value: s.value,
+                    timestamp: s.timestamp,
+                    start_timestamp: 0,
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    v2::Request {
+        symbols,
+        timeseries,
     }
 }
