@@ -41,6 +41,10 @@ pub enum Mode {
     Backfill,
     /// The steady load as OTLP/HTTP protobuf (gzip), one resource per target.
     Otlp,
+    /// The steady load as remote-write 2.0: one symbol table per request,
+    /// labels as references (what Prometheus 3 sends with
+    /// `protobuf_message: io.prometheus.write.v2.Request`).
+    Rw2,
 }
 
 impl std::str::FromStr for Mode {
@@ -51,8 +55,9 @@ impl std::str::FromStr for Mode {
             "churn" => Ok(Mode::Churn),
             "backfill" => Ok(Mode::Backfill),
             "otlp" => Ok(Mode::Otlp),
+            "rw2" => Ok(Mode::Rw2),
             _ => Err(format!(
-                "unknown mode {s:?}: steady, churn, backfill or otlp"
+                "unknown mode {s:?}: steady, churn, backfill, otlp or rw2"
             )),
         }
     }
@@ -65,6 +70,7 @@ impl fmt::Display for Mode {
             Mode::Churn => "churn",
             Mode::Backfill => "backfill",
             Mode::Otlp => "otlp",
+            Mode::Rw2 => "rw2",
         })
     }
 }
@@ -378,6 +384,51 @@ fn remote_write_body(points: &[Point], labels: &dyn Fn(usize) -> Vec<u8>) -> Vec
     raw
 }
 
+/// The points as a remote-write 2.0 request: a symbol table (`""` first)
+/// holding each string once, each series' labels as references into it.
+fn remote_write_2_body(points: &[Point]) -> Vec<u8> {
+    use sluice::proto::io::prometheus::write::v2 as rw2;
+    let mut symbols = vec![String::new()];
+    let mut index: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut sym = |s: &str| -> u32 {
+        if let Some(&i) = index.get(s) {
+            return i;
+        }
+        symbols.push(s.to_owned());
+        let i = (symbols.len() - 1) as u32;
+        index.insert(s.to_owned(), i);
+        i
+    };
+    let mut timeseries: Vec<rw2::TimeSeries> = Vec::new();
+    let mut k = 0;
+    while k < points.len() {
+        let i = points[k].0;
+        let labels_refs = series_labels(i)
+            .iter()
+            .flat_map(|(n, v)| [sym(n), sym(v)])
+            .collect();
+        let mut samples = Vec::new();
+        while k < points.len() && points[k].0 == i {
+            samples.push(rw2::Sample {
+                value: points[k].2,
+                timestamp: points[k].1,
+                start_timestamp: 0,
+            });
+            k += 1;
+        }
+        timeseries.push(rw2::TimeSeries {
+            labels_refs,
+            samples,
+            ..Default::default()
+        });
+    }
+    rw2::Request {
+        symbols,
+        timeseries,
+    }
+    .encode_to_vec()
+}
+
 fn kv(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.to_owned(),
@@ -481,6 +532,9 @@ pub fn encode(w: &Workload) -> Encoded {
                         let _ = gz.write_all(&raw);
                         gz.finish().unwrap_or_default()
                     }
+                    Mode::Rw2 => snap::raw::Encoder::new()
+                        .compress_vec(&remote_write_2_body(points))
+                        .unwrap_or_default(),
                     _ => {
                         let raw = remote_write_body(points, &labels);
                         snap::raw::Encoder::new()
@@ -525,6 +579,17 @@ pub fn encode(w: &Workload) -> Encoded {
                 ("content-encoding", "gzip"),
             ],
             "/v1/metrics".to_owned(),
+        ),
+        Mode::Rw2 => (
+            vec![
+                (
+                    "content-type",
+                    "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+                ),
+                ("content-encoding", "snappy"),
+                ("x-prometheus-remote-write-version", "2.0.0"),
+            ],
+            "/api/v1/write".to_owned(),
         ),
         _ => (
             vec![
@@ -902,5 +967,59 @@ mod tests {
             }
         }
         assert_eq!(points, 1000);
+    }
+
+    #[test]
+    fn rw2_carries_the_same_series_and_samples_as_steady() {
+        use sluice::proto::io::prometheus::write::v2 as rw2;
+        let steady = encode(&small(Mode::Steady));
+        let enc = encode(&small(Mode::Rw2));
+        assert!(enc.headers.contains(&(
+            "content-type",
+            "application/x-protobuf;proto=io.prometheus.write.v2.Request"
+        )));
+        let mut seen = Vec::new();
+        for body in enc.per_connection.iter().flatten() {
+            let raw = snap::raw::Decoder::new()
+                .decompress_vec(&body.bytes)
+                .expect("snappy");
+            let req = rw2::Request::decode(raw.as_slice()).expect("protobuf");
+            assert_eq!(req.symbols.first().map(String::as_str), Some(""));
+            for ts in &req.timeseries {
+                let labels: Vec<(String, String)> = ts
+                    .labels_refs
+                    .chunks(2)
+                    .map(|p| {
+                        (
+                            req.symbols[p[0] as usize].clone(),
+                            req.symbols[p[1] as usize].clone(),
+                        )
+                    })
+                    .collect();
+                for s in &ts.samples {
+                    seen.push((labels.clone(), s.timestamp, s.value.to_bits()));
+                }
+            }
+        }
+        let mut want = Vec::new();
+        for body in steady.per_connection.iter().flatten() {
+            let raw = snap::raw::Decoder::new()
+                .decompress_vec(&body.bytes)
+                .expect("snappy");
+            let req =
+                sluice::proto::prometheus::WriteRequest::decode(raw.as_slice()).expect("protobuf");
+            for ts in &req.timeseries {
+                let labels: Vec<(String, String)> = ts
+                    .labels
+                    .iter()
+                    .map(|l| (l.name.clone(), l.value.clone()))
+                    .collect();
+                for s in &ts.samples {
+                    want.push((labels.clone(), s.timestamp, s.value.to_bits()));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 1000);
+        assert_eq!(seen, want);
     }
 }

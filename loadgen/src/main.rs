@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use sluice_loadgen::{self as loadgen, Mode, Workload};
 
-/// Drives a remote-write (1.0) or OTLP/HTTP receiver with a realistic,
+/// Drives a remote-write (1.0 or 2.0) or OTLP/HTTP receiver with a realistic,
 /// pre-encoded load over keep-alive connections, bounded in count and time.
 #[derive(Debug, Parser)]
 #[command(name = "sluice-loadgen", version)]
@@ -27,7 +27,8 @@ struct Cli {
     path: Option<String>,
     /// steady: one sample per TimeSeries, every series once per round;
     /// churn: a tenth of each request is new series; backfill: all of a
-    /// series' samples in one TimeSeries; otlp: steady as OTLP protobuf.
+    /// series' samples in one TimeSeries; otlp: steady as OTLP protobuf;
+    /// rw2: steady as remote write 2.0.
     #[arg(long, default_value = "steady")]
     mode: Mode,
     /// Active series.
