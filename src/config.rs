@@ -139,6 +139,11 @@ settings! {
     /// [default: 67108864].
     #[arg(value_name = "BYTES")]
     max_metadata_bytes: usize = 64 << 20;
+    /// Most exemplars kept, over all series, in one ring (the newest
+    /// replace the oldest), as Prometheus' exemplars-limit; 0 keeps none
+    /// [default: 100000].
+    #[arg(value_name = "N")]
+    max_exemplars: usize = 100_000;
     /// Longest a query may run before it fails with errorType timeout
     /// [default: 2m].
     #[serde(with = "humantime_serde")]

@@ -11,9 +11,13 @@ pub mod validate;
 
 use std::fmt::Write as _;
 
+use crate::storage::exemplars::ExemplarError;
 use crate::storage::head::SampleError;
 pub use protowire::DecodeError;
-pub use remote_write::{append_write_request, append_write_request_v2, record_metadata};
+pub use remote_write::{
+    append_write_request, append_write_request_v2, append_write_request_with_exemplars,
+    record_metadata,
+};
 use validate::LabelError;
 
 /// Samples more than this far ahead of the receiver's clock are rejected.
@@ -111,6 +115,11 @@ pub struct IngestReport {
     pub refused_series: u64,
     /// Exemplars the request carried.
     pub exemplars: u64,
+    /// Exemplars stored.
+    pub exemplars_written: u64,
+    /// Exemplars not stored, by [`ExemplarError`] (as Prometheus, these do
+    /// not fail the request; they are counted).
+    pub exemplars_rejected: [u64; ExemplarError::ALL.len()],
 }
 
 impl Default for IngestReport {
@@ -124,6 +133,8 @@ impl Default for IngestReport {
             metadata: false,
             refused_series: 0,
             exemplars: 0,
+            exemplars_written: 0,
+            exemplars_rejected: [0; ExemplarError::ALL.len()],
         }
     }
 }

@@ -44,6 +44,38 @@ pub enum QueryError {
     TooManySamples(&'static str),
 }
 
+/// Every vector selector in `expr` (inside range selectors and subqueries
+/// too), in the order written, as Prometheus' `ExtractSelectors` finds them.
+pub fn vector_selectors(
+    expr: &promql_parser::parser::Expr,
+) -> Vec<&promql_parser::parser::VectorSelector> {
+    use promql_parser::parser::Expr;
+    fn walk<'a>(e: &'a Expr, out: &mut Vec<&'a promql_parser::parser::VectorSelector>) {
+        match e {
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+            Expr::Paren(p) => walk(&p.expr, out),
+            Expr::Unary(u) => walk(&u.expr, out),
+            Expr::Binary(b) => {
+                walk(&b.lhs, out);
+                walk(&b.rhs, out);
+            }
+            Expr::Aggregate(a) => {
+                if let Some(p) = &a.param {
+                    walk(p, out);
+                }
+                walk(&a.expr, out);
+            }
+            Expr::Call(c) => c.args.args.iter().for_each(|a| walk(a, out)),
+            Expr::VectorSelector(vs) => out.push(vs),
+            Expr::MatrixSelector(m) => out.push(&m.vs),
+            Expr::Subquery(sq) => walk(&sq.expr, out),
+        }
+    }
+    let mut out = Vec::new();
+    walk(expr, &mut out);
+    out
+}
+
 /// The matcher sets of a parsed selector, its metric name included.
 pub fn selector_matchers(
     vs: &promql_parser::parser::VectorSelector,

@@ -4,6 +4,7 @@
 pub mod append;
 pub mod checkpoint;
 pub mod chunk;
+pub mod exemplars;
 pub mod head;
 pub mod index;
 pub mod labels;

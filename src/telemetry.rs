@@ -16,6 +16,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::ingest::{IngestReport, Reason};
+use crate::storage::exemplars::{ExemplarError, ExemplarStore};
 use crate::storage::head::Head;
 
 /// Labels of ingest counters.
@@ -66,6 +67,8 @@ pub struct Metrics {
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
     throttled: Family<ProtocolLabels, Counter>,
+    exemplars: Family<ProtocolLabels, Counter>,
+    rejected_exemplars: Family<RejectLabels, Counter>,
     queries_running: Gauge,
     queries_timed_out: Counter,
 }
@@ -77,7 +80,7 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     /// Registers every metric; the head's sizes are read at scrape time.
-    pub fn new(head: Arc<Head>, memory_limit: u64) -> Self {
+    pub fn new(head: Arc<Head>, exemplar_store: Arc<ExemplarStore>, memory_limit: u64) -> Self {
         let mut registry = Registry::default();
         let ingested = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -134,6 +137,18 @@ impl Metrics {
             "Write requests answered 503 because the head was at its memory high-water mark",
             throttled.clone(),
         );
+        let exemplars = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_ingested_exemplars",
+            "Exemplars stored, by ingest protocol",
+            exemplars.clone(),
+        );
+        let rejected_exemplars = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "sluice_rejected_exemplars",
+            "Exemplars not stored, by ingest protocol and reason (they do not fail the request)",
+            rejected_exemplars.clone(),
+        );
         let queries_running = Gauge::default();
         registry.register(
             "sluice_query_running",
@@ -146,7 +161,11 @@ impl Metrics {
             "Read requests answered with a timeout, waiting for a slot or evaluating",
             queries_timed_out.clone(),
         );
-        registry.register_collector(Box::new(HeadCollector { head, memory_limit }));
+        registry.register_collector(Box::new(HeadCollector {
+            head,
+            exemplars: exemplar_store,
+            memory_limit,
+        }));
         registry.register_collector(Box::new(ProcessCollector {
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -161,6 +180,8 @@ impl Metrics {
             requests,
             durations,
             throttled,
+            exemplars,
+            rejected_exemplars,
             queries_running,
             queries_timed_out,
         }
@@ -178,7 +199,7 @@ impl Metrics {
 
     /// Samples ingested since start, over every protocol.
     pub fn ingested_total(&self) -> u64 {
-        ["remote_write", "otlp"]
+        ["remote_write", "remote_write_2", "otlp"]
             .into_iter()
             .map(|protocol| {
                 self.ingested
@@ -212,6 +233,21 @@ impl Metrics {
                     .get_or_create(&RejectLabels {
                         protocol,
                         reason: reason.as_str(),
+                    })
+                    .inc_by(n);
+            }
+        }
+        if report.exemplars_written > 0 {
+            self.exemplars
+                .get_or_create(&ProtocolLabels { protocol })
+                .inc_by(report.exemplars_written);
+        }
+        for (e, &n) in ExemplarError::ALL.iter().zip(&report.exemplars_rejected) {
+            if n > 0 {
+                self.rejected_exemplars
+                    .get_or_create(&RejectLabels {
+                        protocol,
+                        reason: e.reason(),
                     })
                     .inc_by(n);
             }
@@ -298,6 +334,7 @@ fn openmetrics_to_text(om: &str) -> String {
 #[derive(Debug)]
 struct HeadCollector {
     head: Arc<Head>,
+    exemplars: Arc<ExemplarStore>,
     memory_limit: u64,
 }
 
@@ -340,6 +377,12 @@ impl Collector for HeadCollector {
         for (name, help, v) in bytes {
             gauge(&mut encoder, name, help, v as i64)?;
         }
+        gauge(
+            &mut encoder,
+            "sluice_exemplars",
+            "Exemplars held in the ring (at most max-exemplars)",
+            self.exemplars.len() as i64,
+        )?;
         let m = self.head.memory();
         let mut family = encoder.encode_descriptor(
             "sluice_head_memory_bytes",

@@ -278,3 +278,102 @@ async fn a_request_breaking_a_whole_request_rule_stores_nothing() {
     assert_eq!(r.status, 204, "{}", r.text);
     assert_eq!(stored(&srv, "first_symbol"), vec![(t, 1.0)]);
 }
+
+#[tokio::test]
+async fn exemplars_are_stored_counted_and_served_as_prometheus_serves_them() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let mut b = Builder::new();
+    let trace = b.sym("trace_id");
+    let id1 = b.sym("4bf92f3577b34da6a3ce929d0e0e4736");
+    let id2 = b.sym("00f067aa0ba902b7");
+    b.series(
+        &[
+            ("__name__", "http_request_duration_seconds_bucket"),
+            ("le", "0.5"),
+        ],
+        &[(t, 10.0), (t + 15_000, 12.0)],
+    )
+    .exemplars = vec![
+        pb::Exemplar {
+            labels_refs: vec![trace, id1],
+            value: 0.31,
+            timestamp: t,
+        },
+        pb::Exemplar {
+            labels_refs: vec![trace, id2],
+            value: 0.42,
+            timestamp: t + 15_000,
+        },
+        // The same as the one before: a duplicate, not stored again.
+        pb::Exemplar {
+            labels_refs: vec![trace, id2],
+            value: 0.42,
+            timestamp: t + 15_000,
+        },
+    ];
+    let r = push_v2(&srv, &b.build()).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(r.written, (Some(2), Some(0), Some(2)));
+
+    // A 1.0 request's exemplars too.
+    let mut ts = common::series(&[("__name__", "rpc_total")], &[(t, 1.0)]);
+    ts.exemplars.push(sluice::proto::prometheus::Exemplar {
+        labels: vec![sluice::proto::prometheus::Label {
+            name: "trace_id".into(),
+            value: "abc".into(),
+        }],
+        value: 1.0,
+        timestamp: t,
+    });
+    let (code, text) = common::push(srv.addr, common::body(vec![ts])).await;
+    assert_eq!(code, 204, "{text}");
+
+    let (code, body) = common::get(
+        srv.addr,
+        &format!(
+            "/api/v1/query_exemplars?query={}&start={}&end={}",
+            "rate(http_request_duration_seconds_bucket%5B5m%5D)%20or%20rpc_total",
+            (t - 1000) as f64 / 1000.0,
+            (t + 60_000) as f64 / 1000.0
+        ),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!({"status": "success", "data": [
+            {
+                "seriesLabels": {"__name__": "http_request_duration_seconds_bucket", "le": "0.5"},
+                "exemplars": [
+                    {"labels": {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}, "value": "0.31", "timestamp": t as f64 / 1000.0},
+                    {"labels": {"trace_id": "00f067aa0ba902b7"}, "value": "0.42", "timestamp": (t + 15_000) as f64 / 1000.0},
+                ]
+            },
+            {
+                "seriesLabels": {"__name__": "rpc_total"},
+                "exemplars": [{"labels": {"trace_id": "abc"}, "value": "1", "timestamp": t as f64 / 1000.0}]
+            },
+        ]})
+    );
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            r#"sluice_ingested_exemplars_total{protocol="remote_write_2"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            r#"sluice_rejected_exemplars_total{protocol="remote_write_2",reason="duplicate"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_exemplars"),
+        Some(3.0)
+    );
+}

@@ -1,6 +1,6 @@
 //! The metadata endpoints Grafana's label and metric browsers call:
-//! series, label names, label values, metric metadata, build info, and an
-//! (empty) exemplar query.
+//! series, label names, label values, metric metadata, build info, and
+//! exemplars.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -188,12 +188,47 @@ pub(super) async fn buildinfo() -> Response {
     )
 }
 
-/// `GET|POST /api/v1/query_exemplars`: Sluice stores no exemplars yet, so
-/// every valid query has none.
-pub(super) async fn query_exemplars(p: Params) -> Result<Response, ApiError> {
-    if p.get("query").is_none() {
+/// `GET|POST /api/v1/query_exemplars?query=&start=&end=`: the stored
+/// exemplars of every series a selector of `query` matches, in
+/// Prometheus' shape (`seriesLabels`, `exemplars[{labels,value,timestamp}]`).
+pub(super) async fn query_exemplars(
+    State(state): State<AppState>,
+    p: Params,
+) -> Result<Response, ApiError> {
+    let Some(query) = p.get("query") else {
         return Err(ApiError::bad_param("query", "query must not be empty"));
+    };
+    let (start, end) = p.time_range()?;
+    let expr = crate::promql::guard::parse(query, &state.query_options().parse)
+        .map_err(|e| ApiError::bad_param("query", e))?;
+    let mut sets = Vec::new();
+    for vs in crate::promql::vector_selectors(&expr) {
+        sets.extend(
+            crate::promql::selector_matchers(vs).map_err(|e| ApiError::bad_param("query", e))?,
+        );
     }
-    p.time_range()?;
-    Ok(success(Vec::<()>::new(), &[]))
+    let found = state.exemplars().select(&sets, start, end);
+    let pairs = |l: &[(String, String)]| -> serde_json::Map<String, serde_json::Value> {
+        l.iter()
+            .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+            .collect()
+    };
+    let data: Vec<serde_json::Value> = found
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "seriesLabels": pairs(&s.series),
+                "exemplars": s.exemplars.iter().map(|e| {
+                    let mut value = String::new();
+                    crate::promql::value::format_float(e.value, &mut value);
+                    serde_json::json!({
+                        "labels": pairs(&e.labels),
+                        "value": value,
+                        "timestamp": e.t as f64 / 1000.0,
+                    })
+                }).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(success(data, &[]))
 }

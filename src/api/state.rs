@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::ingest::otlp::Otlp;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
+use crate::storage::exemplars::ExemplarStore;
 use crate::storage::head::Head;
 use crate::storage::metadata::MetadataStore;
 use crate::storage::Clock;
@@ -28,6 +29,7 @@ pub(super) struct Inner {
     pub(super) head: Arc<Head>,
     pub(super) metadata: MetadataStore,
     pub(super) otlp: Otlp,
+    pub(super) exemplars: Arc<ExemplarStore>,
     pub(super) query: QueryOptions,
     pub(super) slots: slots::Slots,
     pub(super) metrics: Metrics,
@@ -57,7 +59,8 @@ impl AppState {
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
         let memory_limit = config.memory_limit();
-        let metrics = Metrics::new(Arc::clone(&head), memory_limit);
+        let exemplars = Arc::new(ExemplarStore::new(config.max_exemplars));
+        let metrics = Metrics::new(Arc::clone(&head), Arc::clone(&exemplars), memory_limit);
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,
@@ -80,6 +83,7 @@ impl AppState {
                     config.max_metadata_bytes,
                 ),
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
+                exemplars,
                 query: config.query_options(),
                 limits: config.label_limits(),
                 max_body_bytes: config.max_body_bytes,
@@ -105,6 +109,7 @@ impl AppState {
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
         let held = self.inner.head.accounted_bytes()
             + self.inner.metadata.bytes()
+            + self.inner.exemplars.bytes()
             + self.inner.otlp.delta.bytes();
         if held < self.inner.high_water_bytes {
             return Ok(());
@@ -172,6 +177,11 @@ impl AppState {
     /// Metric metadata reported by senders.
     pub fn metadata(&self) -> &MetadataStore {
         &self.inner.metadata
+    }
+
+    /// Exemplars reported by senders.
+    pub fn exemplars(&self) -> &ExemplarStore {
+        &self.inner.exemplars
     }
 }
 

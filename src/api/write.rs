@@ -74,14 +74,15 @@ pub(super) async fn remote_write(
 ) -> Response {
     let version = check_content_type(&headers);
     let replied_as = version.as_ref().map_or(Version::V1, |v| *v);
-    // Samples durably written: what a 2.0 reply reports.
-    let mut written = 0;
+    // Samples and exemplars durably written: what a 2.0 reply reports.
+    let (mut written, mut exemplars_written) = (0, 0);
     let result = match version.and_then(|v| handle(&state, v, &headers, body)) {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
         Ok(report) => match state.durable(report.wal_lsn).await {
             Ok(()) => {
                 written = report.accepted;
+                exemplars_written = report.exemplars_written;
                 if report.is_partial() {
                     Err(ApiError::BadRequest(report.message()))
                 } else {
@@ -101,9 +102,12 @@ pub(super) async fn remote_write(
     headers.insert(VERSION_HEADER.clone(), version.header());
     if version == Version::V2 {
         headers.insert(SAMPLES_WRITTEN.clone(), HeaderValue::from(written));
-        // Native histograms and exemplars are not stored yet.
+        // Native histograms are not stored yet.
         headers.insert(HISTOGRAMS_WRITTEN.clone(), HeaderValue::from(0u64));
-        headers.insert(EXEMPLARS_WRITTEN.clone(), HeaderValue::from(0u64));
+        headers.insert(
+            EXEMPLARS_WRITTEN.clone(),
+            HeaderValue::from(exemplars_written),
+        );
     }
     resp
 }
@@ -156,11 +160,14 @@ fn handle(
             let body = &buf[..n];
             match version {
                 Version::V1 => {
-                    let result =
-                        ingest::append_write_request(&inner.head, body, &inner.limits, now_ms)
-                            .map_err(|e| {
-                                ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))
-                            });
+                    let result = ingest::append_write_request_with_exemplars(
+                        &inner.head,
+                        &inner.exemplars,
+                        body,
+                        &inner.limits,
+                        now_ms,
+                    )
+                    .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
                     if result.as_ref().is_ok_and(|r| r.metadata) {
                         ingest::record_metadata(&inner.metadata, body);
                     }
@@ -169,6 +176,7 @@ fn handle(
                 Version::V2 => ingest::append_write_request_v2(
                     &inner.head,
                     &inner.metadata,
+                    &inner.exemplars,
                     body,
                     &inner.limits,
                     now_ms,

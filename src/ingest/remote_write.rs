@@ -21,6 +21,7 @@ use super::{
     label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
 };
 use crate::reuse::{Buffer, Reused};
+use crate::storage::exemplars::{ExemplarError, ExemplarStore};
 use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
@@ -30,6 +31,27 @@ use crate::storage::metadata::{type_name, MetadataStore};
 /// stored; otherwise every valid series is stored and the rest counted.
 pub fn append_write_request(
     head: &Head,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+) -> Result<IngestReport, DecodeError> {
+    append_v1(head, None, body, limits, now_ms)
+}
+
+/// [`append_write_request`], storing the request's exemplars in `exemplars`.
+pub fn append_write_request_with_exemplars(
+    head: &Head,
+    exemplars: &ExemplarStore,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+) -> Result<IngestReport, DecodeError> {
+    append_v1(head, Some(exemplars), body, limits, now_ms)
+}
+
+fn append_v1(
+    head: &Head,
+    exemplars: Option<&ExemplarStore>,
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
@@ -51,21 +73,32 @@ pub fn append_write_request(
                         )
                     });
                 }
+                let span = ts.span(body);
+                if ts.exemplars > 0 && exemplars.is_some() {
+                    report.exemplars += u64::from(ts.exemplars);
+                    batch.exemplars.push(span);
+                }
                 if ts.samples == 0 {
                     return;
                 }
-                let span = ts.span(body);
                 match ts.labels_raw {
                     Some(raw) => batch.push(head, fingerprint(raw), span),
                     None => batch.rest.push(span),
                 }
             })?;
             report.metadata = checked.metadata;
-            append_series(head, &V1 { body }, limits, max_t, batch, &mut report);
+            let wire = V1 { body };
+            append_series(head, &wire, limits, max_t, batch, &mut report);
+            if let Some(store) = exemplars {
+                store_exemplars(store, &wire, &batch.exemplars, limits, &mut report);
+            }
             Ok(report)
         })
     })
 }
+
+/// Takes one exemplar: its labels, value and timestamp.
+pub(super) type ExemplarSink<'a, 'f> = dyn FnMut(&[(&'a [u8], &'a [u8])], f64, i64) + 'f;
 
 /// What the shared pipeline needs of a request's series, whatever the
 /// protocol: the series' labels as sent, its samples, and words for it.
@@ -83,6 +116,13 @@ pub(super) trait Wire {
     fn labels<'a>(&'a self, span: &Self::Span, out: &mut Vec<(&'a [u8], &'a [u8])>);
     /// The series for an error message.
     fn describe(&self, span: &Self::Span) -> String;
+    /// The series' exemplars: labels (into `labels`), value, timestamp.
+    fn exemplars<'a>(
+        &'a self,
+        span: &Self::Span,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        f: &mut ExemplarSink<'a, '_>,
+    );
 }
 
 /// A remote-write 1.0 request: each series' labels are its raw bytes.
@@ -111,6 +151,15 @@ impl Wire for V1<'_> {
 
     fn describe(&self, span: &SeriesSpan) -> String {
         span.view(self.body).describe()
+    }
+
+    fn exemplars<'a>(
+        &'a self,
+        span: &SeriesSpan,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        f: &mut ExemplarSink<'a, '_>,
+    ) {
+        span.view(self.body).exemplars(labels, f);
     }
 }
 
@@ -211,6 +260,41 @@ pub(super) fn append_series<W: Wire>(
     }
 }
 
+/// Stores the exemplars of the series in `spans` whose labels are valid,
+/// keyed by the series' canonical labels, and counts them in `report`.
+pub(super) fn store_exemplars<W: Wire>(
+    store: &ExemplarStore,
+    wire: &W,
+    spans: &[W::Span],
+    limits: &LabelLimits,
+    report: &mut IngestReport,
+) {
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    let mut exemplar_labels = Vec::new();
+    for span in spans {
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        // A series refused for its labels was counted there; its
+        // exemplars have no series to belong to.
+        if validate::validate(&raw_labels, limits, &mut labels).is_err() {
+            continue;
+        }
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        wire.exemplars(span, &mut exemplar_labels, &mut |l, value, t| match store
+            .add(&canonical, l, value, t)
+        {
+            Ok(()) => report.exemplars_written += 1,
+            Err(e) => {
+                let i = ExemplarError::ALL.iter().position(|x| *x == e).unwrap_or(0);
+                report.exemplars_rejected[i] += 1;
+            }
+        });
+    }
+}
+
 /// Notes the first sample a series lost, if it lost one.
 fn note_sample_problem(
     report: &mut IngestReport,
@@ -253,6 +337,8 @@ pub(super) struct Batch<S> {
     pub(super) rest: Vec<S>,
     /// One shard's series' slots in the head, `None` for new ones.
     slots: Vec<Option<u32>>,
+    /// Series that carry exemplars.
+    pub(super) exemplars: Vec<S>,
 }
 
 impl<S> Default for Batch<S> {
@@ -264,6 +350,7 @@ impl<S> Default for Batch<S> {
             pending: Vec::new(),
             rest: Vec::new(),
             slots: Vec::new(),
+            exemplars: Vec::new(),
         }
     }
 }
@@ -275,6 +362,7 @@ impl<S: Copy + Default> Batch<S> {
         self.pending.clear();
         self.rest.clear();
         self.slots.clear();
+        self.exemplars.clear();
     }
 
     /// Adds a series whose canonical label bytes hash to `fp`.
@@ -322,6 +410,7 @@ impl<S> Buffer for Batch<S> {
             + self.pending.heap_bytes()
             + self.rest.heap_bytes()
             + self.slots.heap_bytes()
+            + self.exemplars.heap_bytes()
     }
 
     fn release(&mut self) {
@@ -352,6 +441,7 @@ impl Buffer for v2::Scratch {
 pub fn append_write_request_v2(
     head: &Head,
     metadata: &MetadataStore,
+    exemplars: &ExemplarStore,
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
@@ -367,6 +457,9 @@ pub fn append_write_request_v2(
             for i in 0..scratch.series.len() {
                 let span = scratch.series[i];
                 report.exemplars += u64::from(span.exemplars);
+                if span.exemplars > 0 {
+                    batch.exemplars.push(span);
+                }
                 if let Err(problem) = scratch.resolve(body, i) {
                     let lost = u64::from(span.samples) + u64::from(span.histograms);
                     report.refuse_series(lost, || {
@@ -386,14 +479,9 @@ pub fn append_write_request_v2(
                 let span = scratch.series[i];
                 batch.push(head, fingerprint(scratch.canonical(&span)), span);
             }
-            append_series(
-                head,
-                &V2 { body, scratch },
-                limits,
-                max_t,
-                batch,
-                &mut report,
-            );
+            let wire = V2 { body, scratch };
+            append_series(head, &wire, limits, max_t, batch, &mut report);
+            store_exemplars(exemplars, &wire, &batch.exemplars, limits, &mut report);
             record_metadata_v2(metadata, body, scratch);
             Ok(report)
         })
@@ -427,6 +515,15 @@ impl Wire for V2<'_> {
 
     fn describe(&self, span: &SpanV2) -> String {
         self.scratch.describe(self.body, span)
+    }
+
+    fn exemplars<'a>(
+        &'a self,
+        span: &SpanV2,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        f: &mut ExemplarSink<'a, '_>,
+    ) {
+        self.scratch.exemplars(self.body, span, labels, f);
     }
 }
 

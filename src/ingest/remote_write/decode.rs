@@ -22,6 +22,8 @@ pub struct TimeSeriesView<'a> {
     pub samples: u32,
     /// Native histogram samples (not stored yet; reported as rejected).
     pub histograms: u32,
+    /// Exemplars.
+    pub exemplars: u32,
 }
 
 /// A [`TimeSeriesView`] as offsets into its request, to keep in a buffer
@@ -34,6 +36,7 @@ pub struct SeriesSpan {
     samples_at: u32,
     samples: u32,
     histograms: u32,
+    exemplars: u32,
 }
 
 impl SeriesSpan {
@@ -48,6 +51,7 @@ impl SeriesSpan {
             samples_at: self.samples_at,
             samples: self.samples,
             histograms: self.histograms,
+            exemplars: self.exemplars,
         }
     }
 }
@@ -157,6 +161,7 @@ fn check_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeErr
         samples_at: 0,
         samples: 0,
         histograms: 0,
+        exemplars: 0,
     };
     // The label run: start of the first label field, end of the last one,
     // and whether another field came in between.
@@ -187,6 +192,7 @@ fn check_series(msg: &[u8], base: usize) -> Result<TimeSeriesView<'_>, DecodeErr
             (3 | 4, Value::Bytes(nested)) => {
                 check_message(nested, at)?;
                 view.histograms += u32::from(field == 4);
+                view.exemplars += u32::from(field == 3);
             }
             (1..=4, _) => return Err(wrong_type(at)),
             _ => {}
@@ -262,23 +268,36 @@ impl<'a> TimeSeriesView<'a> {
             samples_at: self.samples_at,
             samples: self.samples,
             histograms: self.histograms,
+            exemplars: self.exemplars,
+        }
+    }
+
+    /// The series' exemplars: for each, its labels (into `labels`, cleared
+    /// first), value and timestamp, handed to `f`.
+    pub fn exemplars(
+        &self,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        mut f: impl FnMut(&[(&'a [u8], &'a [u8])], f64, i64),
+    ) {
+        for e in fields(self.msg, self.base, 3) {
+            labels.clear();
+            let (mut value, mut t) = (0f64, 0i64);
+            let mut r = Reader::new(e);
+            while let Ok(Some((field, v, _))) = r.next_field() {
+                match (field, v) {
+                    (1, Value::Bytes(l)) => labels.push(label_pair(l)),
+                    (2, Value::Fixed64(bits)) => value = f64::from_bits(bits),
+                    (3, Value::Varint(x)) => t = x as i64,
+                    _ => {}
+                }
+            }
+            f(labels, value, t);
         }
     }
 
     /// The series' labels as raw (name, value) bytes, in sent order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        fields(self.msg, self.base, 1).map(|label| {
-            let (mut name, mut value): (&[u8], &[u8]) = (b"", b"");
-            let mut r = Reader::new(label);
-            while let Ok(Some((f, Value::Bytes(b), _))) = r.next_field() {
-                match f {
-                    1 => name = b,
-                    2 => value = b,
-                    _ => {}
-                }
-            }
-            (name, value)
-        })
+        fields(self.msg, self.base, 1).map(label_pair)
     }
 
     /// The series' float samples as (timestamp ms, value), in sent order.
@@ -290,6 +309,20 @@ impl<'a> TimeSeriesView<'a> {
     pub fn describe(&self) -> String {
         describe_labels(self.labels())
     }
+}
+
+/// A `Label` message's (name, value).
+fn label_pair(label: &[u8]) -> (&[u8], &[u8]) {
+    let (mut name, mut value): (&[u8], &[u8]) = (b"", b"");
+    let mut r = Reader::new(label);
+    while let Ok(Some((f, Value::Bytes(b), _))) = r.next_field() {
+        match f {
+            1 => name = b,
+            2 => value = b,
+            _ => {}
+        }
+    }
+    (name, value)
 }
 
 /// The payloads of every length-delimited `field` in a checked message.

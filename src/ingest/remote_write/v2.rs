@@ -368,6 +368,69 @@ impl Scratch {
         })
     }
 
+    /// Series `span`'s exemplars: for each, its labels (into `labels`,
+    /// cleared first; a reference outside `symbols` gives an empty name),
+    /// value and timestamp, handed to `f`.
+    pub fn exemplars<'a>(
+        &self,
+        body: &'a [u8],
+        span: &SpanV2,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        mut f: impl FnMut(&[(&'a [u8], &'a [u8])], f64, i64),
+    ) {
+        let msg = body
+            .get(span.msg.0..span.msg.0 + span.msg.1)
+            .unwrap_or_default();
+        let get = |r: u64| {
+            self.symbols
+                .get(r as usize)
+                .map_or(&[][..], |&s| symbol(body, s))
+        };
+        let mut r = Reader::new(msg);
+        while let Ok(Some((field, v, _))) = r.next_field() {
+            let (4, Value::Bytes(e)) = (field, v) else {
+                continue;
+            };
+            labels.clear();
+            let (mut value, mut t) = (0f64, 0i64);
+            let mut refs: [u64; 2] = [0; 2];
+            let mut have = 0;
+            let mut er = Reader::new(e);
+            while let Ok(Some((field, v, _))) = er.next_field() {
+                match (field, v) {
+                    (1, Value::Bytes(packed)) => {
+                        let mut rest = packed;
+                        while let Some((x, n)) = uvarint(rest) {
+                            rest = &rest[n..];
+                            refs[have] = x;
+                            have += 1;
+                            if have == 2 {
+                                labels.push((get(refs[0]), get(refs[1])));
+                                have = 0;
+                            }
+                        }
+                    }
+                    (1, Value::Varint(x)) => {
+                        refs[have] = x;
+                        have += 1;
+                        if have == 2 {
+                            labels.push((get(refs[0]), get(refs[1])));
+                            have = 0;
+                        }
+                    }
+                    (2, Value::Fixed64(bits)) => value = f64::from_bits(bits),
+                    (3, Value::Varint(x)) => t = x as i64,
+                    _ => {}
+                }
+            }
+            if have == 1 {
+                // An odd reference count: the last name has no value.
+                labels.push((b"", b""));
+            }
+            f(labels, value, t);
+        }
+    }
+
     /// Symbol `r` as text; empty if it is out of range or not UTF-8.
     pub fn text<'a>(&self, body: &'a [u8], r: u32) -> &'a str {
         self.symbols
