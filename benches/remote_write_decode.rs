@@ -180,20 +180,18 @@ fn timed_ingest_v2(
 ) -> std::time::Duration {
     let now = i64::MAX / 2;
     let metadata = MetadataStore::new(1000, 1 << 20);
-    let exemplars = sluice::storage::exemplars::ExemplarStore::new(1000);
     let mut total = std::time::Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
         let head = Head::new(HeadOptions::default());
         for body in setup {
-            ingest::append_write_request_v2(&head, &metadata, &exemplars, body, limits, now)
-                .expect("valid");
+            ingest::append_write_request_v2(&head, &metadata, body, limits, now).expect("valid");
         }
         let n = (iters - done).min(timed.len() as u64) as usize;
         let start = std::time::Instant::now();
         for body in &timed[..n] {
             black_box(
-                ingest::append_write_request_v2(&head, &metadata, &exemplars, body, limits, now)
+                ingest::append_write_request_v2(&head, &metadata, body, limits, now)
                     .expect("valid"),
             );
         }

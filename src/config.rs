@@ -497,6 +497,7 @@ impl Config {
         HeadOptions {
             shards,
             max_series: self.max_series,
+            max_exemplars: self.max_exemplars,
             ..HeadOptions::default()
         }
     }

@@ -445,6 +445,7 @@ mod tests {
                 }
                 Record::Samples(s) => got.extend(s.map(|(r, t, v)| format!("x{r}@{t}={v}"))),
                 Record::Checkpoint(_) => got.push("checkpoint".into()),
+                Record::Exemplars(e) => got.extend(e.map(|(_, _, t, v)| format!("e@{t}={v}"))),
             },
         )?;
         Ok((got, report))

@@ -96,17 +96,16 @@ fn remote_write_2_allocates_only_for_new_series() {
         .collect();
     let head = Head::new(HeadOptions::default());
     let metadata = MetadataStore::new(100, 1 << 20);
-    let exemplars = sluice::storage::exemplars::ExemplarStore::new(1000);
     let limits = LabelLimits::default();
     let now = t0 + 130 * 15_000;
     for body in &bodies[..2] {
-        let r = ingest::append_write_request_v2(&head, &metadata, &exemplars, body, &limits, now)
-            .expect("valid");
+        let r =
+            ingest::append_write_request_v2(&head, &metadata, body, &limits, now).expect("valid");
         assert_eq!(r.accepted, SERIES as u64);
     }
     let before = blocks();
-    let r = ingest::append_write_request_v2(&head, &metadata, &exemplars, &bodies[2], &limits, now)
-        .expect("valid");
+    let r =
+        ingest::append_write_request_v2(&head, &metadata, &bodies[2], &limits, now).expect("valid");
     assert_eq!(r.accepted, SERIES as u64);
     assert_eq!(
         blocks() - before,

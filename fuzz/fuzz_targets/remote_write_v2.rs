@@ -16,8 +16,7 @@ const LIMIT: usize = 1 << 20;
 fn ingest(body: &[u8]) {
     let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
     let metadata = MetadataStore::new(16, 1 << 16);
-    let exemplars = sluice::storage::exemplars::ExemplarStore::new(16);
-    let Ok(report) = append_write_request_v2(&head, &metadata, &exemplars, body, &LabelLimits::default(), 0)
+    let Ok(report) = append_write_request_v2(&head, &metadata, body, &LabelLimits::default(), 0)
     else {
         return;
     };

@@ -6,12 +6,14 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::storage::checkpoint::parse;
-use sluice::wal::record::{decode, encode_checkpoint, encode_samples, encode_series, Record};
+use sluice::wal::record::{
+    decode, encode_checkpoint, encode_exemplars, encode_samples, encode_series, Record,
+};
 
 fn samples(rec: &Record<'_>) -> Vec<(u64, i64, u64)> {
     match rec {
         Record::Samples(s) => s.clone().map(|(r, t, v)| (r, t, v.to_bits())).collect(),
-        Record::Series { .. } | Record::Checkpoint(_) => Vec::new(),
+        Record::Series { .. } | Record::Checkpoint(_) | Record::Exemplars(_) => Vec::new(),
     }
 }
 
@@ -35,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
                 let _ = parse(payload);
                 encode_checkpoint(&mut again, |out| out.extend_from_slice(payload));
             }
+            Record::Exemplars(e) => encode_exemplars(&mut again, e.clone()),
         }
         if !again.is_empty() {
             let (back, n) = decode(&again).expect("our own frame decodes");
@@ -42,6 +45,12 @@ fuzz_target!(|data: &[u8]| {
             match (&rec, &back) {
                 (Record::Series { .. }, Record::Series { .. })
                 | (Record::Checkpoint(_), Record::Checkpoint(_)) => assert_eq!(rec, back),
+                (Record::Exemplars(a), Record::Exemplars(b)) => {
+                    let bits = |e: &sluice::wal::record::Exemplars<'_>| -> Vec<_> {
+                        e.clone().map(|(s, l, t, v)| (s.to_vec(), l.to_vec(), t, v.to_bits())).collect()
+                    };
+                    assert_eq!(bits(a), bits(b));
+                }
                 (Record::Samples(_), Record::Samples(_)) => assert_eq!(samples(&rec), samples(&back)),
                 _ => panic!("record kind changed"),
             }

@@ -59,7 +59,7 @@ impl AppState {
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
         let memory_limit = config.memory_limit();
-        let exemplars = Arc::new(ExemplarStore::new(config.max_exemplars));
+        let exemplars = Arc::clone(head.exemplars());
         let metrics = Metrics::new(Arc::clone(&head), Arc::clone(&exemplars), memory_limit);
         let slots = slots::Slots::new(
             config.query_max_concurrency,

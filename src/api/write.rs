@@ -162,7 +162,6 @@ fn handle(
                 Version::V1 => {
                     let result = ingest::append_write_request_with_exemplars(
                         &inner.head,
-                        &inner.exemplars,
                         body,
                         &inner.limits,
                         now_ms,
@@ -176,7 +175,6 @@ fn handle(
                 Version::V2 => ingest::append_write_request_v2(
                     &inner.head,
                     &inner.metadata,
-                    &inner.exemplars,
                     body,
                     &inner.limits,
                     now_ms,

@@ -21,7 +21,7 @@ use super::{
     label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
 };
 use crate::reuse::{Buffer, Reused};
-use crate::storage::exemplars::{ExemplarError, ExemplarStore};
+use crate::storage::exemplars::ExemplarError;
 use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
@@ -35,23 +35,23 @@ pub fn append_write_request(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(head, None, body, limits, now_ms)
+    append_v1(head, false, body, limits, now_ms)
 }
 
-/// [`append_write_request`], storing the request's exemplars in `exemplars`.
+/// [`append_write_request`], also storing and logging the request's
+/// exemplars in the head's exemplar store.
 pub fn append_write_request_with_exemplars(
     head: &Head,
-    exemplars: &ExemplarStore,
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(head, Some(exemplars), body, limits, now_ms)
+    append_v1(head, true, body, limits, now_ms)
 }
 
 fn append_v1(
     head: &Head,
-    exemplars: Option<&ExemplarStore>,
+    exemplars: bool,
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
@@ -74,7 +74,7 @@ fn append_v1(
                     });
                 }
                 let span = ts.span(body);
-                if ts.exemplars > 0 && exemplars.is_some() {
+                if ts.exemplars > 0 && exemplars {
                     report.exemplars += u64::from(ts.exemplars);
                     batch.exemplars.push(span);
                 }
@@ -89,8 +89,8 @@ fn append_v1(
             report.metadata = checked.metadata;
             let wire = V1 { body };
             append_series(head, &wire, limits, max_t, batch, &mut report);
-            if let Some(store) = exemplars {
-                store_exemplars(store, &wire, &batch.exemplars, limits, &mut report);
+            if exemplars {
+                store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             }
             Ok(report)
         })
@@ -260,10 +260,11 @@ pub(super) fn append_series<W: Wire>(
     }
 }
 
-/// Stores the exemplars of the series in `spans` whose labels are valid,
-/// keyed by the series' canonical labels, and counts them in `report`.
+/// Stores the exemplars of the series in `spans` whose labels are valid in
+/// the head's exemplar store, keyed by the series' canonical labels; logs
+/// them (the report's WAL position covers them) and counts them.
 pub(super) fn store_exemplars<W: Wire>(
-    store: &ExemplarStore,
+    head: &Head,
     wire: &W,
     spans: &[W::Span],
     limits: &LabelLimits,
@@ -273,6 +274,9 @@ pub(super) fn store_exemplars<W: Wire>(
     let mut labels = Vec::new();
     let mut canonical = Vec::new();
     let mut exemplar_labels = Vec::new();
+    let mut log = Vec::new();
+    let store = head.exemplars();
+    let logging = head.wal().is_some();
     for span in spans {
         raw_labels.clear();
         wire.labels(span, &mut raw_labels);
@@ -283,15 +287,28 @@ pub(super) fn store_exemplars<W: Wire>(
         }
         canonical.clear();
         encode_canonical(labels.iter().copied(), &mut canonical);
-        wire.exemplars(span, &mut exemplar_labels, &mut |l, value, t| match store
-            .add(&canonical, l, value, t)
-        {
-            Ok(()) => report.exemplars_written += 1,
-            Err(e) => {
-                let i = ExemplarError::ALL.iter().position(|x| *x == e).unwrap_or(0);
-                report.exemplars_rejected[i] += 1;
-            }
-        });
+        wire.exemplars(
+            span,
+            &mut exemplar_labels,
+            &mut |l, value, t| match store.add_logged(
+                &canonical,
+                l,
+                value,
+                t,
+                logging.then_some(&mut log),
+            ) {
+                Ok(()) => report.exemplars_written += 1,
+                Err(e) => {
+                    let i = ExemplarError::ALL.iter().position(|x| *x == e).unwrap_or(0);
+                    report.exemplars_rejected[i] += 1;
+                }
+            },
+        );
+    }
+    if !log.is_empty() {
+        let mut frame = Vec::with_capacity(log.len() + 16);
+        crate::wal::record::encode_exemplars_frame(&mut frame, &log);
+        report.wal_lsn = report.wal_lsn.max(head.log_frames(&frame));
     }
 }
 
@@ -441,7 +458,6 @@ impl Buffer for v2::Scratch {
 pub fn append_write_request_v2(
     head: &Head,
     metadata: &MetadataStore,
-    exemplars: &ExemplarStore,
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
@@ -481,7 +497,7 @@ pub fn append_write_request_v2(
             }
             let wire = V2 { body, scratch };
             append_series(head, &wire, limits, max_t, batch, &mut report);
-            store_exemplars(exemplars, &wire, &batch.exemplars, limits, &mut report);
+            store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             record_metadata_v2(metadata, body, scratch);
             Ok(report)
         })

@@ -72,6 +72,8 @@ pub struct HeadOptions {
     pub chunk_range_ms: i64,
     /// Target samples per chunk (120).
     pub samples_per_chunk: u16,
+    /// Exemplars kept, over all series (0: none).
+    pub max_exemplars: usize,
 }
 
 impl Default for HeadOptions {
@@ -81,6 +83,7 @@ impl Default for HeadOptions {
             max_series: 10_000_000,
             chunk_range_ms: 2 * 3600 * 1000,
             samples_per_chunk: 120,
+            max_exemplars: 100_000,
         }
     }
 }

@@ -187,6 +187,12 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         report.bytes += buf.len() as u64;
         file.write_all(&buf).map_err(io_err(&tmp))?;
     }
+    // The exemplars, oldest first, after every series.
+    buf.clear();
+    head.exemplars()
+        .snapshot(|entries| record::encode_exemplars_frame(&mut buf, entries));
+    report.bytes += buf.len() as u64;
+    file.write_all(&buf).map_err(io_err(&tmp))?;
     let file = file
         .into_inner()
         .map_err(|e| io_err(&tmp)(e.into_error()))?;
@@ -214,13 +220,14 @@ pub struct CheckpointLoad {
 }
 
 /// Loads the newest checkpoint in `dir` into `head` through `restore`
-/// (which maps each series' reference for the WAL replay that follows).
-/// A damaged checkpoint fails, unless `repair`, which keeps the series
-/// before the damage.
+/// (which maps each series' reference for the WAL replay that follows) and
+/// `exemplars`. A damaged checkpoint fails, unless `repair`, which keeps
+/// the series before the damage.
 pub fn load(
     dir: &Path,
     repair: bool,
     mut restore: impl FnMut(&SeriesImage<'_>) -> bool,
+    mut exemplars: impl FnMut(record::Exemplars<'_>),
 ) -> Result<CheckpointLoad, WalError> {
     let Some(&segment) = list(dir)?.last() else {
         return Ok(CheckpointLoad::default());
@@ -245,6 +252,11 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
+            Ok((Record::Exemplars(e), len)) => {
+                exemplars(e);
+                pos += len;
+                continue;
+            }
             _ => (None, 0),
         };
         match image {
@@ -364,6 +376,82 @@ mod tests {
 
     fn open(dir: &Path) -> Head {
         Head::open(HeadOptions::default(), &durability(dir)).expect("open")
+    }
+
+    /// A remote-write request with one series and one exemplar at `t`.
+    fn exemplar_request(t: i64) -> Vec<u8> {
+        use crate::proto::prometheus as pb;
+        use prost::Message;
+        let label = |n: &str, v: &str| pb::Label {
+            name: n.into(),
+            value: v.into(),
+        };
+        pb::WriteRequest {
+            timeseries: vec![pb::TimeSeries {
+                labels: vec![label("__name__", "req_total"), label("job", "j")],
+                samples: vec![pb::Sample {
+                    value: 1.0,
+                    timestamp: t,
+                }],
+                exemplars: vec![pb::Exemplar {
+                    labels: vec![label("trace_id", &format!("t{t}"))],
+                    value: t as f64,
+                    timestamp: t,
+                }],
+                ..Default::default()
+            }],
+            metadata: vec![],
+        }
+        .encode_to_vec()
+    }
+
+    fn ingest_exemplar(head: &Head, t: i64) {
+        let r = crate::ingest::append_write_request_with_exemplars(
+            head,
+            &exemplar_request(t),
+            &crate::ingest::validate::LabelLimits::default(),
+            i64::MAX / 2,
+        )
+        .expect("valid");
+        assert_eq!(r.exemplars_written, 1);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(head.durable(r.wal_lsn))
+            .expect("durable");
+    }
+
+    fn exemplar_times(head: &Head) -> Vec<i64> {
+        let all = vec![vec![
+            Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re")
+        ]];
+        head.exemplars()
+            .select(&all, i64::MIN, i64::MAX)
+            .into_iter()
+            .flat_map(|s| s.exemplars.into_iter().map(|e| e.t))
+            .collect()
+    }
+
+    #[test]
+    fn exemplars_survive_a_restart_through_the_log_and_a_checkpoint() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        ingest_exemplar(&head, 1_000);
+        ingest_exemplar(&head, 2_000);
+        head.close_wal();
+        drop(head);
+        // From the WAL.
+        let head = open(dir.path());
+        assert_eq!(exemplar_times(&head), vec![1_000, 2_000]);
+        // From a checkpoint, which deletes the segments that held them,
+        // plus the log after it.
+        let r = write_checkpoint(&head, dir.path());
+        assert!(r.deleted_segments > 0, "the segments holding them are gone: {r:?}");
+        ingest_exemplar(&head, 3_000);
+        head.close_wal();
+        drop(head);
+        let head = open(dir.path());
+        assert_eq!(exemplar_times(&head), vec![1_000, 2_000, 3_000]);
     }
 
     #[test]

@@ -155,6 +155,19 @@ impl ExemplarStore {
         value: f64,
         t: i64,
     ) -> Result<(), ExemplarError> {
+        self.add_logged(series, labels, value, t, None)
+    }
+
+    /// [`ExemplarStore::add`]; a stored exemplar is also appended to `log`
+    /// as a WAL exemplar entry.
+    pub fn add_logged(
+        &self,
+        series: &[u8],
+        labels: &[(&[u8], &[u8])],
+        value: f64,
+        t: i64,
+        log: Option<&mut Vec<u8>>,
+    ) -> Result<(), ExemplarError> {
         if self.max == 0 {
             return Err(ExemplarError::Disabled);
         }
@@ -197,8 +210,47 @@ impl ExemplarStore {
             }
             None => Arc::from(series),
         };
+        if let Some(log) = log {
+            crate::wal::record::put_exemplar(log, series, &encoded, t, value);
+        }
         ring.push(self.max, key, encoded.into_boxed_slice(), value, t);
         Ok(())
+    }
+
+    /// Every exemplar as WAL exemplar entries, oldest first, for a
+    /// checkpoint; `f` gets them in runs of about 1 MiB (each a record's
+    /// worth, well under the WAL's record limit).
+    pub fn snapshot(&self, mut f: impl FnMut(&[u8])) {
+        let mut buf = Vec::new();
+        let ring = self.ring.lock();
+        let n = ring.entries.len();
+        let first = if n < self.max { 0 } else { ring.next };
+        for k in 0..n {
+            let e = &ring.entries[(first + k) % n];
+            crate::wal::record::put_exemplar(&mut buf, &e.series, &e.labels, e.t, e.value);
+            if buf.len() >= 1 << 20 {
+                f(&buf);
+                buf.clear();
+            }
+        }
+        drop(ring);
+        if !buf.is_empty() {
+            f(&buf);
+        }
+    }
+
+    /// Restores exemplars from a WAL or checkpoint record.
+    pub fn restore(&self, record: crate::wal::record::Exemplars<'_>) {
+        for (series, labels, t, v) in record {
+            let Some(pairs) = decode_canonical(labels) else {
+                continue;
+            };
+            let pairs: Vec<(&[u8], &[u8])> = pairs
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect();
+            let _ = self.add(series, &pairs, v, t);
+        }
     }
 
     /// The exemplars in `[mint, maxt]` of every series that matches all

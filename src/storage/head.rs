@@ -6,10 +6,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 pub use super::append::{AppendCounts, HeadOptions, SampleError, SeriesLimit};
+use super::exemplars::ExemplarStore;
 use super::index::{Matcher, Verdicts};
 use super::labels::Label;
 pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
@@ -146,6 +148,8 @@ pub struct Head {
     /// The retention cutoff of the last pass: older samples are out of
     /// bounds, since the next pass would drop them.
     min_valid_ms: AtomicI64,
+    /// Exemplars of every series, logged and checkpointed with the head.
+    exemplars: Arc<ExemplarStore>,
 }
 
 /// Checkpoints taken since start.
@@ -195,7 +199,6 @@ impl Head {
         let n = opts.shards.max(1).next_power_of_two();
         Self {
             shards: (0..n).map(|_| Padded(ShardCell::default())).collect(),
-            opts,
             series: AtomicUsize::new(0),
             next_ref: AtomicU64::new(1),
             wal: None,
@@ -204,6 +207,8 @@ impl Head {
             checkpoints: Mutex::new(CheckpointStats::default()),
             retained: Mutex::new(RetentionReport::default()),
             min_valid_ms: AtomicI64::new(i64::MIN),
+            exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
+            opts,
         }
     }
 
@@ -254,6 +259,18 @@ impl Head {
     /// The WAL, when the head writes one.
     pub fn wal(&self) -> Option<&GroupCommit> {
         self.wal.as_ref()
+    }
+
+    /// The head's exemplars.
+    pub fn exemplars(&self) -> &Arc<ExemplarStore> {
+        &self.exemplars
+    }
+
+    /// Hands ready WAL `frames` (records other than the shards' own, such
+    /// as exemplars) to the WAL; the LSN that makes them durable (0
+    /// without a WAL).
+    pub fn log_frames(&self, frames: &[u8]) -> u64 {
+        self.wal.as_ref().map_or(0, |w| w.submit(frames))
     }
 
     /// Stops the WAL after writing and fsyncing everything queued.

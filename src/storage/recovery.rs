@@ -20,9 +20,13 @@ impl Head {
         let mut head = Self::new(opts);
         let wal_dir = durable.dir.join("wal");
         let mut replayer = Replayer::new(&head);
-        let loaded = checkpoint::load(&durable.dir, durable.wal.repair, |image| {
-            replayer.restore(image)
-        })?;
+        let exemplars = std::sync::Arc::clone(head.exemplars());
+        let loaded = checkpoint::load(
+            &durable.dir,
+            durable.wal.repair,
+            |image| replayer.restore(image),
+            |e| exemplars.restore(e),
+        )?;
         if loaded.segment > 0 {
             tracing::info!(
                 checkpoint = loaded.segment,
@@ -120,6 +124,7 @@ impl<'h> Replayer<'h> {
                 }
             }
             Record::Checkpoint(_) => self.bad_series += 1,
+            Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
             Record::Samples(samples) => {
                 let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
                 for (r, t, v) in samples {

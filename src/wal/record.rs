@@ -6,7 +6,12 @@
 //! - `1` series: `ref: uvarint | labels`, the labels in the head's canonical
 //!   encoding (the remote-write `Label` encoding, sorted);
 //! - `2` samples: `base_t: i64 LE`, then per sample
-//!   `ref: uvarint | t - base_t: zigzag varint | v: f64 bits LE`.
+//!   `ref: uvarint | t - base_t: zigzag varint | v: f64 bits LE`;
+//! - `3` one series of a checkpoint (`storage::checkpoint`'s layout);
+//! - `4` exemplars, self-contained (keyed by labels, not references, so a
+//!   checkpoint can carry them too): per exemplar `series: uvarint length |
+//!   canonical labels | labels: uvarint length | canonical labels |
+//!   t: zigzag varint | v: f64 bits LE`.
 
 /// Bytes before a record's kind: length and CRC.
 pub const HEADER: usize = 8;
@@ -17,6 +22,7 @@ pub const MAX_RECORD: usize = 64 << 20;
 const SERIES: u8 = 1;
 const SAMPLES: u8 = 2;
 const CHECKPOINT: u8 = 3;
+const EXEMPLARS: u8 = 4;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +39,67 @@ pub enum Record<'a> {
     /// One series of a checkpoint, in the checkpoint's own layout (see
     /// `storage::checkpoint`); never in WAL segments.
     Checkpoint(&'a [u8]),
+    /// Exemplars, each with its series' labels.
+    Exemplars(Exemplars<'a>),
+}
+
+/// The exemplars of an exemplars record, decoded as they are iterated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exemplars<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Exemplars<'a> {
+    /// `(series labels, exemplar labels, t, v)`, both label sets in
+    /// canonical form; `None` ends early on a malformed entry.
+    type Item = (&'a [u8], &'a [u8], i64, f64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let mut c = crate::encoding::Cursor(self.rest);
+        let series = c.bytes()?;
+        let labels = c.bytes()?;
+        let t = unzigzag(c.uvarint()?);
+        let v = f64::from_bits(c.i64_le()? as u64);
+        self.rest = c.0;
+        Some((series, labels, t, v))
+    }
+}
+
+/// Appends one exemplar entry (not yet a frame; see
+/// [`encode_exemplars_frame`]) to `out`.
+pub fn put_exemplar(out: &mut Vec<u8>, series: &[u8], labels: &[u8], t: i64, v: f64) {
+    put_uvarint(out, series.len() as u64);
+    out.extend_from_slice(series);
+    put_uvarint(out, labels.len() as u64);
+    out.extend_from_slice(labels);
+    put_uvarint(out, zigzag(t));
+    out.extend_from_slice(&v.to_bits().to_le_bytes());
+}
+
+/// Appends an exemplars record holding `entries` (from [`put_exemplar`])
+/// to `out`; nothing if there are none.
+pub fn encode_exemplars_frame(out: &mut Vec<u8>, entries: &[u8]) {
+    if entries.is_empty() {
+        return;
+    }
+    let at = start(out, EXEMPLARS);
+    out.extend_from_slice(entries);
+    finish(out, at);
+}
+
+/// Appends an exemplars record to `out`; nothing if `exemplars` is empty.
+pub fn encode_exemplars<'e>(
+    out: &mut Vec<u8>,
+    exemplars: impl IntoIterator<Item = (&'e [u8], &'e [u8], i64, f64)>,
+) {
+    let mut entries = Vec::new();
+    for (series, labels, t, v) in exemplars {
+        put_exemplar(&mut entries, series, labels, t, v);
+    }
+    encode_exemplars_frame(out, &entries);
 }
 
 /// The samples of a samples record, decoded as they are iterated.
@@ -199,6 +266,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
             })
         }
         CHECKPOINT => Record::Checkpoint(payload),
+        EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
         _ => return Err(FrameError::BadPayload),
     };
     Ok((record, HEADER + len))
@@ -208,6 +276,24 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn exemplar_records_round_trip() {
+        let mut buf = Vec::new();
+        encode_exemplars(&mut buf, std::iter::empty());
+        assert!(buf.is_empty(), "no exemplars, no frame");
+        let want: Vec<(&[u8], &[u8], i64, f64)> = vec![
+            (b"\x0a\x03abc", b"\x0a\x01t", -5, 1.5),
+            (b"", b"", i64::MAX, f64::INFINITY),
+        ];
+        encode_exemplars(&mut buf, want.iter().copied());
+        let (rec, n) = decode(&buf).expect("exemplars");
+        assert_eq!(n, buf.len());
+        let Record::Exemplars(got) = rec else {
+            panic!("kind {rec:?}");
+        };
+        assert_eq!(got.collect::<Vec<_>>(), want);
+    }
 
     #[test]
     fn frames_round_trip_and_damage_is_detected() {
