@@ -117,6 +117,15 @@ pub fn encode_canonical_bytes<'a>(
 ) {
     for (name, value) in labels {
         let inner = field_len(name.len()) + field_len(value.len());
+        if inner < 0x80 {
+            // Every length fits one varint byte: the common label.
+            out.reserve(inner + 2);
+            out.extend_from_slice(&[0x0a, inner as u8, 0x0a, name.len() as u8]);
+            out.extend_from_slice(name);
+            out.extend_from_slice(&[0x12, value.len() as u8]);
+            out.extend_from_slice(value);
+            continue;
+        }
         out.push(0x0a);
         put_uvarint(out, inner as u64);
         out.push(0x0a);

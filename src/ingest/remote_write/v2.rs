@@ -86,8 +86,11 @@ pub struct Scratch {
     symbols: Vec<(u32, u32)>,
     /// Every series' label references, one after another.
     refs: Vec<u32>,
-    /// Every series' canonical label bytes, one after another.
+    /// Every series' canonical label bytes, one after another, in a buffer
+    /// sized by [`Scratch::prepare`].
     canonical: Vec<u8>,
+    /// Bytes of `canonical` written so far.
+    canonical_len: usize,
     /// The request's series, in order.
     pub series: Vec<SpanV2>,
 }
@@ -97,7 +100,7 @@ impl Scratch {
     pub fn clear(&mut self) {
         self.symbols.clear();
         self.refs.clear();
-        self.canonical.clear();
+        self.canonical_len = 0;
         self.series.clear();
     }
 
@@ -155,6 +158,7 @@ pub fn check(body: &[u8], scratch: &mut Scratch) -> Result<(), RequestError> {
             )));
         }
     }
+    scratch.prepare(body);
     Ok(())
 }
 
@@ -235,6 +239,22 @@ fn check_metadata(msg: &[u8], base: usize) -> Result<MetadataRefs, DecodeError> 
     Ok(md)
 }
 
+/// Bytes copied at once for a short symbol: a fixed-size copy (no call)
+/// that may run past the symbol; the buffer keeps this much slack.
+const COPY: usize = 32;
+
+/// Appends symbol `(at, len)` of `body` at `*pos` in `buf`, which has
+/// [`COPY`] bytes of slack past what is written.
+#[inline]
+fn copy_symbol(buf: &mut [u8], pos: &mut usize, body: &[u8], (at, len): (u32, u32)) {
+    let (at, len) = (at as usize, len as usize);
+    match (body.get(at..at + COPY), buf.get_mut(*pos..*pos + COPY)) {
+        (Some(src), Some(dst)) if len <= COPY => dst.copy_from_slice(src),
+        _ => buf[*pos..*pos + len].copy_from_slice(&body[at..at + len]),
+    }
+    *pos += len;
+}
+
 /// Where `part`, a slice of `body`, starts in it.
 fn offset_in(body: &[u8], part: &[u8]) -> usize {
     (part.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize)
@@ -299,13 +319,6 @@ impl Scratch {
             return Err(SeriesProblem::OddRefs(len as u32));
         }
         let n = self.symbols.len() as u32;
-        let refs = &self.refs[start..start + len];
-        if let Some((at, &reference)) = refs.iter().enumerate().find(|(_, &r)| r >= n) {
-            return Err(SeriesProblem::RefOutOfRange {
-                at: at as u32,
-                reference,
-            });
-        }
         if let Some(md) = span.metadata {
             for reference in [md.help, md.unit] {
                 if reference >= n && reference != 0 {
@@ -321,19 +334,77 @@ impl Scratch {
             (s, h) if s > 0 && h > 0 => return Err(SeriesProblem::SamplesAndHistograms),
             _ => {}
         }
-        let from = self.canonical.len();
-        let symbols = &self.symbols;
-        encode_canonical_bytes(
-            refs.chunks_exact(2).map(|pair| {
-                (
-                    symbol(body, symbols[pair[0] as usize]),
-                    symbol(body, symbols[pair[1] as usize]),
-                )
-            }),
-            &mut self.canonical,
-        );
-        self.series[i].canonical = (from as u32, (self.canonical.len() - from) as u32);
+        // One pass: each pair's references are checked and its label
+        // written. A series that would outgrow the request's buffer (see
+        // `prepare`) gets no canonical bytes and is found, or created,
+        // through its parsed labels instead.
+        let refs = &self.refs[start..start + len];
+        let buf = &mut self.canonical;
+        let from = self.canonical_len;
+        let mut pos = from;
+        let mut fits = true;
+        for (k, pair) in refs.chunks_exact(2).enumerate() {
+            let symbol_at = |j: usize| {
+                self.symbols
+                    .get(pair[j] as usize)
+                    .copied()
+                    .ok_or(SeriesProblem::RefOutOfRange {
+                        at: (2 * k + j) as u32,
+                        reference: pair[j],
+                    })
+            };
+            let (name, value) = (symbol_at(0)?, symbol_at(1)?);
+            if !fits {
+                continue;
+            }
+            let (nl, vl) = (name.1 as usize, value.1 as usize);
+            let inner = 2 + nl + 2 + vl;
+            if pos + inner + 8 + COPY > buf.len() {
+                fits = false;
+                continue;
+            }
+            if inner < 0x80 {
+                // One-byte lengths, the common label: fixed-size copies.
+                buf[pos..pos + 4].copy_from_slice(&[0x0a, inner as u8, 0x0a, nl as u8]);
+                pos += 4;
+                copy_symbol(buf, &mut pos, body, name);
+                buf[pos..pos + 2].copy_from_slice(&[0x12, vl as u8]);
+                pos += 2;
+                copy_symbol(buf, &mut pos, body, value);
+            } else {
+                let mut one = Vec::with_capacity(inner + 8);
+                encode_canonical_bytes([(symbol(body, name), symbol(body, value))], &mut one);
+                buf[pos..pos + one.len()].copy_from_slice(&one);
+                pos += one.len();
+            }
+        }
+        if fits {
+            self.canonical_len = pos;
+            self.series[i].canonical = (from as u32, (pos - from) as u32);
+        } else {
+            self.series[i].canonical = (0, 0);
+        }
         Ok(())
+    }
+
+    /// Sizes the canonical-bytes buffer for the request in `body` ([`check`]
+    /// does, before any [`Scratch::resolve`]): what its series need,
+    /// within a budget of a few times the request, so that no request can
+    /// make it grow past that.
+    fn prepare(&mut self, body: &[u8]) {
+        let need: usize = self
+            .refs
+            .iter()
+            .map(|&r| self.symbols.get(r as usize).map_or(0, |s| s.1 as usize) + 5)
+            .sum::<usize>()
+            + COPY;
+        let budget = 4 * body.len() + (1 << 20);
+        // Grown, never cleared: stale bytes are overwritten before use.
+        let target = need.min(budget);
+        if self.canonical.len() < target {
+            self.canonical.resize(target, 0);
+        }
+        self.canonical_len = 0;
     }
 
     /// Series `span`'s canonical label bytes (after [`Scratch::resolve`]).
