@@ -446,7 +446,10 @@ mod tests {
         // From a checkpoint, which deletes the segments that held them,
         // plus the log after it.
         let r = write_checkpoint(&head, dir.path());
-        assert!(r.deleted_segments > 0, "the segments holding them are gone: {r:?}");
+        assert!(
+            r.deleted_segments > 0,
+            "the segments holding them are gone: {r:?}"
+        );
         ingest_exemplar(&head, 3_000);
         head.close_wal();
         drop(head);
