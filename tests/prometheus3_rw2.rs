@@ -186,3 +186,119 @@ remote_write:
     let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("json");
     assert_eq!(parse(&md)["data"], parse(&want)["data"], "metadata");
 }
+
+/// An OpenMetrics target whose counter carries an exemplar that changes
+/// with every scrape; serves until the test ends.
+async fn exemplar_target() -> std::net::SocketAddr {
+    use axum::routing::get as route;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/metrics",
+        route(move || {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            async move {
+                let now = common::now_ms() as f64 / 1000.0;
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    format!(
+                        "# TYPE demo_requests counter\n\
+                         demo_requests_total{{path=\"/a\"}} {n} # {{trace_id=\"{n:032x}\"}} {n}.5 {now:.3}\n\
+                         # EOF\n"
+                    ),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exemplars_sent_by_prometheus_3_are_served_as_prometheus_serves_them() {
+    let srv = start(Config::default()).await;
+    let target = exemplar_target().await;
+    let config = format!(
+        r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: demo
+    static_configs:
+      - targets: ["{target}"]
+remote_write:
+  - url: http://{sluice}/api/v1/write
+    protobuf_message: io.prometheus.write.v2.Request
+    send_exemplars: true
+    queue_config:
+      batch_send_deadline: 500ms
+      min_backoff: 50ms
+"#,
+        sluice = srv.addr
+    );
+    let prom = Prometheus::start3(&config, &["--enable-feature=exemplar-storage"]);
+    let paddr = prom.addr();
+    let exemplars = |addr: String, start: f64, end: f64| async move {
+        let resp = reqwest::Client::new()
+            .get(format!("http://{addr}/api/v1/query_exemplars"))
+            .query(&[
+                ("query", "demo_requests_total".to_owned()),
+                ("start", format!("{start:.3}")),
+                ("end", format!("{end:.3}")),
+            ])
+            .send()
+            .await
+            .expect("sent");
+        let v: serde_json::Value =
+            serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+        assert_eq!(v["status"], "success", "{addr}: {v}");
+        v["data"].clone()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let start_s = common::now_ms() as f64 / 1000.0 - 60.0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, sm) = get(srv.addr, "/metrics").await;
+        let stored = metric_value(
+            &sm,
+            r#"sluice_ingested_exemplars_total{protocol="remote_write_2"}"#,
+        )
+        .unwrap_or(0.0);
+        if stored >= 5.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exemplars arrived ({stored}); {}",
+            prom.log()
+        );
+    }
+    // A window both sides hold: up to the last exemplar Sluice has.
+    let end_s = common::now_ms() as f64 / 1000.0 - 2.0;
+    let (mut want, mut got);
+    loop {
+        want = exemplars(paddr.clone(), start_s, end_s).await;
+        got = exemplars(srv.addr.to_string(), start_s, end_s).await;
+        if got == want || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let n = want[0]["exemplars"].as_array().map_or(0, Vec::len);
+    assert!(n >= 3, "Prometheus holds {n} exemplars: {want}");
+    assert_eq!(got, want);
+    let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
+    assert_eq!(
+        total(&pm, "prometheus_remote_storage_exemplars_failed_total"),
+        0.0,
+        "{}",
+        prom.log()
+    );
+}
