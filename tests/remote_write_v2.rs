@@ -377,3 +377,161 @@ async fn exemplars_are_stored_counted_and_served_as_prometheus_serves_them() {
         Some(3.0)
     );
 }
+
+/// Cases of prometheus/compliance `remotewrite/receiver` (metric.go,
+/// exemplars.go, request_validation.go), as facts our receiver must meet:
+/// (labels, value, exemplar labels, expected status, samples written,
+/// exemplars written).
+#[tokio::test]
+async fn the_compliance_suites_cases_hold() {
+    let srv = start(Config::default()).await;
+    let stale = f64::from_bits(sluice::storage::STALE_NAN);
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(
+        &str,
+        Vec<(&str, &str)>,
+        f64,
+        Vec<(&str, &str)>,
+        u16,
+        u64,
+        u64,
+    )> = vec![
+        ("simple", vec![("__name__", "up")], 1.0, vec![], 204, 1, 0),
+        (
+            "stale NaN",
+            vec![("__name__", "up_stale")],
+            stale,
+            vec![],
+            204,
+            1,
+            0,
+        ),
+        (
+            "NaN",
+            vec![("__name__", "up_nan")],
+            f64::NAN,
+            vec![],
+            204,
+            1,
+            0,
+        ),
+        (
+            "+Inf",
+            vec![("__name__", "up_inf")],
+            f64::INFINITY,
+            vec![],
+            204,
+            1,
+            0,
+        ),
+        (
+            "-Inf",
+            vec![("__name__", "up_ninf")],
+            f64::NEG_INFINITY,
+            vec![],
+            204,
+            1,
+            0,
+        ),
+        (
+            "newlines in a value",
+            vec![("__name__", "up_nl"), ("job", "test\njob\n")],
+            1.0,
+            vec![],
+            204,
+            1,
+            0,
+        ),
+        ("no name", vec![("job", "testjob")], 1.0, vec![], 400, 0, 0),
+        ("no labels", vec![], 1.0, vec![], 400, 0, 0),
+        (
+            "exemplar with trace and span",
+            vec![("__name__", "request_duration_seconds"), ("method", "GET")],
+            0.125,
+            vec![("trace_id", "xyz789"), ("span_id", "span123")],
+            204,
+            1,
+            1,
+        ),
+        (
+            "exemplar without labels",
+            vec![("__name__", "simple_counter")],
+            1.0,
+            vec![],
+            204,
+            1,
+            1,
+        ),
+        (
+            "exemplar with unicode",
+            vec![("__name__", "unicode_test"), ("region", "🌍")],
+            100.0,
+            vec![("trace_id", "unicode_trace_测试")],
+            204,
+            1,
+            1,
+        ),
+        (
+            "exemplar NaN",
+            vec![("__name__", "ex_nan")],
+            f64::NAN,
+            vec![("trace_id", "special_value_trace")],
+            204,
+            1,
+            1,
+        ),
+        (
+            "exemplar of a series without a name",
+            vec![("job", "test")],
+            1.0,
+            vec![("trace_id", "test_trace")],
+            400,
+            0,
+            0,
+        ),
+    ];
+    let t = now_ms() - 60_000;
+    for (what, labels, value, exemplar, status, samples, exemplars) in cases {
+        let mut b = Builder::new();
+        let refs: Vec<u32> = exemplar
+            .iter()
+            .flat_map(|&(n, v)| [b.sym(n), b.sym(v)])
+            .collect();
+        // "exemplar without labels" carries one with none.
+        let with_exemplar = !exemplar.is_empty() || what == "exemplar without labels";
+        let ts = b.series(&labels, &[(t, value)]);
+        if with_exemplar {
+            ts.exemplars.push(pb::Exemplar {
+                labels_refs: refs,
+                value,
+                timestamp: t,
+            });
+        }
+        let r = push_v2(&srv, &b.build()).await;
+        assert_eq!(r.status, status, "{what}: {}", r.text);
+        assert_eq!(
+            r.written,
+            (Some(samples), Some(0), Some(exemplars)),
+            "{what}: {}",
+            r.text
+        );
+    }
+    // Content-Type and Content-Encoding the receiver does not speak: 415.
+    for (name, value) in [
+        ("content-type", "application/json"),
+        ("content-type", "image/png"),
+        ("content-encoding", "gzip"),
+        ("content-encoding", "deflate"),
+    ] {
+        let (code, text) = common::push_with(
+            srv.addr,
+            b"0 corrupt".to_vec(),
+            &[("content-type", V2), (name, value)],
+        )
+        .await;
+        assert_eq!(code, 415, "{name}: {value}: {text}");
+    }
+    // A corrupt body: 4xx.
+    let (code, _) = common::push_with(srv.addr, b"0orrupt".to_vec(), &[("content-type", V2)]).await;
+    assert_eq!(code, 400);
+}
