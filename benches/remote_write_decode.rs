@@ -171,36 +171,6 @@ fn wire_bytes(what: &str, v1: &[Vec<u8>], v2: &[Vec<u8>]) {
     );
 }
 
-/// [`timed_ingest`] for 2.0 bodies.
-fn timed_ingest_v2(
-    iters: u64,
-    setup: &[Vec<u8>],
-    timed: &[Vec<u8>],
-    limits: &LabelLimits,
-) -> std::time::Duration {
-    let now = i64::MAX / 2;
-    let metadata = MetadataStore::new(1000, 1 << 20);
-    let mut total = std::time::Duration::ZERO;
-    let mut done = 0u64;
-    while done < iters {
-        let head = Head::new(HeadOptions::default());
-        for body in setup {
-            ingest::append_write_request_v2(&head, &metadata, body, limits, now).expect("valid");
-        }
-        let n = (iters - done).min(timed.len() as u64) as usize;
-        let start = std::time::Instant::now();
-        for body in &timed[..n] {
-            black_box(
-                ingest::append_write_request_v2(&head, &metadata, body, limits, now)
-                    .expect("valid"),
-            );
-        }
-        total += start.elapsed();
-        done += n as u64;
-    }
-    total
-}
-
 /// `iters` requests from `timed` appended to heads that first took `setup`
 /// (untimed; a fresh head whenever `timed` runs out): their time in all.
 fn timed_ingest(
@@ -209,18 +179,41 @@ fn timed_ingest(
     timed: &[Vec<u8>],
     limits: &LabelLimits,
 ) -> std::time::Duration {
-    let now = i64::MAX / 2;
+    timed_with(iters, setup, timed, |head, body| {
+        ingest::append_write_request(head, body, limits, i64::MAX / 2).expect("valid")
+    })
+}
+
+/// [`timed_ingest`] for 2.0 bodies.
+fn timed_ingest_v2(
+    iters: u64,
+    setup: &[Vec<u8>],
+    timed: &[Vec<u8>],
+    limits: &LabelLimits,
+) -> std::time::Duration {
+    let metadata = MetadataStore::new(1000, 1 << 20);
+    timed_with(iters, setup, timed, |head, body| {
+        ingest::append_write_request_v2(head, &metadata, body, limits, i64::MAX / 2).expect("valid")
+    })
+}
+
+fn timed_with(
+    iters: u64,
+    setup: &[Vec<u8>],
+    timed: &[Vec<u8>],
+    ingest: impl Fn(&Head, &[u8]) -> ingest::IngestReport,
+) -> std::time::Duration {
     let mut total = std::time::Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
         let head = Head::new(HeadOptions::default());
         for body in setup {
-            ingest::append_write_request(&head, body, limits, now).expect("valid");
+            ingest(&head, body);
         }
         let n = (iters - done).min(timed.len() as u64) as usize;
         let start = std::time::Instant::now();
         for body in &timed[..n] {
-            black_box(ingest::append_write_request(&head, body, limits, now).expect("valid"));
+            black_box(ingest(&head, body));
         }
         total += start.elapsed();
         done += n as u64;

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{get, metric_value, Prometheus};
+use common::{get, metric_total, metric_value, Prometheus};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -54,15 +54,6 @@ fn stop(mut child: Child) {
         assert!(Instant::now() < deadline, "sluice did not stop");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The sum of every sample of `name` (any labels) in an exposition.
-fn total(exposition: &str, name: &str) -> f64 {
-    exposition
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// The raw samples of `selector[window]` at `t` (seconds), as a server
@@ -117,9 +108,9 @@ remote_write:
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, sm) = get(sluice_addr, "/metrics").await;
-        let throttled = total(&sm, "sluice_write_throttled_requests_total");
+        let throttled = metric_total(&sm, "sluice_write_throttled_requests_total");
         let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
-        let retried = total(&pm, "prometheus_remote_storage_samples_retried_total");
+        let retried = metric_total(&pm, "prometheus_remote_storage_samples_retried_total");
         if throttled >= 3.0 && retried > 0.0 {
             break;
         }
@@ -137,8 +128,8 @@ remote_write:
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
-        sent = total(&pm, "prometheus_remote_storage_samples_total");
-        pending = total(&pm, "prometheus_remote_storage_samples_pending");
+        sent = metric_total(&pm, "prometheus_remote_storage_samples_total");
+        pending = metric_total(&pm, "prometheus_remote_storage_samples_pending");
         let (_, sm) = get(sluice_addr, "/metrics").await;
         let ingested = metric_value(
             &sm,
@@ -159,7 +150,7 @@ remote_write:
         "prometheus_remote_storage_samples_failed_total",
         "prometheus_remote_storage_samples_dropped_total",
     ] {
-        assert_eq!(total(&pm, lost), 0.0, "{lost}: {}", prom.log());
+        assert_eq!(metric_total(&pm, lost), 0.0, "{lost}: {}", prom.log());
     }
 
     // Everything Prometheus stored of itself, from its first scrape to a

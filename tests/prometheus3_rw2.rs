@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{get, metric_value, start, Prometheus};
+use common::{get, metric_total, metric_value, start, Prometheus};
 use sluice::config::Config;
 
 /// A range query's `data.result`, by any server.
@@ -29,15 +29,6 @@ async fn range(addr: &str, query: &str, start: f64, end: f64) -> serde_json::Val
         serde_json::from_str(&resp.text().await.expect("body")).expect("json");
     assert_eq!(v["status"], "success", "{addr} {query}: {v}");
     v["data"]["result"].clone()
-}
-
-/// The sum of every sample of `name` (any labels) in an exposition.
-fn total(exposition: &str, name: &str) -> f64 {
-    exposition
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,9 +64,9 @@ remote_write:
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
-        sent = total(&pm, "prometheus_remote_storage_samples_total");
-        failed = total(&pm, "prometheus_remote_storage_samples_failed_total")
-            + total(&pm, "prometheus_remote_storage_samples_dropped_total");
+        sent = metric_total(&pm, "prometheus_remote_storage_samples_total");
+        failed = metric_total(&pm, "prometheus_remote_storage_samples_failed_total")
+            + metric_total(&pm, "prometheus_remote_storage_samples_dropped_total");
         let (_, sm) = get(srv.addr, "/metrics").await;
         ingested = metric_value(
             &sm,
@@ -99,7 +90,7 @@ remote_write:
     );
     let (_, sm) = get(srv.addr, "/metrics").await;
     assert_eq!(
-        total(&sm, "sluice_rejected_samples_total"),
+        metric_total(&sm, "sluice_rejected_samples_total"),
         0.0,
         "nothing rejected:\n{sm}"
     );
@@ -137,7 +128,7 @@ remote_write:
     let sent_by = Instant::now();
     loop {
         let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
-        let sent = total(&pm, "prometheus_remote_storage_samples_total");
+        let sent = metric_total(&pm, "prometheus_remote_storage_samples_total");
         let (_, sm) = get(srv.addr, "/metrics").await;
         let ingested = metric_value(
             &sm,
@@ -296,7 +287,7 @@ remote_write:
     assert_eq!(got, want);
     let (_, pm) = get(paddr.parse().expect("addr"), "/metrics").await;
     assert_eq!(
-        total(&pm, "prometheus_remote_storage_exemplars_failed_total"),
+        metric_total(&pm, "prometheus_remote_storage_exemplars_failed_total"),
         0.0,
         "{}",
         prom.log()

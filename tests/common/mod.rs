@@ -298,6 +298,15 @@ pub fn prometheus3(tool: &str) -> String {
     bin
 }
 
+/// The sum of every sample of `name` (any labels) in an exposition.
+pub fn metric_total(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The value of one sample line (name and labels as printed) in a scrape
 /// of Sluice's `/metrics`.
 pub async fn self_metric(addr: SocketAddr, series: &str) -> Option<f64> {
