@@ -809,3 +809,104 @@ async fn refused_delta_points_take_no_running_total_slot() {
     }
     assert_eq!(query(srv.addr, "items_total", t).await.len(), 5);
 }
+
+/// OTLP exemplars are kept as Prometheus' translator labels them:
+/// `trace_id`/`span_id` in hex plus filtered attributes, a sum's on its
+/// series and a histogram's on the bucket whose `le` first covers it.
+#[tokio::test]
+async fn exemplars_land_on_their_series_and_buckets() {
+    let srv = common::start(Config::default()).await;
+    let t = common::now_ms() - 60_000;
+    let exemplar = |v: f64, trace: u8| m::Exemplar {
+        filtered_attributes: vec![kv("user", "u1")],
+        time_unix_nano: ns(t),
+        span_id: vec![0xab; 8],
+        trace_id: vec![trace; 16],
+        value: Some(m::exemplar::Value::AsDouble(v)),
+    };
+    let mut counter = number(vec![], t, number_data_point::Value::AsInt(7));
+    counter.exemplars = vec![exemplar(1.0, 1)];
+    let req = request(
+        service(),
+        vec![
+            metric("orders", "", sum(vec![counter], 2, true)),
+            metric(
+                "latency",
+                "s",
+                Data::Histogram(m::Histogram {
+                    data_points: vec![m::HistogramDataPoint {
+                        time_unix_nano: ns(t),
+                        count: 10,
+                        sum: Some(4.5),
+                        bucket_counts: vec![2, 3, 5],
+                        explicit_bounds: vec![0.1, 1.0],
+                        exemplars: vec![exemplar(0.05, 2), exemplar(0.5, 3), exemplar(7.0, 4)],
+                        ..Default::default()
+                    }],
+                    aggregation_temporality: 2,
+                }),
+            ),
+        ],
+    );
+    response(&export(srv.addr, &req).await);
+    let (code, body) = common::get(
+        srv.addr,
+        &format!(
+            "/api/v1/query_exemplars?query=%7B__name__%3D~%22orders_total%7Clatency_seconds_bucket%22%7D&start={}&end={}",
+            (t - 1000) as f64 / 1000.0,
+            (t + 1000) as f64 / 1000.0
+        ),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let found: Vec<(String, String, String)> = v["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .flat_map(|s| {
+            let series = format!(
+                "{}{{le={}}}",
+                s["seriesLabels"]["__name__"].as_str().unwrap_or(""),
+                s["seriesLabels"]["le"].as_str().unwrap_or("")
+            );
+            s["exemplars"]
+                .as_array()
+                .expect("exemplars")
+                .iter()
+                .map(move |e| {
+                    (
+                        series.clone(),
+                        e["labels"]["trace_id"].as_str().unwrap_or("").to_owned(),
+                        e["value"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let id = |b: u8| format!("{b:02x}").repeat(16);
+    assert_eq!(
+        found,
+        vec![
+            (
+                "latency_seconds_bucket{le=+Inf}".to_owned(),
+                id(4),
+                "7".to_owned()
+            ),
+            (
+                "latency_seconds_bucket{le=0.1}".to_owned(),
+                id(2),
+                "0.05".to_owned()
+            ),
+            (
+                "latency_seconds_bucket{le=1}".to_owned(),
+                id(3),
+                "0.5".to_owned()
+            ),
+            ("orders_total{le=}".to_owned(), id(1), "1".to_owned()),
+        ]
+    );
+    let first = &v["data"][3]["exemplars"][0]["labels"];
+    assert_eq!(first["span_id"], "abababababababab");
+    assert_eq!(first["user"], "u1");
+}

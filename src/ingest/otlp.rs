@@ -19,7 +19,10 @@
 //! (`service.instance.id`), the promoted attributes, and `target_info` with
 //! the rest. Delta sums and histograms are refused, or summed into running
 //! totals with `--otlp-delta-to-cumulative` ([`delta`]). `NO_RECORDED_VALUE`
-//! points store the stale marker. Exemplars and start times are not kept.
+//! points store the stale marker. Exemplars of sums, gauges and explicit
+//! histograms are kept (labelled `trace_id`/`span_id` in hex plus their
+//! filtered attributes, a histogram's on the bucket that covers it);
+//! exponential histograms' exemplars and start times are not.
 
 pub mod delta;
 pub mod json;
@@ -33,6 +36,7 @@ use super::protowire::{DecodeError, Reader, Value};
 use super::validate::{self, LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
 use crate::reuse::{Buffer, Reused};
+use crate::storage::exemplars::ExemplarError;
 use crate::storage::head::{AppendCounts, Head, SampleError};
 use crate::storage::metadata::MetadataStore;
 use crate::storage::STALE_NAN;
@@ -243,6 +247,9 @@ pub fn append_export_request(
                 point_reason: None,
                 t_range: (i64::MAX, i64::MIN),
                 scratch,
+                last_stored: false,
+                exemplars: Vec::new(),
+                exemplar_log: Vec::new(),
             };
             let walked = w.request(body);
             let mut report = w.report;
@@ -252,6 +259,11 @@ pub fn append_export_request(
             }
             w.counts.touched |= w.target_counts.touched;
             report.samples.wal_lsn = head.log_appended(&mut w.counts);
+            if !w.exemplar_log.is_empty() {
+                let mut frame = Vec::with_capacity(w.exemplar_log.len() + 16);
+                crate::wal::record::encode_exemplars_frame(&mut frame, &w.exemplar_log);
+                report.samples.wal_lsn = report.samples.wal_lsn.max(head.log_frames(&frame));
+            }
             walked?;
             Ok(report)
         })
@@ -274,6 +286,21 @@ struct Walk<'a> {
     /// Earliest and latest sample time of the current resource.
     t_range: (i64, i64),
     scratch: &'a mut Scratch,
+    /// Whether the last `emit` found or created its series.
+    last_stored: bool,
+    /// The current data point's exemplars.
+    exemplars: Vec<PointExemplar>,
+    /// Stored exemplars as WAL entries, logged at the end of the request.
+    exemplar_log: Vec<u8>,
+}
+
+/// An OTLP exemplar as Prometheus' translator labels it: `trace_id` and
+/// `span_id` in lowercase hex, then its filtered string attributes.
+#[derive(Debug, Clone)]
+struct PointExemplar {
+    labels: Vec<(String, String)>,
+    value: f64,
+    t: i64,
 }
 
 /// The offset in the request where the payload `b` of a length-delimited
@@ -745,7 +772,9 @@ impl Walk<'_> {
             .then_some(move || format!("a data point of metric {name:?} has no value"));
         if let Some(t) = self.begin_point(p, base, 7, t_ns, name, 1, invalid)? {
             let v = or_stale(stale, value.unwrap_or(0.0));
+            read_exemplars(p, base, 5, &mut self.exemplars)?;
             self.emit(Emitted::DataPoint, name, None, t, v, delta);
+            self.attach_exemplars(f64::NEG_INFINITY, f64::INFINITY);
         }
         Ok(())
     }
@@ -799,15 +828,23 @@ impl Walk<'_> {
             return Ok(());
         };
         let stale = flags & 1 != 0;
+        read_exemplars(p, base, 8, &mut self.exemplars)?;
         self.emit_sum_count(names, t, sum, count, stale, delta);
         let mut cumulative = 0u64;
+        // Each exemplar goes to the bucket series whose `le` first covers
+        // its value, as Prometheus' OTLP translator attaches them.
+        let mut lower = f64::NEG_INFINITY;
         for (&bound, &c) in bounds.iter().zip(counts.iter()) {
             cumulative = cumulative.saturating_add(c);
             if bound.is_finite() {
                 self.emit_bucket(&names.bucket, le, bound, t, cumulative, stale, delta);
+                self.attach_exemplars(lower, bound);
+                lower = bound;
             }
         }
         self.emit_bucket(&names.bucket, le, f64::INFINITY, t, count, stale, delta);
+        self.attach_exemplars(lower, f64::INFINITY);
+        self.exemplars.clear();
         Ok(())
     }
 
@@ -964,6 +1001,7 @@ impl Walk<'_> {
         value: f64,
         delta: bool,
     ) {
+        self.last_stored = false;
         let scratch = &mut *self.scratch;
         let labels = match emitted {
             Emitted::DataPoint => &scratch.point,
@@ -1033,6 +1071,7 @@ impl Walk<'_> {
                 return;
             }
         }
+        self.last_stored = true;
         if let (Some(next), None) = (pending, counts.first) {
             // The head stored the point: the running total moves.
             self.otlp.delta.commit(canonical, t, next);
@@ -1048,6 +1087,110 @@ impl Walk<'_> {
             }
         }
     }
+}
+
+impl Walk<'_> {
+    /// Stores the current point's exemplars whose value is in `(lower,
+    /// upper]` with the series the last `emit` wrote (if it was stored),
+    /// and drops them from the point's list.
+    fn attach_exemplars(&mut self, lower: f64, upper: f64) {
+        if self.exemplars.is_empty() {
+            return;
+        }
+        let stored = self.last_stored;
+        let store = self.head.exemplars();
+        let logging = self.head.wal().is_some();
+        let series = self.scratch.canonical.as_slice();
+        let report = &mut self.report.samples;
+        let log = &mut self.exemplar_log;
+        self.exemplars.retain(|e| {
+            let here = (e.value > lower && e.value <= upper)
+                || (upper == f64::INFINITY && e.value.is_nan());
+            if !here {
+                return true;
+            }
+            if stored {
+                report.exemplars += 1;
+                let labels: Vec<(&[u8], &[u8])> = e
+                    .labels
+                    .iter()
+                    .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                    .collect();
+                match store.add_logged(series, &labels, e.value, e.t, logging.then_some(&mut *log))
+                {
+                    Ok(()) => report.exemplars_written += 1,
+                    Err(err) => {
+                        let i = ExemplarError::ALL
+                            .iter()
+                            .position(|x| *x == err)
+                            .unwrap_or(0);
+                        report.exemplars_rejected[i] += 1;
+                    }
+                }
+            }
+            false
+        });
+    }
+}
+
+/// Reads the exemplars (field `field`) of the data point `p` into `out`,
+/// which is cleared first.
+fn read_exemplars(
+    p: &[u8],
+    base: usize,
+    field: u32,
+    out: &mut Vec<PointExemplar>,
+) -> Result<(), DecodeError> {
+    out.clear();
+    let mut r = Reader::nested(p, base);
+    while let Some((num, v, at)) = r.next_field()? {
+        let (true, Value::Bytes(e)) = (num == field, v) else {
+            continue;
+        };
+        let mut ex = PointExemplar {
+            labels: Vec::new(),
+            value: 0.0,
+            t: 0,
+        };
+        let (mut trace, mut span) = (None, None);
+        let mut er = Reader::nested(e, payload_at(at, e));
+        while let Some((num, v, at)) = er.next_field()? {
+            match (num, v) {
+                (2, Value::Fixed64(t)) => ex.t = (t / 1_000_000) as i64,
+                (3, Value::Fixed64(b)) => ex.value = f64::from_bits(b),
+                (6, Value::Fixed64(i)) => ex.value = i as i64 as f64,
+                (4, Value::Bytes(b)) if !b.is_empty() => span = Some(hex(b)),
+                (5, Value::Bytes(b)) if !b.is_empty() => trace = Some(hex(b)),
+                (7, Value::Bytes(kv)) => {
+                    let (key, value) = split_key_value(kv, payload_at(at, kv))?;
+                    let mut text = String::new();
+                    if let (Ok(key), Some((vb, vat))) = (std::str::from_utf8(key), value) {
+                        if labels::any_value_string(vb, vat, &mut text, 0).is_ok() {
+                            ex.labels.push((key.to_owned(), text));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(span) = span {
+            ex.labels.push(("span_id".to_owned(), span));
+        }
+        if let Some(trace) = trace {
+            ex.labels.push(("trace_id".to_owned(), trace));
+        }
+        out.push(ex);
+    }
+    Ok(())
+}
+
+/// Lowercase hex, as trace and span ids are written.
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for byte in b {
+        let _ = write!(s, "{byte:02x}");
+    }
+    s
 }
 
 /// Merges sorted labels with sorted `extras`; an extra replaces a label of
