@@ -192,8 +192,12 @@ fn timed_ingest_v2(
     limits: &LabelLimits,
 ) -> std::time::Duration {
     let metadata = MetadataStore::new(1000, 1 << 20);
+    let v2 = ingest::remote_write::V2Options {
+        limits: *limits,
+        ..Default::default()
+    };
     timed_with(iters, setup, timed, |head, body| {
-        ingest::append_write_request_v2(head, &metadata, body, limits, i64::MAX / 2).expect("valid")
+        ingest::append_write_request_v2(head, &metadata, body, &v2, i64::MAX / 2).expect("valid")
     })
 }
 

@@ -190,6 +190,12 @@ settings! {
     /// (the rest go to target_info) [default: none].
     #[arg(value_name = "ATTRS", value_delimiter = ',')]
     otlp_promote_resource_attributes: Vec<String> = Vec::new();
+    /// Store a zero sample at a remote-write 2.0 series' start (created)
+    /// timestamp when that is before its first sample and newer than what
+    /// the series holds, as Prometheus' created-timestamp-zero-ingestion
+    /// [default: off].
+    #[arg(num_args = 0..=1, default_missing_value = "true")]
+    created_timestamp_zero_ingestion: bool = false;
     /// Store OTLP delta sums and histograms as running totals (cumulative),
     /// kept in memory per series, instead of refusing them [default: off].
     #[arg(num_args = 0..=1, default_missing_value = "true")]

@@ -96,16 +96,14 @@ fn remote_write_2_allocates_only_for_new_series() {
         .collect();
     let head = Head::new(HeadOptions::default());
     let metadata = MetadataStore::new(100, 1 << 20);
-    let limits = LabelLimits::default();
+    let v2 = ingest::remote_write::V2Options::default();
     let now = t0 + 130 * 15_000;
     for body in &bodies[..2] {
-        let r =
-            ingest::append_write_request_v2(&head, &metadata, body, &limits, now).expect("valid");
+        let r = ingest::append_write_request_v2(&head, &metadata, body, &v2, now).expect("valid");
         assert_eq!(r.accepted, SERIES as u64);
     }
     let before = blocks();
-    let r =
-        ingest::append_write_request_v2(&head, &metadata, &bodies[2], &limits, now).expect("valid");
+    let r = ingest::append_write_request_v2(&head, &metadata, &bodies[2], &v2, now).expect("valid");
     assert_eq!(r.accepted, SERIES as u64);
     assert_eq!(
         blocks() - before,

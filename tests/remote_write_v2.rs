@@ -535,3 +535,49 @@ async fn the_compliance_suites_cases_hold() {
     let (code, _) = common::push_with(srv.addr, b"0orrupt".to_vec(), &[("content-type", V2)]).await;
     assert_eq!(code, 400);
 }
+
+/// `--created-timestamp-zero-ingestion`: a zero sample at the start time,
+/// when it is before the first sample and newer than the series' last;
+/// refused quietly otherwise; neither counted as written. Off by default.
+#[tokio::test]
+async fn start_timestamps_become_zero_samples_when_asked() {
+    let t = now_ms() - 120_000;
+    let request = |name: &str, start: i64, at: i64, v: f64, per_sample: bool| {
+        let mut b = Builder::new();
+        let ts = b.series(&[("__name__", name)], &[(at, v)]);
+        if per_sample {
+            ts.samples[0].start_timestamp = start;
+        } else {
+            ts.created_timestamp = start;
+        }
+        b.build()
+    };
+    let on = start(Config {
+        created_timestamp_zero_ingestion: true,
+        ..Config::default()
+    })
+    .await;
+    for (name, per_sample) in [("st_sample_total", true), ("ct_series_total", false)] {
+        let r = push_v2(&on, &request(name, t - 30_000, t, 5.0, per_sample)).await;
+        assert_eq!(r.status, 204, "{}", r.text);
+        assert_eq!(r.written.0, Some(1), "the zero sample is not the sender's");
+        // The same start again: the series is past it; quietly not stored.
+        let r = push_v2(&on, &request(name, t - 30_000, t + 15_000, 7.0, per_sample)).await;
+        assert_eq!(r.status, 204, "{}", r.text);
+        assert_eq!(r.written.0, Some(1));
+        assert_eq!(
+            stored(&on, name),
+            vec![(t - 30_000, 0.0), (t, 5.0), (t + 15_000, 7.0)],
+            "{name}"
+        );
+    }
+    // A start at or after the sample adds nothing.
+    let r = push_v2(&on, &request("late_start_total", t, t, 1.0, true)).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(stored(&on, "late_start_total"), vec![(t, 1.0)]);
+
+    let off = start(Config::default()).await;
+    let r = push_v2(&off, &request("st_sample_total", t - 30_000, t, 5.0, true)).await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert_eq!(stored(&off, "st_sample_total"), vec![(t, 5.0)]);
+}

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use sluice::ingest::{append_write_request_v2, validate::LabelLimits};
+use sluice::ingest::{append_write_request_v2, remote_write::V2Options};
 use sluice::proto::io::prometheus::write::v2 as pb;
 use sluice::storage::head::{Head, HeadOptions};
 use sluice::storage::metadata::MetadataStore;
@@ -16,7 +16,7 @@ const LIMIT: usize = 1 << 20;
 fn ingest(body: &[u8]) {
     let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
     let metadata = MetadataStore::new(16, 1 << 16);
-    let Ok(report) = append_write_request_v2(&head, &metadata, body, &LabelLimits::default(), 0)
+    let Ok(report) = append_write_request_v2(&head, &metadata, body, &V2Options::default(), 0)
     else {
         return;
     };

@@ -10,6 +10,7 @@ use super::error::ApiError;
 use super::slots;
 use crate::config::Config;
 use crate::ingest::otlp::Otlp;
+use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
 use crate::storage::exemplars::ExemplarStore;
@@ -34,6 +35,7 @@ pub(super) struct Inner {
     pub(super) slots: slots::Slots,
     pub(super) metrics: Metrics,
     pub(super) limits: LabelLimits,
+    pub(super) v2: V2Options,
     pub(super) max_body_bytes: usize,
     pub(super) max_decompressed_bytes: usize,
     pub(super) max_form_bytes: usize,
@@ -86,6 +88,10 @@ impl AppState {
                 exemplars,
                 query: config.query_options(),
                 limits: config.label_limits(),
+                v2: V2Options {
+                    limits: config.label_limits(),
+                    created_timestamp_zero_ingestion: config.created_timestamp_zero_ingestion,
+                },
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
                 max_form_bytes: config.query_max_form_bytes,

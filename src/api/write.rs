@@ -176,7 +176,7 @@ fn handle(
                     &inner.head,
                     &inner.metadata,
                     body,
-                    &inner.limits,
+                    &inner.v2,
                     now_ms,
                 )
                 .map_err(|e| {

@@ -116,6 +116,11 @@ pub(super) trait Wire {
     fn labels<'a>(&'a self, span: &Self::Span, out: &mut Vec<(&'a [u8], &'a [u8])>);
     /// The series for an error message.
     fn describe(&self, span: &Self::Span) -> String;
+    /// Where to add the series' start-time zero sample, if one is wanted:
+    /// its start time, when that is before its first sample.
+    fn zero_sample_at(&self, _span: &Self::Span) -> Option<i64> {
+        None
+    }
     /// The series' exemplars: labels (into `labels`), value, timestamp.
     fn exemplars<'a>(
         &'a self,
@@ -217,6 +222,12 @@ pub(super) fn append_series<W: Wire>(
                 continue;
             };
             counts.first = None;
+            if let Some(st) = wire.zero_sample_at(&e.span) {
+                // Refused when the series is already past it: that is
+                // expected, not the sender's problem, and not counted.
+                let mut side = AppendCounts::default();
+                guard.append_to(slot, std::iter::once((st, 0.0)), max_t, &mut side);
+            }
             guard.append_to(slot, wire.samples(&e.span), max_t, &mut counts);
             note_sample_problem(report, &counts, || wire.describe(&e.span), max_t);
         }
@@ -243,9 +254,24 @@ pub(super) fn append_series<W: Wire>(
         }
         canonical.clear();
         encode_canonical(labels.iter().copied(), &mut canonical);
-        if let Err(limit) =
-            head.append_labels(&labels, &canonical, wire.samples(span), max_t, &mut counts)
-        {
+        let made = match wire.zero_sample_at(span) {
+            None => head.append_labels(&labels, &canonical, wire.samples(span), max_t, &mut counts),
+            Some(st) => {
+                let mut side = AppendCounts::default();
+                let made = head.append_labels(
+                    &labels,
+                    &canonical,
+                    std::iter::once((st, 0.0)),
+                    max_t,
+                    &mut side,
+                );
+                counts.touched |= side.touched;
+                made.map(|()| {
+                    head.append_existing(&canonical, wire.samples(span), max_t, &mut counts);
+                })
+            }
+        };
+        if let Err(limit) = made {
             report.reject(Reason::SeriesLimit, samples, || {
                 format!("{limit}; new series {} not created", wire.describe(span))
             });
@@ -459,9 +485,10 @@ pub fn append_write_request_v2(
     head: &Head,
     metadata: &MetadataStore,
     body: &[u8],
-    limits: &LabelLimits,
+    options: &V2Options,
     now_ms: i64,
 ) -> Result<IngestReport, RequestError> {
+    let limits = &options.limits;
     let max_t = now_ms.saturating_add(MAX_AHEAD_MS);
     BATCH_V2.with(|kept| {
         kept.with(|(batch, scratch)| {
@@ -495,7 +522,11 @@ pub fn append_write_request_v2(
                 let span = scratch.series[i];
                 batch.push(head, fingerprint(scratch.canonical(&span)), span);
             }
-            let wire = V2 { body, scratch };
+            let wire = V2 {
+                body,
+                scratch,
+                zero_samples: options.created_timestamp_zero_ingestion,
+            };
             append_series(head, &wire, limits, max_t, batch, &mut report);
             store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             record_metadata_v2(metadata, body, scratch);
@@ -504,10 +535,23 @@ pub fn append_write_request_v2(
     })
 }
 
+/// How 2.0 requests are taken.
+#[derive(Debug, Clone, Default)]
+pub struct V2Options {
+    /// Limits on a new series' labels.
+    pub limits: LabelLimits,
+    /// Store a zero sample at a series' start timestamp when that is
+    /// before its first sample and newer than what the series holds, as
+    /// Prometheus' `created-timestamp-zero-ingestion` (off by default).
+    pub created_timestamp_zero_ingestion: bool,
+}
+
 /// A remote-write 2.0 request: labels are references into its symbols.
 struct V2<'a> {
     body: &'a [u8],
     scratch: &'a v2::Scratch,
+    /// Whether start timestamps become zero samples.
+    zero_samples: bool,
 }
 
 impl Wire for V2<'_> {
@@ -523,6 +567,14 @@ impl Wire for V2<'_> {
 
     fn sample_count(&self, span: &SpanV2) -> u32 {
         span.samples
+    }
+
+    fn zero_sample_at(&self, span: &SpanV2) -> Option<i64> {
+        if !self.zero_samples || span.start == 0 {
+            return None;
+        }
+        let (first, _) = self.samples(span).next()?;
+        (span.start < first).then_some(span.start)
     }
 
     fn labels<'a>(&'a self, span: &SpanV2, out: &mut Vec<(&'a [u8], &'a [u8])>) {

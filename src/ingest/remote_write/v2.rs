@@ -77,6 +77,9 @@ pub struct SpanV2 {
     pub exemplars: u32,
     /// Its metadata, if it carries any.
     pub metadata: Option<MetadataRefs>,
+    /// Its start (created) timestamp in ms, 0 if unset: the first sample's
+    /// `start_timestamp`, else the series' `created_timestamp`.
+    pub start: i64,
 }
 
 /// Buffers one thread reuses for every 2.0 request it decodes.
@@ -203,6 +206,9 @@ fn check_series(
                 check_sample(sample, at)?;
                 if span.samples == 0 {
                     span.samples_at = field_start as u32;
+                    if let Some(st) = start_timestamp(sample) {
+                        span.start = st;
+                    }
                 }
                 span.samples += 1;
             }
@@ -215,6 +221,7 @@ fn check_series(
                 span.exemplars += 1;
             }
             (5, Value::Bytes(md)) => span.metadata = Some(check_metadata(md, at)?),
+            (6, Value::Varint(ct)) if span.start == 0 => span.start = ct as i64,
             (6, Value::Varint(_)) => {}
             (1..=6, _) => return Err(wrong_type(at).into()),
             _ => {}
@@ -222,6 +229,17 @@ fn check_series(
     }
     span.refs.1 = refs.len() as u32 - span.refs.0;
     Ok(span)
+}
+
+/// A sample's `start_timestamp` (field 3), if set.
+fn start_timestamp(sample: &[u8]) -> Option<i64> {
+    let mut r = Reader::new(sample);
+    while let Ok(Some((field, v, _))) = r.next_field() {
+        if let (3, Value::Varint(st)) = (field, v) {
+            return (st != 0).then_some(st as i64);
+        }
+    }
+    None
 }
 
 fn check_metadata(msg: &[u8], base: usize) -> Result<MetadataRefs, DecodeError> {
