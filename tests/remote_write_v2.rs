@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{now_ms, start, TestServer};
+use common::{now_ms, start, stored, TestServer};
 use prost::Message;
 use sluice::config::Config;
 use sluice::proto::io::prometheus::write::v2 as pb;
-use sluice::storage::index::{MatchOp, Matcher};
 
 const V2: &str = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
 
@@ -115,16 +114,6 @@ impl Builder {
             timeseries: self.series.clone(),
         }
     }
-}
-
-fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
-    let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
-    srv.state
-        .head()
-        .select_samples(&[m], i64::MIN, i64::MAX)
-        .into_iter()
-        .flat_map(|s| s.samples)
-        .collect()
 }
 
 #[tokio::test]

@@ -4,19 +4,8 @@
 
 mod common;
 
-use common::{body, get, metric_value, now_ms, push, push_with, series, start, TestServer};
+use common::{body, get, metric_value, now_ms, push, push_with, series, start, stored, TestServer};
 use sluice::config::Config;
-use sluice::storage::index::{MatchOp, Matcher};
-
-fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
-    let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
-    srv.state
-        .head()
-        .select_samples(&[m], i64::MIN, i64::MAX)
-        .into_iter()
-        .flat_map(|s| s.samples)
-        .collect()
-}
 
 /// Pushes one good sample to `good` at `t` and checks all earlier ones are intact.
 async fn still_works(srv: &TestServer, t: i64, expect_before: usize) {

@@ -55,6 +55,18 @@ pub async fn start_with_clock(config: Config, clock: sluice::storage::Clock) -> 
     }
 }
 
+/// Every sample the head holds of the series named `name`.
+pub fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
+    use sluice::storage::index::{MatchOp, Matcher};
+    let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
+    srv.state
+        .head()
+        .select_samples(&[m], i64::MIN, i64::MAX)
+        .into_iter()
+        .flat_map(|s| s.samples)
+        .collect()
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
