@@ -59,14 +59,11 @@ fn stop(mut child: Child) {
 /// The raw samples of `selector[window]` at `t` (seconds), as a server
 /// answers an instant query for them.
 async fn raw(addr: &str, selector: &str, t: f64) -> serde_json::Value {
-    let resp = reqwest::Client::new()
-        .get(format!("http://{addr}/api/v1/query"))
-        .query(&[("query", selector), ("time", &format!("{t:.3}"))])
-        .send()
-        .await
-        .expect("query sent");
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/query"),
+        &[("query", selector.to_owned()), ("time", format!("{t:.3}"))],
+    )
+    .await;
     assert_eq!(v["status"], "success", "{addr} {selector}: {v}");
     v["data"]["result"].clone()
 }

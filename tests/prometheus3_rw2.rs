@@ -14,19 +14,16 @@ use sluice::config::Config;
 
 /// A range query's `data.result`, by any server.
 async fn range(addr: &str, query: &str, start: f64, end: f64) -> serde_json::Value {
-    let resp = reqwest::Client::new()
-        .get(format!("http://{addr}/api/v1/query_range"))
-        .query(&[
-            ("query", query),
-            ("start", &format!("{start:.3}")),
-            ("end", &format!("{end:.3}")),
-            ("step", "1"),
-        ])
-        .send()
-        .await
-        .expect("query sent");
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/query_range"),
+        &[
+            ("query", query.to_owned()),
+            ("start", format!("{start:.3}")),
+            ("end", format!("{end:.3}")),
+            ("step", "1".to_owned()),
+        ],
+    )
+    .await;
     assert_eq!(v["status"], "success", "{addr} {query}: {v}");
     v["data"]["result"].clone()
 }
@@ -237,18 +234,15 @@ remote_write:
     let prom = Prometheus::start3(&config, &["--enable-feature=exemplar-storage"]);
     let paddr = prom.addr();
     let exemplars = |addr: String, start: f64, end: f64| async move {
-        let resp = reqwest::Client::new()
-            .get(format!("http://{addr}/api/v1/query_exemplars"))
-            .query(&[
+        let v = common::api_json(
+            &format!("http://{addr}/api/v1/query_exemplars"),
+            &[
                 ("query", "demo_requests_total".to_owned()),
                 ("start", format!("{start:.3}")),
                 ("end", format!("{end:.3}")),
-            ])
-            .send()
-            .await
-            .expect("sent");
-        let v: serde_json::Value =
-            serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+            ],
+        )
+        .await;
         assert_eq!(v["status"], "success", "{addr}: {v}");
         v["data"].clone()
     };
