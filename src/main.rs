@@ -35,29 +35,21 @@ impl Cli {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that
+/// resolves on the first of them. The handlers must exist before the server
+/// says it is listening: a supervisor (or a test) may send SIGTERM as soon as
+/// it sees that line, and a signal without a handler kills the process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutting down: finishing in-flight requests");
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
 }
 
 /// Raises the soft limit on open files to the hard one, as Go does for
@@ -85,8 +77,9 @@ async fn main() -> anyhow::Result<()> {
         ?config,
         "starting sluice"
     );
+    let stop = shutdown_signal()?;
     raise_open_files_limit(config.http_max_connections);
-    sluice::server::run(config, shutdown_signal())
+    sluice::server::run(config, stop)
         .await
         .context("sluice stopped with an error")
 }
