@@ -1,6 +1,7 @@
 //! In-memory storage: the sharded [`head::Head`] of series, each holding
 //! Prometheus XOR [`chunk`]s, with interned labels and an inverted index.
 
+pub mod aliases;
 pub mod append;
 pub mod checkpoint;
 pub mod chunk;

@@ -171,6 +171,53 @@ async fn a_valid_request_is_stored_with_its_metadata_and_counted() {
     );
 }
 
+/// A known series is found by a key mixed from its symbols, not from its
+/// references: the same labels under another symbol order find it, and the
+/// same references into other symbols do not.
+#[tokio::test]
+async fn a_known_series_is_found_by_its_labels_not_its_references() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let request = |symbols: &[&str], refs: &[u32], at: i64| pb::Request {
+        symbols: symbols.iter().map(|s| (*s).to_owned()).collect(),
+        timeseries: vec![pb::TimeSeries {
+            labels_refs: refs.to_vec(),
+            samples: vec![pb::Sample {
+                value: 1.0,
+                timestamp: at,
+                start_timestamp: 0,
+            }],
+            ..Default::default()
+        }],
+    };
+    let first = request(&["", "__name__", "a", "job", "x"], &[1, 2, 3, 4], t);
+    assert_eq!(push_v2(&srv, &first).await.status, 204);
+    assert!(!srv.state.head().aliases().is_empty(), "its key is kept");
+    // The same labels, other references.
+    let moved = request(&["", "x", "job", "a", "__name__"], &[4, 3, 2, 1], t + 1);
+    assert_eq!(push_v2(&srv, &moved).await.status, 204);
+    assert_eq!(srv.state.head().stats().series, 1);
+    assert_eq!(stored(&srv, "a"), vec![(t, 1.0), (t + 1, 1.0)]);
+    // The same references, another name: a new series.
+    let other = request(&["", "__name__", "b", "job", "x"], &[1, 2, 3, 4], t + 2);
+    assert_eq!(push_v2(&srv, &other).await.status, 204);
+    assert_eq!(srv.state.head().stats().series, 2);
+    assert_eq!(stored(&srv, "a").len(), 2);
+    assert_eq!(stored(&srv, "b"), vec![(t + 2, 1.0)]);
+    // Retention removes "a" and rebuilds its shard: slots move, so every
+    // alias is forgotten, and "b" is still found as itself.
+    let _ = push_v2(&srv, &other).await;
+    let removed = srv.state.head().apply_retention(t + 2);
+    assert_eq!(removed.series, 1);
+    assert!(srv.state.head().aliases().is_empty());
+    let again = request(&["", "job", "x", "__name__", "b"], &[3, 4, 1, 2], t + 3);
+    assert_eq!(push_v2(&srv, &again).await.status, 204);
+    let again = request(&["", "job", "x", "__name__", "b"], &[3, 4, 1, 2], t + 4);
+    assert_eq!(push_v2(&srv, &again).await.status, 204);
+    assert_eq!(srv.state.head().stats().series, 1);
+    assert_eq!(stored(&srv, "b"), vec![(t + 2, 1.0), (t + 3, 1.0), (t + 4, 1.0)]);
+}
+
 #[tokio::test]
 async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
     let srv = start(Config::default()).await;

@@ -114,6 +114,7 @@ impl AppState {
     /// Refuses a write while the head is at its memory high-water mark.
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
         let held = self.inner.head.accounted_bytes()
+            + self.inner.head.aliases().bytes()
             + self.inner.metadata.bytes()
             + self.inner.exemplars.bytes()
             + self.inner.otlp.delta.bytes();

@@ -21,8 +21,9 @@ use super::{
     label_problem, sample_problem, DecodeError, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS,
 };
 use crate::reuse::{Buffer, Reused};
+use crate::storage::aliases::Alias;
 use crate::storage::exemplars::ExemplarError;
-use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError};
+use crate::storage::head::{fingerprint, AppendCounts, Fingerprint, Head, SampleError, NO_SLOT};
 use crate::storage::labels::encode_canonical;
 use crate::storage::metadata::{type_name, MetadataStore};
 
@@ -192,6 +193,8 @@ pub(super) fn append_series<W: Wire>(
         pending,
         rest,
         slots,
+        learn,
+        learned,
         ..
     } = batch;
     while !pending.is_empty() {
@@ -214,13 +217,16 @@ pub(super) fn append_series<W: Wire>(
         slots.extend(
             group
                 .iter()
-                .map(|e| guard.find_warm(e.fp, wire.canonical(&e.span))),
+                .map(|e| guard.find_warm(e.fp, e.hint, wire.canonical(&e.span))),
         );
         for (e, &slot) in group.iter().zip(slots.iter()) {
             let Some(slot) = slot else {
                 rest.push(e.span);
                 continue;
             };
+            if *learn && slot != e.hint {
+                learned.push((e.span, e.fp, slot));
+            }
             counts.first = None;
             if let Some(st) = wire.zero_sample_at(&e.span) {
                 // Refused when the series is already past it: that is
@@ -243,22 +249,25 @@ pub(super) fn append_series<W: Wire>(
         counts.first = None;
         raw_labels.clear();
         wire.labels(span, &mut raw_labels);
-        match validate::validate(&raw_labels, limits, &mut labels) {
+        let resorted = match validate::validate(&raw_labels, limits, &mut labels) {
             Err(e) => {
                 report.reject(Reason::Label(e), samples, || {
                     format!("{} for series {}", label_problem(e), wire.describe(span))
                 });
                 continue;
             }
-            Ok(resorted) => report.resorted_series += u64::from(resorted),
-        }
+            Ok(resorted) => resorted,
+        };
+        report.resorted_series += u64::from(resorted);
         canonical.clear();
         encode_canonical(labels.iter().copied(), &mut canonical);
         let made = match wire.zero_sample_at(span) {
-            None => head.append_labels(&labels, &canonical, wire.samples(span), max_t, &mut counts),
+            None => {
+                head.append_labels_at(&labels, &canonical, wire.samples(span), max_t, &mut counts)
+            }
             Some(st) => {
                 let mut side = AppendCounts::default();
-                let made = head.append_labels(
+                let made = head.append_labels_at(
                     &labels,
                     &canonical,
                     std::iter::once((st, 0.0)),
@@ -266,16 +275,24 @@ pub(super) fn append_series<W: Wire>(
                     &mut side,
                 );
                 counts.touched |= side.touched;
-                made.map(|()| {
+                made.inspect(|_| {
                     head.append_existing(&canonical, wire.samples(span), max_t, &mut counts);
                 })
             }
         };
-        if let Err(limit) = made {
-            report.reject(Reason::SeriesLimit, samples, || {
-                format!("{limit}; new series {} not created", wire.describe(span))
-            });
-            continue;
+        match made {
+            Err(limit) => {
+                report.reject(Reason::SeriesLimit, samples, || {
+                    format!("{limit}; new series {} not created", wire.describe(span))
+                });
+                continue;
+            }
+            // Labels sent as stored (in order, none empty): the sent form's
+            // key names this series.
+            Ok((fp, slot)) if *learn && !resorted && labels.len() == raw_labels.len() => {
+                learned.push((*span, fp, slot));
+            }
+            Ok(_) => {}
         }
         note_sample_problem(report, &counts, || wire.describe(span), max_t);
     }
@@ -356,12 +373,25 @@ fn note_sample_problem(
     }
 }
 
-/// A series of a request: its fingerprint, shard and place in the request.
-#[derive(Debug, Clone, Copy, Default)]
+/// A series of a request: its fingerprint, shard, place in the request,
+/// and where it was last seen in its shard ([`NO_SLOT`] if unknown).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Entry<S> {
     fp: Fingerprint,
-    shard: usize,
+    shard: u32,
+    hint: u32,
     span: S,
+}
+
+impl<S: Default> Default for Entry<S> {
+    fn default() -> Self {
+        Self {
+            fp: Fingerprint::default(),
+            shard: 0,
+            hint: NO_SLOT,
+            span: S::default(),
+        }
+    }
 }
 
 /// A request's series grouped by shard. Kept per thread and reused, so a
@@ -382,6 +412,11 @@ pub(super) struct Batch<S> {
     slots: Vec<Option<u32>>,
     /// Series that carry exemplars.
     pub(super) exemplars: Vec<S>,
+    /// Whether to note in `learned` where series were found.
+    pub(super) learn: bool,
+    /// Series found in step 2 other than at their hint: (span, fingerprint,
+    /// slot), when `learn` is set.
+    pub(super) learned: Vec<(S, Fingerprint, u32)>,
 }
 
 impl<S> Default for Batch<S> {
@@ -394,6 +429,8 @@ impl<S> Default for Batch<S> {
             rest: Vec::new(),
             slots: Vec::new(),
             exemplars: Vec::new(),
+            learn: false,
+            learned: Vec::new(),
         }
     }
 }
@@ -406,14 +443,23 @@ impl<S: Copy + Default> Batch<S> {
         self.rest.clear();
         self.slots.clear();
         self.exemplars.clear();
+        self.learn = false;
+        self.learned.clear();
     }
 
     /// Adds a series whose canonical label bytes hash to `fp`.
     #[inline]
     pub(super) fn push(&mut self, head: &Head, fp: Fingerprint, span: S) {
+        self.push_hinted(head, fp, NO_SLOT, span);
+    }
+
+    /// [`Batch::push`] for a series last seen in slot `hint` of its shard.
+    #[inline]
+    pub(super) fn push_hinted(&mut self, head: &Head, fp: Fingerprint, hint: u32, span: S) {
         self.entries.push(Entry {
             fp,
-            shard: head.shard_of(fp),
+            shard: head.shard_of(fp) as u32,
+            hint,
             span,
         });
     }
@@ -423,7 +469,7 @@ impl<S: Copy + Default> Batch<S> {
         self.starts.clear();
         self.starts.resize(shards + 1, 0);
         for e in &self.entries {
-            self.starts[e.shard + 1] += 1;
+            self.starts[e.shard as usize + 1] += 1;
         }
         for i in 0..shards {
             if self.starts[i + 1] > 0 {
@@ -434,7 +480,7 @@ impl<S: Copy + Default> Batch<S> {
         self.sorted.resize(self.entries.len(), Entry::default());
         // `starts[i]` walks forward while filling, then is restored.
         for e in &self.entries {
-            let at = &mut self.starts[e.shard];
+            let at = &mut self.starts[e.shard as usize];
             self.sorted[*at] = *e;
             *at += 1;
         }
@@ -454,6 +500,7 @@ impl<S> Buffer for Batch<S> {
             + self.rest.heap_bytes()
             + self.slots.heap_bytes()
             + self.exemplars.heap_bytes()
+            + self.learned.heap_bytes()
     }
 
     fn release(&mut self) {
@@ -463,7 +510,7 @@ impl<S> Buffer for Batch<S> {
 
 thread_local! {
     static BATCH: Reused<Batch<SeriesSpan>> = Reused::default();
-    static BATCH_V2: Reused<(Batch<SpanV2>, v2::Scratch)> = Reused::default();
+    static BATCH_V2: Reused<(Batch<u32>, v2::Scratch)> = Reused::default();
 }
 
 impl Buffer for v2::Scratch {
@@ -495,21 +542,27 @@ pub fn append_write_request_v2(
             batch.clear();
             v2::check(body, scratch)?;
             let mut report = IngestReport::default();
-            // 1. Each valid series, by the hash of its canonical label
-            // bytes, built from its references.
+            // 1. Each valid series, by its fingerprint: from its key when
+            // the series has been seen, else from its canonical label bytes,
+            // built from its references. Keys first, then every lookup in
+            // one short loop, so that their cache misses overlap, then the
+            // rest.
             for i in 0..scratch.series.len() {
                 let span = scratch.series[i];
                 report.exemplars += u64::from(span.exemplars);
                 if span.exemplars > 0 {
-                    batch.exemplars.push(span);
+                    batch.exemplars.push(i as u32);
                 }
-                if let Err(problem) = scratch.resolve(body, i) {
-                    let lost = u64::from(span.samples) + u64::from(span.histograms);
-                    report.refuse_series(lost, || {
-                        problem.describe(span.index, scratch.symbol_count())
-                    });
-                    continue;
-                }
+                let key = match scratch.key(body, i) {
+                    Ok(key) => key,
+                    Err(problem) => {
+                        let lost = u64::from(span.samples) + u64::from(span.histograms);
+                        report.refuse_series(lost, || {
+                            problem.describe(span.index, scratch.symbol_count())
+                        });
+                        continue;
+                    }
+                };
                 if span.histograms > 0 {
                     report.reject(Reason::NativeHistogram, u64::from(span.histograms), || {
                         format!(
@@ -519,8 +572,34 @@ pub fn append_write_request_v2(
                     });
                     continue;
                 }
-                let span = scratch.series[i];
-                batch.push(head, fingerprint(scratch.canonical(&span)), span);
+                scratch.keys.push((i as u32, key));
+            }
+            {
+                let aliases = head.aliases().read();
+                let v2::Scratch { keys, known, .. } = &mut *scratch;
+                known.extend(keys.iter().map(|&(_, key)| aliases.get(key)));
+            }
+            batch.learn = true;
+            for k in 0..scratch.keys.len() {
+                let ((i, _), known) = (scratch.keys[k], scratch.known[k]);
+                // Debug builds check every alias against the bytes.
+                match known {
+                    Some(alias) if !cfg!(debug_assertions) => {
+                        batch.push_hinted(head, alias.fp, alias.slot, i);
+                    }
+                    _ => {
+                        // Its references were checked by `key`.
+                        let built = scratch.resolve(body, i as usize).unwrap_or(false);
+                        let fp = fingerprint(scratch.canonical(&scratch.series[i as usize]));
+                        debug_assert!(known.is_none_or(|k| !built || k.fp == fp));
+                        // A series without label bytes is not learned.
+                        let hint = match (built, known) {
+                            (true, Some(alias)) => alias.slot,
+                            _ => NO_SLOT,
+                        };
+                        batch.push_hinted(head, fp, hint, i);
+                    }
+                }
             }
             let wire = V2 {
                 body,
@@ -530,6 +609,14 @@ pub fn append_write_request_v2(
             append_series(head, &wire, limits, max_t, batch, &mut report);
             store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             record_metadata_v2(metadata, body, scratch);
+            // Where the series found without (or away from) their alias
+            // are, for the next request.
+            let v2::Scratch { keys, new_keys, .. } = &mut *scratch;
+            new_keys.extend(batch.learned.iter().filter_map(|&(i, fp, slot)| {
+                let k = keys.binary_search_by_key(&i, |k| k.0).ok()?;
+                Some((keys[k].1, Alias { fp, slot }))
+            }));
+            head.remember_aliases(new_keys);
             Ok(report)
         })
     })
@@ -554,44 +641,54 @@ struct V2<'a> {
     zero_samples: bool,
 }
 
+impl V2<'_> {
+    #[inline]
+    fn span(&self, i: u32) -> &SpanV2 {
+        &self.scratch.series[i as usize]
+    }
+}
+
+/// A 2.0 series is named by its index in the request: the batch's entries
+/// stay small, whatever a span holds.
 impl Wire for V2<'_> {
-    type Span = SpanV2;
+    type Span = u32;
 
-    fn canonical(&self, span: &SpanV2) -> &[u8] {
-        self.scratch.canonical(span)
+    fn canonical(&self, &i: &u32) -> &[u8] {
+        self.scratch.canonical(self.span(i))
     }
 
-    fn samples(&self, span: &SpanV2) -> SampleIter<'_> {
-        self.scratch.samples(self.body, span)
+    fn samples(&self, &i: &u32) -> SampleIter<'_> {
+        self.scratch.samples(self.body, self.span(i))
     }
 
-    fn sample_count(&self, span: &SpanV2) -> u32 {
-        span.samples
+    fn sample_count(&self, &i: &u32) -> u32 {
+        self.span(i).samples
     }
 
-    fn zero_sample_at(&self, span: &SpanV2) -> Option<i64> {
+    fn zero_sample_at(&self, &i: &u32) -> Option<i64> {
+        let span = self.span(i);
         if !self.zero_samples || span.start == 0 {
             return None;
         }
-        let (first, _) = self.samples(span).next()?;
+        let (first, _) = self.samples(&i).next()?;
         (span.start < first).then_some(span.start)
     }
 
-    fn labels<'a>(&'a self, span: &SpanV2, out: &mut Vec<(&'a [u8], &'a [u8])>) {
-        out.extend(self.scratch.labels(self.body, span));
+    fn labels<'a>(&'a self, &i: &u32, out: &mut Vec<(&'a [u8], &'a [u8])>) {
+        out.extend(self.scratch.labels(self.body, self.span(i)));
     }
 
-    fn describe(&self, span: &SpanV2) -> String {
-        self.scratch.describe(self.body, span)
+    fn describe(&self, &i: &u32) -> String {
+        self.scratch.describe(self.body, self.span(i))
     }
 
     fn exemplars<'a>(
         &'a self,
-        span: &SpanV2,
+        &i: &u32,
         labels: &mut Vec<(&'a [u8], &'a [u8])>,
         f: &mut ExemplarSink<'a, '_>,
     ) {
-        self.scratch.exemplars(self.body, span, labels, f);
+        self.scratch.exemplars(self.body, self.span(i), labels, f);
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::aliases::{Alias, Aliases};
 pub use super::append::{AppendCounts, HeadOptions, SampleError, SeriesLimit};
 use super::exemplars::ExemplarStore;
 use super::index::{Matcher, Verdicts};
@@ -95,9 +96,17 @@ impl ShardGuard<'_> {
     /// append writes loaded. Finding a run of series first and appending
     /// after lets their cache misses overlap: one lookup after another in
     /// a short loop, where each append's long body kept them apart.
+    /// `hint` is where the series was last seen (from an alias), or
+    /// [`NO_SLOT`]: used when the series there has fingerprint `fp`.
     #[inline]
-    pub fn find_warm(&self, fp: Fingerprint, raw: &[u8]) -> Option<u32> {
-        let slot = self.shard.find(fp, raw)?;
+    pub fn find_warm(&self, fp: Fingerprint, hint: u32, raw: &[u8]) -> Option<u32> {
+        let slot = match self.shard.holds(hint, fp) {
+            true => {
+                debug_assert_eq!(self.shard.find(fp, raw), Some(hint));
+                hint
+            }
+            false => self.shard.find(fp, raw)?,
+        };
         self.shard.warm(slot);
         Some(slot)
     }
@@ -132,6 +141,9 @@ pub struct RetentionReport {
     pub series: usize,
 }
 
+/// No slot hint: look the series up.
+pub const NO_SLOT: u32 = u32::MAX;
+
 /// All series in memory.
 #[derive(Debug)]
 pub struct Head {
@@ -150,6 +162,8 @@ pub struct Head {
     min_valid_ms: AtomicI64,
     /// Exemplars of every series, logged and checkpointed with the head.
     exemplars: Arc<ExemplarStore>,
+    /// Protocol keys of series, to their fingerprints (see [`Aliases`]).
+    aliases: Aliases,
 }
 
 /// Checkpoints taken since start.
@@ -208,8 +222,20 @@ impl Head {
             retained: Mutex::new(RetentionReport::default()),
             min_valid_ms: AtomicI64::new(i64::MIN),
             exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
+            aliases: Aliases::default(),
             opts,
         }
+    }
+
+    /// Other keys for the head's series (remote write 2.0's label keys).
+    pub fn aliases(&self) -> &Aliases {
+        &self.aliases
+    }
+
+    /// Adds (or updates) aliases, bounded by the head's series count.
+    pub fn remember_aliases(&self, new: &[(u128, Alias)]) {
+        self.aliases
+            .remember(new, self.series.load(Ordering::Relaxed));
     }
 
     /// Records what the start-up replay did, and where the WAL lives.
@@ -332,6 +358,10 @@ impl Head {
             r.series += series;
         }
         self.series.fetch_sub(r.series, Ordering::Relaxed);
+        if r.series > 0 {
+            // The shards that lost series were rebuilt: slots moved.
+            self.aliases.clear();
+        }
         let mut total = self.retained.lock();
         total.chunks += r.chunks;
         total.series += r.series;
@@ -549,6 +579,20 @@ impl Head {
         max_t: i64,
         counts: &mut AppendCounts,
     ) -> Result<(), SeriesLimit> {
+        self.append_labels_at(labels, canonical, samples, max_t, counts)
+            .map(|_| ())
+    }
+
+    /// [`Head::append_labels`], returning the series' fingerprint and its
+    /// slot in its shard.
+    pub fn append_labels_at(
+        &self,
+        labels: &[(&str, &str)],
+        canonical: &[u8],
+        samples: impl Iterator<Item = (i64, f64)>,
+        max_t: i64,
+        counts: &mut AppendCounts,
+    ) -> Result<(Fingerprint, u32), SeriesLimit> {
         let fp = fingerprint(canonical);
         let (home, mut shard) = self.lock_touched(fp.hash, counts);
         let slot = match shard.find(fp, canonical) {
@@ -569,7 +613,7 @@ impl Head {
         };
         shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
         home.publish(&shard);
-        Ok(())
+        Ok((fp, slot))
     }
 
     /// Series, chunks and bytes held.

@@ -507,6 +507,14 @@ impl Shard {
         self.memory().total()
     }
 
+    /// Whether the series in `slot` has fingerprint `fp`.
+    #[inline]
+    pub(crate) fn holds(&self, slot: u32, fp: Fingerprint) -> bool {
+        self.series
+            .get(slot as usize)
+            .is_some_and(|s| s.hash == fp.hash && s.check == fp.check)
+    }
+
     /// The slot of the series whose canonical label bytes are `raw`
     /// (`fp` is their [`fingerprint`]).
     ///

@@ -1,10 +1,15 @@
 //! Remote-write 2.0 (`io.prometheus.write.v2.Request`) read in place.
 //!
 //! Labels arrive as pairs of references into the request's `symbols`. One
-//! walk checks the structure of the whole request and notes where every
-//! symbol and series is; each series' references are then checked and
-//! turned into the head's canonical label bytes in one reused buffer, so a
-//! known series is found exactly as a 1.0 one is, with nothing allocated.
+//! walk checks the structure of the whole request, notes where every symbol
+//! and series is, and hashes each symbol once. A series' key
+//! ([`Scratch::key`]) mixes its symbols' hashes in sent order: it is the
+//! same in every request that sends the same labels, so a known series is
+//! found through the head's aliases (`storage::aliases`) without building
+//! its label bytes. Only a series not seen yet has its references turned
+//! into canonical label bytes ([`Scratch::resolve`]), in one reused buffer,
+//! and is then found or created as a 1.0 one is. Nothing is allocated for a
+//! request of known series.
 //!
 //! Field numbers (prometheus/prometheus `prompb/io/prometheus/write/v2/
 //! types.proto`): `Request` 4 `symbols`, 5 `timeseries` (1–3 reserved);
@@ -19,6 +24,7 @@ use super::decode::{check_message, check_sample, SampleIter};
 use crate::encoding::uvarint;
 use crate::ingest::describe_labels;
 use crate::ingest::protowire::{wrong_type, DecodeError, Reader, Value};
+use crate::storage::aliases::Alias;
 use crate::storage::labels::encode_canonical_bytes;
 
 /// Why a 2.0 request was refused whole, before anything was stored.
@@ -62,10 +68,16 @@ pub struct MetadataRefs {
 pub struct SpanV2 {
     /// Its index among the request's series, for error messages.
     pub index: u32,
-    msg: (usize, usize),
-    base: usize,
-    /// Its `labels_refs`, as `refs[start..start + len]` of the scratch.
-    refs: (u32, u32),
+    /// Its message: (offset, length) in the request.
+    msg: (u32, u32),
+    /// Its `labels_refs` as one packed field: (offset, length) in the
+    /// request, read as they are used.
+    refs_packed: (u32, u32),
+    /// Its `labels_refs` otherwise (unpacked, or in several fields), as
+    /// `refs[start..start + len]` of the scratch.
+    refs_listed: (u32, u32),
+    /// How many references it has.
+    ref_count: u32,
     /// Its canonical label bytes, once built, in the scratch.
     canonical: (u32, u32),
     samples_at: u32,
@@ -87,41 +99,61 @@ pub struct SpanV2 {
 pub struct Scratch {
     /// Each symbol as (offset, length) in the request.
     symbols: Vec<(u32, u32)>,
-    /// Every series' label references, one after another.
+    /// Each symbol's 128-bit hash (two halves), for [`Scratch::key`].
+    hashes: Vec<[u64; 2]>,
+    /// The label references of series that do not send them as one packed
+    /// field, one series after another.
     refs: Vec<u32>,
-    /// Every series' canonical label bytes, one after another, in a buffer
-    /// sized by [`Scratch::prepare`].
+    /// Canonical label bytes of the series built so far, one after another;
+    /// grown as needed within [`Scratch::budget`], never shrunk per request.
     canonical: Vec<u8>,
     /// Bytes of `canonical` written so far.
     canonical_len: usize,
+    /// Most bytes `canonical` may hold for this request.
+    budget: usize,
     /// The request's series, in order.
     pub series: Vec<SpanV2>,
+    /// (series index, key) of the request's valid series.
+    pub keys: Vec<(u32, u128)>,
+    /// The fingerprint each of `keys` is an alias of, if it is known.
+    pub known: Vec<Option<Alias>>,
+    /// Aliases this request taught: keys of series found other than at
+    /// their alias, to remember once the request is appended.
+    pub new_keys: Vec<(u128, Alias)>,
 }
 
 impl Scratch {
     /// Forgets the last request.
     pub fn clear(&mut self) {
         self.symbols.clear();
+        self.hashes.clear();
         self.refs.clear();
         self.canonical_len = 0;
         self.series.clear();
+        self.keys.clear();
+        self.known.clear();
+        self.new_keys.clear();
     }
 
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         use crate::reuse::Buffer;
         self.symbols.heap_bytes()
+            + self.hashes.heap_bytes()
             + self.refs.heap_bytes()
             + self.canonical.heap_bytes()
             + self.series.heap_bytes()
+            + self.keys.heap_bytes()
+            + self.known.heap_bytes()
+            + self.new_keys.heap_bytes()
     }
 }
 
 /// Checks `body` as a 2.0 `Request`, filling `scratch` with its symbols and
-/// series. A body that is not valid protobuf, that carries fields a 2.0
-/// request has reserved (a 1.0 body sent as 2.0), or whose first symbol is
-/// not the empty string, is refused whole. Allocates nothing once the
-/// scratch buffers have grown.
+/// series, and hashing each symbol once for [`Scratch::key`]. A body that
+/// is not valid protobuf, that carries fields a 2.0 request has reserved (a
+/// 1.0 body sent as 2.0), or whose first symbol is not the empty string, is
+/// refused whole. Allocates nothing once the scratch buffers have grown.
 pub fn check(body: &[u8], scratch: &mut Scratch) -> Result<(), RequestError> {
     scratch.clear();
     if body.len() > u32::MAX as usize {
@@ -161,8 +193,24 @@ pub fn check(body: &[u8], scratch: &mut Scratch) -> Result<(), RequestError> {
             )));
         }
     }
-    scratch.prepare(body);
+    let seed = seed();
+    scratch.hashes.extend(scratch.symbols.iter().map(|&s| {
+        let h = xxhash_rust::xxh3::xxh3_128_with_seed(symbol(body, s), seed);
+        [h as u64, (h >> 64) as u64]
+    }));
+    scratch.canonical_len = 0;
+    scratch.budget = 4 * body.len() + (1 << 20);
     Ok(())
+}
+
+/// The process' seed for symbol hashes: random, so that no sender can
+/// choose labels whose keys collide.
+fn seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x006b_6579_u64)
+    })
 }
 
 /// Checks one `TimeSeries` and notes where its parts are; its label
@@ -175,9 +223,8 @@ fn check_series(
 ) -> Result<SpanV2, RequestError> {
     let mut span = SpanV2 {
         index,
-        msg: (base, msg.len()),
-        base,
-        refs: (refs.len() as u32, 0),
+        msg: (base as u32, msg.len() as u32),
+        refs_listed: (refs.len() as u32, 0),
         ..SpanV2::default()
     };
     let mut r = Reader::nested(msg, base);
@@ -188,20 +235,29 @@ fn check_series(
         };
         match (field, v) {
             (1, Value::Bytes(packed)) => {
-                let mut rest = packed;
-                while !rest.is_empty() {
-                    let Some((x, n)) = uvarint(rest) else {
-                        return Err(DecodeError {
-                            what: "truncated varint in labels_refs",
-                            offset: at + (packed.len() - rest.len()),
-                        }
-                        .into());
-                    };
-                    refs.push(u32::try_from(x).unwrap_or(u32::MAX));
-                    rest = &rest[n..];
+                if packed.last().is_some_and(|&b| b >= 0x80) {
+                    return Err(DecodeError {
+                        what: "truncated varint in labels_refs",
+                        offset: at + packed.len(),
+                    }
+                    .into());
                 }
+                // Each reference ends in the one byte of it below 0x80.
+                let count = packed.iter().filter(|&&b| b < 0x80).count() as u32;
+                if span.ref_count == 0 {
+                    // The usual case: read in place later.
+                    span.refs_packed = (offset_in_msg(msg, packed, base), packed.len() as u32);
+                } else {
+                    list_packed(&mut span, msg, base, refs);
+                    refs.extend(PackedRefs(packed));
+                }
+                span.ref_count += count;
             }
-            (1, Value::Varint(x)) => refs.push(u32::try_from(x).unwrap_or(u32::MAX)),
+            (1, Value::Varint(x)) => {
+                list_packed(&mut span, msg, base, refs);
+                refs.push(u32::try_from(x).unwrap_or(u32::MAX));
+                span.ref_count += 1;
+            }
             (2, Value::Bytes(sample)) => {
                 check_sample(sample, at)?;
                 if span.samples == 0 {
@@ -227,8 +283,79 @@ fn check_series(
             _ => {}
         }
     }
-    span.refs.1 = refs.len() as u32 - span.refs.0;
+    span.refs_listed.1 = refs.len() as u32 - span.refs_listed.0;
     Ok(span)
+}
+
+/// Where `part`, a slice of the series message `msg` that starts at `base`
+/// in the request, starts in the request.
+fn offset_in_msg(msg: &[u8], part: &[u8], base: usize) -> u32 {
+    (base + offset_in(msg, part)) as u32
+}
+
+/// Moves a series' packed references, if it has them, into the listed
+/// ones: it sends its references in more than one field.
+fn list_packed(span: &mut SpanV2, msg: &[u8], base: usize, refs: &mut Vec<u32>) {
+    let (at, len) = (span.refs_packed.0 as usize, span.refs_packed.1 as usize);
+    if len == 0 {
+        return;
+    }
+    let from = at - base;
+    refs.extend(PackedRefs(msg.get(from..from + len).unwrap_or_default()));
+    span.refs_packed = (0, 0);
+}
+
+/// References packed as varints (checked not to end mid-varint). A value
+/// past `u32` reads as `u32::MAX`, which no symbol table reaches.
+#[derive(Clone)]
+struct PackedRefs<'a>(&'a [u8]);
+
+impl Iterator for PackedRefs<'_> {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        let (&first, rest) = self.0.split_first()?;
+        if first < 0x80 {
+            self.0 = rest;
+            return Some(u32::from(first));
+        }
+        match uvarint(self.0) {
+            Some((x, n)) => {
+                self.0 = &self.0[n..];
+                Some(u32::try_from(x).unwrap_or(u32::MAX))
+            }
+            None => {
+                // Longer than a varint may be: one bad reference.
+                let end = self
+                    .0
+                    .iter()
+                    .position(|&b| b < 0x80)
+                    .map_or(self.0.len(), |i| i + 1);
+                self.0 = &self.0[end..];
+                Some(u32::MAX)
+            }
+        }
+    }
+}
+
+/// A series' references, from where [`check`] found them.
+#[derive(Clone)]
+pub(crate) struct Refs<'a> {
+    packed: PackedRefs<'a>,
+    listed: std::slice::Iter<'a, u32>,
+}
+
+impl Iterator for Refs<'_> {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        match self.packed.next() {
+            Some(r) => Some(r),
+            None => self.listed.next().copied(),
+        }
+    }
 }
 
 /// A sample's `start_timestamp` (field 3), if set.
@@ -271,6 +398,29 @@ fn copy_symbol(buf: &mut [u8], pos: &mut usize, body: &[u8], (at, len): (u32, u3
         _ => buf[*pos..*pos + len].copy_from_slice(&body[at..at + len]),
     }
     *pos += len;
+}
+
+/// The references of `span`, from `body` and the scratch's `listed` ones.
+fn refs_of<'a>(body: &'a [u8], listed: &'a [u32], span: &SpanV2) -> Refs<'a> {
+    let (at, len) = (span.refs_packed.0 as usize, span.refs_packed.1 as usize);
+    let (start, n) = (span.refs_listed.0 as usize, span.refs_listed.1 as usize);
+    Refs {
+        packed: PackedRefs(body.get(at..at + len).unwrap_or_default()),
+        listed: listed.get(start..start + n).unwrap_or_default().iter(),
+    }
+}
+
+/// Starting states of the two 64-bit halves of a series key (digits of
+/// pi, any odd constants do).
+const LANE_A: u64 = 0x243f_6a88_85a3_08d3;
+const LANE_B: u64 = 0x1319_8a2e_0370_7345;
+
+/// The 128-bit product of `x` and `y`, its halves xor-ed: every input bit
+/// moves many output bits.
+#[inline]
+fn fold(x: u64, y: u64) -> u64 {
+    let p = u128::from(x) * u128::from(y);
+    (p as u64) ^ (p >> 64) as u64
 }
 
 /// Where `part`, a slice of `body`, starts in it.
@@ -328,58 +478,103 @@ impl Scratch {
         self.symbols.len()
     }
 
-    /// Checks series `i`'s references and shape, and builds its canonical
-    /// label bytes (in sent order) for the lookup.
-    pub fn resolve(&mut self, body: &[u8], i: usize) -> Result<(), SeriesProblem> {
-        let span = self.series[i];
-        let (start, len) = (span.refs.0 as usize, span.refs.1 as usize);
-        if len % 2 != 0 {
-            return Err(SeriesProblem::OddRefs(len as u32));
+    /// Series `span`'s label references, in sent order.
+    pub(crate) fn refs<'a>(&'a self, body: &'a [u8], span: &SpanV2) -> Refs<'a> {
+        refs_of(body, &self.refs, span)
+    }
+
+    /// Checks what [`Scratch::key`] and [`Scratch::resolve`] check before
+    /// the references: pairs, metadata references, one kind of samples.
+    fn check_shape(&self, span: &SpanV2) -> Result<(), SeriesProblem> {
+        let len = span.ref_count;
+        if !len.is_multiple_of(2) {
+            return Err(SeriesProblem::OddRefs(len));
         }
         let n = self.symbols.len() as u32;
         if let Some(md) = span.metadata {
             for reference in [md.help, md.unit] {
                 if reference >= n && reference != 0 {
-                    return Err(SeriesProblem::RefOutOfRange {
-                        at: len as u32,
-                        reference,
-                    });
+                    return Err(SeriesProblem::RefOutOfRange { at: len, reference });
                 }
             }
         }
         match (span.samples, span.histograms) {
-            (0, 0) => return Err(SeriesProblem::NoSamples),
-            (s, h) if s > 0 && h > 0 => return Err(SeriesProblem::SamplesAndHistograms),
-            _ => {}
+            (0, 0) => Err(SeriesProblem::NoSamples),
+            (s, h) if s > 0 && h > 0 => Err(SeriesProblem::SamplesAndHistograms),
+            _ => Ok(()),
         }
-        // One pass: each pair's references are checked and its label
-        // written. A series that would outgrow the request's buffer (see
-        // `prepare`) gets no canonical bytes and is found, or created,
-        // through its parsed labels instead.
-        let refs = &self.refs[start..start + len];
-        let buf = &mut self.canonical;
-        let from = self.canonical_len;
+    }
+
+    /// Checks series `i`'s references and shape, and returns its key: a
+    /// 128-bit mix of its symbols' hashes in sent order, the same in every
+    /// request that sends the same labels, whatever the symbol table's
+    /// order. A known series is found by it without building its label
+    /// bytes (see `storage::aliases`).
+    #[inline]
+    pub fn key(&self, body: &[u8], i: usize) -> Result<u128, SeriesProblem> {
+        let span = &self.series[i];
+        self.check_shape(span)?;
+        let mut refs = self.refs(body, span);
+        let hash = |reference: u32, at: u32| {
+            self.hashes
+                .get(reference as usize)
+                .ok_or(SeriesProblem::RefOutOfRange { at, reference })
+        };
+        let (mut a, mut b) = (LANE_A, LANE_B);
+        let mut k = 0u32;
+        while let (Some(n), Some(v)) = (refs.next(), refs.next()) {
+            let (hn, hv) = (hash(n, k)?, hash(v, k + 1)?);
+            a = fold(a ^ hn[0], hv[0] ^ LANE_A);
+            b = fold(b ^ hn[1], hv[1] ^ LANE_B);
+            k += 2;
+        }
+        let k = u64::from(k);
+        Ok(u128::from(fold(a ^ k, LANE_B)) | u128::from(fold(b ^ k, LANE_A)) << 64)
+    }
+
+    /// Checks series `i`'s references and shape, and builds its canonical
+    /// label bytes (in sent order) for the lookup. `Ok(false)`: the series
+    /// would outgrow the request's budget for label bytes and has none; it
+    /// is found, or created, through its parsed labels instead.
+    pub fn resolve(&mut self, body: &[u8], i: usize) -> Result<bool, SeriesProblem> {
+        let span = self.series[i];
+        self.check_shape(&span)?;
+        let Scratch {
+            symbols,
+            refs,
+            canonical: buf,
+            canonical_len,
+            budget,
+            ..
+        } = self;
+        let mut it = refs_of(body, refs, &span);
+        let from = *canonical_len;
         let mut pos = from;
         let mut fits = true;
-        for (k, pair) in refs.chunks_exact(2).enumerate() {
-            let symbol_at = |j: usize| {
-                self.symbols
-                    .get(pair[j] as usize)
+        let mut k = 0u32;
+        // One pass: each pair's references are checked and its label
+        // written.
+        while let (Some(n), Some(v)) = (it.next(), it.next()) {
+            let symbol_at = |reference: u32, at: u32| {
+                symbols
+                    .get(reference as usize)
                     .copied()
-                    .ok_or(SeriesProblem::RefOutOfRange {
-                        at: (2 * k + j) as u32,
-                        reference: pair[j],
-                    })
+                    .ok_or(SeriesProblem::RefOutOfRange { at, reference })
             };
-            let (name, value) = (symbol_at(0)?, symbol_at(1)?);
+            let (name, value) = (symbol_at(n, k)?, symbol_at(v, k + 1)?);
+            k += 2;
             if !fits {
                 continue;
             }
             let (nl, vl) = (name.1 as usize, value.1 as usize);
             let inner = 2 + nl + 2 + vl;
-            if pos + inner + 8 + COPY > buf.len() {
-                fits = false;
-                continue;
+            let end = pos + inner + 8 + COPY;
+            if end > buf.len() {
+                if end > *budget {
+                    fits = false;
+                    continue;
+                }
+                buf.resize(end.max(2 * buf.len()).min(*budget), 0);
             }
             if inner < 0x80 {
                 // One-byte lengths, the common label: fixed-size copies.
@@ -396,33 +591,14 @@ impl Scratch {
                 pos += one.len();
             }
         }
+        let series = &mut self.series[i];
         if fits {
-            self.canonical_len = pos;
-            self.series[i].canonical = (from as u32, (pos - from) as u32);
+            *canonical_len = pos;
+            series.canonical = (from as u32, (pos - from) as u32);
         } else {
-            self.series[i].canonical = (0, 0);
+            series.canonical = (0, 0);
         }
-        Ok(())
-    }
-
-    /// Sizes the canonical-bytes buffer for the request in `body` ([`check`]
-    /// does, before any [`Scratch::resolve`]): what its series need,
-    /// within a budget of a few times the request, so that no request can
-    /// make it grow past that.
-    fn prepare(&mut self, body: &[u8]) {
-        let need: usize = self
-            .refs
-            .iter()
-            .map(|&r| self.symbols.get(r as usize).map_or(0, |s| s.1 as usize) + 5)
-            .sum::<usize>()
-            + COPY;
-        let budget = 4 * body.len() + (1 << 20);
-        // Grown, never cleared: stale bytes are overwritten before use.
-        let target = need.min(budget);
-        if self.canonical.len() < target {
-            self.canonical.resize(target, 0);
-        }
-        self.canonical_len = 0;
+        Ok(fits)
     }
 
     /// Series `span`'s canonical label bytes (after [`Scratch::resolve`]).
@@ -433,28 +609,25 @@ impl Scratch {
 
     /// Series `span`'s float samples.
     pub fn samples<'a>(&self, body: &'a [u8], span: &SpanV2) -> SampleIter<'a> {
-        let msg = body
-            .get(span.msg.0..span.msg.0 + span.msg.1)
-            .unwrap_or_default();
-        SampleIter::at(msg, span.base, span.samples_at as usize)
+        let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
+        let msg = body.get(at..at + len).unwrap_or_default();
+        SampleIter::at(msg, at, span.samples_at as usize)
     }
 
     /// Series `span`'s labels as (name, value) bytes, in sent order
     /// (after [`Scratch::resolve`] checked its references).
     pub fn labels<'a>(
-        &self,
+        &'a self,
         body: &'a [u8],
         span: &SpanV2,
-    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a, '_> {
-        let (start, len) = (span.refs.0 as usize, span.refs.1 as usize);
-        self.refs[start..start + len].chunks_exact(2).map(move |p| {
-            let get = |r: u32| {
-                self.symbols
-                    .get(r as usize)
-                    .map_or(&[][..], |&s| symbol(body, s))
-            };
-            (get(p[0]), get(p[1]))
-        })
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + use<'a> {
+        let get = |r: u32| {
+            self.symbols
+                .get(r as usize)
+                .map_or(&[][..], |&s| symbol(body, s))
+        };
+        let mut refs = self.refs(body, span);
+        std::iter::from_fn(move || Some((get(refs.next()?), get(refs.next()?))))
     }
 
     /// Series `span`'s exemplars: for each, its labels (into `labels`,
@@ -467,9 +640,8 @@ impl Scratch {
         labels: &mut Vec<(&'a [u8], &'a [u8])>,
         mut f: impl FnMut(&[(&'a [u8], &'a [u8])], f64, i64),
     ) {
-        let msg = body
-            .get(span.msg.0..span.msg.0 + span.msg.1)
-            .unwrap_or_default();
+        let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
+        let msg = body.get(at..at + len).unwrap_or_default();
         let get = |r: u64| {
             self.symbols
                 .get(r as usize)
@@ -619,7 +791,7 @@ mod tests {
         );
         assert_eq!(got[2], Err(SeriesProblem::SamplesAndHistograms));
         assert_eq!(got[3], Err(SeriesProblem::NoSamples));
-        assert_eq!(got[4], Ok(()));
+        assert_eq!(got[4], Ok(true));
         let msg = SeriesProblem::RefOutOfRange {
             at: 3,
             reference: 9,
@@ -637,6 +809,135 @@ mod tests {
             scratch.samples(&body, &span).collect::<Vec<_>>(),
             vec![(1, 1.0), (2, 2.0)]
         );
+    }
+
+    /// A series' parts by hand, to send `labels_refs` unpacked (one varint
+    /// field per reference, which protobuf allows) or in two packed runs.
+    fn hand_series(refs: &[u32], packed_runs: usize) -> Vec<u8> {
+        use crate::encoding::put_uvarint;
+        let mut msg = Vec::new();
+        if packed_runs == 0 {
+            for &r in refs {
+                msg.push(0x08);
+                put_uvarint(&mut msg, u64::from(r));
+            }
+        } else {
+            let per = refs.len().div_ceil(packed_runs).max(1);
+            for run in refs.chunks(per) {
+                let mut packed = Vec::new();
+                for &r in run {
+                    put_uvarint(&mut packed, u64::from(r));
+                }
+                msg.push(0x0a);
+                put_uvarint(&mut msg, packed.len() as u64);
+                msg.extend_from_slice(&packed);
+            }
+        }
+        let sample = pb::Sample {
+            value: 1.0,
+            timestamp: 5,
+            start_timestamp: 0,
+        }
+        .encode_to_vec();
+        msg.push(0x12);
+        put_uvarint(&mut msg, sample.len() as u64);
+        msg.extend_from_slice(&sample);
+        msg
+    }
+
+    fn hand_request(symbols: &[&str], series: &[Vec<u8>]) -> Vec<u8> {
+        use crate::encoding::put_uvarint;
+        let mut body = Vec::new();
+        for s in symbols {
+            body.push(0x22);
+            put_uvarint(&mut body, s.len() as u64);
+            body.extend_from_slice(s.as_bytes());
+        }
+        for ts in series {
+            body.push(0x2a);
+            put_uvarint(&mut body, ts.len() as u64);
+            body.extend_from_slice(ts);
+        }
+        body
+    }
+
+    #[test]
+    fn references_read_alike_packed_unpacked_or_in_runs() {
+        let mut symbols: Vec<String> = vec![String::new(), "__name__".into(), "up".into()];
+        // Enough symbols that some references take two varint bytes.
+        symbols.extend((0..200).map(|i| format!("s{i}")));
+        let symbols: Vec<&str> = symbols.iter().map(String::as_str).collect();
+        let refs = [1, 2, 150, 199, 3, 4];
+        let body = hand_request(
+            &symbols,
+            &[
+                hand_series(&refs, 1),
+                hand_series(&refs, 0),
+                hand_series(&refs, 2),
+                hand_series(&refs, 3),
+            ],
+        );
+        let mut scratch = Scratch::default();
+        check(&body, &mut scratch).expect("valid");
+        let want = [("__name__", "up"), ("s147", "s196"), ("s0", "s1")];
+        let mut keys = Vec::new();
+        for i in 0..4 {
+            let span = scratch.series[i];
+            assert_eq!(span.ref_count, 6, "series {i}");
+            let labels: Vec<(&[u8], &[u8])> = scratch.labels(&body, &span).collect();
+            let expect: Vec<(&[u8], &[u8])> = want
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect();
+            assert_eq!(labels, expect, "series {i}");
+            keys.push(scratch.key(&body, i).expect("valid"));
+            assert_eq!(scratch.resolve(&body, i), Ok(true));
+        }
+        assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+        let canonical: Vec<Vec<u8>> = (0..4)
+            .map(|i| scratch.canonical(&scratch.series[i]).to_vec())
+            .collect();
+        assert!(canonical.iter().all(|c| *c == canonical[0]));
+    }
+
+    #[test]
+    fn an_overlong_reference_refuses_its_series_only() {
+        let mut ts = vec![0x0a, 12];
+        ts.extend_from_slice(&[0xff; 11]);
+        ts.push(0x01);
+        let good = hand_series(&[1, 2], 1);
+        let body = hand_request(&["", "__name__", "up"], &[ts, good]);
+        let mut scratch = Scratch::default();
+        check(&body, &mut scratch).expect("well formed");
+        assert_eq!(scratch.series[0].ref_count, 1);
+        assert_eq!(scratch.key(&body, 0), Err(SeriesProblem::OddRefs(1)));
+        assert!(scratch.key(&body, 1).is_ok());
+    }
+
+    /// `labels` as a 2.0 body, with the symbols in the order `order` gives.
+    fn body_with_order(labels: &[(String, String)], order: &[usize]) -> Vec<u8> {
+        let mut distinct: Vec<&str> = Vec::new();
+        for (n, v) in labels {
+            for s in [n.as_str(), v.as_str()] {
+                if !distinct.contains(&s) {
+                    distinct.push(s);
+                }
+            }
+        }
+        let mut symbols = vec![""];
+        let mut placed: Vec<&str> = order
+            .iter()
+            .filter_map(|&i| distinct.get(i).copied())
+            .collect();
+        for s in &distinct {
+            if !placed.contains(s) {
+                placed.push(s);
+            }
+        }
+        symbols.extend(placed.iter().copied().filter(|s| !s.is_empty()));
+        let at = |s: &str| symbols.iter().position(|x| *x == s).unwrap_or(0) as u32;
+        let refs: Vec<u32> = labels.iter().flat_map(|(n, v)| [at(n), at(v)]).collect();
+        request(&symbols, vec![ts(&refs, &[(1, 1.0)])])
     }
 
     proptest! {
@@ -708,6 +1009,31 @@ mod tests {
                 });
                 prop_assert_eq!(span.metadata, md);
             }
+        }
+
+        /// A series' key depends on its labels, not on where the request's
+        /// symbol table puts them; different labels get different keys.
+        #[test]
+        fn keys_name_labels_whatever_the_symbol_order(
+            a in prop::collection::vec(("[a-c]{1,3}", "[a-c]{0,3}"), 1..6),
+            b in prop::collection::vec(("[a-c]{1,3}", "[a-c]{0,3}"), 1..6),
+            order in prop::collection::vec(0usize..12, 0..12),
+        ) {
+            let key = |labels: &[(String, String)], order: &[usize]| {
+                let body = body_with_order(labels, order);
+                let mut scratch = Scratch::default();
+                check(&body, &mut scratch).expect("valid");
+                let key = scratch.key(&body, 0).expect("valid");
+                scratch.resolve(&body, 0).expect("valid");
+                let fp = crate::storage::head::fingerprint(scratch.canonical(&scratch.series[0]));
+                (key, fp)
+            };
+            let (ka, fa) = key(&a, &[]);
+            let (ka2, fa2) = key(&a, &order);
+            prop_assert_eq!(ka, ka2);
+            prop_assert_eq!(fa, fa2);
+            let (kb, _) = key(&b, &order);
+            prop_assert_eq!(ka == kb, a == b);
         }
 
         /// Arbitrary bytes never panic the reader.
