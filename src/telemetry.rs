@@ -369,6 +369,11 @@ impl Collector for HeadCollector {
                 self.head.accounted_bytes() as u64,
             ),
             (
+                "sluice_series_aliases_bytes",
+                "Bytes of the remote write 2.0 series keys that find known series (counted against max-memory)",
+                self.head.aliases().bytes() as u64,
+            ),
+            (
                 "sluice_memory_limit_bytes",
                 "The memory limit (max-memory); writes get 503 at 80% of it",
                 self.memory_limit,

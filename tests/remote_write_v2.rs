@@ -193,6 +193,11 @@ async fn a_known_series_is_found_by_its_labels_not_its_references() {
     let first = request(&["", "__name__", "a", "job", "x"], &[1, 2, 3, 4], t);
     assert_eq!(push_v2(&srv, &first).await.status, 204);
     assert!(!srv.state.head().aliases().is_empty(), "its key is kept");
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert!(
+        common::metric_value(&metrics, "sluice_series_aliases_bytes").is_some_and(|b| b >= 32.0),
+        "the aliases' memory is shown"
+    );
     // The same labels, other references.
     let moved = request(&["", "x", "job", "a", "__name__"], &[4, 3, 2, 1], t + 1);
     assert_eq!(push_v2(&srv, &moved).await.status, 204);
@@ -215,7 +220,10 @@ async fn a_known_series_is_found_by_its_labels_not_its_references() {
     let again = request(&["", "job", "x", "__name__", "b"], &[3, 4, 1, 2], t + 4);
     assert_eq!(push_v2(&srv, &again).await.status, 204);
     assert_eq!(srv.state.head().stats().series, 1);
-    assert_eq!(stored(&srv, "b"), vec![(t + 2, 1.0), (t + 3, 1.0), (t + 4, 1.0)]);
+    assert_eq!(
+        stored(&srv, "b"),
+        vec![(t + 2, 1.0), (t + 3, 1.0), (t + 4, 1.0)]
+    );
 }
 
 #[tokio::test]
