@@ -131,6 +131,26 @@ fn binary_operators_and_vector_matching() {
     check(&h, r#"2 ^ g{k="d"}"#, t, &[("k=d", 0.25)]);
     check(&h, r#"g{k="d"} % 3"#, t, &[("k=d", -2.0)]);
     check(&h, r#"g{k="a"} / 0"#, t, &[("k=a", f64::INFINITY)]);
+    // atan2 drops the name as arithmetic does (Prometheus 3; 2.x kept it),
+    // between vectors and against a scalar.
+    check(
+        &h,
+        r#"g{k="a"} atan2 one"#,
+        t,
+        &[("k=a", 1.0f64.atan2(100.0))],
+    );
+    check(
+        &h,
+        r#"g{k="a"} atan2 on(k) one"#,
+        t,
+        &[("k=a", 1.0f64.atan2(100.0))],
+    );
+    check(
+        &h,
+        r#"g{k="d"} atan2 0"#,
+        t,
+        &[("k=d", (-2.0f64).atan2(0.0))],
+    );
     // Filtering comparisons keep the name; bool drops it.
     check(
         &h,

@@ -15,10 +15,10 @@ use super::value::{drop_name, keep_labels, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
 
-/// Arithmetic drops `__name__`; `atan2` and comparisons keep it (as
-/// Prometheus' `shouldDropMetricName`).
+/// Arithmetic and `atan2` drop `__name__`; comparisons keep it (as
+/// Prometheus 3's `shouldDropMetricName`; 2.x kept it for `atan2`).
 fn drops_name(op: TokenId) -> bool {
-    matches!(op, T_ADD | T_SUB | T_MUL | T_DIV | T_MOD | T_POW)
+    matches!(op, T_ADD | T_SUB | T_MUL | T_DIV | T_MOD | T_POW | T_ATAN2)
 }
 
 fn is_comparison(op: TokenId) -> bool {
