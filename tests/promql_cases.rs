@@ -337,4 +337,22 @@ fn wrong_arity_and_types_are_errors_not_panics() {
     ] {
         assert!(eval(&h, q, 5 * M).is_err(), "{q} should fail");
     }
+    // A k Prometheus refuses, with its words; k below 1 is an empty answer.
+    for (q, want) in [
+        ("topk(NaN, g)", "Parameter value is NaN"),
+        ("bottomk(NaN, g)", "Parameter value is NaN"),
+        (
+            "topk(1e19, g)",
+            "Scalar value 10000000000000000000 overflows int64",
+        ),
+        (
+            "topk(-1e19, g)",
+            "Scalar value -10000000000000000000 underflows int64",
+        ),
+    ] {
+        let err = eval(&h, q, 5 * M).expect_err(q).to_string();
+        assert!(err.contains(want), "{q}: {err}");
+    }
+    assert_eq!(vector(&h, "topk(0, g)", 5 * M), vec![]);
+    assert_eq!(vector(&h, "topk(-1, g)", 5 * M), vec![]);
 }

@@ -172,10 +172,40 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         }
     };
     let param = match op {
-        T_TOPK | T_BOTTOMK | T_QUANTILE => param()?,
+        T_TOPK | T_BOTTOMK => check_k(param()?)?,
+        T_QUANTILE => param()?,
         _ => 0.0,
     };
     by_members(op, groups, &of, &input, param).map(Value::Vector)
+}
+
+/// `topk`'s and `bottomk`'s `k`, refused as Prometheus refuses it when it
+/// is NaN or does not fit an int64 (with Prometheus' words).
+fn check_k(k: f64) -> Result<f64, QueryError> {
+    // The largest and smallest float64 that convert to an int64.
+    const MAX: f64 = 9_223_372_036_854_774_784.0;
+    const MIN: f64 = -9_223_372_036_854_775_808.0;
+    if k.is_nan() {
+        return Err(QueryError::Execution("Parameter value is NaN".to_owned()));
+    }
+    let text = || {
+        let mut s = String::new();
+        super::value::format_float(k, &mut s);
+        s
+    };
+    if k <= MIN {
+        return Err(QueryError::Execution(format!(
+            "Scalar value {} underflows int64",
+            text()
+        )));
+    }
+    if k >= MAX {
+        return Err(QueryError::Execution(format!(
+            "Scalar value {} overflows int64",
+            text()
+        )));
+    }
+    Ok(k)
 }
 
 /// `count_values`' label name (its parameter); `None` for other operators.
