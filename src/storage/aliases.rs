@@ -222,8 +222,12 @@ mod tests {
     #[test]
     fn is_cleared_past_twice_the_series_and_the_floor() {
         let a = Aliases::default();
+        // Keys are hashes: spread like them (the table indexes by low bits).
         let batch: Vec<(u128, Alias)> = (1..=FLOOR as u64)
-            .map(|i| (u128::from(i) << 32 | 7, alias(i)))
+            .map(|i| {
+                let key = u128::from(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | u128::from(i) << 64;
+                (key, alias(i))
+            })
             .collect();
         a.remember(&batch, 10);
         assert_eq!(a.len(), FLOOR);
