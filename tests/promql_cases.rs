@@ -263,6 +263,27 @@ fn math_time_and_label_functions() {
     check(&h, "vector(time())", t, &[("", 300.0)]);
     check(&h, r#"absent(nosuch{job="x"})"#, t, &[("job=x", 1.0)]);
     check(&h, r#"absent(g)"#, t, &[]);
+    // A label matched more than once is dropped; an empty value sets none.
+    check(
+        &h,
+        r#"absent(nosuch{job="a",job="b",foo="bar"})"#,
+        t,
+        &[("foo=bar", 1.0)],
+    );
+    check(&h, r#"absent(nosuch{job="a",job!="b"})"#, t, &[("", 1.0)]);
+    check(
+        &h,
+        r#"absent(nosuch{job!="b",job="a"})"#,
+        t,
+        &[("job=a", 1.0)],
+    );
+    check(&h, r#"absent(nosuch{job=""})"#, t, &[("", 1.0)]);
+    check(
+        &h,
+        r#"absent_over_time(nosuch{job="a",job="b",foo="bar"}[5m])"#,
+        t,
+        &[("foo=bar", 1.0)],
+    );
     check(
         &h,
         r#"label_replace(g{k="a"}, "kk", "$1$1", "k", "(.)")"#,

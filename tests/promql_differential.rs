@@ -202,6 +202,10 @@ const QUERIES: &[&str] = &[
     "pi()",
     r#"absent(nonexistent{job="x"})"#,
     "absent(demo_temperature)",
+    r#"absent(nonexistent{job="a",job="b",foo="bar"})"#,
+    r#"absent(nonexistent{job="a",job!="b",zone=""})"#,
+    r#"absent_over_time(nonexistent{job="a",job="b",foo="bar"}[5m])"#,
+    "topk(1, demo_temperature) atan2 0",
     r#"label_replace(demo_temperature, "inst", "x-$1", "instance", "(.*)")"#,
     "timestamp(demo_temperature)",
     "demo_temperature atan2 demo_temperature",
@@ -354,7 +358,10 @@ fn same(p: &Value, s: &Value) -> Result<(), String> {
 /// Queries whose answer Prometheus 3 changed on purpose, left out of the
 /// 2.x comparison only: `atan2` drops `__name__` since 3.0 (as arithmetic
 /// does; `shouldDropMetricName`).
-const CHANGED_IN_3: &[&str] = &["demo_temperature atan2 demo_temperature"];
+const CHANGED_IN_3: &[&str] = &[
+    "demo_temperature atan2 demo_temperature",
+    "topk(1, demo_temperature) atan2 0",
+];
 
 /// Against Debian's Prometheus 2.42, less what Prometheus 3 changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

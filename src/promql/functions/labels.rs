@@ -140,20 +140,31 @@ impl LabelBudget {
     }
 }
 
-/// `absent(sel)` takes the selector's equality matchers as labels.
+/// `absent(sel)` takes the selector's equality matchers as labels, as
+/// Prometheus does: a label's first equality matcher sets it, and any other
+/// matcher on the same label (a second equality, or any other kind) drops
+/// it, so `{job="a",job="b"}` and `{job="a",job!="b"}` give no `job`. An
+/// empty value sets nothing.
 fn absent_labels(vs: &promql_parser::parser::VectorSelector) -> Vec<Label> {
-    let mut out: Vec<Label> = vs
-        .matchers
-        .matchers
-        .iter()
-        .filter(|m| matches!(m.op, promql_parser::label::MatchOp::Equal) && m.name != "__name__")
-        .map(|m| Label {
-            name: m.name.clone(),
-            value: m.value.clone(),
-        })
-        .collect();
+    let mut out: Vec<Label> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for m in &vs.matchers.matchers {
+        if m.name == "__name__" {
+            continue;
+        }
+        let first = !seen.contains(&m.name.as_str());
+        out.retain(|l| l.name != m.name);
+        if matches!(m.op, promql_parser::label::MatchOp::Equal) && first {
+            seen.push(&m.name);
+            if !m.value.is_empty() {
+                out.push(Label {
+                    name: m.name.clone(),
+                    value: m.value.clone(),
+                });
+            }
+        }
+    }
     out.sort();
-    out.dedup_by(|a, b| a.name == b.name);
     out
 }
 
