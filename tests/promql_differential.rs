@@ -115,6 +115,25 @@ fn dataset(t0: i64) -> Vec<pb::TimeSeries> {
         &[("__name__", "demo_gappy"), ("job", "api")],
         &samples,
     ));
+    // Extreme floats for avg and avg_over_time: a series cycling through
+    // 1, 1e100, 1, -1e100 (a plain sum loses the ones), and series whose
+    // sum overflows or holds infinities.
+    let cycle = [1.0, 1e100, 1.0, -1e100];
+    for (name, value) in [
+        ("cycle", None),
+        ("max1", Some(f64::MAX)),
+        ("max2", Some(f64::MAX)),
+        ("inf", Some(f64::INFINITY)),
+        ("one", Some(1.0)),
+    ] {
+        let samples: Vec<(i64, f64)> = (0..POINTS)
+            .map(|i| (ts(i), value.unwrap_or(cycle[i as usize % 4])))
+            .collect();
+        out.push(series(
+            &[("__name__", "demo_extreme"), ("kind", name)],
+            &samples,
+        ));
+    }
     out
 }
 
@@ -206,6 +225,15 @@ const QUERIES: &[&str] = &[
     r#"absent(nonexistent{job="a",job!="b",zone=""})"#,
     r#"absent_over_time(nonexistent{job="a",job="b",foo="bar"}[5m])"#,
     "topk(1, demo_temperature) atan2 0",
+    r#"avg_over_time(demo_extreme{kind="cycle"}[1m])"#,
+    r#"avg_over_time(demo_extreme{kind="cycle"}[2m])"#,
+    r#"avg(demo_extreme{kind=~"max.*"})"#,
+    r#"avg(demo_extreme{kind=~"max.*|one"})"#,
+    r#"avg(demo_extreme{kind=~"inf|one"})"#,
+    r#"avg(demo_extreme{kind=~"inf|max.*"})"#,
+    r#"sum(demo_extreme{kind=~"cycle|one"})"#,
+    r#"quantile(0.5, demo_extreme{kind=~"inf|one|cycle"})"#,
+    r#"quantile(0, demo_extreme{kind=~"inf|one"} * NaN or demo_extreme{kind="one"})"#,
     r#"label_replace(demo_temperature, "inst", "x-$1", "instance", "(.*)")"#,
     "timestamp(demo_temperature)",
     "demo_temperature atan2 demo_temperature",
@@ -357,10 +385,13 @@ fn same(p: &Value, s: &Value) -> Result<(), String> {
 
 /// Queries whose answer Prometheus 3 changed on purpose, left out of the
 /// 2.x comparison only: `atan2` drops `__name__` since 3.0 (as arithmetic
-/// does; `shouldDropMetricName`).
+/// does; `shouldDropMetricName`), and `avg_over_time` sums with Kahan
+/// compensation (2.x's plain sum loses the ones beside ±1e100).
 const CHANGED_IN_3: &[&str] = &[
     "demo_temperature atan2 demo_temperature",
     "topk(1, demo_temperature) atan2 0",
+    r#"avg_over_time(demo_extreme{kind="cycle"}[1m])"#,
+    r#"avg_over_time(demo_extreme{kind="cycle"}[2m])"#,
 ];
 
 /// Against Debian's Prometheus 2.42, less what Prometheus 3 changed.

@@ -11,7 +11,7 @@ use promql_parser::parser::{AggregateExpr, Expr};
 
 use super::eval::{Ctx, RangeTable};
 use super::group::{group_labels, GroupMemo};
-use super::stats::{mean_and_variance, quantile, Kahan};
+use super::stats::{mean_and_variance, quantile, Kahan, Mean};
 use super::value::{format_float, set_label, Labels, Sample, Value};
 use super::QueryError;
 
@@ -76,30 +76,19 @@ fn from_table(
 fn streamed(op: TokenId, input: &[f64], of: &[u32], groups: usize) -> Option<Vec<f64>> {
     let pairs = || input.iter().zip(of).map(|(&v, &g)| (g as usize, v));
     Some(match op {
-        T_SUM | T_AVG => {
+        T_SUM => {
             let mut sums = vec![Kahan::default(); groups];
-            let mut counts = vec![0u32; groups];
             for (g, v) in pairs() {
                 sums[g].add(v);
-                counts[g] += 1;
             }
-            let mut out: Vec<f64> = sums.iter().map(Kahan::value).collect();
-            if op == T_AVG {
-                for (g, v) in out.iter_mut().enumerate() {
-                    if v.is_infinite() {
-                        // Overflow: fall back to an incremental mean.
-                        let mut mean = 0.0;
-                        let members = pairs().filter(|&(o, _)| o == g).map(|(_, v)| v);
-                        for (i, x) in members.enumerate() {
-                            mean += (x - mean) / (i as f64 + 1.0);
-                        }
-                        *v = mean;
-                    } else {
-                        *v /= f64::from(counts[g]);
-                    }
-                }
+            sums.iter().map(Kahan::value).collect()
+        }
+        T_AVG => {
+            let mut means = vec![Mean::default(); groups];
+            for (g, v) in pairs() {
+                means[g].add(v);
             }
-            out
+            means.iter().map(Mean::value).collect()
         }
         T_COUNT | T_COUNT_VALUES => {
             let mut counts = vec![0.0; groups];

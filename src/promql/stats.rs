@@ -33,6 +33,70 @@ impl Kahan {
     }
 }
 
+/// The running mean Prometheus 3 takes for `avg` and `avg_over_time`: a
+/// compensated sum divided at the end while the sum stays finite; once it
+/// would overflow, a compensated incremental mean from there on, which
+/// keeps an infinite mean rather than turning it into NaN with `Inf - Inf`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Mean {
+    sum: f64,
+    mean: f64,
+    c: f64,
+    count: f64,
+    incremental: bool,
+}
+
+/// Prometheus' `kahanSumInc`: `sum + inc` with Neumaier's compensation.
+fn kahan_inc(inc: f64, sum: f64, c: f64) -> (f64, f64) {
+    let t = sum + inc;
+    let c = if t.is_infinite() {
+        0.0
+    } else if sum.abs() >= inc.abs() {
+        c + ((sum - t) + inc)
+    } else {
+        c + ((inc - t) + sum)
+    };
+    (t, c)
+}
+
+impl Mean {
+    /// Adds `f`.
+    pub(crate) fn add(&mut self, f: f64) {
+        self.count += 1.0;
+        if !self.incremental {
+            let (sum, c) = kahan_inc(f, self.sum, self.c);
+            // The first value is taken as it is, even when infinite.
+            if self.count == 1.0 || !sum.is_infinite() {
+                (self.sum, self.c) = (sum, c);
+                return;
+            }
+            self.incremental = true;
+            self.mean = self.sum / (self.count - 1.0);
+            self.c /= self.count - 1.0;
+        }
+        if self.mean.is_infinite() {
+            // An infinite mean stays: the step below would be Inf - Inf.
+            if f.is_infinite() && (self.mean > 0.0) == (f > 0.0) {
+                return;
+            }
+            if !f.is_infinite() && !f.is_nan() {
+                return;
+            }
+        }
+        let current = self.mean + self.c;
+        (self.mean, self.c) = kahan_inc(f / self.count - current / self.count, self.mean, self.c);
+    }
+
+    /// The mean of what was added (NaN if nothing was).
+    pub(crate) fn value(&self) -> f64 {
+        if self.incremental {
+            self.mean + self.c
+        } else {
+            (self.sum + self.c) / self.count
+        }
+    }
+}
+
 /// Mean and population variance by Welford's method, as Prometheus
 /// computes `stddev`/`stdvar` and their `_over_time` forms.
 pub(crate) fn mean_and_variance(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
@@ -57,7 +121,13 @@ pub fn quantile(q: f64, values: &mut [f64]) -> f64 {
     if q > 1.0 {
         return f64::INFINITY;
     }
-    values.sort_by(|a, b| a.total_cmp(b));
+    // NaN sorts lowest, as in Prometheus' value heap.
+    values.sort_by(|a, b| match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (false, false) => a.total_cmp(b),
+    });
     let n = values.len() as f64;
     let rank = q * (n - 1.0);
     let lower = rank.floor().max(0.0) as usize;
@@ -69,6 +139,32 @@ pub fn quantile(q: f64, values: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mean(values: &[f64]) -> f64 {
+        let mut m = Mean::default();
+        values.iter().for_each(|&v| m.add(v));
+        m.value()
+    }
+
+    #[test]
+    fn means_compensate_and_survive_overflow() {
+        assert_eq!(mean(&[1.0, 1e100, 1.0, -1e100]), 0.5);
+        assert_eq!(mean(&[f64::INFINITY, 1.0]), f64::INFINITY);
+        assert_eq!(mean(&[1.0, f64::NEG_INFINITY, 2.0]), f64::NEG_INFINITY);
+        assert_eq!(mean(&[f64::MAX, f64::MAX, f64::MAX]), f64::MAX);
+        assert_eq!(mean(&[f64::MAX, -f64::MAX]), 0.0);
+        assert!(mean(&[f64::INFINITY, f64::NEG_INFINITY]).is_nan());
+        assert!(mean(&[1.0, f64::NAN]).is_nan());
+        assert!(mean(&[]).is_nan());
+        assert_eq!(mean(&[2.0, 4.0]), 3.0);
+    }
+
+    #[test]
+    fn a_nan_sorts_lowest_in_quantile() {
+        assert!(quantile(0.0, &mut [3.0, f64::NAN, 1.0]).is_nan());
+        assert_eq!(quantile(1.0, &mut [3.0, f64::NAN, 1.0]), 3.0);
+        assert_eq!(quantile(0.5, &mut [3.0, f64::NAN, 1.0]), 1.0);
+    }
 
     #[test]
     fn quantiles_interpolate_and_handle_edges() {

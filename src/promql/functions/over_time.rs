@@ -4,44 +4,14 @@ use promql_parser::parser::Call;
 
 use super::args::{over_range, range_arg, scalar_arg};
 use crate::promql::eval::Ctx;
-use crate::promql::stats::{mean_and_variance, quantile, Kahan};
+use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
 use crate::promql::value::{drop_name, Name, Sample, Value};
 use crate::promql::QueryError;
 
 fn avg_over_time(points: &[(i64, f64)]) -> f64 {
-    // Kahan-free running mean like Prometheus, switching to incremental
-    // mean only when the sum would overflow.
-    let mut sum = 0.0;
-    let mut count = 0.0;
-    let mut mean = 0.0;
-    let mut incremental = false;
-    for &(_, v) in points {
-        count += 1.0;
-        if !incremental {
-            let new_sum = sum + v;
-            if new_sum.is_infinite() && !v.is_infinite() && !sum.is_infinite() {
-                incremental = true;
-                mean = sum / (count - 1.0);
-            } else {
-                sum = new_sum;
-                continue;
-            }
-        }
-        if mean.is_infinite() {
-            if v.is_infinite() && (mean > 0.0) == (v > 0.0) {
-                continue;
-            }
-            if !v.is_infinite() && !v.is_nan() {
-                continue;
-            }
-        }
-        mean += v / count - mean / count;
-    }
-    if incremental {
-        mean
-    } else {
-        sum / count
-    }
+    let mut m = Mean::default();
+    points.iter().for_each(|&(_, v)| m.add(v));
+    m.value()
 }
 
 pub(super) fn avg(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
