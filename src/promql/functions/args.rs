@@ -51,11 +51,35 @@ pub(crate) fn range_arg(
 }
 
 /// Applies `f` to each series of the range argument; `None` drops it.
+/// `f` takes the window's points, the range, and the window's end (the
+/// evaluation time moved by `@` and `offset`).
 pub(crate) fn over_range(
     ctx: &Ctx<'_>,
     call: &Call,
     t: i64,
     name: Name,
+    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+) -> Result<Value, QueryError> {
+    over_range_with(ctx, call, t, name, Steps::Together, f)
+}
+
+/// Whether a range function may be computed for all of a range query's
+/// steps at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steps {
+    /// Yes, when its other arguments are constant.
+    Together,
+    /// No: `f` captures something of the step it is called for.
+    OneByOne,
+}
+
+/// [`over_range`], choosing whether steps may be computed together.
+pub(crate) fn over_range_with(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    name: Name,
+    steps: Steps,
     f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();
@@ -64,7 +88,7 @@ pub(crate) fn over_range(
         // In a range query, every step at once (see `Ctx::range_table`),
         // unless a further argument (predict_linear's horizon) can change
         // from step to step: the table would keep the first step's.
-        let fixed = call.args.args[1..].iter().all(|a| is_constant(a));
+        let fixed = steps == Steps::Together && call.args.args[1..].iter().all(|a| is_constant(a));
         if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
             if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f)? {

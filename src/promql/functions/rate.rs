@@ -1,9 +1,9 @@
 //! The rate family: `rate`, `increase`, `delta`, `irate`, `idelta`,
 //! `resets`, `changes`, `deriv` and `predict_linear`.
 
-use promql_parser::parser::Call;
+use promql_parser::parser::{Call, Expr};
 
-use super::args::{over_range, scalar_arg};
+use super::args::{over_range, over_range_with, scalar_arg, Steps};
 use crate::promql::eval::Ctx;
 use crate::promql::value::{Name, Value};
 use crate::promql::QueryError;
@@ -175,11 +175,27 @@ pub(super) fn deriv(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryEr
     })
 }
 
+/// Predicts from the evaluation time, not from the window's end: with `@`
+/// or `offset` the regression runs over the moved window and is read at
+/// the step's own time, as Prometheus' `funcPredictLinear` (`enh.Ts`).
 pub(super) fn predict_linear(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let d = scalar_arg(ctx, call, 1, t)?;
-    over_range(ctx, call, t, Name::Drop, |p, _, t| {
+    let moved = match call.args.args.first().map(AsRef::as_ref) {
+        Some(Expr::MatrixSelector(m)) => m.vs.at.is_some() || m.vs.offset.is_some(),
+        Some(Expr::Subquery(sq)) => sq.at.is_some() || sq.offset.is_some(),
+        _ => false,
+    };
+    // Unmoved, the window's end is the step's time, and steps may go
+    // together; moved, each step reads its own `t`.
+    let steps = if moved {
+        Steps::OneByOne
+    } else {
+        Steps::Together
+    };
+    over_range_with(ctx, call, t, Name::Drop, steps, |p, _, end| {
+        let at = if moved { t } else { end };
         (p.len() >= 2).then(|| {
-            let (slope, intercept) = linear_regression(p, t);
+            let (slope, intercept) = linear_regression(p, at);
             slope * d + intercept
         })
     })
