@@ -14,7 +14,6 @@ use sluice::ingest::{self, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
 use sluice::storage::metadata::MetadataStore;
-use sluice_loadgen::{self as loadgen, Mode, Workload};
 use std::hint::black_box;
 
 const SERIES: usize = 2000;
@@ -92,30 +91,17 @@ fn bench(c: &mut Criterion) {
     // (~100 MB) is far larger than the caches and each series' lookup and
     // chunk write miss them, as in the server. The first round of requests
     // creates the series untimed; the later rounds are timed. WAL off.
-    let w = Workload {
-        mode: Mode::Steady,
-        series: 100_000,
-        samples: 8,
-        per_request: 2_000,
-        connections: 1,
-        start_ms: t0,
-        interval_ms: 15_000,
-    };
-    let rounds: Vec<Vec<u8>> = loadgen::encode(&w).per_connection[0]
-        .iter()
-        .map(|b| {
-            snap::raw::Decoder::new()
-                .decompress_vec(&b.bytes)
-                .expect("snappy")
-        })
-        .collect();
-    let per_round = w.series / w.per_request;
-    g.throughput(Throughput::Elements(w.per_request as u64));
-    g.bench_function(BenchmarkId::new("existing_series", w.series), |b| {
-        b.iter_custom(|iters| {
-            timed_ingest(iters, &rounds[..per_round], &rounds[per_round..], &limits)
-        })
-    });
+    let rounds = requests::loadgen_rounds(t0);
+    let per_round = requests::LOADGEN_SERIES / requests::LOADGEN_PER_REQUEST;
+    g.throughput(Throughput::Elements(requests::LOADGEN_PER_REQUEST as u64));
+    g.bench_function(
+        BenchmarkId::new("existing_series", requests::LOADGEN_SERIES),
+        |b| {
+            b.iter_custom(|iters| {
+                timed_ingest(iters, &rounds[..per_round], &rounds[per_round..], &limits)
+            })
+        },
+    );
     let rounds_v2: Vec<Vec<u8>> = rounds
         .iter()
         .map(|b| requests::to_v2(&pb::WriteRequest::decode(&b[..]).expect("valid")).encode_to_vec())
@@ -125,16 +111,19 @@ fn bench(c: &mut Criterion) {
         &rounds,
         &rounds_v2,
     );
-    g.bench_function(BenchmarkId::new("existing_series_v2", w.series), |b| {
-        b.iter_custom(|iters| {
-            timed_ingest_v2(
-                iters,
-                &rounds_v2[..per_round],
-                &rounds_v2[per_round..],
-                &limits,
-            )
-        })
-    });
+    g.bench_function(
+        BenchmarkId::new("existing_series_v2", requests::LOADGEN_SERIES),
+        |b| {
+            b.iter_custom(|iters| {
+                timed_ingest_v2(
+                    iters,
+                    &rounds_v2[..per_round],
+                    &rounds_v2[per_round..],
+                    &limits,
+                )
+            })
+        },
+    );
     g.finish();
 }
 

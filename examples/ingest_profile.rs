@@ -20,7 +20,6 @@ use sluice::ingest::{self, remote_write::V2Options};
 use sluice::proto::prometheus as pb;
 use sluice::storage::head::{Head, HeadOptions};
 use sluice::storage::metadata::MetadataStore;
-use sluice_loadgen::{self as loadgen, Mode, Workload};
 
 fn main() -> Result<(), String> {
     let v2 = match std::env::args().nth(1).as_deref() {
@@ -30,23 +29,9 @@ fn main() -> Result<(), String> {
     };
     let t0 = 1_700_000_000_000i64;
     let requests: Vec<pb::WriteRequest> = if std::env::args().nth(2).as_deref() == Some("100k") {
-        let w = Workload {
-            mode: Mode::Steady,
-            series: 100_000,
-            samples: 8,
-            per_request: 2_000,
-            connections: 1,
-            start_ms: t0,
-            interval_ms: 15_000,
-        };
-        loadgen::encode(&w).per_connection[0]
+        requests::loadgen_rounds(t0)
             .iter()
-            .map(|b| {
-                let raw = snap::raw::Decoder::new()
-                    .decompress_vec(&b.bytes)
-                    .map_err(|e| e.to_string())?;
-                pb::WriteRequest::decode(&raw[..]).map_err(|e| e.to_string())
-            })
+            .map(|raw| pb::WriteRequest::decode(&raw[..]).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?
     } else {
         (0..61)

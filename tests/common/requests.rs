@@ -90,3 +90,32 @@ pub fn to_v2(req: &pb::WriteRequest) -> sluice::proto::io::prometheus::write::v2
         timeseries,
     }
 }
+
+/// The load generator's steady load at the benchmark's scale, decompressed:
+/// 100k series with 7 labels, 8 rounds of 50 requests of 2000 series (one
+/// sample each), 15 s apart from `t0`. The first round creates the series.
+pub fn loadgen_rounds(t0: i64) -> Vec<Vec<u8>> {
+    use sluice_loadgen::{self as loadgen, Mode, Workload};
+    let w = Workload {
+        mode: Mode::Steady,
+        series: LOADGEN_SERIES,
+        samples: 8,
+        per_request: LOADGEN_PER_REQUEST,
+        connections: 1,
+        start_ms: t0,
+        interval_ms: 15_000,
+    };
+    loadgen::encode(&w).per_connection[0]
+        .iter()
+        .map(|b| {
+            snap::raw::Decoder::new()
+                .decompress_vec(&b.bytes)
+                .expect("the load generator writes valid snappy")
+        })
+        .collect()
+}
+
+/// Series in [`loadgen_rounds`].
+pub const LOADGEN_SERIES: usize = 100_000;
+/// Samples (and series) per request in [`loadgen_rounds`].
+pub const LOADGEN_PER_REQUEST: usize = 2_000;
