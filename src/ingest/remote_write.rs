@@ -262,12 +262,10 @@ pub(super) fn append_series<W: Wire>(
         canonical.clear();
         encode_canonical(labels.iter().copied(), &mut canonical);
         let made = match wire.zero_sample_at(span) {
-            None => {
-                head.append_labels_at(&labels, &canonical, wire.samples(span), max_t, &mut counts)
-            }
+            None => head.append_labels(&labels, &canonical, wire.samples(span), max_t, &mut counts),
             Some(st) => {
                 let mut side = AppendCounts::default();
-                let made = head.append_labels_at(
+                let made = head.append_labels(
                     &labels,
                     &canonical,
                     std::iter::once((st, 0.0)),

@@ -570,22 +570,9 @@ impl Head {
     }
 
     /// Appends to the series with these valid, sorted `labels`, whose
-    /// canonical bytes are `canonical`, creating it if needed.
+    /// canonical bytes are `canonical`, creating it if needed. Returns the
+    /// series' fingerprint and its slot in its shard.
     pub fn append_labels(
-        &self,
-        labels: &[(&str, &str)],
-        canonical: &[u8],
-        samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) -> Result<(), SeriesLimit> {
-        self.append_labels_at(labels, canonical, samples, max_t, counts)
-            .map(|_| ())
-    }
-
-    /// [`Head::append_labels`], returning the series' fingerprint and its
-    /// slot in its shard.
-    pub fn append_labels_at(
         &self,
         labels: &[(&str, &str)],
         canonical: &[u8],
