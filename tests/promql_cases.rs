@@ -358,6 +358,20 @@ fn wrong_arity_and_types_are_errors_not_panics() {
     ] {
         assert!(eval(&h, q, 5 * M).is_err(), "{q} should fail");
     }
+    // Parenthesised arguments are the arguments, as in Prometheus.
+    for (q, plain) in [
+        ("rate(((c[5m])))", "rate(c[5m])"),
+        ("changes((g[5m]))", "changes(g[5m])"),
+        ("timestamp((s))", "timestamp(s)"),
+        (
+            r#"label_replace(((g)), (("dst")), "x$1", ("k"), "(.*)")"#,
+            r#"label_replace(g, "dst", "x$1", "k", "(.*)")"#,
+        ),
+    ] {
+        let (a, b) = (vector(&h, q, 2 * M), vector(&h, plain, 2 * M));
+        assert!(!b.is_empty(), "{plain}");
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{q}");
+    }
     // A k Prometheus refuses, with its words; k below 1 is an empty answer.
     for (q, want) in [
         ("topk(NaN, g)", "Parameter value is NaN"),

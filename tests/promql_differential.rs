@@ -240,6 +240,11 @@ const QUERIES: &[&str] = &[
     r#"quantile(0, demo_extreme{kind=~"inf|one"} * NaN or demo_extreme{kind="one"})"#,
     r#"label_replace(demo_temperature, "inst", "x-$1", "instance", "(.*)")"#,
     "timestamp(demo_temperature)",
+    // Parenthesised arguments are the arguments.
+    "changes((demo_temperature[10m]))",
+    "rate(((demo_requests_total[5m])))",
+    "timestamp((demo_temperature))",
+    r#"label_replace(((demo_temperature)), (("dst")), "x-$1", ("instance"), "(.*)")"#,
     "demo_temperature atan2 demo_temperature",
     "demo_requests_total % 7",
     "histogram_quantile(0.9, rate(demo_latency_seconds_bucket[5m]))",

@@ -286,7 +286,16 @@ impl Prometheus {
                 .await;
             match sent {
                 Ok(r) if r.status().is_success() => return,
-                Ok(r) => panic!("prometheus refused the data: {}", r.status()),
+                // Listening before its storage is ready, Prometheus answers
+                // 503 for a moment (seen on a loaded machine).
+                Ok(r) if r.status().is_server_error() && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await
+                }
+                Ok(r) => panic!(
+                    "prometheus refused the data: {} {}",
+                    r.status(),
+                    r.text().await.unwrap_or_default()
+                ),
                 Err(_) if std::time::Instant::now() < deadline => {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await
                 }

@@ -26,13 +26,13 @@ pub(crate) fn range_arg(
     i: usize,
     t: i64,
 ) -> Result<(Vec<Series>, i64, i64), QueryError> {
-    let Some(arg) = call.args.args.get(i) else {
+    let Some(arg) = arg(call, i) else {
         return Err(QueryError::BadData(format!(
             "{}: missing argument",
             call.func.name
         )));
     };
-    match arg.as_ref() {
+    match arg {
         Expr::MatrixSelector(m) => {
             let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
             let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
@@ -84,7 +84,7 @@ pub(crate) fn over_range_with(
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
-    if let Some(Expr::MatrixSelector(m)) = call.args.args.first().map(AsRef::as_ref) {
+    if let Some(Expr::MatrixSelector(m)) = arg(call, 0) {
         // In a range query, every step at once (see `Ctx::range_table`),
         // unless a further argument (predict_linear's horizon) can change
         // from step to step: the table would keep the first step's.
@@ -169,16 +169,24 @@ pub(crate) fn scalar_arg(ctx: &Ctx<'_>, call: &Call, i: usize, t: i64) -> Result
     }
 }
 
+/// `e` without the parentheses around it, as Prometheus' `unwrapParenExpr`
+/// sees a function's range, selector and string arguments:
+/// `changes((x[5m]))` is `changes(x[5m])`.
+pub(crate) fn unparen(mut e: &Expr) -> &Expr {
+    while let Expr::Paren(p) = e {
+        e = &p.expr;
+    }
+    e
+}
+
+/// Argument `i` of `call`, without parentheses.
+pub(crate) fn arg(call: &Call, i: usize) -> Option<&Expr> {
+    call.args.args.get(i).map(|a| unparen(a))
+}
+
 pub(crate) fn string_arg(call: &Call, i: usize) -> Result<String, QueryError> {
-    match call.args.args.get(i).map(AsRef::as_ref) {
+    match arg(call, i) {
         Some(Expr::StringLiteral(s)) => Ok(s.val.clone()),
-        Some(Expr::Paren(p)) => match p.expr.as_ref() {
-            Expr::StringLiteral(s) => Ok(s.val.clone()),
-            _ => Err(QueryError::BadData(format!(
-                "{}: expected a string argument",
-                call.func.name
-            ))),
-        },
         _ => Err(QueryError::BadData(format!(
             "{}: expected a string argument",
             call.func.name

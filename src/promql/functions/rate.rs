@@ -3,7 +3,7 @@
 
 use promql_parser::parser::{Call, Expr};
 
-use super::args::{over_range, over_range_with, scalar_arg, Steps};
+use super::args::{arg, over_range, over_range_with, scalar_arg, Steps};
 use crate::promql::eval::Ctx;
 use crate::promql::value::{Name, Value};
 use crate::promql::QueryError;
@@ -180,7 +180,7 @@ pub(super) fn deriv(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryEr
 /// the step's own time, as Prometheus' `funcPredictLinear` (`enh.Ts`).
 pub(super) fn predict_linear(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let d = scalar_arg(ctx, call, 1, t)?;
-    let moved = match call.args.args.first().map(AsRef::as_ref) {
+    let moved = match arg(call, 0) {
         Some(Expr::MatrixSelector(m)) => m.vs.at.is_some() || m.vs.offset.is_some(),
         Some(Expr::Subquery(sq)) => sq.at.is_some() || sq.offset.is_some(),
         _ => false,
