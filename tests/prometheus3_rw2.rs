@@ -31,25 +31,13 @@ async fn range(addr: &str, query: &str, start: f64, end: f64) -> serde_json::Val
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_3_sends_remote_write_2_and_loses_nothing() {
     let srv = start(Config::default()).await;
-    let config = format!(
-        r#"global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: prometheus
-    static_configs:
-      - targets: ["127.0.0.1:{{port}}"]
-  - job_name: sluice
-    static_configs:
-      - targets: ["{sluice}"]
-remote_write:
-  - url: http://{sluice}/api/v1/write
-    protobuf_message: io.prometheus.write.v2.Request
+    let config = common::scrape_and_write_config(
+        srv.addr,
+        "    protobuf_message: io.prometheus.write.v2.Request
     queue_config:
       batch_send_deadline: 500ms
       min_backoff: 50ms
-"#,
-        sluice = srv.addr
+",
     );
     // Metadata travels with each series in 2.0 once the WAL records it.
     let prom = Prometheus::start3(&config, &["--enable-feature=metadata-wal-records"]);

@@ -30,26 +30,14 @@ async fn prom_query(port: u16, query: &str, time: f64) -> serde_json::Value {
 async fn prometheus_remote_writes_everything_it_scrapes() {
     let srv = start(Config::default()).await;
     // `{port}` is filled in with Prometheus' own port.
-    let config = format!(
-        r#"global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: prometheus
-    static_configs:
-      - targets: ["127.0.0.1:{{port}}"]
-  - job_name: sluice
-    static_configs:
-      - targets: ["{sluice}"]
-remote_write:
-  - url: http://{sluice}/api/v1/write
-    queue_config:
+    let config = common::scrape_and_write_config(
+        srv.addr,
+        "    queue_config:
       batch_send_deadline: 500ms
       min_backoff: 50ms
     metadata_config:
       send_interval: 1s
-"#,
-        sluice = srv.addr
+",
     );
     let prom = Prometheus::start(&config, &[]);
     let port = prom.port;

@@ -216,6 +216,28 @@ impl Drop for Prometheus {
     }
 }
 
+/// A Prometheus config that scrapes itself and Sluice (at `sluice`) every
+/// second and remote-writes to Sluice; `remote_write` is the rest of the
+/// remote-write entry (indented four spaces: protocol, queue settings).
+/// `{port}` stays for [`Prometheus::start`] to fill in.
+pub fn scrape_and_write_config(sluice: SocketAddr, remote_write: &str) -> String {
+    format!(
+        r#"global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ["127.0.0.1:{{port}}"]
+  - job_name: sluice
+    static_configs:
+      - targets: ["{sluice}"]
+remote_write:
+  - url: http://{sluice}/api/v1/write
+{remote_write}"#
+    )
+}
+
 impl Prometheus {
     /// Starts `prometheus` with `config` (YAML) and `extra` flags; fails
     /// loudly when the binary is missing.
