@@ -11,7 +11,7 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use super::value::{drop_name, keep_labels, Labels, Sample, Value};
+use super::value::{drop_name, keep_labels, labels_string, Labels, Sample, Value};
 use super::QueryError;
 use crate::storage::labels::Label;
 
@@ -181,12 +181,16 @@ fn vector_vector(
     let mut one_by_sig: HashMap<Labels, &Sample> = HashMap::with_capacity(one.len());
     for s in &one {
         let sig = signature(&s.labels, &m.matching);
-        if one_by_sig.insert(sig, s).is_some() {
+        if let Some(first) = one_by_sig.get(&sig) {
             let side = if swap { "left" } else { "right" };
             return Err(QueryError::Execution(format!(
-                "found duplicate series for the match group on the {side} hand-side of the operation; many-to-many matching not allowed: matching labels must be unique on one side"
+                "found duplicate series for the match group {} on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
+                labels_string(&sig),
+                labels_string(&s.labels),
+                labels_string(&first.labels),
             )));
         }
+        one_by_sig.insert(sig, s);
     }
     let mut seen: HashSet<Labels> = HashSet::new();
     let mut out = Vec::new();

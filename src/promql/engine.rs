@@ -26,19 +26,29 @@ pub struct Engine<'h> {
 }
 
 /// The operators, dispatched for the evaluator (see [`super::eval::Operators`]).
+/// Functions and binary operators may give two elements the same labels
+/// (by dropping `__name__`, or by `label_replace`): that is an error at the
+/// step where it happens, as in Prometheus. Aggregations are distinct by
+/// construction.
 fn operators(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> Result<Value, QueryError> {
-    match expr {
-        Expr::Call(call) => functions::call(ctx, call, t),
-        Expr::Aggregate(agg) => aggregate::eval(ctx, agg, t),
+    let v = match expr {
+        Expr::Call(call) => functions::call(ctx, call, t)?,
+        Expr::Aggregate(agg) => return aggregate::eval(ctx, agg, t),
         Expr::Binary(b) => {
             let lhs = ctx.eval(&b.lhs, t)?;
             let rhs = ctx.eval(&b.rhs, t)?;
-            binary::eval(b, lhs, rhs)
+            binary::eval(b, lhs, rhs)?
         }
-        _ => Err(QueryError::Execution(
-            "internal: an operand was dispatched as an operator".to_owned(),
-        )),
+        _ => {
+            return Err(QueryError::Execution(
+                "internal: an operand was dispatched as an operator".to_owned(),
+            ))
+        }
+    };
+    if let Value::Vector(v) = &v {
+        check_unique(v)?;
     }
+    Ok(v)
 }
 
 impl<'h> Engine<'h> {
@@ -77,11 +87,7 @@ impl<'h> Engine<'h> {
     pub fn instant(&self, query: &str, t: i64) -> Result<Value, QueryError> {
         let expr = self.parse(query)?;
         let ctx = self.ctx(t, t, 0);
-        let v = ctx.eval(&expr, t)?;
-        if let Value::Vector(v) = &v {
-            check_unique(v)?;
-        }
-        Ok(v)
+        ctx.eval(&expr, t)
     }
 
     /// Evaluates `query` at every step from `start` to `end` inclusive;
@@ -110,7 +116,6 @@ impl<'h> Engine<'h> {
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets
         // are hashed by content.
-        let plain_selector = matches!(expr, Expr::VectorSelector(_));
         let mut acc = MatrixBuilder::default();
         let mut t = start;
         while t <= end {
@@ -118,10 +123,6 @@ impl<'h> Engine<'h> {
             match ctx.eval(&expr, t)? {
                 Value::Scalar(v) => acc.push(no_labels(), t, v),
                 Value::Vector(samples) => {
-                    // A selector's series are distinct by construction.
-                    if !plain_selector {
-                        check_unique(&samples)?;
-                    }
                     for s in samples {
                         acc.push(s.labels, t, s.v);
                     }

@@ -514,14 +514,17 @@ impl<'e> Ctx<'e> {
             Expr::Paren(p) => self.eval(&p.expr, t),
             Expr::Unary(u) => Ok(match self.eval(&u.expr, t)? {
                 Value::Scalar(v) => Value::Scalar(-v),
-                Value::Vector(v) => Value::Vector(
-                    v.into_iter()
+                Value::Vector(v) => {
+                    let v: Vec<Sample> = v
+                        .into_iter()
                         .map(|s| Sample {
                             labels: drop_name(&s.labels),
                             v: -s.v,
                         })
-                        .collect(),
-                ),
+                        .collect();
+                    check_unique(&v)?;
+                    Value::Vector(v)
+                }
                 other => {
                     return Err(QueryError::Execution(format!(
                         "unary minus on {}",

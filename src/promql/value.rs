@@ -102,17 +102,51 @@ pub fn format_timestamp(t: i64, out: &mut String) {
     }
 }
 
-/// The labels without `__name__` (the same allocation when there is none).
+/// Whether `name` is one of the labels that describe the metric rather than
+/// the series: `__name__`, and Prometheus 3's `__type__` and `__unit__`.
+/// They go together: an operation that changes what the values mean drops
+/// all three.
+pub fn is_metadata_label(name: &str) -> bool {
+    matches!(name, "__name__" | "__type__" | "__unit__")
+}
+
+/// The labels without `__name__`, `__type__` and `__unit__` (the same
+/// allocation when there are none).
 pub fn drop_name(labels: &Labels) -> Labels {
-    if labels.iter().any(|l| l.name == "__name__") {
+    if labels.iter().any(|l| is_metadata_label(&l.name)) {
         labels
             .iter()
-            .filter(|l| l.name != "__name__")
+            .filter(|l| !is_metadata_label(&l.name))
             .cloned()
             .collect()
     } else {
         Arc::clone(labels)
     }
+}
+
+/// Labels as Prometheus writes them in messages (Go's `Labels.String`):
+/// `{__name__="up", job="a"}`, names that are not plain identifiers quoted.
+pub fn labels_string(labels: &[Label]) -> String {
+    let mut out = String::from("{");
+    for (i, l) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let plain = l
+            .name
+            .chars()
+            .enumerate()
+            .all(|(k, c)| c == '_' || c.is_ascii_alphabetic() || (k > 0 && c.is_ascii_digit()));
+        if plain && !l.name.is_empty() {
+            out.push_str(&l.name);
+        } else {
+            out.push_str(&format!("{:?}", l.name));
+        }
+        out.push('=');
+        out.push_str(&format!("{:?}", l.value));
+    }
+    out.push('}');
+    out
 }
 
 /// `labels` with `name` set to `value` (removed when `value` is empty).

@@ -4,7 +4,7 @@ use promql_parser::parser::Call;
 
 use super::args::scalar_arg;
 use crate::promql::eval::Ctx;
-use crate::promql::value::{Sample, Value};
+use crate::promql::value::{is_metadata_label, Sample, Value};
 use crate::promql::QueryError;
 use crate::storage::labels::Label;
 
@@ -32,7 +32,7 @@ fn histogram_quantile(q: f64, v: Vec<Sample>) -> Vec<Sample> {
         let key: Vec<Label> = s
             .labels
             .iter()
-            .filter(|l| l.name != "le" && l.name != "__name__")
+            .filter(|l| l.name != "le" && !is_metadata_label(&l.name))
             .cloned()
             .collect();
         let g = *index.entry(key.clone()).or_insert_with(|| {
