@@ -1,0 +1,1026 @@
+//! A runner for Prometheus' PromQL test scripts (the `.test` format of
+//! prometheus/prometheus `promql/promqltest`), driving a real server over
+//! HTTP: Sluice in process, or a real Prometheus 3.5.3 as the reference.
+//!
+//! The format, as Prometheus 3.5.3's `promqltest/test.go` reads it:
+//! - `load <step>` then one `<series> <values>` per line: values at 0,
+//!   step, 2·step, … in the expanding notation (`1+2x3` is 1 3 5 7, `1x2`
+//!   is 1 1 1, `_` is no sample, `_x3` three of them, `stale` a staleness
+//!   marker, `{{…}}` a native histogram). Loads add up until `clear`.
+//! - `eval instant at <time> <expr>` or `eval range from <t> to <t> step
+//!   <d> <expr>`, optionally `eval_fail`, `eval_warn`, `eval_info`,
+//!   `eval_ordered`, then `expect fail|warn|info|no_warn|no_info|ordered`
+//!   lines (with `msg: <text>` or `regex: <re>`), the deprecated
+//!   `expected_fail_message`/`expected_fail_regexp`, and the expected
+//!   series, or a bare number for a scalar.
+//! - Values compare with a relative tolerance of 1e-6, NaN equal to NaN,
+//!   a staleness marker only to itself. An instant eval is also run as a
+//!   range query from t-1m to t+1m step 1m, whose middle step must give the
+//!   same answer, as Prometheus' runner does. (Prometheus' runner also
+//!   re-runs instant queries with `@ t` added to their selectors; this one
+//!   does not.)
+//!
+//! Each `clear` (and the start of a script) starts a fresh server. Data goes
+//! in by remote write 1.0, so both servers store exactly the loaded samples.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use sluice::proto::prometheus as pb;
+
+pub type Labels = BTreeMap<String, String>;
+
+/// One value of a series description.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Point {
+    Omitted,
+    Float(f64),
+    /// A native histogram (`{{…}}`), which this runner cannot load.
+    Histogram,
+}
+
+/// The staleness marker Prometheus writes.
+pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub labels: Labels,
+    pub points: Vec<Point>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Kind {
+    Instant {
+        t_ms: i64,
+    },
+    Range {
+        start_ms: i64,
+        end_ms: i64,
+        step_ms: i64,
+    },
+}
+
+/// A message expectation: `None` matches any message.
+#[derive(Clone, Debug)]
+pub enum Pattern {
+    Any,
+    Exact(String),
+    Regex(regex::Regex),
+}
+
+impl Pattern {
+    fn matches(&self, s: &str) -> bool {
+        match self {
+            Pattern::Any => true,
+            Pattern::Exact(m) => m == s,
+            Pattern::Regex(r) => r.is_match(s),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Expected {
+    Scalar(f64),
+    Series(Vec<Series>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Eval {
+    pub line: usize,
+    pub expr: String,
+    pub kind: Kind,
+    pub fail: Option<Pattern>,
+    pub ordered: bool,
+    /// `eval_warn`/`eval_info`: at least one of that kind.
+    pub any_warn: bool,
+    pub any_info: bool,
+    pub warn: Vec<Pattern>,
+    pub info: Vec<Pattern>,
+    pub no_warn: bool,
+    pub no_info: bool,
+    pub expected: Expected,
+}
+
+#[derive(Clone, Debug)]
+pub enum Cmd {
+    Load {
+        line: usize,
+        step_ms: i64,
+        nhcb: bool,
+        series: Vec<Series>,
+    },
+    Clear,
+    Eval(Box<Eval>),
+}
+
+/// Parses a script; errors name the line.
+pub fn parse(script: &str) -> Result<Vec<Cmd>, String> {
+    let lines: Vec<&str> = script
+        .lines()
+        .map(|l| {
+            let l = l.trim();
+            if l.starts_with('#') {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect();
+    let mut cmds = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        let word = l
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let err = |e: String| format!("line {}: {e}", i + 1);
+        if l.is_empty() {
+            i += 1;
+        } else if word == "clear" {
+            cmds.push(Cmd::Clear);
+            i += 1;
+        } else if word.starts_with("load") {
+            let (nhcb, step) = match l.split_once(char::is_whitespace) {
+                Some((w, rest)) if w == "load" || w == "load_with_nhcb" => {
+                    (w == "load_with_nhcb", rest.trim())
+                }
+                _ => return Err(err(format!("invalid load command {l:?}"))),
+            };
+            let step_ms = duration_ms(step).map_err(err)?;
+            let line = i + 1;
+            let mut series = Vec::new();
+            i += 1;
+            while i < lines.len() && !lines[i].is_empty() {
+                series.push(parse_series(lines[i]).map_err(|e| format!("line {}: {e}", i + 1))?);
+                i += 1;
+            }
+            cmds.push(Cmd::Load {
+                line,
+                step_ms,
+                nhcb,
+                series,
+            });
+        } else if word.starts_with("eval") {
+            let (eval, next) = parse_eval(&lines, i)?;
+            cmds.push(Cmd::Eval(Box::new(eval)));
+            i = next;
+        } else {
+            return Err(err(format!("invalid command {l:?}")));
+        }
+    }
+    Ok(cmds)
+}
+
+fn parse_eval(lines: &[&str], at: usize) -> Result<(Eval, usize), String> {
+    let l = lines[at];
+    let err = |e: String| format!("line {}: {e}", at + 1);
+    let (head, rest) = l
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| err("eval without a query".into()))?;
+    let modifier = match head {
+        "eval" => "",
+        "eval_fail" => "fail",
+        "eval_warn" => "warn",
+        "eval_info" => "info",
+        "eval_ordered" => "ordered",
+        _ => return Err(err(format!("invalid eval command {head:?}"))),
+    };
+    let rest = rest.trim_start();
+    let (kind, expr) = if let Some(r) = rest.strip_prefix("instant") {
+        let r = r.trim_start();
+        let r = r
+            .strip_prefix("at")
+            .ok_or_else(|| err("expected `at`".into()))?;
+        let (t, expr) = r
+            .trim_start()
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| err("eval without a query".into()))?;
+        (
+            Kind::Instant {
+                t_ms: duration_ms(t).map_err(err)?,
+            },
+            expr.trim(),
+        )
+    } else if let Some(r) = rest.strip_prefix("range") {
+        let re = regex::Regex::new(r"^\s+from\s+(.+?)\s+to\s+(.+?)\s+step\s+(\S+)\s+(.+)$")
+            .expect("valid regex");
+        let c = re
+            .captures(r)
+            .ok_or_else(|| err("invalid range eval".into()))?;
+        (
+            Kind::Range {
+                start_ms: duration_ms(&c[1]).map_err(err)?,
+                end_ms: duration_ms(&c[2]).map_err(err)?,
+                step_ms: duration_ms(&c[3]).map_err(err)?,
+            },
+            c.get(4).map_or("", |m| m.as_str()).trim(),
+        )
+    } else {
+        return Err(err(format!("invalid eval {l:?}")));
+    };
+    let mut eval = Eval {
+        line: at + 1,
+        expr: expr.to_owned(),
+        kind,
+        fail: (modifier == "fail").then_some(Pattern::Any),
+        ordered: modifier == "ordered",
+        any_warn: modifier == "warn",
+        any_info: modifier == "info",
+        warn: Vec::new(),
+        info: Vec::new(),
+        no_warn: false,
+        no_info: false,
+        expected: Expected::Series(Vec::new()),
+    };
+    let expect_re = regex::Regex::new(
+        r"^expect\s+(ordered|fail|warn|no_warn|info|no_info)(?:\s+(regex|msg):(.+))?$",
+    )
+    .expect("valid regex");
+    let mut series = Vec::new();
+    let mut i = at + 1;
+    while i < lines.len() && !lines[i].is_empty() {
+        let d = lines[i];
+        let here = i + 1;
+        let err = |e: String| format!("line {here}: {e}");
+        i += 1;
+        if eval.fail.is_some() {
+            if let Some(m) = d.strip_prefix("expected_fail_message") {
+                eval.fail = Some(Pattern::Exact(m.trim().to_owned()));
+                break;
+            }
+            if let Some(m) = d.strip_prefix("expected_fail_regexp") {
+                let re = regex::Regex::new(m.trim()).map_err(|e| err(e.to_string()))?;
+                eval.fail = Some(Pattern::Regex(re));
+                break;
+            }
+        }
+        if d.split(' ').next() == Some("expect") {
+            let c = expect_re
+                .captures(d)
+                .ok_or_else(|| err(format!("invalid expect line {d:?}")))?;
+            let pattern = match c.get(2).map(|m| m.as_str()) {
+                None => Pattern::Any,
+                Some("msg") => Pattern::Exact(c[3].trim().to_owned()),
+                Some(_) => {
+                    Pattern::Regex(regex::Regex::new(c[3].trim()).map_err(|e| err(e.to_string()))?)
+                }
+            };
+            match &c[1] {
+                "ordered" => eval.ordered = true,
+                "fail" => eval.fail = Some(pattern),
+                "warn" => eval.warn.push(pattern),
+                "info" => eval.info.push(pattern),
+                "no_warn" => eval.no_warn = true,
+                _ => eval.no_info = true,
+            }
+            continue;
+        }
+        if let Some(v) = scalar_line(d) {
+            eval.expected = Expected::Scalar(v);
+            break;
+        }
+        series.push(parse_series(d).map_err(err)?);
+    }
+    if !series.is_empty() {
+        eval.expected = Expected::Series(series);
+    }
+    Ok((eval, i))
+}
+
+/// A line that is one number (Go's ParseInt with base 0, then ParseFloat).
+fn scalar_line(s: &str) -> Option<f64> {
+    if s.contains(char::is_whitespace) || s.contains('{') {
+        return None;
+    }
+    number(s)
+}
+
+/// A number as PromQL's lexer reads one: decimal, hexadecimal, Inf, NaN.
+pub fn number(s: &str) -> Option<f64> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let v = if let Some(h) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()? as f64
+    } else {
+        match body.to_ascii_lowercase().as_str() {
+            "inf" => f64::INFINITY,
+            "nan" => f64::NAN,
+            b if b.starts_with(|c: char| c.is_ascii_digit() || c == '.') => b.parse().ok()?,
+            _ => return None,
+        }
+    };
+    Some(if neg { -v } else { v })
+}
+
+/// A duration as Prometheus' `model.ParseDuration` reads one (`1h30m`,
+/// `10s`, `0`), or a negative one with a leading `-`; in milliseconds.
+pub fn duration_ms(s: &str) -> Result<i64, String> {
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    if rest == "0" {
+        return Ok(0);
+    }
+    let mut total: i64 = 0;
+    if rest.is_empty() {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("invalid duration {s:?}"));
+        }
+        let n: i64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ms = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 7 * 86_400_000,
+            "y" => 365 * 86_400_000,
+            u => return Err(format!("invalid unit {u:?} in duration {s:?}")),
+        };
+        rest = &rest[unit_len..];
+        total += n * ms;
+    }
+    Ok(if neg { -total } else { total })
+}
+
+/// `metric{l="v", …} values…`, `{__name__="m"}`, `{"utf8.name"}` or `{}`.
+pub fn parse_series(s: &str) -> Result<Series, String> {
+    let (labels, rest) = parse_labels(s)?;
+    let mut points = Vec::new();
+    for tok in split_values(rest) {
+        expand(&tok, &mut points)
+            .ok_or_else(|| format!("invalid series value {tok:?} in {s:?}"))?;
+    }
+    Ok(Series { labels, points })
+}
+
+/// Value tokens, with `{{…}}` histograms kept whole.
+fn split_values(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut depth = 0;
+    for c in s.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if c.is_whitespace() && depth == 0 {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn expand(tok: &str, out: &mut Vec<Point>) -> Option<()> {
+    if tok.starts_with("{{") {
+        let times = match tok.rfind("}}") {
+            Some(end) => match tok[end + 2..].strip_prefix('x') {
+                Some(n) => n.parse::<usize>().ok()? + 1,
+                None => 1,
+            },
+            None => return None,
+        };
+        out.extend(std::iter::repeat_n(Point::Histogram, times));
+        return Some(());
+    }
+    if tok == "_" {
+        out.push(Point::Omitted);
+        return Some(());
+    }
+    if tok == "stale" {
+        out.push(Point::Float(f64::from_bits(STALE_NAN)));
+        return Some(());
+    }
+    // `<a>x<n>`, `<a>+<b>x<n>`, `<a>-<b>x<n>`, `_x<n>`.
+    if let Some(x) = tok.rfind('x') {
+        let (head, n) = (&tok[..x], &tok[x + 1..]);
+        if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !head.is_empty() {
+            let n: usize = n.parse().ok()?;
+            if head == "_" {
+                out.extend(std::iter::repeat_n(Point::Omitted, n));
+                return Some(());
+            }
+            // The increment starts at a sign that is not the first character
+            // and does not follow an exponent's `e`.
+            let b = head.as_bytes();
+            let split = (1..b.len())
+                .find(|&k| (b[k] == b'+' || b[k] == b'-') && !matches!(b[k - 1], b'e' | b'E'));
+            let (start, inc) = match split {
+                Some(k) => (number(&head[..k])?, number(&head[k..])?),
+                None => (number(head)?, 0.0),
+            };
+            let mut v = start;
+            for _ in 0..=n {
+                out.push(Point::Float(v));
+                v += inc;
+            }
+            return Some(());
+        }
+    }
+    out.push(Point::Float(number(tok)?));
+    Some(())
+}
+
+fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
+    let mut labels = Labels::new();
+    let s = s.trim_start();
+    let name_end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(s.len());
+    if name_end > 0 {
+        labels.insert("__name__".into(), s[..name_end].to_owned());
+    }
+    let rest = &s[name_end..];
+    let Some(mut rest) = rest.strip_prefix('{') else {
+        return Ok((labels, rest));
+    };
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix('}') {
+            return Ok((labels, r));
+        }
+        let (name, r) = if rest.starts_with('"') || rest.starts_with('\'') {
+            quoted(rest)?
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            if end == 0 {
+                return Err(format!("invalid labels in {s:?}"));
+            }
+            (rest[..end].to_owned(), &rest[end..])
+        };
+        let r = r.trim_start();
+        if let Some(r) = r.strip_prefix('=') {
+            let (value, r) = quoted(r.trim_start())?;
+            // An empty value is no label, as every Prometheus API has it.
+            if !value.is_empty() {
+                labels.insert(name, value);
+            }
+            rest = r;
+        } else {
+            // A quoted name alone is the metric name.
+            labels.insert("__name__".into(), name);
+            rest = r;
+        }
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r;
+        }
+    }
+}
+
+/// A Go-quoted string at the start of `s`, and what follows it.
+fn quoted(s: &str) -> Result<(String, &str), String> {
+    let q = s.chars().next().ok_or("expected a quoted string")?;
+    if q != '"' && q != '\'' && q != '`' {
+        return Err(format!("expected a quoted string at {s:?}"));
+    }
+    let mut out = String::new();
+    let mut chars = s[1..].char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == q {
+            return Ok((out, &s[1 + i + 1..]));
+        }
+        if c == '\\' && q != '`' {
+            let (_, e) = chars.next().ok_or("unterminated escape")?;
+            match e {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'r' => out.push('\r'),
+                '\\' => out.push('\\'),
+                '"' => out.push('"'),
+                '\'' => out.push('\''),
+                'x' => {
+                    let h: String = (0..2)
+                        .filter_map(|_| chars.next().map(|(_, c)| c))
+                        .collect();
+                    let b = u8::from_str_radix(&h, 16).map_err(|e| e.to_string())?;
+                    // Invalid UTF-8 cannot be carried in a Rust string; keep
+                    // the escape visible instead.
+                    if b.is_ascii() {
+                        out.push(b as char);
+                    } else {
+                        let _ = write!(out, "\\x{h}");
+                    }
+                }
+                'u' => {
+                    let h: String = (0..4)
+                        .filter_map(|_| chars.next().map(|(_, c)| c))
+                        .collect();
+                    let c = u32::from_str_radix(&h, 16)
+                        .ok()
+                        .and_then(char::from_u32)
+                        .ok_or("invalid \\u escape")?;
+                    out.push(c);
+                }
+                other => {
+                    out.push('\\');
+                    out.push(other);
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Err(format!("unterminated string in {s:?}"))
+}
+
+/// The remote-write requests that load `series` at `step_ms`, split so
+/// that none is large. A series given twice in one load is the later one,
+/// as in Prometheus' runner.
+pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
+    let mut bodies = Vec::new();
+    let mut batch = Vec::new();
+    let mut samples = 0;
+    let last: BTreeMap<&Labels, usize> = series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (&s.labels, i))
+        .collect();
+    for (i, s) in series.iter().enumerate() {
+        // Native histograms cannot be loaded; evals that read them are
+        // skipped (see `skip_reason`).
+        if last.get(&s.labels) != Some(&i) || s.points.contains(&Point::Histogram) {
+            continue;
+        }
+        let pts: Vec<pb::Sample> = s
+            .points
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Point::Float(v) => Some(pb::Sample {
+                    value: *v,
+                    timestamp: i as i64 * step_ms,
+                }),
+                _ => None,
+            })
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        samples += pts.len();
+        batch.push(pb::TimeSeries {
+            labels: s
+                .labels
+                .iter()
+                .map(|(n, v)| pb::Label {
+                    name: n.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+            samples: pts,
+            ..Default::default()
+        });
+        if samples > 20_000 {
+            bodies.push(crate::common::body(std::mem::take(&mut batch)));
+            samples = 0;
+        }
+    }
+    if !batch.is_empty() {
+        bodies.push(crate::common::body(batch));
+    }
+    bodies
+}
+
+/// What a server answered to one query.
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Result<Value, String>,
+    pub warnings: Vec<String>,
+    pub infos: Vec<String>,
+}
+
+/// Runs a query against `base` (`http://host:port`).
+pub async fn query(client: &reqwest::Client, base: &str, kind: &Kind, expr: &str) -> Answer {
+    let secs = |ms: i64| format!("{}", ms as f64 / 1000.0);
+    let (path, form) = match kind {
+        Kind::Instant { t_ms } => (
+            "/api/v1/query",
+            vec![("query", expr.to_owned()), ("time", secs(*t_ms))],
+        ),
+        Kind::Range {
+            start_ms,
+            end_ms,
+            step_ms,
+        } => (
+            "/api/v1/query_range",
+            vec![
+                ("query", expr.to_owned()),
+                ("start", secs(*start_ms)),
+                ("end", secs(*end_ms)),
+                ("step", secs(*step_ms)),
+            ],
+        ),
+    };
+    let reply = client
+        .post(format!("{base}{path}"))
+        .form(&form)
+        .send()
+        .await;
+    let text = match reply {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => {
+            return Answer {
+                result: Err(format!("request failed: {e}")),
+                warnings: Vec::new(),
+                infos: Vec::new(),
+            }
+        }
+    };
+    let json: Value = match serde_json::from_str(&text) {
+        Ok(j) => j,
+        Err(e) => {
+            return Answer {
+                result: Err(format!("not JSON ({e}): {text}")),
+                warnings: Vec::new(),
+                infos: Vec::new(),
+            }
+        }
+    };
+    // The API adds the expression position, ` (1:6)`, to each annotation;
+    // the scripts give the message alone.
+    let position = regex::Regex::new(r" \(\d+:\d+\)$").expect("valid regex");
+    let strings = |k: &str| -> Vec<String> {
+        json[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .map(|s| position.replace(s, "").into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let warnings = strings("warnings");
+    let infos = strings("infos");
+    let result = if json["status"] == "success" {
+        Ok(json["data"].clone())
+    } else {
+        Err(json["error"].as_str().unwrap_or(&text).to_owned())
+    };
+    Answer {
+        result,
+        warnings,
+        infos,
+    }
+}
+
+/// Prometheus' `almost.Equal` with its test epsilon, 1e-6 relative.
+pub fn almost_equal(a: f64, b: f64) -> bool {
+    const EPSILON: f64 = 1e-6;
+    let stale = |x: f64| x.to_bits() == STALE_NAN;
+    if stale(a) || stale(b) {
+        return stale(a) && stale(b);
+    }
+    if a.is_nan() && b.is_nan() {
+        return true;
+    }
+    if a == b {
+        return true;
+    }
+    let abs_sum = a.abs() + b.abs();
+    let diff = (a - b).abs();
+    if a == 0.0 || b == 0.0 || abs_sum < f64::MIN_POSITIVE {
+        return diff < EPSILON * f64::MIN_POSITIVE;
+    }
+    diff / abs_sum.min(f64::MAX) < EPSILON
+}
+
+fn value_of(v: &Value) -> Result<(i64, f64), String> {
+    let t = v[0]
+        .as_f64()
+        .ok_or_else(|| format!("no timestamp in {v}"))?;
+    let s = v[1].as_str().ok_or_else(|| format!("no value in {v}"))?;
+    let f = match s {
+        "NaN" => f64::NAN,
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        s => s.parse().map_err(|_| format!("bad value {s:?}"))?,
+    };
+    Ok(((t * 1000.0).round() as i64, f))
+}
+
+fn labels_of(v: &Value) -> Labels {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn show(l: &Labels) -> String {
+    let mut s = String::new();
+    if let Some(n) = l.get("__name__") {
+        s.push_str(n);
+    }
+    s.push('{');
+    let rest: Vec<String> = l
+        .iter()
+        .filter(|(k, _)| *k != "__name__")
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect();
+    s.push_str(&rest.join(", "));
+    s.push('}');
+    s
+}
+
+/// A result as one vector of (labels, value): an instant query's answer,
+/// or the step at `t_ms` of a range query's.
+type Flat = Vec<(Labels, f64)>;
+
+fn compare_vector(e: &Eval, got: &Flat, scalar: bool) -> Result<(), String> {
+    match &e.expected {
+        Expected::Scalar(want) => {
+            if !scalar {
+                return Err(format!(
+                    "expected scalar {want}, got a vector of {}",
+                    got.len()
+                ));
+            }
+            let v = got.first().map_or(f64::NAN, |g| g.1);
+            if !almost_equal(*want, v) {
+                return Err(format!("expected scalar {want} but got {v}"));
+            }
+            Ok(())
+        }
+        Expected::Series(want) => {
+            if scalar {
+                return Err("expected a vector, got a scalar".into());
+            }
+            let mut seen = vec![false; want.len()];
+            for (pos, (labels, v)) in got.iter().enumerate() {
+                let Some(k) = want.iter().position(|w| &w.labels == labels) else {
+                    return Err(format!(
+                        "unexpected metric {} in result, has value {v}",
+                        show(labels)
+                    ));
+                };
+                if e.ordered && k != pos {
+                    return Err(format!(
+                        "expected metric {} at position {} but was at {}",
+                        show(labels),
+                        k + 1,
+                        pos + 1
+                    ));
+                }
+                match want[k].points.first() {
+                    Some(Point::Float(w)) if almost_equal(*w, *v) => {}
+                    w => return Err(format!("expected {w:?} for {} but got {v}", show(labels))),
+                }
+                seen[k] = true;
+            }
+            if let Some(k) = seen.iter().position(|s| !s) {
+                return Err(format!(
+                    "expected metric {} not found",
+                    show(&want[k].labels)
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn flat_instant(data: &Value) -> Result<(Flat, bool), String> {
+    match data["resultType"].as_str() {
+        Some("vector") => {
+            let mut out = Vec::new();
+            for s in data["result"].as_array().into_iter().flatten() {
+                out.push((labels_of(&s["metric"]), value_of(&s["value"])?.1));
+            }
+            Ok((out, false))
+        }
+        Some("scalar") => Ok((vec![(Labels::new(), value_of(&data["result"])?.1)], true)),
+        other => Err(format!("unexpected result type {other:?}")),
+    }
+}
+
+/// A range query's series: labels and (time, value) points.
+type Matrix = Vec<(Labels, Vec<(i64, f64)>)>;
+
+fn matrix(data: &Value) -> Result<Matrix, String> {
+    if data["resultType"] != "matrix" {
+        return Err(format!("expected a matrix, got {}", data["resultType"]));
+    }
+    let mut out = Vec::new();
+    for s in data["result"].as_array().into_iter().flatten() {
+        let mut pts = Vec::new();
+        for v in s["values"].as_array().into_iter().flatten() {
+            pts.push(value_of(v)?);
+        }
+        if s.get("histograms").is_some() {
+            return Err("a native histogram in the result".into());
+        }
+        out.push((labels_of(&s["metric"]), pts));
+    }
+    Ok(out)
+}
+
+fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, f64)>)]) -> Result<(), String> {
+    let Kind::Range {
+        start_ms, step_ms, ..
+    } = e.kind
+    else {
+        return Err("not a range eval".into());
+    };
+    let Expected::Series(want) = &e.expected else {
+        return Err("expected a scalar, got a matrix".into());
+    };
+    for w in got.windows(2) {
+        if w[0].0 > w[1].0 {
+            return Err(format!(
+                "matrix not sorted by labels: {} before {}",
+                show(&w[0].0),
+                show(&w[1].0)
+            ));
+        }
+    }
+    let mut seen = vec![false; want.len()];
+    for (labels, pts) in got {
+        let Some(k) = want.iter().position(|w| &w.labels == labels) else {
+            return Err(format!(
+                "unexpected metric {} in result, has {pts:?}",
+                show(labels)
+            ));
+        };
+        seen[k] = true;
+        let expected: Vec<(i64, f64)> = want[k]
+            .points
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Point::Float(v) => Some((start_ms + i as i64 * step_ms, *v)),
+                _ => None,
+            })
+            .collect();
+        if expected.len() != pts.len() {
+            return Err(format!(
+                "expected {} points for {}, got {pts:?}",
+                expected.len(),
+                show(labels)
+            ));
+        }
+        for ((et, ev), (gt, gv)) in expected.iter().zip(pts) {
+            if et != gt || !almost_equal(*ev, *gv) {
+                return Err(format!(
+                    "expected ({et}, {ev}) for {}, got ({gt}, {gv}) in {pts:?}",
+                    show(labels)
+                ));
+            }
+        }
+    }
+    if let Some(k) = seen.iter().position(|s| !s) {
+        return Err(format!(
+            "expected metric {} not found",
+            show(&want[k].labels)
+        ));
+    }
+    Ok(())
+}
+
+fn check_annotations(e: &Eval, a: &Answer) -> Result<(), String> {
+    if e.any_warn && a.warnings.is_empty() {
+        return Err("expected warnings but got none".into());
+    }
+    if e.any_info && a.infos.is_empty() {
+        return Err("expected info annotations but got none".into());
+    }
+    for (kind, want, got) in [("warn", &e.warn, &a.warnings), ("info", &e.info, &a.infos)] {
+        if want.is_empty() {
+            continue;
+        }
+        if got.is_empty() {
+            return Err(format!("expected {kind} annotations but none were found"));
+        }
+        for w in want {
+            if !got.iter().any(|g| w.matches(g)) {
+                return Err(format!(
+                    "expected a {kind} annotation matching {w:?}, found {got:?}"
+                ));
+            }
+        }
+        for g in got {
+            if !want.iter().any(|w| w.matches(g)) {
+                return Err(format!("unexpected {kind} annotation {g:?}"));
+            }
+        }
+    }
+    if e.no_warn && !a.warnings.is_empty() {
+        return Err(format!("unexpected warnings {:?}", a.warnings));
+    }
+    if e.no_info && !a.infos.is_empty() {
+        return Err(format!("unexpected infos {:?}", a.infos));
+    }
+    Ok(())
+}
+
+/// Runs one eval against the server at `base`; `Err` says what differed.
+pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<(), String> {
+    let a = query(client, base, &e.kind, &e.expr).await;
+    let data = match (&a.result, &e.fail) {
+        (Err(msg), Some(p)) => {
+            return if p.matches(msg) {
+                Ok(())
+            } else {
+                Err(format!("expected an error matching {p:?}, got {msg:?}"))
+            };
+        }
+        (Err(msg), None) => return Err(format!("error: {msg}")),
+        (Ok(_), Some(_)) => return Err("expected an error but got none".into()),
+        (Ok(d), None) => d,
+    };
+    check_annotations(e, &a)?;
+    match e.kind {
+        Kind::Range { .. } => compare_matrix(e, &matrix(data)?),
+        Kind::Instant { t_ms } => {
+            let (flat, scalar) = flat_instant(data)?;
+            compare_vector(e, &flat, scalar)?;
+            // The same query as a range query, read at its middle step.
+            let around = Kind::Range {
+                start_ms: t_ms - 60_000,
+                end_ms: t_ms + 60_000,
+                step_ms: 60_000,
+            };
+            let r = query(client, base, &around, &e.expr).await;
+            let data = r.result.map_err(|m| format!("error in range mode: {m}"))?;
+            let m = matrix(&data).map_err(|m| format!("range mode: {m}"))?;
+            let mut at_t = Vec::new();
+            for (labels, pts) in m {
+                if let Some((_, v)) = pts.iter().find(|(t, _)| *t == t_ms) {
+                    at_t.push((labels, *v));
+                }
+            }
+            if e.ordered {
+                return Ok(());
+            }
+            compare_vector(e, &at_t, scalar).map_err(|m| format!("range mode: {m}"))
+        }
+    }
+}
+
+/// Why an eval is not run: it needs what this runner or the server under
+/// test leaves aside. `histogram_names` are the metric names that have
+/// native histogram samples since the last `clear`: an eval that names one,
+/// or selects by `__name__`, reads them.
+pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'static str> {
+    let experimental = regex::Regex::new(
+        r"\b(limitk|limit_ratio|mad_over_time|sort_by_label|sort_by_label_desc|double_exponential_smoothing|info|ts_of_max_over_time|ts_of_min_over_time|ts_of_last_over_time)\s*\(",
+    )
+    .expect("valid regex");
+    // A selector without a metric name (`{job="a"}`) may match them too.
+    let nameless = regex::Regex::new(r"(^|[^a-zA-Z0-9_:\s])\s*\{").expect("valid regex");
+    let names_one = !histogram_names.is_empty()
+        && (e.expr.contains("__name__") || nameless.is_match(&e.expr))
+        || e.expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .any(|w| histogram_names.contains(w));
+    if names_one {
+        return Some("native histograms");
+    }
+    if let Expected::Series(s) = &e.expected {
+        if s.iter().any(|s| s.points.contains(&Point::Histogram)) {
+            return Some("native histograms");
+        }
+    }
+    if experimental.is_match(&e.expr) {
+        return Some("experimental functions");
+    }
+    // Arithmetic in a range or offset (`[2m*15]`, `offset (1 + 2)`) is
+    // behind Prometheus' `promql-duration-expr` flag.
+    let duration_expr =
+        regex::Regex::new(r"\[[^\]]*[-+*/%^(][^\]]*\]|offset\s*-?\s*\(").expect("valid regex");
+    if duration_expr.is_match(&e.expr) {
+        return Some("experimental duration expressions");
+    }
+    None
+}

@@ -1,0 +1,341 @@
+//! PromQL test scripts in Prometheus' `.test` format (see
+//! `common/promqltest.rs`), run over HTTP:
+//! - the project's own scripts (`tests/promql/*.test`), one per family, all
+//!   of which must pass on Sluice, and on Prometheus 3.5.3 except evals
+//!   marked `# not in 3.5.3: <why>`;
+//! - Prometheus 3.5.3's own scripts, from its Debian source tarball
+//!   (`scripts/fetch-prometheus3`), which must pass on Sluice except the
+//!   evals listed in `tests/promql/prometheus-3.5.3-failures.txt`, each
+//!   with its cause. A listed eval that passes fails the test too, so the
+//!   list stays exact.
+
+mod common;
+#[path = "common/promqltest.rs"]
+mod promqltest;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use common::{prometheus3, start_with_clock, Prometheus, TestServer};
+use promqltest::{Cmd, Point};
+use sluice::config::Config;
+
+/// Far enough from the scripts' times (which start at 0) that retention and
+/// the future-sample bound accept all of them.
+const CLOCK_MS: i64 = 3650 * 86_400_000;
+
+enum Server {
+    Sluice(TestServer),
+    Prometheus(Prometheus),
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Sluice,
+    Prometheus3,
+}
+
+struct Runner {
+    target: Target,
+    server: Option<Server>,
+    client: reqwest::Client,
+}
+
+impl Runner {
+    fn new(target: Target) -> Self {
+        Runner {
+            target,
+            server: None,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// A fresh, empty server.
+    async fn fresh(&mut self) {
+        self.server = None;
+        self.server = Some(match self.target {
+            Target::Sluice => {
+                let config = Config {
+                    retention: std::time::Duration::from_secs(100 * 365 * 86_400),
+                    ..Config::default()
+                };
+                let clock = sluice::storage::Clock::new(|| CLOCK_MS);
+                Server::Sluice(start_with_clock(config, clock).await)
+            }
+            Target::Prometheus3 => {
+                // Loads may add samples older than a series' newest.
+                let config = "storage:\n  tsdb:\n    out_of_order_time_window: 3650d\n";
+                let p = Prometheus::start_bin(
+                    &prometheus3("prometheus"),
+                    config,
+                    &[
+                        "--web.enable-remote-write-receiver",
+                        "--storage.tsdb.retention.time=100y",
+                    ],
+                );
+                wait_ready(&self.client, &format!("http://{}", p.addr()), &p).await;
+                Server::Prometheus(p)
+            }
+        });
+    }
+
+    fn base(&self) -> String {
+        match &self.server {
+            Some(Server::Sluice(s)) => format!("http://{}", s.addr),
+            Some(Server::Prometheus(p)) => format!("http://{}", p.addr()),
+            None => unreachable!("a server is started before the first command"),
+        }
+    }
+
+    async fn write(&self, body: Vec<u8>) {
+        match &self.server {
+            Some(Server::Sluice(s)) => {
+                let (status, text) = common::push(s.addr, body).await;
+                assert!(
+                    status == 204 || status == 200,
+                    "Sluice refused a load: {status} {text}"
+                );
+            }
+            Some(Server::Prometheus(p)) => p.remote_write(body).await,
+            None => unreachable!("a server is started before the first command"),
+        }
+    }
+}
+
+async fn wait_ready(client: &reqwest::Client, base: &str, p: &Prometheus) {
+    for _ in 0..300 {
+        if let Ok(r) = client.get(format!("{base}/-/ready")).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("Prometheus 3.5.3 did not become ready:\n{}", p.log());
+}
+
+/// What became of one eval.
+#[derive(Debug)]
+enum Outcome {
+    Pass,
+    Fail(String),
+    Skip(&'static str),
+}
+
+/// Runs one script; returns each eval's line and outcome. `skip_lines`
+/// are evals not to run on this target.
+async fn run_script(
+    target: Target,
+    script: &str,
+    skip_lines: &BTreeSet<usize>,
+) -> Vec<(usize, String, Outcome)> {
+    let cmds = promqltest::parse(script).unwrap_or_else(|e| panic!("script does not parse: {e}"));
+    let mut runner = Runner::new(target);
+    runner.fresh().await;
+    let mut histogram_names = BTreeSet::new();
+    let mut out = Vec::new();
+    for cmd in cmds {
+        match cmd {
+            Cmd::Clear => {
+                runner.fresh().await;
+                histogram_names.clear();
+            }
+            Cmd::Load {
+                step_ms,
+                nhcb,
+                series,
+                ..
+            } => {
+                for s in &series {
+                    if s.points.contains(&Point::Histogram) {
+                        histogram_names.extend(s.labels.get("__name__").cloned());
+                    }
+                    // `load_with_nhcb` adds a native histogram named after
+                    // each classic one's `_bucket`/`_count`/`_sum` series.
+                    if nhcb {
+                        if let Some(n) = s.labels.get("__name__") {
+                            for suffix in ["_bucket", "_count", "_sum"] {
+                                if let Some(base) = n.strip_suffix(suffix) {
+                                    histogram_names.insert(base.to_owned());
+                                }
+                            }
+                        }
+                    }
+                }
+                for body in promqltest::load_requests(step_ms, &series) {
+                    runner.write(body).await;
+                }
+            }
+            Cmd::Eval(e) => {
+                let outcome = if skip_lines.contains(&e.line) {
+                    Outcome::Skip("marked for this target")
+                } else if let Some(why) = promqltest::skip_reason(&e, &histogram_names) {
+                    Outcome::Skip(why)
+                } else {
+                    match promqltest::run_eval(&runner.client, &runner.base(), &e).await {
+                        Ok(()) => Outcome::Pass,
+                        Err(m) => Outcome::Fail(m),
+                    }
+                };
+                out.push((e.line, e.expr.clone(), outcome));
+            }
+        }
+    }
+    out
+}
+
+/// Evals preceded by a `# not in 3.5.3: <why>` comment line.
+fn not_in_prometheus3(script: &str) -> BTreeSet<usize> {
+    let lines: Vec<&str> = script.lines().collect();
+    let mut out = BTreeSet::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("# not in 3.5.3:") {
+            if let Some(k) =
+                (i + 1..lines.len()).find(|&k| lines[k].trim_start().starts_with("eval"))
+            {
+                out.insert(k + 1);
+            }
+        }
+    }
+    out
+}
+
+fn own_scripts() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/promql");
+    scripts_in(&dir)
+}
+
+fn scripts_in(dir: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "test"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .test scripts in {}", dir.display());
+    files
+        .into_iter()
+        .map(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (name, text)
+        })
+        .collect()
+}
+
+/// Runs scripts on `target`; returns `(file:line, query, failure)` for
+/// each failed eval and prints the counts.
+async fn run_all(
+    target: Target,
+    scripts: &[(String, String)],
+    skips: impl Fn(&str) -> BTreeSet<usize>,
+) -> BTreeMap<String, (String, String)> {
+    let mut failed = BTreeMap::new();
+    let (mut pass, mut skip) = (0, BTreeMap::<&str, usize>::new());
+    for (name, text) in scripts {
+        for (line, expr, outcome) in run_script(target, text, &skips(text)).await {
+            match outcome {
+                Outcome::Pass => pass += 1,
+                Outcome::Skip(why) => *skip.entry(why).or_default() += 1,
+                Outcome::Fail(m) => {
+                    failed.insert(format!("{name}:{line}"), (expr, m));
+                }
+            }
+        }
+    }
+    println!(
+        "{} evals: {pass} passed, {} failed, skipped {skip:?}",
+        pass + failed.len() + skip.values().sum::<usize>(),
+        failed.len()
+    );
+    failed
+}
+
+fn report(failed: &BTreeMap<String, (String, String)>) -> String {
+    failed
+        .iter()
+        .map(|(at, (expr, m))| format!("{at}: {expr}\n    {m}\n"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_scripts_pass_on_sluice() {
+    let failed = run_all(Target::Sluice, &own_scripts(), |_| BTreeSet::new()).await;
+    assert!(
+        failed.is_empty(),
+        "evals that failed on Sluice:\n{}",
+        report(&failed)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_scripts_pass_on_prometheus_3() {
+    let failed = run_all(Target::Prometheus3, &own_scripts(), not_in_prometheus3).await;
+    assert!(
+        failed.is_empty(),
+        "evals that failed on Prometheus 3.5.3 (the scripts' facts are wrong, or the eval needs `# not in 3.5.3: <why>`):\n{}",
+        report(&failed)
+    );
+}
+
+fn prometheus_scripts() -> Vec<(String, String)> {
+    let bin = prometheus3("prometheus");
+    let dir = Path::new(&bin)
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("promqltest"))
+        .expect("prometheus3 directory");
+    scripts_in(&dir)
+}
+
+/// `tests/promql/prometheus-3.5.3-failures.txt`: `file:line cause` lines.
+fn known_failures() -> BTreeMap<String, String> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/promql/prometheus-3.5.3-failures.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| match l.split_once(char::is_whitespace) {
+            Some((at, why)) => (at.to_owned(), why.trim().to_owned()),
+            None => (l.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scripts_pass_on_sluice_but_the_listed_failures() {
+    let failed = run_all(Target::Sluice, &prometheus_scripts(), |_| BTreeSet::new()).await;
+    let known = known_failures();
+    let new: BTreeMap<_, _> = failed
+        .iter()
+        .filter(|(at, _)| !known.contains_key(*at))
+        .map(|(a, b)| (a.clone(), b.clone()))
+        .collect();
+    let fixed: Vec<&String> = known
+        .keys()
+        .filter(|at| !failed.contains_key(*at))
+        .collect();
+    assert!(
+        new.is_empty() && fixed.is_empty(),
+        "evals that fail and are not listed in tests/promql/prometheus-3.5.3-failures.txt:\n{}\nlisted evals that now pass (remove them): {fixed:?}",
+        report(&new)
+    );
+}
+
+/// The runner itself, checked on Prometheus 3.5.3's own scripts against
+/// Prometheus 3.5.3: slow (a Prometheus start per `clear`), so run it by
+/// hand: `cargo test --test promql_scripts -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn prometheus_scripts_on_prometheus_3() {
+    let failed = run_all(Target::Prometheus3, &prometheus_scripts(), |_| {
+        BTreeSet::new()
+    })
+    .await;
+    println!("{}", report(&failed));
+}
