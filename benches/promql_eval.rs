@@ -70,7 +70,7 @@ fn bench(c: &mut Criterion) {
         ),
         ("regex_selector", r#"http_requests_total{job=~"job1.*", instance=~".*:9100"}"#),
     ] {
-        let n = engine.range(q, start, end, step).expect("valid").len();
+        let n = engine.range(q, start, end, step).expect("valid").value.len();
         eprintln!("promql_eval/{name}: {n} result series, {steps} steps");
         g.bench_function(BenchmarkId::new("range", name), |b| {
             b.iter(|| black_box(engine.range(black_box(q), start, end, step).expect("valid")))

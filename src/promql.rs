@@ -12,8 +12,10 @@
 //! - [`aggregate`]: aggregation operators.
 //! - [`binary`]: arithmetic, comparison and set operators with vector matching.
 //! - [`stats`]: leaf float statistics (Kahan sums, Welford variance, quantile).
+//! - [`annotations`]: the warnings and infos an evaluation reports.
 
 pub mod aggregate;
+pub mod annotations;
 pub mod binary;
 pub mod engine;
 pub mod eval;

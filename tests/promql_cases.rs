@@ -52,7 +52,9 @@ fn head() -> Head {
 }
 
 fn eval(head: &Head, q: &str, t: i64) -> Result<Value, QueryError> {
-    Engine::new(head, QueryOptions::default()).instant(q, t)
+    Engine::new(head, QueryOptions::default())
+        .instant(q, t)
+        .map(|a| a.value)
 }
 
 /// The vector's (labels as `k=v,…`, value) pairs, sorted.

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::params::{parse_duration, Params};
 use super::state::AppState;
+use crate::promql::annotations::Annotations;
 use crate::promql::guard;
 use crate::promql::value::{format_float, format_timestamp, Series, Value};
 use crate::promql::{Engine, QueryError, QueryOptions};
@@ -70,8 +71,10 @@ pub(super) async fn instant(
     // The answer is written on the query thread too: it is CPU work as
     // large as the result, and bounded by `max`.
     let out = run(&state, opts, move |e| {
-        let value = e.instant(&query, t)?;
-        instant_body(&value, t, max)
+        let answer = e.instant(&query, t)?;
+        let mut out = instant_body(&answer.value, t, max)?;
+        annotations(&mut out, &answer.annotations);
+        Ok(out)
     })
     .await?;
     Ok(json(out))
@@ -164,15 +167,41 @@ pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Re
     let opts = options(&state, &p)?;
     let max = state.max_response_bytes();
     let out = run(&state, opts, move |e| {
-        let series = e.range(&query, start, end, step)?;
-        let mut out = String::with_capacity(256 + series.len() * 64);
+        let answer = e.range(&query, start, end, step)?;
+        let mut out = String::with_capacity(256 + answer.value.len() * 64);
         out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
-        matrix(&mut out, &series, max)?;
+        matrix(&mut out, &answer.value, max)?;
         out.push_str("}}");
+        annotations(&mut out, &answer.annotations);
         Ok(out)
     })
     .await?;
     Ok(json(out))
+}
+
+/// Adds `"warnings"` and `"infos"` (each only when there are some) to a
+/// finished answer object, before its closing brace.
+fn annotations(out: &mut String, a: &Annotations) {
+    if a.is_empty() || !out.ends_with('}') {
+        return;
+    }
+    out.pop();
+    for (key, list) in [("warnings", a.warnings()), ("infos", a.infos())] {
+        if list.is_empty() {
+            continue;
+        }
+        out.push_str(",\"");
+        out.push_str(key);
+        out.push_str("\":[");
+        for (i, m) in list.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_json_str(out, m);
+        }
+        out.push(']');
+    }
+    out.push('}');
 }
 
 fn json(body: String) -> Response {

@@ -9,6 +9,7 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{AggregateExpr, Expr};
 
+use super::annotations::Annotation;
 use super::eval::{Ctx, RangeTable};
 use super::group::{group_labels, GroupMemo};
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
@@ -162,7 +163,13 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     };
     let param = match op {
         T_TOPK | T_BOTTOMK => check_k(param()?)?,
-        T_QUANTILE => param()?,
+        T_QUANTILE => {
+            let q = param()?;
+            if !(0.0..=1.0).contains(&q) {
+                ctx.annotate(Annotation::InvalidQuantile(q));
+            }
+            q
+        }
         _ => 0.0,
     };
     by_members(op, groups, &of, &input, param).map(Value::Vector)

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use promql_parser::parser::{self, Expr};
 
+use super::annotations::Annotations;
 use super::eval::{check_unique, Ctx, MatrixBuilder};
 use super::guard;
 use super::value::{no_labels, Series, Value};
@@ -84,10 +85,14 @@ impl<'h> Engine<'h> {
     }
 
     /// Evaluates `query` at time `t` (ms).
-    pub fn instant(&self, query: &str, t: i64) -> Result<Value, QueryError> {
+    pub fn instant(&self, query: &str, t: i64) -> Result<Evaluated<Value>, QueryError> {
         let expr = self.parse(query)?;
         let ctx = self.ctx(t, t, 0);
-        ctx.eval(&expr, t)
+        let value = ctx.eval(&expr, t)?;
+        Ok(Evaluated {
+            value,
+            annotations: ctx.annotations(),
+        })
     }
 
     /// Evaluates `query` at every step from `start` to `end` inclusive;
@@ -98,7 +103,7 @@ impl<'h> Engine<'h> {
         start: i64,
         end: i64,
         step: i64,
-    ) -> Result<Vec<Series>, QueryError> {
+    ) -> Result<Evaluated<Vec<Series>>, QueryError> {
         let expr = self.parse(query)?;
         match expr.value_type() {
             parser::value::ValueType::Vector | parser::value::ValueType::Scalar => {}
@@ -111,7 +116,10 @@ impl<'h> Engine<'h> {
         }
         let ctx = self.ctx(start, end, step);
         if let Expr::VectorSelector(vs) = &expr {
-            return ctx.selector_range(vs, start, end, step);
+            return Ok(Evaluated {
+                value: ctx.selector_range(vs, start, end, step)?,
+                annotations: Annotations::default(),
+            });
         }
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets
@@ -139,8 +147,20 @@ impl<'h> Engine<'h> {
                 None => break,
             };
         }
-        Ok(acc.finish())
+        Ok(Evaluated {
+            value: acc.finish(),
+            annotations: ctx.annotations(),
+        })
     }
+}
+
+/// An answer and the warnings and infos about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated<T> {
+    /// The answer.
+    pub value: T,
+    /// Prometheus' warnings and infos about it.
+    pub annotations: Annotations,
 }
 
 fn type_word(t: parser::value::ValueType) -> &'static str {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
 
+use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
@@ -176,6 +177,11 @@ pub(crate) struct Ctx<'e> {
     /// Range-function results over every step, by the call's address.
     range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
     samples: Rc<Cell<usize>>,
+    /// What the evaluation reports beside its answer, shared with the
+    /// subquery evaluators.
+    annotations: Rc<RefCell<Annotations>>,
+    /// The nodes (by address) whose once-per-query checks have run.
+    checked: RefCell<std::collections::HashSet<usize>>,
 }
 
 /// Gathers points per label set across steps.
@@ -269,6 +275,8 @@ impl<'e> Ctx<'e> {
             step,
             range_tables: RefCell::new(HashMap::new()),
             samples: Rc::new(Cell::new(0)),
+            annotations: Rc::default(),
+            checked: RefCell::default(),
         }
     }
 
@@ -506,6 +514,45 @@ impl<'e> Ctx<'e> {
         Ok(())
     }
 
+    /// Reports `a` beside the answer.
+    pub(crate) fn annotate(&self, a: Annotation<'_>) {
+        self.annotations.borrow_mut().add(a);
+    }
+
+    /// What has been reported so far.
+    pub(crate) fn annotations(&self) -> Annotations {
+        self.annotations.borrow().clone()
+    }
+
+    /// True the first time it is asked for `node` (an AST node's address):
+    /// for checks that need to run once per query, not once per step.
+    pub(crate) fn first_time(&self, node: usize) -> bool {
+        self.checked.borrow_mut().insert(node)
+    }
+
+    /// The names of the series `vs[range]` selects over the whole query
+    /// that have at least `min_points` samples, each name once.
+    pub(crate) fn selected_names(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        min_points: usize,
+    ) -> Result<Vec<String>, QueryError> {
+        let series = self.load(vs, ms(range))?;
+        let mut names: Vec<String> = Vec::new();
+        for s in series.iter() {
+            if s.points.len() < min_points {
+                continue;
+            }
+            if let Some(n) = s.labels.iter().find(|l| l.name == "__name__") {
+                if !names.contains(&n.value) {
+                    names.push(n.value.clone());
+                }
+            }
+        }
+        Ok(names)
+    }
+
     /// Evaluates `expr` at time `t`.
     pub(crate) fn eval(&self, expr: &Expr, t: i64) -> Result<Value, QueryError> {
         match expr {
@@ -706,6 +753,8 @@ impl<'e> Ctx<'e> {
             step,
             range_tables: RefCell::new(HashMap::new()),
             samples: Rc::clone(&self.samples),
+            annotations: Rc::clone(&self.annotations),
+            checked: RefCell::default(),
         });
         self.children.borrow_mut().insert(key, Rc::clone(&child));
         Ok(child)

@@ -99,6 +99,24 @@ impl Mean {
 
 /// Mean and population variance by Welford's method, as Prometheus
 /// computes `stddev`/`stdvar` and their `_over_time` forms.
+/// Whether `a` and `b` differ by less than `epsilon` relative to their
+/// size (Prometheus' `almost.Equal`): NaN equals NaN; next to zero, the
+/// difference must be below `epsilon` times the smallest normal float.
+pub(crate) fn almost_equal(a: f64, b: f64, epsilon: f64) -> bool {
+    if a.is_nan() && b.is_nan() {
+        return true;
+    }
+    if a == b {
+        return true;
+    }
+    let abs_sum = a.abs() + b.abs();
+    let diff = (a - b).abs();
+    if a == 0.0 || b == 0.0 || abs_sum < f64::MIN_POSITIVE {
+        return diff < epsilon * f64::MIN_POSITIVE;
+    }
+    diff / abs_sum.min(f64::MAX) < epsilon
+}
+
 pub(crate) fn mean_and_variance(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
     let (mut count, mut mean, mut m2) = (0.0, 0.0, 0.0);
     for v in values {

@@ -3,6 +3,7 @@
 use promql_parser::parser::Call;
 
 use super::args::scalar_arg;
+use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::value::{is_metadata_label, Sample, Value};
 use crate::promql::QueryError;
@@ -10,29 +11,40 @@ use crate::storage::labels::Label;
 
 pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let q = scalar_arg(ctx, call, 0, t)?;
+    if !(0.0..=1.0).contains(&q) {
+        ctx.annotate(Annotation::InvalidQuantile(q));
+    }
     let v = ctx.eval_vector(&call.args.args[1], t)?;
-    Ok(Value::Vector(histogram_quantile(q, v)))
+    Ok(Value::Vector(histogram_quantile(ctx, q, v)))
 }
 
 /// `histogram_quantile` over classic `_bucket` series: groups by every
-/// label but `le`, then interpolates inside the bucket holding the rank.
-fn histogram_quantile(q: f64, v: Vec<Sample>) -> Vec<Sample> {
-    // (labels of the histogram, its (upper bound, count) buckets)
+/// label but `le` (the metric name too, as Prometheus does), then
+/// interpolates inside the bucket holding the rank. The result drops the
+/// name.
+fn histogram_quantile(ctx: &Ctx<'_>, q: f64, v: Vec<Sample>) -> Vec<Sample> {
+    // (labels of the histogram but `le`, its (upper bound, count) buckets)
     type Buckets = (Vec<Label>, Vec<(f64, f64)>);
     let mut groups: Vec<Buckets> = Vec::new();
     let mut index: std::collections::HashMap<Vec<Label>, usize> = std::collections::HashMap::new();
     for s in v {
-        let Some(le) = s.labels.iter().find(|l| l.name == "le") else {
-            continue;
-        };
+        let le = s
+            .labels
+            .iter()
+            .find(|l| l.name == "le")
+            .map_or("", |l| &l.value);
         // Rust's float parser, like Go's, takes "+Inf".
-        let Ok(bound) = le.value.parse::<f64>() else {
+        let Ok(bound) = le.parse::<f64>() else {
+            ctx.annotate(Annotation::BadBucketLabel {
+                metric: metric_name(&s.labels),
+                le,
+            });
             continue;
         };
         let key: Vec<Label> = s
             .labels
             .iter()
-            .filter(|l| l.name != "le" && !is_metadata_label(&l.name))
+            .filter(|l| l.name != "le")
             .cloned()
             .collect();
         let g = *index.entry(key.clone()).or_insert_with(|| {
@@ -43,26 +55,75 @@ fn histogram_quantile(q: f64, v: Vec<Sample>) -> Vec<Sample> {
     }
     groups
         .into_iter()
-        .map(|(labels, buckets)| Sample {
-            labels: labels.into(),
-            v: bucket_quantile(q, buckets),
+        .map(|(labels, buckets)| {
+            let (v, forced) = bucket_quantile(q, buckets);
+            if forced {
+                ctx.annotate(Annotation::ForcedMonotonicity(metric_name(&labels)));
+            }
+            Sample {
+                labels: labels
+                    .into_iter()
+                    .filter(|l| !is_metadata_label(&l.name))
+                    .collect(),
+                v,
+            }
         })
         .collect()
 }
 
-fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
+fn metric_name(labels: &[Label]) -> &str {
+    labels
+        .iter()
+        .find(|l| l.name == "__name__")
+        .map_or("", |l| &l.value)
+}
+
+/// Differences between bucket counts smaller than this (relative) are
+/// floating-point noise, smoothed over without a note.
+const SMALL_DELTA: f64 = 1e-12;
+
+/// Makes the cumulative counts non-decreasing, as Prometheus does: a
+/// count within [`SMALL_DELTA`] of the last kept one takes its value (in
+/// either direction), a real decrease is lifted to it and reported (true).
+fn force_monotonic(buckets: &mut [(f64, f64)]) -> bool {
+    let Some(&(_, mut prev)) = buckets.first() else {
+        return false;
+    };
+    let mut forced = false;
+    for b in &mut buckets[1..] {
+        let curr = b.1;
+        if curr == prev {
+            continue;
+        }
+        if crate::promql::stats::almost_equal(prev, curr, SMALL_DELTA) {
+            b.1 = prev;
+            continue;
+        }
+        if curr < prev {
+            b.1 = prev;
+            forced = true;
+            continue;
+        }
+        prev = curr;
+    }
+    forced
+}
+
+/// The `q` quantile of cumulative `(upper bound, count)` buckets, and
+/// whether their counts had to be made monotonic.
+fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> (f64, bool) {
     if q.is_nan() {
-        return f64::NAN;
+        return (f64::NAN, false);
     }
     if q < 0.0 {
-        return f64::NEG_INFINITY;
+        return (f64::NEG_INFINITY, false);
     }
     if q > 1.0 {
-        return f64::INFINITY;
+        return (f64::INFINITY, false);
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     if buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
-        return f64::NAN;
+        return (f64::NAN, false);
     }
     // Merge equal bounds, then force the counts to be monotonic.
     buckets.dedup_by(|b, a| {
@@ -73,28 +134,21 @@ fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
             false
         }
     });
-    let mut max = f64::NEG_INFINITY;
-    for b in &mut buckets {
-        if b.1 < max {
-            b.1 = max;
-        } else {
-            max = b.1;
-        }
-    }
+    let forced = force_monotonic(&mut buckets);
     if buckets.len() < 2 {
-        return f64::NAN;
+        return (f64::NAN, false);
     }
     let observations = buckets[buckets.len() - 1].1;
     if observations == 0.0 {
-        return f64::NAN;
+        return (f64::NAN, forced);
     }
     let mut rank = q * observations;
     let b = buckets[..buckets.len() - 1].partition_point(|x| x.1 < rank);
     if b == buckets.len() - 1 {
-        return buckets[buckets.len() - 2].0;
+        return (buckets[buckets.len() - 2].0, forced);
     }
     if b == 0 && buckets[0].0 <= 0.0 {
-        return buckets[0].0;
+        return (buckets[0].0, forced);
     }
     let (mut start, end, mut count) = (0.0, buckets[b].0, buckets[b].1);
     if b > 0 {
@@ -102,7 +156,7 @@ fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
         count -= buckets[b - 1].1;
         rank -= buckets[b - 1].1;
     }
-    start + (end - start) * (rank / count)
+    (start + (end - start) * (rank / count), forced)
 }
 
 #[cfg(test)]
@@ -114,16 +168,31 @@ mod tests {
         // 10 observations <= 0.1, 20 <= 0.5, 30 in all.
         let b = vec![(0.1, 10.0), (0.5, 20.0), (f64::INFINITY, 30.0)];
         // rank 15 lies in (0.1, 0.5]: 0.1 + 0.4 * 5/10.
-        assert!((bucket_quantile(0.5, b.clone()) - 0.3).abs() < 1e-12);
+        assert!((bucket_quantile(0.5, b.clone()).0 - 0.3).abs() < 1e-12);
         // The top rank falls in +Inf: the highest finite bound.
-        assert_eq!(bucket_quantile(0.99, b.clone()), 0.5);
+        assert_eq!(bucket_quantile(0.99, b.clone()), (0.5, false));
         // rank 3 in the first bucket, which starts at 0.
-        assert!((bucket_quantile(0.1, b.clone()) - 0.03).abs() < 1e-12);
+        assert!((bucket_quantile(0.1, b.clone()).0 - 0.03).abs() < 1e-12);
         assert!(
-            bucket_quantile(0.5, vec![(0.1, 1.0)]).is_nan(),
+            bucket_quantile(0.5, vec![(0.1, 1.0)]).0.is_nan(),
             "no +Inf bucket"
         );
-        assert!(bucket_quantile(0.5, vec![(0.1, 0.0), (f64::INFINITY, 0.0)]).is_nan());
-        assert_eq!(bucket_quantile(2.0, b), f64::INFINITY);
+        assert!(bucket_quantile(0.5, vec![(0.1, 0.0), (f64::INFINITY, 0.0)])
+            .0
+            .is_nan());
+        assert_eq!(bucket_quantile(2.0, b), (f64::INFINITY, false));
+    }
+
+    #[test]
+    fn decreasing_counts_are_lifted_and_reported_noise_is_not() {
+        // 10 <= 1, 8 (a real decrease) <= 2, 20 in all.
+        let b = vec![(1.0, 10.0), (2.0, 8.0), (f64::INFINITY, 20.0)];
+        let (v, forced) = bucket_quantile(0.5, b);
+        assert!(forced);
+        // Lifted to 10: rank 10 falls at the top of the first bucket.
+        assert_eq!(v, 1.0);
+        // A decrease of one part in 1e15 is noise: smoothed, not reported.
+        let b = vec![(1.0, 10.0), (2.0, 10.0 - 1e-14), (f64::INFINITY, 20.0)];
+        assert!(!bucket_quantile(0.5, b).1);
     }
 }

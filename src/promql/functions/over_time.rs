@@ -3,6 +3,7 @@
 use promql_parser::parser::Call;
 
 use super::args::{over_range, range_arg, scalar_arg};
+use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
 use crate::promql::value::{drop_name, Name, Sample, Value};
@@ -74,6 +75,9 @@ pub(super) fn stdvar(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
 pub(super) fn quantile_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let q = scalar_arg(ctx, call, 0, t)?;
     let (series, _, _) = range_arg(ctx, call, 1, t)?;
+    if !series.is_empty() && !(0.0..=1.0).contains(&q) {
+        ctx.annotate(Annotation::InvalidQuantile(q));
+    }
     Ok(Value::Vector(
         series
             .into_iter()

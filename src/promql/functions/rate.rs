@@ -4,6 +4,7 @@
 use promql_parser::parser::{Call, Expr};
 
 use super::args::{arg, over_range, over_range_with, scalar_arg, Steps};
+use crate::promql::annotations::{looks_like_counter, Annotation};
 use crate::promql::eval::Ctx;
 use crate::promql::value::{Name, Value};
 use crate::promql::QueryError;
@@ -124,15 +125,48 @@ pub(crate) fn linear_regression(points: &[(i64, f64)], at: i64) -> (f64, f64) {
 }
 
 pub(super) fn rate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    note_non_counters(ctx, call, t)?;
     over_range(ctx, call, t, Name::Drop, |p, r, t| {
         extrapolated_rate(p, r, t, Change::Rate)
     })
 }
 
 pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    note_non_counters(ctx, call, t)?;
     over_range(ctx, call, t, Name::Drop, |p, r, t| {
         extrapolated_rate(p, r, t, Change::Increase)
     })
+}
+
+/// Prometheus' info for `rate`/`increase` over a metric whose name does
+/// not end as a counter's does; once per call, for each such name among
+/// the series that can give a value (two samples or more).
+fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(), QueryError> {
+    if !ctx.first_time(call as *const Call as usize) {
+        return Ok(());
+    }
+    let names = match arg(call, 0) {
+        Some(Expr::MatrixSelector(m)) => ctx.selected_names(&m.vs, &m.range, 2)?,
+        Some(Expr::Subquery(sq)) => {
+            let mut names = Vec::new();
+            for s in ctx.subquery(sq, t)? {
+                if s.points.len() < 2 {
+                    continue;
+                }
+                if let Some(n) = s.labels.iter().find(|l| l.name == "__name__") {
+                    if !names.contains(&n.value) {
+                        names.push(n.value.clone());
+                    }
+                }
+            }
+            names
+        }
+        _ => Vec::new(),
+    };
+    for n in names.iter().filter(|n| !looks_like_counter(n)) {
+        ctx.annotate(Annotation::PossibleNonCounter(n));
+    }
+    Ok(())
 }
 
 pub(super) fn delta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {

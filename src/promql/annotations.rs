@@ -1,0 +1,164 @@
+//! Warnings and infos about a query's answer, with Prometheus' texts: the
+//! API returns them beside the data (`warnings`, `infos`), and Grafana shows
+//! them under the panel. Prometheus also appends the position of the
+//! expression they are about, `(1:6)`; promql-parser keeps no positions,
+//! so Sluice gives the text alone.
+
+/// One annotation, before it is written out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Annotation<'a> {
+    /// A quantile parameter outside [0, 1] (or NaN).
+    InvalidQuantile(f64),
+    /// A bucket series whose `le` is missing or not a number.
+    BadBucketLabel {
+        /// The series' metric name.
+        metric: &'a str,
+        /// Its `le` value, empty when it has none.
+        le: &'a str,
+    },
+    /// `rate`/`increase` over a name that does not look like a counter's.
+    PossibleNonCounter(&'a str),
+    /// `histogram_quantile` had to make bucket counts monotonic.
+    ForcedMonotonicity(&'a str),
+}
+
+impl Annotation<'_> {
+    fn is_warning(&self) -> bool {
+        matches!(self, Self::InvalidQuantile(_) | Self::BadBucketLabel { .. })
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::InvalidQuantile(q) => format!(
+                "PromQL warning: quantile value should be between 0 and 1, got {}",
+                go_float(*q)
+            ),
+            Self::BadBucketLabel { metric, le } => format!(
+                "PromQL warning: bucket label \"le\" is missing or has a malformed value of {le:?} for metric name {metric:?}"
+            ),
+            Self::PossibleNonCounter(metric) => format!(
+                "PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: {metric:?}"
+            ),
+            Self::ForcedMonotonicity(metric) => format!(
+                "PromQL info: input to histogram_quantile needed to be fixed for monotonicity (see https://prometheus.io/docs/prometheus/latest/querying/functions/#histogram_quantile) for metric name {metric:?}"
+            ),
+        }
+    }
+}
+
+/// A float as Go's `%g` writes the values annotations carry (it differs
+/// from the API's number format only below 1e-4, which no check here sees).
+fn go_float(v: f64) -> String {
+    let mut out = String::new();
+    crate::promql::value::format_float(v, &mut out);
+    out
+}
+
+/// The distinct annotations of one evaluation, in the order first seen.
+/// At most [`Annotations::KEPT`] of each kind are kept; the rest are
+/// counted, so a query over many series cannot grow them without bound.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Annotations {
+    warnings: Vec<String>,
+    infos: Vec<String>,
+    omitted_warnings: usize,
+    omitted_infos: usize,
+}
+
+impl Annotations {
+    /// How many of each kind are kept, as Prometheus' API shows them.
+    pub const KEPT: usize = 10;
+
+    /// Adds `a` unless the same text is already there.
+    pub fn add(&mut self, a: Annotation<'_>) {
+        let msg = a.message();
+        let (list, omitted) = if a.is_warning() {
+            (&mut self.warnings, &mut self.omitted_warnings)
+        } else {
+            (&mut self.infos, &mut self.omitted_infos)
+        };
+        if list.contains(&msg) {
+            return;
+        }
+        if list.len() < Self::KEPT {
+            list.push(msg);
+        } else {
+            *omitted += 1;
+        }
+    }
+
+    /// The warnings as the API writes them, with a last line counting
+    /// those left out.
+    pub fn warnings(&self) -> Vec<String> {
+        with_omitted(&self.warnings, self.omitted_warnings, "warning")
+    }
+
+    /// The infos as the API writes them.
+    pub fn infos(&self) -> Vec<String> {
+        with_omitted(&self.infos, self.omitted_infos, "info")
+    }
+
+    /// Whether there is nothing to report.
+    pub fn is_empty(&self) -> bool {
+        self.warnings.is_empty() && self.infos.is_empty()
+    }
+}
+
+fn with_omitted(list: &[String], omitted: usize, kind: &str) -> Vec<String> {
+    let mut out = list.to_vec();
+    if omitted > 0 {
+        out.push(format!("{omitted} more {kind} annotations omitted"));
+    }
+    out
+}
+
+/// Whether `name` ends as Prometheus expects a counter's name to.
+pub fn looks_like_counter(name: &str) -> bool {
+    ["_total", "_sum", "_count", "_bucket"]
+        .iter()
+        .any(|s| name.ends_with(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_are_prometheus_and_repeats_are_dropped() {
+        let mut a = Annotations::default();
+        a.add(Annotation::InvalidQuantile(1.5));
+        a.add(Annotation::InvalidQuantile(1.5));
+        a.add(Annotation::InvalidQuantile(f64::NAN));
+        a.add(Annotation::PossibleNonCounter("up"));
+        assert_eq!(
+            a.warnings(),
+            [
+                "PromQL warning: quantile value should be between 0 and 1, got 1.5",
+                "PromQL warning: quantile value should be between 0 and 1, got NaN"
+            ]
+        );
+        assert_eq!(
+            a.infos(),
+            ["PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: \"up\""]
+        );
+    }
+
+    #[test]
+    fn only_ten_of_a_kind_are_kept() {
+        let mut a = Annotations::default();
+        for i in 0..25 {
+            a.add(Annotation::PossibleNonCounter(&format!("m{i}")));
+        }
+        let infos = a.infos();
+        assert_eq!(infos.len(), 11);
+        assert_eq!(infos[10], "15 more info annotations omitted");
+        assert!(a.warnings().is_empty());
+    }
+
+    #[test]
+    fn counter_names() {
+        assert!(looks_like_counter("http_requests_total"));
+        assert!(looks_like_counter("rpc_duration_seconds_bucket"));
+        assert!(!looks_like_counter("temperature"));
+    }
+}
