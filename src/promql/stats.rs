@@ -102,7 +102,7 @@ impl Mean {
 /// Whether `a` and `b` differ by less than `epsilon` relative to their
 /// size (Prometheus' `almost.Equal`): NaN equals NaN; next to zero, the
 /// difference must be below `epsilon` times the smallest normal float.
-pub(crate) fn almost_equal(a: f64, b: f64, epsilon: f64) -> bool {
+pub fn almost_equal(a: f64, b: f64, epsilon: f64) -> bool {
     if a.is_nan() && b.is_nan() {
         return true;
     }

@@ -694,25 +694,14 @@ pub async fn query(client: &reqwest::Client, base: &str, kind: &Kind, expr: &str
     }
 }
 
-/// Prometheus' `almost.Equal` with its test epsilon, 1e-6 relative.
+/// Prometheus' `almost.Equal` with its test epsilon, 1e-6 relative; a
+/// staleness marker equals only another.
 pub fn almost_equal(a: f64, b: f64) -> bool {
-    const EPSILON: f64 = 1e-6;
     let stale = |x: f64| x.to_bits() == STALE_NAN;
     if stale(a) || stale(b) {
         return stale(a) && stale(b);
     }
-    if a.is_nan() && b.is_nan() {
-        return true;
-    }
-    if a == b {
-        return true;
-    }
-    let abs_sum = a.abs() + b.abs();
-    let diff = (a - b).abs();
-    if a == 0.0 || b == 0.0 || abs_sum < f64::MIN_POSITIVE {
-        return diff < EPSILON * f64::MIN_POSITIVE;
-    }
-    diff / abs_sum.min(f64::MAX) < EPSILON
+    sluice::promql::stats::almost_equal(a, b, 1e-6)
 }
 
 fn value_of(v: &Value) -> Result<(i64, f64), String> {
