@@ -49,6 +49,7 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("deriv", rate::deriv),
     ("exp", math::exp),
     ("floor", math::floor),
+    ("histogram_fraction", histogram::fraction),
     ("histogram_quantile", histogram::quantile),
     ("hour", time::hour),
     ("idelta", rate::idelta),

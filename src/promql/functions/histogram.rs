@@ -1,4 +1,5 @@
-//! `histogram_quantile` over classic (`le`) bucket series.
+//! `histogram_quantile` and `histogram_fraction` over classic (`le`)
+//! bucket series.
 
 use promql_parser::parser::Call;
 
@@ -18,14 +19,51 @@ pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
     Ok(Value::Vector(histogram_quantile(ctx, q, v)))
 }
 
-/// `histogram_quantile` over classic `_bucket` series: groups by every
-/// label but `le` (the metric name too, as Prometheus does), then
-/// interpolates inside the bucket holding the rank. The result drops the
-/// name.
+/// `histogram_fraction(lower, upper, v)` over classic `_bucket` series:
+/// the estimated share of observations between `lower` and `upper`.
+pub(super) fn fraction(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let lower = scalar_arg(ctx, call, 0, t)?;
+    let upper = scalar_arg(ctx, call, 1, t)?;
+    let v = ctx.eval_vector(&call.args.args[2], t)?;
+    Ok(Value::Vector(
+        classic_histograms(ctx, v)
+            .into_iter()
+            .map(|(labels, buckets)| Sample {
+                labels: without_metadata(labels),
+                v: bucket_fraction(lower, upper, buckets),
+            })
+            .collect(),
+    ))
+}
+
+/// `histogram_quantile` over classic `_bucket` series: interpolates inside
+/// the bucket holding the rank. The result drops the name.
 fn histogram_quantile(ctx: &Ctx<'_>, q: f64, v: Vec<Sample>) -> Vec<Sample> {
-    // (labels of the histogram but `le`, its (upper bound, count) buckets)
-    type Buckets = (Vec<Label>, Vec<(f64, f64)>);
-    let mut groups: Vec<Buckets> = Vec::new();
+    classic_histograms(ctx, v)
+        .into_iter()
+        .map(|(labels, buckets)| {
+            let (v, forced) = bucket_quantile(q, buckets);
+            if forced {
+                ctx.annotate(Annotation::ForcedMonotonicity(metric_name(&labels)));
+            }
+            Sample {
+                labels: without_metadata(labels),
+                v,
+            }
+        })
+        .collect()
+}
+
+/// A classic histogram: its labels but `le`, and its (upper bound, count)
+/// buckets.
+type ClassicHistogram = (Vec<Label>, Vec<(f64, f64)>);
+
+/// Classic histograms in `v`: bucket series grouped by every label but
+/// `le` (the metric name too, as Prometheus does), each with its (upper
+/// bound, count) buckets. A series without a numeric `le` is left out and
+/// reported.
+fn classic_histograms(ctx: &Ctx<'_>, v: Vec<Sample>) -> Vec<ClassicHistogram> {
+    let mut groups: Vec<ClassicHistogram> = Vec::new();
     let mut index: std::collections::HashMap<Vec<Label>, usize> = std::collections::HashMap::new();
     for s in v {
         let le = s
@@ -54,21 +92,86 @@ fn histogram_quantile(ctx: &Ctx<'_>, q: f64, v: Vec<Sample>) -> Vec<Sample> {
         groups[g].1.push((bound, s.v));
     }
     groups
+}
+
+fn without_metadata(labels: Vec<Label>) -> crate::promql::value::Labels {
+    labels
         .into_iter()
-        .map(|(labels, buckets)| {
-            let (v, forced) = bucket_quantile(q, buckets);
-            if forced {
-                ctx.annotate(Annotation::ForcedMonotonicity(metric_name(&labels)));
-            }
-            Sample {
-                labels: labels
-                    .into_iter()
-                    .filter(|l| !is_metadata_label(&l.name))
-                    .collect(),
-                v,
-            }
-        })
+        .filter(|l| !is_metadata_label(&l.name))
         .collect()
+}
+
+/// Sorts buckets by upper bound and merges equal bounds.
+fn coalesce(buckets: &mut Vec<(f64, f64)>) {
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1 += b.1;
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// The share of observations in `[lower, upper]`, interpolating linearly
+/// inside the buckets that hold either end (Prometheus' `BucketFraction`).
+fn bucket_fraction(lower: f64, upper: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
+    if buckets.is_empty() {
+        return f64::NAN;
+    }
+    coalesce(&mut buckets);
+    if buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
+        return f64::NAN;
+    }
+    let count = buckets[buckets.len() - 1].1;
+    if count == 0.0 || lower.is_nan() || upper.is_nan() {
+        return f64::NAN;
+    }
+    if lower >= upper {
+        return 0.0;
+    }
+    let (mut rank, mut lower_rank, mut upper_rank) = (0.0, 0.0, 0.0);
+    let (mut lower_set, mut upper_set) = (false, false);
+    for (i, &(upper_bound, bucket_count)) in buckets.iter().enumerate() {
+        let lower_bound = if i > 0 {
+            buckets[i - 1].0
+        } else {
+            f64::NEG_INFINITY
+        };
+        let interpolate =
+            |v: f64| rank + (bucket_count - rank) * (v - lower_bound) / (upper_bound - lower_bound);
+        if !lower_set && lower_bound >= lower {
+            lower_rank = rank;
+            lower_set = true;
+        }
+        if !upper_set && lower_bound >= upper {
+            upper_rank = rank;
+            upper_set = true;
+        }
+        if lower_set && upper_set {
+            break;
+        }
+        if !lower_set && lower_bound < lower && upper_bound > lower {
+            lower_rank = interpolate(lower);
+            lower_set = true;
+        }
+        if !upper_set && lower_bound < upper && upper_bound > upper {
+            upper_rank = interpolate(upper);
+            upper_set = true;
+        }
+        if lower_set && upper_set {
+            break;
+        }
+        rank = bucket_count;
+    }
+    if !lower_set || lower_rank > count {
+        lower_rank = count;
+    }
+    if !upper_set || upper_rank > count {
+        upper_rank = count;
+    }
+    (upper_rank - lower_rank) / count
 }
 
 fn metric_name(labels: &[Label]) -> &str {
@@ -121,19 +224,11 @@ fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> (f64, bool) {
     if q > 1.0 {
         return (f64::INFINITY, false);
     }
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Merge equal bounds, then force the counts to be monotonic.
+    coalesce(&mut buckets);
     if buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
         return (f64::NAN, false);
     }
-    // Merge equal bounds, then force the counts to be monotonic.
-    buckets.dedup_by(|b, a| {
-        if a.0 == b.0 {
-            a.1 += b.1;
-            true
-        } else {
-            false
-        }
-    });
     let forced = force_monotonic(&mut buckets);
     if buckets.len() < 2 {
         return (f64::NAN, false);
