@@ -2,6 +2,7 @@
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
 mod error;
+mod escaping;
 mod federate;
 mod metadata;
 mod otlp;

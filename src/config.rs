@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::otlp::OtlpOptions;
-use crate::ingest::validate::LabelLimits;
+use crate::ingest::validate::{LabelLimits, NameValidation};
 use crate::promql::guard::ParseLimits;
 use crate::promql::QueryOptions;
 use crate::storage::head::{Durability, HeadOptions};
@@ -94,6 +94,12 @@ settings! {
     /// Longest label value in bytes [default: 4096].
     #[arg(value_name = "BYTES")]
     max_label_value_length: usize = 4096;
+    /// Which metric and label names ingest accepts: utf8 (any UTF-8 name,
+    /// Prometheus 3's default; query them as {"http.server.duration"}) or
+    /// legacy ([a-zA-Z_:][a-zA-Z0-9_:]* and [a-zA-Z_][a-zA-Z0-9_]*)
+    /// [default: utf8].
+    #[arg(value_name = "SCHEME")]
+    metric_name_validation_scheme: NameValidation = NameValidation::Utf8;
     /// Most series held in memory; samples for new series beyond it are
     /// rejected (400, reason series_limit) [default: 10000000].
     #[arg(value_name = "N")]
@@ -425,6 +431,7 @@ impl Config {
             max_labels: self.max_labels_per_series,
             max_name_len: self.max_label_name_length,
             max_value_len: self.max_label_value_length,
+            names: self.metric_name_validation_scheme,
         }
     }
 

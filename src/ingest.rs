@@ -18,7 +18,7 @@ pub use remote_write::{
     append_write_request, append_write_request_v2, append_write_request_with_exemplars,
     record_metadata,
 };
-use validate::LabelError;
+use validate::{LabelError, NameValidation};
 
 /// Samples more than this far ahead of the receiver's clock are rejected.
 pub const MAX_AHEAD_MS: i64 = 10 * 60 * 1000;
@@ -243,19 +243,28 @@ pub(crate) fn summary(
     m
 }
 
-pub(crate) fn label_problem(e: LabelError) -> &'static str {
+pub(crate) fn label_problem(e: LabelError, names: NameValidation) -> String {
     match e {
         LabelError::MissingMetricName => "missing metric name (__name__)",
         LabelError::InvalidMetricName => {
-            "invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*)"
+            return format!(
+                "invalid metric name ({}, --metric-name-validation-scheme={names})",
+                names.metric_rule()
+            )
         }
-        LabelError::InvalidLabelName => "invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*)",
+        LabelError::InvalidLabelName => {
+            return format!(
+                "invalid label name ({}, --metric-name-validation-scheme={names})",
+                names.label_rule()
+            )
+        }
         LabelError::InvalidUtf8 => "label name or value is not valid UTF-8",
         LabelError::DuplicateLabelName => "duplicate label name",
         LabelError::TooManyLabels => "too many labels",
         LabelError::LabelNameTooLong => "label name too long",
         LabelError::LabelValueTooLong => "label value too long",
     }
+    .to_owned()
 }
 
 pub(crate) fn sample_problem(e: SampleError, t: i64, max_t: i64) -> String {

@@ -156,3 +156,140 @@ scrape_configs:
     let v = prom_query(prom.port, "sluice_head_series{job=\"sluice\"}").await;
     assert_eq!(v["data"]["result"][0]["value"][1], "5", "{v}");
 }
+
+/// Prometheus' `/api/v1/query` answer's series, as (labels, value).
+async fn prom_series(port: u16, query: &str) -> Vec<(serde_json::Value, String)> {
+    let v = prom_query(port, query).await;
+    v["data"]["result"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["metric"].clone(),
+                        s["value"][1].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// UTF-8 names (as OpenTelemetry senders make them) go in by remote
+/// write, are queried in the quoted form, listed by the label APIs (also
+/// in the `U__` form), and federated: escaped with `_` for a client that
+/// does not ask (Debian's Prometheus 2.42), as they are for Prometheus
+/// 3.5.3, which asks with `escaping=allow-utf-8`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn utf8_names_are_stored_queried_listed_and_federated() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 5_000;
+    let body = common::body(vec![common::series(
+        &[
+            ("__name__", "http.server.duration"),
+            ("service.name", "api"),
+        ],
+        &[(t, 42.0)],
+    )]);
+    let (code, text) = common::push(srv.addr, body).await;
+    assert_eq!(code, 204, "{text}");
+
+    let base = format!("http://{}", srv.addr);
+    let v = common::api_json(
+        &format!("{base}/api/v1/query"),
+        &[(
+            "query",
+            r#"{"http.server.duration", "service.name"="api"}"#.to_owned(),
+        )],
+    )
+    .await;
+    assert_eq!(v["data"]["result"][0]["value"][1], "42", "{v}");
+    assert_eq!(
+        v["data"]["result"][0]["metric"]["service.name"], "api",
+        "{v}"
+    );
+    let v = common::api_json(&format!("{base}/api/v1/labels"), &[]).await;
+    assert!(
+        v["data"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|n| n == "service.name")),
+        "{v}"
+    );
+    for name in ["service.name", "U__service_2e_name"] {
+        let (code, text) = get(srv.addr, &format!("/api/v1/label/{name}/values")).await;
+        assert_eq!(code, 200, "{name}: {text}");
+        assert!(text.contains(r#""data":["api"]"#), "{name}: {text}");
+    }
+
+    // Federation, escaped or quoted as the client asks.
+    let fed = format!(
+        "{base}/federate?match[]={}",
+        "%7B%22http.server.duration%22%7D"
+    );
+    let plain = reqwest::get(&fed).await.expect("federate");
+    assert!(
+        plain.headers()["content-type"]
+            .to_str()
+            .is_ok_and(|c| c.ends_with("escaping=underscores")),
+        "{:?}",
+        plain.headers()
+    );
+    let text = plain.text().await.expect("body");
+    assert!(
+        text.contains(r#"http_server_duration{instance="",service_name="api"} 42 "#),
+        "{text}"
+    );
+    let quoted = reqwest::Client::new()
+        .get(&fed)
+        .header("accept", "text/plain;version=0.0.4;escaping=allow-utf-8")
+        .send()
+        .await
+        .expect("federate")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        quoted.contains(r#"{"http.server.duration",instance="","service.name"="api"} 42 "#),
+        "{quoted}"
+    );
+
+    // Real scrapers: Prometheus 3.5.3 keeps the names, 2.42 gets them escaped.
+    let config = format!(
+        r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: federate
+    honor_labels: true
+    metrics_path: /federate
+    params:
+      'match[]': ['{{"http.server.duration"}}']
+    static_configs:
+      - targets: ["{sluice}"]
+"#,
+        sluice = srv.addr
+    );
+    let p3 = Prometheus::start3(&config, &[]);
+    let p2 = Prometheus::start(&config, &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut got3, mut got2) = (Vec::new(), Vec::new());
+    while Instant::now() < deadline && (got3.is_empty() || got2.is_empty()) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let ready = |p: u16| format!("http://127.0.0.1:{p}/-/ready");
+        if !reqwest::get(ready(p3.port))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+            || !reqwest::get(ready(p2.port))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        {
+            continue;
+        }
+        got3 = prom_series(p3.port, r#"{"http.server.duration"}"#).await;
+        got2 = prom_series(p2.port, "http_server_duration").await;
+    }
+    assert_eq!(got3.len(), 1, "Prometheus 3.5.3 got {got3:?}\n{}", p3.log());
+    assert_eq!(got3[0].0["service.name"], "api", "{got3:?}");
+    assert_eq!(got3[0].1, "42");
+    assert_eq!(got2.len(), 1, "Prometheus 2.42 got {got2:?}\n{}", p2.log());
+    assert_eq!(got2[0].0["service_name"], "api", "{got2:?}");
+}

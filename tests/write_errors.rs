@@ -6,6 +6,7 @@ mod common;
 
 use common::{body, get, metric_value, now_ms, push, push_with, series, start, stored, TestServer};
 use sluice::config::Config;
+use sluice::ingest::validate::NameValidation;
 
 /// Pushes one good sample to `good` at `t` and checks all earlier ones are intact.
 async fn still_works(srv: &TestServer, t: i64, expect_before: usize) {
@@ -142,8 +143,11 @@ async fn bad_bodies_and_headers_are_refused_clearly() {
 
 #[tokio::test]
 async fn invalid_series_are_rejected_and_valid_ones_stored() {
+    // With the classic name grammar; UTF-8 names (the default) are
+    // accepted, see `utf8_names_are_accepted_but_empty_or_invalid_ones_not`.
     let srv = start(Config {
         max_labels_per_series: 4,
+        metric_name_validation_scheme: NameValidation::Legacy,
         ..Config::default()
     })
     .await;
@@ -305,4 +309,29 @@ async fn health_endpoints_answer() {
         .expect("sent");
     assert_eq!(resp.status().as_u16(), 204);
     assert_eq!(resp.headers()["x-prometheus-remote-write-version"], "0.1.0");
+}
+
+#[tokio::test]
+async fn utf8_names_are_accepted_but_empty_or_invalid_ones_not() {
+    let srv = start(Config::default()).await;
+    let t = now_ms() - 60_000;
+    let req = vec![
+        series(
+            &[("__name__", "http.server.duration"), ("1abc", "x")],
+            &[(t, 1.0)],
+        ),
+        series(&[("__name__", "bad-name")], &[(t, 2.0)]),
+        series(&[("__name__", "empty_label"), ("", "x")], &[(t, 1.0)]),
+    ];
+    let (code, text) = push(srv.addr, body(req)).await;
+    assert_eq!(code, 400, "{text}");
+    assert!(text.starts_with("rejected 1 of 3 samples"), "{text}");
+    assert!(
+        text.contains(
+            "invalid label name (must be non-empty UTF-8, --metric-name-validation-scheme=utf8)"
+        ),
+        "{text}"
+    );
+    assert_eq!(stored(&srv, "http.server.duration"), vec![(t, 1.0)]);
+    assert_eq!(stored(&srv, "bad-name"), vec![(t, 2.0)]);
 }

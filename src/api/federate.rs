@@ -4,30 +4,39 @@
 //! of the selectors; the newest sample within the lookback; series whose
 //! newest sample is a stale marker are left out; every family is
 //! `untyped`; `instance=""` is added where a series has no `instance`;
-//! every sample carries its millisecond timestamp.
+//! every sample carries its millisecond timestamp. Names outside the
+//! classic grammar are written in the escaping scheme the client's
+//! `Accept` asks for (`escaping=allow-utf-8` quotes them), else with `_`
+//! for each character the grammar lacks, as Prometheus 3 does.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use super::escaping::Escaping;
 use super::params::Params;
 use super::prom::ErrorType;
 use super::state::AppState;
 use crate::promql::value::format_float;
-use crate::storage::labels::Label;
+use crate::storage::labels::{is_valid_label_name, is_valid_metric_name, Label};
 use crate::storage::{Stop, STALE_NAN};
 
-/// The text exposition format's content type.
+/// The text exposition format's content type, before its `escaping=`.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(super) async fn federate(
     State(state): State<AppState>,
+    headers: HeaderMap,
     p: Params,
 ) -> Result<Response, ApiError> {
+    let escaping = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map_or(Escaping::Underscores, Escaping::from_accept);
     // A bad selector is a plain-text 400, as Prometheus answers it.
     let selectors = p
         .selectors(&state.query_options().parse)
@@ -60,10 +69,12 @@ pub(super) async fn federate(
             let mut family = None;
             for ((name, labels), (t, v)) in &newest {
                 if family != Some(name) {
-                    let _ = writeln!(out, "# TYPE {name} untyped");
+                    out.push_str("# TYPE ");
+                    push_name(&mut out, escaping, name);
+                    out.push_str(" untyped\n");
                     family = Some(name);
                 }
-                write_sample(&mut out, name, labels, *t, *v);
+                write_sample(&mut out, escaping, name, labels, *t, *v);
                 if out.len() > max {
                     return Err(ApiError::Prom {
                         kind: ErrorType::Execution,
@@ -77,39 +88,78 @@ pub(super) async fn federate(
             Ok(out)
         })
         .await?;
-    Ok(([(header::CONTENT_TYPE, TEXT_FORMAT)], out).into_response())
+    let content_type = format!("{TEXT_FORMAT}; escaping={}", escaping.as_str());
+    Ok(([(header::CONTENT_TYPE, content_type)], out).into_response())
 }
 
-/// One line: `name{labels} value timestamp_ms`.
-fn write_sample(out: &mut String, name: &str, labels: &[Label], t: i64, v: f64) {
-    out.push_str(name);
-    out.push('{');
+/// Whether `name` must be quoted to be written as it is.
+fn needs_quotes(escaping: Escaping, name: &str) -> bool {
+    escaping == Escaping::AllowUtf8 && !is_valid_metric_name(name.as_bytes())
+}
+
+/// A metric or label name, escaped or quoted.
+fn push_name(out: &mut String, escaping: Escaping, name: &str) {
+    if needs_quotes(escaping, name) {
+        push_quoted(out, name);
+    } else {
+        out.push_str(&escaping.escape(name));
+    }
+}
+
+/// One line: `name{labels} value timestamp_ms`, or `{"name",labels} …`
+/// for a name that has to be quoted.
+fn write_sample(
+    out: &mut String,
+    escaping: Escaping,
+    name: &str,
+    labels: &[Label],
+    t: i64,
+    v: f64,
+) {
     let mut first = true;
+    if needs_quotes(escaping, name) {
+        out.push('{');
+        push_quoted(out, name);
+        first = false;
+    } else {
+        out.push_str(&escaping.escape(name));
+        out.push('{');
+    }
     let mut instance = false;
     for l in labels.iter().filter(|l| l.name != "__name__") {
         if !instance && l.name.as_str() > "instance" {
-            push_label(out, &mut first, "instance", "");
+            push_label(out, escaping, &mut first, "instance", "");
             instance = true;
         }
         instance |= l.name == "instance";
-        push_label(out, &mut first, &l.name, &l.value);
+        push_label(out, escaping, &mut first, &l.name, &l.value);
     }
     if !instance {
-        push_label(out, &mut first, "instance", "");
+        push_label(out, escaping, &mut first, "instance", "");
     }
     out.push_str("} ");
     format_float(v, out);
     let _ = writeln!(out, " {t}");
 }
 
-fn push_label(out: &mut String, first: &mut bool, name: &str, value: &str) {
+fn push_label(out: &mut String, escaping: Escaping, first: &mut bool, name: &str, value: &str) {
     if !*first {
         out.push(',');
     }
     *first = false;
-    out.push_str(name);
-    out.push_str("=\"");
-    for c in value.chars() {
+    if escaping == Escaping::AllowUtf8 && !is_valid_label_name(name.as_bytes()) {
+        push_quoted(out, name);
+    } else {
+        out.push_str(&escaping.escape(name));
+    }
+    out.push('=');
+    push_quoted(out, value);
+}
+
+/// `s` in double quotes, with `\\`, `"` and newlines escaped.
+fn push_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
@@ -136,6 +186,7 @@ mod tests {
         let mut out = String::new();
         write_sample(
             &mut out,
+            Escaping::Underscores,
             "up",
             &[
                 label("__name__", "up"),
@@ -152,6 +203,7 @@ mod tests {
         out.clear();
         write_sample(
             &mut out,
+            Escaping::Underscores,
             "m",
             &[label("__name__", "m"), label("instance", "i")],
             -5,
@@ -161,11 +213,30 @@ mod tests {
         out.clear();
         write_sample(
             &mut out,
+            Escaping::Underscores,
             "m",
             &[label("__name__", "m"), label("a", "1")],
             1,
             f64::NAN,
         );
         assert_eq!(out, "m{a=\"1\",instance=\"\"} NaN 1\n");
+    }
+
+    #[test]
+    fn utf8_names_are_escaped_or_quoted_as_asked() {
+        let labels = [label("__name__", "http.dur"), label("svc.name", "api")];
+        let mut out = String::new();
+        write_sample(&mut out, Escaping::Underscores, "http.dur", &labels, 1, 2.0);
+        assert_eq!(out, "http_dur{instance=\"\",svc_name=\"api\"} 2 1\n");
+        out.clear();
+        write_sample(&mut out, Escaping::AllowUtf8, "http.dur", &labels, 1, 2.0);
+        assert_eq!(
+            out,
+            "{\"http.dur\",instance=\"\",\"svc.name\"=\"api\"} 2 1\n"
+        );
+        out.clear();
+        let classic = [label("__name__", "up"), label("job", "a")];
+        write_sample(&mut out, Escaping::AllowUtf8, "up", &classic, 1, 2.0);
+        assert_eq!(out, "up{instance=\"\",job=\"a\"} 2 1\n");
     }
 }

@@ -9,10 +9,10 @@ use axum::response::Response;
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::escaping::unescape_values;
 use super::params::Params;
 use super::prom::{success, success_within};
 use super::state::AppState;
-use crate::ingest::validate::is_valid_label_name;
 use crate::storage::labels::Label;
 use crate::storage::Stop;
 
@@ -81,7 +81,10 @@ pub(super) async fn label_values(
     Path(name): Path<String>,
     p: Params,
 ) -> Result<Response, ApiError> {
-    if !is_valid_label_name(name.as_bytes()) {
+    // A UTF-8 name may come in the `U__` form; any non-empty UTF-8 name
+    // is valid, as in Prometheus 3.
+    let name = unescape_values(&name).into_owned();
+    if name.is_empty() {
         return Err(ApiError::bad_data(format!("invalid label name: {name:?}")));
     }
     let selectors = p.selectors(&state.query_options().parse)?;

@@ -649,7 +649,7 @@ impl Walk<'_> {
                     self.reject(Reason::Label(e), samples, || {
                         format!(
                             "{} in attribute {key:?} of a data point of metric {name:?}",
-                            super::label_problem(e)
+                            super::label_problem(e, self.limits.names)
                         )
                     });
                     return Ok(false);
@@ -1055,7 +1055,7 @@ impl Walk<'_> {
                 .collect();
             let mut valid = Vec::with_capacity(raw.len());
             let outcome = match validate::validate(&raw, self.limits, &mut valid) {
-                Err(e) => Err((Reason::Label(e), super::label_problem(e).to_owned())),
+                Err(e) => Err((Reason::Label(e), super::label_problem(e, self.limits.names))),
                 Ok(_) => self
                     .head
                     .append_labels(&valid, canonical, sample, self.max_t, counts)

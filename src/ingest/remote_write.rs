@@ -252,7 +252,11 @@ pub(super) fn append_series<W: Wire>(
         let resorted = match validate::validate(&raw_labels, limits, &mut labels) {
             Err(e) => {
                 report.reject(Reason::Label(e), samples, || {
-                    format!("{} for series {}", label_problem(e), wire.describe(span))
+                    format!(
+                        "{} for series {}",
+                        label_problem(e, limits.names),
+                        wire.describe(span)
+                    )
                 });
                 continue;
             }

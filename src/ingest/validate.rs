@@ -1,5 +1,6 @@
-//! Label rules for new series: the remote-write 1.0 spec's name grammar,
-//! UTF-8 values, no duplicates, and the configured size limits.
+//! Label rules for new series: UTF-8 names and values (or, with
+//! `legacy` name validation, the remote-write 1.0 spec's name grammar), no
+//! duplicates, and the configured size limits.
 //!
 //! Unsorted labels are sorted and accepted, as Prometheus' own receiver does
 //! (`labelProtosToLabels` sorts); the caller counts how often it happens.
@@ -15,6 +16,8 @@ pub struct LabelLimits {
     pub max_name_len: usize,
     /// Longest label value in bytes.
     pub max_value_len: usize,
+    /// Which names are accepted.
+    pub names: NameValidation,
 }
 
 impl Default for LabelLimits {
@@ -23,6 +26,7 @@ impl Default for LabelLimits {
             max_labels: 64,
             max_name_len: 1024,
             max_value_len: 4096,
+            names: NameValidation::Utf8,
         }
     }
 }
@@ -32,9 +36,9 @@ impl Default for LabelLimits {
 pub enum LabelError {
     /// No `__name__` label.
     MissingMetricName,
-    /// `__name__` does not match `[a-zA-Z_:][a-zA-Z0-9_:]*`.
+    /// `__name__` is not a valid name (see [`NameValidation`]).
     InvalidMetricName,
-    /// A label name does not match `[a-zA-Z_][a-zA-Z0-9_]*` (or is empty).
+    /// A label name is not valid (see [`NameValidation`]).
     InvalidLabelName,
     /// A name or value is not valid UTF-8.
     InvalidUtf8,
@@ -76,7 +80,7 @@ impl LabelError {
     }
 }
 
-pub use crate::storage::labels::{is_valid_label_name, is_valid_metric_name};
+pub use crate::storage::labels::{is_valid_label_name, is_valid_metric_name, NameValidation};
 
 /// Checks raw `(name, value)` pairs and turns them into sorted string pairs
 /// in `out`. Returns whether the input had to be sorted.
@@ -96,13 +100,13 @@ pub fn validate<'a>(
         if value.len() > limits.max_value_len {
             return Err(LabelError::LabelValueTooLong);
         }
-        if !is_valid_label_name(name) {
-            return Err(LabelError::InvalidLabelName);
-        }
         let (Ok(n), Ok(v)) = (std::str::from_utf8(name), std::str::from_utf8(value)) else {
             return Err(LabelError::InvalidUtf8);
         };
-        if n == "__name__" && !is_valid_metric_name(value) {
+        if !limits.names.label_name(name) {
+            return Err(LabelError::InvalidLabelName);
+        }
+        if n == "__name__" && !limits.names.metric_name(value) {
             return Err(LabelError::InvalidMetricName);
         }
         out.push((n, v));
@@ -128,6 +132,13 @@ mod tests {
     use super::*;
 
     fn check(pairs: &[(&str, &str)]) -> Result<(bool, Vec<(String, String)>), LabelError> {
+        check_with(pairs, NameValidation::Legacy)
+    }
+
+    fn check_with(
+        pairs: &[(&str, &str)],
+        names: NameValidation,
+    ) -> Result<(bool, Vec<(String, String)>), LabelError> {
         let raw: Vec<(&[u8], &[u8])> = pairs
             .iter()
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
@@ -139,6 +150,7 @@ mod tests {
                 max_labels: 3,
                 max_name_len: 10,
                 max_value_len: 10,
+                names,
             },
             &mut out,
         )?;
@@ -168,6 +180,24 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn utf8_names_pass_unless_empty_or_not_utf8() {
+        let utf8 = NameValidation::Utf8;
+        let (_, l) = check_with(&[("__name__", "http.dur"), ("svc.name", "a")], utf8)
+            .expect("UTF-8 names are valid");
+        assert_eq!(l[0], ("__name__".into(), "http.dur".into()));
+        assert!(check_with(&[("__name__", "1up"), ("a-b", "x")], utf8).is_ok());
+        assert_eq!(
+            check_with(&[("__name__", "up"), ("", "x")], utf8),
+            Err(LabelError::InvalidLabelName)
+        );
+        let raw: [(&[u8], &[u8]); 2] = [(b"__name__", b"up"), (b"a\xff", b"x")];
+        assert_eq!(
+            validate(&raw, &LabelLimits::default(), &mut Vec::new()),
+            Err(LabelError::InvalidUtf8)
+        );
     }
 
     #[test]

@@ -71,6 +71,72 @@ impl Interner {
     }
 }
 
+/// Which metric and label names are accepted, as Prometheus'
+/// `metric_name_validation_scheme`: Prometheus 3 takes any UTF-8 name
+/// (`utf8`, its default); `legacy` keeps to the classic grammar.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum NameValidation {
+    /// Any non-empty UTF-8 name (`{"http.server.duration"}` in PromQL).
+    #[default]
+    Utf8,
+    /// Metric names `[a-zA-Z_:][a-zA-Z0-9_:]*`, label names `[a-zA-Z_][a-zA-Z0-9_]*`.
+    Legacy,
+}
+
+impl NameValidation {
+    /// Whether `s` is an acceptable metric name.
+    pub fn metric_name(self, s: &[u8]) -> bool {
+        match self {
+            Self::Utf8 => !s.is_empty() && std::str::from_utf8(s).is_ok(),
+            Self::Legacy => is_valid_metric_name(s),
+        }
+    }
+
+    /// Whether `s` is an acceptable label name.
+    pub fn label_name(self, s: &[u8]) -> bool {
+        match self {
+            Self::Utf8 => !s.is_empty() && std::str::from_utf8(s).is_ok(),
+            Self::Legacy => is_valid_label_name(s),
+        }
+    }
+
+    /// What an acceptable metric name is, for error messages.
+    pub fn metric_rule(self) -> &'static str {
+        match self {
+            Self::Utf8 => "must be non-empty UTF-8",
+            Self::Legacy => "must match [a-zA-Z_:][a-zA-Z0-9_:]*",
+        }
+    }
+
+    /// What an acceptable label name is, for error messages.
+    pub fn label_rule(self) -> &'static str {
+        match self {
+            Self::Utf8 => "must be non-empty UTF-8",
+            Self::Legacy => "must match [a-zA-Z_][a-zA-Z0-9_]*",
+        }
+    }
+}
+
+impl std::fmt::Display for NameValidation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Utf8 => "utf8",
+            Self::Legacy => "legacy",
+        })
+    }
+}
+
 /// Whether `s` matches `[a-zA-Z_:][a-zA-Z0-9_:]*`.
 pub fn is_valid_metric_name(s: &[u8]) -> bool {
     match s.split_first() {

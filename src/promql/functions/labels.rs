@@ -83,7 +83,8 @@ pub(super) fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Qu
     let srcs: Vec<String> = (3..call.args.args.len())
         .map(|i| string_arg(call, i))
         .collect::<Result<_, _>>()?;
-    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
+    // Prometheus 3 takes any UTF-8 name but the empty one.
+    if dst.is_empty() {
         return Err(QueryError::BadData(format!(
             "invalid destination label name in label_join(): {dst}"
         )));
@@ -181,7 +182,8 @@ pub(super) fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value,
             "invalid regular expression in label_replace(): {e}"
         ))
     })?;
-    if !crate::storage::labels::is_valid_label_name(dst.as_bytes()) {
+    // Prometheus 3 takes any UTF-8 name but the empty one.
+    if dst.is_empty() {
         return Err(QueryError::BadData(format!(
             "invalid destination label name in label_replace(): {dst}"
         )));
