@@ -31,7 +31,7 @@ pub enum ExemplarError {
     /// Its labels hold more than [`MAX_LABEL_CHARS`] characters.
     #[error("exemplar label set is longer than {MAX_LABEL_CHARS} characters")]
     LabelSetTooLong,
-    /// Its labels are not valid UTF-8 or not valid label names.
+    /// A label name or value is not valid UTF-8, or a name is empty.
     #[error("invalid exemplar labels")]
     InvalidLabels,
     /// Exemplar storage is off (`--max-exemplars 0`).
@@ -177,7 +177,8 @@ impl ExemplarStore {
             let (Ok(n), Ok(v)) = (std::str::from_utf8(n), std::str::from_utf8(v)) else {
                 return Err(ExemplarError::InvalidLabels);
             };
-            if !super::labels::is_valid_label_name(n.as_bytes()) {
+            // Any UTF-8 name but the empty one, as for series.
+            if n.is_empty() {
                 return Err(ExemplarError::InvalidLabels);
             }
             chars += n.chars().count() + v.chars().count();
@@ -451,9 +452,15 @@ mod tests {
             Err(ExemplarError::LabelSetTooLong)
         );
         assert_eq!(
-            s.add(&a, &[(b"bad-name", b"v")], 1.0, 200),
+            s.add(&a, &[(b"", b"v")], 1.0, 200),
             Err(ExemplarError::InvalidLabels)
         );
+        assert_eq!(
+            s.add(&a, &[(b"trace\xff", b"v")], 1.0, 200),
+            Err(ExemplarError::InvalidLabels)
+        );
+        s.add(&a, &[(b"trace.id", b"v")], 1.0, 200)
+            .expect("UTF-8 names are valid");
         assert_eq!(
             ExemplarStore::new(0).add(&a, &trace("x"), 1.0, 1),
             Err(ExemplarError::Disabled)
