@@ -16,6 +16,12 @@ use crate::storage::head::{Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
 use crate::wal::WalOptions;
 
+/// Prometheus' experimental PromQL functions and aggregations.
+pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
+
+/// The features `--enable-feature` may name.
+pub const FEATURES: [&str; 1] = [EXPERIMENTAL_FUNCTIONS];
+
 /// Declares every setting once: its documentation (the `--help` text),
 /// its type, its default and its flag. From that list come [`Config`] (the
 /// typed tree, read from a file with the flag names as keys), its
@@ -191,6 +197,13 @@ settings! {
     /// would be larger gets 422 execution instead [default: 536870912].
     #[arg(value_name = "BYTES")]
     query_max_response_bytes: usize = 512 << 20;
+    /// Features that are off by default, comma-separated, as Prometheus'
+    /// flag of that name: `promql-experimental-functions` (limitk,
+    /// limit_ratio, mad_over_time, sort_by_label, sort_by_label_desc,
+    /// double_exponential_smoothing, ts_of_*_over_time, first_over_time)
+    /// [default: none].
+    #[arg(value_name = "FEATURES", value_delimiter = ',')]
+    enable_feature: Vec<String> = Vec::new();
     /// OTLP resource attributes that become labels on every series of the
     /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
     /// (the rest go to target_info) [default: none].
@@ -394,6 +407,14 @@ impl Config {
                 )));
             }
         }
+        for f in &self.enable_feature {
+            if !FEATURES.contains(&f.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown feature {f:?} in enable-feature; Sluice has: {}",
+                    FEATURES.join(", ")
+                )));
+            }
+        }
         if self.retention < Duration::from_secs(60) {
             return Err(ConfigError::Invalid("retention must be at least 1m".into()));
         }
@@ -425,6 +446,11 @@ impl Config {
         }
     }
 
+    /// Whether `--enable-feature` names `feature`.
+    pub fn feature(&self, feature: &str) -> bool {
+        self.enable_feature.iter().any(|f| f == feature)
+    }
+
     /// The label limits for ingest.
     pub fn label_limits(&self) -> LabelLimits {
         LabelLimits {
@@ -444,6 +470,7 @@ impl Config {
             parse: ParseLimits {
                 max_length: self.query_max_length,
                 max_depth: self.query_max_depth,
+                experimental_functions: self.feature(EXPERIMENTAL_FUNCTIONS),
             },
             max_label_bytes: self.query_max_label_bytes,
         }

@@ -167,6 +167,19 @@ fn bad_config_fails_loudly() {
         .expect("runs");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("max-series must be greater than 0"));
+    let out = Command::new(BIN)
+        .args([
+            "--enable-feature",
+            "promql-experimental-functions,native-histograms",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"unknown feature "native-histograms" in enable-feature"#),
+        "{err}"
+    );
 }
 
 /// The README's first command is plain `cargo run --release`: with more than

@@ -387,6 +387,20 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
     .await;
     assert_eq!(v["code"], 400, "{v}");
 
+    // Experimental functions are off unless enabled, as in Prometheus.
+    assert_error(
+        &query(&s, &[("query", "mad_over_time(x[5m])")]).await,
+        400,
+        "bad_data",
+        r#"function "mad_over_time" is not enabled"#,
+    );
+    assert_error(
+        &query(&s, &[("query", "limitk(1, x)")]).await,
+        400,
+        "bad_data",
+        "limitk() is experimental and must be enabled with --enable-feature=promql-experimental-functions",
+    );
+
     // Smaller differences, as Prometheus 3.5.3 answers them.
     assert_error(
         &query(&s, &[("query", r#"count_values("", x)"#)]).await,

@@ -57,6 +57,7 @@ impl Runner {
             Target::Sluice => {
                 let config = Config {
                     retention: std::time::Duration::from_secs(100 * 365 * 86_400),
+                    enable_feature: vec![sluice::config::EXPERIMENTAL_FUNCTIONS.to_owned()],
                     ..Config::default()
                 };
                 let clock = sluice::storage::Clock::new(|| CLOCK_MS);
@@ -71,6 +72,7 @@ impl Runner {
                     &[
                         "--web.enable-remote-write-receiver",
                         "--storage.tsdb.retention.time=100y",
+                        "--enable-feature=promql-experimental-functions",
                     ],
                 );
                 wait_ready(&self.client, &format!("http://{}", p.addr()), &p).await;

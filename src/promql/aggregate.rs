@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use promql_parser::parser::token::{
-    TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_MAX, T_MIN, T_QUANTILE,
-    T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
+    TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_LIMITK, T_LIMIT_RATIO, T_MAX,
+    T_MIN, T_QUANTILE, T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
 };
 use promql_parser::parser::{AggregateExpr, Expr};
 
@@ -162,7 +162,21 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         }
     };
     let param = match op {
-        T_TOPK | T_BOTTOMK => check_k(param()?)?,
+        T_TOPK | T_BOTTOMK | T_LIMITK => check_k(param()?)?,
+        T_LIMIT_RATIO => {
+            let r = param()?;
+            if r.is_nan() {
+                return Err(QueryError::Execution(format!(
+                    "Ratio value {} is NaN",
+                    format_go(r)
+                )));
+            }
+            let capped = r.clamp(-1.0, 1.0);
+            if capped != r {
+                ctx.annotate(Annotation::InvalidRatio(r, capped));
+            }
+            capped
+        }
         T_QUANTILE => {
             let q = param()?;
             if !(0.0..=1.0).contains(&q) {
@@ -276,6 +290,35 @@ fn by_members(
         groups[g as usize].members.push(i);
     }
     let mut out = Vec::with_capacity(groups.len());
+    if op == T_LIMITK {
+        // The first k of each group, in input order.
+        if param < 1.0 {
+            return Ok(Vec::new());
+        }
+        for g in &groups {
+            out.extend(
+                g.members
+                    .iter()
+                    .take(param.min(usize::MAX as f64) as usize)
+                    .map(|&i| input[i].clone()),
+            );
+        }
+        return Ok(out);
+    }
+    if op == T_LIMIT_RATIO {
+        // A series is kept by where its label hash falls in [0, 1], so
+        // that the same series are kept at every step, and `limit_ratio(r)`
+        // and `limit_ratio(-(1 - r))` split the input between them.
+        let r = param;
+        return Ok(input
+            .iter()
+            .filter(|s| {
+                let offset = prometheus_hash(&s.labels) as f64 / u64::MAX as f64;
+                (r >= 0.0 && offset < r) || (r < 0.0 && offset >= 1.0 + r)
+            })
+            .cloned()
+            .collect());
+    }
     if op == T_TOPK || op == T_BOTTOMK {
         let k = param;
         if k.is_nan() || k < 1.0 {
@@ -328,4 +371,24 @@ fn by_members(
         });
     }
     Ok(out)
+}
+
+/// Prometheus' `Labels.Hash`: xxHash64 of each name and value followed by
+/// a 0xff byte, in label order.
+fn prometheus_hash(labels: &[crate::storage::labels::Label]) -> u64 {
+    let mut h = xxhash_rust::xxh64::Xxh64::new(0);
+    for l in labels {
+        h.update(l.name.as_bytes());
+        h.update(&[0xff]);
+        h.update(l.value.as_bytes());
+        h.update(&[0xff]);
+    }
+    h.digest()
+}
+
+/// A float as Go's `%v` prints it in Prometheus' messages.
+fn format_go(v: f64) -> String {
+    let mut s = String::new();
+    format_float(v, &mut s);
+    s
 }

@@ -9,6 +9,8 @@
 pub enum Annotation<'a> {
     /// A quantile parameter outside [0, 1] (or NaN).
     InvalidQuantile(f64),
+    /// A `limit_ratio` outside [-1, 1], and what it was capped to.
+    InvalidRatio(f64, f64),
     /// A bucket series whose `le` is missing or not a number.
     BadBucketLabel {
         /// The series' metric name.
@@ -24,7 +26,10 @@ pub enum Annotation<'a> {
 
 impl Annotation<'_> {
     fn is_warning(&self) -> bool {
-        matches!(self, Self::InvalidQuantile(_) | Self::BadBucketLabel { .. })
+        matches!(
+            self,
+            Self::InvalidQuantile(_) | Self::InvalidRatio(..) | Self::BadBucketLabel { .. }
+        )
     }
 
     fn message(&self) -> String {
@@ -32,6 +37,11 @@ impl Annotation<'_> {
             Self::InvalidQuantile(q) => format!(
                 "PromQL warning: quantile value should be between 0 and 1, got {}",
                 go_float(*q)
+            ),
+            Self::InvalidRatio(r, to) => format!(
+                "PromQL warning: ratio value should be between -1 and 1, got {}, capping to {}",
+                go_float(*r),
+                go_float(*to)
             ),
             Self::BadBucketLabel { metric, le } => format!(
                 "PromQL warning: bucket label \"le\" is missing or has a malformed value of {le:?} for metric name {metric:?}"

@@ -16,15 +16,19 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use promql_parser::parser::token::{T_LIMITK, T_LIMIT_RATIO};
 use promql_parser::parser::{self, AtModifier, Expr, Offset, VectorSelector};
 
-/// Bounds on a query's text, checked before parsing.
+/// Bounds on a query's text, checked before parsing, and what it may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseLimits {
     /// Longest query, in bytes.
     pub max_length: usize,
     /// Deepest nesting, as [`depth`] measures it.
     pub max_depth: usize,
+    /// Whether Prometheus' experimental functions and aggregations may be
+    /// used (`--enable-feature=promql-experimental-functions`).
+    pub experimental_functions: bool,
 }
 
 impl Default for ParseLimits {
@@ -32,6 +36,7 @@ impl Default for ParseLimits {
         Self {
             max_length: 256 * 1024,
             max_depth: 1000,
+            experimental_functions: false,
         }
     }
 }
@@ -59,7 +64,7 @@ pub fn parse(query: &str, limits: &ParseLimits) -> Result<Expr, String> {
         ));
     }
     let expr = parser::parse(query)?;
-    check(&expr)?;
+    check(&expr, limits)?;
     Ok(expr)
 }
 
@@ -224,24 +229,37 @@ fn check_duration_number(token: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Holds every duration and `@` time of `expr` to Prometheus' ranges.
+/// Holds every duration and `@` time of `expr` to Prometheus' ranges, and
+/// refuses experimental functions unless `limits` allows them.
 /// Recursion is bounded by the depth check that came before.
-fn check(expr: &Expr) -> Result<(), String> {
+fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), String> {
     match expr {
         Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Ok(()),
-        Expr::Paren(p) => check(&p.expr),
-        Expr::Unary(u) => check(&u.expr),
+        Expr::Paren(p) => check(&p.expr, limits),
+        Expr::Unary(u) => check(&u.expr, limits),
         Expr::Binary(b) => {
-            check(&b.lhs)?;
-            check(&b.rhs)
+            check(&b.lhs, limits)?;
+            check(&b.rhs, limits)
         }
         Expr::Aggregate(a) => {
-            if let Some(p) = &a.param {
-                check(p)?;
+            let op = a.op.id();
+            if !limits.experimental_functions && (op == T_LIMITK || op == T_LIMIT_RATIO) {
+                return Err(format!(
+                    "{}() is experimental and must be enabled with --enable-feature=promql-experimental-functions",
+                    a.op
+                ));
             }
-            check(&a.expr)
+            if let Some(p) = &a.param {
+                check(p, limits)?;
+            }
+            check(&a.expr, limits)
         }
-        Expr::Call(c) => c.args.args.iter().try_for_each(|a| check(a)),
+        Expr::Call(c) => {
+            if c.func.experimental && !limits.experimental_functions {
+                return Err(format!("function {:?} is not enabled", c.func.name));
+            }
+            c.args.args.iter().try_for_each(|a| check(a, limits))
+        }
         Expr::VectorSelector(vs) => check_selector(vs),
         Expr::MatrixSelector(m) => {
             check_duration(&m.range)?;
@@ -253,7 +271,7 @@ fn check(expr: &Expr) -> Result<(), String> {
                 check_duration(step)?;
             }
             check_modifiers(&sq.at, &sq.offset)?;
-            check(&sq.expr)
+            check(&sq.expr, limits)
         }
     }
 }

@@ -982,10 +982,6 @@ pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<
 /// native histogram samples since the last `clear`: an eval that names one,
 /// or selects by `__name__`, reads them.
 pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'static str> {
-    let experimental = regex::Regex::new(
-        r"\b(limitk|limit_ratio|mad_over_time|sort_by_label|sort_by_label_desc|double_exponential_smoothing|info|ts_of_max_over_time|ts_of_min_over_time|ts_of_last_over_time)\s*\(",
-    )
-    .expect("valid regex");
     // A selector without a metric name (`{job="a"}`) may match them too.
     let nameless = regex::Regex::new(r"(^|[^a-zA-Z0-9_:\s])\s*\{").expect("valid regex");
     let names_one = !histogram_names.is_empty()
@@ -1000,9 +996,6 @@ pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'sta
         if s.iter().any(|s| s.points.contains(&Point::Histogram)) {
             return Some("native histograms");
         }
-    }
-    if experimental.is_match(&e.expr) {
-        return Some("experimental functions");
     }
     // Arithmetic in a range or offset (`[2m*15]`, `offset (1 + 2)`) is
     // behind Prometheus' `promql-duration-expr` flag.

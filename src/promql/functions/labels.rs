@@ -70,11 +70,62 @@ fn sort_by(ctx: &Ctx<'_>, call: &Call, t: i64, order: Order) -> Result<Value, Qu
             })
             .collect()
     };
-    v.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.labels.cmp(&b.labels)));
+    v.sort_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        ka.iter()
+            .zip(&kb)
+            .map(|(x, y)| natural_cmp(x, y))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.labels.cmp(&b.labels))
+    });
     if order == Order::Descending {
         v.reverse();
     }
     Ok(Value::Vector(v))
+}
+
+/// Natural order, as Prometheus sorts label values (facette/natsort): the
+/// strings as runs of digits and of other characters, digit runs compared
+/// by their numbers. Unlike natsort this is a total order (equal numbers
+/// written differently, `01` and `1`, fall back to their bytes), so that
+/// no input can upset the sort.
+pub(crate) fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn runs(s: &str) -> impl Iterator<Item = &str> {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            let first = rest.chars().next()?;
+            let digits = first.is_ascii_digit();
+            let end = rest
+                .find(|c: char| c.is_ascii_digit() != digits)
+                .unwrap_or(rest.len());
+            let (run, tail) = rest.split_at(end);
+            rest = tail;
+            Some(run)
+        })
+    }
+    let (mut ra, mut rb) = (runs(a), runs(b));
+    loop {
+        match (ra.next(), rb.next()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let numeric = x.starts_with(|c: char| c.is_ascii_digit())
+                    && y.starts_with(|c: char| c.is_ascii_digit());
+                let o = if numeric {
+                    let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+                    x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+                } else {
+                    x.cmp(y)
+                };
+                if o.is_ne() {
+                    return o;
+                }
+            }
+        }
+    }
 }
 
 pub(super) fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
@@ -211,4 +262,30 @@ pub(super) fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value,
         out.push(s);
     }
     Ok(Value::Vector(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_cmp;
+    use proptest::prelude::*;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn numbers_sort_by_value() {
+        let mut v = vec!["a10", "a9", "a1", "b", "a", "a01", "10", "9x"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["9x", "10", "a", "a01", "a1", "a9", "a10", "b"]);
+    }
+
+    proptest! {
+        // A total order, whatever the input: Rust's sort may panic otherwise.
+        #[test]
+        fn is_a_total_order(a in "[a0-9.]{0,6}", b in "[a0-9.]{0,6}", c in "[a0-9.]{0,6}") {
+            prop_assert_eq!(natural_cmp(&a, &b), natural_cmp(&b, &a).reverse());
+            prop_assert_eq!(natural_cmp(&a, &b) == Ordering::Equal, a == b);
+            if natural_cmp(&a, &b).is_le() && natural_cmp(&b, &c).is_le() {
+                prop_assert!(natural_cmp(&a, &c).is_le());
+            }
+        }
+    }
 }

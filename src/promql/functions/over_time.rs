@@ -56,6 +56,116 @@ pub(super) fn last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
     over_range(ctx, call, t, Name::Keep, |p, _, _| p.last().map(|x| x.1))
 }
 
+/// `first_over_time` (experimental): keeps the name, as `last_over_time`.
+pub(super) fn first(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Keep, |p, _, _| p.first().map(|x| x.1))
+}
+
+/// The time of a sample, in seconds.
+fn secs(t: i64) -> f64 {
+    t as f64 / 1000.0
+}
+
+/// `ts_of_first_over_time` (experimental).
+pub(super) fn ts_of_first(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        p.first().map(|x| secs(x.0))
+    })
+}
+
+/// `ts_of_last_over_time` (experimental).
+pub(super) fn ts_of_last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        p.last().map(|x| secs(x.0))
+    })
+}
+
+/// The time of the sample `better` picks over the one kept so far; a NaN
+/// kept is always replaced, so NaNs count only when all are NaN.
+fn time_of(p: &[(i64, f64)], better: impl Fn(f64, f64) -> bool) -> Option<f64> {
+    let (&first, rest) = p.split_first()?;
+    let (t, _) = rest.iter().fold(first, |kept, &cur| {
+        if better(cur.1, kept.1) || kept.1.is_nan() {
+            cur
+        } else {
+            kept
+        }
+    });
+    Some(secs(t))
+}
+
+/// `ts_of_max_over_time` (experimental): the last time the maximum occurs.
+pub(super) fn ts_of_max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        time_of(p, |c, m| c >= m)
+    })
+}
+
+/// `ts_of_min_over_time` (experimental): the last time the minimum occurs.
+pub(super) fn ts_of_min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        time_of(p, |c, m| c <= m)
+    })
+}
+
+/// `mad_over_time` (experimental): the median absolute deviation from the
+/// median.
+pub(super) fn mad(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        let mut v: Vec<f64> = p.iter().map(|x| x.1).collect();
+        let median = quantile(0.5, &mut v);
+        let mut dev: Vec<f64> = p.iter().map(|x| (x.1 - median).abs()).collect();
+        Some(quantile(0.5, &mut dev))
+    })
+}
+
+/// `double_exponential_smoothing(v[r], sf, tf)` (experimental; Holt's
+/// linear method, once `holt_winters`): the smoothed value at the window's
+/// end, from series with two samples or more.
+pub(super) fn double_exponential_smoothing(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+) -> Result<Value, QueryError> {
+    let sf = scalar_arg(ctx, call, 1, t)?;
+    let tf = scalar_arg(ctx, call, 2, t)?;
+    // Prometheus checks the factors for each series it smooths.
+    let invalid = if !(sf > 0.0 && sf < 1.0) {
+        Some(format!(
+            "invalid smoothing factor. Expected: 0 < sf < 1, got: {sf:.6}"
+        ))
+    } else if !(tf > 0.0 && tf < 1.0) {
+        Some(format!(
+            "invalid trend factor. Expected: 0 < tf < 1, got: {tf:.6}"
+        ))
+    } else {
+        None
+    };
+    if let Some(msg) = invalid {
+        let (series, _, _) = range_arg(ctx, call, 0, t)?;
+        if series.is_empty() {
+            return Ok(Value::Vector(Vec::new()));
+        }
+        return Err(QueryError::Execution(msg));
+    }
+    over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        if p.len() < 2 {
+            return None;
+        }
+        let (mut s0, mut s1) = (0.0, p[0].1);
+        let mut trend = p[1].1 - p[0].1;
+        for (i, &(_, v)) in p.iter().enumerate().skip(1) {
+            if i > 1 {
+                trend = tf * (s1 - s0) + (1.0 - tf) * trend;
+            }
+            let next = sf * v + (1.0 - sf) * (s1 + trend);
+            s0 = s1;
+            s1 = next;
+        }
+        Some(s1)
+    })
+}
+
 pub(super) fn present(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     over_range(ctx, call, t, Name::Drop, |_, _, _| Some(1.0))
 }
