@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ingest::otlp::names::Translation;
 use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::{LabelLimits, NameValidation};
 use crate::promql::guard::ParseLimits;
@@ -215,6 +216,14 @@ settings! {
     /// [default: off].
     #[arg(num_args = 0..=1, default_missing_value = "true")]
     created_timestamp_zero_ingestion: bool = false;
+    /// How OTLP metric names and attribute keys become Prometheus names, as
+    /// Prometheus' OTLP translation_strategy: UnderscoreEscapingWithSuffixes
+    /// (http_server_duration_seconds), NoUTF8EscapingWithSuffixes
+    /// (http.server.duration_seconds, needs utf8 name validation) or
+    /// NoTranslation (http.server.duration) [default:
+    /// UnderscoreEscapingWithSuffixes].
+    #[arg(value_name = "STRATEGY")]
+    otlp_translation_strategy: Translation = Translation::UnderscoreEscapingWithSuffixes;
     /// Store OTLP delta sums and histograms as running totals (cumulative),
     /// kept in memory per series, instead of refusing them [default: off].
     #[arg(num_args = 0..=1, default_missing_value = "true")]
@@ -407,6 +416,14 @@ impl Config {
                 )));
             }
         }
+        if self.otlp_translation_strategy.keeps_names()
+            && self.metric_name_validation_scheme == NameValidation::Legacy
+        {
+            return Err(ConfigError::Invalid(format!(
+                "otlp-translation-strategy {} keeps UTF-8 names, which metric-name-validation-scheme legacy refuses",
+                self.otlp_translation_strategy
+            )));
+        }
         for f in &self.enable_feature {
             if !FEATURES.contains(&f.as_str()) {
                 return Err(ConfigError::Invalid(format!(
@@ -481,6 +498,7 @@ impl Config {
         OtlpOptions {
             promote_resource_attributes: self.otlp_promote_resource_attributes.clone(),
             delta_to_cumulative: self.otlp_delta_to_cumulative,
+            translation: self.otlp_translation_strategy,
             target_info_interval_ms: (self.query_options().lookback_ms / 2).max(1),
         }
     }
@@ -603,6 +621,38 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, defaults.len(), "one flag per setting");
+    }
+
+    #[test]
+    fn names_features_and_strategies_read_as_prometheus_spells_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let yaml = dir.path().join("c.yaml");
+        std::fs::write(
+            &yaml,
+            "metric-name-validation-scheme: legacy\n\
+             otlp-translation-strategy: NoUTF8EscapingWithSuffixes\n\
+             enable-feature: [promql-experimental-functions]\n",
+        )
+        .expect("write");
+        let c = Config::from_file(&yaml).expect("valid yaml");
+        assert_eq!(c.metric_name_validation_scheme, NameValidation::Legacy);
+        assert_eq!(
+            c.otlp_translation_strategy,
+            Translation::NoUtf8EscapingWithSuffixes
+        );
+        assert!(c.query_options().parse.experimental_functions);
+        // Prometheus refuses UTF-8 OTLP names under legacy validation too.
+        let err = c.validate().expect_err("conflict");
+        assert!(
+            err.to_string().contains("otlp-translation-strategy"),
+            "{err}"
+        );
+        let c = Config {
+            enable_feature: vec!["exemplar-storage".into()],
+            ..Config::default()
+        };
+        let err = c.validate().expect_err("unknown feature");
+        assert!(err.to_string().contains("exemplar-storage"), "{err}");
     }
 
     #[test]

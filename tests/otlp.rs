@@ -910,3 +910,131 @@ async fn exemplars_land_on_their_series_and_buckets() {
     assert_eq!(first["span_id"], "abababababababab");
     assert_eq!(first["user"], "u1");
 }
+
+/// One OTLP request under each translation strategy, with names the
+/// strategies treat differently: dots, a unit already in the name, a
+/// counter already ending in `_total`, a ratio gauge, a `per` unit, an
+/// attribute key starting with a digit. Debian's Prometheus 3.5.3 is built
+/// without its OTLP receiver (the endpoint answers 404), so the expected
+/// names are those of the translator Prometheus 3.5.3 is built with,
+/// prometheus/otlptranslator at 2573485 (`metric_namer.go`: with UTF-8
+/// allowed, the unit words and `_total`/`_ratio` are appended as they are,
+/// without the de-duplication the escaping strategy does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_translation_strategy_names_as_prometheus_3_does() {
+    use sluice::ingest::otlp::names::Translation;
+    let t = common::now_ms() - 30_000;
+    let attrs = || vec![kv("http.route", "/cart"), kv("0ops", "x")];
+    let point = |v: f64| vec![number(attrs(), t, number_data_point::Value::AsDouble(v))];
+    let req = request(
+        service(),
+        vec![
+            metric(
+                "http.server.requests",
+                "{request}",
+                sum(point(42.0), 2, true),
+            ),
+            metric("jobs.done_total", "", sum(point(7.0), 2, true)),
+            metric("process.memory.usage_bytes", "By", gauge(point(1024.0))),
+            metric("cpu.utilization", "1", gauge(point(0.25))),
+            metric("network.io", "By/s", sum(point(3.0), 2, false)),
+            metric(
+                "http.server.request.duration",
+                "s",
+                Data::Histogram(m::Histogram {
+                    data_points: vec![m::HistogramDataPoint {
+                        attributes: attrs(),
+                        time_unix_nano: ns(t),
+                        count: 10,
+                        sum: Some(4.5),
+                        bucket_counts: vec![2, 3, 5],
+                        explicit_bounds: vec![0.1, 1.0],
+                        ..Default::default()
+                    }],
+                    aggregation_temporality: 2,
+                }),
+            ),
+        ],
+    );
+    // (strategy, metric names, data point label names, target_info label names)
+    type Case = (
+        Translation,
+        [&'static str; 8],
+        [&'static str; 2],
+        [&'static str; 2],
+    );
+    let cases: [Case; 3] = [
+        (
+            Translation::UnderscoreEscapingWithSuffixes,
+            [
+                "cpu_utilization_ratio",
+                "http_server_request_duration_seconds_bucket",
+                "http_server_request_duration_seconds_count",
+                "http_server_request_duration_seconds_sum",
+                "http_server_requests_total",
+                "jobs_done_total",
+                "network_io_bytes_per_second",
+                "process_memory_usage_bytes",
+            ],
+            ["http_route", "key_0ops"],
+            ["cloud_region", "host_name"],
+        ),
+        (
+            Translation::NoUtf8EscapingWithSuffixes,
+            [
+                "cpu.utilization_ratio",
+                "http.server.request.duration_seconds_bucket",
+                "http.server.request.duration_seconds_count",
+                "http.server.request.duration_seconds_sum",
+                "http.server.requests_total",
+                "jobs.done_total_total",
+                "network.io_bytes_per_second",
+                "process.memory.usage_bytes_bytes",
+            ],
+            ["0ops", "http.route"],
+            ["cloud.region", "host.name"],
+        ),
+        (
+            Translation::NoTranslation,
+            [
+                "cpu.utilization",
+                "http.server.request.duration_bucket",
+                "http.server.request.duration_count",
+                "http.server.request.duration_sum",
+                "http.server.requests",
+                "jobs.done_total",
+                "network.io",
+                "process.memory.usage_bytes",
+            ],
+            ["0ops", "http.route"],
+            ["cloud.region", "host.name"],
+        ),
+    ];
+    for (translation, names, point_labels, resource_labels) in cases {
+        let srv = common::start(Config {
+            otlp_translation_strategy: translation,
+            ..Config::default()
+        })
+        .await;
+        response(&export(srv.addr, &req).await);
+        let got = query(srv.addr, r#"{__name__=~".+", __name__!="target_info"}"#, t).await;
+        let mut got_names: Vec<&str> = got.iter().map(|(l, _)| l["__name__"].as_str()).collect();
+        got_names.dedup();
+        assert_eq!(got_names, names, "{translation}");
+        for (l, _) in &got {
+            for key in point_labels {
+                assert!(l.contains_key(key), "{translation}: {key} in {l:?}");
+            }
+            assert_eq!(l["job"], "shop/checkout", "{translation}");
+            assert_eq!(l["instance"], "pod-1", "{translation}");
+        }
+        let info = query(srv.addr, "target_info", t).await;
+        assert_eq!(info.len(), 1, "{translation}: {info:?}");
+        for key in resource_labels {
+            assert!(
+                info[0].0.contains_key(key),
+                "{translation}: {key} in {info:?}"
+            );
+        }
+    }
+}

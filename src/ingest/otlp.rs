@@ -62,6 +62,8 @@ pub struct OtlpOptions {
     /// Spacing of `target_info` samples over a request's time range (half
     /// the query lookback, so every instant sees one).
     pub target_info_interval_ms: i64,
+    /// How metric names and attribute keys become Prometheus names.
+    pub translation: names::Translation,
 }
 
 impl Default for OtlpOptions {
@@ -70,6 +72,7 @@ impl Default for OtlpOptions {
             promote_resource_attributes: Vec::new(),
             delta_to_cumulative: false,
             target_info_interval_ms: 150_000,
+            translation: names::Translation::default(),
         }
     }
 }
@@ -251,6 +254,15 @@ pub fn append_export_request(
                 exemplars: Vec::new(),
                 exemplar_log: Vec::new(),
             };
+            let t = otlp.opts.translation;
+            for set in [
+                &mut w.scratch.identity,
+                &mut w.scratch.promoted,
+                &mut w.scratch.target,
+                &mut w.scratch.point,
+            ] {
+                set.set_translation(t);
+            }
             let walked = w.request(body);
             let mut report = w.report;
             report.samples.accepted = w.counts.appended + w.target_counts.appended;
@@ -571,7 +583,11 @@ impl Walk<'_> {
         }
         let unit_str = utf8(unit);
         let mut bufs = std::mem::take(&mut self.scratch.bufs);
-        match self.scratch.names.get(name_str, unit_str, name_kind) {
+        match self
+            .scratch
+            .names
+            .get(name_str, unit_str, name_kind, self.otlp.opts.translation)
+        {
             Ok((prom_name, unit_word)) => {
                 self.metadata
                     .record(prom_name, type_name, utf8(desc), unit_word);

@@ -44,6 +44,8 @@ pub struct LabelSet {
     /// each label's bytes end, so a series' encoding is a few copies.
     encoded: Vec<u8>,
     ends: Vec<usize>,
+    /// How attribute keys become label names.
+    translation: names::Translation,
 }
 
 fn span(text: &str, start: usize) -> (u32, u32) {
@@ -51,6 +53,11 @@ fn span(text: &str, start: usize) -> (u32, u32) {
 }
 
 impl LabelSet {
+    /// Sets how attribute keys become label names (kept across `clear`).
+    pub fn set_translation(&mut self, translation: names::Translation) {
+        self.translation = translation;
+    }
+
     /// Empties the set, keeping its buffers.
     pub fn clear(&mut self) {
         self.text.clear();
@@ -115,7 +122,7 @@ impl LabelSet {
         self.text.push_str(key);
         let key_span = span(&self.text, k0);
         let n0 = self.text.len();
-        if !names::push_label_name(key, &mut self.text) {
+        if !names::push_label_name_as(key, &mut self.text, self.translation) {
             self.text.truncate(k0);
             return Err(AttrError::Label(LabelError::InvalidLabelName));
         }

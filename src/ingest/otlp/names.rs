@@ -1,8 +1,55 @@
 //! Metric and label names for OTLP data, as Prometheus' OTLP receiver makes
-//! them by default (`UnderscoreEscapingWithSuffixes`; the rules are in
+//! them. By default (`UnderscoreEscapingWithSuffixes`; the rules are in
 //! `specs/wire-formats.md` §3.4): escape the name to `[a-zA-Z0-9:]` tokens
 //! joined by `_`, add the unit (`By` → `bytes`, `/s` → `per_second`), then
 //! `total` for monotonic cumulative sums or `ratio` for gauges of unit `1`.
+//! `NoUTF8EscapingWithSuffixes` keeps names and attribute keys as they are
+//! and appends the same suffixes with `_`; `NoTranslation` keeps them as
+//! they are without suffixes.
+
+/// How OTLP names become Prometheus names: Prometheus' OTLP
+/// `translation_strategy`, with its values.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+pub enum Translation {
+    /// Classic names: other characters become `_`; unit and type suffixes.
+    #[default]
+    #[value(name = "UnderscoreEscapingWithSuffixes")]
+    UnderscoreEscapingWithSuffixes,
+    /// UTF-8 names as sent, unit and type suffixes appended.
+    #[value(name = "NoUTF8EscapingWithSuffixes")]
+    #[serde(rename = "NoUTF8EscapingWithSuffixes")]
+    NoUtf8EscapingWithSuffixes,
+    /// UTF-8 names as sent, nothing appended.
+    #[value(name = "NoTranslation")]
+    NoTranslation,
+}
+
+impl Translation {
+    /// Whether names are kept as sent (UTF-8) rather than escaped.
+    pub fn keeps_names(self) -> bool {
+        self != Self::UnderscoreEscapingWithSuffixes
+    }
+}
+
+impl std::fmt::Display for Translation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::UnderscoreEscapingWithSuffixes => "UnderscoreEscapingWithSuffixes",
+            Self::NoUtf8EscapingWithSuffixes => "NoUTF8EscapingWithSuffixes",
+            Self::NoTranslation => "NoTranslation",
+        })
+    }
+}
 
 /// How a metric's type affects its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +154,41 @@ fn unit_suffixes(unit: &str) -> (String, String) {
     (main, per)
 }
 
-/// The Prometheus metric name for an OTLP metric.
+/// The Prometheus metric name for an OTLP metric under `translation`.
+pub fn metric_name_as(
+    name: &str,
+    unit: &str,
+    kind: NameKind,
+    translation: Translation,
+) -> Result<String, InvalidName> {
+    let out = match translation {
+        Translation::UnderscoreEscapingWithSuffixes => return metric_name(name, unit, kind),
+        Translation::NoTranslation => name.to_owned(),
+        Translation::NoUtf8EscapingWithSuffixes => {
+            // The unit words as they are (not cleaned), each after `_`.
+            let (main, per) = unit_suffixes(unit);
+            let mut out = name.to_owned();
+            for suffix in [main, per] {
+                if !suffix.is_empty() {
+                    out.push('_');
+                    out.push_str(&suffix);
+                }
+            }
+            match kind {
+                NameKind::Counter => out.push_str("_total"),
+                NameKind::Gauge if unit == "1" => out.push_str("_ratio"),
+                _ => {}
+            }
+            out
+        }
+    };
+    if name.is_empty() {
+        return Err(InvalidName(name.to_owned()));
+    }
+    Ok(out)
+}
+
+/// The Prometheus metric name for an OTLP metric, by default.
 pub fn metric_name(name: &str, unit: &str, kind: NameKind) -> Result<String, InvalidName> {
     let mut tokens: Vec<String> = name
         .split(|c: char| !is_metric_char(c))
@@ -168,6 +249,19 @@ pub fn label_name(key: &str) -> Result<String, InvalidName> {
     }
 }
 
+/// Appends the label name for attribute `key` under `translation`: the
+/// key itself when names are kept, else [`push_label_name`]'s.
+pub fn push_label_name_as(key: &str, out: &mut String, translation: Translation) -> bool {
+    if translation.keeps_names() {
+        if key.is_empty() {
+            return false;
+        }
+        out.push_str(key);
+        return true;
+    }
+    push_label_name(key, out)
+}
+
 /// Appends [`label_name`]`(key)` to `out` without allocating (beyond
 /// `out`'s growth). Returns `false`, leaving `out` as it was, when the key
 /// has no valid characters.
@@ -222,6 +316,7 @@ pub struct NameCache {
 struct CachedName {
     hash: u64,
     kind: NameKind,
+    translation: Translation,
     name: Box<str>,
     unit: Box<str>,
     /// The metric name and the unit word, or why the name is invalid.
@@ -238,11 +333,17 @@ impl NameCache {
         name: &str,
         unit: &str,
         kind: NameKind,
+        translation: Translation,
     ) -> Result<(&str, &str), &InvalidName> {
         use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
-        let hash = xxh3_64_with_seed(name.as_bytes(), xxh3_64(unit.as_bytes()) ^ kind as u64);
+        let seed = xxh3_64(unit.as_bytes()) ^ kind as u64 ^ ((translation as u64) << 8);
+        let hash = xxh3_64_with_seed(name.as_bytes(), seed);
         let eq = |e: &CachedName| {
-            e.hash == hash && e.kind == kind && *e.name == *name && *e.unit == *unit
+            e.hash == hash
+                && e.kind == kind
+                && e.translation == translation
+                && *e.name == *name
+                && *e.unit == *unit
         };
         if self.table.len() >= NAME_CACHE_SIZE && self.table.find(hash, eq).is_none() {
             self.table.clear();
@@ -253,9 +354,10 @@ impl NameCache {
             .or_insert_with(|| CachedName {
                 hash,
                 kind,
+                translation,
                 name: name.into(),
                 unit: unit.into(),
-                out: metric_name(name, unit, kind)
+                out: metric_name_as(name, unit, kind, translation)
                     .map(|n| (n.into_boxed_str(), unit_name(unit).into_boxed_str())),
             })
             .into_mut();
@@ -453,16 +555,30 @@ mod tests {
     #[test]
     fn the_name_cache_answers_like_the_namer() {
         let mut cache = NameCache::default();
+        let escape = Translation::UnderscoreEscapingWithSuffixes;
         for _ in 0..2 {
             assert_eq!(
-                cache.get("http.server.duration", "s", NameKind::Other),
+                cache.get("http.server.duration", "s", NameKind::Other, escape),
                 Ok(("http_server_duration_seconds", "seconds"))
             );
             assert_eq!(
-                cache.get("http.server.duration", "s", NameKind::Counter),
+                cache.get("http.server.duration", "s", NameKind::Counter, escape),
                 Ok(("http_server_duration_seconds_total", "seconds"))
             );
-            assert!(cache.get("...", "", NameKind::Gauge).is_err());
+            // The same metric under another strategy is another entry.
+            assert_eq!(
+                cache.get(
+                    "http.server.duration",
+                    "s",
+                    NameKind::Counter,
+                    Translation::NoUtf8EscapingWithSuffixes
+                ),
+                Ok(("http.server.duration_seconds_total", "seconds"))
+            );
+            assert!(cache.get("...", "", NameKind::Gauge, escape).is_err());
+            assert!(cache
+                .get("", "", NameKind::Gauge, Translation::NoTranslation)
+                .is_err());
         }
     }
 }
