@@ -20,6 +20,7 @@ use super::selector_matchers;
 use super::value::{drop_name, no_labels, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::storage::head::Head;
+use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
 use crate::storage::Stop;
 
@@ -359,6 +360,39 @@ impl<'e> Ctx<'e> {
         }
         let out = Rc::new(out);
         self.loaded.borrow_mut().insert(key, Rc::clone(&out));
+        Ok(out)
+    }
+
+    /// The series matching `matchers` with their newest sample in
+    /// `(t - lookback, t]` (not a stale marker): labels and that sample's
+    /// time. Selected afresh on each call (no cache), for `info()`.
+    pub(crate) fn latest_matching(
+        &self,
+        matchers: &[Matcher],
+        t: i64,
+    ) -> Result<Vec<(Vec<Label>, i64)>, QueryError> {
+        let lo = t.saturating_sub(self.opts.lookback_ms).saturating_add(1);
+        let stop = Stop {
+            deadline: Some(self.deadline),
+            flag: self.cancel,
+        };
+        let selected = self
+            .head
+            .select_until(matchers, lo, t, &stop)
+            .map_err(|_| QueryError::Timeout("query execution"))?;
+        let mut out = Vec::new();
+        for s in selected {
+            if let Some((pt, v)) = s.samples(lo, t).last() {
+                let total = self.samples.get() + 1;
+                if total > self.opts.max_samples {
+                    return Err(QueryError::TooManySamples("query execution"));
+                }
+                self.samples.set(total);
+                if !is_stale(v) {
+                    out.push((s.labels, pt));
+                }
+            }
+        }
         Ok(out)
     }
 

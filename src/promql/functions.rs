@@ -3,6 +3,7 @@
 
 mod args;
 mod histogram;
+mod info;
 mod labels;
 mod math;
 mod over_time;
@@ -59,6 +60,7 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("hour", time::hour),
     ("idelta", rate::idelta),
     ("increase", rate::increase),
+    ("info", info::info),
     ("irate", rate::irate),
     ("label_join", labels::label_join),
     ("label_replace", labels::label_replace),

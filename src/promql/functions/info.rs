@@ -1,0 +1,195 @@
+//! `info(v, [data-label-selector])` (experimental): adds the labels of
+//! each series' info metric (`target_info` unless the selector names
+//! others) to it, matched on the identifying labels `instance` and `job`,
+//! as Prometheus 3's `promql/info.go` does.
+
+use std::collections::BTreeMap;
+
+use promql_parser::parser::{Call, Expr, VectorSelector};
+
+use super::args::arg;
+use crate::promql::eval::Ctx;
+use crate::promql::value::{Sample, Value};
+use crate::promql::QueryError;
+use crate::storage::index::{MatchOp, Matcher};
+use crate::storage::labels::Label;
+
+const TARGET_INFO: &str = "target_info";
+const IDENTIFYING: [&str; 2] = ["instance", "job"];
+
+pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let Some(first) = call.args.args.first() else {
+        return Err(QueryError::BadData("info: missing argument".to_owned()));
+    };
+    let base = ctx.eval_vector(first, t)?;
+    // The data label matchers, by label name; the info metric names.
+    let mut data: BTreeMap<String, Vec<Matcher>> = BTreeMap::new();
+    let mut names: Vec<Matcher> = Vec::new();
+    match arg(call, 1) {
+        None => names.push(matcher(MatchOp::Equal, "__name__", TARGET_INFO)?),
+        Some(Expr::VectorSelector(vs)) => {
+            for m in selector_matchers(vs)? {
+                if m.name == "__name__" {
+                    names.push(m);
+                } else {
+                    data.entry(m.name.clone()).or_default().push(m);
+                }
+            }
+        }
+        Some(_) => {
+            return Err(QueryError::BadData(
+                "info: the second argument must be a label selector".to_owned(),
+            ))
+        }
+    }
+    let name_of = |labels: &[Label]| -> String {
+        labels
+            .iter()
+            .find(|l| l.name == "__name__")
+            .map_or(String::new(), |l| l.value.clone())
+    };
+    // Info series themselves are not enriched.
+    let ignored: Vec<bool> = base
+        .iter()
+        .map(|s| {
+            let n = name_of(&s.labels);
+            names.iter().any(|m| m.matches(&n))
+        })
+        .collect();
+    // The identifying values the base series carry.
+    let mut values: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (s, _) in base.iter().zip(&ignored).filter(|(_, &i)| !i) {
+        for id in IDENTIFYING {
+            if let Some(l) = s
+                .labels
+                .iter()
+                .find(|l| l.name == id && !l.value.is_empty())
+            {
+                let vals = values.entry(id).or_default();
+                if !vals.contains(&l.value) {
+                    vals.push(l.value.clone());
+                }
+            }
+        }
+    }
+    // The newest info sample per (info metric, identifying labels).
+    let mut infos: BTreeMap<(String, Vec<Label>), (Vec<Label>, i64)> = BTreeMap::new();
+    if !values.is_empty() {
+        let mut matchers = Vec::new();
+        if names.is_empty() {
+            matchers.push(matcher(MatchOp::Equal, "__name__", TARGET_INFO)?);
+        }
+        matchers.extend(names.iter().cloned());
+        for (id, vals) in &values {
+            let alternatives: Vec<String> = vals.iter().map(|v| regex::escape(v)).collect();
+            matchers.push(matcher(MatchOp::Regex, id, &alternatives.join("|"))?);
+        }
+        matchers.extend(data.values().flatten().cloned());
+        // Info series are read at the time the first selector reads.
+        let at = first_selector(first).map_or(t, |vs| ctx.selector_time(&vs.at, &vs.offset, t));
+        for (labels, ts) in ctx.latest_matching(&matchers, at)? {
+            let key = (name_of(&labels), identifying(&labels));
+            match infos.get(&key) {
+                Some((_, seen)) if *seen > ts => {}
+                Some((_, seen)) if *seen == ts => {
+                    return Err(QueryError::Execution(format!(
+                        "found duplicate series for info metric {}",
+                        key.0
+                    )))
+                }
+                _ => {
+                    infos.insert(key, (labels, ts));
+                }
+            }
+        }
+    }
+    let info_names: Vec<&String> = {
+        let mut n: Vec<&String> = infos.keys().map(|(n, _)| n).collect();
+        n.dedup();
+        n
+    };
+    let all_match_empty = data.values().flatten().all(|m| m.matches(""));
+    let mut out = Vec::with_capacity(base.len());
+    for (s, ignore) in base.into_iter().zip(ignored) {
+        if ignore {
+            out.push(s);
+            continue;
+        }
+        let id = identifying(&s.labels);
+        let mut added: Vec<Label> = Vec::new();
+        for name in &info_names {
+            let Some((labels, _)) = infos.get(&((*name).clone(), id.clone())) else {
+                continue;
+            };
+            for l in labels.iter().filter(|l| l.name != "__name__") {
+                if !data.is_empty() && !data.contains_key(&l.name) {
+                    continue;
+                }
+                if let Some(prev) = added.iter().find(|a| a.name == l.name) {
+                    if prev.value != l.value {
+                        return Err(QueryError::Execution(format!(
+                            "conflicting label: {}",
+                            l.name
+                        )));
+                    }
+                    continue;
+                }
+                if s.labels.iter().any(|b| b.name == l.name) {
+                    continue;
+                }
+                added.push(l.clone());
+            }
+        }
+        if added.is_empty() && !all_match_empty {
+            continue;
+        }
+        if added.is_empty() {
+            out.push(s);
+            continue;
+        }
+        let mut labels: Vec<Label> = s.labels.iter().cloned().chain(added).collect();
+        labels.sort();
+        out.push(Sample {
+            labels: labels.into(),
+            v: s.v,
+        });
+    }
+    Ok(Value::Vector(out))
+}
+
+fn matcher(op: MatchOp, name: &str, value: &str) -> Result<Matcher, QueryError> {
+    Matcher::new(op, name, value).map_err(|e| QueryError::BadData(e.to_string()))
+}
+
+/// The matchers of a label selector, `__name__` among them.
+fn selector_matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, QueryError> {
+    use promql_parser::label::MatchOp as P;
+    let mut out = Vec::new();
+    if let Some(name) = &vs.name {
+        out.push(matcher(MatchOp::Equal, "__name__", name)?);
+    }
+    for m in &vs.matchers.matchers {
+        let op = match m.op {
+            P::Equal => MatchOp::Equal,
+            P::NotEqual => MatchOp::NotEqual,
+            P::Re(_) => MatchOp::Regex,
+            P::NotRe(_) => MatchOp::NotRegex,
+        };
+        out.push(matcher(op, &m.name, &m.value)?);
+    }
+    Ok(out)
+}
+
+/// The identifying labels a series has.
+fn identifying(labels: &[Label]) -> Vec<Label> {
+    labels
+        .iter()
+        .filter(|l| IDENTIFYING.contains(&l.name.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// The first vector selector of `e`, in the order written.
+fn first_selector(e: &Expr) -> Option<&VectorSelector> {
+    crate::promql::vector_selectors(e).into_iter().next()
+}
