@@ -8,7 +8,7 @@ use std::time::Instant;
 use promql_parser::parser::{self, Expr};
 
 use super::annotations::Annotations;
-use super::eval::{check_unique, Ctx, MatrixBuilder};
+use super::eval::{Ctx, MatrixBuilder};
 use super::guard;
 use super::value::{no_labels, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
@@ -47,7 +47,7 @@ fn operators(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> Result<Value, QueryError> {
         }
     };
     if let Value::Vector(v) = &v {
-        check_unique(v)?;
+        ctx.check_unique_at(expr, v)?;
     }
     Ok(v)
 }

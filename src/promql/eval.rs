@@ -183,6 +183,8 @@ pub(crate) struct Ctx<'e> {
     annotations: Rc<RefCell<Annotations>>,
     /// The nodes (by address) whose once-per-query checks have run.
     checked: RefCell<std::collections::HashSet<usize>>,
+    /// Each operator node's duplicate-labels check, by the node's address.
+    unique: RefCell<HashMap<usize, UniqueCheck>>,
 }
 
 /// Gathers points per label set across steps.
@@ -227,6 +229,60 @@ impl MatrixBuilder {
     }
 }
 
+/// Checks, step after step, that one node's output holds no two elements
+/// with the same labels. A node hands out the same shared label sets at
+/// every step, so each set's content is hashed once and later steps only
+/// look up addresses; sets made anew at each step (`label_replace`) are
+/// resolved by content.
+#[derive(Default)]
+pub(crate) struct UniqueCheck {
+    /// The address of a label set seen → the id of its content.
+    by_addr: hashbrown::HashMap<usize, u32>,
+    /// Content → id.
+    by_content: hashbrown::HashMap<Labels, u32>,
+    /// The sets whose addresses are in `by_addr`, kept alive so that no
+    /// address is reused for other content while it is in the map.
+    keep: Vec<Labels>,
+    /// The ids seen at the current step.
+    step: hashbrown::HashSet<u32>,
+}
+
+impl UniqueCheck {
+    /// Errors when two elements of `v` have the same labels.
+    pub(crate) fn check(&mut self, v: &[Sample]) -> Result<(), QueryError> {
+        if v.len() < 2 {
+            return Ok(());
+        }
+        // Sets made anew each step would pile up: start over past a bound
+        // proportional to the output.
+        if self.keep.len() > (4 * v.len()).max(1 << 16) {
+            *self = Self::default();
+        }
+        self.step.clear();
+        for s in v {
+            let addr = Arc::as_ptr(&s.labels) as *const Label as usize;
+            let id = match self.by_addr.get(&addr) {
+                Some(&id) => id,
+                None => {
+                    let next = u32::try_from(self.by_content.len()).unwrap_or(u32::MAX);
+                    let id = *self.by_content.entry(Arc::clone(&s.labels)).or_insert(next);
+                    self.by_addr.insert(addr, id);
+                    self.keep.push(Arc::clone(&s.labels));
+                    id
+                }
+            };
+            if !self.step.insert(id) {
+                return Err(duplicate_labelset());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn duplicate_labelset() -> QueryError {
+    QueryError::Execution("vector cannot contain metrics with the same labelset".to_owned())
+}
+
 /// A vector may not hold two elements with the same labels.
 pub(crate) fn check_unique(v: &[Sample]) -> Result<(), QueryError> {
     if v.len() < 2 {
@@ -235,9 +291,7 @@ pub(crate) fn check_unique(v: &[Sample]) -> Result<(), QueryError> {
     let mut seen = std::collections::HashSet::with_capacity(v.len());
     for s in v {
         if !seen.insert(&s.labels) {
-            return Err(QueryError::Execution(
-                "vector cannot contain metrics with the same labelset".to_owned(),
-            ));
+            return Err(duplicate_labelset());
         }
     }
     Ok(())
@@ -278,6 +332,7 @@ impl<'e> Ctx<'e> {
             samples: Rc::new(Cell::new(0)),
             annotations: Rc::default(),
             checked: RefCell::default(),
+            unique: RefCell::default(),
         }
     }
 
@@ -558,6 +613,16 @@ impl<'e> Ctx<'e> {
         self.annotations.borrow().clone()
     }
 
+    /// Errors when `v`, the output of `node` at one step, holds two
+    /// elements with the same labels (see [`UniqueCheck`]).
+    pub(crate) fn check_unique_at(&self, node: &Expr, v: &[Sample]) -> Result<(), QueryError> {
+        if self.step == 0 {
+            return check_unique(v);
+        }
+        let key = node as *const Expr as usize;
+        self.unique.borrow_mut().entry(key).or_default().check(v)
+    }
+
     /// True the first time it is asked for `node` (an AST node's address):
     /// for checks that need to run once per query, not once per step.
     pub(crate) fn first_time(&self, node: usize) -> bool {
@@ -603,7 +668,7 @@ impl<'e> Ctx<'e> {
                             v: -s.v,
                         })
                         .collect();
-                    check_unique(&v)?;
+                    self.check_unique_at(expr, &v)?;
                     Value::Vector(v)
                 }
                 other => {
@@ -789,6 +854,7 @@ impl<'e> Ctx<'e> {
             samples: Rc::clone(&self.samples),
             annotations: Rc::clone(&self.annotations),
             checked: RefCell::default(),
+            unique: RefCell::default(),
         });
         self.children.borrow_mut().insert(key, Rc::clone(&child));
         Ok(child)
@@ -820,6 +886,40 @@ impl<'e> Ctx<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unique_check_finds_duplicates_by_content_whatever_the_addresses() {
+        let labels = |v: &str| -> Labels {
+            vec![Label {
+                name: "k".into(),
+                value: v.into(),
+            }]
+            .into()
+        };
+        let sample = |l: &Labels| Sample {
+            labels: Arc::clone(l),
+            v: 1.0,
+        };
+        let (a, b) = (labels("a"), labels("b"));
+        let mut u = UniqueCheck::default();
+        // The same sets at every step: fine.
+        for _ in 0..3 {
+            u.check(&[sample(&a), sample(&b)]).expect("distinct");
+        }
+        // One set twice at a step.
+        assert!(u.check(&[sample(&a), sample(&a)]).is_err());
+        // The same content in two allocations, new at this step.
+        let a2 = labels("a");
+        assert!(u.check(&[sample(&a2), sample(&a)]).is_err());
+        // Sets made anew at every step, as label_replace makes them.
+        for _ in 0..3 {
+            u.check(&[sample(&labels("a")), sample(&labels("b"))])
+                .expect("distinct");
+            assert!(u
+                .check(&[sample(&labels("c")), sample(&labels("c"))])
+                .is_err());
+        }
+    }
 
     #[test]
     fn seek_finds_the_first_point_after_a_bound_from_any_hint() {

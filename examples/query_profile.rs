@@ -1,0 +1,32 @@
+//! One PromQL range query over the `promql_eval` bench's head, for
+//! callgrind (`--toggle-collect='*Engine*range*'` counts the query alone)
+//! or a native timing: `query_profile [sum_rate|histogram_quantile|regex_selector] [runs]`.
+
+#[path = "../tests/common/promql_head.rs"]
+mod promql_head;
+
+use sluice::promql::{Engine, QueryOptions};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let name = args.next().unwrap_or_else(|| "sum_rate".to_owned());
+    let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(1);
+    let Some((_, q)) = promql_head::QUERIES.iter().find(|(n, _)| *n == name) else {
+        eprintln!("unknown query {name}");
+        std::process::exit(2);
+    };
+    let head = promql_head::head();
+    let engine = Engine::new(&head, QueryOptions::default());
+    let (start, end, step) = promql_head::range();
+    let t = std::time::Instant::now();
+    let mut series = 0;
+    for _ in 0..runs {
+        series = engine
+            .range(q, start, end, step)
+            .map_or(0, |a| a.value.len());
+    }
+    eprintln!(
+        "{name}: {series} series, {:?} per run",
+        t.elapsed() / runs as u32
+    );
+}
