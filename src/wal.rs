@@ -14,6 +14,7 @@
 //! checkpoint covers (`storage::checkpoint`); this module knows only bytes.
 
 pub mod commit;
+pub mod reader;
 pub mod record;
 
 use std::fs::{self, File, OpenOptions};
@@ -76,6 +77,14 @@ pub enum WalError {
         offset: u64,
         /// What is wrong with it.
         what: &'static str,
+    },
+    /// A reader's saved position that does not check out.
+    #[error(
+        "WAL reader position {path} is damaged; delete it to start that reader at the end of the log"
+    )]
+    CorruptPosition {
+        /// The position file.
+        path: PathBuf,
     },
     /// A checkpoint record that does not check out.
     #[error(
@@ -302,9 +311,14 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
         .map_err(io_err(dir))
 }
 
-/// Deletes segments numbered `last` or lower (a checkpoint covers them);
-/// returns how many.
+/// Deletes segments numbered `last` or lower (a checkpoint covers them),
+/// except those a reader still needs ([`reader::held_from`]); returns how
+/// many.
 pub fn remove_segments_through(dir: &Path, last: u64) -> Result<usize, WalError> {
+    let last = match reader::held_from(dir)? {
+        Some(held) => last.min(held.saturating_sub(1)),
+        None => last,
+    };
     let mut n = 0;
     for i in segments(dir)?.into_iter().filter(|&i| i <= last) {
         let p = segment_path(dir, i);
@@ -401,6 +415,14 @@ impl WalWriter {
     /// The segment being written.
     pub fn segment(&self) -> u64 {
         self.index
+    }
+
+    /// The position just past the last frame appended.
+    pub fn end(&self) -> reader::Position {
+        reader::Position {
+            segment: self.index,
+            offset: self.len,
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
+use super::reader::Position;
 use super::{WalError, WalWriter};
 use crate::reuse;
 
@@ -42,6 +43,10 @@ pub struct Progress {
     /// write that was cut back (a full disk) until the same frames can be
     /// written after all. Waiters past the durable LSN fail meanwhile.
     pub failed: Option<Arc<str>>,
+    /// Where in the segment files the log is durable by the fsync mode
+    /// (the file position of the durable LSN): readers of the log
+    /// ([`super::reader`]) read up to here and no further.
+    pub durable_at: Position,
 }
 
 #[derive(Debug, Default)]
@@ -94,7 +99,10 @@ impl GroupCommit {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
-            progress: watch::Sender::new(Progress::default()),
+            progress: watch::Sender::new(Progress {
+                durable_at: writer.end(),
+                ..Progress::default()
+            }),
             commits: Default::default(),
             syncs: Default::default(),
             sync_nanos: Default::default(),
@@ -197,6 +205,11 @@ impl GroupCommit {
         self.shared.progress.borrow().clone()
     }
 
+    /// Follows the log's progress: what readers of the log wait on.
+    pub fn watch(&self) -> watch::Receiver<Progress> {
+        self.shared.progress.subscribe()
+    }
+
     /// Commits what is queued, fsyncs, and stops the thread; later
     /// submissions are not written. Blocks until done.
     pub fn close(&self) {
@@ -275,9 +288,13 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                             .durable
                             .store(lsn, std::sync::atomic::Ordering::Release);
                     }
+                    let interval = matches!(mode, FsyncMode::Interval(_));
                     shared.progress.send_modify(|p| {
                         p.written = lsn;
                         p.failed = None;
+                        if interval {
+                            p.durable_at = writer.end();
+                        }
                     });
                 }
                 Err(e) => {
@@ -312,7 +329,10 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                             .durable
                             .store(lsn, std::sync::atomic::Ordering::Release);
                     }
-                    shared.progress.send_modify(|p| p.synced = lsn);
+                    shared.progress.send_modify(|p| {
+                        p.synced = lsn;
+                        p.durable_at = writer.end();
+                    });
                 }
                 Err(e) => {
                     // After a failed fsync the kernel may have dropped the
