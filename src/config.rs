@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::forward::Destination;
 use crate::ingest::otlp::names::Translation;
 use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::{LabelLimits, NameValidation};
@@ -263,6 +264,20 @@ settings! {
     /// working. 0 picks 60% of the machine's or cgroup's memory [default: 0].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]
     max_memory: u64 = 0;
+    /// A remote-write receiver to hand every accepted sample on to
+    /// (repeatable): `URL[,key=value…]` with the keys name, protocol
+    /// (remote-write-1), header=Name:Value, basic-auth-username,
+    /// basic-auth-password, basic-auth-password-file, bearer-token,
+    /// bearer-token-file, timeout, max-samples-per-send,
+    /// batch-send-deadline and shards; in a config file, a list of maps
+    /// with the same keys. Needs the WAL [default: none].
+    #[arg(value_name = "DESTINATION")]
+    forward: Vec<Destination> = Vec::new();
+    /// Most WAL bytes kept for a forward destination that is behind; past
+    /// it the oldest unsent segments are given up and counted in
+    /// sluice_forward_samples_dropped_total [default: 2GiB].
+    #[arg(value_name = "BYTES", value_parser = parse_bytes)]
+    forward_max_lag_bytes: u64 = 2 << 30;
 }
 
 /// Parses a byte size: a number with an optional unit, `k`/`KB` (1000),
@@ -424,6 +439,21 @@ impl Config {
                 self.otlp_translation_strategy
             )));
         }
+        let mut names = std::collections::HashSet::new();
+        for d in &self.forward {
+            d.validate().map_err(ConfigError::Invalid)?;
+            if !names.insert(d.resolved_name()) {
+                return Err(ConfigError::Invalid(format!(
+                    "two forward destinations are named {:?}; give each a name=",
+                    d.resolved_name()
+                )));
+            }
+        }
+        if !self.forward.is_empty() && self.wal_disabled {
+            return Err(ConfigError::Invalid(
+                "forward reads the WAL, which wal-disabled turns off".into(),
+            ));
+        }
         for f in &self.enable_feature {
             if !FEATURES.contains(&f.as_str()) {
                 return Err(ConfigError::Invalid(format!(
@@ -531,6 +561,17 @@ impl Config {
         };
         map.into_iter()
             .map(|(k, v)| {
+                if k == "forward" {
+                    // Names and URLs only: headers and credentials stay off
+                    // the status page.
+                    let text = self
+                        .forward
+                        .iter()
+                        .map(|d| format!("{}={}", d.resolved_name(), d.url))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    return (k, text);
+                }
                 let text = match v {
                     serde_json::Value::String(s) => s,
                     serde_json::Value::Array(a) => a

@@ -5,6 +5,8 @@
 //! - [`api`]: the axum router, one error-to-HTTP mapping, and the handlers.
 //! - [`ingest`]: wire decoders that feed the head straight from request bytes.
 //! - [`promql`]: the PromQL evaluator over the head.
+//! - [`forward`]: hands what the WAL holds on to remote-write receivers,
+//!   from a saved position per destination.
 //! - [`storage`]: the sharded head, interned labels, inverted index, XOR
 //!   chunks; its durability (WAL logging, replay, checkpoints), retention
 //!   and memory accounting.
@@ -19,6 +21,7 @@
 pub mod api;
 pub mod config;
 pub mod encoding;
+pub mod forward;
 pub mod ingest;
 pub mod promql;
 pub mod proto;

@@ -56,6 +56,8 @@ pub struct Server {
     checkpoint_interval: Duration,
     retention_ms: i64,
     http: http::HttpLimits,
+    forward: Vec<crate::forward::Destination>,
+    forward_max_lag_bytes: u64,
 }
 
 impl Server {
@@ -97,6 +99,8 @@ impl Server {
             checkpoint_interval: config.checkpoint_interval,
             retention_ms: i64::try_from(config.retention.as_millis()).unwrap_or(i64::MAX),
             http: config.http_limits(),
+            forward: config.forward.clone(),
+            forward_max_lag_bytes: config.forward_max_lag_bytes,
         })
     }
 
@@ -130,6 +134,23 @@ impl Server {
             },
             stop_rx,
         ));
+        let forwarders = match head.wal() {
+            Some(wal) if !self.forward.is_empty() => {
+                let destinations = self
+                    .forward
+                    .iter()
+                    .map(|d| (d.clone(), self.state.forward_stats(&d.resolved_name())))
+                    .collect();
+                Some(crate::forward::Forwarders::start(crate::forward::Setup {
+                    destinations,
+                    wal_dir: self.data_dir.join("wal"),
+                    data_dir: self.data_dir.clone(),
+                    progress: wal.watch(),
+                    max_lag_bytes: self.forward_max_lag_bytes,
+                })?)
+            }
+            _ => None,
+        };
         let state = self.state.clone();
         let shutdown = async move {
             shutdown.await;
@@ -147,6 +168,11 @@ impl Server {
         // checkpoint so the next start is quick, and close the WAL.
         let _ = stop_tx.send(true);
         let _ = background.await;
+        if let Some(f) = forwarders {
+            tokio::task::spawn_blocking(move || f.stop())
+                .await
+                .map_err(std::io::Error::other)?;
+        }
         let dir = self.data_dir;
         tokio::task::spawn_blocking(move || {
             if head.wal().is_some() {

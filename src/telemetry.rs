@@ -51,6 +51,121 @@ pub struct HandlerLabels {
     pub handler: &'static str,
 }
 
+/// Labels of forwarding metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DestinationLabels {
+    /// The destination's name (from the config: a closed set).
+    pub destination: String,
+}
+
+/// Labels of forwarding drop counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DropLabels {
+    /// The destination's name.
+    pub destination: String,
+    /// `lag` or `unknown_series`.
+    pub reason: &'static str,
+}
+
+/// The forwarding families, one series per destination.
+#[derive(Debug)]
+struct ForwardFamilies {
+    sent: Family<DestinationLabels, Counter>,
+    failed: Family<DestinationLabels, Counter>,
+    retried: Family<DestinationLabels, Counter>,
+    dropped: Family<DropLabels, Counter>,
+    pending_bytes: Family<DestinationLabels, Gauge>,
+    lag_seconds: Family<DestinationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    highest_sent: Family<DestinationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    shards: Family<DestinationLabels, Gauge>,
+    send_seconds: Family<DestinationLabels, Histogram, fn() -> Histogram>,
+}
+
+impl ForwardFamilies {
+    fn new(registry: &mut Registry) -> Self {
+        let f = Self {
+            sent: Family::default(),
+            failed: Family::default(),
+            retried: Family::default(),
+            dropped: Family::default(),
+            pending_bytes: Family::default(),
+            lag_seconds: Family::default(),
+            highest_sent: Family::default(),
+            shards: Family::default(),
+            send_seconds: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+        };
+        let sub = registry.sub_registry_with_prefix("sluice_forward");
+        sub.register(
+            "samples_sent",
+            "Samples a forward destination acknowledged",
+            f.sent.clone(),
+        );
+        sub.register(
+            "samples_failed",
+            "Samples a forward destination refused with a 4xx other than 429; dropped",
+            f.failed.clone(),
+        );
+        sub.register(
+            "samples_retried",
+            "Samples sent again after a 5xx, a 429 or a connection error",
+            f.retried.clone(),
+        );
+        sub.register(
+            "samples_dropped",
+            "Samples not forwarded: lag (the unsent WAL outgrew forward-max-lag-bytes) or unknown_series (labels no longer known)",
+            f.dropped.clone(),
+        );
+        sub.register(
+            "pending_bytes",
+            "WAL bytes from the saved forward position to the durable end",
+            f.pending_bytes.clone(),
+        );
+        sub.register(
+            "lag_seconds",
+            "Seconds between now and the newest sample timestamp the destination acknowledged",
+            f.lag_seconds.clone(),
+        );
+        sub.register(
+            "highest_sent_timestamp_seconds",
+            "The newest sample timestamp the destination acknowledged",
+            f.highest_sent.clone(),
+        );
+        sub.register("shards", "Concurrent senders", f.shards.clone());
+        sub.register(
+            "send_duration_seconds",
+            "Time per send attempt",
+            f.send_seconds.clone(),
+        );
+        f
+    }
+
+    fn stats(&self, name: &str) -> crate::forward::Stats {
+        let l = DestinationLabels {
+            destination: name.to_owned(),
+        };
+        let drop = |reason| DropLabels {
+            destination: name.to_owned(),
+            reason,
+        };
+        // One statement per series: a family's guard lives to the end of
+        // its statement, and a second get_or_create on it would deadlock.
+        let dropped_lag = self.dropped.get_or_create(&drop("lag")).clone();
+        let dropped_unknown_series = self.dropped.get_or_create(&drop("unknown_series")).clone();
+        crate::forward::Stats {
+            dropped_lag,
+            dropped_unknown_series,
+            sent: self.sent.get_or_create(&l).clone(),
+            failed: self.failed.get_or_create(&l).clone(),
+            retried: self.retried.get_or_create(&l).clone(),
+            pending_bytes: self.pending_bytes.get_or_create(&l).clone(),
+            lag_seconds: self.lag_seconds.get_or_create(&l).clone(),
+            highest_sent_seconds: self.highest_sent.get_or_create(&l).clone(),
+            shards: self.shards.get_or_create(&l).clone(),
+            send_seconds: self.send_seconds.get_or_create(&l).clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct VersionLabels {
     version: &'static str,
@@ -71,6 +186,7 @@ pub struct Metrics {
     rejected_exemplars: Family<RejectLabels, Counter>,
     queries_running: Gauge,
     queries_timed_out: Counter,
+    forward: ForwardFamilies,
 }
 
 fn latency_histogram() -> Histogram {
@@ -161,6 +277,7 @@ impl Metrics {
             "Read requests answered with a timeout, waiting for a slot or evaluating",
             queries_timed_out.clone(),
         );
+        let forward = ForwardFamilies::new(&mut registry);
         registry.register_collector(Box::new(HeadCollector {
             head,
             exemplars: exemplar_store,
@@ -184,7 +301,13 @@ impl Metrics {
             rejected_exemplars,
             queries_running,
             queries_timed_out,
+            forward,
         }
+    }
+
+    /// The self-metrics of forward destination `name`.
+    pub fn forward_stats(&self, name: &str) -> crate::forward::Stats {
+        self.forward.stats(name)
     }
 
     /// The gauge of read requests evaluating now, for the query slots.

@@ -58,6 +58,11 @@ impl AppState {
         Self::with_clock(config, head, Clock::system())
     }
 
+    /// The self-metrics of forward destination `name`.
+    pub fn forward_stats(&self, name: &str) -> crate::forward::Stats {
+        self.inner.metrics.forward_stats(name)
+    }
+
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
         let memory_limit = config.memory_limit();

@@ -219,6 +219,46 @@ pub struct CheckpointLoad {
     pub series: u64,
 }
 
+/// The newest complete checkpoint in `dir` (its last segment), touching
+/// nothing: safe while a checkpoint is being written.
+pub fn newest(dir: &Path) -> Result<Option<u64>, WalError> {
+    Ok(crate::wal::file_names(dir)?
+        .iter()
+        .filter_map(|n| n.strip_prefix("checkpoint."))
+        .filter_map(|rest| rest.parse::<u64>().ok())
+        .max())
+}
+
+/// Calls `f` with the reference and canonical labels of every series in
+/// the newest checkpoint; which checkpoint that was, if any. Reads only;
+/// stops quietly at damage (start-up reports it).
+pub fn read_series(dir: &Path, mut f: impl FnMut(u64, &[u8])) -> Result<Option<u64>, WalError> {
+    // A checkpoint written meanwhile deletes the older one: look again.
+    for _ in 0..3 {
+        let Some(segment) = newest(dir)? else {
+            return Ok(None);
+        };
+        let path = checkpoint_path(dir, segment);
+        let buf = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let mut pos = 0;
+        while let Ok((rec, len)) = record::decode(&buf[pos..]) {
+            pos += len;
+            if let Record::Checkpoint(payload) = rec {
+                let mut r = Cursor(payload);
+                if let (Some(id), Some(labels)) = (r.uvarint(), r.bytes()) {
+                    f(id, labels);
+                }
+            }
+        }
+        return Ok(Some(segment));
+    }
+    Ok(None)
+}
+
 /// Loads the newest checkpoint in `dir` into `head` through `restore`
 /// (which maps each series' reference for the WAL replay that follows) and
 /// `exemplars`. A damaged checkpoint fails, unless `repair`, which keeps

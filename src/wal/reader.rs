@@ -378,11 +378,17 @@ mod tests {
         assert_eq!(load(wal, "other").expect("load"), None);
         assert_eq!(held_from(wal).expect("held"), Some(3));
         // A checkpoint covering segment 5 deletes only 1 and 2.
-        assert_eq!(super::super::remove_segments_through(wal, 5).expect("rm"), 2);
+        assert_eq!(
+            super::super::remove_segments_through(wal, 5).expect("rm"),
+            2
+        );
         assert_eq!(segments(wal).expect("ls"), [3, 4, 5]);
         remove(wal, "vm").expect("remove");
         assert_eq!(held_from(wal).expect("held"), None);
-        assert_eq!(super::super::remove_segments_through(wal, 5).expect("rm"), 3);
+        assert_eq!(
+            super::super::remove_segments_through(wal, 5).expect("rm"),
+            3
+        );
     }
 
     #[test]

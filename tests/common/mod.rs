@@ -11,6 +11,8 @@ use sluice::proto::prometheus as pb;
 use sluice::server::Server;
 use tokio::sync::oneshot;
 
+pub mod downstream;
+
 /// A running Sluice; stops when dropped.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -24,6 +26,13 @@ impl Drop for TestServer {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+    }
+}
+
+impl TestServer {
+    /// Its data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._data.path()
     }
 }
 

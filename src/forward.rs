@@ -1,0 +1,140 @@
+//! Forwarding: every sample the WAL holds, handed on to remote-write
+//! receivers (Mimir, VictoriaMetrics, Thanos Receive, Prometheus).
+//!
+//! The WAL is the queue. Each destination has a reader over the segments
+//! ([`crate::wal::reader`]) whose position is saved after each
+//! acknowledged send, and which keeps its segments from deletion, so a
+//! restart (even after `kill -9`) resumes where sending stopped:
+//! - [`queue`]: one thread per destination reads records as they become
+//!   durable, keeps the series references' labels, and deals samples to
+//!   shards by series, so each series' samples stay in order;
+//! - [`send`]: each shard batches, snappy-compresses and posts, retrying
+//!   5xx, 429 (after `Retry-After`) and connection errors with backoff,
+//!   and dropping (counted, logged) what other 4xx refuse;
+//! - the position saved is the point before which every sample was
+//!   acknowledged or dropped, so after a crash a shard re-sends at most the
+//!   batches it had in flight.
+//!
+//! Past `forward-max-lag-bytes` of unsent log, the oldest unsent segments
+//! are given up (counted as dropped): ingest never waits for a
+//! destination.
+
+pub mod destination;
+mod queue;
+mod send;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use tokio::sync::watch;
+
+pub use destination::{Destination, Protocol};
+
+use crate::wal::commit::Progress;
+
+/// One destination's self-metrics (handles into the registry's families).
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Samples the destination acknowledged.
+    pub sent: Counter,
+    /// Samples the destination refused with a 4xx other than 429: dropped.
+    pub failed: Counter,
+    /// Samples sent again after a 5xx, a 429 or a connection error.
+    pub retried: Counter,
+    /// Samples given up because the unsent log outgrew
+    /// `forward-max-lag-bytes`.
+    pub dropped_lag: Counter,
+    /// Samples whose series' labels were no longer in the log or any
+    /// checkpoint (their series was removed before they were read).
+    pub dropped_unknown_series: Counter,
+    /// WAL bytes from the saved position to the durable end.
+    pub pending_bytes: Gauge,
+    /// Seconds between now and the newest sample timestamp acknowledged.
+    pub lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// The newest sample timestamp acknowledged, in seconds.
+    pub highest_sent_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Senders running.
+    pub shards: Gauge,
+    /// Time per send attempt.
+    pub send_seconds: Histogram,
+}
+
+/// Everything forwarding needs from the server.
+#[derive(Debug)]
+pub struct Setup {
+    /// The destinations, validated.
+    pub destinations: Vec<(Destination, Stats)>,
+    /// `<data-dir>/wal`.
+    pub wal_dir: PathBuf,
+    /// `<data-dir>`, where checkpoints are.
+    pub data_dir: PathBuf,
+    /// The log's progress, for its durable end.
+    pub progress: watch::Receiver<Progress>,
+    /// Most bytes of unsent log kept per destination.
+    pub max_lag_bytes: u64,
+}
+
+/// The running forwarders; [`Forwarders::stop`] ends them.
+#[derive(Debug)]
+pub struct Forwarders {
+    stop: watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Forwarders {
+    /// Starts one forwarder per destination on the current tokio runtime.
+    /// Saved positions of destinations no longer configured are removed,
+    /// so they hold no segments.
+    pub fn start(setup: Setup) -> std::io::Result<Self> {
+        let names: Vec<String> = setup
+            .destinations
+            .iter()
+            .map(|(d, _)| d.resolved_name())
+            .collect();
+        match crate::wal::reader::names(&setup.wal_dir) {
+            Ok(saved) => {
+                for old in saved.iter().filter(|n| !names.contains(n)) {
+                    tracing::info!(destination = %old, "forward destination no longer configured; releasing its WAL position");
+                    if let Err(e) = crate::wal::reader::remove(&setup.wal_dir, old) {
+                        tracing::warn!(error = %e, "could not remove a stale forward position");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not list forward positions"),
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let runtime = tokio::runtime::Handle::current();
+        let mut threads = Vec::new();
+        for (dest, stats) in setup.destinations {
+            let q = queue::Queue {
+                name: dest.resolved_name(),
+                dest: Arc::new(dest),
+                stats,
+                wal_dir: setup.wal_dir.clone(),
+                data_dir: setup.data_dir.clone(),
+                progress: setup.progress.clone(),
+                max_lag_bytes: setup.max_lag_bytes,
+                stop: stop_rx.clone(),
+                runtime: runtime.clone(),
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("sluice-forward-{}", q.name))
+                    .spawn(move || q.run())?,
+            );
+        }
+        Ok(Self { stop, threads })
+    }
+
+    /// Stops reading and sending, saves each position, and waits for the
+    /// threads. Batches not yet acknowledged are sent after the next start.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! One forward destination as configured: where, in which protocol, with
+//! which headers and credentials, and how to batch. A config file lists
+//! them under `forward:`; a `--forward` flag takes the same keys as
+//! `key=value` pairs separated by commas.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol spoken to a destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// Prometheus remote write 1.0 (snappy `prometheus.WriteRequest`).
+    #[default]
+    RemoteWrite1,
+}
+
+impl Protocol {
+    /// The name used in config and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RemoteWrite1 => "remote-write-1",
+        }
+    }
+}
+
+/// Where and how to forward every accepted sample.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Destination {
+    /// The name in self-metrics and of the saved send position (letters,
+    /// digits, `-`, `_`, `.`); defaults to the URL's host and port.
+    pub name: String,
+    /// The receiver's URL, e.g. `http://vm:8428/api/v1/write`.
+    pub url: String,
+    /// `remote-write-1`.
+    pub protocol: Protocol,
+    /// Extra request headers, e.g. `X-Scope-OrgID` for Mimir or
+    /// `THANOS-TENANT` for Thanos Receive.
+    pub headers: BTreeMap<String, String>,
+    /// Basic auth user name.
+    pub basic_auth_username: Option<String>,
+    /// Basic auth password.
+    pub basic_auth_password: Option<String>,
+    /// A file whose content (trimmed) is the basic auth password, read at
+    /// every send so that a rotated secret is picked up.
+    pub basic_auth_password_file: Option<PathBuf>,
+    /// A bearer token.
+    pub bearer_token: Option<String>,
+    /// A file whose content (trimmed) is the bearer token, read at every
+    /// send.
+    pub bearer_token_file: Option<PathBuf>,
+    /// Longest wait for one send's answer.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Most samples in one request.
+    pub max_samples_per_send: usize,
+    /// Longest time a sample waits for its batch to fill.
+    #[serde(with = "humantime_serde")]
+    pub batch_send_deadline: Duration,
+    /// Concurrent senders; each series always goes through the same one,
+    /// so its samples arrive in order.
+    pub shards: usize,
+}
+
+impl Default for Destination {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            url: String::new(),
+            protocol: Protocol::default(),
+            headers: BTreeMap::new(),
+            basic_auth_username: None,
+            basic_auth_password: None,
+            basic_auth_password_file: None,
+            bearer_token: None,
+            bearer_token_file: None,
+            timeout: Duration::from_secs(30),
+            max_samples_per_send: 2000,
+            batch_send_deadline: Duration::from_secs(5),
+            shards: 4,
+        }
+    }
+}
+
+impl std::str::FromStr for Destination {
+    type Err = String;
+
+    /// Reads `url=…,name=…,header=Name:Value,timeout=10s,…`; a bare first
+    /// item is the URL.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut d = Self::default();
+        for (i, item) in s.split(',').enumerate() {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let Some((key, value)) = item.split_once('=') else {
+                if i == 0 {
+                    d.url = item.to_owned();
+                    continue;
+                }
+                return Err(format!("forward: expected key=value, got {item:?}"));
+            };
+            let value = value.trim();
+            let number = |what: &str| {
+                value
+                    .parse::<usize>()
+                    .map_err(|_| format!("forward: {what} must be a number, got {value:?}"))
+            };
+            let duration = |what: &str| {
+                humantime::parse_duration(value)
+                    .map_err(|e| format!("forward: {what}: {e} ({value:?})"))
+            };
+            match key.trim() {
+                "url" => d.url = value.to_owned(),
+                "name" => d.name = value.to_owned(),
+                "protocol" => {
+                    d.protocol = match value {
+                        "remote-write-1" => Protocol::RemoteWrite1,
+                        other => return Err(format!(
+                            "forward: unknown protocol {other:?}; Sluice forwards remote-write-1"
+                        )),
+                    }
+                }
+                "header" => {
+                    let (n, v) = value.split_once(':').ok_or_else(|| {
+                        format!("forward: header must be Name:Value, got {value:?}")
+                    })?;
+                    d.headers.insert(n.trim().to_owned(), v.trim().to_owned());
+                }
+                "basic-auth-username" => d.basic_auth_username = Some(value.to_owned()),
+                "basic-auth-password" => d.basic_auth_password = Some(value.to_owned()),
+                "basic-auth-password-file" => d.basic_auth_password_file = Some(value.into()),
+                "bearer-token" => d.bearer_token = Some(value.to_owned()),
+                "bearer-token-file" => d.bearer_token_file = Some(value.into()),
+                "timeout" => d.timeout = duration("timeout")?,
+                "batch-send-deadline" => d.batch_send_deadline = duration("batch-send-deadline")?,
+                "max-samples-per-send" => d.max_samples_per_send = number("max-samples-per-send")?,
+                "shards" => d.shards = number("shards")?,
+                other => return Err(format!("forward: unknown key {other:?}")),
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// A destination's URL, split for the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port`.
+    pub authority: String,
+    /// Path and query.
+    pub path: String,
+}
+
+impl Destination {
+    /// Checks the settings; the URL split for sending.
+    pub fn target(&self) -> Result<Target, String> {
+        let rest = match self.url.split_once("://") {
+            Some(("http", rest)) => rest,
+            Some(("https", _)) => {
+                return Err(format!(
+                    "forward {}: https is not supported yet; put a TLS proxy on the same host in front of the receiver",
+                    self.url
+                ))
+            }
+            _ => return Err(format!("forward: url {:?} must start with http://", self.url)),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if authority.is_empty() || authority.contains('@') {
+            return Err(format!(
+                "forward: url {:?} needs a host (credentials go in basic-auth-username/password)",
+                self.url
+            ));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.contains(']'))
+        {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Target {
+            authority,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The name, or one derived from the URL.
+    pub fn resolved_name(&self) -> String {
+        if !self.name.is_empty() {
+            return self.name.clone();
+        }
+        match self.target() {
+            Ok(t) => t
+                .authority
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Everything wrong with the settings, as one message.
+    pub fn validate(&self) -> Result<(), String> {
+        self.target()?;
+        let name = self.resolved_name();
+        if !crate::wal::reader::valid_name(&name) {
+            return Err(format!(
+                "forward name {name:?} must be letters, digits, '-', '_' or '.', not starting with '.'"
+            ));
+        }
+        if self.shards == 0 || self.shards > 256 {
+            return Err(format!("forward {name}: shards must be 1 to 256"));
+        }
+        if self.max_samples_per_send == 0 {
+            return Err(format!(
+                "forward {name}: max-samples-per-send must be at least 1"
+            ));
+        }
+        if self.timeout.is_zero() || self.batch_send_deadline.is_zero() {
+            return Err(format!(
+                "forward {name}: timeout and batch-send-deadline must be greater than 0"
+            ));
+        }
+        if self.bearer_token.is_some() as u8
+            + self.bearer_token_file.is_some() as u8
+            + self.basic_auth_username.is_some() as u8
+            > 1
+        {
+            return Err(format!(
+                "forward {name}: choose one of bearer-token, bearer-token-file and basic auth"
+            ));
+        }
+        if self.basic_auth_password.is_some() && self.basic_auth_password_file.is_some() {
+            return Err(format!(
+                "forward {name}: basic-auth-password and basic-auth-password-file exclude each other"
+            ));
+        }
+        for (k, v) in &self.headers {
+            if http::HeaderName::from_bytes(k.as_bytes()).is_err()
+                || http::HeaderValue::from_str(v).is_err()
+            {
+                return Err(format!("forward {name}: invalid header {k:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_form_reads_every_key() {
+        let d: Destination =
+            "http://mimir:9009/api/v1/push,name=mimir,header=X-Scope-OrgID:team-a,\
+                              bearer-token-file=/run/token,timeout=10s,max-samples-per-send=500,\
+                              batch-send-deadline=1s,shards=2"
+                .parse()
+                .expect("parse");
+        assert_eq!(d.url, "http://mimir:9009/api/v1/push");
+        assert_eq!(d.name, "mimir");
+        assert_eq!(d.headers["X-Scope-OrgID"], "team-a");
+        assert_eq!(d.bearer_token_file, Some(PathBuf::from("/run/token")));
+        assert_eq!(d.timeout, Duration::from_secs(10));
+        assert_eq!(d.max_samples_per_send, 500);
+        assert_eq!(d.batch_send_deadline, Duration::from_secs(1));
+        assert_eq!(d.shards, 2);
+        d.validate().expect("valid");
+        assert_eq!(
+            d.target().expect("target"),
+            Target {
+                authority: "mimir:9009".into(),
+                path: "/api/v1/push".into()
+            }
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (flag, says) in [
+            ("url=http://a:1/w,colour=red", "unknown key \"colour\""),
+            ("url=http://a:1/w,shards=x", "shards must be a number"),
+            ("url=http://a:1/w,protocol=otlp", "unknown protocol"),
+            ("url=http://a:1/w,header=NoColon", "Name:Value"),
+        ] {
+            let e = flag.parse::<Destination>().expect_err(flag);
+            assert!(e.contains(says), "{flag}: {e}");
+        }
+        for (d, says) in [
+            ("https://a/w", "https is not supported yet"),
+            ("ftp://a/w", "must start with http://"),
+            ("http://user:pw@a/w", "needs a host"),
+            ("http://a:1/w,shards=0", "shards must be 1 to 256"),
+            ("http://a:1/w,name=../x", "forward name"),
+            (
+                "http://a:1/w,bearer-token=t,basic-auth-username=u",
+                "choose one",
+            ),
+        ] {
+            let e = d
+                .parse::<Destination>()
+                .expect("parse")
+                .validate()
+                .expect_err(d);
+            assert!(e.contains(says), "{d}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_derived_from_the_url() {
+        let d: Destination = "http://127.0.0.1:8428/api/v1/write".parse().expect("parse");
+        assert_eq!(d.resolved_name(), "127_0_0_1_8428");
+        let d: Destination = "http://vm/api/v1/write".parse().expect("parse");
+        assert_eq!(d.target().expect("t").authority, "vm:80");
+    }
+
+    #[test]
+    fn the_file_form_uses_the_same_keys() {
+        let d: Destination = serde_yaml_ng::from_str(
+            "url: http://vm:8428/api/v1/write\nheaders: {THANOS-TENANT: a}\ntimeout: 5s\nshards: 8\n",
+        )
+        .expect("yaml");
+        assert_eq!(d.headers["THANOS-TENANT"], "a");
+        assert_eq!(d.shards, 8);
+        assert_eq!(d.timeout, Duration::from_secs(5));
+        assert_eq!(d.max_samples_per_send, 2000);
+    }
+}

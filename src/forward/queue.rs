@@ -1,0 +1,570 @@
+//! One destination's queue: a thread reads the WAL from the saved position
+//! as it becomes durable, deals samples to shards by series, and tracks
+//! which records are wholly acknowledged, so the saved position only ever
+//! moves past samples the destination has (or that were dropped, counted).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch, Notify};
+
+use super::send::{self, Sample};
+use super::{Destination, Stats};
+use crate::wal::commit::Progress;
+use crate::wal::reader::{self, Position, Reader};
+use crate::wal::record::Record;
+
+/// Bytes read from the log per turn.
+const READ_BYTES: usize = 1 << 20;
+/// Parts (one record's samples for one shard) queued per shard.
+const SHARD_QUEUE: usize = 64;
+/// How often a blocked reader looks at the lag and the stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A destination's queue, run on its own thread.
+#[derive(Debug)]
+pub(super) struct Queue {
+    pub name: String,
+    pub dest: Arc<Destination>,
+    pub stats: Stats,
+    pub wal_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub progress: watch::Receiver<Progress>,
+    pub max_lag_bytes: u64,
+    pub stop: watch::Receiver<bool>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// Records read but not yet wholly acknowledged, in log order.
+#[derive(Debug)]
+pub(super) struct Tracker {
+    inner: Mutex<Pending>,
+    /// Woken when the released position moves.
+    moved: Notify,
+}
+
+#[derive(Debug)]
+struct Pending {
+    /// The sequence number of `entries[0]`.
+    base: u64,
+    /// Per record: the position just past it and its samples not yet
+    /// acknowledged.
+    entries: VecDeque<(Position, u32)>,
+    /// Everything before this is acknowledged or dropped.
+    released: Position,
+}
+
+impl Tracker {
+    fn new(at: Position) -> Self {
+        Self {
+            inner: Mutex::new(Pending {
+                base: 0,
+                entries: VecDeque::new(),
+                released: at,
+            }),
+            moved: Notify::new(),
+        }
+    }
+
+    /// Registers a record ending at `end` with `samples` to acknowledge;
+    /// its sequence number.
+    fn push(&self, end: Position, samples: u32) -> u64 {
+        let mut p = self.inner.lock();
+        let seq = p.base + p.entries.len() as u64;
+        p.entries.push_back((end, samples));
+        if samples == 0 && p.entries.len() == 1 {
+            Self::release(&mut p);
+            drop(p);
+            self.moved.notify_one();
+        }
+        seq
+    }
+
+    /// `n` samples of record `seq` are acknowledged (or refused for good).
+    pub(super) fn ack(&self, seq: u64, n: u32) {
+        let mut p = self.inner.lock();
+        let Some(i) = seq.checked_sub(p.base) else {
+            return; // given up already (lag)
+        };
+        let Some(e) = p.entries.get_mut(i as usize) else {
+            return;
+        };
+        e.1 = e.1.saturating_sub(n);
+        if i == 0 && e.1 == 0 {
+            Self::release(&mut p);
+            drop(p);
+            self.moved.notify_one();
+        }
+    }
+
+    fn release(p: &mut Pending) {
+        while let Some(&(end, 0)) = p.entries.front() {
+            p.entries.pop_front();
+            p.base += 1;
+            p.released = end;
+        }
+    }
+
+    /// Gives up every record ending at or before `to`; the samples not yet
+    /// acknowledged among them.
+    fn give_up_through(&self, to: Position) -> u64 {
+        let mut p = self.inner.lock();
+        let mut dropped = 0u64;
+        while let Some(&(end, left)) = p.entries.front() {
+            if end > to {
+                break;
+            }
+            dropped += u64::from(left);
+            p.entries.pop_front();
+            p.base += 1;
+            p.released = end;
+        }
+        if p.entries.is_empty() && p.released < to {
+            p.released = to;
+        }
+        Self::release(&mut p);
+        drop(p);
+        self.moved.notify_one();
+        dropped
+    }
+
+    fn released(&self) -> Position {
+        self.inner.lock().released
+    }
+}
+
+/// Series references → canonical labels, as the log defines them.
+type SeriesMap = hashbrown::HashMap<u64, Arc<[u8]>>;
+
+impl Queue {
+    /// Runs until the stop flag is set; then saves the position.
+    pub(super) fn run(self) {
+        let start = match reader::load(&self.wal_dir, &self.name) {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                // A new destination starts at the end: what is accepted
+                // from now on.
+                let end = self.progress.borrow().durable_at;
+                tracing::info!(destination = %self.name, position = %end, "new forward destination; forwarding from the end of the WAL");
+                end
+            }
+            Err(e) => {
+                tracing::error!(destination = %self.name, error = %e, "cannot read the forward position; this destination is not forwarded");
+                return;
+            }
+        };
+        // Hold the segments from here on before anything can delete them.
+        if let Err(e) = reader::save(&self.wal_dir, &self.name, start) {
+            tracing::error!(destination = %self.name, error = %e, "cannot save the forward position; this destination is not forwarded");
+            return;
+        }
+        let series = self.known_series(start);
+        tracing::info!(destination = %self.name, url = %self.dest.url, position = %start, series = series.len(), "forwarding");
+        let tracker = Arc::new(Tracker::new(start));
+        let shards = self.dest.shards.max(1);
+        self.stats.shards.set(shards as i64);
+        let mut senders = Vec::with_capacity(shards);
+        let mut tasks = Vec::with_capacity(shards);
+        let client = send::Client::new(&self.dest);
+        for shard in 0..shards {
+            let (tx, rx) = mpsc::channel::<Vec<Sample>>(SHARD_QUEUE);
+            senders.push(tx);
+            tasks.push(self.runtime.spawn(send::run_shard(send::Shard {
+                name: self.name.clone(),
+                shard,
+                dest: Arc::clone(&self.dest),
+                client: client.clone(),
+                stats: self.stats.clone(),
+                tracker: Arc::clone(&tracker),
+                rx,
+                stop: self.stop.clone(),
+            })));
+        }
+        let saver = self.runtime.spawn(save_loop(
+            self.name.clone(),
+            self.wal_dir.clone(),
+            Arc::clone(&tracker),
+            self.stats.clone(),
+            self.progress.clone(),
+            self.stop.clone(),
+        ));
+        self.read_loop(start, series, &tracker, &senders);
+        drop(senders);
+        for t in tasks {
+            let _ = self.runtime.block_on(t);
+        }
+        let _ = self.runtime.block_on(saver);
+        let at = tracker.released();
+        match reader::save(&self.wal_dir, &self.name, at) {
+            Ok(()) => {
+                tracing::info!(destination = %self.name, position = %at, "forwarding stopped; position saved")
+            }
+            Err(e) => {
+                tracing::error!(destination = %self.name, error = %e, "cannot save the forward position")
+            }
+        }
+    }
+
+    /// The labels of every series the log defines before `start`: the
+    /// newest checkpoint's series, then the series records of the
+    /// segments still on disk, in order.
+    fn known_series(&self, start: Position) -> SeriesMap {
+        let mut map = SeriesMap::new();
+        let read_checkpoint = |map: &mut SeriesMap, only_missing: bool| {
+            match crate::storage::checkpoint::read_series(&self.data_dir, |id, labels| {
+                if !only_missing || !map.contains_key(&id) {
+                    map.insert(id, Arc::from(labels));
+                }
+            }) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(destination = %self.name, error = %e, "cannot read the checkpoint's series");
+                    None
+                }
+            }
+        };
+        let first_checkpoint = read_checkpoint(&mut map, false);
+        let first = crate::wal::segments(&self.wal_dir)
+            .ok()
+            .and_then(|s| s.first().copied())
+            .unwrap_or(start.segment);
+        let mut r = Reader::new(
+            &self.wal_dir,
+            Position {
+                segment: first,
+                offset: 0,
+            },
+        );
+        while r.position() < start {
+            let before = r.position();
+            let read = r.read(start, READ_BYTES, |rec, _| {
+                if let Record::Series { series_ref, labels } = rec {
+                    map.insert(series_ref, Arc::from(labels));
+                }
+            });
+            match read {
+                Ok(_) if r.position() == before => break,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(destination = %self.name, error = %e, "cannot read the WAL's series before the forward position");
+                    break;
+                }
+            }
+        }
+        // A checkpoint taken meanwhile may have deleted segments not yet
+        // read: their live series are in it.
+        let newest = crate::storage::checkpoint::newest(&self.data_dir)
+            .ok()
+            .flatten();
+        if newest.is_some() && newest != first_checkpoint {
+            read_checkpoint(&mut map, true);
+        }
+        map
+    }
+
+    fn read_loop(
+        &self,
+        start: Position,
+        mut series: SeriesMap,
+        tracker: &Tracker,
+        senders: &[mpsc::Sender<Vec<Sample>>],
+    ) {
+        let mut reader = Reader::new(&self.wal_dir, start);
+        let mut progress = self.progress.clone();
+        let mut parts: Vec<Vec<Sample>> = (0..senders.len()).map(|_| Vec::new()).collect();
+        let shards = senders.len() as u64;
+        // Set while samples are being given up for lag: dealt parts are
+        // dropped until the reader is past the point given up to.
+        let mut skip_to: Option<Position> = None;
+        let mut last_lag_check = std::time::Instant::now();
+        loop {
+            if *self.stop.borrow() {
+                return;
+            }
+            let end = progress.borrow_and_update().durable_at;
+            if skip_to.is_none() && last_lag_check.elapsed() >= POLL * 10 {
+                last_lag_check = std::time::Instant::now();
+                skip_to = self.over_lag(tracker, end);
+            }
+            if reader.position() >= end {
+                let mut stop = self.stop.clone();
+                self.runtime.block_on(async {
+                    tokio::select! {
+                        _ = progress.changed() => {}
+                        _ = stop.changed() => {}
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                });
+                continue;
+            }
+            let mut unknown = 0u64;
+            let mut records = Vec::new();
+            let read = reader.read(end, READ_BYTES, |rec, after| {
+                let Record::Samples(samples) = rec else {
+                    if let Record::Series { series_ref, labels } = rec {
+                        series.insert(series_ref, Arc::from(labels));
+                    }
+                    records.push((after, None));
+                    return;
+                };
+                let mut dealt = Vec::new();
+                for (r, t, v) in samples {
+                    let Some(labels) = series.get(&r) else {
+                        unknown += 1;
+                        continue;
+                    };
+                    let shard = (send::mix(r) % shards) as usize;
+                    if parts[shard].is_empty() {
+                        dealt.push(shard);
+                    }
+                    parts[shard].push(Sample {
+                        seq: 0,
+                        labels: Arc::clone(labels),
+                        t,
+                        v,
+                    });
+                }
+                let taken: Vec<(usize, Vec<Sample>)> = dealt
+                    .into_iter()
+                    .map(|s| (s, std::mem::take(&mut parts[s])))
+                    .collect();
+                records.push((after, Some(taken)));
+            });
+            if unknown > 0 {
+                self.stats.dropped_unknown_series.inc_by(unknown);
+            }
+            if let Err(e) = read {
+                tracing::error!(destination = %self.name, error = %e, "cannot read the WAL; trying again");
+                self.runtime
+                    .block_on(tokio::time::sleep(Duration::from_secs(1)));
+                continue;
+            }
+            for (after, taken) in records {
+                let skipping = skip_to.is_some_and(|to| after <= to);
+                let Some(taken) = taken else {
+                    tracker.push(after, 0);
+                    continue;
+                };
+                let n: usize = taken.iter().map(|(_, p)| p.len()).sum();
+                if skipping {
+                    self.stats.dropped_lag.inc_by(n as u64);
+                    tracker.push(after, 0);
+                    continue;
+                }
+                let seq = tracker.push(after, u32::try_from(n).unwrap_or(u32::MAX));
+                for (shard, mut part) in taken {
+                    for s in &mut part {
+                        s.seq = seq;
+                    }
+                    if let Err(given_up) = self.deal(&senders[shard], part, tracker, end) {
+                        skip_to = Some(given_up);
+                    }
+                }
+            }
+            if let Some(to) = skip_to {
+                if reader.position() >= to {
+                    let dropped = tracker.give_up_through(to);
+                    self.stats.dropped_lag.inc_by(dropped);
+                    tracing::warn!(destination = %self.name, position = %to, "forward lag past forward-max-lag-bytes: gave up the oldest unsent samples");
+                    skip_to = None;
+                }
+            }
+        }
+    }
+
+    /// Queues `part` on a shard; while the shard is full, watches the lag
+    /// and the stop flag. `Err` with the position to give up to when the
+    /// lag bound is passed meanwhile (the part is then counted dropped).
+    fn deal(
+        &self,
+        tx: &mpsc::Sender<Vec<Sample>>,
+        mut part: Vec<Sample>,
+        tracker: &Tracker,
+        end: Position,
+    ) -> Result<(), Position> {
+        loop {
+            match tx.try_send(part) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(p)) => part = p,
+            }
+            if *self.stop.borrow() {
+                return Ok(());
+            }
+            let end = end.max(self.progress.borrow().durable_at);
+            if let Some(to) = self.over_lag(tracker, end) {
+                let seq = part.first().map_or(0, |s| s.seq);
+                self.stats.dropped_lag.inc_by(part.len() as u64);
+                tracker.ack(seq, u32::try_from(part.len()).unwrap_or(u32::MAX));
+                return Err(to);
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Where to give up to when the log between the released position and
+    /// `end` is larger than the bound: the start of the oldest segment
+    /// that, with everything after it, fits.
+    fn over_lag(&self, tracker: &Tracker, end: Position) -> Option<Position> {
+        let released = tracker.released();
+        let sizes = segment_sizes(&self.wal_dir, released.segment, end);
+        let pending: u64 = pending_bytes(&sizes, released, end);
+        self.stats
+            .pending_bytes
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
+        if pending <= self.max_lag_bytes {
+            return None;
+        }
+        // Keep whole segments from the newest back while they fit; the
+        // segment being written always stays.
+        let mut kept = end.offset;
+        let mut from = end.segment;
+        for &(segment, size) in sizes.iter().rev() {
+            if segment >= end.segment {
+                continue;
+            }
+            if kept + size > self.max_lag_bytes {
+                break;
+            }
+            kept += size;
+            from = segment;
+        }
+        let to = Position {
+            segment: from,
+            offset: 0,
+        };
+        // Within the segment being written nothing more can be given up.
+        (to > released).then_some(to)
+    }
+}
+
+/// `(segment, bytes)` of the segments from `first` through `end`'s.
+fn segment_sizes(dir: &std::path::Path, first: u64, end: Position) -> Vec<(u64, u64)> {
+    crate::wal::segments(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&s| s >= first && s <= end.segment)
+        .map(|s| {
+            let len = std::fs::metadata(dir.join(format!("{s:08}"))).map_or(0, |m| m.len());
+            (s, if s == end.segment { end.offset } else { len })
+        })
+        .collect()
+}
+
+fn pending_bytes(sizes: &[(u64, u64)], from: Position, end: Position) -> u64 {
+    if from >= end {
+        return 0;
+    }
+    let total: u64 = sizes.iter().map(|&(_, b)| b).sum();
+    let before = if sizes.first().is_some_and(|&(s, _)| s == from.segment) {
+        from.offset
+    } else {
+        0
+    };
+    total.saturating_sub(before)
+}
+
+/// Saves the released position whenever it moves (each save is fsynced,
+/// so quick successive acknowledgements share one), and keeps the lag
+/// gauges current.
+async fn save_loop(
+    name: String,
+    wal_dir: PathBuf,
+    tracker: Arc<Tracker>,
+    stats: Stats,
+    progress: watch::Receiver<Progress>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut saved = tracker.released();
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = tracker.moved.notified() => {}
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let now = tracker.released();
+        let end = progress.borrow().durable_at;
+        let sizes = segment_sizes(&wal_dir, now.segment, end);
+        stats
+            .pending_bytes
+            .set(i64::try_from(pending_bytes(&sizes, now, end)).unwrap_or(i64::MAX));
+        let highest = stats.highest_sent_seconds.get();
+        if highest > 0.0 {
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            stats.lag_seconds.set((wall - highest).max(0.0));
+        }
+        if now == saved {
+            continue;
+        }
+        let (dir, n) = (wal_dir.clone(), name.clone());
+        let result = tokio::task::spawn_blocking(move || reader::save(&dir, &n, now)).await;
+        match result {
+            Ok(Ok(())) => {
+                saved = now;
+                failing = false;
+            }
+            Ok(Err(e)) if !failing => {
+                failing = true;
+                tracing::error!(destination = %name, error = %e, "cannot save the forward position; retrying");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(segment: u64, offset: u64) -> Position {
+        Position { segment, offset }
+    }
+
+    #[test]
+    fn the_released_position_waits_for_every_sample_of_every_earlier_record() {
+        let t = Tracker::new(at(1, 0));
+        let a = t.push(at(1, 10), 3);
+        let b = t.push(at(1, 20), 2);
+        let c = t.push(at(1, 30), 0);
+        assert_eq!((a, b, c), (0, 1, 2));
+        t.ack(b, 2);
+        assert_eq!(t.released(), at(1, 0), "record a is not acknowledged yet");
+        t.ack(a, 2);
+        assert_eq!(t.released(), at(1, 0));
+        t.ack(a, 1);
+        assert_eq!(t.released(), at(1, 30), "a, b and the empty c are done");
+        let d = t.push(at(2, 5), 0);
+        assert_eq!(d, 3);
+        assert_eq!(t.released(), at(2, 5));
+        // Acknowledgements of records already released change nothing.
+        t.ack(a, 1);
+        assert_eq!(t.released(), at(2, 5));
+    }
+
+    #[test]
+    fn giving_up_counts_what_was_not_acknowledged_and_ignores_late_acks() {
+        let t = Tracker::new(at(1, 0));
+        let a = t.push(at(1, 10), 3);
+        let _b = t.push(at(2, 10), 4);
+        let c = t.push(at(3, 10), 5);
+        t.ack(a, 1);
+        assert_eq!(t.give_up_through(at(3, 0)), 2 + 4);
+        assert_eq!(t.released(), at(2, 10));
+        t.ack(a, 2); // late, ignored
+        t.ack(c, 5);
+        assert_eq!(t.released(), at(3, 10));
+    }
+
+    #[test]
+    fn pending_bytes_run_from_the_released_position_to_the_end() {
+        let sizes = [(3, 100), (4, 100), (5, 40)];
+        assert_eq!(pending_bytes(&sizes, at(3, 30), at(5, 40)), 70 + 100 + 40);
+        assert_eq!(pending_bytes(&sizes, at(5, 40), at(5, 40)), 0);
+    }
+}

@@ -1,0 +1,459 @@
+//! A destination's shards: each batches the samples dealt to it, encodes a
+//! remote-write 1.0 request straight from the canonical label bytes (they
+//! are already the `TimeSeries.labels` field), snappy-compresses it and
+//! posts it, retrying as Prometheus' queue manager does.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::client::legacy::{connect::HttpConnector, Client as HttpClient};
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::{mpsc, watch};
+
+use super::queue::Tracker;
+use super::{Destination, Stats};
+use crate::encoding::put_uvarint;
+
+/// One sample on its way: the record it came from, its series' canonical
+/// labels, and the point.
+#[derive(Debug, Clone)]
+pub(super) struct Sample {
+    pub seq: u64,
+    pub labels: Arc<[u8]>,
+    pub t: i64,
+    pub v: f64,
+}
+
+/// Spreads series references over shards.
+pub(super) fn mix(r: u64) -> u64 {
+    r.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
+}
+
+/// The first wait after a failed send; doubled per failure up to
+/// [`MAX_BACKOFF`] (Prometheus' `min_backoff` and `max_backoff`).
+const MIN_BACKOFF: Duration = Duration::from_millis(30);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// How long an attempt in flight at shutdown may still finish.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Most bytes of an error answer kept for the log.
+const MAX_ERROR_BODY: usize = 1024;
+
+#[derive(Debug, Clone)]
+enum Auth {
+    None,
+    Basic {
+        user: String,
+        password: Option<String>,
+        file: Option<std::path::PathBuf>,
+    },
+    Bearer(String),
+    BearerFile(std::path::PathBuf),
+}
+
+/// A destination's HTTP client and fixed request parts.
+#[derive(Debug, Clone)]
+pub(super) struct Client {
+    http: HttpClient<HttpConnector, Full<Bytes>>,
+    uri: http::Uri,
+    headers: Arc<Vec<(HeaderName, HeaderValue)>>,
+    auth: Arc<Auth>,
+    timeout: Duration,
+}
+
+/// What one attempt came to.
+#[derive(Debug)]
+enum Outcome {
+    Sent,
+    /// Worth another try, after `after` if the receiver said.
+    Retry {
+        after: Option<Duration>,
+        why: String,
+    },
+    /// Refused for good (a 4xx other than 429).
+    Refused(String),
+}
+
+impl Client {
+    pub(super) fn new(dest: &Destination) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(dest.timeout));
+        let http = HttpClient::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let headers = dest
+            .headers
+            .iter()
+            .filter_map(|(k, v)| {
+                Some((
+                    HeaderName::from_bytes(k.as_bytes()).ok()?,
+                    HeaderValue::from_str(v).ok()?,
+                ))
+            })
+            .collect();
+        let auth = if let Some(t) = &dest.bearer_token {
+            Auth::Bearer(t.clone())
+        } else if let Some(f) = &dest.bearer_token_file {
+            Auth::BearerFile(f.clone())
+        } else if let Some(u) = &dest.basic_auth_username {
+            Auth::Basic {
+                user: u.clone(),
+                password: dest.basic_auth_password.clone(),
+                file: dest.basic_auth_password_file.clone(),
+            }
+        } else {
+            Auth::None
+        };
+        Self {
+            http,
+            uri: dest.url.parse().unwrap_or_default(),
+            headers: Arc::new(headers),
+            auth: Arc::new(auth),
+            timeout: dest.timeout,
+        }
+    }
+
+    fn authorization(&self) -> Result<Option<String>, String> {
+        let read = |f: &std::path::Path| {
+            std::fs::read_to_string(f)
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| format!("cannot read {}: {e}", f.display()))
+        };
+        Ok(match &*self.auth {
+            Auth::None => None,
+            Auth::Bearer(t) => Some(format!("Bearer {t}")),
+            Auth::BearerFile(f) => Some(format!("Bearer {}", read(f)?)),
+            Auth::Basic {
+                user,
+                password,
+                file,
+            } => {
+                let password = match (password, file) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(f)) => read(f)?,
+                    (None, None) => String::new(),
+                };
+                use base64::Engine as _;
+                let token =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                Some(format!("Basic {token}"))
+            }
+        })
+    }
+
+    async fn post(&self, body: Bytes) -> Outcome {
+        let auth = match self.authorization() {
+            Ok(a) => a,
+            Err(why) => return Outcome::Retry { after: None, why },
+        };
+        let mut req = Request::post(self.uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(http::header::CONTENT_ENCODING, "snappy")
+            .header(
+                http::header::USER_AGENT,
+                concat!("Sluice/", env!("CARGO_PKG_VERSION")),
+            )
+            .header("X-Prometheus-Remote-Write-Version", "0.1.0");
+        for (k, v) in self.headers.iter() {
+            req = req.header(k, v);
+        }
+        if let Some(a) = auth {
+            req = req.header(http::header::AUTHORIZATION, a);
+        }
+        let req = match req.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(e) => return Outcome::Refused(format!("cannot build the request: {e}")),
+        };
+        let answer = tokio::time::timeout(self.timeout, async {
+            let resp = self.http.request(req).await.map_err(|e| {
+                let mut msg = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg.push_str(": ");
+                    msg.push_str(&s.to_string());
+                    src = s.source();
+                }
+                msg
+            })?;
+            let status = resp.status();
+            let retry_after = resp
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            let body = Limited::new(resp.into_body(), 64 << 10)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)])
+                .trim()
+                .to_owned();
+            Ok::<_, String>((status, retry_after, text))
+        })
+        .await;
+        match answer {
+            Err(_) => Outcome::Retry {
+                after: None,
+                why: format!("no answer within {:?}", self.timeout),
+            },
+            Ok(Err(why)) => Outcome::Retry { after: None, why },
+            Ok(Ok((status, _, _))) if status.is_success() => Outcome::Sent,
+            Ok(Ok((status, after, text)))
+                if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() =>
+            {
+                Outcome::Retry {
+                    after,
+                    why: format!("{status}: {text}"),
+                }
+            }
+            Ok(Ok((status, _, text))) => Outcome::Refused(format!("{status}: {text}")),
+        }
+    }
+}
+
+/// One shard's part of a destination.
+#[derive(Debug)]
+pub(super) struct Shard {
+    pub name: String,
+    pub shard: usize,
+    pub dest: Arc<Destination>,
+    pub client: Client,
+    pub stats: Stats,
+    pub tracker: Arc<Tracker>,
+    pub rx: mpsc::Receiver<Vec<Sample>>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Sends batches until the queue closes or the stop flag is set.
+pub(super) async fn run_shard(mut s: Shard) {
+    let max = s.dest.max_samples_per_send;
+    let mut pending: std::collections::VecDeque<Sample> = std::collections::VecDeque::new();
+    let mut proto = Vec::new();
+    let mut encoder = snap::raw::Encoder::new();
+    let mut last_refusal_logged: Option<Instant> = None;
+    let mut closed = false;
+    loop {
+        if pending.is_empty() {
+            if closed {
+                return;
+            }
+            tokio::select! {
+                part = s.rx.recv() => match part {
+                    Some(p) => pending.extend(p),
+                    None => return,
+                },
+                _ = s.stop.changed() => return,
+            }
+        }
+        let deadline = tokio::time::Instant::now() + s.dest.batch_send_deadline;
+        while pending.len() < max && !closed {
+            tokio::select! {
+                part = s.rx.recv() => match part {
+                    Some(p) => pending.extend(p),
+                    None => closed = true,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+                _ = s.stop.changed() => return,
+            }
+        }
+        let n = pending.len().min(max);
+        let batch: Vec<Sample> = pending.drain(..n).collect();
+        encode(&batch, &mut proto);
+        let body = match encoder.compress_vec(&proto) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                tracing::error!(destination = %s.name, error = %e, "cannot compress a batch; dropping it");
+                s.stats.failed.inc_by(batch.len() as u64);
+                ack(&s.tracker, &batch);
+                continue;
+            }
+        };
+        crate::reuse::trim(&mut proto);
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let started = Instant::now();
+            let attempt = s.client.post(body.clone());
+            tokio::pin!(attempt);
+            let outcome = tokio::select! {
+                o = &mut attempt => o,
+                _ = s.stop.changed() => {
+                    // Let the attempt in flight finish, briefly: what it
+                    // delivers need not be sent again after the restart.
+                    if let Ok(Outcome::Sent) = tokio::time::timeout(STOP_GRACE, &mut attempt).await {
+                        s.stats.sent.inc_by(batch.len() as u64);
+                        ack(&s.tracker, &batch);
+                    }
+                    return;
+                }
+            };
+            s.stats
+                .send_seconds
+                .observe(started.elapsed().as_secs_f64());
+            match outcome {
+                Outcome::Sent => {
+                    s.stats.sent.inc_by(batch.len() as u64);
+                    if let Some(t) = batch.iter().map(|x| x.t).max() {
+                        let secs = t as f64 / 1000.0;
+                        if secs > s.stats.highest_sent_seconds.get() {
+                            s.stats.highest_sent_seconds.set(secs);
+                        }
+                    }
+                    break;
+                }
+                Outcome::Refused(why) => {
+                    s.stats.failed.inc_by(batch.len() as u64);
+                    if last_refusal_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        last_refusal_logged = Some(Instant::now());
+                        tracing::error!(destination = %s.name, shard = s.shard, samples = batch.len(), answer = %why, "forward destination refused a batch; dropped it (logged at most once a minute)");
+                    }
+                    break;
+                }
+                Outcome::Retry { after, why } => {
+                    s.stats.retried.inc_by(batch.len() as u64);
+                    let wait = after.unwrap_or(backoff);
+                    tracing::warn!(destination = %s.name, shard = s.shard, error = %why, retry_in = ?wait, "forward send failed; retrying");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        _ = s.stop.changed() => return,
+                    }
+                }
+            }
+        }
+        ack(&s.tracker, &batch);
+    }
+}
+
+/// Acknowledges a batch's samples, record by record.
+fn ack(tracker: &Tracker, batch: &[Sample]) {
+    let mut run: Option<(u64, u32)> = None;
+    for s in batch {
+        match &mut run {
+            Some((seq, n)) if *seq == s.seq => *n += 1,
+            _ => {
+                if let Some((seq, n)) = run {
+                    tracker.ack(seq, n);
+                }
+                run = Some((s.seq, 1));
+            }
+        }
+    }
+    if let Some((seq, n)) = run {
+        tracker.ack(seq, n);
+    }
+}
+
+/// Writes a remote-write 1.0 `WriteRequest` of `batch` into `out`: one
+/// `TimeSeries` per run of samples of the same series.
+pub(super) fn encode(batch: &[Sample], out: &mut Vec<u8>) {
+    out.clear();
+    let mut i = 0;
+    while i < batch.len() {
+        let labels = &batch[i].labels;
+        let mut j = i + 1;
+        while j < batch.len() && Arc::ptr_eq(&batch[j].labels, labels) {
+            j += 1;
+        }
+        let samples = &batch[i..j];
+        let samples_len: usize = samples
+            .iter()
+            .map(|s| {
+                let inner = sample_len(s.t);
+                1 + varint_len(inner as u64) + inner
+            })
+            .sum();
+        let len = labels.len() + samples_len;
+        out.push(0x0a); // WriteRequest.timeseries = 1
+        put_uvarint(out, len as u64);
+        out.extend_from_slice(labels); // TimeSeries.labels = 1, as stored
+        for s in samples {
+            out.push(0x12); // TimeSeries.samples = 2
+            put_uvarint(out, sample_len(s.t) as u64);
+            out.push(0x09); // Sample.value = 1, fixed64
+            out.extend_from_slice(&s.v.to_bits().to_le_bytes());
+            out.push(0x10); // Sample.timestamp = 2, varint
+            put_uvarint(out, s.t as u64);
+        }
+        i = j;
+    }
+}
+
+fn sample_len(t: i64) -> usize {
+    1 + 8 + 1 + varint_len(t as u64)
+}
+
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+
+    #[test]
+    fn batches_decode_as_the_write_requests_prometheus_sends() {
+        let mut labels = Vec::new();
+        crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "a")], &mut labels);
+        let a: Arc<[u8]> = Arc::from(&labels[..]);
+        labels.clear();
+        crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "b")], &mut labels);
+        let b: Arc<[u8]> = Arc::from(&labels[..]);
+        let s = |l: &Arc<[u8]>, t: i64, v: f64| Sample {
+            seq: 0,
+            labels: Arc::clone(l),
+            t,
+            v,
+        };
+        let batch = [
+            s(&a, 1000, 1.0),
+            s(&a, 2000, f64::NAN),
+            s(&b, -5, 0.5),
+            s(&a, i64::MAX, f64::INFINITY),
+        ];
+        let mut out = Vec::new();
+        encode(&batch, &mut out);
+        let req = crate::proto::prometheus::WriteRequest::decode(&out[..]).expect("decodes");
+        assert_eq!(
+            req.timeseries.len(),
+            3,
+            "runs of one series share a TimeSeries"
+        );
+        let got: Vec<(String, i64, u64)> = req
+            .timeseries
+            .iter()
+            .flat_map(|ts| {
+                let job = ts.labels[1].value.clone();
+                ts.samples
+                    .iter()
+                    .map(move |x| (job.clone(), x.timestamp, x.value.to_bits()))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a".into(), 1000, 1.0f64.to_bits()),
+                ("a".into(), 2000, f64::NAN.to_bits()),
+                ("b".into(), -5, 0.5f64.to_bits()),
+                ("a".into(), i64::MAX, f64::INFINITY.to_bits()),
+            ]
+        );
+        assert_eq!(req.timeseries[0].labels[0].name, "__name__");
+    }
+
+    #[test]
+    fn varint_lengths() {
+        for v in [0u64, 1, 127, 128, 16383, 16384, u64::MAX] {
+            let mut b = Vec::new();
+            put_uvarint(&mut b, v);
+            assert_eq!(varint_len(v), b.len(), "{v}");
+        }
+    }
+}

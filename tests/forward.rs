@@ -1,0 +1,594 @@
+//! Forwarding (issue 20) with real downstreams: Prometheus 3.5.3's
+//! remote-write receiver and VictoriaMetrics (Debian's), and a recording
+//! receiver where a scripted answer or a count of copies is needed. Each
+//! test prints its figures.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::downstream::{labels_text, raw_samples, Answer, Key, Recorder, VictoriaMetrics};
+use sluice::config::Config;
+use sluice::forward::Destination;
+
+/// `n` series of `fwd_test`, samples `from..to` (one per second from
+/// `base`), as one remote-write body.
+fn round(base: i64, series: usize, from: usize, to: usize) -> Vec<u8> {
+    let ts = (0..series)
+        .map(|i| {
+            let inst = format!("i{i}");
+            let job = format!("j{}", i % 3);
+            let samples: Vec<(i64, f64)> = (from..to)
+                .map(|k| (base + k as i64 * 1000, value(i, k)))
+                .collect();
+            common::series(
+                &[("__name__", "fwd_test"), ("instance", &inst), ("job", &job)],
+                &samples,
+            )
+        })
+        .collect();
+    common::body(ts)
+}
+
+fn value(i: usize, k: usize) -> f64 {
+    (i * 1000 + k) as f64 * 0.25
+}
+
+/// What was sent: every (labels, t, value bits).
+fn expected(base: i64, series: usize, samples: usize) -> Vec<Key> {
+    let mut out: Vec<Key> = (0..series)
+        .flat_map(|i| {
+            let labels = labels_text([
+                ("__name__", "fwd_test"),
+                ("instance", format!("i{i}").as_str()),
+                ("job", format!("j{}", i % 3).as_str()),
+            ]);
+            (0..samples).map(move |k| {
+                (
+                    labels.clone(),
+                    base + k as i64 * 1000,
+                    value(i, k).to_bits(),
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn dest(spec: &str) -> Destination {
+    spec.parse().expect("destination")
+}
+
+/// A base timestamp some minutes back, on a whole second.
+fn base() -> i64 {
+    (common::now_ms() - 20 * 60_000) / 1000 * 1000
+}
+
+/// Polls `f` until it is true, for at most `secs`; whether it became true.
+async fn eventually<F, Fut>(secs: u64, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Polls `selector`'s raw samples until there are at least `n` (for up to
+/// 30 s: VictoriaMetrics makes data searchable within a second or so).
+async fn samples_when(base: &str, selector: &str, time: f64, n: usize) -> Vec<Key> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = raw_samples(base, selector, "1h", time).await;
+        if got.len() >= n || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn metric(addr: SocketAddr, series: &str) -> f64 {
+    common::self_metric(addr, series).await.unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_accepted_sample_reaches_prometheus_3_and_victoriametrics_unchanged() {
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &["--web.enable-remote-write-receiver"],
+    );
+    let vm = VictoriaMetrics::start();
+    vm.ready().await;
+    // Prometheus' receiver answers once its storage is ready.
+    prom.remote_write(common::body(vec![common::series(
+        &[("__name__", "warm_up")],
+        &[(common::now_ms(), 1.0)],
+    )]))
+    .await;
+    let config = Config {
+        forward: vec![
+            dest(&format!(
+                "http://{}/api/v1/write,name=prom,shards=2",
+                prom.addr()
+            )),
+            dest(&format!(
+                "{},name=vm,shards=3,max-samples-per-send=500",
+                vm.write_url()
+            )),
+        ],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 300;
+    const SAMPLES: usize = 30;
+    let base = base();
+    for r in 0..10 {
+        let (status, text) = common::push(sluice.addr, round(base, SERIES, r * 3, r * 3 + 3)).await;
+        assert_eq!(status, 204, "{text}");
+    }
+    let total = (SERIES * SAMPLES) as f64;
+    let started = Instant::now();
+    for name in ["prom", "vm"] {
+        let series = format!("sluice_forward_samples_sent_total{{destination=\"{name}\"}}");
+        let sent = common::wait_for_metric(sluice.addr, &series, |v| v >= total).await;
+        assert_eq!(sent, total, "{name}");
+    }
+    println!(
+        "forwarded {total} samples to each of 2 destinations in {:?}",
+        started.elapsed()
+    );
+    let time = (base + SAMPLES as i64 * 1000) as f64 / 1000.0;
+    let want = expected(base, SERIES, SAMPLES);
+    let ours = raw_samples(&format!("http://{}", sluice.addr), "fwd_test", "1h", time).await;
+    assert_eq!(ours.len(), want.len());
+    assert!(ours == want, "Sluice holds what was sent");
+    let prom_has = raw_samples(&format!("http://{}", prom.addr()), "fwd_test", "1h", time).await;
+    assert_eq!(
+        prom_has.len(),
+        want.len(),
+        "Prometheus 3.5.3 holds every sample"
+    );
+    assert!(
+        prom_has == want,
+        "Prometheus 3.5.3: same labels, times and values"
+    );
+    // VictoriaMetrics makes data searchable within a second or so.
+    let vm_has = samples_when(
+        &format!("http://{}", vm.addr()),
+        "fwd_test",
+        time,
+        want.len(),
+    )
+    .await;
+    assert_eq!(
+        vm_has.len(),
+        want.len(),
+        "VictoriaMetrics holds every sample"
+    );
+    assert!(
+        vm_has == want,
+        "VictoriaMetrics: same labels, times and values"
+    );
+    for name in ["prom", "vm"] {
+        for (what, series) in [
+            (
+                "failed",
+                format!("sluice_forward_samples_failed_total{{destination=\"{name}\"}}"),
+            ),
+            (
+                "dropped",
+                format!(
+                    "sluice_forward_samples_dropped_total{{destination=\"{name}\",reason=\"lag\"}}"
+                ),
+            ),
+        ] {
+            assert_eq!(metric(sluice.addr, &series).await, 0.0, "{name} {what}");
+        }
+        let pending = format!("sluice_forward_pending_bytes{{destination=\"{name}\"}}");
+        assert!(
+            eventually(10, || async { metric(sluice.addr, &pending).await == 0.0 }).await,
+            "{name}: the saved position reaches the end of the WAL"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_429_after_retry_after_and_5xx_and_drops_what_a_400_refuses() {
+    let recorder = Recorder::default();
+    let addr = recorder
+        .start(vec![
+            Answer::Status(429, Some(1)),
+            Answer::Status(503, None),
+            Answer::Status(400, None),
+        ])
+        .await;
+    let config = Config {
+        forward: vec![dest(&format!(
+            "http://{addr}/api/v1/write,name=stub,shards=1,max-samples-per-send=100,\
+             header=X-Scope-OrgID:team-a,bearer-token=s3cret"
+        ))],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    let base = base();
+    let (status, _) = common::push(sluice.addr, round(base, 50, 0, 6)).await;
+    assert_eq!(status, 204);
+    let total = 300.0;
+    let sent = common::wait_for_metric(
+        sluice.addr,
+        "sluice_forward_samples_sent_total{destination=\"stub\"}",
+        |v| v > 0.0,
+    )
+    .await;
+    assert!(
+        eventually(20, || async {
+            metric(
+                sluice.addr,
+                "sluice_forward_samples_sent_total{destination=\"stub\"}",
+            )
+            .await
+                + metric(
+                    sluice.addr,
+                    "sluice_forward_samples_failed_total{destination=\"stub\"}",
+                )
+                .await
+                >= total
+        })
+        .await,
+        "sent {sent}"
+    );
+    let requests = recorder.requests.lock().expect("requests").clone();
+    println!("requests (status, samples): {requests:?}");
+    let first = requests[0].1;
+    assert_eq!(
+        requests[..3].iter().map(|r| r.0).collect::<Vec<_>>(),
+        [429, 503, 400],
+        "the same batch answered 429, then 503, then 400"
+    );
+    assert!(
+        requests[..3].iter().all(|r| r.1 == first),
+        "one batch, retried whole"
+    );
+    let failed = metric(
+        sluice.addr,
+        "sluice_forward_samples_failed_total{destination=\"stub\"}",
+    )
+    .await;
+    let retried = metric(
+        sluice.addr,
+        "sluice_forward_samples_retried_total{destination=\"stub\"}",
+    )
+    .await;
+    assert_eq!(
+        failed, first as f64,
+        "the 400's batch is dropped and counted"
+    );
+    assert_eq!(
+        retried,
+        2.0 * first as f64,
+        "the 429 and the 503 were retried"
+    );
+    assert_eq!(
+        recorder.distinct(),
+        300 - first,
+        "every other sample arrived"
+    );
+    assert_eq!(recorder.duplicates(), 0);
+    let headers = recorder.last_headers.lock().expect("headers").clone();
+    let header = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    assert_eq!(header("x-scope-orgid").as_deref(), Some("team-a"));
+    assert_eq!(header("authorization").as_deref(), Some("Bearer s3cret"));
+    assert_eq!(header("content-encoding").as_deref(), Some("snappy"));
+    assert_eq!(
+        header("x-prometheus-remote-write-version").as_deref(),
+        Some("0.1.0")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_the_lag_bound_the_oldest_unsent_data_is_dropped_and_ingest_goes_on() {
+    let recorder = Recorder::default();
+    let addr = recorder.start(Vec::new()).await;
+    recorder.set_down(true);
+    let config = Config {
+        wal_segment_bytes: 64 << 10,
+        forward_max_lag_bytes: 256 << 10,
+        forward: vec![dest(&format!(
+            "http://{addr}/api/v1/write,name=stub,shards=1,max-samples-per-send=200,batch-send-deadline=50ms"
+        ))],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    let base = base();
+    const SERIES: usize = 200;
+    const ROUNDS: usize = 60;
+    for r in 0..ROUNDS {
+        let (status, text) = common::push(sluice.addr, round(base, SERIES, r * 5, r * 5 + 5)).await;
+        assert_eq!(status, 204, "ingest never waits for a destination: {text}");
+    }
+    let total = (SERIES * ROUNDS * 5) as f64;
+    let dropped_series =
+        "sluice_forward_samples_dropped_total{destination=\"stub\",reason=\"lag\"}";
+    let dropped = common::wait_for_metric(sluice.addr, dropped_series, |v| v > 0.0).await;
+    assert!(
+        dropped > 0.0,
+        "the oldest unsent samples are given up, counted"
+    );
+    let pending = metric(
+        sluice.addr,
+        "sluice_forward_pending_bytes{destination=\"stub\"}",
+    )
+    .await;
+    println!("total {total}, dropped for lag {dropped}, pending bytes {pending}");
+    // Once the destination answers again, the rest arrives.
+    recorder.set_down(false);
+    assert!(
+        eventually(60, || async {
+            metric(
+                sluice.addr,
+                "sluice_forward_pending_bytes{destination=\"stub\"}",
+            )
+            .await
+                == 0.0
+        })
+        .await,
+        "the backlog drains"
+    );
+    let dropped = metric(sluice.addr, dropped_series).await;
+    let got = recorder.distinct() as f64;
+    println!("received {got}, dropped {dropped}");
+    assert!(got < total, "not everything could be kept");
+    assert!(
+        got + dropped >= total,
+        "every sample is either received or counted as dropped: {got} + {dropped} < {total}"
+    );
+    let wal_bytes: u64 = std::fs::read_dir(sluice.data_dir().join("wal"))
+        .expect("wal")
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    println!("WAL on disk at the end: {wal_bytes} bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_downstream_outage_of_a_minute_loses_nothing_and_the_lag_falls_back() {
+    let mut vm = VictoriaMetrics::start();
+    vm.ready().await;
+    let config = Config {
+        forward: vec![dest(&format!(
+            "{},name=vm,shards=2,batch-send-deadline=200ms",
+            vm.write_url()
+        ))],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 100;
+    // Samples at wall-clock time, one round per 100 ms.
+    let start = common::now_ms() / 1000 * 1000;
+    let mut rounds = 0usize;
+    let mut push_until = |until: Instant, sluice_addr: SocketAddr| {
+        let r0 = rounds;
+        let n = ((until - Instant::now()).as_millis() / 100) as usize;
+        rounds += n;
+        async move {
+            for r in r0..r0 + n {
+                let t = start + r as i64 * 100;
+                let ts = (0..SERIES)
+                    .map(|i| {
+                        common::series(
+                            &[("__name__", "fwd_outage"), ("instance", &format!("i{i}"))],
+                            &[(t, r as f64)],
+                        )
+                    })
+                    .collect();
+                let (status, _) = common::push(sluice_addr, common::body(ts)).await;
+                assert_eq!(status, 204);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    push_until(Instant::now() + Duration::from_secs(3), sluice.addr).await;
+    let lag_series = "sluice_forward_lag_seconds{destination=\"vm\"}";
+    let lag_before = metric(sluice.addr, lag_series).await;
+    vm.stop();
+    push_until(Instant::now() + Duration::from_secs(60), sluice.addr).await;
+    let lag_during = metric(sluice.addr, lag_series).await;
+    let pending_during = metric(
+        sluice.addr,
+        "sluice_forward_pending_bytes{destination=\"vm\"}",
+    )
+    .await;
+    let retried = metric(
+        sluice.addr,
+        "sluice_forward_samples_retried_total{destination=\"vm\"}",
+    )
+    .await;
+    vm.restart();
+    vm.ready().await;
+    let total = (rounds * SERIES) as f64;
+    let sent = common::wait_for_metric(
+        sluice.addr,
+        "sluice_forward_samples_sent_total{destination=\"vm\"}",
+        |v| v >= total,
+    )
+    .await;
+    assert_eq!(sent, total, "every sample sent after the outage");
+    let fell = eventually(20, || async { metric(sluice.addr, lag_series).await < 5.0 }).await;
+    let lag_after = metric(sluice.addr, lag_series).await;
+    println!(
+        "outage 60 s: lag before {lag_before:.1} s, during {lag_during:.1} s, after {lag_after:.1} s; \
+         pending during {pending_during} B; samples retried {retried}; total {total}"
+    );
+    assert!(
+        lag_during > 30.0,
+        "the lag rose during the outage: {lag_during}"
+    );
+    assert!(pending_during > 0.0);
+    assert!(fell, "the lag fell back: {lag_after}");
+    let time = (start + rounds as i64 * 100) as f64 / 1000.0 + 1.0;
+    let vm_base = format!("http://{}", vm.addr());
+    let theirs = samples_when(&vm_base, "fwd_outage", time, rounds * SERIES).await;
+    assert_eq!(
+        theirs.len(),
+        rounds * SERIES,
+        "VictoriaMetrics holds every sample"
+    );
+    let ours = raw_samples(&format!("http://{}", sluice.addr), "fwd_outage", "1h", time).await;
+    assert!(
+        ours == theirs,
+        "VictoriaMetrics holds exactly what Sluice accepted"
+    );
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+struct Process {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_binary(data: &std::path::Path, forward: &[String]) -> Process {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "--checkpoint-interval",
+            "300ms",
+            "--wal-segment-bytes",
+            "131072",
+        ]);
+    for f in forward {
+        cmd.args(["--forward", f]);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("sluice starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| panic!("sluice exited before listening"));
+        if let Some(at) = line.find("listening addr=") {
+            break line[at + "listening addr=".len()..]
+                .trim()
+                .parse()
+                .expect("an address");
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Process { child, addr }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_in_flight() {
+    let vm = VictoriaMetrics::start();
+    vm.ready().await;
+    let recorder = Recorder::default();
+    let rec_addr = recorder.start(Vec::new()).await;
+    const SHARDS: usize = 2;
+    const MAX_PER_SEND: usize = 250;
+    let forward = [
+        format!("{},name=vm,shards={SHARDS},max-samples-per-send={MAX_PER_SEND}", vm.write_url()),
+        format!(
+            "http://{rec_addr}/api/v1/write,name=rec,shards={SHARDS},max-samples-per-send={MAX_PER_SEND}"
+        ),
+    ];
+    let data = tempfile::tempdir().expect("tmp");
+    let base = base();
+    const SERIES: usize = 100;
+    let mut acked = 0usize; // rounds answered 204, one sample per series each
+    const KILLS: usize = 3;
+    for life in 0..=KILLS {
+        let sluice = start_binary(data.path(), &forward);
+        // Push rounds; kill -9 while the forwarders are busy.
+        for _ in 0..40 {
+            let (status, _) =
+                common::push(sluice.addr, round(base, SERIES, acked, acked + 1)).await;
+            assert_eq!(status, 204);
+            acked += 1;
+        }
+        if life < KILLS {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let pid = sluice.child.id();
+            let ok = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .expect("kill");
+            assert!(ok.success());
+            drop(sluice);
+            continue;
+        }
+        let total = (acked * SERIES) as f64;
+        // The last life sends everything, including what earlier lives
+        // had not.
+        assert!(
+            eventually(60, || async { recorder.distinct() as f64 >= total }).await,
+            "the recorder has {} of {total}",
+            recorder.distinct()
+        );
+        let vm_pending = "sluice_forward_pending_bytes{destination=\"vm\"}";
+        assert!(
+            eventually(30, || async {
+                metric(sluice.addr, vm_pending).await == 0.0
+            })
+            .await,
+            "VictoriaMetrics' queue drains"
+        );
+    }
+    let want: BTreeSet<Key> = expected(base, SERIES, acked).into_iter().collect();
+    let got: BTreeSet<Key> = recorder
+        .received
+        .lock()
+        .expect("received")
+        .keys()
+        .cloned()
+        .collect();
+    assert!(
+        got == want,
+        "the recorder got exactly what was acknowledged"
+    );
+    let duplicates = recorder.duplicates();
+    println!(
+        "{KILLS} kill -9s, {} samples: {duplicates} received twice (bound {})",
+        want.len(),
+        KILLS * SHARDS * MAX_PER_SEND
+    );
+    assert!(
+        duplicates as usize <= KILLS * SHARDS * MAX_PER_SEND,
+        "at most the batches in flight are sent again"
+    );
+    let time = (base + acked as i64 * 1000) as f64 / 1000.0;
+    let has = samples_when(
+        &format!("http://{}", vm.addr()),
+        "fwd_test",
+        time,
+        want.len(),
+    )
+    .await;
+    let has: BTreeSet<Key> = has.into_iter().collect();
+    assert!(
+        has == want,
+        "VictoriaMetrics holds every acknowledged sample"
+    );
+}
