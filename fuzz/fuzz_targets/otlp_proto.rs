@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         },
         64,
     );
-    let limits = LabelLimits { max_labels: 16, max_name_len: 64, max_value_len: 256 };
+    let limits = LabelLimits { max_labels: 16, max_name_len: 64, max_value_len: 256, ..LabelLimits::default() };
     if let Ok(report) = append_export_request(&head, &metadata, &otlp, &limits, data, 1 << 40) {
         assert!(report.rejected_points_total() <= report.points);
     }
