@@ -278,6 +278,16 @@ settings! {
     /// sluice_forward_samples_dropped_total [default: 2GiB].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]
     forward_max_lag_bytes: u64 = 2 << 30;
+    /// Spread series over the forward destinations by a hash of their
+    /// labels, each series to one of them (or to
+    /// forward-shard-by-series-replicas of them), instead of sending
+    /// everything to each [default: false].
+    #[arg(value_name = "BOOL")]
+    forward_shard_by_series: bool = false;
+    /// With forward-shard-by-series, how many destinations take each series
+    /// [default: 1].
+    #[arg(value_name = "N")]
+    forward_shard_by_series_replicas: usize = 1;
 }
 
 /// Parses a byte size: a number with an optional unit, `k`/`KB` (1000),
@@ -448,6 +458,14 @@ impl Config {
                     d.resolved_name()
                 )));
             }
+        }
+        if self.forward_shard_by_series
+            && !(1..=self.forward.len()).contains(&self.forward_shard_by_series_replicas)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "forward-shard-by-series-replicas must be 1 to the number of forward destinations ({})",
+                self.forward.len()
+            )));
         }
         if !self.forward.is_empty() && self.wal_disabled {
             return Err(ConfigError::Invalid(

@@ -58,6 +58,8 @@ pub struct Stats {
     pub highest_sent_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Senders running.
     pub shards: Gauge,
+    /// Series whose labels the reader keeps.
+    pub series: Gauge,
     /// Time per send attempt.
     pub send_seconds: Histogram,
 }
@@ -75,6 +77,32 @@ pub struct Setup {
     pub progress: watch::Receiver<Progress>,
     /// Most bytes of unsent log kept per destination.
     pub max_lag_bytes: u64,
+    /// Spread series over the destinations instead of sending each all:
+    /// each series goes to this many of them (see [`Split`]).
+    pub shard_by_series: Option<usize>,
+}
+
+/// Which series a destination takes when series are spread over the
+/// destinations: those whose label hash, modulo `of`, is `index` or one of
+/// the `replicas - 1` positions before it (as vmagent's `shardByURL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// This destination's position.
+    pub index: usize,
+    /// How many destinations there are.
+    pub of: usize,
+    /// How many destinations take each series.
+    pub replicas: usize,
+}
+
+impl Split {
+    /// Whether the series with these canonical labels is this
+    /// destination's.
+    pub fn takes(&self, labels: &[u8]) -> bool {
+        let of = self.of.max(1);
+        let first = (xxhash_rust::xxh3::xxh3_64(labels) % of as u64) as usize;
+        (0..self.replicas.clamp(1, of)).any(|r| (first + r) % of == self.index)
+    }
 }
 
 /// The running forwarders; [`Forwarders::stop`] ends them.
@@ -108,8 +136,14 @@ impl Forwarders {
         let (stop, stop_rx) = watch::channel(false);
         let runtime = tokio::runtime::Handle::current();
         let mut threads = Vec::new();
-        for (dest, stats) in setup.destinations {
+        let count = setup.destinations.len();
+        for (index, (dest, stats)) in setup.destinations.into_iter().enumerate() {
             let q = queue::Queue {
+                split: setup.shard_by_series.map(|replicas| Split {
+                    index,
+                    of: count,
+                    replicas,
+                }),
                 name: dest.resolved_name(),
                 dest: Arc::new(dest),
                 stats,
@@ -135,6 +169,41 @@ impl Forwarders {
         let _ = self.stop.send(true);
         for t in self.threads {
             let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_gives_every_series_to_exactly_as_many_destinations_as_replicas() {
+        for (of, replicas) in [(2, 1), (3, 1), (3, 2), (4, 4), (2, 5)] {
+            let mut per_destination = vec![0usize; of];
+            for i in 0..1000 {
+                let labels = format!("series-{i}");
+                let takers: Vec<usize> = (0..of)
+                    .filter(|&index| {
+                        Split {
+                            index,
+                            of,
+                            replicas,
+                        }
+                        .takes(labels.as_bytes())
+                    })
+                    .collect();
+                assert_eq!(takers.len(), replicas.min(of), "{of} {replicas}");
+                for t in takers {
+                    per_destination[t] += 1;
+                }
+            }
+            // Spread about evenly.
+            let even = 1000 * replicas.min(of) / of;
+            assert!(
+                per_destination.iter().all(|&n| n > even * 8 / 10),
+                "{per_destination:?}"
+            );
         }
     }
 }

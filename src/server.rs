@@ -58,6 +58,7 @@ pub struct Server {
     http: http::HttpLimits,
     forward: Vec<crate::forward::Destination>,
     forward_max_lag_bytes: u64,
+    forward_shard_by_series: Option<usize>,
 }
 
 impl Server {
@@ -101,6 +102,9 @@ impl Server {
             http: config.http_limits(),
             forward: config.forward.clone(),
             forward_max_lag_bytes: config.forward_max_lag_bytes,
+            forward_shard_by_series: config
+                .forward_shard_by_series
+                .then_some(config.forward_shard_by_series_replicas),
         })
     }
 
@@ -147,6 +151,7 @@ impl Server {
                     data_dir: self.data_dir.clone(),
                     progress: wal.watch(),
                     max_lag_bytes: self.forward_max_lag_bytes,
+                    shard_by_series: self.forward_shard_by_series,
                 })?)
             }
             _ => None,

@@ -78,6 +78,7 @@ struct ForwardFamilies {
     lag_seconds: Family<DestinationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     highest_sent: Family<DestinationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     shards: Family<DestinationLabels, Gauge>,
+    series: Family<DestinationLabels, Gauge>,
     send_seconds: Family<DestinationLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -92,6 +93,7 @@ impl ForwardFamilies {
             lag_seconds: Family::default(),
             highest_sent: Family::default(),
             shards: Family::default(),
+            series: Family::default(),
             send_seconds: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
         };
         let sub = registry.sub_registry_with_prefix("sluice_forward");
@@ -132,6 +134,11 @@ impl ForwardFamilies {
         );
         sub.register("shards", "Concurrent senders", f.shards.clone());
         sub.register(
+            "series",
+            "Series whose labels the destination's WAL reader keeps",
+            f.series.clone(),
+        );
+        sub.register(
             "send_duration_seconds",
             "Time per send attempt",
             f.send_seconds.clone(),
@@ -161,6 +168,7 @@ impl ForwardFamilies {
             lag_seconds: self.lag_seconds.get_or_create(&l).clone(),
             highest_sent_seconds: self.highest_sent.get_or_create(&l).clone(),
             shards: self.shards.get_or_create(&l).clone(),
+            series: self.series.get_or_create(&l).clone(),
             send_seconds: self.send_seconds.get_or_create(&l).clone(),
         }
     }

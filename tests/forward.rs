@@ -364,6 +364,32 @@ async fn past_the_lag_bound_the_oldest_unsent_data_is_dropped_and_ingest_goes_on
     println!("WAL on disk at the end: {wal_bytes} bytes");
 }
 
+/// Pushes one sample per series at the wall-clock time every 100 ms until
+/// `stop`; returns each round's timestamp.
+async fn steady_load(
+    addr: SocketAddr,
+    series: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<i64> {
+    let mut times = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = common::now_ms();
+        let ts = (0..series)
+            .map(|i| {
+                common::series(
+                    &[("__name__", "fwd_outage"), ("instance", &format!("i{i}"))],
+                    &[(t, times.len() as f64)],
+                )
+            })
+            .collect();
+        let (status, _) = common::push(addr, common::body(ts)).await;
+        assert_eq!(status, 204, "ingest goes on while the destination is down");
+        times.push(t);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    times
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_downstream_outage_of_a_minute_loses_nothing_and_the_lag_falls_back() {
     let mut vm = VictoriaMetrics::start();
@@ -377,41 +403,20 @@ async fn a_downstream_outage_of_a_minute_loses_nothing_and_the_lag_falls_back() 
     };
     let sluice = common::start(config).await;
     const SERIES: usize = 100;
-    // Samples at wall-clock time, one round per 100 ms.
-    let start = common::now_ms() / 1000 * 1000;
-    let mut rounds = 0usize;
-    let mut push_until = |until: Instant, sluice_addr: SocketAddr| {
-        let r0 = rounds;
-        let n = ((until - Instant::now()).as_millis() / 100) as usize;
-        rounds += n;
-        async move {
-            for r in r0..r0 + n {
-                let t = start + r as i64 * 100;
-                let ts = (0..SERIES)
-                    .map(|i| {
-                        common::series(
-                            &[("__name__", "fwd_outage"), ("instance", &format!("i{i}"))],
-                            &[(t, r as f64)],
-                        )
-                    })
-                    .collect();
-                let (status, _) = common::push(sluice_addr, common::body(ts)).await;
-                assert_eq!(status, 204);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    push_until(Instant::now() + Duration::from_secs(3), sluice.addr).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = tokio::spawn(steady_load(
+        sluice.addr,
+        SERIES,
+        std::sync::Arc::clone(&stop),
+    ));
     let lag_series = "sluice_forward_lag_seconds{destination=\"vm\"}";
+    let pending_series = "sluice_forward_pending_bytes{destination=\"vm\"}";
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let lag_before = metric(sluice.addr, lag_series).await;
     vm.stop();
-    push_until(Instant::now() + Duration::from_secs(60), sluice.addr).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     let lag_during = metric(sluice.addr, lag_series).await;
-    let pending_during = metric(
-        sluice.addr,
-        "sluice_forward_pending_bytes{destination=\"vm\"}",
-    )
-    .await;
+    let pending_during = metric(sluice.addr, pending_series).await;
     let retried = metric(
         sluice.addr,
         "sluice_forward_samples_retried_total{destination=\"vm\"}",
@@ -419,19 +424,24 @@ async fn a_downstream_outage_of_a_minute_loses_nothing_and_the_lag_falls_back() 
     .await;
     vm.restart();
     vm.ready().await;
-    let total = (rounds * SERIES) as f64;
+    let recovered = Instant::now();
+    // Under the same load, the backlog drains and the lag falls back.
+    let fell = eventually(60, || async { metric(sluice.addr, lag_series).await < 5.0 }).await;
+    let caught_up = recovered.elapsed();
+    let lag_after = metric(sluice.addr, lag_series).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let times = load.await.expect("load");
+    let total = (times.len() * SERIES) as f64;
     let sent = common::wait_for_metric(
         sluice.addr,
         "sluice_forward_samples_sent_total{destination=\"vm\"}",
         |v| v >= total,
     )
     .await;
-    assert_eq!(sent, total, "every sample sent after the outage");
-    let fell = eventually(20, || async { metric(sluice.addr, lag_series).await < 5.0 }).await;
-    let lag_after = metric(sluice.addr, lag_series).await;
     println!(
-        "outage 60 s: lag before {lag_before:.1} s, during {lag_during:.1} s, after {lag_after:.1} s; \
-         pending during {pending_during} B; samples retried {retried}; total {total}"
+        "outage 60 s under {SERIES} samples per 100 ms: lag before {lag_before:.1} s, during \
+         {lag_during:.1} s, {lag_after:.1} s {caught_up:?} after the restart; pending during \
+         {pending_during} B; samples retried {retried}; total {total}"
     );
     assert!(
         lag_during > 30.0,
@@ -439,12 +449,13 @@ async fn a_downstream_outage_of_a_minute_loses_nothing_and_the_lag_falls_back() 
     );
     assert!(pending_during > 0.0);
     assert!(fell, "the lag fell back: {lag_after}");
-    let time = (start + rounds as i64 * 100) as f64 / 1000.0 + 1.0;
+    assert_eq!(sent, total, "every sample sent after the outage");
+    let time = *times.last().expect("rounds") as f64 / 1000.0 + 1.0;
     let vm_base = format!("http://{}", vm.addr());
-    let theirs = samples_when(&vm_base, "fwd_outage", time, rounds * SERIES).await;
+    let theirs = samples_when(&vm_base, "fwd_outage", time, times.len() * SERIES).await;
     assert_eq!(
         theirs.len(),
-        rounds * SERIES,
+        times.len() * SERIES,
         "VictoriaMetrics holds every sample"
     );
     let ours = raw_samples(&format!("http://{}", sluice.addr), "fwd_outage", "1h", time).await;
@@ -590,5 +601,91 @@ async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_i
     assert!(
         has == want,
         "VictoriaMetrics holds every acknowledged sample"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sharding_by_series_over_two_victoriametrics_puts_each_series_on_exactly_one() {
+    let (a, b) = (VictoriaMetrics::start(), VictoriaMetrics::start());
+    a.ready().await;
+    b.ready().await;
+    let config = Config {
+        forward: vec![
+            dest(&format!(
+                "{},name=vm-a,batch-send-deadline=200ms",
+                a.write_url()
+            )),
+            dest(&format!(
+                "{},name=vm-b,batch-send-deadline=200ms",
+                b.write_url()
+            )),
+        ],
+        forward_shard_by_series: true,
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 300;
+    const SAMPLES: usize = 10;
+    let base = base();
+    let (status, _) = common::push(sluice.addr, round(base, SERIES, 0, SAMPLES)).await;
+    assert_eq!(status, 204);
+    let total = (SERIES * SAMPLES) as f64;
+    assert!(
+        eventually(30, || async {
+            metric(
+                sluice.addr,
+                "sluice_forward_samples_sent_total{destination=\"vm-a\"}",
+            )
+            .await
+                + metric(
+                    sluice.addr,
+                    "sluice_forward_samples_sent_total{destination=\"vm-b\"}",
+                )
+                .await
+                >= total
+        })
+        .await,
+        "both destinations together were sent everything"
+    );
+    let sent_a = metric(
+        sluice.addr,
+        "sluice_forward_samples_sent_total{destination=\"vm-a\"}",
+    )
+    .await;
+    let time = (base + SAMPLES as i64 * 1000) as f64 / 1000.0;
+    let on_a = samples_when(
+        &format!("http://{}", a.addr()),
+        "fwd_test",
+        time,
+        sent_a as usize,
+    )
+    .await;
+    let on_b = samples_when(
+        &format!("http://{}", b.addr()),
+        "fwd_test",
+        time,
+        SERIES * SAMPLES - sent_a as usize,
+    )
+    .await;
+    let series_of = |v: &[Key]| v.iter().map(|k| k.0.clone()).collect::<BTreeSet<_>>();
+    let (sa, sb) = (series_of(&on_a), series_of(&on_b));
+    println!(
+        "series on vm-a {}, on vm-b {}, samples {} + {}",
+        sa.len(),
+        sb.len(),
+        on_a.len(),
+        on_b.len()
+    );
+    assert!(sa.is_disjoint(&sb), "no series on both");
+    assert_eq!(sa.len() + sb.len(), SERIES, "every series on one of them");
+    assert!(
+        sa.len() > SERIES / 4 && sb.len() > SERIES / 4,
+        "spread about evenly"
+    );
+    let mut both: Vec<Key> = on_a.into_iter().chain(on_b).collect();
+    both.sort();
+    assert!(
+        both == expected(base, SERIES, SAMPLES),
+        "together they hold everything"
     );
 }

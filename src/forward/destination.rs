@@ -121,9 +121,11 @@ impl std::str::FromStr for Destination {
                 "protocol" => {
                     d.protocol = match value {
                         "remote-write-1" => Protocol::RemoteWrite1,
-                        other => return Err(format!(
+                        other => {
+                            return Err(format!(
                             "forward: unknown protocol {other:?}; Sluice forwards remote-write-1"
-                        )),
+                        ))
+                        }
                     }
                 }
                 "header" => {

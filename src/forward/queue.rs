@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::send::{self, Sample};
-use super::{Destination, Stats};
+use super::{Destination, Split, Stats};
 use crate::wal::commit::Progress;
 use crate::wal::reader::{self, Position, Reader};
 use crate::wal::record::Record;
@@ -34,6 +34,7 @@ pub(super) struct Queue {
     pub data_dir: PathBuf,
     pub progress: watch::Receiver<Progress>,
     pub max_lag_bytes: u64,
+    pub split: Option<super::Split>,
     pub stop: watch::Receiver<bool>,
     pub runtime: tokio::runtime::Handle,
 }
@@ -137,7 +138,16 @@ impl Tracker {
 }
 
 /// Series references → canonical labels, as the log defines them.
-type SeriesMap = hashbrown::HashMap<u64, Arc<[u8]>>;
+/// Series references → canonical labels (`None`: another destination's
+/// series, see [`Split`]) and the segment that defined them (0: a
+/// checkpoint).
+type SeriesMap = hashbrown::HashMap<u64, (Option<Arc<[u8]>>, u64)>;
+
+/// The map entry of a series with `labels`.
+fn entry(split: Option<Split>, labels: &[u8], segment: u64) -> (Option<Arc<[u8]>>, u64) {
+    let mine = split.is_none_or(|s| s.takes(labels));
+    (mine.then(|| Arc::from(labels)), segment)
+}
 
 impl Queue {
     /// Runs until the stop flag is set; then saves the position.
@@ -162,6 +172,7 @@ impl Queue {
             return;
         }
         let series = self.known_series(start);
+        self.stats.series.set(series.len() as i64);
         tracing::info!(destination = %self.name, url = %self.dest.url, position = %start, series = series.len(), "forwarding");
         let tracker = Arc::new(Tracker::new(start));
         let shards = self.dest.shards.max(1);
@@ -216,7 +227,7 @@ impl Queue {
         let read_checkpoint = |map: &mut SeriesMap, only_missing: bool| {
             match crate::storage::checkpoint::read_series(&self.data_dir, |id, labels| {
                 if !only_missing || !map.contains_key(&id) {
-                    map.insert(id, Arc::from(labels));
+                    map.insert(id, entry(self.split, labels, 0));
                 }
             }) {
                 Ok(n) => n,
@@ -240,9 +251,9 @@ impl Queue {
         );
         while r.position() < start {
             let before = r.position();
-            let read = r.read(start, READ_BYTES, |rec, _| {
+            let read = r.read(start, READ_BYTES, |rec, after| {
                 if let Record::Series { series_ref, labels } = rec {
-                    map.insert(series_ref, Arc::from(labels));
+                    map.insert(series_ref, entry(self.split, labels, after.segment));
                 }
             });
             match read {
@@ -280,9 +291,29 @@ impl Queue {
         // dropped until the reader is past the point given up to.
         let mut skip_to: Option<Position> = None;
         let mut last_lag_check = std::time::Instant::now();
+        let mut segment = start.segment;
+        let mut forgotten_through = 0u64;
         loop {
             if *self.stop.borrow() {
                 return;
+            }
+            if reader.position().segment != segment {
+                segment = reader.position().segment;
+                match forget_removed_series(
+                    &self.data_dir,
+                    &mut series,
+                    segment,
+                    &mut forgotten_through,
+                ) {
+                    Ok(n) if n > 0 => {
+                        tracing::debug!(destination = %self.name, forgotten = n, "forgot series the head removed")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(destination = %self.name, error = %e, "cannot read the checkpoint's series")
+                    }
+                }
+                self.stats.series.set(series.len() as i64);
             }
             let end = progress.borrow_and_update().durable_at;
             if skip_to.is_none() && last_lag_check.elapsed() >= POLL * 10 {
@@ -305,16 +336,20 @@ impl Queue {
             let read = reader.read(end, READ_BYTES, |rec, after| {
                 let Record::Samples(samples) = rec else {
                     if let Record::Series { series_ref, labels } = rec {
-                        series.insert(series_ref, Arc::from(labels));
+                        series.insert(series_ref, entry(self.split, labels, after.segment));
                     }
                     records.push((after, None));
                     return;
                 };
                 let mut dealt = Vec::new();
                 for (r, t, v) in samples {
-                    let Some(labels) = series.get(&r) else {
-                        unknown += 1;
-                        continue;
+                    let labels = match series.get(&r) {
+                        Some((Some(labels), _)) => labels,
+                        Some((None, _)) => continue,
+                        None => {
+                            unknown += 1;
+                            continue;
+                        }
                     };
                     let shard = (send::mix(r) % shards) as usize;
                     if parts[shard].is_empty() {
@@ -441,6 +476,39 @@ impl Queue {
     }
 }
 
+/// Keeps the series map as large as the head: once the reader (at
+/// `segment`) is past the segments a newer checkpoint covers, a series
+/// defined in them that the checkpoint no longer holds was removed
+/// (retention), and no later record can name it. `done` is the checkpoint
+/// last applied; the series forgotten.
+fn forget_removed_series(
+    data_dir: &std::path::Path,
+    series: &mut SeriesMap,
+    segment: u64,
+    done: &mut u64,
+) -> Result<usize, crate::wal::WalError> {
+    let Some(newest) = crate::storage::checkpoint::newest(data_dir)? else {
+        return Ok(0);
+    };
+    if newest <= *done || newest >= segment {
+        return Ok(0);
+    }
+    let mut live = hashbrown::HashSet::new();
+    let read = crate::storage::checkpoint::read_series(data_dir, |id, _| {
+        live.insert(id);
+    })?;
+    let Some(read) = read.filter(|&r| r < segment) else {
+        return Ok(0);
+    };
+    let before = series.len();
+    series.retain(|id, (_, defined)| *defined > read || live.contains(id));
+    if series.len() < series.capacity() / 4 {
+        series.shrink_to_fit();
+    }
+    *done = read;
+    Ok(before - series.len())
+}
+
 /// `(segment, bytes)` of the segments from `first` through `end`'s.
 fn segment_sizes(dir: &std::path::Path, first: u64, end: Position) -> Vec<(u64, u64)> {
     crate::wal::segments(dir)
@@ -559,6 +627,33 @@ mod tests {
         t.ack(a, 2); // late, ignored
         t.ack(c, 5);
         assert_eq!(t.released(), at(3, 10));
+    }
+
+    #[test]
+    fn series_a_newer_checkpoint_no_longer_holds_are_forgotten_once_read_past() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut file = Vec::new();
+        for id in [1u64, 2] {
+            crate::wal::record::encode_checkpoint(&mut file, |out| {
+                crate::encoding::put_uvarint(out, id);
+                crate::encoding::put_uvarint(out, 1);
+                out.push(b'x');
+            });
+        }
+        std::fs::write(dir.path().join("checkpoint.00000003"), &file).expect("checkpoint");
+        let labels: Arc<[u8]> = Arc::from(&b"x"[..]);
+        let mut map: SeriesMap = [(1, 2), (3, 2), (4, 5), (5, 0)]
+            .into_iter()
+            .map(|(id, seg)| (id, (Some(Arc::clone(&labels)), seg)))
+            .collect();
+        let mut done = 0;
+        // Still reading segments the checkpoint covers: nothing yet.
+        let n = forget_removed_series(dir.path(), &mut map, 3, &mut done).expect("gc");
+        assert_eq!((n, map.len(), done), (0, 4, 0));
+        let n = forget_removed_series(dir.path(), &mut map, 4, &mut done).expect("gc");
+        let mut kept: Vec<u64> = map.keys().copied().collect();
+        kept.sort_unstable();
+        assert_eq!((n, kept, done), (2, vec![1, 4], 3));
     }
 
     #[test]

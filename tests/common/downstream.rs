@@ -83,9 +83,21 @@ impl VictoriaMetrics {
         self.child = Some(child);
     }
 
-    /// Kills it (only it).
+    /// Stops it (only it) with SIGTERM, so that it writes out what it
+    /// acknowledged (it buffers recent samples in memory for a second or
+    /// so); SIGKILL after 10 s.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
