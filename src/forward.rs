@@ -22,47 +22,18 @@
 pub mod destination;
 mod queue;
 mod send;
+pub mod stats;
+mod tracker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 
-pub use destination::{Destination, Protocol};
+pub use destination::{Destination, Protocol, Split};
+pub use stats::Stats;
 
 use crate::wal::commit::Progress;
-
-/// One destination's self-metrics (handles into the registry's families).
-#[derive(Debug, Clone)]
-pub struct Stats {
-    /// Samples the destination acknowledged.
-    pub sent: Counter,
-    /// Samples the destination refused with a 4xx other than 429: dropped.
-    pub failed: Counter,
-    /// Samples sent again after a 5xx, a 429 or a connection error.
-    pub retried: Counter,
-    /// Samples given up because the unsent log outgrew
-    /// `forward-max-lag-bytes`.
-    pub dropped_lag: Counter,
-    /// Samples whose series' labels were no longer in the log or any
-    /// checkpoint (their series was removed before they were read).
-    pub dropped_unknown_series: Counter,
-    /// WAL bytes from the saved position to the durable end.
-    pub pending_bytes: Gauge,
-    /// Seconds between now and the newest sample timestamp acknowledged.
-    pub lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    /// The newest sample timestamp acknowledged, in seconds.
-    pub highest_sent_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    /// Senders running.
-    pub shards: Gauge,
-    /// Series whose labels the reader keeps.
-    pub series: Gauge,
-    /// Time per send attempt.
-    pub send_seconds: Histogram,
-}
 
 /// Everything forwarding needs from the server.
 #[derive(Debug)]
@@ -80,29 +51,6 @@ pub struct Setup {
     /// Spread series over the destinations instead of sending each all:
     /// each series goes to this many of them (see [`Split`]).
     pub shard_by_series: Option<usize>,
-}
-
-/// Which series a destination takes when series are spread over the
-/// destinations: those whose label hash, modulo `of`, is `index` or one of
-/// the `replicas - 1` positions before it (as vmagent's `shardByURL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Split {
-    /// This destination's position.
-    pub index: usize,
-    /// How many destinations there are.
-    pub of: usize,
-    /// How many destinations take each series.
-    pub replicas: usize,
-}
-
-impl Split {
-    /// Whether the series with these canonical labels is this
-    /// destination's.
-    pub fn takes(&self, labels: &[u8]) -> bool {
-        let of = self.of.max(1);
-        let first = (xxhash_rust::xxh3::xxh3_64(labels) % of as u64) as usize;
-        (0..self.replicas.clamp(1, of)).any(|r| (first + r) % of == self.index)
-    }
 }
 
 /// The running forwarders; [`Forwarders::stop`] ends them.
@@ -169,41 +117,6 @@ impl Forwarders {
         let _ = self.stop.send(true);
         for t in self.threads {
             let _ = t.join();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_split_gives_every_series_to_exactly_as_many_destinations_as_replicas() {
-        for (of, replicas) in [(2, 1), (3, 1), (3, 2), (4, 4), (2, 5)] {
-            let mut per_destination = vec![0usize; of];
-            for i in 0..1000 {
-                let labels = format!("series-{i}");
-                let takers: Vec<usize> = (0..of)
-                    .filter(|&index| {
-                        Split {
-                            index,
-                            of,
-                            replicas,
-                        }
-                        .takes(labels.as_bytes())
-                    })
-                    .collect();
-                assert_eq!(takers.len(), replicas.min(of), "{of} {replicas}");
-                for t in takers {
-                    per_destination[t] += 1;
-                }
-            }
-            // Spread about evenly.
-            let even = 1000 * replicas.min(of) / of;
-            assert!(
-                per_destination.iter().all(|&n| n > even * 8 / 10),
-                "{per_destination:?}"
-            );
         }
     }
 }

@@ -17,11 +17,29 @@ pub mod commit;
 pub mod reader;
 pub mod record;
 
+pub use reader::remove_segments_through;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use record::{FrameError, Record, HEADER};
+
+/// A place in the log: a segment and a byte offset in it, always at a
+/// record boundary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    /// The segment's number.
+    pub segment: u64,
+    /// Bytes into the segment.
+    pub offset: u64,
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:08}:{}", self.segment, self.offset)
+    }
+}
 
 /// WAL settings.
 #[derive(Debug, Clone)]
@@ -125,7 +143,7 @@ pub struct ReplayReport {
     pub repaired: bool,
 }
 
-fn segment_path(dir: &Path, index: u64) -> PathBuf {
+pub(crate) fn segment_path(dir: &Path, index: u64) -> PathBuf {
     dir.join(format!("{index:08}"))
 }
 
@@ -311,26 +329,6 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
         .map_err(io_err(dir))
 }
 
-/// Deletes segments numbered `last` or lower (a checkpoint covers them),
-/// except those a reader still needs ([`reader::held_from`]); returns how
-/// many.
-pub fn remove_segments_through(dir: &Path, last: u64) -> Result<usize, WalError> {
-    let last = match reader::held_from(dir)? {
-        Some(held) => last.min(held.saturating_sub(1)),
-        None => last,
-    };
-    let mut n = 0;
-    for i in segments(dir)?.into_iter().filter(|&i| i <= last) {
-        let p = segment_path(dir, i);
-        fs::remove_file(&p).map_err(io_err(&p))?;
-        n += 1;
-    }
-    if n > 0 {
-        sync_dir(dir)?;
-    }
-    Ok(n)
-}
-
 /// Appends framed records to the newest segment, starting a new one when
 /// it is full.
 #[derive(Debug)]
@@ -418,8 +416,8 @@ impl WalWriter {
     }
 
     /// The position just past the last frame appended.
-    pub fn end(&self) -> reader::Position {
-        reader::Position {
+    pub fn end(&self) -> Position {
+        Position {
             segment: self.index,
             offset: self.len,
         }

@@ -355,6 +355,10 @@ async fn past_the_lag_bound_the_oldest_unsent_data_is_dropped_and_ingest_goes_on
         got + dropped >= total,
         "every sample is either received or counted as dropped: {got} + {dropped} < {total}"
     );
+    assert!(
+        got + dropped <= total + 200.0,
+        "counted twice at most: the one batch in flight when it was given up ({got} + {dropped})"
+    );
     let wal_bytes: u64 = std::fs::read_dir(sluice.data_dir().join("wal"))
         .expect("wal")
         .filter_map(|e| e.ok()?.metadata().ok())

@@ -258,6 +258,29 @@ impl Destination {
     }
 }
 
+/// Which series a destination takes when series are spread over the
+/// destinations: those whose label hash, modulo `of`, is `index` or one of
+/// the `replicas - 1` positions before it (as vmagent's `shardByURL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// This destination's position.
+    pub index: usize,
+    /// How many destinations there are.
+    pub of: usize,
+    /// How many destinations take each series.
+    pub replicas: usize,
+}
+
+impl Split {
+    /// Whether the series with these canonical labels is this
+    /// destination's.
+    pub fn takes(&self, labels: &[u8]) -> bool {
+        let of = self.of.max(1);
+        let first = (xxhash_rust::xxh3::xxh3_64(labels) % of as u64) as usize;
+        (0..self.replicas.clamp(1, of)).any(|r| (first + r) % of == self.index)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,5 +360,35 @@ mod tests {
         assert_eq!(d.shards, 8);
         assert_eq!(d.timeout, Duration::from_secs(5));
         assert_eq!(d.max_samples_per_send, 2000);
+    }
+
+    #[test]
+    fn a_split_gives_every_series_to_exactly_as_many_destinations_as_replicas() {
+        for (of, replicas) in [(2, 1), (3, 1), (3, 2), (4, 4), (2, 5)] {
+            let mut per_destination = vec![0usize; of];
+            for i in 0..1000 {
+                let labels = format!("series-{i}");
+                let takers: Vec<usize> = (0..of)
+                    .filter(|&index| {
+                        Split {
+                            index,
+                            of,
+                            replicas,
+                        }
+                        .takes(labels.as_bytes())
+                    })
+                    .collect();
+                assert_eq!(takers.len(), replicas.min(of), "{of} {replicas}");
+                for t in takers {
+                    per_destination[t] += 1;
+                }
+            }
+            // Spread about evenly.
+            let even = 1000 * replicas.min(of) / of;
+            assert!(
+                per_destination.iter().all(|&n| n > even * 8 / 10),
+                "{per_destination:?}"
+            );
+        }
     }
 }

@@ -13,8 +13,9 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client as HttpClient};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, watch};
 
-use super::queue::Tracker;
-use super::{Destination, Stats};
+use super::destination::Destination;
+use super::stats::Stats;
+use super::tracker::Tracker;
 use crate::encoding::put_uvarint;
 
 /// One sample on its way: the record it came from, its series' canonical
@@ -246,17 +247,20 @@ pub(super) async fn run_shard(mut s: Shard) {
             }
             tokio::select! {
                 part = s.rx.recv() => match part {
-                    Some(p) => pending.extend(p),
+                    Some(p) => take(&mut pending, p, &s.tracker),
                     None => return,
                 },
                 _ = s.stop.changed() => return,
+            }
+            if pending.is_empty() {
+                continue;
             }
         }
         let deadline = tokio::time::Instant::now() + s.dest.batch_send_deadline;
         while pending.len() < max && !closed {
             tokio::select! {
                 part = s.rx.recv() => match part {
-                    Some(p) => pending.extend(p),
+                    Some(p) => take(&mut pending, p, &s.tracker),
                     None => closed = true,
                 },
                 () = tokio::time::sleep_until(deadline) => break,
@@ -315,6 +319,10 @@ pub(super) async fn run_shard(mut s: Shard) {
                     }
                     break;
                 }
+                Outcome::Retry { .. } if batch.iter().all(|x| s.tracker.given_up(x.seq)) => {
+                    // Given up for lag meanwhile, and counted dropped.
+                    break;
+                }
                 Outcome::Retry { after, why } => {
                     s.stats.retried.inc_by(batch.len() as u64);
                     let wait = after.unwrap_or(backoff);
@@ -328,6 +336,14 @@ pub(super) async fn run_shard(mut s: Shard) {
             }
         }
         ack(&s.tracker, &batch);
+    }
+}
+
+/// Queues a part's samples, unless its record was given up for lag while
+/// it waited (its samples are counted dropped already).
+fn take(pending: &mut std::collections::VecDeque<Sample>, part: Vec<Sample>, tracker: &Tracker) {
+    if part.first().is_some_and(|x| !tracker.given_up(x.seq)) {
+        pending.extend(part);
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
-use super::reader::Position;
+use super::Position;
 use super::{WalError, WalWriter};
 use crate::reuse;
 

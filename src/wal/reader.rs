@@ -11,23 +11,8 @@ use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
 use super::record::{self, Record, HEADER, MAX_RECORD};
+pub use super::Position;
 use super::{io_err, segment_path, segments, sync_dir, WalError};
-
-/// A place in the log: a segment and a byte offset in it, always at a
-/// record boundary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Position {
-    /// The segment's number.
-    pub segment: u64,
-    /// Bytes into the segment.
-    pub offset: u64,
-}
-
-impl std::fmt::Display for Position {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:08}:{}", self.segment, self.offset)
-    }
-}
 
 const READERS: &str = "readers";
 /// A saved position: segment and offset (u64 LE each), then their CRC32C.
@@ -126,6 +111,26 @@ pub fn held_from(dir: &Path) -> Result<Option<u64>, WalError> {
         held = Some(held.map_or(segment, |h| h.min(segment)));
     }
     Ok(held)
+}
+
+/// Deletes segments numbered `last` or lower (a checkpoint covers them),
+/// except those a reader still needs ([`held_from`]); returns how
+/// many.
+pub fn remove_segments_through(dir: &Path, last: u64) -> Result<usize, WalError> {
+    let last = match held_from(dir)? {
+        Some(held) => last.min(held.saturating_sub(1)),
+        None => last,
+    };
+    let mut n = 0;
+    for i in segments(dir)?.into_iter().filter(|&i| i <= last) {
+        let p = segment_path(dir, i);
+        fs::remove_file(&p).map_err(io_err(&p))?;
+        n += 1;
+    }
+    if n > 0 {
+        sync_dir(dir)?;
+    }
+    Ok(n)
 }
 
 /// What one [`Reader::read`] did.
@@ -378,17 +383,11 @@ mod tests {
         assert_eq!(load(wal, "other").expect("load"), None);
         assert_eq!(held_from(wal).expect("held"), Some(3));
         // A checkpoint covering segment 5 deletes only 1 and 2.
-        assert_eq!(
-            super::super::remove_segments_through(wal, 5).expect("rm"),
-            2
-        );
+        assert_eq!(remove_segments_through(wal, 5).expect("rm"), 2);
         assert_eq!(segments(wal).expect("ls"), [3, 4, 5]);
         remove(wal, "vm").expect("remove");
         assert_eq!(held_from(wal).expect("held"), None);
-        assert_eq!(
-            super::super::remove_segments_through(wal, 5).expect("rm"),
-            3
-        );
+        assert_eq!(remove_segments_through(wal, 5).expect("rm"), 3);
     }
 
     #[test]
