@@ -21,6 +21,7 @@
 
 pub mod destination;
 mod queue;
+pub mod relabel;
 mod send;
 pub mod stats;
 mod tracker;
@@ -87,11 +88,17 @@ impl Forwarders {
         let count = setup.destinations.len();
         for (index, (dest, stats)) in setup.destinations.into_iter().enumerate() {
             let q = queue::Queue {
-                split: setup.shard_by_series.map(|replicas| Split {
-                    index,
-                    of: count,
-                    replicas,
-                }),
+                filter: queue::Filter {
+                    split: setup.shard_by_series.map(|replicas| Split {
+                        index,
+                        of: count,
+                        replicas,
+                    }),
+                    // Checked by `Destination::validate`; a rule that no
+                    // longer compiles relabels nothing.
+                    relabel: relabel::Relabeler::new(&dest.write_relabel_configs)
+                        .unwrap_or_default(),
+                },
                 name: dest.resolved_name(),
                 dest: Arc::new(dest),
                 stats,

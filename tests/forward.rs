@@ -517,14 +517,29 @@ fn start_binary(data: &std::path::Path, forward: &[String]) -> Process {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_in_flight() {
+    // Prometheus 3.5.3 and VictoriaMetrics as the real destinations, and a
+    // recording receiver that counts copies.
     let vm = VictoriaMetrics::start();
     vm.ready().await;
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &["--web.enable-remote-write-receiver"],
+    );
+    prom.remote_write(common::body(vec![common::series(
+        &[("__name__", "warm_up")],
+        &[(common::now_ms(), 1.0)],
+    )]))
+    .await;
     let recorder = Recorder::default();
     let rec_addr = recorder.start(Vec::new()).await;
     const SHARDS: usize = 2;
     const MAX_PER_SEND: usize = 250;
     let forward = [
         format!("{},name=vm,shards={SHARDS},max-samples-per-send={MAX_PER_SEND}", vm.write_url()),
+        format!(
+            "http://{}/api/v1/write,name=prom,shards={SHARDS},max-samples-per-send={MAX_PER_SEND}",
+            prom.addr()
+        ),
         format!(
             "http://{rec_addr}/api/v1/write,name=rec,shards={SHARDS},max-samples-per-send={MAX_PER_SEND}"
         ),
@@ -544,7 +559,9 @@ async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_i
             acked += 1;
         }
         if life < KILLS {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // At once (most still unsent), a little later (sends in
+            // flight), and after the queues drained.
+            tokio::time::sleep(Duration::from_millis([0, 40, 300][life])).await;
             let pid = sluice.child.id();
             let ok = Command::new("kill")
                 .args(["-9", &pid.to_string()])
@@ -562,14 +579,13 @@ async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_i
             "the recorder has {} of {total}",
             recorder.distinct()
         );
-        let vm_pending = "sluice_forward_pending_bytes{destination=\"vm\"}";
-        assert!(
-            eventually(30, || async {
-                metric(sluice.addr, vm_pending).await == 0.0
-            })
-            .await,
-            "VictoriaMetrics' queue drains"
-        );
+        for name in ["vm", "prom"] {
+            let pending = format!("sluice_forward_pending_bytes{{destination=\"{name}\"}}");
+            assert!(
+                eventually(30, || async { metric(sluice.addr, &pending).await == 0.0 }).await,
+                "{name}: the queue drains"
+            );
+        }
     }
     let want: BTreeSet<Key> = expected(base, SERIES, acked).into_iter().collect();
     let got: BTreeSet<Key> = recorder
@@ -605,6 +621,15 @@ async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_i
     assert!(
         has == want,
         "VictoriaMetrics holds every acknowledged sample"
+    );
+    let prom_has: BTreeSet<Key> =
+        raw_samples(&format!("http://{}", prom.addr()), "fwd_test", "1h", time)
+            .await
+            .into_iter()
+            .collect();
+    assert!(
+        prom_has == want,
+        "Prometheus 3.5.3 holds every acknowledged sample"
     );
 }
 
@@ -691,5 +716,62 @@ async fn sharding_by_series_over_two_victoriametrics_puts_each_series_on_exactly
     assert!(
         both == expected(base, SERIES, SAMPLES),
         "together they hold everything"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_relabel_configs_filter_and_rewrite_what_one_destination_gets() {
+    let (kept, all) = (Recorder::default(), Recorder::default());
+    let (kept_addr, all_addr) = (kept.start(Vec::new()).await, all.start(Vec::new()).await);
+    let filtered: Destination = serde_yaml_ng::from_str(&format!(
+        "url: http://{kept_addr}/api/v1/write\nname: filtered\nbatch-send-deadline: 100ms\n\
+         write_relabel_configs:\n\
+         \x20 - {{source_labels: [job], regex: j0, action: drop}}\n\
+         \x20 - {{source_labels: [instance], regex: 'i(.*)', target_label: n, replacement: 'n$1'}}\n\
+         \x20 - {{regex: instance, action: labeldrop}}\n"
+    ))
+    .expect("a Prometheus-style rule list");
+    let config = Config {
+        forward: vec![
+            filtered,
+            dest(&format!(
+                "http://{all_addr}/api/v1/write,name=all,batch-send-deadline=100ms"
+            )),
+        ],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    let base = base();
+    let (status, _) = common::push(sluice.addr, round(base, 30, 0, 2)).await;
+    assert_eq!(status, 204);
+    assert!(
+        eventually(20, || async {
+            all.distinct() == 60 && kept.distinct() == 40
+        })
+        .await,
+        "all {} of 60, filtered {} of 40",
+        all.distinct(),
+        kept.distinct()
+    );
+    let got: BTreeSet<String> = kept
+        .received
+        .lock()
+        .expect("received")
+        .keys()
+        .map(|k| k.0.clone())
+        .collect();
+    let want: BTreeSet<String> = (0..30)
+        .filter(|i| i % 3 != 0)
+        .map(|i| {
+            labels_text([
+                ("__name__", "fwd_test"),
+                ("job", format!("j{}", i % 3).as_str()),
+                ("n", format!("n{i}").as_str()),
+            ])
+        })
+        .collect();
+    assert_eq!(
+        got, want,
+        "job j0 dropped, instance rewritten to n and removed"
     );
 }

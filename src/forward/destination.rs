@@ -64,6 +64,11 @@ pub struct Destination {
     /// Concurrent senders; each series always goes through the same one,
     /// so its samples arrive in order.
     pub shards: usize,
+    /// Prometheus-style relabeling of each series before it is sent, in
+    /// Prometheus' own keys (config file only): replace, keep, drop,
+    /// hashmod, labeldrop, labelkeep, labelmap.
+    #[serde(alias = "write_relabel_configs")]
+    pub write_relabel_configs: Vec<super::relabel::RelabelConfig>,
 }
 
 impl Default for Destination {
@@ -82,6 +87,7 @@ impl Default for Destination {
             max_samples_per_send: 2000,
             batch_send_deadline: Duration::from_secs(5),
             shards: 4,
+            write_relabel_configs: Vec::new(),
         }
     }
 }
@@ -247,6 +253,8 @@ impl Destination {
                 "forward {name}: basic-auth-password and basic-auth-password-file exclude each other"
             ));
         }
+        super::relabel::Relabeler::new(&self.write_relabel_configs)
+            .map_err(|e| format!("forward {name}: {e}"))?;
         for (k, v) in &self.headers {
             if http::HeaderName::from_bytes(k.as_bytes()).is_err()
                 || http::HeaderValue::from_str(v).is_err()
@@ -360,6 +368,12 @@ mod tests {
         assert_eq!(d.shards, 8);
         assert_eq!(d.timeout, Duration::from_secs(5));
         assert_eq!(d.max_samples_per_send, 2000);
+        let d: Destination = serde_yaml_ng::from_str(
+            "url: http://vm:8428/api/v1/write\nwrite_relabel_configs:\n  - {source_labels: [__name__], regex: 'go_.*', action: drop}\n",
+        )
+        .expect("Prometheus' key");
+        assert_eq!(d.write_relabel_configs.len(), 1);
+        d.validate().expect("valid");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::destination::{Destination, Split};
+use super::relabel::Relabeler;
 use super::send::{self, Sample};
 use super::stats::Stats;
 use super::tracker::Tracker;
@@ -34,7 +35,7 @@ pub(super) struct Queue {
     pub data_dir: PathBuf,
     pub progress: watch::Receiver<Progress>,
     pub max_lag_bytes: u64,
-    pub split: Option<Split>,
+    pub filter: Filter,
     pub stop: watch::Receiver<bool>,
     pub runtime: tokio::runtime::Handle,
 }
@@ -45,10 +46,41 @@ pub(super) struct Queue {
 /// checkpoint).
 type SeriesMap = hashbrown::HashMap<u64, (Option<Arc<[u8]>>, u64)>;
 
-/// The map entry of a series with `labels`.
-fn entry(split: Option<Split>, labels: &[u8], segment: u64) -> (Option<Arc<[u8]>>, u64) {
-    let mine = split.is_none_or(|s| s.takes(labels));
-    (mine.then(|| Arc::from(labels)), segment)
+/// What a destination does with a series' labels: whether it takes the
+/// series (see [`Split`]), and how it relabels them.
+#[derive(Debug, Clone)]
+pub(super) struct Filter {
+    pub split: Option<Split>,
+    pub relabel: Relabeler,
+}
+
+impl Filter {
+    /// The map entry of a series with canonical `labels` defined in
+    /// `segment`: `None` labels when the series is not sent here.
+    fn entry(&self, labels: &[u8], segment: u64) -> (Option<Arc<[u8]>>, u64) {
+        if self.split.is_some_and(|s| !s.takes(labels)) {
+            return (None, segment);
+        }
+        if self.relabel.is_empty() {
+            return (Some(Arc::from(labels)), segment);
+        }
+        let Some(pairs) = crate::storage::labels::decode_canonical(labels) else {
+            return (None, segment);
+        };
+        let mut map: std::collections::BTreeMap<String, String> = pairs
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect();
+        if !self.relabel.apply(&mut map) {
+            return (None, segment);
+        }
+        let mut out = Vec::with_capacity(labels.len());
+        crate::storage::labels::encode_canonical(
+            map.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            &mut out,
+        );
+        (Some(Arc::from(out)), segment)
+    }
 }
 
 impl Queue {
@@ -129,7 +161,7 @@ impl Queue {
         let read_checkpoint = |map: &mut SeriesMap, only_missing: bool| {
             match crate::storage::checkpoint::read_series(&self.data_dir, |id, labels| {
                 if !only_missing || !map.contains_key(&id) {
-                    map.insert(id, entry(self.split, labels, 0));
+                    map.insert(id, self.filter.entry(labels, 0));
                 }
             }) {
                 Ok(n) => n,
@@ -155,7 +187,7 @@ impl Queue {
             let before = r.position();
             let read = r.read(start, READ_BYTES, |rec, after| {
                 if let Record::Series { series_ref, labels } = rec {
-                    map.insert(series_ref, entry(self.split, labels, after.segment));
+                    map.insert(series_ref, self.filter.entry(labels, after.segment));
                 }
             });
             match read {
@@ -238,7 +270,7 @@ impl Queue {
             let read = reader.read(end, READ_BYTES, |rec, after| {
                 let Record::Samples(samples) = rec else {
                     if let Record::Series { series_ref, labels } = rec {
-                        series.insert(series_ref, entry(self.split, labels, after.segment));
+                        series.insert(series_ref, self.filter.entry(labels, after.segment));
                     }
                     records.push((after, None));
                     return;
