@@ -232,49 +232,91 @@ pub(super) struct Shard {
     pub stop: watch::Receiver<bool>,
 }
 
+/// Samples waiting in a shard, as the parts they came in (no copy).
+#[derive(Debug, Default)]
+struct Pending {
+    parts: std::collections::VecDeque<Vec<Sample>>,
+    len: usize,
+}
+
+impl Pending {
+    /// Queues a part's samples, unless its record was given up for lag
+    /// while it waited (its samples are counted dropped already).
+    fn take(&mut self, part: Vec<Sample>, tracker: &Tracker) {
+        if part.first().is_some_and(|x| !tracker.given_up(x.seq)) {
+            self.len += part.len();
+            self.parts.push_back(part);
+        }
+    }
+
+    /// Takes up to `max` samples, whole parts first.
+    fn batch(&mut self, max: usize) -> Vec<Vec<Sample>> {
+        let mut out = Vec::new();
+        let mut n = 0;
+        while let Some(mut part) = self.parts.pop_front() {
+            let room = max.saturating_sub(n);
+            if room == 0 {
+                self.parts.push_front(part);
+                break;
+            }
+            if part.len() > room {
+                let rest = part.split_off(room);
+                self.parts.push_front(rest);
+            }
+            n += part.len();
+            out.push(part);
+        }
+        self.len -= n;
+        out
+    }
+}
+
 /// Sends batches until the queue closes or the stop flag is set.
 pub(super) async fn run_shard(mut s: Shard) {
     let max = s.dest.max_samples_per_send;
-    let mut pending: std::collections::VecDeque<Sample> = std::collections::VecDeque::new();
+    let mut pending = Pending::default();
     let mut proto = Vec::new();
     let mut encoder = snap::raw::Encoder::new();
     let mut last_refusal_logged: Option<Instant> = None;
     let mut closed = false;
     loop {
-        if pending.is_empty() {
+        if pending.len == 0 {
             if closed {
                 return;
             }
             tokio::select! {
                 part = s.rx.recv() => match part {
-                    Some(p) => take(&mut pending, p, &s.tracker),
+                    Some(p) => pending.take(p, &s.tracker),
                     None => return,
                 },
                 _ = s.stop.changed() => return,
             }
-            if pending.is_empty() {
+            if pending.len == 0 {
                 continue;
             }
         }
         let deadline = tokio::time::Instant::now() + s.dest.batch_send_deadline;
-        while pending.len() < max && !closed {
+        while pending.len < max && !closed {
             tokio::select! {
                 part = s.rx.recv() => match part {
-                    Some(p) => take(&mut pending, p, &s.tracker),
+                    Some(p) => pending.take(p, &s.tracker),
                     None => closed = true,
                 },
                 () = tokio::time::sleep_until(deadline) => break,
                 _ = s.stop.changed() => return,
             }
         }
-        let n = pending.len().min(max);
-        let batch: Vec<Sample> = pending.drain(..n).collect();
-        encode(&batch, &mut proto);
+        let batch = pending.batch(max);
+        let samples: usize = batch.iter().map(Vec::len).sum();
+        proto.clear();
+        for part in &batch {
+            encode(part, &mut proto);
+        }
         let body = match encoder.compress_vec(&proto) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
                 tracing::error!(destination = %s.name, error = %e, "cannot compress a batch; dropping it");
-                s.stats.failed.inc_by(batch.len() as u64);
+                s.stats.failed.inc_by(samples as u64);
                 ack(&s.tracker, &batch);
                 continue;
             }
@@ -291,7 +333,7 @@ pub(super) async fn run_shard(mut s: Shard) {
                     // Let the attempt in flight finish, briefly: what it
                     // delivers need not be sent again after the restart.
                     if let Ok(Outcome::Sent) = tokio::time::timeout(STOP_GRACE, &mut attempt).await {
-                        s.stats.sent.inc_by(batch.len() as u64);
+                        s.stats.sent.inc_by(samples as u64);
                         ack(&s.tracker, &batch);
                     }
                     return;
@@ -302,8 +344,8 @@ pub(super) async fn run_shard(mut s: Shard) {
                 .observe(started.elapsed().as_secs_f64());
             match outcome {
                 Outcome::Sent => {
-                    s.stats.sent.inc_by(batch.len() as u64);
-                    if let Some(t) = batch.iter().map(|x| x.t).max() {
+                    s.stats.sent.inc_by(samples as u64);
+                    if let Some(t) = batch.iter().flatten().map(|x| x.t).max() {
                         let secs = t as f64 / 1000.0;
                         if secs > s.stats.highest_sent_seconds.get() {
                             s.stats.highest_sent_seconds.set(secs);
@@ -312,19 +354,21 @@ pub(super) async fn run_shard(mut s: Shard) {
                     break;
                 }
                 Outcome::Refused(why) => {
-                    s.stats.failed.inc_by(batch.len() as u64);
+                    s.stats.failed.inc_by(samples as u64);
                     if last_refusal_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                         last_refusal_logged = Some(Instant::now());
-                        tracing::error!(destination = %s.name, shard = s.shard, samples = batch.len(), answer = %why, "forward destination refused a batch; dropped it (logged at most once a minute)");
+                        tracing::error!(destination = %s.name, shard = s.shard, samples, answer = %why, "forward destination refused a batch; dropped it (logged at most once a minute)");
                     }
                     break;
                 }
-                Outcome::Retry { .. } if batch.iter().all(|x| s.tracker.given_up(x.seq)) => {
+                Outcome::Retry { .. }
+                    if batch.iter().flatten().all(|x| s.tracker.given_up(x.seq)) =>
+                {
                     // Given up for lag meanwhile, and counted dropped.
                     break;
                 }
                 Outcome::Retry { after, why } => {
-                    s.stats.retried.inc_by(batch.len() as u64);
+                    s.stats.retried.inc_by(samples as u64);
                     let wait = after.unwrap_or(backoff);
                     tracing::warn!(destination = %s.name, shard = s.shard, error = %why, retry_in = ?wait, "forward send failed; retrying");
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -339,18 +383,10 @@ pub(super) async fn run_shard(mut s: Shard) {
     }
 }
 
-/// Queues a part's samples, unless its record was given up for lag while
-/// it waited (its samples are counted dropped already).
-fn take(pending: &mut std::collections::VecDeque<Sample>, part: Vec<Sample>, tracker: &Tracker) {
-    if part.first().is_some_and(|x| !tracker.given_up(x.seq)) {
-        pending.extend(part);
-    }
-}
-
 /// Acknowledges a batch's samples, record by record.
-fn ack(tracker: &Tracker, batch: &[Sample]) {
+fn ack(tracker: &Tracker, batch: &[Vec<Sample>]) {
     let mut run: Option<(u64, u32)> = None;
-    for s in batch {
+    for s in batch.iter().flatten() {
         match &mut run {
             Some((seq, n)) if *seq == s.seq => *n += 1,
             _ => {
@@ -366,10 +402,10 @@ fn ack(tracker: &Tracker, batch: &[Sample]) {
     }
 }
 
-/// Writes a remote-write 1.0 `WriteRequest` of `batch` into `out`: one
-/// `TimeSeries` per run of samples of the same series.
+/// Appends the `WriteRequest.timeseries` of `batch` to `out` (so parts
+/// appended one after another make one request): one `TimeSeries` per run
+/// of samples of the same series.
 pub(super) fn encode(batch: &[Sample], out: &mut Vec<u8>) {
-    out.clear();
     let mut i = 0;
     while i < batch.len() {
         let labels = &batch[i].labels;
@@ -462,6 +498,33 @@ mod tests {
             ]
         );
         assert_eq!(req.timeseries[0].labels[0].name, "__name__");
+    }
+
+    #[test]
+    fn batches_take_whole_parts_and_split_only_the_last() {
+        let tracker = Tracker::new(crate::wal::Position::default());
+        let part = |seq: u64, n: usize| -> Vec<Sample> {
+            (0..n)
+                .map(|i| Sample {
+                    seq,
+                    labels: Arc::from(&b""[..]),
+                    t: i as i64,
+                    v: 0.0,
+                })
+                .collect()
+        };
+        let a = tracker.push(crate::wal::Position::default(), 3);
+        let b = tracker.push(crate::wal::Position::default(), 4);
+        let mut p = Pending::default();
+        p.take(part(a, 3), &tracker);
+        p.take(part(b, 4), &tracker);
+        let first = p.batch(5);
+        assert_eq!(first.iter().map(Vec::len).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(p.len, 2);
+        let second = p.batch(5);
+        assert_eq!(second.iter().map(Vec::len).collect::<Vec<_>>(), [2]);
+        assert_eq!((second[0][0].seq, second[0][0].t), (b, 2), "in order");
+        assert_eq!(p.len, 0);
     }
 
     #[test]
