@@ -6,9 +6,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::downstream::{labels_text, raw_samples, Answer, Key, Recorder, VictoriaMetrics};
@@ -484,34 +483,16 @@ impl Drop for Process {
 }
 
 fn start_binary(data: &std::path::Path, forward: &[String]) -> Process {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["--listen", "127.0.0.1:0", "--log-level", "info"])
-        .arg("--data-dir")
-        .arg(data)
-        .args([
-            "--checkpoint-interval",
-            "300ms",
-            "--wal-segment-bytes",
-            "131072",
-        ]);
+    let mut args = vec![
+        "--checkpoint-interval",
+        "300ms",
+        "--wal-segment-bytes",
+        "131072",
+    ];
     for f in forward {
-        cmd.args(["--forward", f]);
+        args.extend(["--forward", f.as_str()]);
     }
-    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("sluice starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .and_then(Result::ok)
-            .unwrap_or_else(|| panic!("sluice exited before listening"));
-        if let Some(at) = line.find("listening addr=") {
-            break line[at + "listening addr=".len()..]
-                .trim()
-                .parse()
-                .expect("an address");
-        }
-    };
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let (child, addr) = common::spawn_sluice(BIN, data, "info", &args);
     Process { child, addr }
 }
 

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,8 +16,6 @@ use std::time::Duration;
 use prost::Message;
 use serde_json::Value;
 use sluice::proto::prometheus as pb;
-
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 /// RSS the whole suite may add to the server.
 const RSS_GROWTH_BOUND_KIB: u64 = 512 * 1024;
@@ -48,33 +46,12 @@ impl Sluice {
 
     /// On `data`, which outlives it.
     fn start_in(data: &std::path::Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "warn,sluice::server=info",
-            ])
-            .arg("--data-dir")
-            .arg(data)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sluice starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = loop {
-            let line = match lines.next() {
-                Some(Ok(l)) => l,
-                _ => panic!("sluice exited before listening"),
-            };
-            if let Some(at) = line.find("listening addr=") {
-                break line[at + "listening addr=".len()..]
-                    .trim()
-                    .parse()
-                    .expect("an address");
-            }
-        };
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        let (child, addr) = common::spawn_sluice(
+            env!("CARGO_BIN_EXE_sluice"),
+            data,
+            "warn,sluice::server=info",
+            extra,
+        );
         Self {
             child,
             addr,

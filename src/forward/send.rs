@@ -249,11 +249,16 @@ impl Pending {
         }
     }
 
-    /// Takes up to `max` samples, whole parts first.
-    fn batch(&mut self, max: usize) -> Vec<Vec<Sample>> {
+    /// Takes up to `max` samples, whole parts first, leaving out parts
+    /// given up for lag since they were queued.
+    fn batch(&mut self, max: usize, tracker: &Tracker) -> Vec<Vec<Sample>> {
         let mut out = Vec::new();
         let mut n = 0;
         while let Some(mut part) = self.parts.pop_front() {
+            if part.first().is_none_or(|x| tracker.given_up(x.seq)) {
+                self.len -= part.len();
+                continue;
+            }
             let room = max.saturating_sub(n);
             if room == 0 {
                 self.parts.push_front(part);
@@ -306,8 +311,11 @@ pub(super) async fn run_shard(mut s: Shard) {
                 _ = s.stop.changed() => return,
             }
         }
-        let batch = pending.batch(max);
+        let batch = pending.batch(max, &s.tracker);
         let samples: usize = batch.iter().map(Vec::len).sum();
+        if samples == 0 {
+            continue;
+        }
         proto.clear();
         for part in &batch {
             encode(part, &mut proto);
@@ -518,10 +526,10 @@ mod tests {
         let mut p = Pending::default();
         p.take(part(a, 3), &tracker);
         p.take(part(b, 4), &tracker);
-        let first = p.batch(5);
+        let first = p.batch(5, &tracker);
         assert_eq!(first.iter().map(Vec::len).collect::<Vec<_>>(), [3, 2]);
         assert_eq!(p.len, 2);
-        let second = p.batch(5);
+        let second = p.batch(5, &tracker);
         assert_eq!(second.iter().map(Vec::len).collect::<Vec<_>>(), [2]);
         assert_eq!((second[0][0].seq, second[0][0].t), (b, 2), "in order");
         assert_eq!(p.len, 0);

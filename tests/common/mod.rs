@@ -36,6 +36,42 @@ impl TestServer {
     }
 }
 
+/// Starts the built binary `bin` (`env!("CARGO_BIN_EXE_sluice")`) on
+/// 127.0.0.1:0 at log level `log`, with its data under `data` and `args`
+/// more; returns the process once it listens, with its address. Its later
+/// log lines are read and dropped.
+pub fn spawn_sluice(
+    bin: &str,
+    data: &std::path::Path,
+    log: &str,
+    args: &[&str],
+) -> (std::process::Child, SocketAddr) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(bin)
+        .args(["--listen", "127.0.0.1:0", "--log-level", log])
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sluice starts");
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = match lines.next() {
+            Some(Ok(l)) => l,
+            _ => panic!("sluice exited before listening"),
+        };
+        if let Some(at) = line.find("listening addr=") {
+            break line[at + "listening addr=".len()..]
+                .trim()
+                .parse()
+                .expect("an address");
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    (child, addr)
+}
+
 /// Starts Sluice on 127.0.0.1:0 with `config`'s other settings.
 pub async fn start(config: Config) -> TestServer {
     start_with_clock(config, sluice::storage::Clock::system()).await
