@@ -266,7 +266,7 @@ settings! {
     max_memory: u64 = 0;
     /// A remote-write receiver to hand every accepted sample on to
     /// (repeatable): `URL[,key=value…]` with the keys name, protocol
-    /// (remote-write-1), header=Name:Value, basic-auth-username,
+    /// (remote-write-1 or remote-write-2), header=Name:Value, basic-auth-username,
     /// basic-auth-password, basic-auth-password-file, bearer-token,
     /// bearer-token-file, timeout, max-samples-per-send,
     /// batch-send-deadline and shards; in a config file, a list of maps

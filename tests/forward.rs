@@ -756,3 +756,51 @@ async fn write_relabel_configs_filter_and_rewrite_what_one_destination_gets() {
         "job j0 dropped, instance rewritten to n and removed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn remote_write_2_reaches_prometheus_3_unchanged() {
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &["--web.enable-remote-write-receiver"],
+    );
+    prom.remote_write(common::body(vec![common::series(
+        &[("__name__", "warm_up")],
+        &[(common::now_ms(), 1.0)],
+    )]))
+    .await;
+    let config = Config {
+        forward: vec![dest(&format!(
+            "http://{}/api/v1/write,name=prom2,protocol=remote-write-2,batch-send-deadline=200ms",
+            prom.addr()
+        ))],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 120;
+    const SAMPLES: usize = 10;
+    let base = base();
+    let (status, _) = common::push(sluice.addr, round(base, SERIES, 0, SAMPLES)).await;
+    assert_eq!(status, 204);
+    let total = (SERIES * SAMPLES) as f64;
+    let sent = common::wait_for_metric(
+        sluice.addr,
+        "sluice_forward_samples_sent_total{destination=\"prom2\"}",
+        |v| v >= total,
+    )
+    .await;
+    assert_eq!(sent, total, "{}", prom.log());
+    let time = (base + SAMPLES as i64 * 1000) as f64 / 1000.0;
+    let has = raw_samples(&format!("http://{}", prom.addr()), "fwd_test", "1h", time).await;
+    assert!(
+        has == expected(base, SERIES, SAMPLES),
+        "Prometheus 3.5.3 holds what was sent in 2.0"
+    );
+    assert_eq!(
+        metric(
+            sluice.addr,
+            "sluice_forward_samples_failed_total{destination=\"prom2\"}"
+        )
+        .await,
+        0.0
+    );
+}

@@ -16,6 +16,9 @@ pub enum Protocol {
     /// Prometheus remote write 1.0 (snappy `prometheus.WriteRequest`).
     #[default]
     RemoteWrite1,
+    /// Prometheus remote write 2.0 (snappy `io.prometheus.write.v2.Request`:
+    /// labels as references into a symbol table per request).
+    RemoteWrite2,
 }
 
 impl Protocol {
@@ -23,6 +26,7 @@ impl Protocol {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::RemoteWrite1 => "remote-write-1",
+            Self::RemoteWrite2 => "remote-write-2",
         }
     }
 }
@@ -36,7 +40,7 @@ pub struct Destination {
     pub name: String,
     /// The receiver's URL, e.g. `http://vm:8428/api/v1/write`.
     pub url: String,
-    /// `remote-write-1`.
+    /// `remote-write-1` or `remote-write-2`.
     pub protocol: Protocol,
     /// Extra request headers, e.g. `X-Scope-OrgID` for Mimir or
     /// `THANOS-TENANT` for Thanos Receive.
@@ -127,10 +131,11 @@ impl std::str::FromStr for Destination {
                 "protocol" => {
                     d.protocol = match value {
                         "remote-write-1" => Protocol::RemoteWrite1,
+                        "remote-write-2" => Protocol::RemoteWrite2,
                         other => {
                             return Err(format!(
-                            "forward: unknown protocol {other:?}; Sluice forwards remote-write-1"
-                        ))
+                                "forward: unknown protocol {other:?}; Sluice forwards remote-write-1 and remote-write-2"
+                            ))
                         }
                     }
                 }

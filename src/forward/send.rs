@@ -13,7 +13,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client as HttpClient};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, watch};
 
-use super::destination::Destination;
+use super::destination::{Destination, Protocol};
 use super::stats::Stats;
 use super::tracker::Tracker;
 use crate::encoding::put_uvarint;
@@ -64,6 +64,7 @@ pub(super) struct Client {
     headers: Arc<Vec<(HeaderName, HeaderValue)>>,
     auth: Arc<Auth>,
     timeout: Duration,
+    protocol: Protocol,
 }
 
 /// What one attempt came to.
@@ -116,6 +117,7 @@ impl Client {
             headers: Arc::new(headers),
             auth: Arc::new(auth),
             timeout: dest.timeout,
+            protocol: dest.protocol,
         }
     }
 
@@ -152,14 +154,21 @@ impl Client {
             Ok(a) => a,
             Err(why) => return Outcome::Retry { after: None, why },
         };
+        let (content_type, version) = match self.protocol {
+            Protocol::RemoteWrite1 => ("application/x-protobuf", "0.1.0"),
+            Protocol::RemoteWrite2 => (
+                "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+                "2.0.0",
+            ),
+        };
         let mut req = Request::post(self.uri.clone())
-            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::CONTENT_ENCODING, "snappy")
             .header(
                 http::header::USER_AGENT,
                 concat!("Sluice/", env!("CARGO_PKG_VERSION")),
             )
-            .header("X-Prometheus-Remote-Write-Version", "0.1.0");
+            .header("X-Prometheus-Remote-Write-Version", version);
         for (k, v) in self.headers.iter() {
             req = req.header(k, v);
         }
@@ -281,6 +290,7 @@ pub(super) async fn run_shard(mut s: Shard) {
     let max = s.dest.max_samples_per_send;
     let mut pending = Pending::default();
     let mut proto = Vec::new();
+    let mut v2 = V2::default();
     let mut encoder = snap::raw::Encoder::new();
     let mut last_refusal_logged: Option<Instant> = None;
     let mut closed = false;
@@ -317,8 +327,13 @@ pub(super) async fn run_shard(mut s: Shard) {
             continue;
         }
         proto.clear();
-        for part in &batch {
-            encode(part, &mut proto);
+        match s.dest.protocol {
+            Protocol::RemoteWrite1 => {
+                for part in &batch {
+                    encode(part, &mut proto);
+                }
+            }
+            Protocol::RemoteWrite2 => v2.encode(&batch, &mut proto),
         }
         let body = match encoder.compress_vec(&proto) {
             Ok(b) => Bytes::from(b),
@@ -445,6 +460,115 @@ pub(super) fn encode(batch: &[Sample], out: &mut Vec<u8>) {
     }
 }
 
+/// Remote write 2.0 encoding buffers, kept between batches.
+#[derive(Debug, Default)]
+pub(super) struct V2 {
+    /// The symbols in reference order, as `Request.symbols` fields.
+    table: Vec<u8>,
+    /// The request's `timeseries` fields.
+    series: Vec<u8>,
+    refs: Vec<u8>,
+}
+
+impl V2 {
+    /// Writes an `io.prometheus.write.v2.Request` of `batch` into `out`:
+    /// the symbols (the empty string first), then one `TimeSeries` per run
+    /// of samples of the same series, its labels as references.
+    pub(super) fn encode(&mut self, batch: &[Vec<Sample>], out: &mut Vec<u8>) {
+        // Symbols borrow the batch's label bytes: one map per request.
+        let mut symbols: hashbrown::HashMap<&[u8], u32> =
+            hashbrown::HashMap::with_capacity(batch.iter().map(Vec::len).sum::<usize>() + 16);
+        self.table.clear();
+        self.series.clear();
+        symbol(&mut symbols, &mut self.table, b"");
+        for part in batch {
+            let mut i = 0;
+            while i < part.len() {
+                let labels = &part[i].labels;
+                let mut j = i + 1;
+                while j < part.len() && Arc::ptr_eq(&part[j].labels, labels) {
+                    j += 1;
+                }
+                self.refs.clear();
+                for (name, value) in canonical_pairs(labels) {
+                    let n = symbol(&mut symbols, &mut self.table, name);
+                    let v = symbol(&mut symbols, &mut self.table, value);
+                    put_uvarint(&mut self.refs, u64::from(n));
+                    put_uvarint(&mut self.refs, u64::from(v));
+                }
+                let samples = &part[i..j];
+                let samples_len: usize = samples
+                    .iter()
+                    .map(|s| 1 + varint_len(sample_len(s.t) as u64) + sample_len(s.t))
+                    .sum();
+                let len = 1 + varint_len(self.refs.len() as u64) + self.refs.len() + samples_len;
+                self.series.push(0x2a); // Request.timeseries = 5
+                put_uvarint(&mut self.series, len as u64);
+                self.series.push(0x0a); // TimeSeries.labels_refs = 1, packed
+                put_uvarint(&mut self.series, self.refs.len() as u64);
+                self.series.extend_from_slice(&self.refs);
+                for s in samples {
+                    self.series.push(0x12); // TimeSeries.samples = 2
+                    put_uvarint(&mut self.series, sample_len(s.t) as u64);
+                    self.series.push(0x09); // Sample.value = 1
+                    self.series.extend_from_slice(&s.v.to_bits().to_le_bytes());
+                    self.series.push(0x10); // Sample.timestamp = 2
+                    put_uvarint(&mut self.series, s.t as u64);
+                }
+                i = j;
+            }
+        }
+        out.extend_from_slice(&self.table);
+        out.extend_from_slice(&self.series);
+        crate::reuse::trim(&mut self.series);
+        crate::reuse::trim(&mut self.table);
+    }
+}
+
+/// The reference of `sym`, appended to `table` (`Request.symbols = 4`) if
+/// new.
+fn symbol<'a>(
+    symbols: &mut hashbrown::HashMap<&'a [u8], u32>,
+    table: &mut Vec<u8>,
+    sym: &'a [u8],
+) -> u32 {
+    let next = u32::try_from(symbols.len()).unwrap_or(u32::MAX);
+    *symbols.entry(sym).or_insert_with(|| {
+        table.push(0x22);
+        put_uvarint(table, sym.len() as u64);
+        table.extend_from_slice(sym);
+        next
+    })
+}
+
+/// The (name, value) pairs of canonical label bytes (the remote-write 1.0
+/// `Label` fields); stops at anything malformed, which the WAL's CRC and
+/// the head's encoder rule out.
+fn canonical_pairs(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let mut rest = raw;
+    std::iter::from_fn(move || {
+        let mut c = crate::encoding::Cursor(rest);
+        if c.0.first() != Some(&0x0a) {
+            return None;
+        }
+        c.0 = &c.0[1..];
+        let label = c.bytes()?;
+        rest = c.0;
+        let mut l = crate::encoding::Cursor(label);
+        if l.0.first() != Some(&0x0a) {
+            return None;
+        }
+        l.0 = &l.0[1..];
+        let name = l.bytes()?;
+        if l.0.first() != Some(&0x12) {
+            return Some((name, &[][..]));
+        }
+        l.0 = &l.0[1..];
+        let value = l.bytes()?;
+        Some((name, value))
+    })
+}
+
 fn sample_len(t: i64) -> usize {
     1 + 8 + 1 + varint_len(t as u64)
 }
@@ -533,6 +657,70 @@ mod tests {
         assert_eq!(second.iter().map(Vec::len).collect::<Vec<_>>(), [2]);
         assert_eq!((second[0][0].seq, second[0][0].t), (b, 2), "in order");
         assert_eq!(p.len, 0);
+    }
+
+    #[test]
+    fn v2_batches_decode_with_one_symbol_table_as_prometheus_3_reads_them() {
+        let mut raw = Vec::new();
+        crate::storage::labels::encode_canonical(
+            [("__name__", "up"), ("job", "a"), ("x", "")],
+            &mut raw,
+        );
+        let a: Arc<[u8]> = Arc::from(&raw[..]);
+        raw.clear();
+        crate::storage::labels::encode_canonical([("__name__", "up"), ("job", "b")], &mut raw);
+        let b: Arc<[u8]> = Arc::from(&raw[..]);
+        let s = |l: &Arc<[u8]>, t: i64, v: f64| Sample {
+            seq: 0,
+            labels: Arc::clone(l),
+            t,
+            v,
+        };
+        let batch = vec![
+            vec![s(&a, 1000, 1.0), s(&a, 2000, 2.0)],
+            vec![s(&b, -1, 0.5)],
+        ];
+        let mut out = Vec::new();
+        V2::default().encode(&batch, &mut out);
+        let req =
+            crate::proto::io::prometheus::write::v2::Request::decode(&out[..]).expect("decodes");
+        assert_eq!(req.symbols[0], "", "symbols[0] is the empty string");
+        let got: Vec<(Vec<(String, String)>, Vec<(i64, f64)>)> = req
+            .timeseries
+            .iter()
+            .map(|ts| {
+                let labels = ts
+                    .labels_refs
+                    .chunks(2)
+                    .map(|p| {
+                        (
+                            req.symbols[p[0] as usize].clone(),
+                            req.symbols[p[1] as usize].clone(),
+                        )
+                    })
+                    .collect();
+                let samples = ts.samples.iter().map(|x| (x.timestamp, x.value)).collect();
+                (labels, samples)
+            })
+            .collect();
+        let l = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|&(n, v)| (n.to_owned(), v.to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            got,
+            [
+                (
+                    l(&[("__name__", "up"), ("job", "a"), ("x", "")]),
+                    vec![(1000, 1.0), (2000, 2.0)]
+                ),
+                (l(&[("__name__", "up"), ("job", "b")]), vec![(-1, 0.5)]),
+            ]
+        );
+        // "up" and "__name__" are stored once.
+        assert_eq!(req.symbols.iter().filter(|s| *s == "up").count(), 1);
     }
 
     #[test]
