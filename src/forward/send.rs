@@ -685,7 +685,8 @@ mod tests {
         let req =
             crate::proto::io::prometheus::write::v2::Request::decode(&out[..]).expect("decodes");
         assert_eq!(req.symbols[0], "", "symbols[0] is the empty string");
-        let got: Vec<(Vec<(String, String)>, Vec<(i64, f64)>)> = req
+        type Decoded = (Vec<(String, String)>, Vec<(i64, f64)>);
+        let got: Vec<Decoded> = req
             .timeseries
             .iter()
             .map(|ts| {
