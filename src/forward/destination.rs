@@ -31,8 +31,10 @@ impl Protocol {
     }
 }
 
-/// Where and how to forward every accepted sample.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+/// Where and how to forward every accepted sample. Its `Debug` (the
+/// start-up log prints the configuration) leaves out credentials and
+/// header values.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct Destination {
     /// The name in self-metrics and of the saved send position (letters,
@@ -73,6 +75,31 @@ pub struct Destination {
     /// hashmod, labeldrop, labelkeep, labelmap.
     #[serde(alias = "write_relabel_configs")]
     pub write_relabel_configs: Vec<super::relabel::RelabelConfig>,
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |set: bool| if set { "<hidden>" } else { "-" };
+        f.debug_struct("Destination")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("protocol", &self.protocol)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("basic_auth_username", &self.basic_auth_username)
+            .field(
+                "basic_auth_password",
+                &hidden(self.basic_auth_password.is_some()),
+            )
+            .field("basic_auth_password_file", &self.basic_auth_password_file)
+            .field("bearer_token", &hidden(self.bearer_token.is_some()))
+            .field("bearer_token_file", &self.bearer_token_file)
+            .field("timeout", &self.timeout)
+            .field("max_samples_per_send", &self.max_samples_per_send)
+            .field("batch_send_deadline", &self.batch_send_deadline)
+            .field("shards", &self.shards)
+            .field("write_relabel_configs", &self.write_relabel_configs.len())
+            .finish()
+    }
 }
 
 impl Default for Destination {
@@ -321,6 +348,19 @@ mod tests {
                 authority: "mimir:9009".into(),
                 path: "/api/v1/push".into()
             }
+        );
+    }
+
+    #[test]
+    fn debug_output_keeps_secrets_out_of_the_log() {
+        let d: Destination = "http://a:1/w,bearer-token=s3cret,header=Authorization:Basic Zm9v"
+            .parse()
+            .expect("parse");
+        let text = format!("{d:?}");
+        assert!(!text.contains("s3cret") && !text.contains("Zm9v"), "{text}");
+        assert!(
+            text.contains("Authorization") && text.contains("<hidden>"),
+            "{text}"
         );
     }
 
