@@ -99,24 +99,30 @@ async fn samples_when(base: &str, selector: &str, time: f64, n: usize) -> Vec<Ke
     }
 }
 
+/// Prometheus 3.5.3 with its remote-write receiver (1.0 and 2.0), once its
+/// storage takes writes.
+async fn prometheus3_receiver() -> common::Prometheus {
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &["--web.enable-remote-write-receiver"],
+    );
+    prom.remote_write(common::body(vec![common::series(
+        &[("__name__", "warm_up")],
+        &[(common::now_ms(), 1.0)],
+    )]))
+    .await;
+    prom
+}
+
 async fn metric(addr: SocketAddr, series: &str) -> f64 {
     common::self_metric(addr, series).await.unwrap_or(f64::NAN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_accepted_sample_reaches_prometheus_3_and_victoriametrics_unchanged() {
-    let prom = common::Prometheus::start3(
-        "global:\n  scrape_interval: 1h\n",
-        &["--web.enable-remote-write-receiver"],
-    );
+    let prom = prometheus3_receiver().await;
     let vm = VictoriaMetrics::start();
     vm.ready().await;
-    // Prometheus' receiver answers once its storage is ready.
-    prom.remote_write(common::body(vec![common::series(
-        &[("__name__", "warm_up")],
-        &[(common::now_ms(), 1.0)],
-    )]))
-    .await;
     let config = Config {
         forward: vec![
             dest(&format!(
@@ -502,15 +508,7 @@ async fn kill_9_while_forwarding_loses_nothing_and_repeats_at_most_the_batches_i
     // recording receiver that counts copies.
     let vm = VictoriaMetrics::start();
     vm.ready().await;
-    let prom = common::Prometheus::start3(
-        "global:\n  scrape_interval: 1h\n",
-        &["--web.enable-remote-write-receiver"],
-    );
-    prom.remote_write(common::body(vec![common::series(
-        &[("__name__", "warm_up")],
-        &[(common::now_ms(), 1.0)],
-    )]))
-    .await;
+    let prom = prometheus3_receiver().await;
     let recorder = Recorder::default();
     let rec_addr = recorder.start(Vec::new()).await;
     const SHARDS: usize = 2;
@@ -759,15 +757,7 @@ async fn write_relabel_configs_filter_and_rewrite_what_one_destination_gets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn remote_write_2_reaches_prometheus_3_unchanged() {
-    let prom = common::Prometheus::start3(
-        "global:\n  scrape_interval: 1h\n",
-        &["--web.enable-remote-write-receiver"],
-    );
-    prom.remote_write(common::body(vec![common::series(
-        &[("__name__", "warm_up")],
-        &[(common::now_ms(), 1.0)],
-    )]))
-    .await;
+    let prom = prometheus3_receiver().await;
     let config = Config {
         forward: vec![dest(&format!(
             "http://{}/api/v1/write,name=prom2,protocol=remote-write-2,batch-send-deadline=200ms",
