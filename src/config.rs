@@ -275,7 +275,7 @@ settings! {
     forward: Vec<Destination> = Vec::new();
     /// Most WAL bytes kept for a forward destination that is behind; past
     /// it the oldest unsent segments are given up and counted in
-    /// sluice_forward_samples_dropped_total [default: 2GiB].
+    /// sluice_forward_samples_dropped_total [default: 2147483648].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]
     forward_max_lag_bytes: u64 = 2 << 30;
     /// Spread series over the forward destinations by a hash of their
