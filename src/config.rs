@@ -269,7 +269,8 @@ settings! {
     /// (remote-write-1 or remote-write-2), header=Name:Value, basic-auth-username,
     /// basic-auth-password, basic-auth-password-file, bearer-token,
     /// bearer-token-file, timeout, max-samples-per-send,
-    /// batch-send-deadline and shards; in a config file, a list of maps
+    /// batch-send-deadline, shards (fixed), min-shards and max-shards; in
+    /// a config file, a list of maps
     /// with the same keys. Needs the WAL [default: none].
     #[arg(value_name = "DESTINATION")]
     forward: Vec<Destination> = Vec::new();

@@ -794,3 +794,50 @@ async fn remote_write_2_reaches_prometheus_3_unchanged() {
         0.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shard_count_follows_the_backlog_and_keeps_each_series_in_order() {
+    let recorder = Recorder::default();
+    // A slow destination: 40 ms per request.
+    recorder
+        .delay_ms
+        .store(40, std::sync::atomic::Ordering::Relaxed);
+    let addr = recorder.start(Vec::new()).await;
+    let config = Config {
+        forward: vec![dest(&format!(
+            "http://{addr}/api/v1/write,name=slow,min-shards=1,max-shards=8,\
+             max-samples-per-send=500,batch-send-deadline=100ms"
+        ))],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 500;
+    const SAMPLES: usize = 400;
+    let base = base();
+    for r in 0..SAMPLES / 20 {
+        let (status, _) = common::push(sluice.addr, round(base, SERIES, r * 20, r * 20 + 20)).await;
+        assert_eq!(status, 204);
+    }
+    let shards = "sluice_forward_shards{destination=\"slow\"}";
+    let mut most = metric(sluice.addr, shards).await;
+    let total = SERIES * SAMPLES;
+    let started = Instant::now();
+    while recorder.distinct() < total && started.elapsed() < Duration::from_secs(120) {
+        most = most.max(metric(sluice.addr, shards).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "{total} samples through a 40 ms destination in {:?}; at most {most} shards",
+        started.elapsed()
+    );
+    assert_eq!(recorder.distinct(), total, "everything arrived");
+    assert!(most > 1.0, "the shard count rose under the backlog");
+    assert_eq!(
+        recorder
+            .out_of_order
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "each series' samples arrived in order across reshards"
+    );
+    assert_eq!(recorder.duplicates(), 0);
+}

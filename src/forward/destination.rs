@@ -67,9 +67,15 @@ pub struct Destination {
     /// Longest time a sample waits for its batch to fill.
     #[serde(with = "humantime_serde")]
     pub batch_send_deadline: Duration,
-    /// Concurrent senders; each series always goes through the same one,
-    /// so its samples arrive in order.
+    /// A fixed number of concurrent senders; 0 (the default) lets the
+    /// count follow the backlog between `min-shards` and `max-shards`.
+    /// Each series always goes through one sender, so its samples arrive in
+    /// order.
     pub shards: usize,
+    /// The fewest senders when the count follows the backlog.
+    pub min_shards: usize,
+    /// The most senders when the count follows the backlog.
+    pub max_shards: usize,
     /// Prometheus-style relabeling of each series before it is sent, in
     /// Prometheus' own keys (config file only): replace, keep, drop,
     /// hashmod, labeldrop, labelkeep, labelmap.
@@ -97,6 +103,8 @@ impl std::fmt::Debug for Destination {
             .field("max_samples_per_send", &self.max_samples_per_send)
             .field("batch_send_deadline", &self.batch_send_deadline)
             .field("shards", &self.shards)
+            .field("min_shards", &self.min_shards)
+            .field("max_shards", &self.max_shards)
             .field("write_relabel_configs", &self.write_relabel_configs.len())
             .finish()
     }
@@ -117,7 +125,9 @@ impl Default for Destination {
             timeout: Duration::from_secs(30),
             max_samples_per_send: 2000,
             batch_send_deadline: Duration::from_secs(5),
-            shards: 4,
+            shards: 0,
+            min_shards: 1,
+            max_shards: 16,
             write_relabel_configs: Vec::new(),
         }
     }
@@ -181,6 +191,8 @@ impl std::str::FromStr for Destination {
                 "batch-send-deadline" => d.batch_send_deadline = duration("batch-send-deadline")?,
                 "max-samples-per-send" => d.max_samples_per_send = number("max-samples-per-send")?,
                 "shards" => d.shards = number("shards")?,
+                "min-shards" => d.min_shards = number("min-shards")?,
+                "max-shards" => d.max_shards = number("max-shards")?,
                 other => return Err(format!("forward: unknown key {other:?}")),
             }
         }
@@ -198,6 +210,18 @@ pub struct Target {
 }
 
 impl Destination {
+    /// The fewest and most senders: both `shards` when it is set.
+    pub fn shard_range(&self) -> (usize, usize) {
+        if self.shards > 0 {
+            (self.shards, self.shards)
+        } else {
+            (
+                self.min_shards.max(1),
+                self.max_shards.max(self.min_shards).max(1),
+            )
+        }
+    }
+
     /// Checks the settings; the URL split for sending.
     pub fn target(&self) -> Result<Target, String> {
         let rest = match self.url.split_once("://") {
@@ -258,8 +282,15 @@ impl Destination {
                 "forward name {name:?} must be letters, digits, '-', '_' or '.', not starting with '.'"
             ));
         }
-        if self.shards == 0 || self.shards > 256 {
-            return Err(format!("forward {name}: shards must be 1 to 256"));
+        if self.shards > 256 {
+            return Err(format!(
+                "forward {name}: shards must be 1 to 256 (or 0: follow the backlog)"
+            ));
+        }
+        if self.min_shards == 0 || self.min_shards > self.max_shards || self.max_shards > 256 {
+            return Err(format!(
+                "forward {name}: need 1 <= min-shards <= max-shards <= 256"
+            ));
         }
         if self.max_samples_per_send == 0 {
             return Err(format!(
@@ -379,7 +410,11 @@ mod tests {
             ("https://a/w", "https is not supported yet"),
             ("ftp://a/w", "must start with http://"),
             ("http://user:pw@a/w", "needs a host"),
-            ("http://a:1/w,shards=0", "shards must be 1 to 256"),
+            ("http://a:1/w,shards=300", "shards must be 1 to 256"),
+            (
+                "http://a:1/w,min-shards=4,max-shards=2",
+                "min-shards <= max-shards",
+            ),
             ("http://a:1/w,name=../x", "forward name"),
             (
                 "http://a:1/w,bearer-token=t,basic-auth-username=u",

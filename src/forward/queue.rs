@@ -41,6 +41,27 @@ pub(super) struct Queue {
 }
 
 /// Series references → canonical labels, as the log defines them.
+/// A destination's running shards: their queues and tasks.
+#[derive(Debug)]
+pub(super) struct Shards {
+    senders: Vec<mpsc::Sender<Vec<Sample>>>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Vec<Sample>>>>,
+}
+
+/// When the shard count was last weighed, and what the counters were.
+#[derive(Debug)]
+struct ScaleWindow {
+    started: std::time::Instant,
+    /// The retried and failed counters at the start.
+    retried: u64,
+    failed: u64,
+    /// Windows in a row without any wait.
+    idle: u32,
+}
+
+/// How often the shard count is weighed.
+const SCALE_EVERY: Duration = Duration::from_secs(5);
+
 /// Series references → canonical labels (`None`: another destination's
 /// series, see [`Split`]) and the segment that defined them (0: a
 /// checkpoint).
@@ -109,25 +130,8 @@ impl Queue {
         self.stats.series.set(series.len() as i64);
         tracing::info!(destination = %self.name, url = %self.dest.url, position = %start, series = series.len(), "forwarding");
         let tracker = Arc::new(Tracker::new(start));
-        let shards = self.dest.shards.max(1);
-        self.stats.shards.set(shards as i64);
-        let mut senders = Vec::with_capacity(shards);
-        let mut tasks = Vec::with_capacity(shards);
         let client = send::Client::new(&self.dest);
-        for shard in 0..shards {
-            let (tx, rx) = mpsc::channel::<Vec<Sample>>(SHARD_QUEUE);
-            senders.push(tx);
-            tasks.push(self.runtime.spawn(send::run_shard(send::Shard {
-                name: self.name.clone(),
-                shard,
-                dest: Arc::clone(&self.dest),
-                client: client.clone(),
-                stats: self.stats.clone(),
-                tracker: Arc::clone(&tracker),
-                rx,
-                stop: self.stop.clone(),
-            })));
-        }
+        let shards = self.spawn_shards(self.dest.shard_range().0, &client, &tracker);
         let saver = self.runtime.spawn(save_loop(
             self.name.clone(),
             self.wal_dir.clone(),
@@ -136,11 +140,8 @@ impl Queue {
             self.progress.clone(),
             self.stop.clone(),
         ));
-        self.read_loop(start, series, &tracker, &senders);
-        drop(senders);
-        for t in tasks {
-            let _ = self.runtime.block_on(t);
-        }
+        let shards = self.read_loop(start, series, &tracker, shards, &client);
+        self.drain(shards);
         let _ = self.runtime.block_on(saver);
         let at = tracker.released();
         match reader::save(&self.wal_dir, &self.name, at) {
@@ -210,17 +211,96 @@ impl Queue {
         map
     }
 
+    /// Starts `n` shards.
+    fn spawn_shards(&self, n: usize, client: &send::Client, tracker: &Arc<Tracker>) -> Shards {
+        self.stats.shards.set(n as i64);
+        let mut out = Shards {
+            senders: Vec::with_capacity(n),
+            tasks: Vec::with_capacity(n),
+        };
+        for shard in 0..n {
+            let (tx, rx) = mpsc::channel::<Vec<Sample>>(SHARD_QUEUE);
+            out.senders.push(tx);
+            out.tasks
+                .push(self.runtime.spawn(send::run_shard(send::Shard {
+                    name: self.name.clone(),
+                    shard,
+                    dest: Arc::clone(&self.dest),
+                    client: client.clone(),
+                    stats: self.stats.clone(),
+                    tracker: Arc::clone(tracker),
+                    rx,
+                    stop: self.stop.clone(),
+                })));
+        }
+        out
+    }
+
+    /// Closes the shards' queues and waits for each to finish the batch it
+    /// is sending; what they had not sent, per shard in order.
+    fn drain(&self, shards: Shards) -> Vec<Vec<Vec<Sample>>> {
+        drop(shards.senders);
+        shards
+            .tasks
+            .into_iter()
+            .map(|t| self.runtime.block_on(t).unwrap_or_default())
+            .collect()
+    }
+
+    /// How many shards the last window asks for, weighed every few
+    /// seconds on the samples read and not yet acknowledged: twice as many
+    /// when more than two batches per shard wait and the destination
+    /// answered every send meanwhile (it is slow, not failing, so more
+    /// sends at once help); half as many after six windows in a row with
+    /// less than half a batch per shard waiting.
+    fn want_shards(&self, n: usize, tracker: &Tracker, w: &mut ScaleWindow) -> usize {
+        let (min, max) = self.dest.shard_range();
+        if w.started.elapsed() < SCALE_EVERY {
+            return n;
+        }
+        let failing = self.stats.retried.get() != w.retried || self.stats.failed.get() != w.failed;
+        let waiting = tracker.outstanding();
+        let batch = self.dest.max_samples_per_send as u64;
+        let want = if waiting > 2 * batch * n as u64 && !failing {
+            w.idle = 0;
+            n * 2
+        } else if waiting < batch * n as u64 / 2 {
+            w.idle += 1;
+            if w.idle >= 6 {
+                w.idle = 0;
+                n / 2
+            } else {
+                n
+            }
+        } else {
+            w.idle = 0;
+            n
+        };
+        w.started = std::time::Instant::now();
+        w.retried = self.stats.retried.get();
+        w.failed = self.stats.failed.get();
+        want.clamp(min, max)
+    }
+
     fn read_loop(
         &self,
         start: Position,
         mut series: SeriesMap,
-        tracker: &Tracker,
-        senders: &[mpsc::Sender<Vec<Sample>>],
-    ) {
+        tracker: &Arc<Tracker>,
+        mut shard_set: Shards,
+        client: &send::Client,
+    ) -> Shards {
         let mut reader = Reader::new(&self.wal_dir, start);
         let mut progress = self.progress.clone();
-        let mut parts: Vec<Vec<Sample>> = (0..senders.len()).map(|_| Vec::new()).collect();
-        let shards = senders.len() as u64;
+        let mut parts: Vec<Vec<Sample>> =
+            (0..shard_set.senders.len()).map(|_| Vec::new()).collect();
+        let mut shards = shard_set.senders.len() as u64;
+        let mut window = ScaleWindow {
+            started: std::time::Instant::now(),
+            retried: self.stats.retried.get(),
+            failed: self.stats.failed.get(),
+            idle: 0,
+        };
         // Set while samples are being given up for lag: dealt parts are
         // dropped until the reader is past the point given up to.
         let mut skip_to: Option<Position> = None;
@@ -229,7 +309,34 @@ impl Queue {
         let mut forgotten_through = 0u64;
         loop {
             if *self.stop.borrow() {
-                return;
+                return shard_set;
+            }
+            let want = self.want_shards(shard_set.senders.len(), tracker, &mut window);
+            if want != shard_set.senders.len() && skip_to.is_none() {
+                // Per-series order: the old shards send everything they
+                // hold before the new ones start.
+                tracing::info!(destination = %self.name, from = shard_set.senders.len(), to = want, "resharding");
+                let unsent = self.drain(shard_set);
+                shard_set = self.spawn_shards(want, client, tracker);
+                parts = (0..want).map(|_| Vec::new()).collect();
+                shards = want as u64;
+                // Each series was on one old shard: dealing each old
+                // shard's unsent parts in order keeps every series in order.
+                let end = progress.borrow().durable_at;
+                for part in unsent.into_iter().flatten() {
+                    let mut split: Vec<Vec<Sample>> = (0..want).map(|_| Vec::new()).collect();
+                    for sample in part {
+                        let shard = (send::mix(sample.series) % shards) as usize;
+                        split[shard].push(sample);
+                    }
+                    for (shard, p) in split.into_iter().enumerate() {
+                        if !p.is_empty() {
+                            if let Err(to) = self.deal(&shard_set.senders[shard], p, tracker, end) {
+                                skip_to = Some(to);
+                            }
+                        }
+                    }
+                }
             }
             if reader.position().segment != segment {
                 segment = reader.position().segment;
@@ -291,6 +398,7 @@ impl Queue {
                     }
                     parts[shard].push(Sample {
                         seq: 0,
+                        series: r,
                         labels: Arc::clone(labels),
                         t,
                         v,
@@ -328,7 +436,8 @@ impl Queue {
                     for s in &mut part {
                         s.seq = seq;
                     }
-                    if let Err(given_up) = self.deal(&senders[shard], part, tracker, end) {
+                    if let Err(given_up) = self.deal(&shard_set.senders[shard], part, tracker, end)
+                    {
                         skip_to = Some(given_up);
                     }
                 }
@@ -355,6 +464,10 @@ impl Queue {
         end: Position,
     ) -> Result<(), Position> {
         loop {
+            if let Ok(permit) = tx.try_reserve() {
+                permit.send(part);
+                return Ok(());
+            }
             let room = self
                 .runtime
                 .block_on(async { tokio::time::timeout(POLL, tx.reserve()).await });

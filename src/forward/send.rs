@@ -23,6 +23,8 @@ use crate::encoding::put_uvarint;
 #[derive(Debug, Clone)]
 pub(super) struct Sample {
     pub seq: u64,
+    /// The series' WAL reference: which shard it goes through.
+    pub series: u64,
     pub labels: Arc<[u8]>,
     pub t: i64,
     pub v: f64,
@@ -285,8 +287,10 @@ impl Pending {
     }
 }
 
-/// Sends batches until the queue closes or the stop flag is set.
-pub(super) async fn run_shard(mut s: Shard) {
+/// Sends batches until the stop flag is set or the queue closes. A closed
+/// queue means the shard count changes: the batch in flight is finished,
+/// and what was not yet sent is handed back, in order, for the new shards.
+pub(super) async fn run_shard(mut s: Shard) -> Vec<Vec<Sample>> {
     let max = s.dest.max_samples_per_send;
     let mut pending = Pending::default();
     let mut proto = Vec::new();
@@ -296,15 +300,12 @@ pub(super) async fn run_shard(mut s: Shard) {
     let mut closed = false;
     loop {
         if pending.len == 0 {
-            if closed {
-                return;
-            }
             tokio::select! {
                 part = s.rx.recv() => match part {
                     Some(p) => pending.take(p, &s.tracker),
-                    None => return,
+                    None => return Vec::new(),
                 },
-                _ = s.stop.changed() => return,
+                _ = s.stop.changed() => return Vec::new(),
             }
             if pending.len == 0 {
                 continue;
@@ -318,8 +319,14 @@ pub(super) async fn run_shard(mut s: Shard) {
                     None => closed = true,
                 },
                 () = tokio::time::sleep_until(deadline) => break,
-                _ = s.stop.changed() => return,
+                _ = s.stop.changed() => return Vec::new(),
             }
+        }
+        if closed || s.rx.is_closed() {
+            while let Ok(p) = s.rx.try_recv() {
+                pending.take(p, &s.tracker);
+            }
+            return pending.parts.into();
         }
         let batch = pending.batch(max, &s.tracker);
         let samples: usize = batch.iter().map(Vec::len).sum();
@@ -359,7 +366,7 @@ pub(super) async fn run_shard(mut s: Shard) {
                         s.stats.sent.inc_by(samples as u64);
                         ack(&s.tracker, &batch);
                     }
-                    return;
+                    return Vec::new();
                 }
             };
             s.stats
@@ -397,7 +404,7 @@ pub(super) async fn run_shard(mut s: Shard) {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
-                        _ = s.stop.changed() => return,
+                        _ = s.stop.changed() => return Vec::new(),
                     }
                 }
             }
@@ -592,6 +599,7 @@ mod tests {
         let b: Arc<[u8]> = Arc::from(&labels[..]);
         let s = |l: &Arc<[u8]>, t: i64, v: f64| Sample {
             seq: 0,
+            series: 0,
             labels: Arc::clone(l),
             t,
             v,
@@ -639,6 +647,7 @@ mod tests {
             (0..n)
                 .map(|i| Sample {
                     seq,
+                    series: 0,
                     labels: Arc::from(&b""[..]),
                     t: i as i64,
                     v: 0.0,
@@ -672,6 +681,7 @@ mod tests {
         let b: Arc<[u8]> = Arc::from(&raw[..]);
         let s = |l: &Arc<[u8]>, t: i64, v: f64| Sample {
             seq: 0,
+            series: 0,
             labels: Arc::clone(l),
             t,
             v,

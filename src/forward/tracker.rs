@@ -25,6 +25,8 @@ struct Pending {
     entries: VecDeque<(Position, u32)>,
     /// Everything before this is acknowledged or dropped.
     released: Position,
+    /// Samples read and not yet acknowledged or given up.
+    outstanding: u64,
 }
 
 impl Tracker {
@@ -34,6 +36,7 @@ impl Tracker {
                 base: 0,
                 entries: VecDeque::new(),
                 released: at,
+                outstanding: 0,
             }),
             moved: Notify::new(),
         }
@@ -45,6 +48,7 @@ impl Tracker {
         let mut p = self.inner.lock();
         let seq = p.base + p.entries.len() as u64;
         p.entries.push_back((end, samples));
+        p.outstanding += u64::from(samples);
         if samples == 0 && p.entries.len() == 1 {
             Self::release(&mut p);
             drop(p);
@@ -62,8 +66,11 @@ impl Tracker {
         let Some(e) = p.entries.get_mut(i as usize) else {
             return;
         };
-        e.1 = e.1.saturating_sub(n);
-        if i == 0 && e.1 == 0 {
+        let done = e.1.min(n);
+        e.1 -= done;
+        let left = e.1;
+        p.outstanding -= u64::from(done);
+        if i == 0 && left == 0 {
             Self::release(&mut p);
             drop(p);
             self.moved.notify_one();
@@ -88,6 +95,7 @@ impl Tracker {
                 break;
             }
             dropped += u64::from(left);
+            p.outstanding -= u64::from(left);
             p.entries.pop_front();
             p.base += 1;
             p.released = end;
@@ -104,6 +112,12 @@ impl Tracker {
     /// Whether record `seq` was given up (its samples counted dropped).
     pub(super) fn given_up(&self, seq: u64) -> bool {
         seq < self.inner.lock().base
+    }
+
+    /// Samples read and not yet acknowledged or given up: the backlog the
+    /// shards hold.
+    pub(super) fn outstanding(&self) -> u64 {
+        self.inner.lock().outstanding
     }
 
     pub(super) fn released(&self) -> Position {
@@ -130,8 +144,10 @@ mod tests {
         assert_eq!(t.released(), at(1, 0), "record a is not acknowledged yet");
         t.ack(a, 2);
         assert_eq!(t.released(), at(1, 0));
+        assert_eq!(t.outstanding(), 1);
         t.ack(a, 1);
         assert_eq!(t.released(), at(1, 30), "a, b and the empty c are done");
+        assert_eq!(t.outstanding(), 0);
         let d = t.push(at(2, 5), 0);
         assert_eq!(d, 3);
         assert_eq!(t.released(), at(2, 5));

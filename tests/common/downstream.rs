@@ -183,6 +183,12 @@ pub struct Recorder {
     pub last_headers: Arc<Mutex<Vec<(String, String)>>>,
     script: Arc<Mutex<VecDeque<Answer>>>,
     down: Arc<std::sync::atomic::AtomicBool>,
+    /// Milliseconds each request takes before it is answered.
+    pub delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// The newest timestamp received per series, and how often a series'
+    /// sample arrived older than one before it.
+    newest: Arc<Mutex<HashMap<String, i64>>>,
+    pub out_of_order: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Recorder {
@@ -195,7 +201,13 @@ impl Recorder {
             axum::routing::post(
                 move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
                     let me = me.clone();
-                    async move { me.handle(&headers, &body) }
+                    async move {
+                        let delay = me.delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+                        if delay > 0 {
+                            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                        }
+                        me.handle(&headers, &body)
+                    }
                 },
             ),
         );
@@ -250,6 +262,16 @@ impl Recorder {
             .expect("requests")
             .push((status, samples.len()));
         if (200..300).contains(&status) {
+            let mut newest = self.newest.lock().expect("newest");
+            for (labels, t, _) in &samples {
+                let last = newest.entry(labels.clone()).or_insert(i64::MIN);
+                if *t <= *last {
+                    self.out_of_order
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                *last = (*last).max(*t);
+            }
+            drop(newest);
             let mut got = self.received.lock().expect("received");
             for k in samples {
                 *got.entry(k).or_default() += 1;
