@@ -292,9 +292,9 @@ impl Destination {
                 "forward {name}: need 1 <= min-shards <= max-shards <= 256"
             ));
         }
-        if self.max_samples_per_send == 0 {
+        if !(1..=1_000_000).contains(&self.max_samples_per_send) {
             return Err(format!(
-                "forward {name}: max-samples-per-send must be at least 1"
+                "forward {name}: max-samples-per-send must be 1 to 1000000"
             ));
         }
         if self.timeout.is_zero() || self.batch_send_deadline.is_zero() {
@@ -411,6 +411,11 @@ mod tests {
             ("ftp://a/w", "must start with http://"),
             ("http://user:pw@a/w", "needs a host"),
             ("http://a:1/w,shards=300", "shards must be 1 to 256"),
+            ("http://a:1/w,max-samples-per-send=0", "1 to 1000000"),
+            (
+                "http://a:1/w,max-samples-per-send=99999999999",
+                "1 to 1000000",
+            ),
             (
                 "http://a:1/w,min-shards=4,max-shards=2",
                 "min-shards <= max-shards",
