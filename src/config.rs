@@ -468,6 +468,11 @@ impl Config {
                 self.forward.len()
             )));
         }
+        if self.forward_max_lag_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "forward-max-lag-bytes must be greater than 0".into(),
+            ));
+        }
         if !self.forward.is_empty() && self.wal_disabled {
             return Err(ConfigError::Invalid(
                 "forward reads the WAL, which wal-disabled turns off".into(),
@@ -713,6 +718,62 @@ mod tests {
         };
         let err = c.validate().expect_err("unknown feature");
         assert!(err.to_string().contains("exemplar-storage"), "{err}");
+    }
+
+    #[test]
+    fn forward_settings_that_cannot_work_are_refused_by_name() {
+        let dest = |s: &str| s.parse::<Destination>().expect("destination");
+        for (says, c) in [
+            (
+                "two forward destinations are named",
+                Config {
+                    forward: vec![dest("http://a:1/w,name=x"), dest("http://b:1/w,name=x")],
+                    ..Config::default()
+                },
+            ),
+            (
+                "wal-disabled",
+                Config {
+                    forward: vec![dest("http://a:1/w")],
+                    wal_disabled: true,
+                    ..Config::default()
+                },
+            ),
+            (
+                "forward-shard-by-series-replicas",
+                Config {
+                    forward: vec![dest("http://a:1/w")],
+                    forward_shard_by_series: true,
+                    forward_shard_by_series_replicas: 2,
+                    ..Config::default()
+                },
+            ),
+            (
+                "forward-max-lag-bytes",
+                Config {
+                    forward_max_lag_bytes: 0,
+                    ..Config::default()
+                },
+            ),
+            (
+                "must start with http://",
+                Config {
+                    forward: vec![dest("")],
+                    ..Config::default()
+                },
+            ),
+        ] {
+            let e = c.validate().expect_err(says).to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        let ok = Config {
+            forward: vec![dest("http://a:1/w"), dest("http://b:1/w")],
+            forward_shard_by_series: true,
+            forward_shard_by_series_replicas: 2,
+            ..Config::default()
+        };
+        ok.validate()
+            .expect("two destinations, each series on both");
     }
 
     #[test]
