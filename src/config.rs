@@ -269,9 +269,11 @@ settings! {
     /// (remote-write-1 or remote-write-2), header=Name:Value, basic-auth-username,
     /// basic-auth-password, basic-auth-password-file, bearer-token,
     /// bearer-token-file, timeout, max-samples-per-send,
-    /// batch-send-deadline, shards (fixed), min-shards and max-shards; in
-    /// a config file, a list of maps
-    /// with the same keys. Needs the WAL [default: none].
+    /// batch-send-deadline, shards (fixed), min-shards, max-shards, and for
+    /// https tls-ca-file, tls-cert-file, tls-key-file, tls-server-name and
+    /// tls-insecure-skip-verify; in a config file, a list of maps with the
+    /// same keys (TLS under tls_config, as Prometheus). Needs the WAL
+    /// [default: none].
     #[arg(value_name = "DESTINATION")]
     forward: Vec<Destination> = Vec::new();
     /// Most WAL bytes kept for a forward destination that is behind; past

@@ -24,6 +24,7 @@ mod queue;
 pub mod relabel;
 mod send;
 pub mod stats;
+pub mod tls;
 mod tracker;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use tokio::sync::watch;
 
 pub use destination::{Destination, Protocol, Split};
 pub use stats::Stats;
+pub use tls::TlsConfig;
 
 use crate::wal::commit::Progress;
 

@@ -841,3 +841,182 @@ async fn the_shard_count_follows_the_backlog_and_keeps_each_series_in_order() {
     );
     assert_eq!(recorder.duplicates(), 0);
 }
+
+/// A CA, a server certificate for `localhost` and a client certificate,
+/// both signed by it, as PEM files in `dir`: (ca, server cert, server key,
+/// client cert, client key).
+fn certificates(dir: &std::path::Path, tag: &str) -> [std::path::PathBuf; 5] {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("sluice test CA {tag}"));
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("ca");
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .expect("params")
+            .signed_by(&key, &ca)
+            .expect("signed");
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server, server_key) = leaf("localhost");
+    let (client, client_key) = leaf("sluice-forwarder");
+    let files = [
+        ("ca.pem", ca.pem()),
+        ("server.pem", server),
+        ("server.key", server_key),
+        ("client.pem", client),
+        ("client.key", client_key),
+    ];
+    files.map(|(name, text)| {
+        let p = dir.join(format!("{tag}-{name}"));
+        std::fs::write(&p, text).expect("write pem");
+        p
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn https_with_a_client_certificate_reaches_prometheus_3_and_a_wrong_ca_or_no_certificate_does_not(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let [ca, server, server_key, client, client_key] = certificates(dir.path(), "good");
+    let [other_ca, ..] = certificates(dir.path(), "other");
+    // Prometheus 3.5.3 serves https and wants a client certificate its CA
+    // signed (exporter-toolkit's web config).
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+            server.display(),
+            server_key.display(),
+            ca.display()
+        ),
+    )
+    .expect("web config");
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &[
+            "--web.enable-remote-write-receiver",
+            &format!("--web.config.file={}", web.display()),
+        ],
+    );
+    let url = format!("https://{}/api/v1/write", prom.addr());
+    let good = format!(
+        "{url},name=tls,tls-ca-file={},tls-cert-file={},tls-key-file={},tls-server-name=localhost,batch-send-deadline=200ms",
+        ca.display(),
+        client.display(),
+        client_key.display()
+    );
+    let no_cert = format!(
+        "{url},name=nocert,tls-ca-file={},tls-server-name=localhost,batch-send-deadline=200ms",
+        ca.display()
+    );
+    let wrong_ca = format!(
+        "{url},name=wrongca,tls-ca-file={},tls-cert-file={},tls-key-file={},tls-server-name=localhost,batch-send-deadline=200ms",
+        other_ca.display(),
+        client.display(),
+        client_key.display()
+    );
+    let config = Config {
+        forward: vec![dest(&good), dest(&no_cert), dest(&wrong_ca)],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    const SERIES: usize = 100;
+    const SAMPLES: usize = 10;
+    let base = base();
+    let (status, text) = common::push(sluice.addr, round(base, SERIES, 0, SAMPLES)).await;
+    assert_eq!(status, 204, "{text}");
+    let total = (SERIES * SAMPLES) as f64;
+    // Prometheus may still be starting: the first sends are retried.
+    let started = Instant::now();
+    let sent = common::wait_for_metric(
+        sluice.addr,
+        "sluice_forward_samples_sent_total{destination=\"tls\"}",
+        |v| v >= total,
+    )
+    .await;
+    assert_eq!(sent, total, "{}", prom.log());
+    println!(
+        "https with a client certificate: {total} samples acknowledged in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    // Read them back over https with the same client certificate.
+    let reader = sluice::forward::TlsConfig {
+        ca_file: Some(ca.clone()),
+        cert_file: Some(client.clone()),
+        key_file: Some(client_key.clone()),
+        ..Default::default()
+    }
+    .client_config()
+    .expect("tls config");
+    let time = (base + SAMPLES as i64 * 1000) as f64 / 1000.0;
+    let answer = https_get(
+        reader,
+        &format!(
+            "https://{}/api/v1/query?query=count_over_time(fwd_test%5B1h%5D)&time={time:.3}",
+            prom.addr()
+        ),
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&answer).expect("json");
+    let counts = v["data"]["result"].as_array().expect("a vector");
+    assert_eq!(counts.len(), SERIES, "{v}");
+    assert!(
+        counts
+            .iter()
+            .all(|s| s["value"][1].as_str() == Some(SAMPLES.to_string().as_str())),
+        "{v}"
+    );
+    // Without a client certificate, or trusting another CA, every send
+    // fails at the handshake: retried, never counted as sent or dropped.
+    for name in ["nocert", "wrongca"] {
+        let retried = common::wait_for_metric(
+            sluice.addr,
+            &format!("sluice_forward_samples_retried_total{{destination=\"{name}\"}}"),
+            |v| v > 0.0,
+        )
+        .await;
+        assert!(retried > 0.0, "{name}");
+        for counter in ["sent", "dropped"] {
+            let exposition = common::get(sluice.addr, "/metrics").await.1;
+            let n: f64 = exposition
+                .lines()
+                .filter(|l| {
+                    l.starts_with(&format!("sluice_forward_samples_{counter}_total{{"))
+                        && l.contains(&format!("destination=\"{name}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            assert_eq!(n, 0.0, "{name} {counter}");
+        }
+    }
+}
+
+/// GETs `url` over https with `tls` (verifying the name `localhost`);
+/// the body as text.
+async fn https_get(tls: rustls::ClientConfig, url: &str) -> String {
+    use http_body_util::BodyExt as _;
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(
+            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+        ))
+        .enable_http1()
+        .wrap_connector(http);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+    let resp = client
+        .get(url.parse().expect("uri"))
+        .await
+        .expect("GET over https");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}

@@ -81,6 +81,9 @@ pub struct Destination {
     /// hashmod, labeldrop, labelkeep, labelmap.
     #[serde(alias = "write_relabel_configs")]
     pub write_relabel_configs: Vec<super::relabel::RelabelConfig>,
+    /// TLS settings for an https URL, in Prometheus' `tls_config` keys.
+    #[serde(alias = "tls_config")]
+    pub tls_config: super::tls::TlsConfig,
 }
 
 impl std::fmt::Debug for Destination {
@@ -106,6 +109,7 @@ impl std::fmt::Debug for Destination {
             .field("min_shards", &self.min_shards)
             .field("max_shards", &self.max_shards)
             .field("write_relabel_configs", &self.write_relabel_configs.len())
+            .field("tls_config", &self.tls_config)
             .finish()
     }
 }
@@ -129,6 +133,7 @@ impl Default for Destination {
             min_shards: 1,
             max_shards: 16,
             write_relabel_configs: Vec::new(),
+            tls_config: super::tls::TlsConfig::default(),
         }
     }
 }
@@ -193,6 +198,21 @@ impl std::str::FromStr for Destination {
                 "shards" => d.shards = number("shards")?,
                 "min-shards" => d.min_shards = number("min-shards")?,
                 "max-shards" => d.max_shards = number("max-shards")?,
+                "tls-ca-file" => d.tls_config.ca_file = Some(value.into()),
+                "tls-cert-file" => d.tls_config.cert_file = Some(value.into()),
+                "tls-key-file" => d.tls_config.key_file = Some(value.into()),
+                "tls-server-name" => d.tls_config.server_name = Some(value.to_owned()),
+                "tls-insecure-skip-verify" => {
+                    d.tls_config.insecure_skip_verify = match value {
+                        "true" => true,
+                        "false" => false,
+                        other => {
+                            return Err(format!(
+                                "forward: tls-insecure-skip-verify must be true or false, got {other:?}"
+                            ))
+                        }
+                    }
+                }
                 other => return Err(format!("forward: unknown key {other:?}")),
             }
         }
@@ -203,6 +223,8 @@ impl std::str::FromStr for Destination {
 /// A destination's URL, split for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// Whether the URL is https.
+    pub https: bool,
     /// `host:port`.
     pub authority: String,
     /// Path and query.
@@ -224,15 +246,15 @@ impl Destination {
 
     /// Checks the settings; the URL split for sending.
     pub fn target(&self) -> Result<Target, String> {
-        let rest = match self.url.split_once("://") {
-            Some(("http", rest)) => rest,
-            Some(("https", _)) => {
+        let (https, rest) = match self.url.split_once("://") {
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
+            _ => {
                 return Err(format!(
-                    "forward {}: https is not supported yet; put a TLS proxy on the same host in front of the receiver",
+                    "forward: url {:?} must start with http:// or https://",
                     self.url
                 ))
             }
-            _ => return Err(format!("forward: url {:?} must start with http://", self.url)),
         };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -249,10 +271,13 @@ impl Destination {
             .is_some_and(|(_, p)| !p.contains(']'))
         {
             authority.to_owned()
+        } else if https {
+            format!("{authority}:443")
         } else {
             format!("{authority}:80")
         };
         Ok(Target {
+            https,
             authority,
             path: path.to_owned(),
         })
@@ -316,6 +341,13 @@ impl Destination {
                 "forward {name}: basic-auth-password and basic-auth-password-file exclude each other"
             ));
         }
+        if self.target()?.https {
+            self.tls_config
+                .client_config()
+                .map_err(|e| format!("forward {name}: {e}"))?;
+        } else if self.tls_config.is_set() {
+            return Err(format!("forward {name}: tls settings need an https:// url"));
+        }
         super::relabel::Relabeler::new(&self.write_relabel_configs)
             .map_err(|e| format!("forward {name}: {e}"))?;
         for (k, v) in &self.headers {
@@ -376,7 +408,43 @@ mod tests {
         assert_eq!(
             d.target().expect("target"),
             Target {
+                https: false,
                 authority: "mimir:9009".into(),
+                path: "/api/v1/push".into()
+            }
+        );
+    }
+
+    #[test]
+    fn tls_reads_prometheus_tls_config_keys_in_a_file_and_tls_flags() {
+        let from_file: Destination = serde_yaml_ng::from_str(
+            "url: https://receive:19291/api/v1/receive\n\
+             tls_config:\n  ca_file: /etc/ca.pem\n  cert_file: /etc/c.pem\n  key_file: /etc/c.key\n  \
+             server_name: receive.example\n  insecure_skip_verify: true\n",
+        )
+        .expect("yaml");
+        let from_flag: Destination =
+            "https://receive:19291/api/v1/receive,tls-ca-file=/etc/ca.pem,\
+             tls-cert-file=/etc/c.pem,tls-key-file=/etc/c.key,tls-server-name=receive.example,\
+             tls-insecure-skip-verify=true"
+                .parse()
+                .expect("flag");
+        assert_eq!(from_file, from_flag);
+        assert_eq!(
+            from_file.tls_config.server_name.as_deref(),
+            Some("receive.example")
+        );
+        assert!(from_file.tls_config.insecure_skip_verify);
+        assert_eq!(
+            from_file.target().expect("target").authority,
+            "receive:19291"
+        );
+        let default_port: Destination = "https://mimir/api/v1/push".parse().expect("flag");
+        assert_eq!(
+            default_port.target().expect("target"),
+            Target {
+                https: true,
+                authority: "mimir:443".into(),
                 path: "/api/v1/push".into()
             }
         );
@@ -407,8 +475,15 @@ mod tests {
             assert!(e.contains(says), "{flag}: {e}");
         }
         for (d, says) in [
-            ("https://a/w", "https is not supported yet"),
-            ("ftp://a/w", "must start with http://"),
+            ("ftp://a/w", "must start with http:// or https://"),
+            (
+                "http://a:1/w,tls-insecure-skip-verify=true",
+                "tls settings need an https:// url",
+            ),
+            (
+                "https://a:1/w,tls-ca-file=/nonexistent/ca.pem",
+                "/nonexistent/ca.pem",
+            ),
             ("http://user:pw@a/w", "needs a host"),
             ("http://a:1/w,shards=300", "shards must be 1 to 256"),
             ("http://a:1/w,max-samples-per-send=0", "1 to 1000000"),

@@ -130,7 +130,13 @@ impl Queue {
         self.stats.series.set(series.len() as i64);
         tracing::info!(destination = %self.name, url = %self.dest.url, position = %start, series = series.len(), "forwarding");
         let tracker = Arc::new(Tracker::new(start));
-        let client = send::Client::new(&self.dest);
+        let client = match send::Client::new(&self.dest) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(destination = %self.name, error = %e, "cannot set up the client; this destination is not forwarded");
+                return;
+            }
+        };
         let shards = self.spawn_shards(self.dest.shard_range().0, &client, &tracker);
         let saver = self.runtime.spawn(save_loop(
             self.name.clone(),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{connect::HttpConnector, Client as HttpClient};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::{mpsc, watch};
@@ -61,7 +62,7 @@ enum Auth {
 /// A destination's HTTP client and fixed request parts.
 #[derive(Debug, Clone)]
 pub(super) struct Client {
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: http::Uri,
     headers: Arc<Vec<(HeaderName, HeaderValue)>>,
     auth: Arc<Auth>,
@@ -83,13 +84,35 @@ enum Outcome {
 }
 
 impl Client {
-    pub(super) fn new(dest: &Destination) -> Self {
+    /// The client for `dest`; for https, its TLS files are read now.
+    pub(super) fn new(dest: &Destination) -> Result<Self, String> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(dest.timeout));
+        connector.enforce_http(false);
+        // A plain http destination gets a TLS setup that trusts nothing and
+        // is never used: the connector type stays one.
+        let https = dest.target()?.https;
+        let config = if https {
+            dest.tls_config.client_config()?
+        } else {
+            super::tls::TlsConfig::plain_http()?
+        };
+        let tls = HttpsConnectorBuilder::new().with_tls_config(config);
+        let mut tls = if https {
+            tls.https_only()
+        } else {
+            tls.https_or_http()
+        };
+        if let Some(name) = &dest.tls_config.server_name {
+            let name = rustls_pki_types::ServerName::try_from(name.clone())
+                .map_err(|e| format!("tls server-name {name:?}: {e}"))?;
+            tls = tls.with_server_name_resolver(FixedServerNameResolver::new(name));
+        }
+        let tls = tls.enable_http1();
         let http = HttpClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+            .build(tls.wrap_connector(connector));
         let headers = dest
             .headers
             .iter()
@@ -113,14 +136,14 @@ impl Client {
         } else {
             Auth::None
         };
-        Self {
+        Ok(Self {
             http,
             uri: dest.url.parse().unwrap_or_default(),
             headers: Arc::new(headers),
             auth: Arc::new(auth),
             timeout: dest.timeout,
             protocol: dest.protocol,
-        }
+        })
     }
 
     fn authorization(&self) -> Result<Option<String>, String> {
