@@ -59,8 +59,11 @@ struct ScaleWindow {
     idle: u32,
 }
 
-/// How often the shard count is weighed.
-const SCALE_EVERY: Duration = Duration::from_secs(5);
+/// How often the shard count is weighed: often enough that a backlog
+/// reaches `max-shards` within seconds (doubling each time).
+const SCALE_EVERY: Duration = Duration::from_secs(1);
+/// Quiet windows in a row before the shard count halves (30 s).
+const IDLE_WINDOWS: u32 = 30;
 
 /// Series references → canonical labels (`None`: another destination's
 /// series, see [`Split`]) and the segment that defined them (0: a
@@ -257,8 +260,8 @@ impl Queue {
     /// seconds on the samples read and not yet acknowledged: twice as many
     /// when more than two batches per shard wait and the destination
     /// answered every send meanwhile (it is slow, not failing, so more
-    /// sends at once help); half as many after six windows in a row with
-    /// less than half a batch per shard waiting.
+    /// sends at once help); half as many after [`IDLE_WINDOWS`] windows in
+    /// a row with less than half a batch per shard waiting.
     fn want_shards(&self, n: usize, tracker: &Tracker, w: &mut ScaleWindow) -> usize {
         let (min, max) = self.dest.shard_range();
         if w.started.elapsed() < SCALE_EVERY {
@@ -272,7 +275,7 @@ impl Queue {
             n * 2
         } else if waiting < batch * n as u64 / 2 {
             w.idle += 1;
-            if w.idle >= 6 {
+            if w.idle >= IDLE_WINDOWS {
                 w.idle = 0;
                 n / 2
             } else {
