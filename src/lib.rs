@@ -22,6 +22,7 @@ pub mod api;
 pub mod config;
 pub mod encoding;
 pub mod forward;
+pub mod histogram;
 pub mod ingest;
 pub mod promql;
 pub mod proto;

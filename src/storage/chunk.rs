@@ -6,11 +6,17 @@
 //! chunk (sealed or head) without copying them.
 
 mod bstream;
+mod histogram;
+mod histogram_layout;
+mod varbit;
 mod xor;
+mod xor_value;
 
 #[cfg(test)]
 use bstream::BitReader;
 pub use bstream::{BitWriter, INLINE_BYTES};
+pub use histogram::{Appended, HistogramAppender, HistogramIter};
+pub use histogram_layout::CounterResetHeader;
 pub use xor::{XorAppender, XorIter};
 
 /// One chunk of a selected series.

@@ -94,6 +94,16 @@ impl BitWriter {
         }
     }
 
+    /// Overwrites the written byte at `i` (a header byte).
+    #[inline]
+    pub fn set_byte(&mut self, i: usize, b: u8) {
+        if i < self.len as usize {
+            if let Some(x) = self.buf.all_mut().get_mut(i) {
+                *x = b;
+            }
+        }
+    }
+
     /// Grows the buffer to hold `total` bytes in a heap block of exactly
     /// that size.
     pub fn reserve_total(&mut self, total: usize) {
@@ -206,6 +216,93 @@ impl BitWriter {
         if let Some(dst) = self.buf.all_mut().get_mut(len..len + bytes.len()) {
             dst.copy_from_slice(bytes);
         }
+    }
+}
+
+// Word-at-a-time reading, shared by the chunk iterators.
+
+/// Bits of the stream a [`peek`] returns at least (64 less the up
+/// to 7 of its first byte that precede the position).
+pub(super) const PEEK_BITS: u32 = 57;
+
+/// The stream `data` from bit `at` on, left-aligned: its first
+/// [`PEEK_BITS`] are the stream's, zeros past its end. (The reading
+/// helpers take the slice, not the iterator, so that the iterator's state
+/// can live in registers.)
+#[inline(always)]
+pub(super) fn peek(data: &[u8], at: usize) -> u64 {
+    let byte = at >> 3;
+    let word = match data.get(byte..byte + 8) {
+        Some(w) => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            u64::from_be_bytes(a)
+        }
+        None => peek_tail(data, byte),
+    };
+    word << (at & 7)
+}
+
+/// The last bytes of `data` (fewer than eight from `byte`), padded with
+/// zeros.
+#[inline(never)]
+fn peek_tail(data: &[u8], byte: usize) -> u64 {
+    let mut a = [0u8; 8];
+    for (d, s) in a.iter_mut().zip(data.get(byte..).unwrap_or(&[])) {
+        *d = *s;
+    }
+    u64::from_be_bytes(a)
+}
+
+/// `n` bits (1 ≤ n ≤ 64) from bit `at`.
+#[inline(always)]
+pub(super) fn read_at(data: &[u8], at: usize, n: u32) -> u64 {
+    if n <= PEEK_BITS {
+        peek(data, at) >> (64 - n)
+    } else {
+        read_wide(data, at, n)
+    }
+}
+
+/// `n` bits (58 ≤ n ≤ 64) from bit `at`, in two loads.
+#[cold]
+#[inline(never)]
+fn read_wide(data: &[u8], at: usize, n: u32) -> u64 {
+    let hi = peek(data, at) >> 32;
+    let lo = peek(data, at + 32) >> (96 - n);
+    (hi << (n - 32)) | lo
+}
+
+/// A read position in a bit stream, for the formats whose fields are read
+/// one after another (histogram chunks): each read checks that the
+/// stream holds its bits.
+#[derive(Debug, Clone)]
+pub struct BitCursor<'a> {
+    data: &'a [u8],
+    bit: usize,
+}
+
+impl<'a> BitCursor<'a> {
+    /// A cursor at the first bit of `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        Self { data, bit: 0 }
+    }
+
+    /// `n` bits (1 ≤ n ≤ 64), or `None` past the end of the stream.
+    #[inline]
+    pub fn read(&mut self, n: u32) -> Option<u64> {
+        if self.bit + n as usize > self.data.len() * 8 {
+            return None;
+        }
+        let v = read_at(self.data, self.bit, n);
+        self.bit += n as usize;
+        Some(v)
+    }
+
+    /// One bit.
+    #[inline]
+    pub fn bit(&mut self) -> Option<bool> {
+        self.read(1).map(|b| b == 1)
     }
 }
 

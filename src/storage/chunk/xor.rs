@@ -1,5 +1,6 @@
 //! The XOR sample codec: delta-of-delta timestamps and XOR'd float values.
 
+use super::bstream::{peek, read_at, PEEK_BITS};
 use super::{BitWriter, ChunkError, HEADER_BYTES};
 use crate::encoding::{unzigzag, uvarint_len, zigzag};
 
@@ -353,10 +354,6 @@ pub struct XorIter<'a> {
     err: Option<ChunkError>,
 }
 
-/// Bits of the stream a [`peek`] returns at least (64 less the up
-/// to 7 of its first byte that precede the position).
-const PEEK_BITS: u32 = 57;
-
 impl<'a> XorIter<'a> {
     /// Iterates `chunk`, header included.
     pub fn new(chunk: &'a [u8]) -> Self {
@@ -499,45 +496,6 @@ impl<'a> XorIter<'a> {
     }
 }
 
-/// The stream `data` from bit `at` on, left-aligned: its first
-/// [`PEEK_BITS`] are the stream's, zeros past its end. (The reading
-/// helpers take the slice, not the iterator, so that the iterator's state
-/// can live in registers.)
-#[inline(always)]
-fn peek(data: &[u8], at: usize) -> u64 {
-    let byte = at >> 3;
-    let word = match data.get(byte..byte + 8) {
-        Some(w) => {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            u64::from_be_bytes(a)
-        }
-        None => peek_tail(data, byte),
-    };
-    word << (at & 7)
-}
-
-/// The last bytes of `data` (fewer than eight from `byte`), padded with
-/// zeros.
-#[inline(never)]
-fn peek_tail(data: &[u8], byte: usize) -> u64 {
-    let mut a = [0u8; 8];
-    for (d, s) in a.iter_mut().zip(data.get(byte..).unwrap_or(&[])) {
-        *d = *s;
-    }
-    u64::from_be_bytes(a)
-}
-
-/// `n` bits (1 ≤ n ≤ 64) from bit `at`.
-#[inline(always)]
-fn read_at(data: &[u8], at: usize, n: u32) -> u64 {
-    if n <= PEEK_BITS {
-        peek(data, at) >> (64 - n)
-    } else {
-        read_wide(data, at, n)
-    }
-}
-
 /// A uvarint from bit `at`, and the bit after it.
 #[inline(never)]
 fn read_uvarint(data: &[u8], mut at: usize) -> Option<(u64, usize)> {
@@ -551,15 +509,6 @@ fn read_uvarint(data: &[u8], mut at: usize) -> Option<(u64, usize)> {
         }
     }
     None
-}
-
-/// `n` bits (58 ≤ n ≤ 64) from bit `at`, in two loads.
-#[cold]
-#[inline(never)]
-fn read_wide(data: &[u8], at: usize, n: u32) -> u64 {
-    let hi = peek(data, at) >> 32;
-    let lo = peek(data, at + 32) >> (96 - n);
-    (hi << (n - 32)) | lo
 }
 
 impl Iterator for XorIter<'_> {

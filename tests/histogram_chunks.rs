@@ -1,0 +1,214 @@
+//! Sluice's histogram chunks are byte-identical to those Prometheus 3.5.3's
+//! own Go encoders made for the same histograms, and Sluice reads
+//! Prometheus' chunks back as Prometheus does. The cases and chunks are in
+//! `tests/testdata/histogram/golden.json`, written by
+//! `scripts/make-histogram-golden` (see `tests/testdata/histogram/README.md`).
+
+use sha2::{Digest, Sha256};
+use sluice::histogram::{CounterResetHint, Histogram, Span};
+use sluice::storage::chunk::{Appended, HistogramAppender, HistogramIter};
+
+const GOLDEN: &str = "tests/testdata/histogram/golden.json";
+/// The SHA-256 `scripts/make-histogram-golden` printed.
+const GOLDEN_SHA256: &str = "753be4ef9f8e3a72504c4cad286ddd542c6c0d0ba189bd5e95a337fb723a372e";
+/// The harness cuts a chunk after this many samples, as a head cuts by
+/// size or time, so that a new chunk's header is decided against the
+/// previous chunk.
+const CUT_AFTER: u16 = 40;
+
+fn golden() -> serde_json::Value {
+    let path = format!("{}/{GOLDEN}", env!("CARGO_MANIFEST_DIR"));
+    let raw = std::fs::read(&path).expect("golden.json");
+    let sum: String = Sha256::digest(&raw)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sum, GOLDEN_SHA256, "{GOLDEN} changed");
+    serde_json::from_slice(&raw).expect("json")
+}
+
+fn num<T: std::str::FromStr>(v: &serde_json::Value) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    v.as_str().expect("a string").parse().expect("a number")
+}
+
+fn float(v: &serde_json::Value) -> f64 {
+    f64::from_bits(num(v))
+}
+
+fn spans(v: &serde_json::Value) -> Vec<Span> {
+    v.as_array()
+        .expect("spans")
+        .iter()
+        .map(|p| Span {
+            offset: p[0].as_i64().expect("offset") as i32,
+            length: p[1].as_u64().expect("length") as u32,
+        })
+        .collect()
+}
+
+fn hint(v: &serde_json::Value) -> CounterResetHint {
+    match v.as_u64().expect("hint") {
+        1 => CounterResetHint::CounterReset,
+        2 => CounterResetHint::NotCounterReset,
+        3 => CounterResetHint::Gauge,
+        _ => CounterResetHint::Unknown,
+    }
+}
+
+/// An integer histogram as the harness wrote it.
+fn int_histogram(v: &serde_json::Value) -> (i64, Histogram) {
+    let list = |k: &str| -> Vec<i64> { v[k].as_array().expect(k).iter().map(num).collect() };
+    (
+        v["t"].as_i64().expect("t"),
+        Histogram {
+            hint: hint(&v["hint"]),
+            schema: v["schema"].as_i64().expect("schema") as i32,
+            zero_threshold: float(&v["zero_threshold_bits"]),
+            zero_count: num(&v["zero_count"]),
+            count: num(&v["count"]),
+            sum: float(&v["sum_bits"]),
+            positive_spans: spans(&v["positive_spans"]),
+            negative_spans: spans(&v["negative_spans"]),
+            positive_buckets: list("positive_buckets"),
+            negative_buckets: list("negative_buckets"),
+            custom_values: v["custom_value_bits"]
+                .as_array()
+                .expect("custom values")
+                .iter()
+                .map(float)
+                .collect(),
+        },
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Appends the samples as the harness does; the chunks' bytes.
+fn encode(samples: &[(i64, Histogram)]) -> Vec<Vec<u8>> {
+    let mut done: Vec<HistogramAppender> = Vec::new();
+    let mut cur = HistogramAppender::new();
+    let mut prev: Option<HistogramAppender> = None;
+    for (t, h) in samples {
+        if cur.num_samples() >= CUT_AFTER {
+            let sealed = std::mem::take(&mut cur);
+            prev = Some(sealed.clone());
+            done.push(sealed);
+        }
+        match cur.append(prev.as_ref(), *t, h) {
+            Appended::Here => {}
+            Appended::NewChunk(next) => {
+                let sealed = std::mem::replace(&mut cur, *next);
+                prev = Some(sealed.clone());
+                done.push(sealed);
+            }
+            Appended::Recoded(recoded) => cur = *recoded,
+        }
+    }
+    done.push(cur);
+    done.iter().map(|c| c.bytes().to_vec()).collect()
+}
+
+/// Compares two histograms bit for bit where floats are concerned.
+fn same(a: &Histogram, b: &Histogram) -> bool {
+    let f = |x: f64| x.to_bits();
+    a.hint == b.hint
+        && a.schema == b.schema
+        && f(a.zero_threshold) == f(b.zero_threshold)
+        && a.zero_count == b.zero_count
+        && a.count == b.count
+        && f(a.sum) == f(b.sum)
+        && a.positive_spans == b.positive_spans
+        && a.negative_spans == b.negative_spans
+        && a.positive_buckets == b.positive_buckets
+        && a.negative_buckets == b.negative_buckets
+        && a.custom_values
+            .iter()
+            .map(|x| f(*x))
+            .eq(b.custom_values.iter().map(|x| f(*x)))
+}
+
+#[test]
+fn integer_histogram_chunks_are_byte_identical_to_prometheus() {
+    let g = golden();
+    let mut checked = 0;
+    for case in g["cases"].as_array().expect("cases") {
+        let name = case["name"].as_str().expect("name");
+        let samples: Vec<(i64, Histogram)> = case["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .map(int_histogram)
+            .collect();
+        let want: Vec<String> = case["chunks"]
+            .as_array()
+            .expect("chunks")
+            .iter()
+            .map(|c| c["hex"].as_str().expect("hex").to_owned())
+            .collect();
+        let got: Vec<String> = encode(&samples).iter().map(|c| hex(c)).collect();
+        assert_eq!(got.len(), want.len(), "{name}: chunk count");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "{name}: chunk {i} differs from Prometheus'");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} chunks compared");
+}
+
+#[test]
+fn prometheus_integer_histogram_chunks_read_back_as_prometheus_reads_them() {
+    let g = golden();
+    for case in g["cases"].as_array().expect("cases") {
+        let name = case["name"].as_str().expect("name");
+        for (i, chunk) in case["chunks"]
+            .as_array()
+            .expect("chunks")
+            .iter()
+            .enumerate()
+        {
+            let bytes = unhex(chunk["hex"].as_str().expect("hex"));
+            let want: Vec<(i64, Histogram)> = chunk["samples"]
+                .as_array()
+                .expect("samples")
+                .iter()
+                .map(int_histogram)
+                .collect();
+            let mut it = HistogramIter::new(&bytes);
+            let got: Vec<(i64, Histogram)> = it.by_ref().collect();
+            assert_eq!(it.err(), None, "{name} chunk {i}");
+            assert_eq!(got.len(), want.len(), "{name} chunk {i}");
+            for (k, ((gt, gh), (wt, wh))) in got.iter().zip(&want).enumerate() {
+                assert_eq!(gt, wt, "{name} chunk {i} sample {k}");
+                assert!(same(gh, wh), "{name} chunk {i} sample {k}:\n{gh:?}\n{wh:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_prefix_of_a_chunk_fails_cleanly() {
+    let g = golden();
+    let case = &g["cases"][0];
+    let bytes = unhex(case["chunks"][0]["hex"].as_str().expect("hex"));
+    for cut in 0..bytes.len() {
+        let mut it = HistogramIter::new(&bytes[..cut]);
+        let n = it.by_ref().count();
+        assert!(
+            it.err().is_some() || n == usize::from(u16::from_be_bytes([bytes[0], bytes[1]])),
+            "a chunk cut at {cut} of {} read {n} samples without an error",
+            bytes.len()
+        );
+    }
+}
