@@ -74,6 +74,71 @@ impl Histogram {
     }
 }
 
+/// A float native histogram: counts are floats and buckets absolute (as
+/// after `rate`, or as OTLP and remote write 2.0 may send them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FloatHistogram {
+    /// The sender's counter-reset hint.
+    pub hint: CounterResetHint,
+    /// The bucket schema.
+    pub schema: i32,
+    /// Width of the zero bucket, around 0 in both directions.
+    pub zero_threshold: f64,
+    /// Observations in the zero bucket.
+    pub zero_count: f64,
+    /// Observations in all.
+    pub count: f64,
+    /// Sum of the observations.
+    pub sum: f64,
+    /// The positive buckets' spans.
+    pub positive_spans: Vec<Span>,
+    /// The negative buckets' spans.
+    pub negative_spans: Vec<Span>,
+    /// The positive buckets' counts.
+    pub positive_buckets: Vec<f64>,
+    /// The negative buckets' counts.
+    pub negative_buckets: Vec<f64>,
+    /// Custom bucket upper bounds (schema -53 only).
+    pub custom_values: Vec<f64>,
+}
+
+impl FloatHistogram {
+    /// Whether the buckets are custom bounds rather than exponential.
+    pub fn uses_custom_buckets(&self) -> bool {
+        self.schema == CUSTOM_BUCKETS_SCHEMA
+    }
+}
+
+impl Histogram {
+    /// The same histogram with float counts and absolute buckets
+    /// (Prometheus' `ToFloat`).
+    pub fn to_float(&self) -> FloatHistogram {
+        let abs = |deltas: &[i64]| {
+            let mut c = 0i64;
+            deltas
+                .iter()
+                .map(|&d| {
+                    c = c.wrapping_add(d);
+                    c as f64
+                })
+                .collect()
+        };
+        FloatHistogram {
+            hint: self.hint,
+            schema: self.schema,
+            zero_threshold: self.zero_threshold,
+            zero_count: self.zero_count as f64,
+            count: self.count as f64,
+            sum: self.sum,
+            positive_spans: self.positive_spans.clone(),
+            negative_spans: self.negative_spans.clone(),
+            positive_buckets: abs(&self.positive_buckets),
+            negative_buckets: abs(&self.negative_buckets),
+            custom_values: self.custom_values.clone(),
+        }
+    }
+}
+
 /// Buckets the spans cover.
 pub fn bucket_count(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.length as usize).sum()

@@ -6,6 +6,7 @@
 //! chunk (sealed or head) without copying them.
 
 mod bstream;
+mod float_histogram;
 mod histogram;
 mod histogram_layout;
 mod varbit;
@@ -15,6 +16,7 @@ mod xor_value;
 #[cfg(test)]
 use bstream::BitReader;
 pub use bstream::{BitWriter, INLINE_BYTES};
+pub use float_histogram::{FloatAppended, FloatHistogramAppender, FloatHistogramIter};
 pub use histogram::{Appended, HistogramAppender, HistogramIter};
 pub use histogram_layout::CounterResetHeader;
 pub use xor::{XorAppender, XorIter};

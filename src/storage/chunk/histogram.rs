@@ -22,7 +22,8 @@ use crate::histogram::{bucket_count, CounterResetHint, Histogram, Span};
 /// Prometheus' stale marker, a NaN with these bits.
 pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
-fn is_stale(v: f64) -> bool {
+/// Whether `v` is the stale marker.
+pub(super) fn is_stale(v: f64) -> bool {
     v.to_bits() == STALE_NAN
 }
 
@@ -158,6 +159,7 @@ impl HistogramAppender {
             &h.positive_spans,
             &absolute(&self.p_buckets),
             &absolute(&h.positive_buckets),
+            false,
         ) else {
             return no(C::CounterReset);
         };
@@ -166,6 +168,7 @@ impl HistogramAppender {
             &h.negative_spans,
             &absolute(&self.n_buckets),
             &absolute(&h.negative_buckets),
+            false,
         ) else {
             return no(C::CounterReset);
         };
@@ -404,7 +407,7 @@ fn recode_buckets(
 }
 
 /// Float slices equal bit for bit (`FloatBucketsMatch`).
-fn same_floats(a: &[f64], b: &[f64]) -> bool {
+pub(super) fn same_floats(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 

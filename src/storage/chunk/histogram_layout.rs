@@ -228,11 +228,18 @@ pub struct Expansion {
 /// histogram's `b` for a counter histogram: `None` when a bucket of `a`
 /// that has counts is missing from `b`, or a bucket's count went down (a
 /// counter reset). `a_abs` and `b_abs` are the absolute bucket counts.
+///
+/// Prometheus' integer and float versions differ in one detail kept here:
+/// where `a` lacks a bucket of `b`, the integer one records that index on
+/// the forward insert, the float one on the backward insert
+/// (`float_quirk`); it shows in the spans of a histogram that both lacks
+/// and brings buckets.
 pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
     a: &[Span],
     b: &[Span],
     a_abs: &[V],
     b_abs: &[V],
+    float_quirk: bool,
 ) -> Option<Expansion> {
     let a_counts = |i: usize| a_abs.get(i).copied().unwrap_or_default();
     let b_counts = |i: usize| b_abs.get(i).copied().unwrap_or_default();
@@ -284,7 +291,11 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
             (_, Some(b_idx)) => {
                 // a lacks a bucket of b (a is past it, or ended).
                 a_inter.num += 1;
-                a_inter.bucket_idx = b_idx;
+                if float_quirk {
+                    b_inter.bucket_idx = b_idx;
+                } else {
+                    a_inter.bucket_idx = b_idx;
+                }
                 if b_inter.num > 0 {
                     b_inserts.push(b_inter);
                     b_inter.num = 0;
@@ -600,7 +611,7 @@ mod tests {
         // Chunk: buckets 0,1 with counts 2,3 (deltas 2,1). New: 0,1,2.
         let a = spans(&[(0, 2)]);
         let b = spans(&[(0, 3)]);
-        let e = expand_counter_buckets(&a, &b, &[2, 3], &[2, 3, 1]).expect("appendable");
+        let e = expand_counter_buckets(&a, &b, &[2, 3], &[2, 3, 1], false).expect("appendable");
         assert_eq!(
             e.forward,
             [Insert {
@@ -614,10 +625,11 @@ mod tests {
         assert_eq!(insert(&[2i64, 1], &e.forward, true), [2, 1, -3]);
         assert_eq!(insert(&[2.0f64, 3.0], &e.forward, false), [2.0, 3.0, 0.0]);
         // A count that went down is a reset.
-        assert!(expand_counter_buckets(&a, &a, &[2, 3], &[2, 2]).is_none());
+        assert!(expand_counter_buckets(&a, &a, &[2, 3], &[2, 2], false).is_none());
         // A bucket gone that had counts is a reset; an empty one is not.
-        assert!(expand_counter_buckets(&b, &a, &[2, 3, 1], &[2, 3]).is_none());
-        let e = expand_counter_buckets(&b, &a, &[2.0, 3.0, 0.0], &[2.0, 3.0]).expect("appendable");
+        assert!(expand_counter_buckets(&b, &a, &[2, 3, 1], &[2, 3], false).is_none());
+        let e = expand_counter_buckets(&b, &a, &[2.0, 3.0, 0.0], &[2.0, 3.0], true)
+            .expect("appendable");
         assert_eq!(e.backward.len(), 1);
         assert_eq!(adjust_for_inserts(&a, &e.backward), b);
     }
