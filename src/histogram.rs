@@ -139,6 +139,278 @@ impl Histogram {
     }
 }
 
+/// Why a histogram cannot be stored (Prometheus' `Validate`, plus the
+/// schema range its chunks and PromQL can read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HistogramError {
+    /// A schema neither exponential (-4 to 8) nor custom buckets (-53).
+    #[error(
+        "histogram schema {0} is out of range: exponential schemas are -4 to 8, custom buckets -53"
+    )]
+    Schema(i32),
+    /// A span after the first with a negative offset.
+    #[error("{side} side: span number {span} has negative offset {offset}")]
+    NegativeOffset {
+        /// `positive` or `negative`.
+        side: &'static str,
+        /// 1-based.
+        span: usize,
+        /// The offset.
+        offset: i32,
+    },
+    /// Spans and buckets disagree on the number of buckets.
+    #[error("{side} side: spans need {spans} buckets, have {buckets} buckets")]
+    SpansBuckets {
+        /// `positive` or `negative`.
+        side: &'static str,
+        /// Buckets the spans cover.
+        spans: usize,
+        /// Buckets given.
+        buckets: usize,
+    },
+    /// A bucket with a negative (or NaN) count.
+    #[error("{side} side: bucket number {bucket} has observation count of {count}")]
+    NegativeBucket {
+        /// `positive` or `negative`.
+        side: &'static str,
+        /// 1-based.
+        bucket: usize,
+        /// The count.
+        count: String,
+    },
+    /// The count is not the sum of the buckets and the zero bucket.
+    #[error("{buckets} observations found in buckets, but the Count field is {count}")]
+    CountMismatch {
+        /// Observations in the buckets.
+        buckets: String,
+        /// The count field.
+        count: String,
+    },
+    /// Something a custom-buckets histogram must not have, or bounds that
+    /// are not strictly increasing, end in +Inf, or cover too few buckets.
+    #[error("custom buckets: {0}")]
+    CustomBuckets(String),
+    /// Custom bounds on an exponential histogram.
+    #[error("histogram with exponential schema must not have custom bounds")]
+    BoundsOnExponential,
+}
+
+fn check_spans(
+    side: &'static str,
+    spans: &[Span],
+    buckets: usize,
+    custom: bool,
+) -> Result<usize, HistogramError> {
+    let mut total = 0usize;
+    let mut reach = 0i64;
+    for (n, s) in spans.iter().enumerate() {
+        if (n > 0 || custom) && s.offset < 0 {
+            return Err(HistogramError::NegativeOffset {
+                side,
+                span: n + 1,
+                offset: s.offset,
+            });
+        }
+        total += s.length as usize;
+        reach += i64::from(s.length) + i64::from(s.offset);
+    }
+    if total != buckets {
+        return Err(HistogramError::SpansBuckets {
+            side,
+            spans: total,
+            buckets,
+        });
+    }
+    Ok(reach.max(0) as usize)
+}
+
+fn check_bounds(bounds: &[f64], reach: usize) -> Result<(), HistogramError> {
+    let mut prev = f64::NEG_INFINITY;
+    for &b in bounds {
+        if b.is_nan() || b <= prev {
+            return Err(HistogramError::CustomBuckets(format!(
+                "previous bound is {prev} and current is {b}: bounds must increase"
+            )));
+        }
+        prev = b;
+    }
+    if prev == f64::INFINITY {
+        return Err(HistogramError::CustomBuckets(
+            "last +Inf bound must not be explicitly defined".into(),
+        ));
+    }
+    if bounds.len() + 1 < reach {
+        return Err(HistogramError::CustomBuckets(format!(
+            "only {} custom bounds defined which is insufficient to cover total span length of {reach}",
+            bounds.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_schema(schema: i32) -> Result<(), HistogramError> {
+    if schema == CUSTOM_BUCKETS_SCHEMA
+        || (EXPONENTIAL_SCHEMA_MIN..=EXPONENTIAL_SCHEMA_MAX).contains(&schema)
+    {
+        Ok(())
+    } else {
+        Err(HistogramError::Schema(schema))
+    }
+}
+
+/// The custom-bucket rules shared by both kinds: no zero bucket, no
+/// negative side.
+fn check_custom_shape(
+    zero_count_is_zero: bool,
+    zero_threshold: f64,
+    negative_spans: usize,
+    negative_buckets: usize,
+) -> Result<(), HistogramError> {
+    let bad = |m: &str| Err(HistogramError::CustomBuckets(m.into()));
+    if !zero_count_is_zero {
+        return bad("must have zero count of 0");
+    }
+    if zero_threshold != 0.0 {
+        return bad("must have zero threshold of 0");
+    }
+    if negative_spans > 0 {
+        return bad("must not have negative spans");
+    }
+    if negative_buckets > 0 {
+        return bad("must not have negative buckets");
+    }
+    Ok(())
+}
+
+impl Histogram {
+    /// Checks the histogram as Prometheus does before storing it.
+    pub fn validate(&self) -> Result<(), HistogramError> {
+        check_schema(self.schema)?;
+        let mut n_count = 0u64;
+        if self.uses_custom_buckets() {
+            let reach = check_spans(
+                "positive",
+                &self.positive_spans,
+                self.positive_buckets.len(),
+                true,
+            )?;
+            check_bounds(&self.custom_values, reach)?;
+            check_custom_shape(
+                self.zero_count == 0,
+                self.zero_threshold,
+                self.negative_spans.len(),
+                self.negative_buckets.len(),
+            )?;
+        } else {
+            check_spans(
+                "positive",
+                &self.positive_spans,
+                self.positive_buckets.len(),
+                false,
+            )?;
+            check_spans(
+                "negative",
+                &self.negative_spans,
+                self.negative_buckets.len(),
+                false,
+            )?;
+            n_count = delta_counts("negative", &self.negative_buckets)?;
+            if !self.custom_values.is_empty() {
+                return Err(HistogramError::BoundsOnExponential);
+            }
+        }
+        let p_count = delta_counts("positive", &self.positive_buckets)?;
+        let in_buckets = n_count.wrapping_add(p_count).wrapping_add(self.zero_count);
+        let ok = if self.sum.is_nan() {
+            in_buckets <= self.count
+        } else {
+            in_buckets == self.count
+        };
+        if !ok {
+            return Err(HistogramError::CountMismatch {
+                buckets: in_buckets.to_string(),
+                count: self.count.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The sum of delta-coded bucket counts, each checked not negative.
+fn delta_counts(side: &'static str, deltas: &[i64]) -> Result<u64, HistogramError> {
+    let mut last = 0i64;
+    let mut total = 0u64;
+    for (i, &d) in deltas.iter().enumerate() {
+        let c = last.wrapping_add(d);
+        if c < 0 {
+            return Err(HistogramError::NegativeBucket {
+                side,
+                bucket: i + 1,
+                count: c.to_string(),
+            });
+        }
+        last = c;
+        total = total.wrapping_add(c as u64);
+    }
+    Ok(total)
+}
+
+impl FloatHistogram {
+    /// Checks the histogram as Prometheus does before storing it.
+    pub fn validate(&self) -> Result<(), HistogramError> {
+        check_schema(self.schema)?;
+        if self.uses_custom_buckets() {
+            let reach = check_spans(
+                "positive",
+                &self.positive_spans,
+                self.positive_buckets.len(),
+                true,
+            )?;
+            check_bounds(&self.custom_values, reach)?;
+            check_custom_shape(
+                self.zero_count == 0.0,
+                self.zero_threshold,
+                self.negative_spans.len(),
+                self.negative_buckets.len(),
+            )?;
+        } else {
+            check_spans(
+                "positive",
+                &self.positive_spans,
+                self.positive_buckets.len(),
+                false,
+            )?;
+            check_spans(
+                "negative",
+                &self.negative_spans,
+                self.negative_buckets.len(),
+                false,
+            )?;
+            float_counts("negative", &self.negative_buckets)?;
+            if !self.custom_values.is_empty() {
+                return Err(HistogramError::BoundsOnExponential);
+            }
+        }
+        // As Prometheus: the buckets are checked, the count is not (float
+        // sums of buckets need not match it exactly).
+        float_counts("positive", &self.positive_buckets)?;
+        Ok(())
+    }
+}
+
+fn float_counts(side: &'static str, counts: &[f64]) -> Result<(), HistogramError> {
+    for (i, &c) in counts.iter().enumerate() {
+        if c < 0.0 {
+            return Err(HistogramError::NegativeBucket {
+                side,
+                bucket: i + 1,
+                count: c.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Buckets the spans cover.
 pub fn bucket_count(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.length as usize).sum()
@@ -206,6 +478,134 @@ mod tests {
             .iter()
             .map(|&(offset, length)| Span { offset, length })
             .collect()
+    }
+
+    fn valid() -> Histogram {
+        Histogram {
+            schema: 3,
+            zero_threshold: 1e-128,
+            zero_count: 1,
+            count: 9,
+            sum: 4.5,
+            positive_spans: spans(&[(0, 2), (1, 1)]),
+            positive_buckets: vec![2, 1, -1], // 2, 3, 2
+            negative_spans: spans(&[(-1, 1)]),
+            negative_buckets: vec![1],
+            ..Histogram::default()
+        }
+    }
+
+    #[test]
+    fn validation_names_what_prometheus_refuses() {
+        valid().validate().expect("valid");
+        valid().to_float().validate().expect("valid as float");
+        let cases: Vec<(Histogram, &str)> = vec![
+            (
+                Histogram {
+                    schema: 9,
+                    ..valid()
+                },
+                "schema 9 is out of range",
+            ),
+            (
+                Histogram {
+                    schema: -5,
+                    ..valid()
+                },
+                "schema -5",
+            ),
+            (
+                Histogram {
+                    count: 10,
+                    ..valid()
+                },
+                "9 observations found in buckets, but the Count field is 10",
+            ),
+            (
+                Histogram {
+                    positive_buckets: vec![2, 1],
+                    ..valid()
+                },
+                "positive side: spans need 3 buckets, have 2",
+            ),
+            (
+                Histogram {
+                    positive_buckets: vec![2, -3, 3],
+                    ..valid()
+                },
+                "positive side: bucket number 2 has observation count of -1",
+            ),
+            (
+                Histogram {
+                    positive_spans: spans(&[(0, 2), (-1, 1)]),
+                    ..valid()
+                },
+                "span number 2 has negative offset -1",
+            ),
+            (
+                Histogram {
+                    custom_values: vec![1.0],
+                    ..valid()
+                },
+                "must not have custom bounds",
+            ),
+        ];
+        for (h, says) in cases {
+            let e = h.validate().expect_err(says).to_string();
+            assert!(e.contains(says), "{e} / {says}");
+        }
+        // A NaN sum lets the count exceed the buckets (not the reverse).
+        Histogram {
+            count: 10,
+            sum: f64::NAN,
+            ..valid()
+        }
+        .validate()
+        .expect("NaN sum");
+        let custom = Histogram {
+            schema: CUSTOM_BUCKETS_SCHEMA,
+            count: 3,
+            sum: 1.0,
+            positive_spans: spans(&[(0, 3)]),
+            positive_buckets: vec![1, 0, 0],
+            custom_values: vec![0.5, 1.0],
+            ..Histogram::default()
+        };
+        custom.validate().expect("custom");
+        for (h, says) in [
+            (
+                Histogram {
+                    custom_values: vec![1.0, 0.5],
+                    ..custom.clone()
+                },
+                "bounds must increase",
+            ),
+            (
+                Histogram {
+                    custom_values: vec![0.5, f64::INFINITY],
+                    ..custom.clone()
+                },
+                "+Inf bound",
+            ),
+            (
+                Histogram {
+                    custom_values: vec![0.5],
+                    ..custom.clone()
+                },
+                "insufficient to cover total span length of 3",
+            ),
+            (
+                Histogram {
+                    zero_count: 1,
+                    count: 4,
+                    ..custom.clone()
+                },
+                "zero count of 0",
+            ),
+        ] {
+            let e = h.validate().expect_err(says).to_string();
+            assert!(e.contains(says), "{e} / {says}");
+        }
     }
 
     #[test]
