@@ -598,7 +598,7 @@ mod tests {
                 Histogram {
                     zero_count: 1,
                     count: 4,
-                    ..custom.clone()
+                    ..custom
                 },
                 "zero count of 0",
             ),
