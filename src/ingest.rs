@@ -4,6 +4,7 @@
 //! what they share: why samples were refused ([`Reason`]), what a request
 //! did ([`IngestReport`]) and how problems are worded.
 
+pub mod histogram_wire;
 pub mod otlp;
 pub mod protowire;
 pub mod remote_write;

@@ -1,0 +1,317 @@
+//! The remote-write `Histogram` message (the same field numbers in 1.0 and
+//! 2.0; `specs/wire-formats.md` §1): decoded into the model's integer or
+//! float histogram, which the `count` oneof decides (`count_int` = 1,
+//! `count_float` = 2), then validated as Prometheus validates it.
+
+use super::protowire::{DecodeError, Reader, Value};
+use crate::encoding::unzigzag;
+use crate::histogram::{CounterResetHint, FloatHistogram, Histogram, HistogramError, Span};
+
+/// One histogram sample off the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WireHistogram {
+    /// Integer counts, buckets as deltas.
+    Int(i64, Histogram),
+    /// Float counts, buckets absolute.
+    Float(i64, FloatHistogram),
+}
+
+impl WireHistogram {
+    /// The sample's timestamp.
+    pub fn t(&self) -> i64 {
+        match self {
+            Self::Int(t, _) | Self::Float(t, _) => *t,
+        }
+    }
+
+    /// Checks it as Prometheus does before storing.
+    pub fn validate(&self) -> Result<(), HistogramError> {
+        match self {
+            Self::Int(_, h) => h.validate(),
+            Self::Float(_, h) => h.validate(),
+        }
+    }
+}
+
+/// Most buckets (or spans, or custom bounds) one histogram may carry: far
+/// more than any real one (Prometheus' own limit is 160 buckets by default
+/// when scraping), and a bound on what one message can make us allocate
+/// beyond its own size.
+pub const MAX_HISTOGRAM_ITEMS: usize = 1 << 16;
+
+/// Decodes one `Histogram` message. The framing was checked with the
+/// request; a value of the wrong wire type or too many buckets is an error
+/// for this histogram only.
+pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
+    let mut int_count: Option<u64> = None;
+    let mut float_count: Option<f64> = None;
+    let mut zero_int = 0u64;
+    let mut zero_float: Option<f64> = None;
+    let mut sum = 0.0;
+    let mut schema = 0i32;
+    let mut zero_threshold = 0.0;
+    let mut pos_spans = Vec::new();
+    let mut neg_spans = Vec::new();
+    let mut pos_deltas = Vec::new();
+    let mut neg_deltas = Vec::new();
+    let mut pos_counts = Vec::new();
+    let mut neg_counts = Vec::new();
+    let mut custom = Vec::new();
+    let mut hint = CounterResetHint::Unknown;
+    let mut t = 0i64;
+    let bad = |what: &str| format!("histogram field {what} has the wrong type");
+    let mut r = Reader::new(msg);
+    loop {
+        let next = r.next_field().map_err(|e: DecodeError| e.to_string())?;
+        let Some((field, v, _)) = next else { break };
+        match (field, v) {
+            (1, Value::Varint(x)) => int_count = Some(x),
+            (2, Value::Fixed64(x)) => float_count = Some(f64::from_bits(x)),
+            (3, Value::Fixed64(x)) => sum = f64::from_bits(x),
+            (4, Value::Varint(x)) => {
+                schema = i32::try_from(unzigzag(x)).map_err(|_| "histogram schema out of range")?
+            }
+            (5, Value::Fixed64(x)) => zero_threshold = f64::from_bits(x),
+            (6, Value::Varint(x)) => zero_int = x,
+            (7, Value::Fixed64(x)) => zero_float = Some(f64::from_bits(x)),
+            (8, Value::Bytes(b)) => push_limited(&mut neg_spans, span(b)?)?,
+            (11, Value::Bytes(b)) => push_limited(&mut pos_spans, span(b)?)?,
+            (9, v) => sint64s(v, &mut neg_deltas).ok_or_else(|| bad("negative_deltas"))?,
+            (12, v) => sint64s(v, &mut pos_deltas).ok_or_else(|| bad("positive_deltas"))?,
+            (10, v) => doubles(v, &mut neg_counts).ok_or_else(|| bad("negative_counts"))?,
+            (13, v) => doubles(v, &mut pos_counts).ok_or_else(|| bad("positive_counts"))?,
+            (16, v) => doubles(v, &mut custom).ok_or_else(|| bad("custom_values"))?,
+            (14, Value::Varint(x)) => {
+                hint = match x {
+                    1 => CounterResetHint::CounterReset,
+                    2 => CounterResetHint::NotCounterReset,
+                    3 => CounterResetHint::Gauge,
+                    _ => CounterResetHint::Unknown,
+                }
+            }
+            (15, Value::Varint(x)) => t = x as i64,
+            (1..=16, _) => return Err(format!("histogram field {field} has the wrong type")),
+            _ => {}
+        }
+    }
+    // A float histogram sets count_float; Prometheus' `IsFloatHistogram`
+    // looks at which oneof is set, and an unset one is an integer one.
+    if let (Some(count), None) = (float_count, int_count) {
+        if !pos_deltas.is_empty() || !neg_deltas.is_empty() {
+            return Err(
+                "a float histogram (count_float) must carry bucket counts, not deltas".into(),
+            );
+        }
+        return Ok(WireHistogram::Float(
+            t,
+            FloatHistogram {
+                hint,
+                schema,
+                zero_threshold,
+                zero_count: zero_float.unwrap_or(zero_int as f64),
+                count,
+                sum,
+                positive_spans: pos_spans,
+                negative_spans: neg_spans,
+                positive_buckets: pos_counts,
+                negative_buckets: neg_counts,
+                custom_values: custom,
+            },
+        ));
+    }
+    if !pos_counts.is_empty() || !neg_counts.is_empty() {
+        return Err("an integer histogram (count_int) must carry bucket deltas, not counts".into());
+    }
+    Ok(WireHistogram::Int(
+        t,
+        Histogram {
+            hint,
+            schema,
+            zero_threshold,
+            zero_count: zero_int,
+            count: int_count.unwrap_or(0),
+            sum,
+            positive_spans: pos_spans,
+            negative_spans: neg_spans,
+            positive_buckets: pos_deltas,
+            negative_buckets: neg_deltas,
+            custom_values: custom,
+        },
+    ))
+}
+
+fn push_limited<T>(v: &mut Vec<T>, x: T) -> Result<(), String> {
+    if v.len() >= MAX_HISTOGRAM_ITEMS {
+        return Err(format!(
+            "histogram has more than {MAX_HISTOGRAM_ITEMS} spans"
+        ));
+    }
+    v.push(x);
+    Ok(())
+}
+
+/// A `BucketSpan`: offset (sint32, field 1), length (uint32, field 2).
+fn span(msg: &[u8]) -> Result<Span, String> {
+    let mut s = Span::default();
+    let mut r = Reader::new(msg);
+    while let Some((field, v, _)) = r.next_field().map_err(|e| e.to_string())? {
+        match (field, v) {
+            (1, Value::Varint(x)) => {
+                s.offset = i32::try_from(unzigzag(x)).map_err(|_| "span offset out of range")?
+            }
+            (2, Value::Varint(x)) => {
+                s.length = u32::try_from(x).map_err(|_| "span length out of range")?
+            }
+            (1 | 2, _) => return Err("histogram span field has the wrong type".into()),
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+/// A repeated sint64, packed or not; `None` on the wrong wire type or too
+/// many values.
+fn sint64s(v: Value<'_>, out: &mut Vec<i64>) -> Option<()> {
+    match v {
+        Value::Varint(x) => {
+            (out.len() < MAX_HISTOGRAM_ITEMS).then(|| out.push(unzigzag(x)))?;
+        }
+        Value::Bytes(mut b) => {
+            while !b.is_empty() {
+                let (x, n) = crate::encoding::uvarint(b)?;
+                b = &b[n..];
+                (out.len() < MAX_HISTOGRAM_ITEMS).then(|| out.push(unzigzag(x)))?;
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+/// A repeated double, packed or not.
+fn doubles(v: Value<'_>, out: &mut Vec<f64>) -> Option<()> {
+    match v {
+        Value::Fixed64(x) => {
+            (out.len() < MAX_HISTOGRAM_ITEMS).then(|| out.push(f64::from_bits(x)))?;
+        }
+        Value::Bytes(b) => {
+            if b.len() % 8 != 0 || out.len() + b.len() / 8 > MAX_HISTOGRAM_ITEMS {
+                return None;
+            }
+            for w in b.chunks_exact(8) {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(w);
+                out.push(f64::from_bits(u64::from_le_bytes(a)));
+            }
+        }
+        _ => return None,
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::prometheus as pb;
+    use prost::Message as _;
+
+    fn wire(h: pb::Histogram) -> Vec<u8> {
+        h.encode_to_vec()
+    }
+
+    #[test]
+    fn integer_and_float_histograms_decode_as_prometheus_encodes_them() {
+        let h = pb::Histogram {
+            count: Some(pb::histogram::Count::CountInt(9)),
+            sum: 4.5,
+            schema: 3,
+            zero_threshold: 1e-128,
+            zero_count: Some(pb::histogram::ZeroCount::ZeroCountInt(1)),
+            negative_spans: vec![pb::BucketSpan {
+                offset: -1,
+                length: 1,
+            }],
+            negative_deltas: vec![1],
+            positive_spans: vec![
+                pb::BucketSpan {
+                    offset: 0,
+                    length: 2,
+                },
+                pb::BucketSpan {
+                    offset: 1,
+                    length: 1,
+                },
+            ],
+            positive_deltas: vec![2, 1, -1],
+            reset_hint: pb::histogram::ResetHint::Gauge as i32,
+            timestamp: 1_700_000_000_123,
+            ..Default::default()
+        };
+        let got = decode(&wire(h)).expect("decodes");
+        let WireHistogram::Int(t, h) = &got else {
+            panic!("an integer histogram: {got:?}")
+        };
+        assert_eq!(*t, 1_700_000_000_123);
+        assert_eq!(h.hint, CounterResetHint::Gauge);
+        assert_eq!((h.schema, h.count, h.zero_count), (3, 9, 1));
+        assert_eq!(h.positive_buckets, [2, 1, -1]);
+        assert_eq!(
+            h.positive_spans[1],
+            Span {
+                offset: 1,
+                length: 1
+            }
+        );
+        assert_eq!(
+            h.negative_spans[0],
+            Span {
+                offset: -1,
+                length: 1
+            }
+        );
+        got.validate().expect("valid");
+
+        let f = pb::Histogram {
+            count: Some(pb::histogram::Count::CountFloat(2.5)),
+            zero_count: Some(pb::histogram::ZeroCount::ZeroCountFloat(0.5)),
+            schema: -53,
+            positive_spans: vec![pb::BucketSpan {
+                offset: 0,
+                length: 2,
+            }],
+            positive_counts: vec![1.0, 1.0],
+            custom_values: vec![0.25],
+            ..Default::default()
+        };
+        let WireHistogram::Float(_, f) = decode(&wire(f)).expect("decodes") else {
+            panic!("a float histogram")
+        };
+        assert_eq!((f.count, f.zero_count, f.schema), (2.5, 0.5, -53));
+        assert_eq!(f.positive_buckets, [1.0, 1.0]);
+        assert_eq!(f.custom_values, [0.25]);
+    }
+
+    #[test]
+    fn mixed_or_damaged_histograms_are_errors() {
+        let mixed = pb::Histogram {
+            count: Some(pb::histogram::Count::CountInt(1)),
+            positive_counts: vec![1.0],
+            ..Default::default()
+        };
+        assert!(decode(&wire(mixed))
+            .expect_err("mixed")
+            .contains("deltas, not counts"));
+        // Field 4 (schema) as a fixed64.
+        let bad = [0x21, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert!(decode(&bad).expect_err("type").contains("field 4"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_decode_or_fail_without_panicking(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Ok(h) = decode(&bytes) {
+                let _ = h.validate();
+            }
+        }
+    }
+}
