@@ -411,6 +411,60 @@ fn float_counts(side: &'static str, counts: &[f64]) -> Result<(), HistogramError
     Ok(())
 }
 
+/// One histogram sample.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HistSample {
+    /// An integer histogram.
+    Int(Histogram),
+    /// A float histogram.
+    Float(FloatHistogram),
+}
+
+impl HistSample {
+    /// Whether two samples are the same, floats bit for bit (so that a
+    /// NaN sum equals itself, as Prometheus' `Equals` has it).
+    pub fn same(&self, other: &HistSample) -> bool {
+        let f = |x: f64| x.to_bits();
+        match (self, other) {
+            (Self::Int(a), Self::Int(b)) => {
+                let g = |h: &Histogram| {
+                    (
+                        h.schema,
+                        f(h.zero_threshold),
+                        h.zero_count,
+                        h.count,
+                        f(h.sum),
+                        h.positive_spans.clone(),
+                        h.negative_spans.clone(),
+                        h.positive_buckets.clone(),
+                        h.negative_buckets.clone(),
+                        h.custom_values.iter().map(|x| f(*x)).collect::<Vec<_>>(),
+                    )
+                };
+                g(a) == g(b)
+            }
+            (Self::Float(a), Self::Float(b)) => {
+                let g = |h: &FloatHistogram| {
+                    (
+                        h.schema,
+                        f(h.zero_threshold),
+                        f(h.zero_count),
+                        f(h.count),
+                        f(h.sum),
+                        h.positive_spans.clone(),
+                        h.negative_spans.clone(),
+                        h.positive_buckets.iter().map(|x| f(*x)).collect::<Vec<_>>(),
+                        h.negative_buckets.iter().map(|x| f(*x)).collect::<Vec<_>>(),
+                        h.custom_values.iter().map(|x| f(*x)).collect::<Vec<_>>(),
+                    )
+                };
+                g(a) == g(b)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Buckets the spans cover.
 pub fn bucket_count(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.length as usize).sum()

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod chunk;
 pub mod exemplars;
 pub mod head;
+pub mod hist_series;
 pub mod index;
 pub mod labels;
 pub mod metadata;

@@ -466,6 +466,7 @@ mod tests {
                 Record::Samples(s) => got.extend(s.map(|(r, t, v)| format!("x{r}@{t}={v}"))),
                 Record::Checkpoint(_) => got.push("checkpoint".into()),
                 Record::Exemplars(e) => got.extend(e.map(|(_, _, t, v)| format!("e@{t}={v}"))),
+                Record::Histograms(h) => got.extend(h.map(|(r, t, _)| format!("h{r}@{t}"))),
             },
         )?;
         Ok((got, report))

@@ -87,3 +87,18 @@ impl Default for HeadOptions {
         }
     }
 }
+
+/// The end of the chunk range that holds `t` (Go's truncating division).
+pub(crate) fn range_for_timestamp(t: i64, width: i64) -> i64 {
+    (t / width) * width + width
+}
+
+/// Prometheus' `computeChunkEndTime`: spreads the rest of the range into
+/// chunks of roughly equal sample counts.
+pub(crate) fn chunk_end_time(start: i64, cur: i64, max_t: i64, ratio_to_full: f64) -> i64 {
+    let n = (max_t - start) as f64 / ((cur - start + 1) as f64 * ratio_to_full);
+    if n <= 1.0 {
+        return max_t;
+    }
+    (start as f64 + (max_t - start) as f64 / n.floor()) as i64
+}

@@ -17,13 +17,19 @@
 //! The file is a sequence of WAL frames (length, CRC32C, kind 3), one per
 //! series: `ref: uvarint | labels: len-prefixed canonical bytes |
 //! next_at: i64 | sealed chunks: count, then (mint: i64, maxt: i64, bytes:
-//! len-prefixed) each | open chunk: 0, or 1 then the same triple`.
+//! len-prefixed) each | open chunk: 0, or 1 then the same triple`, then,
+//! for a series that holds native histograms, a histogram section:
+//! `next_at: i64 | sealed chunks: count, then (mint, maxt, encoding: u8
+//! (2 integer, 3 float, as Prometheus numbers them), bytes) each | open
+//! chunk: 0, or 1 then the same`. A series without histograms ends after
+//! its open chunk, as before histograms were stored.
 
 use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::head::Head;
+use super::hist_series::HistImage;
 use super::labels::encode_canonical;
 use super::shard::{MemSeries, Shard};
 
@@ -44,7 +50,13 @@ pub struct SeriesImage<'a> {
     pub sealed: Vec<(i64, i64, &'a [u8])>,
     /// The open chunk.
     pub open: Option<(i64, i64, &'a [u8])>,
+    /// The native-histogram chunks, if the series holds any.
+    pub hist: Option<HistImage<'a>>,
 }
+
+/// Prometheus' chunk encoding numbers.
+const ENC_HISTOGRAM: u8 = 2;
+const ENC_FLOAT_HISTOGRAM: u8 = 3;
 
 /// What writing a checkpoint did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,7 +119,65 @@ fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut 
             }
             None => out.push(0),
         }
+        if let Some(h) = shard.hist_of(s) {
+            let (sealed, open, next_at) = h.image();
+            out.extend_from_slice(&next_at.to_le_bytes());
+            put_uvarint(out, sealed.len() as u64);
+            for c in sealed {
+                put_hist_chunk(out, c.mint, c.maxt, c.float, &c.bytes);
+            }
+            match open {
+                Some((mint, maxt, float, bytes)) => {
+                    out.push(1);
+                    put_hist_chunk(out, mint, maxt, float, bytes);
+                }
+                None => out.push(0),
+            }
+        }
     });
+}
+
+fn put_hist_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, float: bool, bytes: &[u8]) {
+    out.extend_from_slice(&mint.to_le_bytes());
+    out.extend_from_slice(&maxt.to_le_bytes());
+    out.push(if float {
+        ENC_FLOAT_HISTOGRAM
+    } else {
+        ENC_HISTOGRAM
+    });
+    put_bytes(out, bytes);
+}
+
+fn hist_chunk<'a>(r: &mut Cursor<'a>) -> Option<(i64, i64, bool, &'a [u8])> {
+    let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
+    let float = match r.byte()? {
+        ENC_HISTOGRAM => false,
+        ENC_FLOAT_HISTOGRAM => true,
+        _ => return None,
+    };
+    Some((mint, maxt, float, r.bytes()?))
+}
+
+fn parse_hist<'a>(r: &mut Cursor<'a>, len: usize) -> Option<HistImage<'a>> {
+    let next_at = r.i64_le()?;
+    let n = r.uvarint()?;
+    if n > (len / 18) as u64 {
+        return None;
+    }
+    let mut sealed = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        sealed.push(hist_chunk(r)?);
+    }
+    let open = match r.byte()? {
+        0 => None,
+        1 => Some(hist_chunk(r)?),
+        _ => return None,
+    };
+    Some(HistImage {
+        next_at,
+        sealed,
+        open,
+    })
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -141,12 +211,18 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
         1 => Some(chunk(&mut r)?),
         _ => return None,
     };
+    let hist = if r.is_empty() {
+        None
+    } else {
+        Some(parse_hist(&mut r, payload.len())?)
+    };
     r.is_empty().then_some(SeriesImage {
         id,
         labels,
         next_at,
         sealed,
         open,
+        hist,
     })
 }
 
@@ -495,6 +571,103 @@ mod tests {
         drop(head);
         let head = open(dir.path());
         assert_eq!(exemplar_times(&head), vec![1_000, 2_000, 3_000]);
+    }
+
+    /// Appends `n` histograms (integer for series h0, float for h1, both
+    /// with a bucket that appears halfway, so a chunk is recoded) from
+    /// round `from` on.
+    fn append_histograms(head: &Head, from: i64, n: i64) {
+        use crate::histogram::{HistSample, Histogram, Span};
+        let mut c = AppendCounts::default();
+        for i in from..from + n {
+            for (s, float) in [("h0", false), ("h1", true)] {
+                let l = [("__name__", s), ("job", "j")];
+                let mut raw = Vec::new();
+                encode_canonical(l, &mut raw);
+                let mut spans = vec![Span {
+                    offset: 0,
+                    length: 2,
+                }];
+                let mut buckets = vec![i, 1];
+                if i >= 40 {
+                    spans[0].length = 3;
+                    buckets.push(-1);
+                }
+                let count: u64 = buckets
+                    .iter()
+                    .scan(0i64, |a, d| {
+                        *a += d;
+                        Some(*a as u64)
+                    })
+                    .sum();
+                let h = Histogram {
+                    schema: 1,
+                    count,
+                    sum: i as f64 * 1.5,
+                    positive_spans: spans,
+                    positive_buckets: buckets,
+                    ..Histogram::default()
+                };
+                let h = if float {
+                    HistSample::Float(h.to_float())
+                } else {
+                    HistSample::Int(h)
+                };
+                head.append_histograms(&l, &raw, &[(i * 60_000, h)], i64::MAX, &mut c)
+                    .expect("under the limit");
+            }
+        }
+        assert_eq!(c.rejected_total(), 0);
+        let lsn = head.log_appended(&mut c);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(head.durable(lsn))
+            .expect("durable");
+    }
+
+    fn histograms(head: &Head) -> Vec<(String, Vec<(i64, crate::histogram::HistSample)>)> {
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        head.select(&[all], i64::MIN, i64::MAX)
+            .into_iter()
+            .map(|s| (format!("{:?}", s.labels), s.histograms))
+            .collect()
+    }
+
+    #[test]
+    fn histograms_survive_a_restart_through_the_log_and_a_checkpoint() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_histograms(&head, 0, 150);
+        let before = histograms(&head);
+        assert_eq!(before.len(), 2);
+        assert!(
+            before.iter().all(|(_, h)| h.len() == 150),
+            "{}",
+            before[0].1.len()
+        );
+        let chunks = head.stats().chunks;
+        assert!(chunks > 2, "several chunks per series: {chunks}");
+        head.close_wal();
+        drop(head);
+        // From the WAL alone.
+        let head = open(dir.path());
+        assert_eq!(histograms(&head), before);
+        // From a checkpoint plus the log after it.
+        let r = write_checkpoint(&head, dir.path());
+        assert!(r.deleted_segments > 0, "{r:?}");
+        append_histograms(&head, 150, 30);
+        let before = histograms(&head);
+        let stats = head.stats();
+        head.close_wal();
+        drop(head);
+        let head = open(dir.path());
+        assert_eq!(histograms(&head), before);
+        assert_eq!(head.stats().chunks, stats.chunks);
+        assert_eq!(head.stats().chunk_bytes, stats.chunk_bytes);
+        // Samples continue after the restart, in the same chunks.
+        append_histograms(&head, 180, 1);
+        assert_eq!(histograms(&head)[0].1.len(), 181);
     }
 
     #[test]

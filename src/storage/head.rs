@@ -18,6 +18,7 @@ use super::labels::Label;
 pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
 use super::shard::{MemSeries, Shard, ShardLog};
 use super::{Stop, Stopped};
+use crate::histogram::HistSample;
 use crate::reuse::{self, Reused};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::WalOptions;
@@ -582,25 +583,60 @@ impl Head {
     ) -> Result<(Fingerprint, u32), SeriesLimit> {
         let fp = fingerprint(canonical);
         let (home, mut shard) = self.lock_touched(fp.hash, counts);
-        let slot = match shard.find(fp, canonical) {
-            Some(slot) => slot,
-            None => {
-                let max = self.opts.max_series;
-                if self
-                    .series
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        (n < max).then_some(n + 1)
-                    })
-                    .is_err()
-                {
-                    return Err(SeriesLimit(max));
-                }
-                shard.create(self.new_ref(), fp, labels, canonical)
-            }
-        };
+        let slot = self.find_or_create(&mut shard, fp, labels, canonical)?;
         shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
         home.publish(&shard);
         Ok((fp, slot))
+    }
+
+    /// The slot of the series with these labels in `shard`, created if
+    /// new (within the series limit).
+    fn find_or_create(
+        &self,
+        shard: &mut Shard,
+        fp: Fingerprint,
+        labels: &[(&str, &str)],
+        canonical: &[u8],
+    ) -> Result<u32, SeriesLimit> {
+        if let Some(slot) = shard.find(fp, canonical) {
+            return Ok(slot);
+        }
+        let max = self.opts.max_series;
+        if self
+            .series
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(SeriesLimit(max));
+        }
+        Ok(shard.create(self.new_ref(), fp, labels, canonical))
+    }
+
+    /// Appends native histogram samples to the series with these valid,
+    /// sorted `labels` (canonical bytes `canonical`), creating it if
+    /// needed. The samples are validated already.
+    pub fn append_histograms(
+        &self,
+        labels: &[(&str, &str)],
+        canonical: &[u8],
+        samples: &[(i64, HistSample)],
+        max_t: i64,
+        counts: &mut AppendCounts,
+    ) -> Result<(), SeriesLimit> {
+        let fp = fingerprint(canonical);
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
+        let slot = self.find_or_create(&mut shard, fp, labels, canonical)?;
+        shard.append_histograms(
+            slot,
+            samples.iter().map(|(t, h)| (*t, h)),
+            self.time_bounds(max_t),
+            &self.opts,
+            counts,
+        );
+        home.publish(&shard);
+        Ok(())
     }
 
     /// Series, chunks and bytes held.
@@ -609,8 +645,8 @@ impl Head {
         for Padded(shard) in self.shards.iter() {
             let s = shard.lock();
             st.series += s.series.len();
-            st.chunks += s.chunks;
-            st.chunk_bytes += s.chunk_bytes;
+            st.chunks += s.chunks + s.hist_chunks;
+            st.chunk_bytes += s.chunk_bytes + s.hist_bytes;
             st.samples += s.samples;
         }
         st
@@ -671,7 +707,8 @@ impl Head {
                         continue;
                     };
                     let until = series.visible_until(s.log.as_ref());
-                    let (Some(lo), Some(hi)) = (series.min_time(), series.max_time()) else {
+                    let (Some(lo), Some(hi)) = (s.min_time_of(series), s.max_time_of(series))
+                    else {
                         continue;
                     };
                     let hi = hi.min(until);

@@ -11,6 +11,7 @@ use super::head::Head;
 use super::index::Matcher;
 use super::labels::Label;
 use super::{Stop, Stopped};
+use crate::histogram::HistSample;
 
 /// A selected series: its labels and the chunks that overlap the range.
 #[derive(Debug, Clone)]
@@ -19,6 +20,9 @@ pub struct SelectedSeries {
     pub labels: Vec<Label>,
     /// Chunks in time order.
     pub chunks: Vec<ChunkRef>,
+    /// Native histogram samples in the range, in time order (empty for a
+    /// series that never had one).
+    pub histograms: Vec<(i64, HistSample)>,
 }
 
 impl SelectedSeries {
@@ -62,6 +66,7 @@ impl Head {
             out.push(SelectedSeries {
                 labels: shard.labels_of(series),
                 chunks: series.snapshot_chunks(mint, maxt, until),
+                histograms: shard.histograms_of(series, mint, maxt, until),
             });
         })?;
         out.sort_by(|a, b| a.labels.cmp(&b.labels));

@@ -107,9 +107,12 @@ impl<'h> Replayer<'h> {
             return false;
         };
         self.refs.insert(image.id, (shard, slot));
-        self.head
-            .lock_shard_for_replay(shard as usize)
-            .restore_chunks(slot, &image.sealed, image.open, image.next_at)
+        let mut guard = self.head.lock_shard_for_replay(shard as usize);
+        guard.restore_chunks(slot, &image.sealed, image.open, image.next_at)
+            && image
+                .hist
+                .as_ref()
+                .is_none_or(|h| guard.restore_histograms(slot, h))
     }
 
     /// Applies one record.
@@ -125,6 +128,23 @@ impl<'h> Replayer<'h> {
             }
             Record::Checkpoint(_) => self.bad_series += 1,
             Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
+            Record::Histograms(entries) => {
+                for (r, t, h) in entries {
+                    let Some(&(shard, slot)) = self.refs.get(&r) else {
+                        self.unknown_refs += 1;
+                        continue;
+                    };
+                    self.head
+                        .lock_shard_for_replay(shard as usize)
+                        .append_histograms(
+                            slot,
+                            std::iter::once((t, &h)),
+                            (i64::MIN, i64::MAX),
+                            self.head.options(),
+                            &mut self.counts,
+                        );
+                }
+            }
             Record::Samples(samples) => {
                 let mut current: Option<(u32, parking_lot::MutexGuard<'_, Shard>)> = None;
                 for (r, t, v) in samples {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::append::{AppendCounts, HeadOptions, SampleError};
+use super::append::{chunk_end_time, range_for_timestamp, AppendCounts, HeadOptions, SampleError};
 use super::chunk::ChunkRef;
 use super::chunk::{XorAppender, XorIter, HEADER_BYTES};
+use super::hist_series::{HistSample, HistSeries};
 use super::index::Postings;
 use super::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
@@ -74,12 +75,17 @@ pub(crate) struct MemSeries {
     unlogged_from: i64,
 }
 
+/// The top bit of `MemSeries::labels_len`: the series holds native
+/// histograms (in its shard's `hists`, by series id). Kept in a spare bit
+/// so that float-only series pay nothing for histograms.
+const HIST_FLAG: u32 = 1 << 31;
+
 impl MemSeries {
     /// This series' run in its shard's `label_ids`.
     #[inline]
     fn label_run<'a>(&self, ids: &'a [(StrId, StrId)]) -> &'a [(StrId, StrId)] {
         let at = self.labels_at as usize;
-        ids.get(at..at + self.labels_len as usize)
+        ids.get(at..at + (self.labels_len & !HIST_FLAG) as usize)
             .unwrap_or_default()
     }
 
@@ -251,8 +257,15 @@ impl MemSeries {
             .map(|h| (h.mint, h.maxt(), h.app.bytes()))
     }
 
-    /// The oldest timestamp, if the series has samples.
-    pub(crate) fn min_time(&self) -> Option<i64> {
+    /// Whether the series holds native histograms (in its shard's
+    /// `hists`).
+    #[inline]
+    pub(crate) fn has_hist(&self) -> bool {
+        self.labels_len & HIST_FLAG != 0
+    }
+
+    /// The oldest float sample's timestamp.
+    fn min_time(&self) -> Option<i64> {
         self.sealed.first().map(|c| c.mint).or_else(|| {
             self.head
                 .as_ref()
@@ -261,8 +274,8 @@ impl MemSeries {
         })
     }
 
-    /// The newest timestamp, if the series has samples.
-    pub(crate) fn max_time(&self) -> Option<i64> {
+    /// The newest float sample's timestamp.
+    fn max_time(&self) -> Option<i64> {
         self.head
             .as_ref()
             .filter(|h| h.app.num_samples() > 0)
@@ -279,21 +292,6 @@ fn clipped(bytes: &[u8], until: i64) -> Arc<[u8]> {
         app.append(t, v);
     }
     Arc::from(app.bytes())
-}
-
-/// The end of the chunk range that holds `t` (Go's truncating division).
-fn range_for_timestamp(t: i64, width: i64) -> i64 {
-    (t / width) * width + width
-}
-
-/// Prometheus' `computeChunkEndTime`: spreads the rest of the range into
-/// chunks of roughly equal sample counts.
-fn chunk_end_time(start: i64, cur: i64, max_t: i64, ratio_to_full: f64) -> i64 {
-    let n = (max_t - start) as f64 / ((cur - start + 1) as f64 * ratio_to_full);
-    if n <= 1.0 {
-        return max_t;
-    }
-    (start as f64 + (max_t - start) as f64 / n.floor()) as i64
 }
 
 /// What a shard has appended but not yet handed to the WAL: whole frames,
@@ -455,6 +453,12 @@ pub(crate) struct Shard {
     open_slack: usize,
     /// Samples held in all chunks.
     pub(crate) samples: usize,
+    /// Histogram chunks' encoded bytes and count (in `chunks` and
+    /// `samples` too).
+    pub(crate) hist_bytes: usize,
+    pub(crate) hist_chunks: usize,
+    /// The histogram side of the series that have one, by series id.
+    pub(crate) hists: hashbrown::HashMap<u64, HistSeries>,
     /// Every series' (name, value) ids, one run per series: one block
     /// for the shard instead of one per series, which cost a pointer,
     /// a length and the allocator's header and rounding each.
@@ -489,11 +493,18 @@ impl Shard {
         // (counted for all, though the smallest are still inline).
         const PER_SEALED: usize = 48 + MALLOC_OVERHEAD;
         let sealed = self.chunks - self.open_chunks;
+        // A histogram series' struct and its chunks' list entries, with
+        // an allowance for its last sample, kept to tell duplicates.
+        const PER_HIST_SERIES: usize =
+            std::mem::size_of::<(u64, HistSeries)>() + 1 + 256 + MALLOC_OVERHEAD;
         HeadMemory {
             chunks: self.chunk_bytes
                 + self.open_slack
                 + sealed * PER_SEALED
-                + self.open_chunks * MALLOC_OVERHEAD,
+                + self.open_chunks * MALLOC_OVERHEAD
+                + self.hist_bytes
+                + self.hist_chunks * PER_SEALED
+                + self.hists.capacity() * PER_HIST_SERIES,
             series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
             labels: self.label_ids.capacity() * std::mem::size_of::<(StrId, StrId)>()
                 + self.strings.heap_bytes(),
@@ -595,7 +606,7 @@ impl Shard {
             self.label_ids.push(ids);
         }
         series.labels_at = at as u32;
-        series.labels_len = labels.len() as u32;
+        series.labels_len = labels.len() as u32 | (series.labels_len & HIST_FLAG);
         let slot = self.series.len() as u32;
         self.postings.add(slot, &self.label_ids[at..]);
         let hash = series.hash;
@@ -690,7 +701,15 @@ impl Shard {
                 s.sealed = sealed.into_boxed_slice();
                 dropped += old;
             }
-            dead += usize::from(s.max_time().is_none_or(|t| t < cutoff));
+            if let Some(h) = s.has_hist().then(|| self.hists.get_mut(&s.id)).flatten() {
+                let (chunks, bytes, samples) = h.retain(cutoff);
+                self.hist_chunks -= chunks;
+                self.hist_bytes -= bytes;
+                self.samples -= samples;
+                dropped += chunks;
+            }
+            let newest = newest_of(s, &self.hists);
+            dead += usize::from(newest.is_none_or(|t| t < cutoff));
         }
         self.chunks -= dropped;
         self.chunk_bytes -= freed;
@@ -703,15 +722,26 @@ impl Shard {
             strings,
             series,
             label_ids: old_ids,
+            mut hists,
             ..
         } = old;
         self.log = log;
         let mut labels = Vec::new();
         for s in series {
-            if s.max_time().is_none_or(|t| t < cutoff) {
+            if newest_of(&s, &hists).is_none_or(|t| t < cutoff) {
                 // Its sealed chunks went above; the open one goes with it.
                 dropped += s.sealed.len() + usize::from(s.head.is_some());
+                if let Some(h) = hists.remove(&s.id) {
+                    dropped += h.footprint().1;
+                }
                 continue;
+            }
+            if let Some(h) = s.has_hist().then(|| hists.remove(&s.id)).flatten() {
+                let (bytes, chunks) = h.footprint();
+                self.hist_bytes += bytes;
+                self.hist_chunks += chunks;
+                self.samples += h.sample_count();
+                self.hists.insert(s.id, h);
             }
             labels.clear();
             labels.extend(
@@ -751,9 +781,22 @@ impl Shard {
         let Some(series) = self.series.get_mut(slot as usize) else {
             return;
         };
+        // Floats and histograms share one timeline.
+        let hist_maxt = match series.has_hist() {
+            true => self.hists.get(&series.id).and_then(HistSeries::maxt),
+            false => None,
+        };
         for (t, v) in samples {
             if t > max_t || t < min_t {
                 counts.reject(SampleError::OutOfBounds, t);
+                continue;
+            }
+            if let Some(ht) = hist_maxt.filter(|&ht| t <= ht) {
+                let e = match t == ht {
+                    true => SampleError::Duplicate,
+                    false => SampleError::OutOfOrder,
+                };
+                counts.reject(e, t);
                 continue;
             }
             let slack = series.open_slack();
@@ -773,6 +816,136 @@ impl Shard {
                 Ok(None) => counts.appended += 1,
                 Err(e) => counts.reject(e, t),
             }
+        }
+    }
+}
+
+/// The newest timestamp of `s`, floats and histograms.
+fn newest_of(s: &MemSeries, hists: &hashbrown::HashMap<u64, HistSeries>) -> Option<i64> {
+    let h = s
+        .has_hist()
+        .then(|| hists.get(&s.id))
+        .flatten()
+        .and_then(HistSeries::maxt);
+    match (s.max_time(), h) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Shard {
+    /// The series' histogram side, if it has one.
+    #[inline]
+    pub(crate) fn hist_of(&self, s: &MemSeries) -> Option<&HistSeries> {
+        s.has_hist().then(|| self.hists.get(&s.id)).flatten()
+    }
+
+    /// The oldest timestamp of `s`, floats and histograms.
+    pub(crate) fn min_time_of(&self, s: &MemSeries) -> Option<i64> {
+        match (s.min_time(), self.hist_of(s).and_then(HistSeries::mint)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The newest timestamp of `s`, floats and histograms.
+    pub(crate) fn max_time_of(&self, s: &MemSeries) -> Option<i64> {
+        newest_of(s, &self.hists)
+    }
+
+    /// Histogram samples of `s` with `mint <= t <= maxt`, up to `until`
+    /// (see [`MemSeries::visible_until`]).
+    pub(crate) fn histograms_of(
+        &self,
+        s: &MemSeries,
+        mint: i64,
+        maxt: i64,
+        until: i64,
+    ) -> Vec<(i64, HistSample)> {
+        self.hist_of(s)
+            .map(|h| h.samples(mint, maxt, until))
+            .unwrap_or_default()
+    }
+
+    /// Gives the series in `slot` the histogram chunks of a checkpoint
+    /// image, unless it holds histograms already; `false` if a chunk does
+    /// not decode.
+    pub(crate) fn restore_histograms(
+        &mut self,
+        slot: u32,
+        image: &super::hist_series::HistImage<'_>,
+    ) -> bool {
+        let Some(series) = self.series.get_mut(slot as usize) else {
+            return false;
+        };
+        if series.has_hist() {
+            return true;
+        }
+        let sealed = image
+            .sealed
+            .iter()
+            .map(|&(mint, maxt, float, b)| super::hist_series::SealedHist {
+                mint,
+                maxt,
+                float,
+                bytes: Arc::from(b),
+            })
+            .collect();
+        let Some(h) = HistSeries::restore(sealed, image.open, image.next_at) else {
+            return false;
+        };
+        let (bytes, chunks) = h.footprint();
+        self.hist_bytes += bytes;
+        self.hist_chunks += chunks;
+        self.samples += h.sample_count();
+        series.labels_len |= HIST_FLAG;
+        self.hists.insert(series.id, h);
+        true
+    }
+
+    /// Appends histogram samples to the series in `slot`, counting each
+    /// outcome, and logs the stored ones (one histograms record per call).
+    /// Samples outside `[min_t, max_t]` are out of bounds.
+    pub(crate) fn append_histograms<'h>(
+        &mut self,
+        slot: u32,
+        samples: impl Iterator<Item = (i64, &'h HistSample)>,
+        (min_t, max_t): (i64, i64),
+        opts: &HeadOptions,
+        counts: &mut AppendCounts,
+    ) {
+        let Some(series) = self.series.get_mut(slot as usize) else {
+            return;
+        };
+        let mut entries = Vec::new();
+        let mut newest = None;
+        for (t, h) in samples {
+            if t > max_t || t < min_t {
+                counts.reject(SampleError::OutOfBounds, t);
+                continue;
+            }
+            let float_maxt = series.max_time();
+            series.labels_len |= HIST_FLAG;
+            let hist = self.hists.entry(series.id).or_default();
+            match hist.append(t, h, float_maxt, opts) {
+                Ok(Some(delta)) => {
+                    counts.appended += 1;
+                    self.samples += 1;
+                    self.hist_bytes = self.hist_bytes.wrapping_add_signed(delta.bytes);
+                    self.hist_chunks += delta.chunks;
+                    if self.log.is_some() {
+                        crate::wal::record::histograms::put_entry(&mut entries, series.id, t, h);
+                        newest = Some(t);
+                    }
+                }
+                Ok(None) => counts.appended += 1,
+                Err(e) => counts.reject(e, t),
+            }
+        }
+        if let (Some(log), Some(t)) = (&mut self.log, newest) {
+            log.samples.close(&mut log.frames);
+            crate::wal::record::encode_histograms_frame(&mut log.frames, &entries);
+            series.note_unlogged(log, t);
         }
     }
 }
@@ -946,6 +1119,7 @@ mod tests {
         let sel = crate::storage::querier::SelectedSeries {
             labels: Vec::new(),
             chunks: snap,
+            histograms: Vec::new(),
         };
         let got: Vec<i64> = sel.samples(i64::MIN, i64::MAX).map(|(t, _)| t).collect();
         assert_eq!(got, vec![1000, 2000, 3000]);

@@ -8,10 +8,15 @@
 //! - `2` samples: `base_t: i64 LE`, then per sample
 //!   `ref: uvarint | t - base_t: zigzag varint | v: f64 bits LE`;
 //! - `3` one series of a checkpoint (`storage::checkpoint`'s layout);
+//! - `5` native histogram samples (see [`histograms`] for the layout);
 //! - `4` exemplars, self-contained (keyed by labels, not references, so a
 //!   checkpoint can carry them too): per exemplar `series: uvarint length |
 //!   canonical labels | labels: uvarint length | canonical labels |
 //!   t: zigzag varint | v: f64 bits LE`.
+
+pub mod histograms;
+
+pub use histograms::Histograms;
 
 /// Bytes before a record's kind: length and CRC.
 pub const HEADER: usize = 8;
@@ -23,6 +28,7 @@ const SERIES: u8 = 1;
 const SAMPLES: u8 = 2;
 const CHECKPOINT: u8 = 3;
 const EXEMPLARS: u8 = 4;
+const HISTOGRAMS: u8 = 5;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +47,8 @@ pub enum Record<'a> {
     Checkpoint(&'a [u8]),
     /// Exemplars, each with its series' labels.
     Exemplars(Exemplars<'a>),
+    /// Native histogram samples for series defined earlier.
+    Histograms(Histograms<'a>),
 }
 
 /// The exemplars of an exemplars record, decoded as they are iterated.
@@ -158,6 +166,17 @@ pub fn encode_checkpoint(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
     finish(out, at);
 }
 
+/// Appends a histograms record of `entries` (built with
+/// [`histograms::put_entry`]) to `out`; nothing if empty.
+pub fn encode_histograms_frame(out: &mut Vec<u8>, entries: &[u8]) {
+    if entries.is_empty() {
+        return;
+    }
+    let at = start(out, HISTOGRAMS);
+    out.extend_from_slice(entries);
+    finish(out, at);
+}
+
 /// Appends a series record to `out`.
 pub fn encode_series(out: &mut Vec<u8>, series_ref: u64, labels: &[u8]) {
     let at = start(out, SERIES);
@@ -267,6 +286,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
         }
         CHECKPOINT => Record::Checkpoint(payload),
         EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
+        HISTOGRAMS => Record::Histograms(Histograms { rest: payload }),
         _ => return Err(FrameError::BadPayload),
     };
     Ok((record, HEADER + len))

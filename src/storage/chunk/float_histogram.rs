@@ -102,7 +102,8 @@ impl FloatHistogramAppender {
         CounterResetHeader::from_byte(self.w.bytes()[2])
     }
 
-    fn set_counter_reset_header(&mut self, h: CounterResetHeader) {
+    /// Sets the chunk's counter-reset header (when rebuilding a chunk).
+    pub fn set_counter_reset_header(&mut self, h: CounterResetHeader) {
         let third = (self.w.bytes()[2] & 0b0011_1111) | h.bits();
         self.w.set_byte(2, third);
     }
@@ -275,7 +276,9 @@ impl FloatHistogramAppender {
     }
 
     /// Writes `h` (`appendFloatHistogram`).
-    fn append_raw(&mut self, t: i64, h: &FloatHistogram) {
+    /// Writes `h` without the appendability rules: for rebuilding a chunk
+    /// from its own samples, which share its layout.
+    pub fn append_raw(&mut self, t: i64, h: &FloatHistogram) {
         let stale_h;
         let h = if is_stale(h.sum) {
             stale_h = FloatHistogram {

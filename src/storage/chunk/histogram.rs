@@ -112,7 +112,8 @@ impl HistogramAppender {
         CounterResetHeader::from_byte(self.w.bytes()[2])
     }
 
-    fn set_counter_reset_header(&mut self, h: CounterResetHeader) {
+    /// Sets the chunk's counter-reset header (when rebuilding a chunk).
+    pub fn set_counter_reset_header(&mut self, h: CounterResetHeader) {
         let b = self.w.bytes();
         let third = (b[2] & 0b0011_1111) | h.bits();
         self.w.set_byte(2, third);
@@ -293,7 +294,9 @@ impl HistogramAppender {
     }
 
     /// Writes `h` (`appendHistogram`).
-    fn append_raw(&mut self, t: i64, h: &Histogram) {
+    /// Writes `h` without the appendability rules: for rebuilding a chunk
+    /// from its own samples, which share its layout.
+    pub fn append_raw(&mut self, t: i64, h: &Histogram) {
         let stale_h;
         let h = if is_stale(h.sum) {
             stale_h = Histogram {
