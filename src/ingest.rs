@@ -36,8 +36,9 @@ pub enum Reason {
     Sample(SampleError),
     /// The head holds its maximum number of series.
     SeriesLimit,
-    /// Native histograms are not stored yet.
-    NativeHistogram,
+    /// A native histogram that does not decode or breaks Prometheus'
+    /// validation rules.
+    InvalidHistogram,
     /// A remote-write 2.0 series that breaks a rule of the request: a
     /// reference outside `symbols`, both samples and histograms.
     InvalidSeries,
@@ -61,7 +62,7 @@ impl Reason {
             .chain(SampleError::ALL.into_iter().map(Reason::Sample))
             .chain([
                 Reason::SeriesLimit,
-                Reason::NativeHistogram,
+                Reason::InvalidHistogram,
                 Reason::UnsupportedTemporality,
                 Reason::InvalidDataPoint,
                 Reason::InvalidSeries,
@@ -75,7 +76,7 @@ impl Reason {
             Reason::Label(e) => e as usize,
             Reason::Sample(e) => LabelError::ALL.len() + e as usize,
             Reason::SeriesLimit => other,
-            Reason::NativeHistogram => other + 1,
+            Reason::InvalidHistogram => other + 1,
             Reason::UnsupportedTemporality => other + 2,
             Reason::InvalidDataPoint => other + 3,
             Reason::InvalidSeries => other + 4,
@@ -88,7 +89,7 @@ impl Reason {
             Reason::Label(e) => e.reason(),
             Reason::Sample(e) => e.reason(),
             Reason::SeriesLimit => "series_limit",
-            Reason::NativeHistogram => "native_histogram_unsupported",
+            Reason::InvalidHistogram => "invalid_native_histogram",
             Reason::UnsupportedTemporality => "unsupported_temporality",
             Reason::InvalidDataPoint => "invalid_data_point",
             Reason::InvalidSeries => "invalid_series",
@@ -118,6 +119,8 @@ pub struct IngestReport {
     pub exemplars: u64,
     /// Exemplars stored.
     pub exemplars_written: u64,
+    /// Native histogram samples stored (also in `accepted`).
+    pub histograms_written: u64,
     /// Exemplars not stored, by [`ExemplarError`] (as Prometheus, these do
     /// not fail the request; they are counted).
     pub exemplars_rejected: [u64; ExemplarError::ALL.len()],
@@ -135,6 +138,7 @@ impl Default for IngestReport {
             refused_series: 0,
             exemplars: 0,
             exemplars_written: 0,
+            histograms_written: 0,
             exemplars_rejected: [0; ExemplarError::ALL.len()],
         }
     }

@@ -241,10 +241,17 @@ async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
         .push(pb::Histogram::default());
     // 3: neither.
     b.series(&[("__name__", "neither")], &[]);
-    // 4: a native histogram series: refused until histograms are stored.
+    // 4: a native histogram series: stored.
     b.series(&[("__name__", "hist")], &[])
         .histograms
         .push(pb::Histogram {
+            count: Some(pb::histogram::Count::CountInt(3)),
+            schema: 0,
+            positive_spans: vec![pb::BucketSpan {
+                offset: 0,
+                length: 2,
+            }],
+            positive_deltas: vec![1, 1],
             timestamp: t,
             ..Default::default()
         });
@@ -252,15 +259,28 @@ async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
     b.series(&[("__name__", "dup"), ("a", "1"), ("a", "2")], &[(t, 1.0)]);
     // 6: out of order within the series: the first sample is stored.
     b.series(&[("__name__", "ooo")], &[(t + 1000, 1.0), (t, 2.0)]);
+    // 7: a histogram whose count disagrees with its buckets.
+    b.series(&[("__name__", "bad_hist")], &[])
+        .histograms
+        .push(pb::Histogram {
+            count: Some(pb::histogram::Count::CountInt(5)),
+            positive_spans: vec![pb::BucketSpan {
+                offset: 0,
+                length: 1,
+            }],
+            positive_deltas: vec![1],
+            timestamp: t,
+            ..Default::default()
+        });
     let r = push_v2(&srv, &b.build()).await;
     assert_eq!(r.status, 400, "{}", r.text);
-    assert_eq!(r.written, (Some(3), Some(0), Some(0)), "{}", r.text);
+    assert_eq!(r.written, (Some(3), Some(1), Some(0)), "{}", r.text);
     for needle in [
         "series 1:",
         "outside the symbols table",
         "series 2:",
         "both float samples and histograms",
-        "native_histogram_unsupported: 1",
+        "invalid_native_histogram: 1",
         "invalid_series: 3",
         "duplicate_label_name: 1",
         "out_of_order: 1",
@@ -269,7 +289,17 @@ async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
     }
     assert_eq!(stored(&srv, "ok_a").len(), 2);
     assert_eq!(stored(&srv, "ooo"), vec![(t + 1000, 1.0)]);
-    for gone in ["bad_ref", "both", "neither", "hist", "dup"] {
+    let all = sluice::storage::index::Matcher::new(
+        sluice::storage::index::MatchOp::Equal,
+        "__name__",
+        "hist",
+    )
+    .expect("matcher");
+    let hist = srv.state.head().select(&[all], i64::MIN, i64::MAX);
+    assert_eq!(hist.len(), 1);
+    assert_eq!(hist[0].histograms.len(), 1, "the histogram is stored");
+    assert_eq!(hist[0].histograms[0].0, t);
+    for gone in ["bad_ref", "both", "neither", "bad_hist", "dup"] {
         assert!(stored(&srv, gone).is_empty(), "{gone} was stored");
     }
 }

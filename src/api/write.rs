@@ -75,13 +75,14 @@ pub(super) async fn remote_write(
     let version = check_content_type(&headers);
     let replied_as = version.as_ref().map_or(Version::V1, |v| *v);
     // Samples and exemplars durably written: what a 2.0 reply reports.
-    let (mut written, mut exemplars_written) = (0, 0);
+    let (mut written, mut exemplars_written, mut histograms_written) = (0, 0, 0);
     let result = match version.and_then(|v| handle(&state, v, &headers, body)) {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
         Ok(report) => match state.durable(report.wal_lsn).await {
             Ok(()) => {
-                written = report.accepted;
+                written = report.accepted - report.histograms_written;
+                histograms_written = report.histograms_written;
                 exemplars_written = report.exemplars_written;
                 if report.is_partial() {
                     Err(ApiError::BadRequest(report.message()))
@@ -102,8 +103,10 @@ pub(super) async fn remote_write(
     headers.insert(VERSION_HEADER.clone(), version.header());
     if version == Version::V2 {
         headers.insert(SAMPLES_WRITTEN.clone(), HeaderValue::from(written));
-        // Native histograms are not stored yet.
-        headers.insert(HISTOGRAMS_WRITTEN.clone(), HeaderValue::from(0u64));
+        headers.insert(
+            HISTOGRAMS_WRITTEN.clone(),
+            HeaderValue::from(histograms_written),
+        );
         headers.insert(
             EXEMPLARS_WRITTEN.clone(),
             HeaderValue::from(exemplars_written),

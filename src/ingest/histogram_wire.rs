@@ -24,6 +24,14 @@ impl WireHistogram {
         }
     }
 
+    /// The timestamp and the sample, for the head.
+    pub fn into_sample(self) -> (i64, crate::histogram::HistSample) {
+        match self {
+            Self::Int(t, h) => (t, crate::histogram::HistSample::Int(h)),
+            Self::Float(t, h) => (t, crate::histogram::HistSample::Float(h)),
+        }
+    }
+
     /// Checks it as Prometheus does before storing.
     pub fn validate(&self) -> Result<(), HistogramError> {
         match self {

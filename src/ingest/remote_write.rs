@@ -66,15 +66,10 @@ fn append_v1(
             // bytes, as the request is checked (nothing is stored until
             // all of it is).
             let checked = decode::decode_each(body, |ts| {
-                if ts.histograms > 0 {
-                    report.reject(Reason::NativeHistogram, u64::from(ts.histograms), || {
-                        format!(
-                            "native histogram samples are not supported yet for series {}",
-                            ts.describe()
-                        )
-                    });
-                }
                 let span = ts.span(body);
+                if ts.histograms > 0 {
+                    batch.histograms.push(span);
+                }
                 if ts.exemplars > 0 && exemplars {
                     report.exemplars += u64::from(ts.exemplars);
                     batch.exemplars.push(span);
@@ -90,6 +85,7 @@ fn append_v1(
             report.metadata = checked.metadata;
             let wire = V1 { body };
             append_series(head, &wire, limits, max_t, batch, &mut report);
+            store_histograms(head, &wire, &batch.histograms, limits, max_t, &mut report);
             if exemplars {
                 store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             }
@@ -122,6 +118,8 @@ pub(super) trait Wire {
     fn zero_sample_at(&self, _span: &Self::Span) -> Option<i64> {
         None
     }
+    /// The series' native histogram messages, undecoded.
+    fn histograms<'a>(&'a self, span: &Self::Span) -> Box<dyn Iterator<Item = &'a [u8]> + 'a>;
     /// The series' exemplars: labels (into `labels`), value, timestamp.
     fn exemplars<'a>(
         &'a self,
@@ -149,6 +147,10 @@ impl Wire for V1<'_> {
 
     fn sample_count(&self, span: &SeriesSpan) -> u32 {
         span.view(self.body).samples
+    }
+
+    fn histograms<'a>(&'a self, span: &SeriesSpan) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
+        Box::new(span.view(self.body).histograms())
     }
 
     fn labels<'a>(&'a self, span: &SeriesSpan, out: &mut Vec<(&'a [u8], &'a [u8])>) {
@@ -305,6 +307,87 @@ pub(super) fn append_series<W: Wire>(
     }
 }
 
+/// Stores the native histograms of the series in `spans`: each series'
+/// labels validated as for floats, each histogram decoded and validated as
+/// Prometheus does; a bad histogram is counted and named, and the rest of
+/// its series and request are stored. Logged before the report's WAL
+/// position is taken, so acknowledging the request covers them.
+pub(super) fn store_histograms<W: Wire>(
+    head: &Head,
+    wire: &W,
+    spans: &[W::Span],
+    limits: &LabelLimits,
+    max_t: i64,
+    report: &mut IngestReport,
+) {
+    if spans.is_empty() {
+        return;
+    }
+    let mut counts = AppendCounts::default();
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    let mut samples = Vec::new();
+    for span in spans {
+        samples.clear();
+        for msg in wire.histograms(span) {
+            match crate::ingest::histogram_wire::decode(msg).and_then(|h| {
+                h.validate().map_err(|e| e.to_string())?;
+                Ok(h)
+            }) {
+                Ok(h) => samples.push(h.into_sample()),
+                Err(why) => {
+                    report.reject(Reason::InvalidHistogram, 1, || {
+                        format!(
+                            "invalid native histogram for series {}: {why}",
+                            wire.describe(span)
+                        )
+                    });
+                }
+            }
+        }
+        if samples.is_empty() {
+            continue;
+        }
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        let n = samples.len() as u64;
+        match validate::validate(&raw_labels, limits, &mut labels) {
+            Err(e) => {
+                report.reject(Reason::Label(e), n, || {
+                    format!(
+                        "{} for series {}",
+                        label_problem(e, limits.names),
+                        wire.describe(span)
+                    )
+                });
+                continue;
+            }
+            Ok(resorted) => report.resorted_series += u64::from(resorted),
+        }
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        counts.first = None;
+        let before = counts.appended;
+        if let Err(limit) =
+            head.append_histograms(&labels, &canonical, &samples, max_t, &mut counts)
+        {
+            report.reject(Reason::SeriesLimit, n, || {
+                format!("{limit}; new series {} not created", wire.describe(span))
+            });
+            continue;
+        }
+        report.histograms_written += counts.appended - before;
+        note_sample_problem(report, &counts, || wire.describe(span), max_t);
+    }
+    report.accepted += counts.appended;
+    let lsn = head.log_appended(&mut counts);
+    report.wal_lsn = report.wal_lsn.max(lsn);
+    for e in SampleError::ALL {
+        report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
+    }
+}
+
 /// Stores the exemplars of the series in `spans` whose labels are valid in
 /// the head's exemplar store, keyed by the series' canonical labels; logs
 /// them (the report's WAL position covers them) and counts them.
@@ -414,6 +497,8 @@ pub(super) struct Batch<S> {
     slots: Vec<Option<u32>>,
     /// Series that carry exemplars.
     pub(super) exemplars: Vec<S>,
+    /// Series that carry native histograms.
+    pub(super) histograms: Vec<S>,
     /// Whether to note in `learned` where series were found.
     pub(super) learn: bool,
     /// Series found in step 2 other than at their hint: (span, fingerprint,
@@ -431,6 +516,7 @@ impl<S> Default for Batch<S> {
             rest: Vec::new(),
             slots: Vec::new(),
             exemplars: Vec::new(),
+            histograms: Vec::new(),
             learn: false,
             learned: Vec::new(),
         }
@@ -445,6 +531,7 @@ impl<S: Copy + Default> Batch<S> {
         self.rest.clear();
         self.slots.clear();
         self.exemplars.clear();
+        self.histograms.clear();
         self.learn = false;
         self.learned.clear();
     }
@@ -566,12 +653,9 @@ pub fn append_write_request_v2(
                     }
                 };
                 if span.histograms > 0 {
-                    report.reject(Reason::NativeHistogram, u64::from(span.histograms), || {
-                        format!(
-                            "native histogram samples are not supported yet for series {}",
-                            scratch.describe(body, &span)
-                        )
-                    });
+                    // A 2.0 series carries samples or histograms, not
+                    // both (checked with the request).
+                    batch.histograms.push(i as u32);
                     continue;
                 }
                 scratch.keys.push((i as u32, key));
@@ -609,6 +693,7 @@ pub fn append_write_request_v2(
                 zero_samples: options.created_timestamp_zero_ingestion,
             };
             append_series(head, &wire, limits, max_t, batch, &mut report);
+            store_histograms(head, &wire, &batch.histograms, limits, max_t, &mut report);
             store_exemplars(head, &wire, &batch.exemplars, limits, &mut report);
             record_metadata_v2(metadata, body, scratch);
             // Where the series found without (or away from) their alias
@@ -674,6 +759,10 @@ impl Wire for V2<'_> {
         }
         let (first, _) = self.samples(&i).next()?;
         (span.start < first).then_some(span.start)
+    }
+
+    fn histograms<'a>(&'a self, &i: &u32) -> Box<dyn Iterator<Item = &'a [u8]> + 'a> {
+        Box::new(self.scratch.histograms(self.body, self.span(i)))
     }
 
     fn labels<'a>(&'a self, &i: &u32, out: &mut Vec<(&'a [u8], &'a [u8])>) {

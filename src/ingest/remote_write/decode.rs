@@ -20,7 +20,7 @@ pub struct TimeSeriesView<'a> {
     samples_at: u32,
     /// Float samples in the series.
     pub samples: u32,
-    /// Native histogram samples (not stored yet; reported as rejected).
+    /// Native histogram samples.
     pub histograms: u32,
     /// Exemplars.
     pub exemplars: u32,
@@ -303,6 +303,12 @@ impl<'a> TimeSeriesView<'a> {
     /// The series' float samples as (timestamp ms, value), in sent order.
     pub fn samples(&self) -> SampleIter<'a> {
         SampleIter::at(self.msg, self.base, self.samples_at as usize)
+    }
+
+    /// The series' native histogram messages (`TimeSeries.histograms`),
+    /// undecoded.
+    pub fn histograms(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        fields(self.msg, self.base, 4)
     }
 
     /// The labels as `{name="value", …}` for error messages.

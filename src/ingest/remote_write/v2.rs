@@ -83,7 +83,7 @@ pub struct SpanV2 {
     samples_at: u32,
     /// Float samples.
     pub samples: u32,
-    /// Native histogram samples (not stored yet).
+    /// Native histogram samples.
     pub histograms: u32,
     /// Exemplars.
     pub exemplars: u32,
@@ -628,6 +628,25 @@ impl Scratch {
         };
         let mut refs = self.refs(body, span);
         std::iter::from_fn(move || Some((get(refs.next()?), get(refs.next()?))))
+    }
+
+    /// The series' native histogram messages (`TimeSeries.histograms`,
+    /// field 3), undecoded.
+    pub fn histograms<'a>(
+        &self,
+        body: &'a [u8],
+        span: &SpanV2,
+    ) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
+        let msg = body.get(at..at + len).unwrap_or_default();
+        let mut r = crate::ingest::protowire::Reader::new(msg);
+        std::iter::from_fn(move || loop {
+            match r.next_field() {
+                Ok(Some((3, crate::ingest::protowire::Value::Bytes(b), _))) => return Some(b),
+                Ok(Some(_)) => {}
+                _ => return None,
+            }
+        })
     }
 
     /// Series `span`'s exemplars: for each, its labels (into `labels`,
