@@ -1020,3 +1020,132 @@ async fn https_get(tls: rustls::ClientConfig, url: &str) -> String {
     let body = resp.into_body().collect().await.expect("body").to_bytes();
     String::from_utf8_lossy(&body).into_owned()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn native_histograms_are_forwarded_to_prometheus_3_in_both_protocols() {
+    use sluice::proto::prometheus as pb;
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &[
+            "--web.enable-remote-write-receiver",
+            "--enable-feature=native-histograms",
+        ],
+    );
+    prom.remote_write(common::body(vec![common::series(
+        &[("__name__", "warm_up")],
+        &[(common::now_ms(), 1.0)],
+    )]))
+    .await;
+    let config = Config {
+        forward: vec![
+            dest(&format!(
+                "http://{}/api/v1/write,name=v1,batch-send-deadline=200ms",
+                prom.addr()
+            )),
+            dest(&format!(
+                "http://{}/api/v1/write,name=v2,protocol=remote-write-2,batch-send-deadline=200ms",
+                prom.addr()
+            )),
+        ],
+        ..Config::default()
+    };
+    let sluice = common::start(config).await;
+    let base = base();
+    const N: i64 = 20;
+    // Two series per protocol name: an integer and a float histogram each,
+    // plus a float series beside them.
+    let mut series = Vec::new();
+    for (name, float) in [("fwd_hist_int", false), ("fwd_hist_float", true)] {
+        let mut ts = common::series(&[("__name__", name)], &[]);
+        for i in 0..N {
+            let c = (i + 1) as u64;
+            ts.histograms.push(if float {
+                pb::Histogram {
+                    count: Some(pb::histogram::Count::CountFloat(c as f64 * 1.5)),
+                    sum: c as f64,
+                    schema: 1,
+                    positive_spans: vec![pb::BucketSpan {
+                        offset: 0,
+                        length: 2,
+                    }],
+                    positive_counts: vec![c as f64, c as f64 * 0.5],
+                    timestamp: base + i * 1000,
+                    ..Default::default()
+                }
+            } else {
+                pb::Histogram {
+                    count: Some(pb::histogram::Count::CountInt(3 * c)),
+                    sum: c as f64 * 0.25,
+                    schema: 3,
+                    zero_count: Some(pb::histogram::ZeroCount::ZeroCountInt(c)),
+                    zero_threshold: 1e-3,
+                    positive_spans: vec![pb::BucketSpan {
+                        offset: -2,
+                        length: 2,
+                    }],
+                    positive_deltas: vec![c as i64, 0],
+                    timestamp: base + i * 1000,
+                    ..Default::default()
+                }
+            });
+        }
+        series.push(ts);
+    }
+    series.push(common::series(
+        &[("__name__", "fwd_hist_beside")],
+        &(0..N)
+            .map(|i| (base + i * 1000, i as f64))
+            .collect::<Vec<_>>(),
+    ));
+    let (status, text) = common::push(sluice.addr, common::body(series)).await;
+    assert_eq!(status, 204, "{text}");
+    for name in ["v1", "v2"] {
+        let sent = common::wait_for_metric(
+            sluice.addr,
+            &format!("sluice_forward_samples_sent_total{{destination=\"{name}\"}}"),
+            |v| v >= (3 * N) as f64,
+        )
+        .await;
+        assert_eq!(sent, (3 * N) as f64, "{name}: {}", prom.log());
+        assert_eq!(
+            metric(
+                sluice.addr,
+                &format!("sluice_forward_samples_failed_total{{destination=\"{name}\"}}")
+            )
+            .await,
+            0.0,
+            "{name}: {}",
+            prom.log()
+        );
+    }
+    // Both copies land on the same series in Prometheus (the second is an
+    // exact duplicate there); it holds every histogram as sent.
+    let time = (base + N * 1000) as f64 / 1000.0;
+    for (name, count_of) in [
+        ("fwd_hist_int", (|c: f64| 3.0 * c) as fn(f64) -> f64),
+        ("fwd_hist_float", |c: f64| 1.5 * c),
+    ] {
+        let v = common::api_json(
+            &format!("http://{}/api/v1/query", prom.addr()),
+            &[
+                ("query", format!("{name}[1h]")),
+                ("time", format!("{time:.3}")),
+            ],
+        )
+        .await;
+        let hs = v["data"]["result"][0]["histograms"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(hs.len(), N as usize, "{name}: {v}");
+        for (i, p) in hs.iter().enumerate() {
+            let c = (i + 1) as f64;
+            let count: f64 = p[1]["count"].as_str().expect("count").parse().expect("num");
+            assert_eq!(count, count_of(c), "{name} #{i}: {p}");
+        }
+    }
+    println!(
+        "{} histograms and {N} floats forwarded to Prometheus 3.5.3 over 1.0 and 2.0, every one there",
+        2 * N
+    );
+}

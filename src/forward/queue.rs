@@ -41,6 +41,10 @@ pub(super) struct Queue {
 }
 
 /// Series references → canonical labels, as the log defines them.
+/// A sample read from the log: series reference, timestamp, float value,
+/// and for a native histogram its encoded remote-write message.
+type Point = (u64, i64, f64, Option<Arc<[u8]>>);
+
 /// A destination's running shards: their queues and tasks.
 #[derive(Debug)]
 pub(super) struct Shards {
@@ -384,15 +388,26 @@ impl Queue {
             let mut unknown = 0u64;
             let mut records = Vec::new();
             let read = reader.read(end, READ_BYTES, |rec, after| {
-                let Record::Samples(samples) = rec else {
-                    if let Record::Series { series_ref, labels } = rec {
+                // Floats and histograms alike: (ref, t, v, encoded histogram).
+                let points: Box<dyn Iterator<Item = Point>> = match rec {
+                    Record::Samples(samples) => Box::new(samples.map(|(r, t, v)| (r, t, v, None))),
+                    Record::Histograms(entries) => Box::new(entries.map(|(r, t, h)| {
+                        let mut msg = Vec::new();
+                        crate::ingest::histogram_wire::encode(t, &h, &mut msg);
+                        (r, t, 0.0, Some(Arc::from(msg)))
+                    })),
+                    Record::Series { series_ref, labels } => {
                         series.insert(series_ref, self.filter.entry(labels, after.segment));
+                        records.push((after, None));
+                        return;
                     }
-                    records.push((after, None));
-                    return;
+                    _ => {
+                        records.push((after, None));
+                        return;
+                    }
                 };
                 let mut dealt = Vec::new();
-                for (r, t, v) in samples {
+                for (r, t, v, hist) in points {
                     let labels = match series.get(&r) {
                         Some((Some(labels), _)) => labels,
                         Some((None, _)) => continue,
@@ -411,6 +426,7 @@ impl Queue {
                         labels: Arc::clone(labels),
                         t,
                         v,
+                        hist,
                     });
                 }
                 let taken: Vec<(usize, Vec<Sample>)> = dealt

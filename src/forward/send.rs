@@ -29,6 +29,48 @@ pub(super) struct Sample {
     pub labels: Arc<[u8]>,
     pub t: i64,
     pub v: f64,
+    /// For a native histogram sample: its encoded remote-write
+    /// `Histogram` message (the same in 1.0 and 2.0); `v` is then unused.
+    pub hist: Option<Arc<[u8]>>,
+}
+
+impl Sample {
+    /// Whether `other` can share this sample's `TimeSeries`: the same
+    /// series and the same kind (2.0 forbids floats and histograms in one).
+    fn runs_with(&self, other: &Sample) -> bool {
+        Arc::ptr_eq(&self.labels, &other.labels) && self.hist.is_some() == other.hist.is_some()
+    }
+
+    /// The bytes of its `samples` (field 2) or `histograms` (1.0 field 4,
+    /// 2.0 field 3) entry.
+    fn field_len(&self) -> usize {
+        match &self.hist {
+            Some(h) => 1 + varint_len(h.len() as u64) + h.len(),
+            None => {
+                let inner = sample_len(self.t);
+                1 + varint_len(inner as u64) + inner
+            }
+        }
+    }
+
+    /// Writes its entry; `hist_tag` is the histograms field's tag byte.
+    fn write_field(&self, out: &mut Vec<u8>, hist_tag: u8) {
+        match &self.hist {
+            Some(h) => {
+                out.push(hist_tag);
+                put_uvarint(out, h.len() as u64);
+                out.extend_from_slice(h);
+            }
+            None => {
+                out.push(0x12); // TimeSeries.samples = 2
+                put_uvarint(out, sample_len(self.t) as u64);
+                out.push(0x09); // Sample.value = 1, fixed64
+                out.extend_from_slice(&self.v.to_bits().to_le_bytes());
+                out.push(0x10); // Sample.timestamp = 2, varint
+                put_uvarint(out, self.t as u64);
+            }
+        }
+    }
 }
 
 /// Spreads series references over shards.
@@ -463,28 +505,17 @@ pub(super) fn encode(batch: &[Sample], out: &mut Vec<u8>) {
     while i < batch.len() {
         let labels = &batch[i].labels;
         let mut j = i + 1;
-        while j < batch.len() && Arc::ptr_eq(&batch[j].labels, labels) {
+        while j < batch.len() && batch[i].runs_with(&batch[j]) {
             j += 1;
         }
         let samples = &batch[i..j];
-        let samples_len: usize = samples
-            .iter()
-            .map(|s| {
-                let inner = sample_len(s.t);
-                1 + varint_len(inner as u64) + inner
-            })
-            .sum();
+        let samples_len: usize = samples.iter().map(Sample::field_len).sum();
         let len = labels.len() + samples_len;
         out.push(0x0a); // WriteRequest.timeseries = 1
         put_uvarint(out, len as u64);
         out.extend_from_slice(labels); // TimeSeries.labels = 1, as stored
         for s in samples {
-            out.push(0x12); // TimeSeries.samples = 2
-            put_uvarint(out, sample_len(s.t) as u64);
-            out.push(0x09); // Sample.value = 1, fixed64
-            out.extend_from_slice(&s.v.to_bits().to_le_bytes());
-            out.push(0x10); // Sample.timestamp = 2, varint
-            put_uvarint(out, s.t as u64);
+            s.write_field(out, 0x22); // TimeSeries.histograms = 4
         }
         i = j;
     }
@@ -516,7 +547,7 @@ impl V2 {
             while i < part.len() {
                 let labels = &part[i].labels;
                 let mut j = i + 1;
-                while j < part.len() && Arc::ptr_eq(&part[j].labels, labels) {
+                while j < part.len() && part[i].runs_with(&part[j]) {
                     j += 1;
                 }
                 self.refs.clear();
@@ -527,10 +558,7 @@ impl V2 {
                     put_uvarint(&mut self.refs, u64::from(v));
                 }
                 let samples = &part[i..j];
-                let samples_len: usize = samples
-                    .iter()
-                    .map(|s| 1 + varint_len(sample_len(s.t) as u64) + sample_len(s.t))
-                    .sum();
+                let samples_len: usize = samples.iter().map(Sample::field_len).sum();
                 let len = 1 + varint_len(self.refs.len() as u64) + self.refs.len() + samples_len;
                 self.series.push(0x2a); // Request.timeseries = 5
                 put_uvarint(&mut self.series, len as u64);
@@ -538,12 +566,7 @@ impl V2 {
                 put_uvarint(&mut self.series, self.refs.len() as u64);
                 self.series.extend_from_slice(&self.refs);
                 for s in samples {
-                    self.series.push(0x12); // TimeSeries.samples = 2
-                    put_uvarint(&mut self.series, sample_len(s.t) as u64);
-                    self.series.push(0x09); // Sample.value = 1
-                    self.series.extend_from_slice(&s.v.to_bits().to_le_bytes());
-                    self.series.push(0x10); // Sample.timestamp = 2
-                    put_uvarint(&mut self.series, s.t as u64);
+                    s.write_field(&mut self.series, 0x1a); // TimeSeries.histograms = 3
                 }
                 i = j;
             }
@@ -626,6 +649,7 @@ mod tests {
             labels: Arc::clone(l),
             t,
             v,
+            hist: None,
         };
         let batch = [
             s(&a, 1000, 1.0),
@@ -674,6 +698,7 @@ mod tests {
                     labels: Arc::from(&b""[..]),
                     t: i as i64,
                     v: 0.0,
+                    hist: None,
                 })
                 .collect()
         };
@@ -708,6 +733,7 @@ mod tests {
             labels: Arc::clone(l),
             t,
             v,
+            hist: None,
         };
         let batch = vec![
             vec![s(&a, 1000, 1.0), s(&a, 2000, 2.0)],

@@ -41,6 +41,97 @@ impl WireHistogram {
     }
 }
 
+/// Appends `h` at `t` as a remote-write `Histogram` message (the bytes
+/// inside the field; the same for 1.0 and 2.0), as Prometheus encodes it:
+/// the count and zero count in the oneof fields of the histogram's kind,
+/// integer buckets as packed zigzag deltas, float ones as packed doubles.
+pub fn encode(t: i64, h: &crate::histogram::HistSample, out: &mut Vec<u8>) {
+    use crate::encoding::{put_uvarint, zigzag};
+    use crate::histogram::HistSample;
+    fn double(out: &mut Vec<u8>, tag: u8, v: f64) {
+        out.push(tag);
+        out.extend_from_slice(&v.to_bits().to_le_bytes());
+    }
+    fn spans(out: &mut Vec<u8>, tag: u8, spans: &[Span]) {
+        for s in spans {
+            let mut m = Vec::with_capacity(12);
+            m.push(0x08); // BucketSpan.offset = 1, sint32
+            put_uvarint(&mut m, zigzag(i64::from(s.offset)));
+            m.push(0x10); // BucketSpan.length = 2
+            put_uvarint(&mut m, u64::from(s.length));
+            out.push(tag);
+            put_uvarint(out, m.len() as u64);
+            out.extend_from_slice(&m);
+        }
+    }
+    fn packed_deltas(out: &mut Vec<u8>, tag: u8, v: &[i64]) {
+        if v.is_empty() {
+            return;
+        }
+        let mut m = Vec::with_capacity(v.len() * 2);
+        for &d in v {
+            put_uvarint(&mut m, zigzag(d));
+        }
+        out.push(tag);
+        put_uvarint(out, m.len() as u64);
+        out.extend_from_slice(&m);
+    }
+    fn packed_doubles(out: &mut Vec<u8>, tag: &[u8], v: &[f64]) {
+        if v.is_empty() {
+            return;
+        }
+        out.extend_from_slice(tag);
+        put_uvarint(out, (v.len() * 8) as u64);
+        for &x in v {
+            out.extend_from_slice(&x.to_bits().to_le_bytes());
+        }
+    }
+    fn hint(h: CounterResetHint) -> u64 {
+        match h {
+            CounterResetHint::Unknown => 0,
+            CounterResetHint::CounterReset => 1,
+            CounterResetHint::NotCounterReset => 2,
+            CounterResetHint::Gauge => 3,
+        }
+    }
+    match h {
+        HistSample::Int(h) => {
+            out.push(0x08); // count_int = 1
+            put_uvarint(out, h.count);
+            double(out, 0x19, h.sum); // sum = 3
+            out.push(0x20); // schema = 4, sint32
+            put_uvarint(out, zigzag(i64::from(h.schema)));
+            double(out, 0x29, h.zero_threshold); // zero_threshold = 5
+            out.push(0x30); // zero_count_int = 6
+            put_uvarint(out, h.zero_count);
+            spans(out, 0x42, &h.negative_spans); // negative_spans = 8
+            packed_deltas(out, 0x4a, &h.negative_buckets); // negative_deltas = 9
+            spans(out, 0x5a, &h.positive_spans); // positive_spans = 11
+            packed_deltas(out, 0x62, &h.positive_buckets); // positive_deltas = 12
+            out.push(0x70); // reset_hint = 14
+            put_uvarint(out, hint(h.hint));
+            packed_doubles(out, &[0x82, 0x01], &h.custom_values); // custom_values = 16
+        }
+        HistSample::Float(h) => {
+            double(out, 0x11, h.count); // count_float = 2
+            double(out, 0x19, h.sum);
+            out.push(0x20);
+            put_uvarint(out, zigzag(i64::from(h.schema)));
+            double(out, 0x29, h.zero_threshold);
+            double(out, 0x39, h.zero_count); // zero_count_float = 7
+            spans(out, 0x42, &h.negative_spans);
+            packed_doubles(out, &[0x52], &h.negative_buckets); // negative_counts = 10
+            spans(out, 0x5a, &h.positive_spans);
+            packed_doubles(out, &[0x6a], &h.positive_buckets); // positive_counts = 13
+            out.push(0x70);
+            put_uvarint(out, hint(h.hint));
+            packed_doubles(out, &[0x82, 0x01], &h.custom_values);
+        }
+    }
+    out.push(0x78); // timestamp = 15
+    put_uvarint(out, t as u64);
+}
+
 /// Most buckets (or spans, or custom bounds) one histogram may carry: far
 /// more than any real one (Prometheus' own limit is 160 buckets by default
 /// when scraping), and a bound on what one message can make us allocate
@@ -312,6 +403,59 @@ mod tests {
         // Field 4 (schema) as a fixed64.
         let bad = [0x21, 0, 0, 0, 0, 0, 0, 0, 0];
         assert!(decode(&bad).expect_err("type").contains("field 4"));
+    }
+
+    #[test]
+    fn encoded_histograms_decode_to_themselves_and_as_prometheus_types() {
+        use crate::histogram::{FloatHistogram, HistSample, Histogram};
+        let int = Histogram {
+            hint: CounterResetHint::NotCounterReset,
+            schema: -2,
+            zero_threshold: 1e-3,
+            zero_count: 2,
+            count: 9,
+            sum: -4.5,
+            positive_spans: vec![
+                Span {
+                    offset: -3,
+                    length: 2,
+                },
+                Span {
+                    offset: 4,
+                    length: 1,
+                },
+            ],
+            positive_buckets: vec![3, -1, -1],
+            negative_spans: vec![Span {
+                offset: 0,
+                length: 1,
+            }],
+            negative_buckets: vec![1],
+            custom_values: vec![],
+        };
+        let float = FloatHistogram {
+            hint: CounterResetHint::Gauge,
+            schema: -53,
+            count: 2.5,
+            sum: 1.0,
+            positive_spans: vec![Span {
+                offset: 0,
+                length: 2,
+            }],
+            positive_buckets: vec![1.0, 1.5],
+            custom_values: vec![0.5],
+            ..FloatHistogram::default()
+        };
+        for (t, h) in [
+            (-7i64, HistSample::Int(int)),
+            (1_700_000_000_000, HistSample::Float(float)),
+        ] {
+            let mut out = Vec::new();
+            encode(t, &h, &mut out);
+            assert_eq!(decode(&out).expect("decodes").into_sample(), (t, h.clone()));
+            let p = pb::Histogram::decode(&out[..]).expect("prost decodes it");
+            assert_eq!(p.timestamp, t);
+        }
     }
 
     proptest::proptest! {
