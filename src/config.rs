@@ -229,6 +229,13 @@ settings! {
     /// kept in memory per series, instead of refusing them [default: off].
     #[arg(num_args = 0..=1, default_missing_value = "true")]
     otlp_delta_to_cumulative: bool = false;
+    /// Store OTLP exponential histograms as classic `_bucket`/`_sum`/`_count`
+    /// series (one series per bucket, a new set whenever the SDK rescales)
+    /// instead of native histograms. On until PromQL reads native
+    /// histograms, so that they stay queryable; `=false` stores them
+    /// natively [default: true].
+    #[arg(num_args = 0..=1, default_missing_value = "true")]
+    otlp_exponential_histograms_as_classic: bool = true;
     /// When a write is acknowledged: `always` (after its WAL records are
     /// fsynced; concurrent writes share one fsync) or `interval=<duration>`
     /// (once written; fsynced at least that often, so a crash of the machine
@@ -554,6 +561,7 @@ impl Config {
         OtlpOptions {
             promote_resource_attributes: self.otlp_promote_resource_attributes.clone(),
             delta_to_cumulative: self.otlp_delta_to_cumulative,
+            exponential_as_classic: self.otlp_exponential_histograms_as_classic,
             translation: self.otlp_translation_strategy,
             target_info_interval_ms: (self.query_options().lookback_ms / 2).max(1),
         }

@@ -76,7 +76,43 @@ fn series(instance: &str, name: &str, extra: &[(&str, &str)]) -> Series {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_sdk_lands_every_instrument_under_prometheus_names() {
-    let srv = common::start(Config::default()).await;
+    sdk_lands(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_classic_off_exponential_histograms_from_the_sdk_are_native_histograms() {
+    sdk_lands(false).await;
+}
+
+/// The native histograms stored under `name` for `instance`.
+fn native(
+    srv: &common::TestServer,
+    name: &str,
+    instance: &str,
+) -> Vec<sluice::histogram::Histogram> {
+    use sluice::storage::index::{MatchOp, Matcher};
+    let m = [
+        Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher"),
+        Matcher::new(MatchOp::Equal, "instance", instance).expect("matcher"),
+    ];
+    srv.state
+        .head()
+        .select(&m, i64::MIN, i64::MAX)
+        .into_iter()
+        .flat_map(|s| s.histograms)
+        .filter_map(|(_, h)| match h {
+            sluice::histogram::HistSample::Int(h) => Some(h),
+            sluice::histogram::HistSample::Float(_) => None,
+        })
+        .collect()
+}
+
+async fn sdk_lands(classic: bool) {
+    let srv = common::start(Config {
+        otlp_exponential_histograms_as_classic: classic,
+        ..Config::default()
+    })
+    .await;
     push(srv.addr, "protobuf", "i-proto").await;
     push(srv.addr, "json", "i-json").await;
 
@@ -137,50 +173,37 @@ async fn the_python_sdk_lands_every_instrument_under_prometheus_names() {
         assert_eq!(sum.len(), 1);
         assert!((sum[0].1 - 1.703).abs() < 1e-9, "{sum:?}");
 
-        // Exponential histogram: classic buckets at its own boundaries.
-        let e = query(srv.addr, &sel("payload_size_bytes_bucket")).await;
-        let mut buckets: Vec<(f64, f64)> = e
-            .iter()
-            .map(|(l, v)| {
-                let le = &l["le"];
-                let le = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().expect("le is a number")
-                };
-                (le, *v)
-            })
-            .collect();
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        assert!(buckets.len() > 10, "{buckets:?}");
-        assert_eq!(buckets.last(), Some(&(f64::INFINITY, 3.0)));
-        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative");
-        // Each recorded value (100, 200, 3000) is counted by the first
-        // bucket whose bound is at least it.
-        let at = |v: f64| buckets.iter().find(|b| b.0 >= v).map(|b| b.1);
-        assert_eq!(at(100.0), Some(1.0));
-        assert_eq!(at(200.0), Some(2.0));
-        assert_eq!(at(3000.0), Some(3.0));
-        assert_eq!(
-            query(srv.addr, &sel("payload_size_bytes_count")).await[0].1,
-            3.0
-        );
-        assert_eq!(
-            query(srv.addr, &sel("payload_size_bytes_sum")).await[0].1,
-            3300.0
-        );
-        let p50 = query(
-            srv.addr,
-            &format!(
-                "histogram_quantile(0.5, {})",
-                sel("payload_size_bytes_bucket")
-            ),
-        )
-        .await;
-        assert!(
-            p50.len() == 1 && p50[0].1 > 190.0 && p50[0].1 <= 210.0,
-            "{p50:?}"
-        );
+        if classic {
+            exponential_as_classic(&srv, inst).await;
+        } else {
+            // Exponential histogram: one native histogram, schema = the
+            // SDK's scale; each recorded value (100, 200, 3000) is in a
+            // bucket (2^((i-1)/2^schema), 2^(i/2^schema)] that counts it.
+            let hs = native(&srv, "payload_size_bytes", inst);
+            assert_eq!(hs.len(), 1, "{hs:?}");
+            let h = &hs[0];
+            assert_eq!((h.count, h.sum, h.zero_count), (3, 3300.0, 0), "{h:?}");
+            assert!((-4..=8).contains(&h.schema), "{h:?}");
+            let f = h.to_float();
+            let base = 2f64.powf(2f64.powi(-h.schema));
+            let buckets: Vec<(f64, f64, f64)> =
+                sluice::histogram::BucketIndexes::new(&f.positive_spans)
+                    .zip(&f.positive_buckets)
+                    .map(|(i, &c)| (base.powi(i as i32 - 1), base.powi(i as i32), c))
+                    .collect();
+            assert_eq!(buckets.iter().map(|b| b.2).sum::<f64>(), 3.0, "{buckets:?}");
+            for v in [100.0, 200.0, 3000.0] {
+                assert!(
+                    buckets
+                        .iter()
+                        .any(|&(lo, hi, c)| lo < v && v <= hi * (1.0 + 1e-12) && c >= 1.0),
+                    "{v} in {buckets:?}"
+                );
+            }
+            assert!(query(srv.addr, &sel("payload_size_bytes_bucket"))
+                .await
+                .is_empty());
+        }
 
         // target_info: the non-identifying resource attributes.
         let ti = query(srv.addr, &sel("target_info")).await;
@@ -211,6 +234,59 @@ async fn the_python_sdk_lands_every_instrument_under_prometheus_names() {
     let (_, metrics) = common::get(srv.addr, "/metrics").await;
     let ingested =
         common::metric_value(&metrics, "sluice_ingested_samples_total{protocol=\"otlp\"}");
-    assert!(ingested.is_some_and(|n| n > 40.0), "{ingested:?}");
+    // Each exponential histogram is one sample natively, a series per
+    // bucket as classic.
+    let least = if classic { 40.0 } else { 24.0 };
+    assert!(ingested.is_some_and(|n| n >= least), "{ingested:?}");
     assert!(!metrics.contains("sluice_rejected_samples_total{protocol=\"otlp\""));
+}
+
+/// The exponential histogram of `inst` as classic buckets at its own
+/// boundaries.
+async fn exponential_as_classic(srv: &common::TestServer, inst: &str) {
+    let sel = |name: &str| format!("{name}{{instance=\"{inst}\"}}");
+    // Exponential histogram: classic buckets at its own boundaries.
+    let e = query(srv.addr, &sel("payload_size_bytes_bucket")).await;
+    let mut buckets: Vec<(f64, f64)> = e
+        .iter()
+        .map(|(l, v)| {
+            let le = &l["le"];
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().expect("le is a number")
+            };
+            (le, *v)
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(buckets.len() > 10, "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&(f64::INFINITY, 3.0)));
+    assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative");
+    // Each recorded value (100, 200, 3000) is counted by the first
+    // bucket whose bound is at least it.
+    let at = |v: f64| buckets.iter().find(|b| b.0 >= v).map(|b| b.1);
+    assert_eq!(at(100.0), Some(1.0));
+    assert_eq!(at(200.0), Some(2.0));
+    assert_eq!(at(3000.0), Some(3.0));
+    assert_eq!(
+        query(srv.addr, &sel("payload_size_bytes_count")).await[0].1,
+        3.0
+    );
+    assert_eq!(
+        query(srv.addr, &sel("payload_size_bytes_sum")).await[0].1,
+        3300.0
+    );
+    let p50 = query(
+        srv.addr,
+        &format!(
+            "histogram_quantile(0.5, {})",
+            sel("payload_size_bytes_bucket")
+        ),
+    )
+    .await;
+    assert!(
+        p50.len() == 1 && p50[0].1 > 190.0 && p50[0].1 <= 210.0,
+        "{p50:?}"
+    );
 }

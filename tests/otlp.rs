@@ -10,6 +10,7 @@ use std::io::Write as _;
 use prost::Message;
 use serde_json::Value;
 use sluice::config::Config;
+use sluice::histogram::{HistSample, Span};
 use sluice::proto::google::rpc::Status;
 use sluice::proto::opentelemetry::proto::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
@@ -161,7 +162,11 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn every_metric_type_lands_under_prometheus_names() {
-    let srv = common::start(Config::default()).await;
+    let srv = common::start(Config {
+        otlp_exponential_histograms_as_classic: false,
+        ..Config::default()
+    })
+    .await;
     let t = common::now_ms() - 60_000;
     let attrs = || vec![kv("http.route", "/cart"), kv("0ops", "x")];
     let req = request(
@@ -330,21 +335,37 @@ async fn every_metric_type_lands_under_prometheus_names() {
         "4".to_owned()
     );
 
-    // Exponential, scale 0 (base 2): negative bucket 0 holds [-2, -1), the
-    // zero bucket, positive buckets 1 and 2 hold (2, 4] and (4, 8].
-    let e = "payload_size_bytes_bucket";
-    assert_eq!(q(e).await, {
-        let mut v = vec![
-            (with(e, &[("le", "-1")]), "1".into()),
-            (with(e, &[("le", "0")]), "2".into()),
-            (with(e, &[("le", "4")]), "5".into()),
-            (with(e, &[("le", "8")]), "9".into()),
-            (with(e, &[("le", "+Inf")]), "9".into()),
-        ];
-        v.sort();
-        v
-    });
-    assert_eq!(q("payload_size_bytes_sum").await[0].1, "100".to_owned());
+    // Exponential, scale 0 (base 2): a native histogram, as Prometheus'
+    // receiver makes it. OTLP bucket i holds (2^i, 2^(i+1)], native bucket
+    // i holds (2^(i-1), 2^i]: the offsets move up by one.
+    let stored = exponential_as_stored(&srv, "payload_size_bytes");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let HistSample::Int(h) = &stored[0].1 else {
+        panic!("an integer histogram: {stored:?}")
+    };
+    assert_eq!(stored[0].0, t);
+    assert_eq!((h.schema, h.count, h.zero_count, h.sum), (0, 9, 1, 100.0));
+    assert_eq!(h.zero_threshold, 1e-128);
+    assert_eq!(
+        h.positive_spans,
+        [Span {
+            offset: 2,
+            length: 2
+        }]
+    );
+    assert_eq!(h.positive_buckets, [3, 1]);
+    assert_eq!(
+        h.negative_spans,
+        [Span {
+            offset: 1,
+            length: 1
+        }]
+    );
+    assert_eq!(h.negative_buckets, [1]);
+    assert!(
+        q("payload_size_bytes_bucket").await.is_empty(),
+        "no classic buckets"
+    );
 
     // target_info carries the non-identifying resource attributes.
     assert_eq!(
@@ -375,13 +396,134 @@ async fn every_metric_type_lands_under_prometheus_names() {
     assert_eq!(md["data"]["payload_size_bytes"][0]["type"], "histogram");
     assert_eq!(md["data"]["target_info"][0]["type"], "gauge");
 
-    // Self-metrics count OTLP samples: 1+1+1 + 5 + 4 + 7 (+1 target_info).
+    // Self-metrics count OTLP samples: 1+1+1 + 5 + 4 + 1 (+1 target_info).
     let (_, metrics) = common::get(srv.addr, "/metrics").await;
     assert_eq!(
         common::metric_value(&metrics, "sluice_ingested_samples_total{protocol=\"otlp\"}"),
-        Some(20.0),
+        Some(14.0),
         "{metrics}"
     );
+}
+
+/// The native histograms stored under `name`.
+fn exponential_as_stored(srv: &common::TestServer, name: &str) -> Vec<(i64, HistSample)> {
+    let m = sluice::storage::index::Matcher::new(
+        sluice::storage::index::MatchOp::Equal,
+        "__name__",
+        name,
+    )
+    .expect("matcher");
+    srv.state
+        .head()
+        .select(&[m], i64::MIN, i64::MAX)
+        .into_iter()
+        .flat_map(|s| s.histograms)
+        .collect()
+}
+
+/// An exponential histogram point of scale `scale` with positive buckets
+/// `counts` from `offset`.
+fn exponential(t: i64, scale: i32, offset: i32, counts: Vec<u64>) -> ExportMetricsServiceRequest {
+    // The zero bucket and one negative observation besides.
+    let count = counts.iter().sum::<u64>() + 2;
+    request(
+        service(),
+        vec![metric(
+            "payload.size",
+            "By",
+            Data::ExponentialHistogram(m::ExponentialHistogram {
+                data_points: vec![m::ExponentialHistogramDataPoint {
+                    time_unix_nano: ns(t),
+                    count,
+                    sum: Some(100.0),
+                    scale,
+                    zero_count: 1,
+                    positive: Some(Buckets {
+                        offset,
+                        bucket_counts: counts,
+                    }),
+                    negative: Some(Buckets {
+                        offset: 0,
+                        bucket_counts: vec![1],
+                    }),
+                    ..Default::default()
+                }],
+                aggregation_temporality: 2,
+            }),
+        )],
+    )
+}
+
+#[tokio::test]
+async fn exponential_histograms_above_scale_8_are_merged_down_and_below_minus_4_refused() {
+    let srv = common::start(Config {
+        otlp_exponential_histograms_as_classic: false,
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    // Scale 10 is merged down to 8: every 4 OTLP buckets (from index 8 on)
+    // become one native bucket, 3 and 4 OTLP bucket indexes apart from 1.
+    let r = export(
+        srv.addr,
+        &exponential(t, 10, 6, vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1]),
+    )
+    .await;
+    assert_eq!(response(&r), ExportMetricsServiceResponse::default());
+    let stored = exponential_as_stored(&srv, "payload_size_bytes");
+    let HistSample::Int(h) = &stored[0].1 else {
+        panic!("an integer histogram: {stored:?}")
+    };
+    assert_eq!(h.schema, 8);
+    // OTLP indexes 6..=15 >> 2 are 1,1,2,2,2,2,3,3,3,3: native buckets 2,3,4
+    // with 2, 4 and 4 observations.
+    assert_eq!(
+        h.positive_spans,
+        [Span {
+            offset: 2,
+            length: 3
+        }]
+    );
+    assert_eq!(h.positive_buckets, [2, 2, 0]);
+    assert_eq!(h.count, 12);
+    let r = export(srv.addr, &exponential(t + 1000, -5, 0, vec![1])).await;
+    let text = format!("{:?}", response(&r));
+    assert!(text.contains("scale must be >= -4, was -5"), "{text}");
+}
+
+#[tokio::test]
+async fn exponential_histograms_become_classic_buckets_with_the_flag() {
+    let srv = common::start(Config {
+        otlp_exponential_histograms_as_classic: true,
+        ..Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    let r = export(srv.addr, &exponential(t, 0, 1, vec![3, 4])).await;
+    assert_eq!(response(&r), ExportMetricsServiceResponse::default());
+    let q = |s: &str| query(srv.addr, s.to_owned(), t);
+    // Scale 0 (base 2): negative bucket 0 holds [-2, -1), the zero bucket,
+    // positive buckets 1 and 2 hold (2, 4] and (4, 8].
+    let labels_of = |le: &str| {
+        let mut l = labels(&[("job", "shop/checkout"), ("instance", "pod-1")]);
+        l.insert("__name__".into(), "payload_size_bytes_bucket".into());
+        l.insert("le".into(), le.into());
+        l
+    };
+    let e = "payload_size_bytes_bucket";
+    assert_eq!(q(e).await, {
+        let mut v = vec![
+            (labels_of("-1"), "1".into()),
+            (labels_of("0"), "2".into()),
+            (labels_of("4"), "5".into()),
+            (labels_of("8"), "9".into()),
+            (labels_of("+Inf"), "9".into()),
+        ];
+        v.sort();
+        v
+    });
+    assert_eq!(q("payload_size_bytes_sum").await[0].1, "100".to_owned());
+    assert!(exponential_as_stored(&srv, "payload_size_bytes").is_empty());
 }
 
 #[tokio::test]

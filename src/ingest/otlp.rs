@@ -10,10 +10,12 @@
 //! - gauge and sum: one series; `as_int` becomes a float;
 //! - histogram: `_bucket{le}` (cumulative, ending in `+Inf`), `_sum`, `_count`;
 //! - summary: `{quantile}` series, `_sum`, `_count`;
-//! - exponential histogram: Sluice has no native histograms yet, so each
-//!   point becomes classic buckets at its own boundaries (negative buckets,
-//!   the zero bucket at `le` = its threshold, positive buckets, `+Inf`), so
-//!   `histogram_quantile` works on it.
+//! - exponential histogram: a native histogram, as Prometheus' receiver
+//!   converts it (scale to schema, scales above 8 merged down to 8, below
+//!   -4 refused); with `exponential_as_classic`, or for delta points summed
+//!   into running totals, classic buckets at its own boundaries (negative
+//!   buckets, the zero bucket at `le` = its threshold, positive buckets,
+//!   `+Inf`).
 //!
 //! Resources give `job` (`service.namespace/service.name`), `instance`
 //! (`service.instance.id`), the promoted attributes, and `target_info` with
@@ -59,6 +61,9 @@ pub struct OtlpOptions {
     pub promote_resource_attributes: Vec<String>,
     /// Sum delta points into running totals instead of refusing them.
     pub delta_to_cumulative: bool,
+    /// Store exponential histograms as classic bucket series rather than
+    /// native histograms.
+    pub exponential_as_classic: bool,
     /// Spacing of `target_info` samples over a request's time range (half
     /// the query lookback, so every instant sees one).
     pub target_info_interval_ms: i64,
@@ -71,6 +76,7 @@ impl Default for OtlpOptions {
         Self {
             promote_resource_attributes: Vec::new(),
             delta_to_cumulative: false,
+            exponential_as_classic: true,
             target_info_interval_ms: 150_000,
             translation: names::Translation::default(),
         }
@@ -897,6 +903,33 @@ impl Walk<'_> {
                 _ => {}
             }
         }
+        if !self.otlp.opts.exponential_as_classic && !delta {
+            let stale = flags & 1 != 0;
+            let names = &bufs.names;
+            let invalid = (scale < -4).then_some({
+                || format!("cannot convert exponential histogram {:?} to a native histogram: scale must be >= -4, was {scale}", names.base)
+            });
+            let Some(t) = self.begin_point(p, base, 1, t_ns, &names.base, 1, invalid)? else {
+                return Ok(());
+            };
+            let h = native_from_exponential(NativeParts {
+                scale,
+                zero_count,
+                count,
+                sum,
+                stale,
+                positive: (pos_offset, &bufs.counts),
+                negative: (neg_offset, &bufs.negative),
+            });
+            let name = bufs.names.base.clone();
+            match h.validate() {
+                Ok(()) => self.emit_histogram(&name, t, crate::histogram::HistSample::Int(h)),
+                Err(e) => self.reject(Reason::InvalidDataPoint, 1, || {
+                    format!("exponential histogram {name:?} does not make a valid native histogram: {e}")
+                }),
+            }
+            return Ok(());
+        }
         let n = bufs.counts.len() + bufs.negative.len() + 1;
         let samples = n as u64 + 2 + u64::from(sum.is_some());
         let PointBufs {
@@ -939,6 +972,43 @@ impl Walk<'_> {
         }
         self.emit_bucket(&names.bucket, le, f64::INFINITY, t, count, stale, delta);
         Ok(())
+    }
+
+    /// Stores one native histogram of the current point.
+    fn emit_histogram(&mut self, name: &str, t: i64, h: crate::histogram::HistSample) {
+        self.last_stored = false;
+        let scratch = &mut *self.scratch;
+        let extras = [("__name__", name)];
+        scratch.canonical.clear();
+        scratch
+            .point
+            .canonical_with(&extras, &mut scratch.canonical);
+        let raw: Vec<(&[u8], &[u8])> = merge(scratch.point.iter(), &extras)
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        let mut valid = Vec::with_capacity(raw.len());
+        self.counts.first = None;
+        let outcome = match validate::validate(&raw, self.limits, &mut valid) {
+            Err(e) => Err((Reason::Label(e), super::label_problem(e, self.limits.names))),
+            Ok(_) => self
+                .head
+                .append_histograms(
+                    &valid,
+                    &scratch.canonical,
+                    &[(t, h)],
+                    self.max_t,
+                    &mut self.counts,
+                )
+                .map_err(|limit| (Reason::SeriesLimit, limit.to_string())),
+        };
+        if let Err((reason, why)) = outcome {
+            self.point_reason.get_or_insert(reason);
+            self.report
+                .samples
+                .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
+            return;
+        }
+        self.last_stored = true;
     }
 
     fn summary_point(
@@ -1247,6 +1317,126 @@ fn fixed64s(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
     })
 }
 
+/// An exponential histogram point's parts, for [`native_from_exponential`].
+struct NativeParts<'a> {
+    scale: i32,
+    zero_count: u64,
+    count: u64,
+    sum: Option<f64>,
+    stale: bool,
+    positive: (i32, &'a [u64]),
+    negative: (i32, &'a [u64]),
+}
+
+/// Prometheus' OTLP receiver's zero threshold for converted histograms.
+const OTLP_ZERO_THRESHOLD: f64 = 1e-128;
+
+/// The native histogram Prometheus' OTLP receiver makes of an exponential
+/// histogram point (`exponentialToNativeHistogram`): the scale becomes the
+/// schema, scales above 8 are merged down to 8, the hint is unknown, and a
+/// point with no recorded value is the stale marker. The scale was checked
+/// to be at least -4.
+fn native_from_exponential(p: NativeParts<'_>) -> crate::histogram::Histogram {
+    let (schema, down) = if p.scale > 8 {
+        (8, p.scale - 8)
+    } else {
+        (p.scale, 0)
+    };
+    let (positive_spans, positive_buckets) = buckets_layout(p.positive.1, p.positive.0, down);
+    let (negative_spans, negative_buckets) = buckets_layout(p.negative.1, p.negative.0, down);
+    let (sum, count) = if p.stale {
+        (f64::from_bits(STALE_NAN), STALE_NAN)
+    } else {
+        (p.sum.unwrap_or(0.0), p.count)
+    };
+    crate::histogram::Histogram {
+        hint: crate::histogram::CounterResetHint::Unknown,
+        schema,
+        zero_threshold: OTLP_ZERO_THRESHOLD,
+        zero_count: p.zero_count,
+        count,
+        sum,
+        positive_spans,
+        negative_spans,
+        positive_buckets,
+        negative_buckets,
+        custom_values: Vec::new(),
+    }
+}
+
+/// OTLP bucket counts from `offset` as native spans and deltas, merging
+/// `2^down` buckets into one (`convertBucketsLayout` with its offset
+/// adjusted: OTLP bucket `i` covers `(base^i, base^(i+1)]`, native bucket
+/// `i` covers `(base^(i-1), base^i]`). Kept as Prometheus writes it, gaps
+/// of up to two buckets filled with empty ones and empty runs at the start
+/// of a merge skipped the same way.
+fn buckets_layout(
+    counts: &[u64],
+    offset: i32,
+    down: i32,
+) -> (Vec<crate::histogram::Span>, Vec<i64>) {
+    use crate::histogram::Span;
+    if counts.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    // Go's int32 arithmetic wraps; so does this (offsets come off the wire).
+    let idx = |i: i32| (i >> down).wrapping_add(1);
+    let mut spans = vec![Span {
+        offset: idx(offset),
+        length: 0,
+    }];
+    let mut deltas: Vec<i64> = Vec::with_capacity(counts.len());
+    let mut prev = 0i64;
+    let mut append = |spans: &mut Vec<Span>, deltas: &mut Vec<i64>, c: i64| {
+        if let Some(s) = spans.last_mut() {
+            s.length += 1;
+        }
+        deltas.push(c.wrapping_sub(prev));
+        prev = c;
+    };
+    let mut bucket_idx = idx(offset);
+    let mut count = 0i64;
+    for (i, &c) in counts.iter().enumerate() {
+        let next = idx((i as i32).wrapping_add(offset));
+        if bucket_idx == next {
+            count = count.wrapping_add(c as i64);
+            continue;
+        }
+        if count == 0 {
+            count = c as i64;
+            continue;
+        }
+        let gap = next.wrapping_sub(bucket_idx).wrapping_sub(1);
+        if gap > 2 {
+            spans.push(Span {
+                offset: gap,
+                length: 0,
+            });
+        } else {
+            for _ in 0..gap {
+                append(&mut spans, &mut deltas, 0);
+            }
+        }
+        append(&mut spans, &mut deltas, count);
+        count = c as i64;
+        bucket_idx = next;
+    }
+    let last = (counts.len() as i32).wrapping_add(offset).wrapping_sub(1);
+    let gap = idx(last).wrapping_sub(bucket_idx);
+    if gap > 2 {
+        spans.push(Span {
+            offset: gap,
+            length: 0,
+        });
+    } else {
+        for _ in 0..gap {
+            append(&mut spans, &mut deltas, 0);
+        }
+    }
+    append(&mut spans, &mut deltas, count);
+    (spans, deltas)
+}
+
 /// Reads an exponential histogram `Buckets` into `out`; returns its offset.
 fn buckets(b: &[u8], base: usize, out: &mut Vec<u64>) -> Result<i32, DecodeError> {
     let mut offset = 0;
@@ -1278,6 +1468,49 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    proptest::proptest! {
+        /// Converted buckets keep every observation; at the same scale each
+        /// non-empty OTLP bucket i lands on native index i + 1.
+        #[test]
+        fn exponential_buckets_keep_their_counts(
+            counts in proptest::collection::vec(0u64..50, 1..40),
+            offset in -30i32..30,
+            down in 0i32..4,
+        ) {
+            let (spans, deltas) = buckets_layout(&counts, offset, down);
+            let abs: Vec<i64> = deltas
+                .iter()
+                .scan(0i64, |a, d| {
+                    *a += d;
+                    Some(*a)
+                })
+                .collect();
+            proptest::prop_assert_eq!(crate::histogram::bucket_count(&spans), abs.len());
+            proptest::prop_assert!(abs.iter().all(|&c| c >= 0));
+            proptest::prop_assert_eq!(abs.iter().sum::<i64>() as u64, counts.iter().sum::<u64>());
+            if down == 0 {
+                let at: std::collections::BTreeMap<i64, i64> =
+                    crate::histogram::BucketIndexes::new(&spans).zip(abs.iter().copied()).filter(|x| x.1 != 0).collect();
+                let want: std::collections::BTreeMap<i64, i64> = counts
+                    .iter()
+                    .enumerate()
+                    .filter(|x| *x.1 != 0)
+                    .map(|(i, &c)| (i64::from(offset) + i as i64 + 1, c as i64))
+                    .collect();
+                proptest::prop_assert_eq!(at, want);
+            }
+        }
+    }
+
+    #[test]
+    fn exponential_buckets_with_wild_offsets_do_not_panic() {
+        for offset in [i32::MIN, i32::MAX, i32::MAX - 1, -1] {
+            for down in [0, 1, 12] {
+                let _ = buckets_layout(&[1, 0, 0, 0, 2], offset, down);
+            }
+        }
+    }
     use crate::proto::opentelemetry::proto::collector::metrics::v1::ExportMetricsServiceRequest;
     use crate::proto::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
     use crate::proto::opentelemetry::proto::metrics::v1::{
