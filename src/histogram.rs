@@ -421,6 +421,40 @@ pub enum HistSample {
 }
 
 impl HistSample {
+    /// Makes `self` a copy of `other`, reusing its buffers (no allocation
+    /// once they are large enough).
+    pub fn assign(&mut self, other: &HistSample) {
+        match (&mut *self, other) {
+            (Self::Int(a), Self::Int(b)) => {
+                a.hint = b.hint;
+                a.schema = b.schema;
+                a.zero_threshold = b.zero_threshold;
+                a.zero_count = b.zero_count;
+                a.count = b.count;
+                a.sum = b.sum;
+                a.positive_spans.clone_from(&b.positive_spans);
+                a.negative_spans.clone_from(&b.negative_spans);
+                a.positive_buckets.clone_from(&b.positive_buckets);
+                a.negative_buckets.clone_from(&b.negative_buckets);
+                a.custom_values.clone_from(&b.custom_values);
+            }
+            (Self::Float(a), Self::Float(b)) => {
+                a.hint = b.hint;
+                a.schema = b.schema;
+                a.zero_threshold = b.zero_threshold;
+                a.zero_count = b.zero_count;
+                a.count = b.count;
+                a.sum = b.sum;
+                a.positive_spans.clone_from(&b.positive_spans);
+                a.negative_spans.clone_from(&b.negative_spans);
+                a.positive_buckets.clone_from(&b.positive_buckets);
+                a.negative_buckets.clone_from(&b.negative_buckets);
+                a.custom_values.clone_from(&b.custom_values);
+            }
+            (me, _) => *me = other.clone(),
+        }
+    }
+
     /// Whether two samples are the same, floats bit for bit (so that a
     /// NaN sum equals itself, as Prometheus' `Equals` has it).
     pub fn same(&self, other: &HistSample) -> bool {

@@ -4,146 +4,12 @@
 //! `tests/testdata/histogram/golden.json`, written by
 //! `scripts/make-histogram-golden` (see `tests/testdata/histogram/README.md`).
 
-use sha2::{Digest, Sha256};
+#[path = "common/histogram_golden.rs"]
+mod histogram_golden;
+
+use histogram_golden::{encode, encode_float, float_histogram, golden, hex, int_histogram, unhex};
 use sluice::histogram::{CounterResetHint, FloatHistogram, Histogram, Span};
-use sluice::storage::chunk::{
-    Appended, FloatAppended, FloatHistogramAppender, FloatHistogramIter, HistogramAppender,
-    HistogramIter,
-};
-
-const GOLDEN: &str = "tests/testdata/histogram/golden.json";
-/// The SHA-256 `scripts/make-histogram-golden` printed.
-const GOLDEN_SHA256: &str = "753be4ef9f8e3a72504c4cad286ddd542c6c0d0ba189bd5e95a337fb723a372e";
-/// The harness cuts a chunk after this many samples, as a head cuts by
-/// size or time, so that a new chunk's header is decided against the
-/// previous chunk.
-const CUT_AFTER: u16 = 40;
-
-fn golden() -> serde_json::Value {
-    let path = format!("{}/{GOLDEN}", env!("CARGO_MANIFEST_DIR"));
-    let raw = std::fs::read(&path).expect("golden.json");
-    let sum: String = Sha256::digest(&raw)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(sum, GOLDEN_SHA256, "{GOLDEN} changed");
-    serde_json::from_slice(&raw).expect("json")
-}
-
-fn num<T: std::str::FromStr>(v: &serde_json::Value) -> T
-where
-    T::Err: std::fmt::Debug,
-{
-    v.as_str().expect("a string").parse().expect("a number")
-}
-
-fn float(v: &serde_json::Value) -> f64 {
-    f64::from_bits(num(v))
-}
-
-fn spans(v: &serde_json::Value) -> Vec<Span> {
-    v.as_array()
-        .expect("spans")
-        .iter()
-        .map(|p| Span {
-            offset: p[0].as_i64().expect("offset") as i32,
-            length: p[1].as_u64().expect("length") as u32,
-        })
-        .collect()
-}
-
-fn hint(v: &serde_json::Value) -> CounterResetHint {
-    match v.as_u64().expect("hint") {
-        1 => CounterResetHint::CounterReset,
-        2 => CounterResetHint::NotCounterReset,
-        3 => CounterResetHint::Gauge,
-        _ => CounterResetHint::Unknown,
-    }
-}
-
-/// An integer histogram as the harness wrote it.
-fn int_histogram(v: &serde_json::Value) -> (i64, Histogram) {
-    let list = |k: &str| -> Vec<i64> { v[k].as_array().expect(k).iter().map(num).collect() };
-    (
-        v["t"].as_i64().expect("t"),
-        Histogram {
-            hint: hint(&v["hint"]),
-            schema: v["schema"].as_i64().expect("schema") as i32,
-            zero_threshold: float(&v["zero_threshold_bits"]),
-            zero_count: num(&v["zero_count"]),
-            count: num(&v["count"]),
-            sum: float(&v["sum_bits"]),
-            positive_spans: spans(&v["positive_spans"]),
-            negative_spans: spans(&v["negative_spans"]),
-            positive_buckets: list("positive_buckets"),
-            negative_buckets: list("negative_buckets"),
-            custom_values: v["custom_value_bits"]
-                .as_array()
-                .expect("custom values")
-                .iter()
-                .map(float)
-                .collect(),
-        },
-    )
-}
-
-/// A float histogram as the harness wrote it (every number a float's
-/// bits).
-fn float_histogram(v: &serde_json::Value) -> (i64, FloatHistogram) {
-    let list = |k: &str| -> Vec<f64> { v[k].as_array().expect(k).iter().map(float).collect() };
-    (
-        v["t"].as_i64().expect("t"),
-        FloatHistogram {
-            hint: hint(&v["hint"]),
-            schema: v["schema"].as_i64().expect("schema") as i32,
-            zero_threshold: float(&v["zero_threshold_bits"]),
-            zero_count: float(&v["zero_count"]),
-            count: float(&v["count"]),
-            sum: float(&v["sum_bits"]),
-            positive_spans: spans(&v["positive_spans"]),
-            negative_spans: spans(&v["negative_spans"]),
-            positive_buckets: list("positive_buckets"),
-            negative_buckets: list("negative_buckets"),
-            custom_values: list("custom_value_bits"),
-        },
-    )
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-/// Appends the samples as the harness does; the chunks' bytes.
-fn encode(samples: &[(i64, Histogram)]) -> Vec<Vec<u8>> {
-    let mut done: Vec<HistogramAppender> = Vec::new();
-    let mut cur = HistogramAppender::new();
-    let mut prev: Option<HistogramAppender> = None;
-    for (t, h) in samples {
-        if cur.num_samples() >= CUT_AFTER {
-            let sealed = std::mem::take(&mut cur);
-            prev = Some(sealed.clone());
-            done.push(sealed);
-        }
-        match cur.append(prev.as_ref(), *t, h) {
-            Appended::Here => {}
-            Appended::NewChunk(next) => {
-                let sealed = std::mem::replace(&mut cur, *next);
-                prev = Some(sealed.clone());
-                done.push(sealed);
-            }
-            Appended::Recoded(recoded) => cur = *recoded,
-        }
-    }
-    done.push(cur);
-    done.iter().map(|c| c.bytes().to_vec()).collect()
-}
+use sluice::storage::chunk::{FloatHistogramIter, HistogramIter};
 
 /// Compares two histograms bit for bit where floats are concerned.
 fn same(a: &Histogram, b: &Histogram) -> bool {
@@ -236,31 +102,6 @@ fn every_prefix_of_a_chunk_fails_cleanly() {
             bytes.len()
         );
     }
-}
-
-/// Appends float histograms as the harness does; the chunks' bytes.
-fn encode_float(samples: &[(i64, FloatHistogram)]) -> Vec<Vec<u8>> {
-    let mut done: Vec<FloatHistogramAppender> = Vec::new();
-    let mut cur = FloatHistogramAppender::new();
-    let mut prev: Option<FloatHistogramAppender> = None;
-    for (t, h) in samples {
-        if cur.num_samples() >= CUT_AFTER {
-            let sealed = std::mem::take(&mut cur);
-            prev = Some(sealed.clone());
-            done.push(sealed);
-        }
-        match cur.append(prev.as_ref(), *t, h) {
-            FloatAppended::Here => {}
-            FloatAppended::NewChunk(next) => {
-                let sealed = std::mem::replace(&mut cur, *next);
-                prev = Some(sealed.clone());
-                done.push(sealed);
-            }
-            FloatAppended::Recoded(recoded) => cur = *recoded,
-        }
-    }
-    done.push(cur);
-    done.iter().map(|c| c.bytes().to_vec()).collect()
 }
 
 fn same_float(a: &FloatHistogram, b: &FloatHistogram) -> bool {

@@ -382,7 +382,8 @@ func sortedKeys(m map[int]int64) []int {
 	return k
 }
 
-func intChunks(t *testing.T, ss []sample) []jsonChunk {
+// appendInt appends ss as the head does; the chunks.
+func appendInt(tb testing.TB, ss []sample) []*chunkenc.HistogramChunk {
 	var chunks []*chunkenc.HistogramChunk
 	var cur *chunkenc.HistogramChunk
 	var app, prev *chunkenc.HistogramAppender
@@ -395,13 +396,13 @@ func intChunks(t *testing.T, ss []sample) []jsonChunk {
 			cur = chunkenc.NewHistogramChunk()
 			a, err := cur.Appender()
 			if err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 			app = a.(*chunkenc.HistogramAppender)
 		}
 		c, recoded, a, err := app.AppendHistogram(prev, s.t, s.h.Copy(), false)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if c != nil {
 			if !recoded {
@@ -412,7 +413,11 @@ func intChunks(t *testing.T, ss []sample) []jsonChunk {
 			app = a.(*chunkenc.HistogramAppender)
 		}
 	}
-	chunks = append(chunks, cur)
+	return append(chunks, cur)
+}
+
+func intChunks(t *testing.T, ss []sample) []jsonChunk {
+	chunks := appendInt(t, ss)
 	var out []jsonChunk
 	for _, c := range chunks {
 		jc := jsonChunk{Hex: hex.EncodeToString(c.Bytes()), Samples: []jsonH{}}
@@ -429,7 +434,8 @@ func intChunks(t *testing.T, ss []sample) []jsonChunk {
 	return out
 }
 
-func floatChunks(t *testing.T, ss []sample) []jsonChunk {
+// appendFloat appends ss (as float histograms) as the head does.
+func appendFloat(tb testing.TB, ss []sample) []*chunkenc.FloatHistogramChunk {
 	var chunks []*chunkenc.FloatHistogramChunk
 	var cur *chunkenc.FloatHistogramChunk
 	var app, prev *chunkenc.FloatHistogramAppender
@@ -442,13 +448,13 @@ func floatChunks(t *testing.T, ss []sample) []jsonChunk {
 			cur = chunkenc.NewFloatHistogramChunk()
 			a, err := cur.Appender()
 			if err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 			app = a.(*chunkenc.FloatHistogramAppender)
 		}
 		c, recoded, a, err := app.AppendFloatHistogram(prev, s.t, s.h.ToFloat(nil), false)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if c != nil {
 			if !recoded {
@@ -459,7 +465,11 @@ func floatChunks(t *testing.T, ss []sample) []jsonChunk {
 			app = a.(*chunkenc.FloatHistogramAppender)
 		}
 	}
-	chunks = append(chunks, cur)
+	return append(chunks, cur)
+}
+
+func floatChunks(t *testing.T, ss []sample) []jsonChunk {
+	chunks := appendFloat(t, ss)
 	var out []jsonChunk
 	for _, c := range chunks {
 		jc := jsonChunk{Hex: hex.EncodeToString(c.Bytes()), Samples: []jsonH{}}
@@ -501,5 +511,78 @@ func TestGolden(t *testing.T) {
 	}
 	if err := os.WriteFile(dir+"/golden.json", append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The golden cases, in the order golden.json lists them.
+func orderedCases() [][]sample {
+	all := cases()
+	var out [][]sample
+	for _, n := range []string{"steady", "new_buckets", "vanishing_empty", "resets", "schema_changes", "gauge", "custom_buckets", "stale", "big_values"} {
+		out = append(out, all[n])
+	}
+	return out
+}
+
+// One op is one pass over all nine cases (660 histograms), as
+// benches/histogram_chunk.rs does. The input is copied before the timer
+// starts: the Go appender may change a histogram's spans.
+func BenchmarkAppendInt(b *testing.B) {
+	cs := orderedCases()
+	for i := 0; i < b.N; i++ {
+		for _, c := range cs {
+			appendInt(b, c)
+		}
+	}
+}
+
+func BenchmarkAppendFloat(b *testing.B) {
+	cs := orderedCases()
+	for i := 0; i < b.N; i++ {
+		for _, c := range cs {
+			appendFloat(b, c)
+		}
+	}
+}
+
+func BenchmarkIterateInt(b *testing.B) {
+	var chunks []*chunkenc.HistogramChunk
+	for _, c := range orderedCases() {
+		chunks = append(chunks, appendInt(b, c)...)
+	}
+	var h histogram.Histogram
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var n uint64
+		var it chunkenc.Iterator
+		for _, c := range chunks {
+			it = c.Iterator(it)
+			for it.Next() == chunkenc.ValHistogram {
+				_, hp := it.AtHistogram(&h)
+				n += hp.Count
+			}
+		}
+		_ = n
+	}
+}
+
+func BenchmarkIterateFloat(b *testing.B) {
+	var chunks []*chunkenc.FloatHistogramChunk
+	for _, c := range orderedCases() {
+		chunks = append(chunks, appendFloat(b, c)...)
+	}
+	var h histogram.FloatHistogram
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var n float64
+		var it chunkenc.Iterator
+		for _, c := range chunks {
+			it = c.Iterator(it)
+			for it.Next() == chunkenc.ValFloatHistogram {
+				_, hp := it.AtFloatHistogram(&h)
+				n += hp.Count
+			}
+		}
+		_ = n
 	}
 }

@@ -260,7 +260,10 @@ impl HistSeries {
                 self.end_computed = false;
             }
         }
-        self.last = Some(h.clone());
+        match &mut self.last {
+            Some(last) => last.assign(h),
+            None => self.last = Some(h.clone()),
+        }
         Ok(Some(delta))
     }
 

@@ -43,8 +43,11 @@ pub struct FloatHistogramAppender {
     cnt: XorValue,
     z_cnt: XorValue,
     sum: XorValue,
-    p_buckets: Vec<XorValue>,
-    n_buckets: Vec<XorValue>,
+    /// The last sample's bucket counts, and each bucket's XOR window.
+    p_values: Vec<f64>,
+    p_states: Vec<XorState>,
+    n_values: Vec<f64>,
+    n_states: Vec<XorState>,
 }
 
 impl Default for FloatHistogramAppender {
@@ -81,8 +84,10 @@ impl FloatHistogramAppender {
             cnt: XorValue::default(),
             z_cnt: XorValue::default(),
             sum: XorValue::default(),
-            p_buckets: Vec::new(),
-            n_buckets: Vec::new(),
+            p_values: Vec::new(),
+            p_states: Vec::new(),
+            n_values: Vec::new(),
+            n_states: Vec::new(),
         }
     }
 
@@ -135,12 +140,12 @@ impl FloatHistogramAppender {
         if h.zero_count < self.z_cnt.value {
             return (None, true);
         }
-        let values = |b: &[XorValue]| b.iter().map(|x| x.value).collect::<Vec<f64>>();
         let Some(p) = expand_counter_buckets(
             &self.p_spans,
             &h.positive_spans,
-            &values(&self.p_buckets),
+            &self.p_values,
             &h.positive_buckets,
+            false,
             true,
         ) else {
             return (None, true);
@@ -148,8 +153,9 @@ impl FloatHistogramAppender {
         let Some(n) = expand_counter_buckets(
             &self.n_spans,
             &h.negative_spans,
-            &values(&self.n_buckets),
+            &self.n_values,
             &h.negative_buckets,
+            false,
             true,
         ) else {
             return (None, true);
@@ -192,8 +198,10 @@ impl FloatHistogramAppender {
                 chunk.append_raw(t, h);
                 return FloatAppended::NewChunk(Box::new(chunk));
             };
-            let mut h = h.clone();
+            // Copied only when its buckets must change.
+            let mut h = std::borrow::Cow::Borrowed(h);
             if !p.backward.is_empty() || !n.backward.is_empty() {
+                let h = h.to_mut();
                 if p.forward.is_empty() && n.forward.is_empty() {
                     h.positive_spans = self.p_spans.clone();
                     h.negative_spans = self.n_spans.clone();
@@ -201,9 +209,9 @@ impl FloatHistogramAppender {
                     h.positive_spans = adjust_for_inserts(&h.positive_spans, &p.backward);
                     h.negative_spans = adjust_for_inserts(&h.negative_spans, &n.backward);
                 }
-                recode_buckets(&mut h, &p.backward, &n.backward);
+                recode_buckets(h, &p.backward, &n.backward);
             }
-            return self.finish(t, h, &p.forward, &n.forward);
+            return self.finish(t, &h, &p.forward, &n.forward);
         }
         let mergeable = !(self.num_samples() > 0 && self.counter_reset_header() != C::Gauge)
             && (is_stale(h.sum)
@@ -218,34 +226,35 @@ impl FloatHistogramAppender {
             chunk.append_raw(t, h);
             return FloatAppended::NewChunk(Box::new(chunk));
         }
-        let mut h = h.clone();
         if is_stale(h.sum) {
             return self.finish(t, h, &[], &[]);
         }
         let (p, p_merged) = expand_both_ways(&self.p_spans, &h.positive_spans);
         let (n, n_merged) = expand_both_ways(&self.n_spans, &h.negative_spans);
+        let mut h = std::borrow::Cow::Borrowed(h);
         if !p.backward.is_empty() || !n.backward.is_empty() {
+            let h = h.to_mut();
             h.positive_spans = p_merged;
             h.negative_spans = n_merged;
-            recode_buckets(&mut h, &p.backward, &n.backward);
+            recode_buckets(h, &p.backward, &n.backward);
         }
-        self.finish(t, h, &p.forward, &n.forward)
+        self.finish(t, &h, &p.forward, &n.forward)
     }
 
     /// Appends here, or to a recoded copy when the chunk lacks buckets.
     fn finish(
         &mut self,
         t: i64,
-        h: FloatHistogram,
+        h: &FloatHistogram,
         p_forward: &[Insert],
         n_forward: &[Insert],
     ) -> FloatAppended {
         if !p_forward.is_empty() || !n_forward.is_empty() {
             let mut chunk = self.recode(p_forward, n_forward, &h.positive_spans, &h.negative_spans);
-            chunk.append_raw(t, &h);
+            chunk.append_raw(t, h);
             return FloatAppended::Recoded(Box::new(chunk));
         }
-        self.append_raw(t, &h);
+        self.append_raw(t, h);
         FloatAppended::Here
     }
 
@@ -305,16 +314,19 @@ impl FloatHistogramAppender {
             self.p_spans = h.positive_spans.clone();
             self.n_spans = h.negative_spans.clone();
             self.custom_values = h.custom_values.clone();
-            let fresh = |counts: &[f64], n: usize| -> Vec<XorValue> {
+            let fresh = |counts: &[f64], n: usize| -> Vec<f64> {
                 (0..n)
-                    .map(|i| XorValue {
-                        value: counts.get(i).copied().unwrap_or_default(),
-                        state: XorState::default(),
-                    })
+                    .map(|i| counts.get(i).copied().unwrap_or_default())
                     .collect()
             };
-            self.p_buckets = fresh(&h.positive_buckets, bucket_count(&h.positive_spans));
-            self.n_buckets = fresh(&h.negative_buckets, bucket_count(&h.negative_spans));
+            let (np, nn) = (
+                bucket_count(&h.positive_spans),
+                bucket_count(&h.negative_spans),
+            );
+            self.p_values = fresh(&h.positive_buckets, np);
+            self.p_states = vec![XorState::default(); np];
+            self.n_values = fresh(&h.negative_buckets, nn);
+            self.n_states = vec![XorState::default(); nn];
             put_int(&mut self.w, t);
             self.w.write_bits(h.count.to_bits(), 64);
             self.w.write_bits(h.zero_count.to_bits(), 64);
@@ -331,11 +343,23 @@ impl FloatHistogramAppender {
             self.cnt.write(&mut self.w, h.count);
             self.z_cnt.write(&mut self.w, h.zero_count);
             self.sum.write(&mut self.w, h.sum);
-            for (old, &b) in self.p_buckets.iter_mut().zip(&h.positive_buckets) {
-                old.write(&mut self.w, b);
+            for ((old, state), &b) in self
+                .p_values
+                .iter_mut()
+                .zip(&mut self.p_states)
+                .zip(&h.positive_buckets)
+            {
+                write_xor(&mut self.w, b, *old, state);
+                *old = b;
             }
-            for (old, &b) in self.n_buckets.iter_mut().zip(&h.negative_buckets) {
-                old.write(&mut self.w, b);
+            for ((old, state), &b) in self
+                .n_values
+                .iter_mut()
+                .zip(&mut self.n_states)
+                .zip(&h.negative_buckets)
+            {
+                write_xor(&mut self.w, b, *old, state);
+                *old = b;
             }
         }
         self.w.set_header(num.wrapping_add(1).to_be_bytes());

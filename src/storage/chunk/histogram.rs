@@ -11,8 +11,8 @@
 
 use super::bstream::BitCursor;
 use super::histogram_layout::{
-    absolute, adjust_for_inserts, expand_both_ways, expand_counter_buckets, insert, put_layout,
-    read_layout, CounterResetHeader, Expansion,
+    adjust_for_inserts, expand_both_ways, expand_counter_buckets, insert, put_layout, read_layout,
+    CounterResetHeader, Expansion,
 };
 use super::varbit::{put_int, put_uint, read_int, read_uint};
 use super::xor_value::{read_xor, write_xor, XorState};
@@ -158,8 +158,9 @@ impl HistogramAppender {
         let Some(p) = expand_counter_buckets(
             &self.p_spans,
             &h.positive_spans,
-            &absolute(&self.p_buckets),
-            &absolute(&h.positive_buckets),
+            &self.p_buckets,
+            &h.positive_buckets,
+            true,
             false,
         ) else {
             return no(C::CounterReset);
@@ -167,8 +168,9 @@ impl HistogramAppender {
         let Some(n) = expand_counter_buckets(
             &self.n_spans,
             &h.negative_spans,
-            &absolute(&self.n_buckets),
-            &absolute(&h.negative_buckets),
+            &self.n_buckets,
+            &h.negative_buckets,
+            true,
             false,
         ) else {
             return no(C::CounterReset);
@@ -201,8 +203,10 @@ impl HistogramAppender {
             if verdict != C::NotCounterReset {
                 return self.start_new(t, h, verdict);
             }
-            let mut h = h.clone();
+            // Copied only when its buckets must change.
+            let mut h = std::borrow::Cow::Borrowed(h);
             if !p.backward.is_empty() || !n.backward.is_empty() {
+                let h = h.to_mut();
                 if p.forward.is_empty() && n.forward.is_empty() {
                     h.positive_spans = self.p_spans.clone();
                     h.negative_spans = self.n_spans.clone();
@@ -210,7 +214,7 @@ impl HistogramAppender {
                     h.positive_spans = adjust_for_inserts(&h.positive_spans, &p.backward);
                     h.negative_spans = adjust_for_inserts(&h.negative_spans, &n.backward);
                 }
-                recode_buckets(&mut h, &p.backward, &n.backward);
+                recode_buckets(h, &p.backward, &n.backward);
             }
             if !p.forward.is_empty() || !n.forward.is_empty() {
                 let mut chunk =
@@ -244,11 +248,12 @@ impl HistogramAppender {
             let (n, nm) = expand_both_ways(&self.n_spans, &h.negative_spans);
             (p, pm, n, nm)
         };
-        let mut h = h.clone();
+        let mut h = std::borrow::Cow::Borrowed(h);
         if !p.backward.is_empty() || !n.backward.is_empty() {
+            let h = h.to_mut();
             h.positive_spans = p_merged;
             h.negative_spans = n_merged;
-            recode_buckets(&mut h, &p.backward, &n.backward);
+            recode_buckets(h, &p.backward, &n.backward);
         }
         if !p.forward.is_empty() || !n.forward.is_empty() {
             let mut chunk =

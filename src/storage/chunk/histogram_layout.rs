@@ -227,7 +227,8 @@ pub struct Expansion {
 /// Compares the chunk's buckets `a` (spans and counts) with a new
 /// histogram's `b` for a counter histogram: `None` when a bucket of `a`
 /// that has counts is missing from `b`, or a bucket's count went down (a
-/// counter reset). `a_abs` and `b_abs` are the absolute bucket counts.
+/// counter reset). `a_vals` and `b_vals` are the bucket values: deltas
+/// (integer histograms, summed as they are walked) or absolute counts.
 ///
 /// Prometheus' integer and float versions differ in one detail kept here:
 /// where `a` lacks a bucket of `b`, the integer one records that index on
@@ -237,12 +238,23 @@ pub struct Expansion {
 pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
     a: &[Span],
     b: &[Span],
-    a_abs: &[V],
-    b_abs: &[V],
+    a_vals: &[V],
+    b_vals: &[V],
+    deltas: bool,
     float_quirk: bool,
 ) -> Option<Expansion> {
-    let a_counts = |i: usize| a_abs.get(i).copied().unwrap_or_default();
-    let b_counts = |i: usize| b_abs.get(i).copied().unwrap_or_default();
+    // The count of the bucket at each side's position, kept as they move
+    // (no list of absolute counts is built).
+    let at = |v: &[V], i: usize| v.get(i).copied().unwrap_or_default();
+    let step = |cur: V, v: &[V], i: usize| {
+        if deltas {
+            cur.plus(at(v, i))
+        } else {
+            at(v, i)
+        }
+    };
+    let mut a_cur = at(a_vals, 0);
+    let mut b_cur = at(b_vals, 0);
     let mut ai = BucketIndexes::new(a);
     let mut bi = BucketIndexes::new(b);
     let mut a_inserts = Vec::new();
@@ -255,7 +267,7 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
     loop {
         match (a_next, b_next) {
             (Some(a_idx), Some(b_idx)) if a_idx == b_idx => {
-                if a_counts(a_pos) > b_counts(b_pos) {
+                if a_cur > b_cur {
                     return None;
                 }
                 if a_inter.num > 0 {
@@ -270,12 +282,14 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
                 b_next = bi.next();
                 a_inter.pos += 1;
                 a_pos += 1;
+                a_cur = step(a_cur, a_vals, a_pos);
                 b_inter.pos += 1;
                 b_pos += 1;
+                b_cur = step(b_cur, b_vals, b_pos);
             }
             (Some(a_idx), b) if b.is_none_or(|b_idx| a_idx < b_idx) => {
                 // b lacks a bucket of a: fine only if it is empty in a.
-                if a_counts(a_pos) != V::default() {
+                if a_cur != V::default() {
                     return None;
                 }
                 b_inter.num += 1;
@@ -287,6 +301,7 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
                 a_next = ai.next();
                 a_inter.pos += 1;
                 a_pos += 1;
+                a_cur = step(a_cur, a_vals, a_pos);
             }
             (_, Some(b_idx)) => {
                 // a lacks a bucket of b (a is past it, or ended).
@@ -303,6 +318,7 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
                 b_next = bi.next();
                 b_inter.pos += 1;
                 b_pos += 1;
+                b_cur = step(b_cur, b_vals, b_pos);
             }
             (Some(_), None) | (None, None) => {
                 if a_inter.num > 0 {
@@ -318,18 +334,6 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
             }
         }
     }
-}
-
-/// Absolute bucket counts from deltas.
-pub fn absolute(deltas: &[i64]) -> Vec<i64> {
-    let mut c = 0i64;
-    deltas
-        .iter()
-        .map(|&d| {
-            c = c.wrapping_add(d);
-            c
-        })
-        .collect()
 }
 
 /// For gauge histograms: the inserts that make `a` and `b` both the union
@@ -611,7 +615,8 @@ mod tests {
         // Chunk: buckets 0,1 with counts 2,3 (deltas 2,1). New: 0,1,2.
         let a = spans(&[(0, 2)]);
         let b = spans(&[(0, 3)]);
-        let e = expand_counter_buckets(&a, &b, &[2, 3], &[2, 3, 1], false).expect("appendable");
+        let e =
+            expand_counter_buckets(&a, &b, &[2, 1], &[2, 1, -2], true, false).expect("appendable");
         assert_eq!(
             e.forward,
             [Insert {
@@ -625,10 +630,10 @@ mod tests {
         assert_eq!(insert(&[2i64, 1], &e.forward, true), [2, 1, -3]);
         assert_eq!(insert(&[2.0f64, 3.0], &e.forward, false), [2.0, 3.0, 0.0]);
         // A count that went down is a reset.
-        assert!(expand_counter_buckets(&a, &a, &[2, 3], &[2, 2], false).is_none());
+        assert!(expand_counter_buckets(&a, &a, &[2, 1], &[2, 0], true, false).is_none());
         // A bucket gone that had counts is a reset; an empty one is not.
-        assert!(expand_counter_buckets(&b, &a, &[2, 3, 1], &[2, 3], false).is_none());
-        let e = expand_counter_buckets(&b, &a, &[2.0, 3.0, 0.0], &[2.0, 3.0], true)
+        assert!(expand_counter_buckets(&b, &a, &[2, 1, -2], &[2, 1], true, false).is_none());
+        let e = expand_counter_buckets(&b, &a, &[2.0, 3.0, 0.0], &[2.0, 3.0], false, true)
             .expect("appendable");
         assert_eq!(e.backward.len(), 1);
         assert_eq!(adjust_for_inserts(&a, &e.backward), b);
