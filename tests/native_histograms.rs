@@ -118,6 +118,23 @@ async fn remote_write_1_histograms_are_stored_and_a_bad_one_is_named() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("out of order"), "{text}");
     assert_eq!(stored_histograms(&srv, "rpc_seconds").len(), 2);
+    // Queries do not read them yet, and say so rather than answer as if
+    // the series were empty.
+    let v = common::api_json(
+        &format!("http://{}/api/v1/query", srv.addr),
+        &[
+            ("query", "rpc_seconds".to_owned()),
+            ("time", format!("{:.3}", (t + 2000) as f64 / 1000.0)),
+        ],
+    )
+    .await;
+    assert_eq!(v["data"]["result"], serde_json::json!([]), "{v}");
+    assert!(
+        v["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("native histogram samples of metric name \"rpc_seconds\"")),
+        "{v}"
+    );
 }
 
 /// A histogram as both sides can state it without bucket boundaries:

@@ -22,13 +22,19 @@ pub enum Annotation<'a> {
     PossibleNonCounter(&'a str),
     /// `histogram_quantile` had to make bucket counts monotonic.
     ForcedMonotonicity(&'a str),
+    /// Native histogram samples that PromQL in Sluice cannot read yet were
+    /// left out of a selector's result.
+    NativeHistogramsSkipped(&'a str),
 }
 
 impl Annotation<'_> {
     fn is_warning(&self) -> bool {
         matches!(
             self,
-            Self::InvalidQuantile(_) | Self::InvalidRatio(..) | Self::BadBucketLabel { .. }
+            Self::InvalidQuantile(_)
+                | Self::InvalidRatio(..)
+                | Self::BadBucketLabel { .. }
+                | Self::NativeHistogramsSkipped(_)
         )
     }
 
@@ -51,6 +57,9 @@ impl Annotation<'_> {
             ),
             Self::ForcedMonotonicity(metric) => format!(
                 "PromQL info: input to histogram_quantile needed to be fixed for monotonicity (see https://prometheus.io/docs/prometheus/latest/querying/functions/#histogram_quantile) for metric name {metric:?}"
+            ),
+            Self::NativeHistogramsSkipped(metric) => format!(
+                "PromQL warning: native histogram samples of metric name {metric:?} are stored but not yet read by Sluice's PromQL; they were left out of this result"
             ),
         }
     }

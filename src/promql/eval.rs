@@ -397,6 +397,10 @@ impl<'e> Ctx<'e> {
             if n % 256 == 255 {
                 self.check_deadline("query execution")?;
             }
+            if !s.histograms.is_empty() {
+                let name = s.label("__name__").unwrap_or_default().to_owned();
+                self.annotate(Annotation::NativeHistogramsSkipped(&name));
+            }
             let points: Vec<(i64, f64)> = s.samples(lo, hi).collect();
             let total = self.samples.get() + points.len();
             if total > self.opts.max_samples {
