@@ -1036,16 +1036,22 @@ async fn native_histograms_are_forwarded_to_prometheus_3_in_both_protocols() {
         &[(common::now_ms(), 1.0)],
     )]))
     .await;
+    // Each destination labels what it sends with its protocol, so that the
+    // two copies are different series in the one Prometheus (the same
+    // series from two senders would race and be refused out of order).
+    let tagged = |name: &str, protocol: &str| -> Destination {
+        serde_yaml_ng::from_str(&format!(
+            "url: http://{}/api/v1/write\nname: {name}\nprotocol: {protocol}\nbatch-send-deadline: 200ms\n\
+             write_relabel_configs:\n\
+             \x20 - {{target_label: via, replacement: {name}}}\n",
+            prom.addr()
+        ))
+        .expect("destination")
+    };
     let config = Config {
         forward: vec![
-            dest(&format!(
-                "http://{}/api/v1/write,name=v1,batch-send-deadline=200ms",
-                prom.addr()
-            )),
-            dest(&format!(
-                "http://{}/api/v1/write,name=v2,protocol=remote-write-2,batch-send-deadline=200ms",
-                prom.addr()
-            )),
+            tagged("v1", "remote-write-1"),
+            tagged("v2", "remote-write-2"),
         ],
         ..Config::default()
     };
@@ -1118,17 +1124,18 @@ async fn native_histograms_are_forwarded_to_prometheus_3_in_both_protocols() {
             prom.log()
         );
     }
-    // Both copies land on the same series in Prometheus (the second is an
-    // exact duplicate there); it holds every histogram as sent.
+    // Prometheus holds every histogram as each protocol sent it.
     let time = (base + N * 1000) as f64 / 1000.0;
-    for (name, count_of) in [
-        ("fwd_hist_int", (|c: f64| 3.0 * c) as fn(f64) -> f64),
-        ("fwd_hist_float", |c: f64| 1.5 * c),
+    for (name, count_of, via) in [
+        ("fwd_hist_int", (|c: f64| 3.0 * c) as fn(f64) -> f64, "v1"),
+        ("fwd_hist_float", |c: f64| 1.5 * c, "v1"),
+        ("fwd_hist_int", |c: f64| 3.0 * c, "v2"),
+        ("fwd_hist_float", |c: f64| 1.5 * c, "v2"),
     ] {
         let v = common::api_json(
             &format!("http://{}/api/v1/query", prom.addr()),
             &[
-                ("query", format!("{name}[1h]")),
+                ("query", format!("{name}{{via=\"{via}\"}}[1h]")),
                 ("time", format!("{time:.3}")),
             ],
         )

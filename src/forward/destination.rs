@@ -15,9 +15,11 @@ use serde::{Deserialize, Serialize};
 pub enum Protocol {
     /// Prometheus remote write 1.0 (snappy `prometheus.WriteRequest`).
     #[default]
+    #[serde(rename = "remote-write-1")]
     RemoteWrite1,
     /// Prometheus remote write 2.0 (snappy `io.prometheus.write.v2.Request`:
     /// labels as references into a symbol table per request).
+    #[serde(rename = "remote-write-2")]
     RemoteWrite2,
 }
 
@@ -430,6 +432,13 @@ mod tests {
                 .parse()
                 .expect("flag");
         assert_eq!(from_file, from_flag);
+        // The protocol is spelled the same in a file as in a flag.
+        for p in [Protocol::RemoteWrite1, Protocol::RemoteWrite2] {
+            let d: Destination =
+                serde_yaml_ng::from_str(&format!("url: http://a:1/w\nprotocol: {}\n", p.as_str()))
+                    .expect("the file form takes the flag's spelling");
+            assert_eq!(d.protocol, p);
+        }
         assert_eq!(
             from_file.tls_config.server_name.as_deref(),
             Some("receive.example")
