@@ -179,7 +179,7 @@ func cases() map[string][]sample {
 			if i%9 == 4 {
 				counts[r.Intn(30)-10] += 0
 			}
-			for k := range counts {
+			for _, k := range sortedKeys(counts) {
 				counts[k] += int64(r.Intn(4))
 			}
 			idx := sortedKeys(counts)
