@@ -282,43 +282,54 @@ fn check_custom_shape(
     Ok(())
 }
 
+/// What both kinds of histogram are checked for besides their counts.
+struct Shape<'a> {
+    schema: i32,
+    zero_count_is_zero: bool,
+    zero_threshold: f64,
+    positive: (&'a [Span], usize),
+    negative: (&'a [Span], usize),
+    custom_values: &'a [f64],
+}
+
+/// The schema, spans against bucket counts, and custom bounds, in
+/// Prometheus' order of checks.
+fn check_shape(s: Shape<'_>) -> Result<(), HistogramError> {
+    check_schema(s.schema)?;
+    if s.schema == CUSTOM_BUCKETS_SCHEMA {
+        let reach = check_spans("positive", s.positive.0, s.positive.1, true)?;
+        check_bounds(s.custom_values, reach)?;
+        check_custom_shape(
+            s.zero_count_is_zero,
+            s.zero_threshold,
+            s.negative.0.len(),
+            s.negative.1,
+        )
+    } else {
+        check_spans("positive", s.positive.0, s.positive.1, false)?;
+        check_spans("negative", s.negative.0, s.negative.1, false)?;
+        if !s.custom_values.is_empty() {
+            return Err(HistogramError::BoundsOnExponential);
+        }
+        Ok(())
+    }
+}
+
 impl Histogram {
     /// Checks the histogram as Prometheus does before storing it.
     pub fn validate(&self) -> Result<(), HistogramError> {
-        check_schema(self.schema)?;
-        let mut n_count = 0u64;
-        if self.uses_custom_buckets() {
-            let reach = check_spans(
-                "positive",
-                &self.positive_spans,
-                self.positive_buckets.len(),
-                true,
-            )?;
-            check_bounds(&self.custom_values, reach)?;
-            check_custom_shape(
-                self.zero_count == 0,
-                self.zero_threshold,
-                self.negative_spans.len(),
-                self.negative_buckets.len(),
-            )?;
-        } else {
-            check_spans(
-                "positive",
-                &self.positive_spans,
-                self.positive_buckets.len(),
-                false,
-            )?;
-            check_spans(
-                "negative",
-                &self.negative_spans,
-                self.negative_buckets.len(),
-                false,
-            )?;
-            n_count = delta_counts("negative", &self.negative_buckets)?;
-            if !self.custom_values.is_empty() {
-                return Err(HistogramError::BoundsOnExponential);
-            }
-        }
+        check_shape(Shape {
+            schema: self.schema,
+            zero_count_is_zero: self.zero_count == 0,
+            zero_threshold: self.zero_threshold,
+            positive: (&self.positive_spans, self.positive_buckets.len()),
+            negative: (&self.negative_spans, self.negative_buckets.len()),
+            custom_values: &self.custom_values,
+        })?;
+        let n_count = match self.uses_custom_buckets() {
+            true => 0,
+            false => delta_counts("negative", &self.negative_buckets)?,
+        };
         let p_count = delta_counts("positive", &self.positive_buckets)?;
         let in_buckets = n_count.wrapping_add(p_count).wrapping_add(self.zero_count);
         let ok = if self.sum.is_nan() {
@@ -358,43 +369,20 @@ fn delta_counts(side: &'static str, deltas: &[i64]) -> Result<u64, HistogramErro
 impl FloatHistogram {
     /// Checks the histogram as Prometheus does before storing it.
     pub fn validate(&self) -> Result<(), HistogramError> {
-        check_schema(self.schema)?;
-        if self.uses_custom_buckets() {
-            let reach = check_spans(
-                "positive",
-                &self.positive_spans,
-                self.positive_buckets.len(),
-                true,
-            )?;
-            check_bounds(&self.custom_values, reach)?;
-            check_custom_shape(
-                self.zero_count == 0.0,
-                self.zero_threshold,
-                self.negative_spans.len(),
-                self.negative_buckets.len(),
-            )?;
-        } else {
-            check_spans(
-                "positive",
-                &self.positive_spans,
-                self.positive_buckets.len(),
-                false,
-            )?;
-            check_spans(
-                "negative",
-                &self.negative_spans,
-                self.negative_buckets.len(),
-                false,
-            )?;
+        check_shape(Shape {
+            schema: self.schema,
+            zero_count_is_zero: self.zero_count == 0.0,
+            zero_threshold: self.zero_threshold,
+            positive: (&self.positive_spans, self.positive_buckets.len()),
+            negative: (&self.negative_spans, self.negative_buckets.len()),
+            custom_values: &self.custom_values,
+        })?;
+        if !self.uses_custom_buckets() {
             float_counts("negative", &self.negative_buckets)?;
-            if !self.custom_values.is_empty() {
-                return Err(HistogramError::BoundsOnExponential);
-            }
         }
         // As Prometheus: the buckets are checked, the count is not (float
         // sums of buckets need not match it exactly).
-        float_counts("positive", &self.positive_buckets)?;
-        Ok(())
+        float_counts("positive", &self.positive_buckets)
     }
 }
 

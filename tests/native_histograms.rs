@@ -12,16 +12,9 @@ use common::{get, metric_total, metric_value, start, Prometheus};
 use sluice::config::Config;
 use sluice::histogram::HistSample;
 use sluice::proto::prometheus as pb;
-use sluice::storage::index::{MatchOp, Matcher};
 
 fn stored_histograms(srv: &common::TestServer, name: &str) -> Vec<(i64, HistSample)> {
-    let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
-    srv.state
-        .head()
-        .select(&[m], i64::MIN, i64::MAX)
-        .into_iter()
-        .flat_map(|s| s.histograms)
-        .collect()
+    common::stored_histograms(srv, &[("__name__", name)])
 }
 
 fn int_histogram(t: i64, count: u64, deltas: Vec<i64>) -> pb::Histogram {
@@ -246,19 +239,17 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
     // Every histogram Prometheus stored for the /metrics handler up to
     // Sluice's newest is in Sluice with the same timestamp, count, sum and
     // bucket counts.
-    let m = [
-        Matcher::new(MatchOp::Equal, "__name__", NAME).expect("m"),
-        Matcher::new(MatchOp::Equal, "handler", "/metrics").expect("m"),
-        Matcher::new(MatchOp::Equal, "job", "prometheus").expect("m"),
-    ];
-    let ours: Vec<Point> = srv
-        .state
-        .head()
-        .select(&m, i64::MIN, i64::MAX)
-        .into_iter()
-        .flat_map(|s| s.histograms)
-        .map(|(t, h)| point(t, h))
-        .collect();
+    let ours: Vec<Point> = common::stored_histograms(
+        &srv,
+        &[
+            ("__name__", NAME),
+            ("handler", "/metrics"),
+            ("job", "prometheus"),
+        ],
+    )
+    .into_iter()
+    .map(|(t, h)| point(t, h))
+    .collect();
     assert!(ours.len() >= 5, "{ours:?}");
     let newest = ours.iter().map(|x| x.0).max().unwrap_or_default();
     let now = common::now_ms() as f64 / 1000.0;

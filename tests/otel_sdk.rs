@@ -90,16 +90,8 @@ fn native(
     name: &str,
     instance: &str,
 ) -> Vec<sluice::histogram::Histogram> {
-    use sluice::storage::index::{MatchOp, Matcher};
-    let m = [
-        Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher"),
-        Matcher::new(MatchOp::Equal, "instance", instance).expect("matcher"),
-    ];
-    srv.state
-        .head()
-        .select(&m, i64::MIN, i64::MAX)
+    common::stored_histograms(srv, &[("__name__", name), ("instance", instance)])
         .into_iter()
-        .flat_map(|s| s.histograms)
         .filter_map(|(_, h)| match h {
             sluice::histogram::HistSample::Int(h) => Some(h),
             sluice::histogram::HistSample::Float(_) => None,

@@ -407,18 +407,7 @@ async fn every_metric_type_lands_under_prometheus_names() {
 
 /// The native histograms stored under `name`.
 fn exponential_as_stored(srv: &common::TestServer, name: &str) -> Vec<(i64, HistSample)> {
-    let m = sluice::storage::index::Matcher::new(
-        sluice::storage::index::MatchOp::Equal,
-        "__name__",
-        name,
-    )
-    .expect("matcher");
-    srv.state
-        .head()
-        .select(&[m], i64::MIN, i64::MAX)
-        .into_iter()
-        .flat_map(|s| s.histograms)
-        .collect()
+    common::stored_histograms(srv, &[("__name__", name)])
 }
 
 /// An exponential histogram point of scale `scale` with positive buckets

@@ -100,6 +100,25 @@ pub async fn start_with_clock(config: Config, clock: sluice::storage::Clock) -> 
     }
 }
 
+/// Every native histogram sample the head holds of the series matching
+/// `matchers` (label, value) exactly.
+pub fn stored_histograms(
+    srv: &TestServer,
+    matchers: &[(&str, &str)],
+) -> Vec<(i64, sluice::histogram::HistSample)> {
+    use sluice::storage::index::{MatchOp, Matcher};
+    let m: Vec<Matcher> = matchers
+        .iter()
+        .map(|&(n, v)| Matcher::new(MatchOp::Equal, n, v).expect("matcher"))
+        .collect();
+    srv.state
+        .head()
+        .select(&m, i64::MIN, i64::MAX)
+        .into_iter()
+        .flat_map(|s| s.histograms)
+        .collect()
+}
+
 /// Every sample the head holds of the series named `name`.
 pub fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
     use sluice::storage::index::{MatchOp, Matcher};

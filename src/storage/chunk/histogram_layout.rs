@@ -336,6 +336,33 @@ pub fn expand_counter_buckets<V: BucketValue + PartialOrd>(
     }
 }
 
+/// Spans built bucket index by bucket index, in ascending order (the
+/// `addBucket` of Prometheus' span merging).
+#[derive(Debug, Default)]
+struct SpanBuilder {
+    spans: Vec<Span>,
+    last: i64,
+}
+
+impl SpanBuilder {
+    fn add(&mut self, bucket: i64) {
+        let mut offset = bucket - self.last - 1;
+        match self.spans.last_mut() {
+            Some(s) if offset == 0 => s.length += 1,
+            _ => {
+                if self.spans.is_empty() {
+                    offset += 1;
+                }
+                self.spans.push(Span {
+                    offset: offset as i32,
+                    length: 1,
+                });
+            }
+        }
+        self.last = bucket;
+    }
+}
+
 /// For gauge histograms: the inserts that make `a` and `b` both the union
 /// of their buckets, and the union's spans (`expandSpansBothWays`).
 pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
@@ -343,25 +370,7 @@ pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
     let mut bi = BucketIndexes::new(b);
     let mut f_inserts = Vec::new();
     let mut b_inserts = Vec::new();
-    let mut merged: Vec<Span> = Vec::new();
-    let mut last_bucket = 0i64;
-    let mut add_bucket = |merged: &mut Vec<Span>, bucket: i64| {
-        let mut offset = bucket - last_bucket - 1;
-        if offset == 0 && !merged.is_empty() {
-            if let Some(s) = merged.last_mut() {
-                s.length += 1;
-            }
-        } else {
-            if merged.is_empty() {
-                offset += 1;
-            }
-            merged.push(Span {
-                offset: offset as i32,
-                length: 1,
-            });
-        }
-        last_bucket = bucket;
-    };
+    let mut merged = SpanBuilder::default();
     let mut f_inter = Insert::default();
     let mut b_inter = Insert::default();
     let mut a_next = ai.next();
@@ -377,7 +386,7 @@ pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
                     b_inserts.push(b_inter);
                     b_inter.num = 0;
                 }
-                add_bucket(&mut merged, av);
+                merged.add(av);
                 a_next = ai.next();
                 b_next = bi.next();
                 f_inter.pos += 1;
@@ -389,7 +398,7 @@ pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
                     f_inserts.push(f_inter);
                     f_inter.num = 0;
                 }
-                add_bucket(&mut merged, av);
+                merged.add(av);
                 f_inter.pos += 1;
                 a_next = ai.next();
             }
@@ -399,18 +408,18 @@ pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
                     b_inserts.push(b_inter);
                     b_inter.num = 0;
                 }
-                add_bucket(&mut merged, bv);
+                merged.add(bv);
                 b_inter.pos += 1;
                 b_next = bi.next();
             }
             (Some(av), None) => {
                 b_inter.num += 1;
-                add_bucket(&mut merged, av);
+                merged.add(av);
                 a_next = ai.next();
             }
             (None, Some(bv)) => {
                 f_inter.num += 1;
-                add_bucket(&mut merged, bv);
+                merged.add(bv);
                 b_next = bi.next();
             }
             (None, None) => {
@@ -425,7 +434,7 @@ pub fn expand_both_ways(a: &[Span], b: &[Span]) -> (Expansion, Vec<Span>) {
                         forward: f_inserts,
                         backward: b_inserts,
                     },
-                    merged,
+                    merged.spans,
                 );
             }
         }
@@ -497,25 +506,7 @@ pub fn adjust_for_inserts(spans: &[Span], inserts: &[Insert]) -> Vec<Span> {
     let Some(first) = inserts.first() else {
         return spans.to_vec();
     };
-    let mut merged: Vec<Span> = Vec::new();
-    let mut last_bucket = 0i64;
-    let mut add_bucket = |merged: &mut Vec<Span>, b: i64| {
-        let mut offset = b - last_bucket - 1;
-        if offset == 0 && !merged.is_empty() {
-            if let Some(s) = merged.last_mut() {
-                s.length += 1;
-            }
-        } else {
-            if merged.is_empty() {
-                offset += 1;
-            }
-            merged.push(Span {
-                offset: offset as i32,
-                length: 1,
-            });
-        }
-        last_bucket = b;
-    };
+    let mut merged = SpanBuilder::default();
     let mut i = 0;
     let mut insert_idx = first.bucket_idx;
     let mut insert_num = first.num;
@@ -535,18 +526,18 @@ pub fn adjust_for_inserts(spans: &[Span], inserts: &[Insert]) -> Vec<Span> {
     let mut bucket = it.next();
     while let Some(b) = bucket {
         if i < inserts.len() && insert_idx < b {
-            add_bucket(&mut merged, insert_idx);
+            merged.add(insert_idx);
             consume(&mut i, &mut insert_idx, &mut insert_num);
         } else {
-            add_bucket(&mut merged, b);
+            merged.add(b);
             bucket = it.next();
         }
     }
     while let Some(ins) = inserts.get(i) {
-        add_bucket(&mut merged, ins.bucket_idx);
+        merged.add(ins.bucket_idx);
         consume(&mut i, &mut insert_idx, &mut insert_num);
     }
-    merged
+    merged.spans
 }
 
 #[cfg(test)]
