@@ -478,6 +478,22 @@ async fn exponential_histograms_above_scale_8_are_merged_down_and_below_minus_4_
     let r = export(srv.addr, &exponential(t + 1000, -5, 0, vec![1])).await;
     let text = format!("{:?}", response(&r));
     assert!(text.contains("scale must be >= -4, was -5"), "{text}");
+    // An absurd scale merges everything into one bucket per sign, as Go's
+    // shifts do; it is stored, not a panic.
+    let r = export(srv.addr, &exponential(t + 2000, 1_000_000, 7, vec![1, 2])).await;
+    assert_eq!(response(&r), ExportMetricsServiceResponse::default());
+    let stored = exponential_as_stored(&srv, "payload_size_bytes");
+    let HistSample::Int(h) = &stored.last().expect("stored").1 else {
+        panic!("an integer histogram: {stored:?}")
+    };
+    assert_eq!((h.schema, h.count), (8, 5));
+    assert_eq!(
+        h.positive_spans,
+        [Span {
+            offset: 1,
+            length: 1
+        }]
+    );
 }
 
 #[tokio::test]

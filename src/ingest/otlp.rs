@@ -1379,8 +1379,16 @@ fn buckets_layout(
     if counts.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    // Go's int32 arithmetic wraps; so does this (offsets come off the wire).
-    let idx = |i: i32| (i >> down).wrapping_add(1);
+    // Go's int32 arithmetic wraps, and its shifts by the width or more
+    // give 0 or -1; so do these (offsets and scales come off the wire).
+    let shr = |i: i32| {
+        if down >= 32 {
+            i >> 31
+        } else {
+            i >> down.max(0)
+        }
+    };
+    let idx = |i: i32| shr(i).wrapping_add(1);
     let mut spans = vec![Span {
         offset: idx(offset),
         length: 0,
@@ -1506,7 +1514,7 @@ mod tests {
     #[test]
     fn exponential_buckets_with_wild_offsets_do_not_panic() {
         for offset in [i32::MIN, i32::MAX, i32::MAX - 1, -1] {
-            for down in [0, 1, 12] {
+            for down in [0, 1, 12, 31, 32, 1_000_000] {
                 let _ = buckets_layout(&[1, 0, 0, 0, 2], offset, down);
             }
         }
