@@ -40,6 +40,28 @@ pub enum CounterResetHint {
     Gauge,
 }
 
+impl CounterResetHint {
+    /// The number remote write's `ResetHint` gives it (also the WAL's).
+    pub fn number(self) -> u8 {
+        match self {
+            Self::Unknown => 0,
+            Self::CounterReset => 1,
+            Self::NotCounterReset => 2,
+            Self::Gauge => 3,
+        }
+    }
+
+    /// The hint numbered `n`; an unknown number is `Unknown`.
+    pub fn from_number(n: u64) -> Self {
+        match n {
+            1 => Self::CounterReset,
+            2 => Self::NotCounterReset,
+            3 => Self::Gauge,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 /// An integer native histogram.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Histogram {

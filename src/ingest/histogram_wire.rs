@@ -86,14 +86,6 @@ pub fn encode(t: i64, h: &crate::histogram::HistSample, out: &mut Vec<u8>) {
             out.extend_from_slice(&x.to_bits().to_le_bytes());
         }
     }
-    fn hint(h: CounterResetHint) -> u64 {
-        match h {
-            CounterResetHint::Unknown => 0,
-            CounterResetHint::CounterReset => 1,
-            CounterResetHint::NotCounterReset => 2,
-            CounterResetHint::Gauge => 3,
-        }
-    }
     match h {
         HistSample::Int(h) => {
             out.push(0x08); // count_int = 1
@@ -109,7 +101,7 @@ pub fn encode(t: i64, h: &crate::histogram::HistSample, out: &mut Vec<u8>) {
             spans(out, 0x5a, &h.positive_spans); // positive_spans = 11
             packed_deltas(out, 0x62, &h.positive_buckets); // positive_deltas = 12
             out.push(0x70); // reset_hint = 14
-            put_uvarint(out, hint(h.hint));
+            put_uvarint(out, u64::from(h.hint.number()));
             packed_doubles(out, &[0x82, 0x01], &h.custom_values); // custom_values = 16
         }
         HistSample::Float(h) => {
@@ -124,7 +116,7 @@ pub fn encode(t: i64, h: &crate::histogram::HistSample, out: &mut Vec<u8>) {
             spans(out, 0x5a, &h.positive_spans);
             packed_doubles(out, &[0x6a], &h.positive_buckets); // positive_counts = 13
             out.push(0x70);
-            put_uvarint(out, hint(h.hint));
+            put_uvarint(out, u64::from(h.hint.number()));
             packed_doubles(out, &[0x82, 0x01], &h.custom_values);
         }
     }
@@ -180,14 +172,7 @@ pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
             (10, v) => doubles(v, &mut neg_counts).ok_or_else(|| bad("negative_counts"))?,
             (13, v) => doubles(v, &mut pos_counts).ok_or_else(|| bad("positive_counts"))?,
             (16, v) => doubles(v, &mut custom).ok_or_else(|| bad("custom_values"))?,
-            (14, Value::Varint(x)) => {
-                hint = match x {
-                    1 => CounterResetHint::CounterReset,
-                    2 => CounterResetHint::NotCounterReset,
-                    3 => CounterResetHint::Gauge,
-                    _ => CounterResetHint::Unknown,
-                }
-            }
+            (14, Value::Varint(x)) => hint = CounterResetHint::from_number(x),
             (15, Value::Varint(x)) => t = x as i64,
             (1..=16, _) => return Err(format!("histogram field {field} has the wrong type")),
             _ => {}

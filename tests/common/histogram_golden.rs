@@ -49,12 +49,7 @@ pub fn spans(v: &serde_json::Value) -> Vec<Span> {
 }
 
 pub fn hint(v: &serde_json::Value) -> CounterResetHint {
-    match v.as_u64().expect("hint") {
-        1 => CounterResetHint::CounterReset,
-        2 => CounterResetHint::NotCounterReset,
-        3 => CounterResetHint::Gauge,
-        _ => CounterResetHint::Unknown,
-    }
+    CounterResetHint::from_number(v.as_u64().expect("hint"))
 }
 
 /// An integer histogram as the harness wrote it.

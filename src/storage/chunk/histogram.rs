@@ -520,11 +520,7 @@ impl<'a> HistogramIter<'a> {
             };
             return Some(self.t);
         }
-        out.hint = match (self.header, self.read) {
-            (CounterResetHeader::Gauge, _) => CounterResetHint::Gauge,
-            (_, n) if n > 1 => CounterResetHint::NotCounterReset,
-            _ => CounterResetHint::Unknown,
-        };
+        out.hint = self.header.hint_for(self.read);
         out.schema = self.schema;
         out.zero_threshold = self.zero_threshold;
         out.zero_count = self.z_cnt;

@@ -34,6 +34,19 @@ impl CounterResetHeader {
         }
     }
 
+    /// The hint a reader gives the `read`-th sample (1-based) of a chunk
+    /// with this header: gauge in a gauge chunk, not a reset after the
+    /// first sample, and unknown for the first, whose chunk may not follow
+    /// the one before it (Prometheus' `counterResetHint`).
+    pub fn hint_for(self, read: u16) -> crate::histogram::CounterResetHint {
+        use crate::histogram::CounterResetHint as H;
+        match (self, read) {
+            (Self::Gauge, _) => H::Gauge,
+            (_, n) if n > 1 => H::NotCounterReset,
+            _ => H::Unknown,
+        }
+    }
+
     /// The header a chunk's third byte holds.
     pub fn from_byte(b: u8) -> Self {
         match b & 0b1100_0000 {

@@ -15,24 +15,6 @@ use crate::histogram::{CounterResetHint, FloatHistogram, HistSample, Histogram, 
 /// cannot make the reader allocate more.
 const MAX_ITEMS: u64 = 1 << 16;
 
-fn hint_byte(h: CounterResetHint) -> u8 {
-    match h {
-        CounterResetHint::Unknown => 0,
-        CounterResetHint::CounterReset => 1,
-        CounterResetHint::NotCounterReset => 2,
-        CounterResetHint::Gauge => 3,
-    }
-}
-
-fn hint_of(b: u8) -> CounterResetHint {
-    match b {
-        1 => CounterResetHint::CounterReset,
-        2 => CounterResetHint::NotCounterReset,
-        3 => CounterResetHint::Gauge,
-        _ => CounterResetHint::Unknown,
-    }
-}
-
 fn put_f64(out: &mut Vec<u8>, v: f64) {
     out.extend_from_slice(&v.to_bits().to_le_bytes());
 }
@@ -52,7 +34,7 @@ pub fn put_entry(out: &mut Vec<u8>, series_ref: u64, t: i64, h: &HistSample) {
     match h {
         HistSample::Int(h) => {
             out.push(0);
-            out.push(hint_byte(h.hint));
+            out.push(h.hint.number());
             put_uvarint(out, zigzag(i64::from(h.schema)));
             put_f64(out, h.zero_threshold);
             put_uvarint(out, h.zero_count);
@@ -73,7 +55,7 @@ pub fn put_entry(out: &mut Vec<u8>, series_ref: u64, t: i64, h: &HistSample) {
         }
         HistSample::Float(h) => {
             out.push(1);
-            out.push(hint_byte(h.hint));
+            out.push(h.hint.number());
             put_uvarint(out, zigzag(i64::from(h.schema)));
             put_f64(out, h.zero_threshold);
             put_f64(out, h.zero_count);
@@ -161,7 +143,7 @@ impl Iterator for Histograms<'_> {
             let r = c.uv()?;
             let t = unzigzag(c.uv()?);
             let float = c.byte()?;
-            let hint = hint_of(c.byte()?);
+            let hint = CounterResetHint::from_number(u64::from(c.byte()?));
             let schema = i32::try_from(unzigzag(c.uv()?)).ok()?;
             let zero_threshold = c.f64()?;
             let h = if float == 0 {
