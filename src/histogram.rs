@@ -9,6 +9,11 @@
 //! write and the histogram chunk do. This module is a leaf: ingest, the
 //! chunk codecs and PromQL all use it.
 
+pub mod bounds;
+mod ops;
+
+pub use ops::{Bucket, Incompatible};
+
 /// The schema of histograms with custom bucket bounds (NHCB).
 pub const CUSTOM_BUCKETS_SCHEMA: i32 = -53;
 /// The smallest exponential schema.
@@ -431,6 +436,14 @@ pub enum HistSample {
 }
 
 impl HistSample {
+    /// The sample as a float histogram (PromQL reads all histograms so).
+    pub fn to_float(&self) -> FloatHistogram {
+        match self {
+            Self::Int(h) => h.to_float(),
+            Self::Float(f) => f.clone(),
+        }
+    }
+
     /// Makes `self` a copy of `other`, reusing its buffers (no allocation
     /// once they are large enough).
     pub fn assign(&mut self, other: &HistSample) {

@@ -111,8 +111,9 @@ async fn remote_write_1_histograms_are_stored_and_a_bad_one_is_named() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("out of order"), "{text}");
     assert_eq!(stored_histograms(&srv, "rpc_seconds").len(), 2);
-    // Queries do not read them yet, and say so rather than answer as if
-    // the series were empty.
+    // A query reads them, in Prometheus' JSON: count, sum, and each
+    // non-empty bucket as [boundary rule, lower, upper, count]. Schema 2
+    // buckets -1 and 0 are (2^-2/4, 2^-1/4] and (2^-1/4, 1].
     let v = common::api_json(
         &format!("http://{}/api/v1/query", srv.addr),
         &[
@@ -121,13 +122,19 @@ async fn remote_write_1_histograms_are_stored_and_a_bad_one_is_named() {
         ],
     )
     .await;
-    assert_eq!(v["data"]["result"], serde_json::json!([]), "{v}");
-    assert!(
-        v["warnings"][0]
-            .as_str()
-            .is_some_and(|w| w.contains("native histogram samples of metric name \"rpc_seconds\"")),
+    assert_eq!(
+        v["data"]["result"][0]["histogram"][1],
+        serde_json::json!({
+            "count": "5",
+            "sum": "2.5",
+            "buckets": [
+                [0, "0.7071067811865475", "0.8408964152537144", "2"],
+                [0, "0.8408964152537144", "1", "3"]
+            ]
+        }),
         "{v}"
     );
+    assert!(v.get("warnings").is_none(), "{v}");
 }
 
 /// A histogram as both sides can state it without bucket boundaries:
@@ -213,7 +220,7 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
         failed = metric_total(&pm, "prometheus_remote_storage_histograms_failed_total")
             + metric_total(&pm, "prometheus_remote_storage_histograms_dropped_total");
         let stored = stored_histograms(&srv, NAME).len();
-        if sent >= 20.0 && stored >= 8 {
+        if sent >= 20.0 && stored >= 15 {
             break;
         }
         assert!(
@@ -273,6 +280,222 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
         "{protocol}: Prometheus sent {sent} histograms; {} of {NAME}{{handler=\"/metrics\"}} compared, equal",
         ours.len()
     );
+    // The same queries, asked of both at a time both have every sample
+    // for, answer the same.
+    let at = (newest - 2000) as f64 / 1000.0;
+    let range = (oldest as f64 / 1000.0 + 6.0, at, 1.0);
+    let (compared, with_data, with_histograms) =
+        differential(&paddr, &srv.addr.to_string(), NAME, at, range).await;
+    println!(
+        "{protocol}: {compared} answers as Prometheus 3.5.3 gives them; {with_data} with data, {with_histograms} with histograms"
+    );
+    // Not a comparison of empty answers: only the five queries that drop
+    // histograms (`max`, `topk`, `> 1`, `+ 1`, `max_over_time`) are empty.
+    assert!(with_data >= compared - 10, "{with_data} of {compared}");
+    assert!(with_histograms >= 40, "{with_histograms} of {compared}");
+}
+
+/// The PromQL over native histograms that dashboards ask (quantiles,
+/// rates, aggregations, the `histogram_*` functions, arithmetic), with
+/// `H` standing for the histogram metric.
+const QUERIES: &[&str] = &[
+    "H",
+    "H{handler=\"/metrics\"}",
+    "rate(H[5s])",
+    "increase(H[10s])",
+    "irate(H[5s])",
+    "delta(H[5s])",
+    "idelta(H[5s])",
+    "histogram_quantile(0.9, rate(H[5s]))",
+    "histogram_quantile(0.5, H)",
+    "histogram_quantile(0.99, sum(rate(H[5s])))",
+    "histogram_quantile(0.1, sum by (handler) (rate(H[10s])))",
+    "histogram_count(rate(H[5s]))",
+    "histogram_sum(H)",
+    "histogram_avg(rate(H[10s]))",
+    "histogram_fraction(0, 0.001, rate(H[10s]))",
+    "histogram_fraction(0.0001, 1, H)",
+    "histogram_stddev(H)",
+    "histogram_stdvar(rate(H[10s]))",
+    "sum(rate(H[5s]))",
+    "sum by (handler) (H)",
+    "avg(rate(H[5s]))",
+    "avg by (code) (H)",
+    "count(H)",
+    "group(H)",
+    "max(H)",
+    "topk(1, H)",
+    "H * 2",
+    "0.5 * H",
+    "H / 4",
+    "H + H",
+    "rate(H[5s]) - rate(H[10s])",
+    "H > 1",
+    "H + 1",
+    "-H",
+    "sum_over_time(H[5s])",
+    "avg_over_time(H[5s])",
+    "count_over_time(H[5s])",
+    "last_over_time(H[5s])",
+    "present_over_time(H[5s])",
+    "max_over_time(H[5s])",
+    "histogram_count(H) - sum by (handler, instance, job) (prometheus_http_requests_total)",
+];
+
+/// Asks both servers every query of [`QUERIES`], as an instant query at
+/// `at` and as a range query over `range` (start, end, step in seconds),
+/// and compares the answers; returns how many answers were compared, how
+/// many held data and how many held histograms.
+async fn differential(
+    prometheus: &str,
+    sluice: &str,
+    name: &str,
+    at: f64,
+    (start, end, step): (f64, f64, f64),
+) -> (usize, usize, usize) {
+    let (mut compared, mut with_data, mut with_histograms) = (0, 0, 0);
+    for q in QUERIES {
+        let q = q.replace('H', name);
+        let instant = [("query", q.clone()), ("time", format!("{at:.3}"))];
+        let ranged = [
+            ("query", q.clone()),
+            ("start", format!("{start:.3}")),
+            ("end", format!("{end:.3}")),
+            ("step", format!("{step}")),
+        ];
+        for (path, params) in [("query", &instant[..]), ("query_range", &ranged[..])] {
+            let theirs =
+                common::api_json(&format!("http://{prometheus}/api/v1/{path}"), params).await;
+            let ours = common::api_json(&format!("http://{sluice}/api/v1/{path}"), params).await;
+            if let Err(e) = same_answer(&theirs, &ours) {
+                panic!("{path} {q}: {e}\nPrometheus: {theirs}\nSluice: {ours}");
+            }
+            compared += 1;
+            let result = ours["data"]["result"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            with_data += usize::from(!result.is_empty());
+            with_histograms += usize::from(
+                result
+                    .iter()
+                    .any(|s| s.get("histogram").is_some() || s.get("histograms").is_some()),
+            );
+        }
+    }
+    (compared, with_data, with_histograms)
+}
+
+/// Whether two API answers agree: status, result type, the same series
+/// (in any order), float values within 1e-9 (relative), histograms with
+/// the same bucket boundaries exactly and counts within 1e-9, and the same
+/// warnings and infos (Prometheus' position suffix aside).
+fn same_answer(theirs: &serde_json::Value, ours: &serde_json::Value) -> Result<(), String> {
+    if theirs["status"] != ours["status"] {
+        return Err("status differs".into());
+    }
+    if theirs["data"]["resultType"] != ours["data"]["resultType"] {
+        return Err("result type differs".into());
+    }
+    for kind in ["warnings", "infos"] {
+        let strip = |v: &serde_json::Value| -> Vec<String> {
+            let mut out: Vec<String> = v[kind]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|w| w.as_str())
+                .map(|w| match w.rfind(" (") {
+                    Some(i) if w.ends_with(')') && w[i + 2..w.len() - 1].contains(':') => {
+                        w[..i].to_owned()
+                    }
+                    _ => w.to_owned(),
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        if strip(theirs) != strip(ours) {
+            return Err(format!("{kind} differ"));
+        }
+    }
+    let series = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        let mut r: Vec<serde_json::Value> =
+            v["data"]["result"].as_array().cloned().unwrap_or_default();
+        r.sort_by_key(|s| s["metric"].to_string());
+        r
+    };
+    let (a, b) = (series(theirs), series(ours));
+    if a.len() != b.len() {
+        return Err(format!("{} series against {}", a.len(), b.len()));
+    }
+    for (x, y) in a.iter().zip(&b) {
+        if x["metric"] != y["metric"] {
+            return Err(format!("labels {} against {}", x["metric"], y["metric"]));
+        }
+        for key in ["value", "histogram"] {
+            same_point(&x[key], &y[key]).map_err(|e| format!("{}: {key}: {e}", x["metric"]))?;
+        }
+        for key in ["values", "histograms"] {
+            let (p, q) = (
+                x[key].as_array().cloned().unwrap_or_default(),
+                y[key].as_array().cloned().unwrap_or_default(),
+            );
+            if p.len() != q.len() {
+                return Err(format!(
+                    "{}: {} {key} against {}",
+                    x["metric"],
+                    p.len(),
+                    q.len()
+                ));
+            }
+            for (m, n) in p.iter().zip(&q) {
+                same_point(m, n).map_err(|e| format!("{}: {key}: {e}", x["metric"]))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[t, "v"]` or `[t, {count, sum, buckets}]` on both sides alike.
+fn same_point(a: &serde_json::Value, b: &serde_json::Value) -> Result<(), String> {
+    let num = |v: &serde_json::Value| -> f64 {
+        v.as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+    };
+    let close = |x: f64, y: f64| {
+        x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-9 * x.abs().max(y.abs())
+    };
+    if a.is_null() && b.is_null() {
+        return Ok(());
+    }
+    if a[0] != b[0] {
+        return Err(format!("time {} against {}", a[0], b[0]));
+    }
+    let (x, y) = (&a[1], &b[1]);
+    if x.is_string() {
+        return if close(num(x), num(y)) {
+            Ok(())
+        } else {
+            Err(format!("{x} against {y}"))
+        };
+    }
+    for key in ["count", "sum"] {
+        if !close(num(&x[key]), num(&y[key])) {
+            return Err(format!("{key} {} against {}", x[key], y[key]));
+        }
+    }
+    let (p, q) = (
+        x["buckets"].as_array().cloned().unwrap_or_default(),
+        y["buckets"].as_array().cloned().unwrap_or_default(),
+    );
+    if p.len() != q.len() {
+        return Err(format!("buckets {p:?} against {q:?}"));
+    }
+    for (m, n) in p.iter().zip(&q) {
+        if m[0] != n[0] || m[1] != n[1] || m[2] != n[2] || !close(num(&m[3]), num(&n[3])) {
+            return Err(format!("bucket {m} against {n}"));
+        }
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

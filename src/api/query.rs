@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::params::{parse_duration, Params};
 use super::state::AppState;
+use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotations;
 use crate::promql::guard;
 use crate::promql::value::{format_float, format_timestamp, Series, Value};
@@ -111,8 +112,16 @@ fn instant_body(value: &Value, t: i64, max: usize) -> Result<String, QueryError>
                 }
                 out.push_str(r#"{"metric":"#);
                 metric(&mut out, &s.labels);
-                out.push_str(r#","value":"#);
-                point(&mut out, t, s.v);
+                match &s.h {
+                    Some(h) => {
+                        out.push_str(r#","histogram":"#);
+                        hist_point(&mut out, t, h);
+                    }
+                    None => {
+                        out.push_str(r#","value":"#);
+                        point(&mut out, t, s.v);
+                    }
+                }
                 out.push('}');
                 if out.len() > max {
                     return Err(too_large(max));
@@ -235,6 +244,43 @@ fn point(out: &mut String, t: i64, v: f64) {
     out.push_str("\"]");
 }
 
+/// `[t, {"count": "…", "sum": "…", "buckets": [[rule, "lower", "upper",
+/// "count"], …]}]` as Prometheus writes a histogram sample: buckets in
+/// ascending order, empty ones left out.
+fn hist_point(out: &mut String, t: i64, h: &FloatHistogram) {
+    let quoted = |out: &mut String, v: f64| {
+        out.push('"');
+        format_float(v, out);
+        out.push('"');
+    };
+    out.push('[');
+    format_timestamp(t, out);
+    out.push_str(r#",{"count":"#);
+    quoted(out, h.count);
+    out.push_str(r#","sum":"#);
+    quoted(out, h.sum);
+    let mut first = true;
+    for b in h.all_buckets() {
+        if b.count == 0.0 {
+            continue;
+        }
+        out.push_str(if first { r#","buckets":[["# } else { ",[" });
+        first = false;
+        out.push(char::from(b'0' + b.boundary_rule()));
+        out.push(',');
+        quoted(out, b.lower);
+        out.push(',');
+        quoted(out, b.upper);
+        out.push(',');
+        quoted(out, b.count);
+        out.push(']');
+    }
+    if !first {
+        out.push(']');
+    }
+    out.push_str("}]");
+}
+
 fn metric(out: &mut String, labels: &[Label]) {
     out.push('{');
     for (i, l) in labels.iter().enumerate() {
@@ -257,14 +303,27 @@ fn matrix(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryEr
         }
         out.push_str(r#"{"metric":"#);
         metric(out, &s.labels);
-        out.push_str(r#","values":["#);
-        for (j, &(t, v)) in s.points.iter().enumerate() {
-            if j > 0 {
-                out.push(',');
+        if !s.points.is_empty() {
+            out.push_str(r#","values":["#);
+            for (j, &(t, v)) in s.points.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                point(out, t, v);
             }
-            point(out, t, v);
+            out.push(']');
         }
-        out.push_str("]}");
+        if !s.histograms.is_empty() {
+            out.push_str(r#","histograms":["#);
+            for (j, (t, h)) in s.histograms.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                hist_point(out, *t, h);
+            }
+            out.push(']');
+        }
+        out.push('}');
         if out.len() > max {
             return Err(too_large(max));
         }

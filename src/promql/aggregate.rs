@@ -15,6 +15,7 @@ use super::group::{group_labels, GroupMemo};
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
 use super::value::{format_float, set_label, Labels, Sample, Value};
 use super::QueryError;
+use crate::histogram::FloatHistogram;
 
 struct Group {
     labels: Labels,
@@ -66,7 +67,7 @@ fn from_table(
         labels
             .into_iter()
             .zip(v)
-            .map(|(labels, v)| Sample { labels, v })
+            .map(|(labels, v)| Sample { labels, v, h: None })
             .collect(),
     )
 }
@@ -128,7 +129,24 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             }
         }
     }
-    let input = ctx.eval_vector(&agg.expr, t)?;
+    let mut input = ctx.eval_vector(&agg.expr, t)?;
+    if input.iter().any(|s| s.h.is_some()) {
+        let ignoring = match op {
+            T_SUM | T_AVG => return with_histograms(ctx, agg, op, &input),
+            T_MIN => "min",
+            T_MAX => "max",
+            T_STDDEV => "stddev",
+            T_STDVAR => "stdvar",
+            T_QUANTILE => "quantile",
+            T_TOPK => "topk",
+            T_BOTTOMK => "bottomk",
+            _ => "",
+        };
+        if !ignoring.is_empty() {
+            ctx.annotate(Annotation::HistogramIgnoredInAggregation(ignoring));
+            input.retain(|s| s.h.is_none());
+        }
+    }
     let count_label = count_values_label(agg, op)?;
     let (groups, of) = {
         let mut memos = ctx.group_memos.borrow_mut();
@@ -149,6 +167,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
                 .map(|(g, v)| Sample {
                     labels: g.labels,
                     v,
+                    h: None,
                 })
                 .collect(),
         ));
@@ -187,6 +206,87 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         _ => 0.0,
     };
     by_members(op, groups, &of, &input, param).map(Value::Vector)
+}
+
+/// `sum` and `avg` over input holding histograms: a group of histograms
+/// gives their sum or mean, a group of floats theirs; a group of both, or
+/// of histograms that cannot be added, gives nothing but a warning.
+fn with_histograms(
+    ctx: &Ctx<'_>,
+    agg: &AggregateExpr,
+    op: TokenId,
+    input: &[Sample],
+) -> Result<Value, QueryError> {
+    let (groups, of) = {
+        let mut memos = ctx.group_memos.borrow_mut();
+        let memo = memos
+            .entry(agg as *const AggregateExpr as usize)
+            .or_default();
+        group_input(memo, agg, input, None)
+    };
+    #[derive(Default)]
+    struct Acc {
+        floats: Vec<f64>,
+        hist: Option<FloatHistogram>,
+        hists: usize,
+        broken: bool,
+    }
+    let mut accs: Vec<Acc> = (0..groups.len()).map(|_| Acc::default()).collect();
+    for (s, &g) in input.iter().zip(&of) {
+        let a = &mut accs[g as usize];
+        let Some(h) = &s.h else {
+            a.floats.push(s.v);
+            continue;
+        };
+        a.hists += 1;
+        if a.broken {
+            continue;
+        }
+        let Some(acc) = a.hist.as_mut() else {
+            a.hist = Some(FloatHistogram::clone(h));
+            continue;
+        };
+        let step = if op == T_AVG {
+            // Prometheus' incremental mean: mean += h/n - mean/n.
+            let n = a.hists as f64;
+            let mut left = FloatHistogram::clone(h);
+            left.div(n);
+            let mut right = acc.clone();
+            right.div(n);
+            left.sub(&right).and_then(|()| acc.add(&left))
+        } else {
+            acc.add(h)
+        };
+        if let Err(e) = step {
+            let name = s
+                .labels
+                .iter()
+                .find(|l| l.name == "__name__")
+                .map_or("", |l| l.value.as_str());
+            ctx.annotate(Annotation::incompatible(e, name));
+            a.broken = true;
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (g, a) in groups.into_iter().zip(accs) {
+        if a.hists > 0 && !a.floats.is_empty() {
+            ctx.annotate(Annotation::MixedFloatsHistogramsAgg);
+            continue;
+        }
+        if a.broken {
+            continue;
+        }
+        if let Some(mut h) = a.hist {
+            h.compact();
+            out.push(Sample::histogram(g.labels, Arc::new(h)));
+        } else {
+            let of = vec![0u32; a.floats.len()];
+            if let Some(v) = streamed(op, &a.floats, &of, 1) {
+                out.push(Sample::float(g.labels, v[0]));
+            }
+        }
+    }
+    Ok(Value::Vector(out))
 }
 
 /// `topk`'s and `bottomk`'s `k`, refused as Prometheus refuses it when it
@@ -368,6 +468,7 @@ fn by_members(
         out.push(Sample {
             labels: g.labels,
             v,
+            h: None,
         });
     }
     Ok(out)

@@ -22,9 +22,37 @@ pub enum Annotation<'a> {
     PossibleNonCounter(&'a str),
     /// `histogram_quantile` had to make bucket counts monotonic.
     ForcedMonotonicity(&'a str),
-    /// Native histogram samples that PromQL in Sluice cannot read yet were
-    /// left out of a selector's result.
-    NativeHistogramsSkipped(&'a str),
+    /// A range or operation met floats and histograms of one metric.
+    MixedFloatsHistograms(&'a str),
+    /// An aggregation group held floats and histograms.
+    MixedFloatsHistogramsAgg,
+    /// `histogram_quantile` met classic and native histograms of one name.
+    MixedClassicNative(&'a str),
+    /// A counter function (`rate`, `irate`) over gauge histograms.
+    NativeHistogramNotCounter(&'a str),
+    /// A gauge function (`delta`, `idelta`) over counter histograms.
+    NativeHistogramNotGauge(&'a str),
+    /// Histograms with exponential and with custom buckets together.
+    MixedExponentialCustom(&'a str),
+    /// Histograms with different custom bucket bounds together.
+    IncompatibleCustomBuckets(&'a str),
+    /// A binary operation between histograms whose buckets cannot be
+    /// combined.
+    IncompatibleBucketLayoutInBinOp(&'a str),
+    /// A binary operation between a float and a histogram it has no
+    /// meaning for: (left type, operator, right type).
+    IncompatibleTypesInBinOp(&'a str, &'a str, &'a str),
+    /// An aggregation (named) that leaves histograms out.
+    HistogramIgnoredInAggregation(&'a str),
+    /// A range function over floats that left out the histograms of a
+    /// range holding both.
+    HistogramIgnoredInMixedRange(&'a str),
+    /// `histogram_quantile` over a histogram with NaN observations.
+    QuantileNaNResult(&'a str),
+    /// `histogram_quantile` whose answer NaN observations push up.
+    QuantileNaNSkew(&'a str),
+    /// `histogram_fraction` over a histogram with NaN observations.
+    FractionNaNs(&'a str),
 }
 
 impl Annotation<'_> {
@@ -34,7 +62,14 @@ impl Annotation<'_> {
             Self::InvalidQuantile(_)
                 | Self::InvalidRatio(..)
                 | Self::BadBucketLabel { .. }
-                | Self::NativeHistogramsSkipped(_)
+                | Self::MixedFloatsHistograms(_)
+                | Self::MixedFloatsHistogramsAgg
+                | Self::MixedClassicNative(_)
+                | Self::NativeHistogramNotCounter(_)
+                | Self::NativeHistogramNotGauge(_)
+                | Self::MixedExponentialCustom(_)
+                | Self::IncompatibleCustomBuckets(_)
+                | Self::IncompatibleBucketLayoutInBinOp(_)
         )
     }
 
@@ -58,8 +93,47 @@ impl Annotation<'_> {
             Self::ForcedMonotonicity(metric) => format!(
                 "PromQL info: input to histogram_quantile needed to be fixed for monotonicity (see https://prometheus.io/docs/prometheus/latest/querying/functions/#histogram_quantile) for metric name {metric:?}"
             ),
-            Self::NativeHistogramsSkipped(metric) => format!(
-                "PromQL warning: native histogram samples of metric name {metric:?} are stored but not yet read by Sluice's PromQL; they were left out of this result"
+            Self::MixedFloatsHistograms(metric) => format!(
+                "PromQL warning: encountered a mix of histograms and floats for metric name {metric:?}"
+            ),
+            Self::MixedFloatsHistogramsAgg => {
+                "PromQL warning: encountered a mix of histograms and floats for aggregation".to_owned()
+            }
+            Self::MixedClassicNative(metric) => format!(
+                "PromQL warning: vector contains a mix of classic and native histograms for metric name {metric:?}"
+            ),
+            Self::NativeHistogramNotCounter(metric) => format!(
+                "PromQL warning: this native histogram metric is not a counter: {metric:?}"
+            ),
+            Self::NativeHistogramNotGauge(metric) => format!(
+                "PromQL warning: this native histogram metric is not a gauge: {metric:?}"
+            ),
+            Self::MixedExponentialCustom(metric) => format!(
+                "PromQL warning: vector contains a mix of histograms with exponential and custom buckets schemas for metric name {metric:?}"
+            ),
+            Self::IncompatibleCustomBuckets(metric) => format!(
+                "PromQL warning: vector contains histograms with incompatible custom buckets for metric name {metric:?}"
+            ),
+            Self::IncompatibleBucketLayoutInBinOp(op) => format!(
+                "PromQL warning: incompatible bucket layout encountered for binary operator {op}"
+            ),
+            Self::IncompatibleTypesInBinOp(lhs, op, rhs) => format!(
+                "PromQL info: incompatible sample types encountered for binary operator {op:?}: {lhs} {op} {rhs}"
+            ),
+            Self::HistogramIgnoredInAggregation(agg) => {
+                format!("PromQL info: ignored histogram in {agg} aggregation")
+            }
+            Self::HistogramIgnoredInMixedRange(metric) => format!(
+                "PromQL info: ignored histograms in a range containing both floats and histograms for metric name {metric:?}"
+            ),
+            Self::QuantileNaNResult(metric) => format!(
+                "PromQL info: input to histogram_quantile has NaN observations, result is NaN for metric name {metric:?}"
+            ),
+            Self::QuantileNaNSkew(metric) => format!(
+                "PromQL info: input to histogram_quantile has NaN observations, result is skewed higher for metric name {metric:?}"
+            ),
+            Self::FractionNaNs(metric) => format!(
+                "PromQL info: input to histogram_fraction has NaN observations, which are excluded from all fractions for metric name {metric:?}"
             ),
         }
     }
@@ -129,6 +203,16 @@ fn with_omitted(list: &[String], omitted: usize, kind: &str) -> Vec<String> {
         out.push(format!("{omitted} more {kind} annotations omitted"));
     }
     out
+}
+
+impl Annotation<'_> {
+    /// The warning for histograms that could not be combined.
+    pub fn incompatible(why: crate::histogram::Incompatible, metric: &str) -> Annotation<'_> {
+        match why {
+            crate::histogram::Incompatible::Schema => Annotation::MixedExponentialCustom(metric),
+            crate::histogram::Incompatible::Bounds => Annotation::IncompatibleCustomBuckets(metric),
+        }
+    }
 }
 
 /// Whether `name` ends as Prometheus expects a counter's name to.

@@ -11,8 +11,11 @@ use promql_parser::parser::token::{
 };
 use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use super::value::{drop_name, keep_labels, labels_string, Labels, Sample, Value};
+use super::annotations::Annotation;
+use super::eval::Ctx;
+use super::value::{drop_name, keep_labels, labels_string, Hist, Labels, Sample, Value};
 use super::QueryError;
+use crate::histogram::FloatHistogram;
 use crate::storage::labels::Label;
 
 /// Arithmetic and `atan2` drop `__name__`; comparisons keep it (as
@@ -45,8 +48,83 @@ fn apply(op: TokenId, l: f64, r: f64) -> (f64, bool) {
     }
 }
 
+/// Prometheus' name of an operator, for annotations.
+fn op_name(op: TokenId) -> &'static str {
+    match op {
+        T_ADD => "+",
+        T_SUB => "-",
+        T_MUL => "*",
+        T_DIV => "/",
+        T_MOD => "%",
+        T_POW => "^",
+        T_ATAN2 => "atan2",
+        T_EQLC => "==",
+        T_NEQ => "!=",
+        T_GTR => ">",
+        T_LSS => "<",
+        T_GTE => ">=",
+        T_LTE => "<=",
+        _ => "?",
+    }
+}
+
+/// One element's operation where either side is a histogram (Prometheus'
+/// `vectorElemBinop`): `h + h`, `h - h`, `h * f`, `f * h` and `h / f`
+/// give histograms; `==` and `!=` compare histograms exactly; anything
+/// else has no meaning and gives nothing but an info. The result is the
+/// value, the histogram, and whether the element is kept.
+fn apply_hist(
+    ctx: &Ctx<'_>,
+    op: TokenId,
+    (l, lh): (f64, Option<&Hist>),
+    (r, rh): (f64, Option<&Hist>),
+) -> Option<(f64, Option<Hist>, bool)> {
+    let scaled = |h: &Hist, by: f64, div: bool| {
+        let mut h = FloatHistogram::clone(h);
+        if div {
+            h.div(by);
+        } else {
+            h.mul(by);
+        }
+        h.compact();
+        Some((0.0, Some(std::sync::Arc::new(h)), true))
+    };
+    let kind = |h: Option<&Hist>| if h.is_some() { "histogram" } else { "float" };
+    match (lh, rh, op) {
+        (None, Some(h), T_MUL) => return scaled(h, l, false),
+        (Some(h), None, T_MUL) => return scaled(h, r, false),
+        (Some(h), None, T_DIV) => return scaled(h, r, true),
+        (Some(a), Some(b), T_ADD | T_SUB) => {
+            let mut res = FloatHistogram::clone(a);
+            let done = if op == T_ADD { res.add(b) } else { res.sub(b) };
+            if done.is_err() {
+                ctx.annotate(Annotation::IncompatibleBucketLayoutInBinOp(op_name(op)));
+                return None;
+            }
+            res.compact();
+            return Some((0.0, Some(std::sync::Arc::new(res)), true));
+        }
+        (Some(a), Some(b), T_EQLC | T_NEQ) => {
+            let same = a.same_as(b);
+            return Some((0.0, Some(std::sync::Arc::clone(a)), same == (op == T_EQLC)));
+        }
+        _ => {}
+    }
+    ctx.annotate(Annotation::IncompatibleTypesInBinOp(
+        kind(lh),
+        op_name(op),
+        kind(rh),
+    ));
+    None
+}
+
 /// `b` over its evaluated sides.
-pub(crate) fn eval(b: &BinaryExpr, lhs: Value, rhs: Value) -> Result<Value, QueryError> {
+pub(crate) fn eval(
+    ctx: &Ctx<'_>,
+    b: &BinaryExpr,
+    lhs: Value,
+    rhs: Value,
+) -> Result<Value, QueryError> {
     let op = b.op.id();
     let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
     match (lhs, rhs) {
@@ -58,12 +136,22 @@ pub(crate) fn eval(b: &BinaryExpr, lhs: Value, rhs: Value) -> Result<Value, Quer
                 v
             }))
         }
-        (Value::Vector(v), Value::Scalar(s)) => {
-            Ok(Value::Vector(vector_scalar(op, v, s, false, return_bool)))
-        }
-        (Value::Scalar(s), Value::Vector(v)) => {
-            Ok(Value::Vector(vector_scalar(op, v, s, true, return_bool)))
-        }
+        (Value::Vector(v), Value::Scalar(s)) => Ok(Value::Vector(vector_scalar(
+            ctx,
+            op,
+            v,
+            s,
+            false,
+            return_bool,
+        ))),
+        (Value::Scalar(s), Value::Vector(v)) => Ok(Value::Vector(vector_scalar(
+            ctx,
+            op,
+            v,
+            s,
+            true,
+            return_bool,
+        ))),
         (Value::Vector(l), Value::Vector(r)) => {
             let default = BinModifier {
                 card: VectorMatchCardinality::OneToOne,
@@ -74,7 +162,7 @@ pub(crate) fn eval(b: &BinaryExpr, lhs: Value, rhs: Value) -> Result<Value, Quer
             let m = b.modifier.as_ref().unwrap_or(&default);
             match op {
                 T_LAND | T_LOR | T_LUNLESS => Ok(Value::Vector(set_op(op, l, r, m))),
-                _ => vector_vector(op, l, r, m, return_bool).map(Value::Vector),
+                _ => vector_vector(ctx, op, l, r, m, return_bool).map(Value::Vector),
             }
         }
         (l, r) => Err(QueryError::Execution(format!(
@@ -86,6 +174,7 @@ pub(crate) fn eval(b: &BinaryExpr, lhs: Value, rhs: Value) -> Result<Value, Quer
 }
 
 fn vector_scalar(
+    ctx: &Ctx<'_>,
     op: TokenId,
     v: Vec<Sample>,
     s: f64,
@@ -95,6 +184,15 @@ fn vector_scalar(
     let cmp = is_comparison(op);
     v.into_iter()
         .filter_map(|smp| {
+            if smp.h.is_some() {
+                let (l, r) = if scalar_left {
+                    ((s, None), (smp.v, smp.h.as_ref()))
+                } else {
+                    ((smp.v, smp.h.as_ref()), (s, None))
+                };
+                let (v, h, keep) = apply_hist(ctx, op, l, r)?;
+                return hist_result(op, smp.labels, v, h, keep, return_bool);
+            }
             let (l, r) = if scalar_left { (s, smp.v) } else { (smp.v, s) };
             let (mut value, keep) = apply(op, l, r);
             // A comparison keeps the vector element's value, whichever side it is on.
@@ -105,6 +203,7 @@ fn vector_scalar(
                 return keep.then_some(Sample {
                     labels: smp.labels,
                     v: value,
+                    h: None,
                 });
             }
             let v = if return_bool {
@@ -117,9 +216,30 @@ fn vector_scalar(
             } else {
                 smp.labels
             };
-            Some(Sample { labels, v })
+            Some(Sample { labels, v, h: None })
         })
         .collect()
+}
+
+/// The element an operation on a histogram leaves, if any: a histogram,
+/// or with `bool` the comparison's 0 or 1.
+fn hist_result(
+    op: TokenId,
+    labels: Labels,
+    v: f64,
+    h: Option<Hist>,
+    keep: bool,
+    return_bool: bool,
+) -> Option<Sample> {
+    let labels = if drops_name(op) || return_bool {
+        drop_name(&labels)
+    } else {
+        labels
+    };
+    if return_bool {
+        return Some(Sample::float(labels, f64::from(u8::from(keep))));
+    }
+    keep.then_some(Sample { labels, v, h })
 }
 
 /// The matching key of a series' labels.
@@ -157,6 +277,7 @@ fn set_op(op: TokenId, l: Vec<Sample>, r: Vec<Sample>, m: &BinModifier) -> Vec<S
 }
 
 fn vector_vector(
+    ctx: &Ctx<'_>,
     op: TokenId,
     l: Vec<Sample>,
     r: Vec<Sample>,
@@ -200,8 +321,20 @@ fn vector_vector(
             continue;
         };
         let (lv, rv) = if swap { (o.v, s.v) } else { (s.v, o.v) };
-        let (value, keep) = apply(op, lv, rv);
-        if cmp && !return_bool && !keep {
+        let mut hist = None;
+        let (value, keep) = if s.h.is_some() || o.h.is_some() {
+            let (ls, rs) = if swap { (*o, s) } else { (s, *o) };
+            let Some((v, h, keep)) =
+                apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref()))
+            else {
+                continue;
+            };
+            hist = h.filter(|_| !return_bool);
+            (v, keep)
+        } else {
+            apply(op, lv, rv)
+        };
+        if (cmp || hist.is_some()) && !return_bool && !keep {
             continue;
         }
         let v = if return_bool {
@@ -244,7 +377,7 @@ fn vector_vector(
                     .to_owned(),
             ));
         }
-        out.push(Sample { labels, v });
+        out.push(Sample { labels, v, h: hist });
     }
     Ok(out)
 }

@@ -38,7 +38,7 @@ fn operators(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> Result<Value, QueryError> {
         Expr::Binary(b) => {
             let lhs = ctx.eval(&b.lhs, t)?;
             let rhs = ctx.eval(&b.rhs, t)?;
-            binary::eval(b, lhs, rhs)?
+            binary::eval(ctx, b, lhs, rhs)?
         }
         _ => {
             return Err(QueryError::Execution(
@@ -132,7 +132,7 @@ impl<'h> Engine<'h> {
                 Value::Scalar(v) => acc.push(no_labels(), t, v),
                 Value::Vector(samples) => {
                     for s in samples {
-                        acc.push(s.labels, t, s.v);
+                        acc.push_sample(s, t);
                     }
                 }
                 other => {

@@ -17,7 +17,7 @@ use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
-use super::value::{drop_name, no_labels, Labels, Name, Sample, Series, Value};
+use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::storage::head::Head;
 use crate::storage::index::Matcher;
@@ -67,12 +67,53 @@ pub(crate) struct SeriesPoints {
     /// `labels` without `__name__`, made once for the functions that drop it.
     pub(crate) unnamed: Labels,
     pub(crate) points: Vec<(i64, f64)>,
+    /// Native histogram samples, in time order (a series may switch
+    /// between floats and histograms; the two never share a timestamp).
+    pub(crate) hists: Vec<(i64, Hist)>,
     /// Whether `points` holds a stale marker (range windows skip them).
     has_stale: bool,
     /// Where the last window started and ended: steps move forward, so
     /// the next window is found by a short scan from here.
     lo_hint: Cell<usize>,
     hi_hint: Cell<usize>,
+}
+
+impl SeriesPoints {
+    /// The newest sample at or before `ts`, float or histogram, with its
+    /// time; `None` when there is none or it is a stale marker. `i` is the
+    /// index of the first float after `ts` (see [`seek`]).
+    fn latest(&self, i: usize, ts: i64) -> Option<(Sample, i64)> {
+        let float = i.checked_sub(1).and_then(|k| self.points.get(k));
+        let hist = self
+            .hists
+            .partition_point(|(t, _)| *t <= ts)
+            .checked_sub(1)
+            .and_then(|k| self.hists.get(k));
+        let sample = match (float, hist) {
+            (Some(&(ft, v)), Some((ht, _))) if ft >= *ht => {
+                (Sample::float(self.labels.clone(), v), ft)
+            }
+            (Some(&(ft, v)), None) => (Sample::float(self.labels.clone(), v), ft),
+            (_, Some((ht, h))) => (Sample::histogram(self.labels.clone(), Arc::clone(h)), *ht),
+            (None, None) => return None,
+        };
+        let stale = match &sample.0.h {
+            Some(h) => is_stale(h.sum),
+            None => is_stale(sample.0.v),
+        };
+        (!stale).then_some(sample)
+    }
+
+    /// The histograms in `(after, upto]`, stale markers left out.
+    pub(crate) fn hist_window(&self, after: i64, upto: i64) -> Vec<(i64, Hist)> {
+        let lo = self.hists.partition_point(|(t, _)| *t <= after);
+        let hi = self.hists.partition_point(|(t, _)| *t <= upto).max(lo);
+        self.hists[lo..hi]
+            .iter()
+            .filter(|(_, h)| !is_stale(h.sum))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The index of the first point after `bound`, scanning forward from
@@ -146,6 +187,7 @@ impl RangeTable {
                 out.push(Sample {
                     labels: Arc::clone(labels),
                     v,
+                    h: None,
                 });
             }
         }
@@ -200,6 +242,20 @@ pub(crate) struct MatrixBuilder {
 
 impl MatrixBuilder {
     pub(crate) fn push(&mut self, labels: Labels, t: i64, v: f64) {
+        let i = self.series_of(labels);
+        self.series[i].points.push((t, v));
+    }
+
+    /// Adds a sample, float or histogram.
+    pub(crate) fn push_sample(&mut self, s: Sample, t: i64) {
+        let i = self.series_of(s.labels);
+        match s.h {
+            Some(h) => self.series[i].histograms.push((t, h)),
+            None => self.series[i].points.push((t, s.v)),
+        }
+    }
+
+    fn series_of(&mut self, labels: Labels) -> usize {
         let addr = Arc::as_ptr(&labels) as *const Label as usize;
         let i = match self.by_addr.get(&addr) {
             Some(&i) => i,
@@ -212,6 +268,7 @@ impl MatrixBuilder {
                         series.push(Series {
                             labels: Arc::clone(&labels),
                             points: Vec::new(),
+                            histograms: Vec::new(),
                         });
                         series.len() - 1
                     });
@@ -220,7 +277,7 @@ impl MatrixBuilder {
                 i
             }
         };
-        self.series[i].points.push((t, v));
+        i
     }
 
     pub(crate) fn finish(mut self) -> Vec<Series> {
@@ -397,12 +454,14 @@ impl<'e> Ctx<'e> {
             if n % 256 == 255 {
                 self.check_deadline("query execution")?;
             }
-            if !s.histograms.is_empty() {
-                let name = s.label("__name__").unwrap_or_default().to_owned();
-                self.annotate(Annotation::NativeHistogramsSkipped(&name));
-            }
             let points: Vec<(i64, f64)> = s.samples(lo, hi).collect();
-            let total = self.samples.get() + points.len();
+            let hists: Vec<(i64, Hist)> = s
+                .histograms
+                .iter()
+                .filter(|(t, _)| (lo..=hi).contains(t))
+                .map(|(t, h)| (*t, Arc::new(h.to_float())))
+                .collect();
+            let total = self.samples.get() + points.len() + hists.len();
             if total > self.opts.max_samples {
                 return Err(QueryError::TooManySamples("query execution"));
             }
@@ -411,10 +470,12 @@ impl<'e> Ctx<'e> {
             out.push(SeriesPoints {
                 unnamed: drop_name(&labels),
                 labels,
-                has_stale: points.iter().any(|&(_, v)| is_stale(v)),
+                has_stale: points.iter().any(|&(_, v)| is_stale(v))
+                    || hists.iter().any(|(_, h)| is_stale(h.sum)),
                 lo_hint: Cell::new(0),
                 hi_hint: Cell::new(0),
                 points,
+                hists,
             });
         }
         let out = Rc::new(out);
@@ -476,19 +537,11 @@ impl<'e> Ctx<'e> {
         let mut out = Vec::new();
         for s in series.iter() {
             let i = seek(&s.points, &s.hi_hint, ts);
-            if i == 0 {
-                continue;
-            }
-            let (pt, v) = s.points[i - 1];
             // The window is (ts - lookback, ts]; a stale marker ends the series.
-            if pt > ts.saturating_sub(lookback) && !is_stale(v) {
-                out.push((
-                    Sample {
-                        labels: s.labels.clone(),
-                        v,
-                    },
-                    pt,
-                ));
+            if let Some((sample, pt)) = s.latest(i, ts) {
+                if pt > ts.saturating_sub(lookback) {
+                    out.push((sample, pt));
+                }
             }
         }
         Ok(out)
@@ -513,12 +566,24 @@ impl<'e> Ctx<'e> {
                 self.check_deadline("query range evaluation")?;
             }
             let mut points = Vec::new();
+            let mut hists = Vec::new();
             let hint = Cell::new(0);
             let mut t = start;
             while t <= end {
                 let ts = self.selector_time(&vs.at, &vs.offset, t);
                 let i = seek(&s.points, &hint, ts);
-                if i > 0 {
+                if !s.hists.is_empty() {
+                    // The window is (ts - lookback, ts]; a stale marker
+                    // ends the series.
+                    if let Some((sample, pt)) = s.latest(i, ts) {
+                        if pt > ts.saturating_sub(lookback) {
+                            match sample.h {
+                                Some(h) => hists.push((t, h)),
+                                None => points.push((t, sample.v)),
+                            }
+                        }
+                    }
+                } else if i > 0 {
                     let (pt, v) = s.points[i - 1];
                     // The window is (ts - lookback, ts]; a stale marker
                     // ends the series.
@@ -534,10 +599,11 @@ impl<'e> Ctx<'e> {
                     None => break,
                 };
             }
-            if !points.is_empty() {
+            if !points.is_empty() || !hists.is_empty() {
                 out.push(Series {
                     labels: s.labels.clone(),
                     points,
+                    histograms: hists,
                 });
             }
         }
@@ -567,10 +633,12 @@ impl<'e> Ctx<'e> {
                 .copied()
                 .filter(|&(_, v)| !is_stale(v))
                 .collect();
-            if !points.is_empty() {
+            let histograms = s.hist_window(ts.saturating_sub(range), ts).to_vec();
+            if !points.is_empty() || !histograms.is_empty() {
                 out.push(Series {
                     labels: s.labels.clone(),
                     points,
+                    histograms,
                 });
             }
         }
@@ -602,6 +670,46 @@ impl<'e> Ctx<'e> {
                 }
             } else if !window.is_empty() {
                 f(s, window);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any series `vs` selects over the query (with `range` before
+    /// its first step) holds a native histogram sample.
+    pub(crate) fn has_histograms(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+    ) -> Result<bool, QueryError> {
+        Ok(self.load(vs, range)?.iter().any(|s| !s.hists.is_empty()))
+    }
+
+    /// Like [`Ctx::range_windows`], for functions that read histograms as
+    /// well: `f` gets each series' floats and histograms in the window
+    /// (stale markers left out), when there is at least one of either.
+    pub(crate) fn mixed_windows(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+        t: i64,
+        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
+    ) -> Result<(), QueryError> {
+        let range = ms(range);
+        let series = self.load(vs, range)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let from = ts.saturating_sub(range);
+        for s in series.iter() {
+            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
+            let hi = s.points.partition_point(|&(pt, _)| pt <= ts).max(lo);
+            let floats: Vec<(i64, f64)> = s.points[lo..hi]
+                .iter()
+                .copied()
+                .filter(|&(_, v)| !is_stale(v))
+                .collect();
+            let hists = s.hist_window(from, ts);
+            if !floats.is_empty() || !hists.is_empty() {
+                f(s, &floats, &hists);
             }
         }
         Ok(())
@@ -670,6 +778,11 @@ impl<'e> Ctx<'e> {
                         .map(|s| Sample {
                             labels: drop_name(&s.labels),
                             v: -s.v,
+                            h: s.h.map(|h| {
+                                let mut h = Arc::unwrap_or_clone(h);
+                                h.mul(-1.0);
+                                Arc::new(h)
+                            }),
                         })
                         .collect();
                     self.check_unique_at(expr, &v)?;
@@ -716,7 +829,7 @@ impl<'e> Ctx<'e> {
                 Value::Vector(v) => {
                     points += v.len();
                     for s in v {
-                        acc.push(s.labels, ti, s.v);
+                        acc.push_sample(s, ti);
                     }
                 }
                 Value::Scalar(v) => {
@@ -900,10 +1013,7 @@ mod tests {
             }]
             .into()
         };
-        let sample = |l: &Labels| Sample {
-            labels: Arc::clone(l),
-            v: 1.0,
-        };
+        let sample = |l: &Labels| Sample::float(Arc::clone(l), 1.0);
         let (a, b) = (labels("a"), labels("b"));
         let mut u = UniqueCheck::default();
         // The same sets at every step: fine.

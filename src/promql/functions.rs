@@ -6,6 +6,7 @@ mod histogram;
 mod info;
 mod labels;
 mod math;
+mod native;
 mod over_time;
 mod rate;
 mod time;
@@ -55,8 +56,13 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("exp", math::exp),
     ("first_over_time", over_time::first),
     ("floor", math::floor),
+    ("histogram_avg", native::avg),
+    ("histogram_count", native::count),
     ("histogram_fraction", histogram::fraction),
     ("histogram_quantile", histogram::quantile),
+    ("histogram_stddev", native::stddev),
+    ("histogram_stdvar", native::stdvar),
+    ("histogram_sum", native::sum),
     ("hour", time::hour),
     ("idelta", rate::idelta),
     ("increase", rate::increase),

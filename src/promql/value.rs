@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::histogram::FloatHistogram;
 use crate::storage::labels::Label;
 
 /// Sorted labels of a result series; shared, so passing a series' labels
@@ -14,8 +15,30 @@ pub type Labels = Arc<[Label]>;
 pub struct Sample {
     /// The series' labels.
     pub labels: Labels,
-    /// The value.
+    /// The value (0 when the sample is a histogram).
     pub v: f64,
+    /// The native histogram, when the sample is one.
+    pub h: Option<Hist>,
+}
+
+/// A native histogram in a query's values; shared, as the stored sample
+/// it was read from is passed along unchanged by most operators.
+pub type Hist = Arc<FloatHistogram>;
+
+impl Sample {
+    /// A float sample.
+    pub fn float(labels: Labels, v: f64) -> Self {
+        Sample { labels, v, h: None }
+    }
+
+    /// A histogram sample.
+    pub fn histogram(labels: Labels, h: Hist) -> Self {
+        Sample {
+            labels,
+            v: 0.0,
+            h: Some(h),
+        }
+    }
 }
 
 /// One series of a range vector or matrix.
@@ -25,6 +48,19 @@ pub struct Series {
     pub labels: Labels,
     /// (timestamp ms, value) in time order.
     pub points: Vec<(i64, f64)>,
+    /// (timestamp ms, histogram) in time order.
+    pub histograms: Vec<(i64, Hist)>,
+}
+
+impl Series {
+    /// A series of floats.
+    pub fn floats(labels: Labels, points: Vec<(i64, f64)>) -> Self {
+        Series {
+            labels,
+            points,
+            histograms: Vec::new(),
+        }
+    }
 }
 
 /// A PromQL value.

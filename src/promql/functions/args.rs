@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use promql_parser::parser::{Call, Expr};
 
+use crate::histogram::FloatHistogram;
 use crate::promql::eval::Ctx;
-use crate::promql::value::{drop_name, Name, Sample, Series, Value};
+use crate::promql::value::{drop_name, Hist, Labels, Name, Sample, Series, Value};
 use crate::promql::QueryError;
 
 /// The range-vector argument of `call`: its series at `t`, its range (ms)
@@ -106,6 +107,7 @@ pub(crate) fn over_range_with(
                 out.push(Sample {
                     labels: Arc::clone(labels),
                     v,
+                    h: None,
                 });
             }
         })?;
@@ -117,8 +119,105 @@ pub(crate) fn over_range_with(
                     Name::Keep => s.labels,
                     Name::Drop => drop_name(&s.labels),
                 };
-                out.push(Sample { labels, v });
+                out.push(Sample { labels, v, h: None });
             }
+        }
+    }
+    Ok(Value::Vector(out))
+}
+
+/// One series' window, for a range function that reads histograms too.
+pub(crate) struct Window<'a> {
+    /// The float samples in the window.
+    pub floats: &'a [(i64, f64)],
+    /// The histogram samples in the window.
+    pub hists: &'a [(i64, Hist)],
+    /// The range (ms).
+    pub range: i64,
+    /// The window's end (the evaluation time moved by `@` and `offset`).
+    pub end: i64,
+    /// The series' labels, for the metric name in annotations.
+    pub labels: &'a Labels,
+}
+
+impl Window<'_> {
+    /// The series' metric name.
+    pub fn name(&self) -> &str {
+        self.labels
+            .iter()
+            .find(|l| l.name == "__name__")
+            .map_or("", |l| l.value.as_str())
+    }
+}
+
+/// What a range function gives for one series.
+pub(crate) enum Out {
+    /// A float.
+    F(f64),
+    /// A histogram.
+    H(FloatHistogram),
+}
+
+/// [`over_range`] for a function defined over histograms as well:
+/// `float` for windows of floats alone, `mixed` for any window holding a
+/// histogram. A selector without histograms keeps `over_range`'s paths
+/// (every step at once, windows read in place).
+pub(crate) fn over_range_mixed(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    name: Name,
+    float: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+    mixed: impl Fn(&Window<'_>) -> Option<Out>,
+) -> Result<Value, QueryError> {
+    let mut out = Vec::new();
+    let mut emit = |labels: &Labels, unnamed: Option<&Labels>, r: Option<Out>| {
+        let labels = match (name, unnamed) {
+            (Name::Keep, _) => Arc::clone(labels),
+            (Name::Drop, Some(u)) => Arc::clone(u),
+            (Name::Drop, None) => drop_name(labels),
+        };
+        match r {
+            Some(Out::F(v)) => out.push(Sample::float(labels, v)),
+            Some(Out::H(h)) => out.push(Sample::histogram(labels, Arc::new(h))),
+            None => {}
+        }
+    };
+    if let Some(Expr::MatrixSelector(m)) = arg(call, 0) {
+        let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
+        if !ctx.has_histograms(&m.vs, range)? {
+            return over_range(ctx, call, t, name, float);
+        }
+        let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
+        ctx.mixed_windows(&m.vs, &m.range, t, |s, floats, hists| {
+            let r = if hists.is_empty() {
+                float(floats, range, at).map(Out::F)
+            } else {
+                mixed(&Window {
+                    floats,
+                    hists,
+                    range,
+                    end: at,
+                    labels: &s.labels,
+                })
+            };
+            emit(&s.labels, Some(&s.unnamed), r);
+        })?;
+    } else {
+        let (series, range, at) = matrix_arg(ctx, call, t)?;
+        for s in series {
+            let r = if s.histograms.is_empty() {
+                float(&s.points, range, at).map(Out::F)
+            } else {
+                mixed(&Window {
+                    floats: &s.points,
+                    hists: &s.histograms,
+                    range,
+                    end: at,
+                    labels: &s.labels,
+                })
+            };
+            emit(&s.labels, None, r);
         }
     }
     Ok(Value::Vector(out))
@@ -140,9 +239,11 @@ pub(crate) fn map_vector(
     let v = ctx.eval_vector(arg, t)?;
     Ok(Value::Vector(
         v.into_iter()
+            .filter(|s| s.h.is_none())
             .map(|s| Sample {
                 labels: drop_name(&s.labels),
                 v: f(s.v),
+                h: None,
             })
             .collect(),
     ))

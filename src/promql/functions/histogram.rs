@@ -1,5 +1,5 @@
 //! `histogram_quantile` and `histogram_fraction` over classic (`le`)
-//! bucket series.
+//! bucket series and native histograms.
 
 use promql_parser::parser::Call;
 
@@ -16,7 +16,54 @@ pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         ctx.annotate(Annotation::InvalidQuantile(q));
     }
     let v = ctx.eval_vector(&call.args.args[1], t)?;
-    Ok(Value::Vector(histogram_quantile(ctx, q, v)))
+    let (native, classic) = split(ctx, v);
+    let mut out: Vec<Sample> = native
+        .into_iter()
+        .map(|s| {
+            let h = s.h.as_deref().map_or(f64::NAN, |h| {
+                super::native::quantile(ctx, q, h, metric_name(&s.labels))
+            });
+            Sample::float(without_metadata(s.labels.to_vec()), h)
+        })
+        .collect();
+    out.extend(histogram_quantile(ctx, q, classic));
+    Ok(Value::Vector(out))
+}
+
+/// The native histogram samples of `v` and the classic bucket series.
+/// Where a native histogram and classic buckets have the same labels (but
+/// `le`), neither is read, with Prometheus' warning.
+fn split(ctx: &Ctx<'_>, v: Vec<Sample>) -> (Vec<Sample>, Vec<Sample>) {
+    let (native, classic): (Vec<Sample>, Vec<Sample>) = v.into_iter().partition(|s| s.h.is_some());
+    if native.is_empty() || classic.is_empty() {
+        return (native, classic);
+    }
+    let key = |s: &Sample| -> Vec<Label> {
+        s.labels
+            .iter()
+            .filter(|l| l.name != "le")
+            .cloned()
+            .collect()
+    };
+    let classic_keys: std::collections::HashSet<Vec<Label>> = classic.iter().map(key).collect();
+    let mut clash = std::collections::HashSet::new();
+    let native = native
+        .into_iter()
+        .filter(|s| {
+            let k = key(s);
+            if classic_keys.contains(&k) {
+                ctx.annotate(Annotation::MixedClassicNative(metric_name(&s.labels)));
+                clash.insert(k);
+                return false;
+            }
+            true
+        })
+        .collect();
+    let classic = classic
+        .into_iter()
+        .filter(|s| !clash.contains(&key(s)))
+        .collect();
+    (native, classic)
 }
 
 /// `histogram_fraction(lower, upper, v)` over classic `_bucket` series:
@@ -25,15 +72,27 @@ pub(super) fn fraction(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
     let lower = scalar_arg(ctx, call, 0, t)?;
     let upper = scalar_arg(ctx, call, 1, t)?;
     let v = ctx.eval_vector(&call.args.args[2], t)?;
-    Ok(Value::Vector(
-        classic_histograms(ctx, v)
+    let (native, classic) = split(ctx, v);
+    let mut out: Vec<Sample> = native
+        .into_iter()
+        .map(|s| {
+            let f = s.h.as_deref().map_or(f64::NAN, |h| {
+                super::native::fraction(ctx, lower, upper, h, metric_name(&s.labels))
+            });
+            Sample::float(without_metadata(s.labels.to_vec()), f)
+        })
+        .collect();
+    out.extend(
+        classic_histograms(ctx, classic)
             .into_iter()
-            .map(|(labels, buckets)| Sample {
-                labels: without_metadata(labels),
-                v: bucket_fraction(lower, upper, buckets),
-            })
-            .collect(),
-    ))
+            .map(|(labels, buckets)| {
+                Sample::float(
+                    without_metadata(labels),
+                    bucket_fraction(lower, upper, buckets),
+                )
+            }),
+    );
+    Ok(Value::Vector(out))
 }
 
 /// `histogram_quantile` over classic `_bucket` series: interpolates inside
@@ -49,6 +108,7 @@ fn histogram_quantile(ctx: &Ctx<'_>, q: f64, v: Vec<Sample>) -> Vec<Sample> {
             Sample {
                 labels: without_metadata(labels),
                 v,
+                h: None,
             }
         })
         .collect()

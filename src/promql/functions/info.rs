@@ -152,6 +152,7 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         out.push(Sample {
             labels: labels.into(),
             v: s.v,
+            h: s.h.clone(),
         });
     }
     Ok(Value::Vector(out))

@@ -21,6 +21,7 @@ pub(super) fn absent(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
     Ok(Value::Vector(vec![Sample {
         labels: labels.into(),
         v: 1.0,
+        h: None,
     }]))
 }
 
@@ -36,6 +37,7 @@ pub(super) fn absent_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Val
     Ok(Value::Vector(vec![Sample {
         labels: labels.into(),
         v: 1.0,
+        h: None,
     }]))
 }
 

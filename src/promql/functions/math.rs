@@ -88,6 +88,7 @@ pub(super) fn vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
     Ok(Value::Vector(vec![Sample {
         labels: no_labels(),
         v: scalar_arg(ctx, call, 0, t)?,
+        h: None,
     }]))
 }
 

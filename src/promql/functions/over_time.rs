@@ -2,7 +2,7 @@
 
 use promql_parser::parser::Call;
 
-use super::args::{over_range, range_arg, scalar_arg};
+use super::args::{over_range, over_range_mixed, range_arg, scalar_arg, Out, Window};
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
@@ -16,20 +16,80 @@ fn avg_over_time(points: &[(i64, f64)]) -> f64 {
 }
 
 pub(super) fn avg(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| Some(avg_over_time(p)))
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| Some(avg_over_time(p)),
+        |w| hist_over_time(ctx, w, Fold::Mean),
+    )
+}
+
+fn sum_over_time(p: &[(i64, f64)]) -> f64 {
+    // Compensated, as Prometheus 3 sums.
+    let mut k = Kahan::default();
+    p.iter().for_each(|x| k.add(x.1));
+    k.value()
 }
 
 pub(super) fn sum(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        // Compensated, as Prometheus 3 sums.
-        let mut k = Kahan::default();
-        p.iter().for_each(|x| k.add(x.1));
-        Some(k.value())
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| Some(sum_over_time(p)),
+        |w| hist_over_time(ctx, w, Fold::Sum),
+    )
+}
+
+/// How [`hist_over_time`] folds a window's histograms.
+#[derive(Clone, Copy)]
+enum Fold {
+    Sum,
+    Mean,
+}
+
+/// `sum_over_time` and `avg_over_time` of histograms (the mean as
+/// Prometheus takes it, incrementally); a window mixing floats and
+/// histograms gives nothing but a warning.
+fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
+    if !w.floats.is_empty() {
+        ctx.annotate(Annotation::MixedFloatsHistograms(w.name()));
+        return None;
+    }
+    let (first, rest) = w.hists.split_first()?;
+    let mut acc = crate::histogram::FloatHistogram::clone(&first.1);
+    for (i, (_, h)) in rest.iter().enumerate() {
+        let step = match fold {
+            Fold::Sum => acc.add(h),
+            Fold::Mean => {
+                let n = (i + 2) as f64;
+                let mut left = crate::histogram::FloatHistogram::clone(h);
+                left.div(n);
+                let mut right = acc.clone();
+                right.div(n);
+                left.sub(&right).and_then(|()| acc.add(&left))
+            }
+        };
+        if let Err(e) = step {
+            ctx.annotate(Annotation::incompatible(e, w.name()));
+            return None;
+        }
+    }
+    Some(Out::H(acc))
 }
 
 pub(super) fn count(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| Some(p.len() as f64))
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| Some(p.len() as f64),
+        |w| Some(Out::F((w.floats.len() + w.hists.len()) as f64)),
+    )
 }
 
 pub(super) fn min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
@@ -53,7 +113,19 @@ pub(super) fn max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErro
 }
 
 pub(super) fn last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Keep, |p, _, _| p.last().map(|x| x.1))
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Keep,
+        |p, _, _| p.last().map(|x| x.1),
+        |w| match (w.floats.last(), w.hists.last()) {
+            (Some(&(ft, v)), Some((ht, _))) if ft > *ht => Some(Out::F(v)),
+            (_, Some((_, h))) => Some(Out::H(crate::histogram::FloatHistogram::clone(h))),
+            (Some(&(_, v)), None) => Some(Out::F(v)),
+            (None, None) => None,
+        },
+    )
 }
 
 /// `first_over_time` (experimental): keeps the name, as `last_over_time`.
@@ -167,7 +239,14 @@ pub(super) fn double_exponential_smoothing(
 }
 
 pub(super) fn present(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |_, _, _| Some(1.0))
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |_, _, _| Some(1.0),
+        |_| Some(Out::F(1.0)),
+    )
 }
 
 pub(super) fn stddev(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
@@ -196,6 +275,7 @@ pub(super) fn quantile_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<V
                 Sample {
                     labels: drop_name(&s.labels),
                     v: quantile(q, &mut vals),
+                    h: None,
                 }
             })
             .collect(),

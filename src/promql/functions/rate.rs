@@ -3,10 +3,13 @@
 
 use promql_parser::parser::{Call, Expr};
 
-use super::args::{arg, over_range, over_range_with, scalar_arg, Steps};
+use super::args::{
+    arg, over_range, over_range_mixed, over_range_with, scalar_arg, Out, Steps, Window,
+};
+use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::promql::annotations::{looks_like_counter, Annotation};
 use crate::promql::eval::Ctx;
-use crate::promql::value::{Name, Value};
+use crate::promql::value::{Hist, Name, Value};
 use crate::promql::QueryError;
 
 /// What a change over a window is reported as.
@@ -57,28 +60,219 @@ pub fn extrapolated_rate(
             prev = v;
         }
     }
-    let mut to_start = (first_t - range_start) as f64 / 1000.0;
-    let mut to_end = (range_end - last_t) as f64 / 1000.0;
-    let sampled = (last_t - first_t) as f64 / 1000.0;
-    let avg_step = sampled / (points.len() - 1) as f64;
-    let threshold = avg_step * 1.1;
-    if to_start >= threshold {
-        to_start = avg_step / 2.0;
+    let zero_point = (is_counter && result > 0.0 && first_v >= 0.0).then_some(first_v / result);
+    let span = Span {
+        first_t,
+        last_t,
+        samples: points.len(),
+        range_start,
+        range_end,
+    };
+    Some(result * span.factor(zero_point, change, range_ms))
+}
+
+/// Where a window's samples lie in its range, for extrapolation.
+struct Span {
+    first_t: i64,
+    last_t: i64,
+    samples: usize,
+    range_start: i64,
+    range_end: i64,
+}
+
+impl Span {
+    /// What the change between the first and last sample is multiplied
+    /// by: extrapolated to the range's ends where samples come within
+    /// 1.1 average intervals of them, else by half an interval; not past
+    /// the point where a counter would reach zero (`zero_point`, the
+    /// first value over the change, for float counters).
+    fn factor(&self, zero_point: Option<f64>, change: Change, range_ms: i64) -> f64 {
+        let mut to_start = (self.first_t - self.range_start) as f64 / 1000.0;
+        let mut to_end = (self.range_end - self.last_t) as f64 / 1000.0;
+        let sampled = (self.last_t - self.first_t) as f64 / 1000.0;
+        let avg_step = sampled / (self.samples - 1) as f64;
+        let threshold = avg_step * 1.1;
+        if to_start >= threshold {
+            to_start = avg_step / 2.0;
+        }
+        if let Some(z) = zero_point {
+            let to_zero = sampled * z;
+            if to_zero < to_start {
+                to_start = to_zero;
+            }
+        }
+        if to_end >= threshold {
+            to_end = avg_step / 2.0;
+        }
+        let mut factor = (sampled + to_start + to_end) / sampled;
+        if change.per_second() {
+            factor /= range_ms as f64 / 1000.0;
+        }
+        factor
     }
-    if is_counter && result > 0.0 && first_v >= 0.0 {
-        let to_zero = sampled * (first_v / result);
-        if to_zero < to_start {
-            to_start = to_zero;
+}
+
+/// `rate`, `increase` and `delta` over a window holding histograms
+/// (Prometheus' `extrapolatedRate` with `histogramRate`): floats and
+/// histograms together give nothing but a warning.
+fn hist_extrapolated(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Out> {
+    if !w.floats.is_empty() {
+        ctx.annotate(Annotation::MixedFloatsHistograms(w.name()));
+        return None;
+    }
+    let (&(first_t, _), &(last_t, _)) = (w.hists.first()?, w.hists.last()?);
+    if w.hists.len() < 2 {
+        return None;
+    }
+    let mut h = histogram_rate(ctx, w.hists, change.counter(), w.name())?;
+    let span = Span {
+        first_t,
+        last_t,
+        samples: w.hists.len(),
+        range_start: w.end - w.range,
+        range_end: w.end,
+    };
+    h.mul(span.factor(None, change, w.range));
+    Some(Out::H(h))
+}
+
+/// The increase (counters, resets added back) or change (gauges) of
+/// histograms from the first to the last, at the coarsest schema among
+/// them; `None` with a warning when their buckets cannot be combined.
+fn histogram_rate(
+    ctx: &Ctx<'_>,
+    points: &[(i64, Hist)],
+    counter: bool,
+    name: &str,
+) -> Option<FloatHistogram> {
+    use CounterResetHint::Gauge;
+    let (first, last) = (&points.first()?.1, &points.last()?.1);
+    if counter && (first.hint == Gauge || last.hint == Gauge) {
+        ctx.annotate(Annotation::NativeHistogramNotCounter(name));
+    }
+    // A reset between the first two: the first is not looked at, so its
+    // layout does not matter.
+    let zero;
+    let mut prev: &FloatHistogram = first;
+    if counter {
+        if let Some((_, second)) = points.get(1) {
+            if second.detect_reset(first) {
+                zero = FloatHistogram {
+                    schema: second.schema,
+                    custom_values: second.custom_values.clone(),
+                    ..Default::default()
+                };
+                prev = &zero;
+            }
         }
     }
-    if to_end >= threshold {
-        to_end = avg_step / 2.0;
+    let custom = prev.uses_custom_buckets();
+    if last.uses_custom_buckets() != custom {
+        ctx.annotate(Annotation::MixedExponentialCustom(name));
+        return None;
     }
-    let mut factor = (sampled + to_start + to_end) / sampled;
-    if change.per_second() {
-        factor /= range_ms as f64 / 1000.0;
+    let mut min_schema = prev.schema.min(last.schema);
+    for (_, h) in &points[1..points.len() - 1] {
+        if !counter {
+            continue;
+        }
+        if h.hint == Gauge {
+            ctx.annotate(Annotation::NativeHistogramNotCounter(name));
+        }
+        min_schema = min_schema.min(h.schema);
+        if h.uses_custom_buckets() != custom {
+            ctx.annotate(Annotation::MixedExponentialCustom(name));
+            return None;
+        }
     }
-    Some(result * factor)
+    let mut h = last.to_schema(min_schema);
+    if let Err(e) = h.sub(prev) {
+        ctx.annotate(Annotation::incompatible(e, name));
+        return None;
+    }
+    if counter {
+        for (_, cur) in &points[1..] {
+            if cur.detect_reset(prev) {
+                if let Err(e) = h.add(prev) {
+                    ctx.annotate(Annotation::incompatible(e, name));
+                    return None;
+                }
+            }
+            prev = cur;
+        }
+    } else if first.hint != Gauge || last.hint != Gauge {
+        ctx.annotate(Annotation::NativeHistogramNotGauge(name));
+    }
+    h.hint = Gauge;
+    h.compact();
+    Some(h)
+}
+
+/// `irate` and `idelta` over a window holding histograms (Prometheus'
+/// `instantValue`): the last two samples, whichever kind they are.
+fn hist_instant(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Out> {
+    use CounterResetHint::Gauge;
+    let is_rate = change.per_second();
+    // The last two samples of both kinds, in time order.
+    let mut last: Vec<(i64, Option<&Hist>, f64)> = w
+        .floats
+        .iter()
+        .rev()
+        .take(2)
+        .map(|&(t, v)| (t, None, v))
+        .chain(
+            w.hists
+                .iter()
+                .rev()
+                .take(2)
+                .map(|(t, h)| (*t, Some(h), 0.0)),
+        )
+        .collect();
+    last.sort_by_key(|x| x.0);
+    let [.., a, b] = last.as_slice() else {
+        return None;
+    };
+    let dt = b.0 - a.0;
+    if dt == 0 {
+        return None;
+    }
+    let name = w.name();
+    let mut out = match (a.1, b.1) {
+        (None, None) => {
+            let d = if is_rate && b.2 < a.2 { b.2 } else { b.2 - a.2 };
+            Out::F(d)
+        }
+        (Some(ha), Some(hb)) => {
+            if is_rate && (ha.hint == Gauge || hb.hint == Gauge) {
+                ctx.annotate(Annotation::NativeHistogramNotCounter(name));
+            }
+            if !is_rate && (ha.hint != Gauge || hb.hint != Gauge) {
+                ctx.annotate(Annotation::NativeHistogramNotGauge(name));
+            }
+            let mut h = FloatHistogram::clone(hb);
+            if !is_rate || !hb.detect_reset(ha) {
+                if let Err(e) = h.sub(ha) {
+                    ctx.annotate(Annotation::incompatible(e, name));
+                    return None;
+                }
+            }
+            h.hint = Gauge;
+            h.compact();
+            Out::H(h)
+        }
+        _ => {
+            ctx.annotate(Annotation::MixedFloatsHistograms(name));
+            return None;
+        }
+    };
+    if is_rate {
+        let secs = dt as f64 / 1000.0;
+        match &mut out {
+            Out::F(v) => *v /= secs,
+            Out::H(h) => h.div(secs),
+        }
+    }
+    Some(out)
 }
 
 /// `irate` ([`Change::Rate`]) and `idelta` ([`Change::Delta`]): from the
@@ -126,16 +320,26 @@ pub(crate) fn linear_regression(points: &[(i64, f64)], at: i64) -> (f64, f64) {
 
 pub(super) fn rate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     note_non_counters(ctx, call, t)?;
-    over_range(ctx, call, t, Name::Drop, |p, r, t| {
-        extrapolated_rate(p, r, t, Change::Rate)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, r, t| extrapolated_rate(p, r, t, Change::Rate),
+        |w| hist_extrapolated(ctx, w, Change::Rate),
+    )
 }
 
 pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     note_non_counters(ctx, call, t)?;
-    over_range(ctx, call, t, Name::Drop, |p, r, t| {
-        extrapolated_rate(p, r, t, Change::Increase)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, r, t| extrapolated_rate(p, r, t, Change::Increase),
+        |w| hist_extrapolated(ctx, w, Change::Increase),
+    )
 }
 
 /// Prometheus' info for `rate`/`increase` over a metric whose name does
@@ -170,21 +374,36 @@ fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(), QueryErro
 }
 
 pub(super) fn delta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, r, t| {
-        extrapolated_rate(p, r, t, Change::Delta)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, r, t| extrapolated_rate(p, r, t, Change::Delta),
+        |w| hist_extrapolated(ctx, w, Change::Delta),
+    )
 }
 
 pub(super) fn irate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        instant_delta(p, Change::Rate)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| instant_delta(p, Change::Rate),
+        |w| hist_instant(ctx, w, Change::Rate),
+    )
 }
 
 pub(super) fn idelta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        instant_delta(p, Change::Delta)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| instant_delta(p, Change::Delta),
+        |w| hist_instant(ctx, w, Change::Delta),
+    )
 }
 
 pub(super) fn resets(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {

@@ -24,6 +24,7 @@ pub(super) fn timestamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
             .map(|(s, ts)| Sample {
                 labels: drop_name(&s.labels),
                 v: ts as f64 / 1000.0,
+                h: None,
             })
             .collect(),
     ))
@@ -36,14 +37,17 @@ fn calendar(ctx: &Ctx<'_>, call: &Call, t: i64, field: &str) -> Result<Value, Qu
         None => vec![Sample {
             labels: no_labels(),
             v: t as f64 / 1000.0,
+            h: None,
         }],
         Some(e) => ctx.eval_vector(e, t)?,
     };
     Ok(Value::Vector(
         v.into_iter()
+            .filter(|s| s.h.is_none())
             .map(|s| Sample {
                 labels: drop_name(&s.labels),
                 v: date_part(field, s.v),
+                h: None,
             })
             .collect(),
     ))
