@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use common::{prometheus3, start_with_clock, Prometheus, TestServer};
-use promqltest::{Cmd, Point};
+use promqltest::Cmd;
 use sluice::config::Config;
 
 /// Far enough from the scripts' times (which start at 0) that retention and
@@ -73,6 +73,7 @@ impl Runner {
                         "--web.enable-remote-write-receiver",
                         "--storage.tsdb.retention.time=100y",
                         "--enable-feature=promql-experimental-functions",
+                        "--enable-feature=native-histograms",
                     ],
                 );
                 wait_ready(&self.client, &format!("http://{}", p.addr()), &p).await;
@@ -149,9 +150,6 @@ async fn run_script(
                 ..
             } => {
                 for s in &series {
-                    if s.points.contains(&Point::Histogram) {
-                        histogram_names.extend(s.labels.get("__name__").cloned());
-                    }
                     // `load_with_nhcb` adds a native histogram named after
                     // each classic one's `_bucket`/`_count`/`_sum` series.
                     if nhcb {

@@ -492,6 +492,86 @@ impl FloatHistogram {
     }
 }
 
+impl std::fmt::Display for FloatHistogram {
+    /// Prometheus' `String`: `{count:20, sum:10, [-2,-1):2, (0.5,1]:1}`,
+    /// the non-empty buckets in ascending order, numbers as Go's `%g`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{{count:{}, sum:{}", go_g(self.count), go_g(self.sum))?;
+        let custom = self.uses_custom_buckets();
+        let bucket = |f: &mut std::fmt::Formatter<'_>, b: &Bucket| {
+            write!(
+                f,
+                ", {}{},{}{}:{}",
+                if b.lower_inclusive { '[' } else { '(' },
+                go_g(b.lower),
+                go_g(b.upper),
+                if b.upper_inclusive { ']' } else { ')' },
+                go_g(b.count)
+            )
+        };
+        for &(idx, count) in self.negative().iter().rev() {
+            if count != 0.0 {
+                let (lower, upper) = (-self.bound(idx), -self.bound(idx - 1));
+                let b = Bucket {
+                    lower,
+                    upper,
+                    lower_inclusive: lower < 0.0,
+                    upper_inclusive: upper > 0.0,
+                    count,
+                };
+                bucket(f, &b)?;
+            }
+        }
+        if self.zero_count != 0.0 {
+            let t = self.zero_threshold;
+            let b = Bucket {
+                lower: -t,
+                upper: t,
+                lower_inclusive: true,
+                upper_inclusive: true,
+                count: self.zero_count,
+            };
+            bucket(f, &b)?;
+        }
+        for (idx, count) in self.positive() {
+            if count != 0.0 {
+                let (lower, upper) = (self.bound(idx - 1), self.bound(idx));
+                let b = Bucket {
+                    lower,
+                    upper,
+                    lower_inclusive: if custom { idx == 0 } else { lower < 0.0 },
+                    upper_inclusive: custom || upper > 0.0,
+                    count,
+                };
+                bucket(f, &b)?;
+            }
+        }
+        write!(f, "}}")
+    }
+}
+
+/// A float as Go's `%g` writes it: the shortest digits, in exponent form
+/// (`1e+06`, `1e-05`) below 1e-4 and from 1e6 on.
+pub fn go_g(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".to_owned();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.to_owned();
+    }
+    let e = format!("{v:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.unsigned_abs());
+    }
+    format!("{v}")
+}
+
 /// Whether a populated bucket of `prev` is missing from `cur` or holds
 /// more than the same bucket there.
 fn buckets_fell(cur: &[(i32, f64)], prev: &[(i32, f64)]) -> bool {
@@ -652,6 +732,22 @@ mod tests {
         let mut hinted = grown;
         hinted.hint = CounterResetHint::CounterReset;
         assert!(hinted.detect_reset(&prev));
+    }
+
+    #[test]
+    fn histograms_print_as_prometheus_prints_them() {
+        let mut f = h(0, 2.0, &[(0, 1.0), (1, 2.0)], &[(0, 1.0), (1, 2.0)]);
+        f.count = 20.0;
+        f.sum = 10.0;
+        assert_eq!(
+            f.to_string(),
+            "{count:20, sum:10, [-2,-1):2, [-1,-0.5):1, [-0.001,0.001]:2, (0.5,1]:1, (1,2]:2}"
+        );
+        assert_eq!(go_g(1e6), "1e+06");
+        assert_eq!(go_g(123456.0), "123456");
+        assert_eq!(go_g(0.0001), "0.0001");
+        assert_eq!(go_g(0.00001234), "1.234e-05");
+        assert_eq!(go_g(-2.5), "-2.5");
     }
 
     #[test]

@@ -323,7 +323,11 @@ fn count_values_label(agg: &AggregateExpr, op: TokenId) -> Result<Option<String>
     if op != T_COUNT_VALUES {
         return Ok(None);
     }
-    match agg.param.as_deref() {
+    let mut param = agg.param.as_deref();
+    while let Some(Expr::Paren(p)) = param {
+        param = Some(&p.expr);
+    }
+    match param {
         // Prometheus 3 takes any UTF-8 name but the empty one.
         Some(Expr::StringLiteral(s)) if s.val.is_empty() => {
             Err(QueryError::Execution("invalid label name \"\"".to_owned()))
@@ -352,7 +356,10 @@ fn group_input(
     for s in input {
         if let Some(name) = count_label {
             let mut v = String::new();
-            format_float(s.v, &mut v);
+            match &s.h {
+                Some(h) => v = h.to_string(),
+                None => format_float(s.v, &mut v),
+            }
             let key = set_label(&group_labels(&s.labels, &agg.modifier), name, v);
             let g = *index.entry(key.clone()).or_insert_with(|| {
                 groups.push(Group {

@@ -19,6 +19,7 @@ use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
+use crate::histogram::CounterResetHint;
 use crate::storage::head::Head;
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
@@ -208,6 +209,10 @@ pub(crate) struct Ctx<'e> {
     /// First and last evaluation time, and the step (ms).
     pub(crate) start: i64,
     pub(crate) end: i64,
+    /// What `@ start()` and `@ end()` stand for: the query's own start and
+    /// end, in subqueries too.
+    at_start: i64,
+    at_end: i64,
     deadline: Instant,
     cancel: Option<&'e AtomicBool>,
     loaded: RefCell<HashMap<usize, Rc<Vec<SeriesPoints>>>>,
@@ -379,6 +384,8 @@ impl<'e> Ctx<'e> {
             opts,
             start,
             end,
+            at_start: start,
+            at_end: end,
             deadline,
             cancel,
             loaded: RefCell::new(HashMap::new()),
@@ -410,8 +417,8 @@ impl<'e> Ctx<'e> {
     ) -> i64 {
         let base = match at {
             None => t,
-            Some(AtModifier::Start) => self.start,
-            Some(AtModifier::End) => self.end,
+            Some(AtModifier::Start) => self.at_start,
+            Some(AtModifier::End) => self.at_end,
             Some(AtModifier::At(st)) => match st.duration_since(UNIX_EPOCH) {
                 Ok(d) => ms(&d),
                 Err(e) => -ms(&e.duration()),
@@ -828,7 +835,18 @@ impl<'e> Ctx<'e> {
             match child.eval(&sq.expr, ti)? {
                 Value::Vector(v) => {
                     points += v.len();
-                    for s in v {
+                    for mut s in v {
+                        // A subquery may skip the sample a reset hint was
+                        // about, or return it many times: its histograms'
+                        // resets are found by comparing, as floats' are.
+                        if let Some(h) = &mut s.h {
+                            if matches!(
+                                h.hint,
+                                CounterResetHint::CounterReset | CounterResetHint::NotCounterReset
+                            ) {
+                                Arc::make_mut(h).hint = CounterResetHint::Unknown;
+                            }
+                        }
                         acc.push_sample(s, ti);
                     }
                 }
@@ -961,6 +979,8 @@ impl<'e> Ctx<'e> {
             opts: self.opts,
             start: step * (lo / step),
             end: hi,
+            at_start: self.at_start,
+            at_end: self.at_end,
             deadline: self.deadline,
             cancel: self.cancel,
             loaded: RefCell::new(HashMap::new()),

@@ -28,17 +28,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use sluice::histogram::{CounterResetHint, FloatHistogram, Span};
 use sluice::proto::prometheus as pb;
 
 pub type Labels = BTreeMap<String, String>;
 
 /// One value of a series description.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Point {
     Omitted,
     Float(f64),
-    /// A native histogram (`{{…}}`), which this runner cannot load.
-    Histogram,
+    /// A native histogram (`{{…}}`).
+    Histogram(Box<FloatHistogram>),
+}
+
+impl Point {
+    pub fn is_histogram(&self) -> bool {
+        matches!(self, Point::Histogram(_))
+    }
 }
 
 /// The staleness marker Prometheus writes.
@@ -399,17 +406,101 @@ fn split_values(s: &str) -> Vec<String> {
     out
 }
 
+/// `{{schema:0 sum:5 count:4 buckets:[1 2 1] offset:1 n_buckets:[…]
+/// n_offset:0 z_bucket:1 z_bucket_w:0.001 custom_values:[…]
+/// counter_reset_hint:gauge}}` (Prometheus' test notation): one span per
+/// side, starting at the offset.
+pub fn parse_histogram(body: &str) -> Option<FloatHistogram> {
+    let mut h = FloatHistogram::default();
+    let (mut pos, mut neg) = (Vec::new(), Vec::new());
+    let (mut pos_off, mut neg_off) = (0i32, 0i32);
+    let mut rest = body.trim();
+    let list = |v: &str| -> Option<Vec<f64>> { v.split_whitespace().map(number).collect() };
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once(':')?;
+        let after = after.trim_start();
+        let (value, next) = if let Some(inner) = after.strip_prefix('[') {
+            let end = inner.find(']')?;
+            (&inner[..end], &inner[end + 1..])
+        } else {
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        match key.trim() {
+            "schema" => h.schema = value.parse().ok()?,
+            "sum" => h.sum = number(value)?,
+            "count" => h.count = number(value)?,
+            "z_bucket" => h.zero_count = number(value)?,
+            "z_bucket_w" => h.zero_threshold = number(value)?,
+            "buckets" => pos = list(value)?,
+            "n_buckets" => neg = list(value)?,
+            "offset" => pos_off = value.parse().ok()?,
+            "n_offset" => neg_off = value.parse().ok()?,
+            "custom_values" => h.custom_values = list(value)?,
+            "counter_reset_hint" => {
+                h.hint = match value {
+                    "unknown" => CounterResetHint::Unknown,
+                    "reset" => CounterResetHint::CounterReset,
+                    "not_reset" => CounterResetHint::NotCounterReset,
+                    "gauge" => CounterResetHint::Gauge,
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
+        rest = next.trim_start();
+    }
+    let span = |off: i32, n: usize| {
+        if n == 0 {
+            Vec::new()
+        } else {
+            vec![Span {
+                offset: off,
+                length: n as u32,
+            }]
+        }
+    };
+    h.positive_spans = span(pos_off, pos.len());
+    h.negative_spans = span(neg_off, neg.len());
+    h.positive_buckets = pos;
+    h.negative_buckets = neg;
+    Some(h)
+}
+
+/// `{{…}}`, `{{…}}x<n>`, `{{…}}+{{…}}x<n>` or `{{…}}-{{…}}x<n>`.
+fn expand_histograms(tok: &str, out: &mut Vec<Point>) -> Option<()> {
+    let first_end = tok.find("}}")?;
+    let base = parse_histogram(tok.get(2..first_end)?)?;
+    let rest = &tok[first_end + 2..];
+    if rest.is_empty() {
+        out.push(Point::Histogram(Box::new(base)));
+        return Some(());
+    }
+    if let Some(n) = rest.strip_prefix('x') {
+        let n: usize = n.parse().ok()?;
+        for _ in 0..=n {
+            out.push(Point::Histogram(Box::new(base.clone())));
+        }
+        return Some(());
+    }
+    let negate = rest.starts_with('-');
+    let inc_tok = rest.get(1..)?;
+    let inc_end = inc_tok.rfind("}}")?;
+    let inc = parse_histogram(inc_tok.get(2..inc_end)?)?;
+    let n: usize = inc_tok[inc_end + 2..].strip_prefix('x')?.parse().ok()?;
+    let mut cur = base;
+    out.push(Point::Histogram(Box::new(cur.clone())));
+    for _ in 0..n {
+        let done = if negate { cur.sub(&inc) } else { cur.add(&inc) };
+        done.ok()?;
+        out.push(Point::Histogram(Box::new(cur.clone())));
+    }
+    Some(())
+}
+
 fn expand(tok: &str, out: &mut Vec<Point>) -> Option<()> {
     if tok.starts_with("{{") {
-        let times = match tok.rfind("}}") {
-            Some(end) => match tok[end + 2..].strip_prefix('x') {
-                Some(n) => n.parse::<usize>().ok()? + 1,
-                None => 1,
-            },
-            None => return None,
-        };
-        out.extend(std::iter::repeat_n(Point::Histogram, times));
-        return Some(());
+        return expand_histograms(tok, out);
     }
     if tok == "_" {
         out.push(Point::Omitted);
@@ -567,39 +658,71 @@ pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
         .map(|(i, s)| (&s.labels, i))
         .collect();
     for (i, s) in series.iter().enumerate() {
-        // Native histograms cannot be loaded; evals that read them are
-        // skipped (see `skip_reason`).
-        if last.get(&s.labels) != Some(&i) || s.points.contains(&Point::Histogram) {
+        if last.get(&s.labels) != Some(&i) {
             continue;
         }
-        let pts: Vec<pb::Sample> = s
-            .points
+        let labels: Vec<pb::Label> = s
+            .labels
             .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match p {
-                Point::Float(v) => Some(pb::Sample {
-                    value: *v,
-                    timestamp: i as i64 * step_ms,
-                }),
-                _ => None,
+            .map(|(n, v)| pb::Label {
+                name: n.clone(),
+                value: v.clone(),
             })
             .collect();
-        if pts.is_empty() {
+        // Floats and histograms go in runs of one kind, each in a request
+        // of its own, in time order: a server may store a request's floats
+        // before its histograms (Sluice does), which would put a histogram
+        // before a later float out of order.
+        let mut runs = Vec::new();
+        let mut run = pb::TimeSeries {
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        for (k, p) in s.points.iter().enumerate() {
+            let timestamp = k as i64 * step_ms;
+            match p {
+                Point::Float(value) => {
+                    if !run.histograms.is_empty() {
+                        runs.push(std::mem::replace(
+                            &mut run,
+                            pb::TimeSeries {
+                                labels: labels.clone(),
+                                ..Default::default()
+                            },
+                        ));
+                    }
+                    run.samples.push(pb::Sample {
+                        value: *value,
+                        timestamp,
+                    });
+                }
+                Point::Histogram(h) => {
+                    if !run.samples.is_empty() {
+                        runs.push(std::mem::replace(
+                            &mut run,
+                            pb::TimeSeries {
+                                labels: labels.clone(),
+                                ..Default::default()
+                            },
+                        ));
+                    }
+                    run.histograms.push(wire_histogram(h, timestamp));
+                }
+                Point::Omitted => continue,
+            }
+            samples += 1;
+        }
+        if !run.samples.is_empty() || !run.histograms.is_empty() {
+            runs.push(run);
+        }
+        if runs.len() > 1 {
+            if !batch.is_empty() {
+                bodies.push(crate::common::body(std::mem::take(&mut batch)));
+            }
+            bodies.extend(runs.into_iter().map(|r| crate::common::body(vec![r])));
             continue;
         }
-        samples += pts.len();
-        batch.push(pb::TimeSeries {
-            labels: s
-                .labels
-                .iter()
-                .map(|(n, v)| pb::Label {
-                    name: n.clone(),
-                    value: v.clone(),
-                })
-                .collect(),
-            samples: pts,
-            ..Default::default()
-        });
+        batch.extend(runs);
         if samples > 20_000 {
             bodies.push(crate::common::body(std::mem::take(&mut batch)));
             samples = 0;
@@ -609,6 +732,33 @@ pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
         bodies.push(crate::common::body(batch));
     }
     bodies
+}
+
+/// A float histogram as remote write 1.0 carries it.
+fn wire_histogram(h: &FloatHistogram, timestamp: i64) -> pb::Histogram {
+    let spans = |s: &[Span]| -> Vec<pb::BucketSpan> {
+        s.iter()
+            .map(|s| pb::BucketSpan {
+                offset: s.offset,
+                length: s.length,
+            })
+            .collect()
+    };
+    pb::Histogram {
+        count: Some(pb::histogram::Count::CountFloat(h.count)),
+        sum: h.sum,
+        schema: h.schema,
+        zero_threshold: h.zero_threshold,
+        zero_count: Some(pb::histogram::ZeroCount::ZeroCountFloat(h.zero_count)),
+        negative_spans: spans(&h.negative_spans),
+        negative_counts: h.negative_buckets.clone(),
+        positive_spans: spans(&h.positive_spans),
+        positive_counts: h.positive_buckets.clone(),
+        reset_hint: i32::from(h.hint.number()),
+        timestamp,
+        custom_values: h.custom_values.clone(),
+        ..Default::default()
+    }
 }
 
 /// What a server answered to one query.
@@ -704,6 +854,71 @@ pub fn almost_equal(a: f64, b: f64) -> bool {
     sluice::promql::stats::almost_equal(a, b, 1e-6)
 }
 
+/// A value in an answer: a float, or a histogram in the API's JSON.
+#[derive(Clone, Debug)]
+pub enum Got {
+    F(f64),
+    H(Value),
+}
+
+impl std::fmt::Display for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Got::F(v) => write!(f, "{v}"),
+            Got::H(h) => write!(f, "{h}"),
+        }
+    }
+}
+
+fn parse_num(s: &str) -> Option<f64> {
+    match s {
+        "NaN" => Some(f64::NAN),
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        s => s.parse().ok(),
+    }
+}
+
+/// Whether the API's histogram `got` is `want`: count and sum, and the
+/// non-empty buckets with their boundary rules, bounds and counts.
+fn histogram_matches(want: &FloatHistogram, got: &Value) -> bool {
+    let num = |v: &Value| v.as_str().and_then(parse_num).unwrap_or(f64::NAN);
+    if !almost_equal(want.count, num(&got["count"])) || !almost_equal(want.sum, num(&got["sum"])) {
+        return false;
+    }
+    let want: Vec<_> = want
+        .all_buckets()
+        .into_iter()
+        .filter(|b| b.count != 0.0)
+        .collect();
+    let got = got["buckets"].as_array().cloned().unwrap_or_default();
+    want.len() == got.len()
+        && want.iter().zip(&got).all(|(w, g)| {
+            g[0].as_u64() == Some(u64::from(w.boundary_rule()))
+                && almost_equal(w.lower, num(&g[1]))
+                && almost_equal(w.upper, num(&g[2]))
+                && almost_equal(w.count, num(&g[3]))
+        })
+}
+
+fn point_matches(want: &Point, got: &Got) -> bool {
+    match (want, got) {
+        (Point::Float(w), Got::F(g)) => almost_equal(*w, *g),
+        (Point::Histogram(w), Got::H(g)) => histogram_matches(w, g),
+        _ => false,
+    }
+}
+
+fn got_of(v: &Value, histogram: bool) -> Result<(i64, Got), String> {
+    if !histogram {
+        return value_of(v).map(|(t, f)| (t, Got::F(f)));
+    }
+    let t = v[0]
+        .as_f64()
+        .ok_or_else(|| format!("no timestamp in {v}"))?;
+    Ok(((t * 1000.0).round() as i64, Got::H(v[1].clone())))
+}
+
 fn value_of(v: &Value) -> Result<(i64, f64), String> {
     let t = v[0]
         .as_f64()
@@ -746,7 +961,7 @@ fn show(l: &Labels) -> String {
 
 /// A result as one vector of (labels, value): an instant query's answer,
 /// or the step at `t_ms` of a range query's.
-type Flat = Vec<(Labels, f64)>;
+type Flat = Vec<(Labels, Got)>;
 
 fn compare_vector(e: &Eval, got: &Flat, scalar: bool) -> Result<(), String> {
     match &e.expected {
@@ -757,7 +972,10 @@ fn compare_vector(e: &Eval, got: &Flat, scalar: bool) -> Result<(), String> {
                     got.len()
                 ));
             }
-            let v = got.first().map_or(f64::NAN, |g| g.1);
+            let v = match got.first() {
+                Some((_, Got::F(v))) => *v,
+                _ => f64::NAN,
+            };
             if !almost_equal(*want, v) {
                 return Err(format!("expected scalar {want} but got {v}"));
             }
@@ -784,7 +1002,7 @@ fn compare_vector(e: &Eval, got: &Flat, scalar: bool) -> Result<(), String> {
                     ));
                 }
                 match want[k].points.first() {
-                    Some(Point::Float(w)) if almost_equal(*w, *v) => {}
+                    Some(w) if point_matches(w, v) => {}
                     w => return Err(format!("expected {w:?} for {} but got {v}", show(labels))),
                 }
                 seen[k] = true;
@@ -805,17 +1023,24 @@ fn flat_instant(data: &Value) -> Result<(Flat, bool), String> {
         Some("vector") => {
             let mut out = Vec::new();
             for s in data["result"].as_array().into_iter().flatten() {
-                out.push((labels_of(&s["metric"]), value_of(&s["value"])?.1));
+                let got = match s.get("histogram") {
+                    Some(h) => got_of(h, true)?.1,
+                    None => got_of(&s["value"], false)?.1,
+                };
+                out.push((labels_of(&s["metric"]), got));
             }
             Ok((out, false))
         }
-        Some("scalar") => Ok((vec![(Labels::new(), value_of(&data["result"])?.1)], true)),
+        Some("scalar") => Ok((
+            vec![(Labels::new(), Got::F(value_of(&data["result"])?.1))],
+            true,
+        )),
         other => Err(format!("unexpected result type {other:?}")),
     }
 }
 
 /// A range query's series: labels and (time, value) points.
-type Matrix = Vec<(Labels, Vec<(i64, f64)>)>;
+type Matrix = Vec<(Labels, Vec<(i64, Got)>)>;
 
 fn matrix(data: &Value) -> Result<Matrix, String> {
     if data["resultType"] != "matrix" {
@@ -825,17 +1050,18 @@ fn matrix(data: &Value) -> Result<Matrix, String> {
     for s in data["result"].as_array().into_iter().flatten() {
         let mut pts = Vec::new();
         for v in s["values"].as_array().into_iter().flatten() {
-            pts.push(value_of(v)?);
+            pts.push(got_of(v, false)?);
         }
-        if s.get("histograms").is_some() {
-            return Err("a native histogram in the result".into());
+        for v in s["histograms"].as_array().into_iter().flatten() {
+            pts.push(got_of(v, true)?);
         }
+        pts.sort_by_key(|p| p.0);
         out.push((labels_of(&s["metric"]), pts));
     }
     Ok(out)
 }
 
-fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, f64)>)]) -> Result<(), String> {
+fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, Got)>)]) -> Result<(), String> {
     let Kind::Range {
         start_ms, step_ms, ..
     } = e.kind
@@ -863,14 +1089,12 @@ fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, f64)>)]) -> Result<(), Str
             ));
         };
         seen[k] = true;
-        let expected: Vec<(i64, f64)> = want[k]
+        let expected: Vec<(i64, &Point)> = want[k]
             .points
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| match p {
-                Point::Float(v) => Some((start_ms + i as i64 * step_ms, *v)),
-                _ => None,
-            })
+            .filter(|(_, p)| **p != Point::Omitted)
+            .map(|(i, p)| (start_ms + i as i64 * step_ms, p))
             .collect();
         if expected.len() != pts.len() {
             return Err(format!(
@@ -880,9 +1104,9 @@ fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, f64)>)]) -> Result<(), Str
             ));
         }
         for ((et, ev), (gt, gv)) in expected.iter().zip(pts) {
-            if et != gt || !almost_equal(*ev, *gv) {
+            if et != gt || !point_matches(ev, gv) {
                 return Err(format!(
-                    "expected ({et}, {ev}) for {}, got ({gt}, {gv}) in {pts:?}",
+                    "expected ({et}, {ev:?}) for {}, got ({gt}, {gv}) in {pts:?}",
                     show(labels)
                 ));
             }
@@ -966,7 +1190,7 @@ pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<
             let mut at_t = Vec::new();
             for (labels, pts) in m {
                 if let Some((_, v)) = pts.iter().find(|(t, _)| *t == t_ms) {
-                    at_t.push((labels, *v));
+                    at_t.push((labels, v.clone()));
                 }
             }
             if e.ordered {
@@ -978,9 +1202,11 @@ pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<
 }
 
 /// Why an eval is not run: it needs what this runner or the server under
-/// test leaves aside. `histogram_names` are the metric names that have
-/// native histogram samples since the last `clear`: an eval that names one,
-/// or selects by `__name__`, reads them.
+/// test leaves aside. `histogram_names` are the metric names that
+/// Prometheus' test engine would also hold as native histograms with
+/// custom buckets (a `load_with_nhcb` of classic buckets, which a server
+/// does not convert) since the last `clear`: an eval that names one, or
+/// selects by `__name__`, reads them.
 pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'static str> {
     // A selector without a metric name (`{job="a"}`) may match them too.
     let nameless = regex::Regex::new(r"(^|[^a-zA-Z0-9_:\s])\s*\{").expect("valid regex");
@@ -990,12 +1216,7 @@ pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'sta
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
             .any(|w| histogram_names.contains(w));
     if names_one {
-        return Some("native histograms");
-    }
-    if let Expected::Series(s) = &e.expected {
-        if s.iter().any(|s| s.points.contains(&Point::Histogram)) {
-            return Some("native histograms");
-        }
+        return Some("classic histograms converted to native (load_with_nhcb)");
     }
     // Arithmetic in a range or offset (`[2m*15]`, `offset (1 + 2)`) is
     // behind Prometheus' `promql-duration-expr` flag.

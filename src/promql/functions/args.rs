@@ -6,6 +6,7 @@ use std::sync::Arc;
 use promql_parser::parser::{Call, Expr};
 
 use crate::histogram::FloatHistogram;
+use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::value::{drop_name, Hist, Labels, Name, Sample, Series, Value};
 use crate::promql::QueryError;
@@ -86,6 +87,30 @@ pub(crate) fn over_range_with(
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
     if let Some(Expr::MatrixSelector(m)) = arg(call, 0) {
+        let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
+        if ctx.has_histograms(&m.vs, range)? {
+            // A function of floats: windows of histograms alone give
+            // nothing, and mixed ones their floats, with an info.
+            let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
+            ctx.mixed_windows(&m.vs, &m.range, t, |s, floats, hists| {
+                if floats.is_empty() {
+                    return;
+                }
+                if !hists.is_empty() {
+                    ctx.annotate(Annotation::HistogramIgnoredInMixedRange(metric_name(
+                        &s.labels,
+                    )));
+                }
+                if let Some(v) = f(floats, range, at) {
+                    let labels = match name {
+                        Name::Keep => &s.labels,
+                        Name::Drop => &s.unnamed,
+                    };
+                    out.push(Sample::float(Arc::clone(labels), v));
+                }
+            })?;
+            return Ok(Value::Vector(out));
+        }
         // In a range query, every step at once (see `Ctx::range_table`),
         // unless a further argument (predict_linear's horizon) can change
         // from step to step: the table would keep the first step's.
@@ -114,6 +139,14 @@ pub(crate) fn over_range_with(
     } else {
         let (series, range, at) = matrix_arg(ctx, call, t)?;
         for s in series {
+            if s.points.is_empty() {
+                continue;
+            }
+            if !s.histograms.is_empty() {
+                ctx.annotate(Annotation::HistogramIgnoredInMixedRange(metric_name(
+                    &s.labels,
+                )));
+            }
             if let Some(v) = f(&s.points, range, at) {
                 let labels = match name {
                     Name::Keep => s.labels,
@@ -124,6 +157,14 @@ pub(crate) fn over_range_with(
         }
     }
     Ok(Value::Vector(out))
+}
+
+/// The metric name in `labels` (empty when there is none).
+pub(crate) fn metric_name(labels: &[crate::storage::labels::Label]) -> &str {
+    labels
+        .iter()
+        .find(|l| l.name == "__name__")
+        .map_or("", |l| l.value.as_str())
 }
 
 /// One series' window, for a range function that reads histograms too.
@@ -143,10 +184,20 @@ pub(crate) struct Window<'a> {
 impl Window<'_> {
     /// The series' metric name.
     pub fn name(&self) -> &str {
-        self.labels
+        metric_name(self.labels)
+    }
+
+    /// The window's samples in time order: `(t, Some(h))` for histograms,
+    /// `(t, None)` with the float's index for floats.
+    pub fn merged(&self) -> Vec<(i64, Result<&Hist, f64>)> {
+        let mut all: Vec<(i64, Result<&Hist, f64>)> = self
+            .floats
             .iter()
-            .find(|l| l.name == "__name__")
-            .map_or("", |l| l.value.as_str())
+            .map(|&(t, v)| (t, Err(v)))
+            .chain(self.hists.iter().map(|(t, h)| (*t, Ok(h))))
+            .collect();
+        all.sort_by_key(|x| x.0);
+        all
     }
 }
 

@@ -67,17 +67,35 @@ pub(super) fn clamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryEr
     if lo > hi {
         return Ok(Value::Vector(Vec::new()));
     }
-    map_vector(ctx, call, t, move |v| v.max(lo).min(hi))
+    map_vector(ctx, call, t, move |v| go_max(lo, go_min(hi, v)))
+}
+
+/// Go's `math.Max`: NaN when either is NaN (Rust's `max` takes the other).
+fn go_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// Go's `math.Min`: NaN when either is NaN.
+fn go_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
 }
 
 pub(super) fn clamp_min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let lo = scalar_arg(ctx, call, 1, t)?;
-    map_vector(ctx, call, t, move |v| v.max(lo))
+    map_vector(ctx, call, t, move |v| go_max(lo, v))
 }
 
 pub(super) fn clamp_max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     let hi = scalar_arg(ctx, call, 1, t)?;
-    map_vector(ctx, call, t, move |v| v.min(hi))
+    map_vector(ctx, call, t, move |v| go_min(hi, v))
 }
 
 pub(super) fn pi(_: &Ctx<'_>, _: &Call, _: i64) -> Result<Value, QueryError> {
@@ -93,19 +111,33 @@ pub(super) fn vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
 }
 
 pub(super) fn scalar(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    // The one float element; histograms do not count.
     let v = ctx.eval_vector(&call.args.args[0], t)?;
-    Ok(Value::Scalar(if v.len() == 1 { v[0].v } else { f64::NAN }))
+    let mut floats = v.iter().filter(|s| s.h.is_none());
+    Ok(Value::Scalar(match (floats.next(), floats.next()) {
+        (Some(s), None) => s.v,
+        _ => f64::NAN,
+    }))
 }
 
 pub(super) fn sort(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    let mut v = ctx.eval_vector(&call.args.args[0], t)?;
-    v.sort_by(|a, b| a.v.total_cmp(&b.v));
-    Ok(Value::Vector(v))
+    sorted(ctx, call, t, false)
 }
 
 pub(super) fn sort_desc(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    sorted(ctx, call, t, true)
+}
+
+/// The float elements by value, NaN last either way (histograms left out).
+fn sorted(ctx: &Ctx<'_>, call: &Call, t: i64, desc: bool) -> Result<Value, QueryError> {
     let mut v = ctx.eval_vector(&call.args.args[0], t)?;
-    v.sort_by(|a, b| a.v.total_cmp(&b.v));
-    v.reverse();
+    v.retain(|s| s.h.is_none());
+    v.sort_by(|a, b| match (a.v.is_nan(), b.v.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Greater,
+        (false, true) => std::cmp::Ordering::Less,
+        _ if desc => b.v.total_cmp(&a.v),
+        _ => a.v.total_cmp(&b.v),
+    });
     Ok(Value::Vector(v))
 }

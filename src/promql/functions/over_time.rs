@@ -130,7 +130,17 @@ pub(super) fn last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
 
 /// `first_over_time` (experimental): keeps the name, as `last_over_time`.
 pub(super) fn first(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Keep, |p, _, _| p.first().map(|x| x.1))
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Keep,
+        |p, _, _| p.first().map(|x| x.1),
+        |w| match w.merged().first()? {
+            (_, Ok(h)) => Some(Out::H(crate::histogram::FloatHistogram::clone(h))),
+            (_, Err(v)) => Some(Out::F(*v)),
+        },
+    )
 }
 
 /// The time of a sample, in seconds.
@@ -140,16 +150,26 @@ fn secs(t: i64) -> f64 {
 
 /// `ts_of_first_over_time` (experimental).
 pub(super) fn ts_of_first(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        p.first().map(|x| secs(x.0))
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| p.first().map(|x| secs(x.0)),
+        |w| w.merged().first().map(|x| Out::F(secs(x.0))),
+    )
 }
 
 /// `ts_of_last_over_time` (experimental).
 pub(super) fn ts_of_last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        p.last().map(|x| secs(x.0))
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| p.last().map(|x| secs(x.0)),
+        |w| w.merged().last().map(|x| Out::F(secs(x.0))),
+    )
 }
 
 /// The time of the sample `better` picks over the one kept so far; a NaN
@@ -270,7 +290,13 @@ pub(super) fn quantile_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<V
     Ok(Value::Vector(
         series
             .into_iter()
+            .filter(|s| !s.points.is_empty())
             .map(|s| {
+                if !s.histograms.is_empty() {
+                    ctx.annotate(Annotation::HistogramIgnoredInMixedRange(
+                        super::args::metric_name(&s.labels),
+                    ));
+                }
                 let mut vals: Vec<f64> = s.points.iter().map(|x| x.1).collect();
                 Sample {
                     labels: drop_name(&s.labels),

@@ -407,19 +407,48 @@ pub(super) fn idelta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
 }
 
 pub(super) fn resets(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64)
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| Some(p.windows(2).filter(|w| w[1].1 < w[0].1).count() as f64),
+        // A switch between floats and histograms counts as a reset.
+        |w| {
+            let all = w.merged();
+            let n = all.windows(2).filter(|p| match (&p[0].1, &p[1].1) {
+                (Err(a), Err(b)) => b < a,
+                (Ok(a), Ok(b)) => b.detect_reset(a),
+                _ => true,
+            });
+            Some(Out::F(n.count() as f64))
+        },
+    )
 }
 
 pub(super) fn changes(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        Some(
-            p.windows(2)
-                .filter(|w| w[1].1 != w[0].1 && !(w[1].1.is_nan() && w[0].1.is_nan()))
-                .count() as f64,
-        )
-    })
+    over_range_mixed(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        |p, _, _| {
+            Some(
+                p.windows(2)
+                    .filter(|w| w[1].1 != w[0].1 && !(w[1].1.is_nan() && w[0].1.is_nan()))
+                    .count() as f64,
+            )
+        },
+        |w| {
+            let all = w.merged();
+            let n = all.windows(2).filter(|p| match (&p[0].1, &p[1].1) {
+                (Err(a), Err(b)) => b != a && !(a.is_nan() && b.is_nan()),
+                (Ok(a), Ok(b)) => !b.same_as(a),
+                _ => true,
+            });
+            Some(Out::F(n.count() as f64))
+        },
+    )
 }
 
 pub(super) fn deriv(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
