@@ -231,11 +231,10 @@ settings! {
     otlp_delta_to_cumulative: bool = false;
     /// Store OTLP exponential histograms as classic `_bucket`/`_sum`/`_count`
     /// series (one series per bucket, a new set whenever the SDK rescales)
-    /// instead of native histograms. On until PromQL reads native
-    /// histograms, so that they stay queryable; `=false` stores them
-    /// natively [default: true].
+    /// instead of native histograms, for dashboards written against
+    /// classic buckets [default: false].
     #[arg(num_args = 0..=1, default_missing_value = "true")]
-    otlp_exponential_histograms_as_classic: bool = true;
+    otlp_exponential_histograms_as_classic: bool = false;
     /// When a write is acknowledged: `always` (after its WAL records are
     /// fsynced; concurrent writes share one fsync) or `interval=<duration>`
     /// (once written; fsynced at least that often, so a crash of the machine

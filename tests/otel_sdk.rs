@@ -59,6 +59,13 @@ async fn query(addr: std::net::SocketAddr, q: &str) -> Vec<(Series, f64)> {
         .collect()
 }
 
+/// The labels of a series of `instance` once a function drops the name.
+fn series_unnamed(instance: &str) -> Series {
+    let mut l = series(instance, "x", &[]);
+    l.remove("__name__");
+    l
+}
+
 fn series(instance: &str, name: &str, extra: &[(&str, &str)]) -> Series {
     let mut l: Series = [
         ("__name__", name),
@@ -195,6 +202,33 @@ async fn sdk_lands(classic: bool) {
             assert!(query(srv.addr, &sel("payload_size_bytes_bucket"))
                 .await
                 .is_empty());
+            // And PromQL reads it.
+            assert_eq!(
+                query(
+                    srv.addr,
+                    &format!("histogram_count({})", sel("payload_size_bytes"))
+                )
+                .await,
+                vec![(series_unnamed(inst), 3.0)]
+            );
+            assert_eq!(
+                query(
+                    srv.addr,
+                    &format!("histogram_sum({})", sel("payload_size_bytes"))
+                )
+                .await,
+                vec![(series_unnamed(inst), 3300.0)]
+            );
+            let median = query(
+                srv.addr,
+                &format!("histogram_quantile(0.5, {})", sel("payload_size_bytes")),
+            )
+            .await;
+            // The middle observation is 200: the estimate lies in its bucket.
+            assert!(
+                median.len() == 1 && median[0].1 > 200.0 / base && median[0].1 <= 200.0 * base,
+                "{median:?}"
+            );
         }
 
         // target_info: the non-identifying resource attributes.

@@ -21,7 +21,9 @@ pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         .into_iter()
         .map(|s| {
             let h = s.h.as_deref().map_or(f64::NAN, |h| {
-                super::native::quantile(ctx, q, h, metric_name(&s.labels))
+                // A Prometheus server (without delayed name removal) has
+                // dropped the name before it names the metric: "".
+                super::native::quantile(ctx, q, h, "")
             });
             Sample::float(without_metadata(s.labels.to_vec()), h)
         })
@@ -77,7 +79,7 @@ pub(super) fn fraction(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         .into_iter()
         .map(|s| {
             let f = s.h.as_deref().map_or(f64::NAN, |h| {
-                super::native::fraction(ctx, lower, upper, h, metric_name(&s.labels))
+                super::native::fraction(ctx, lower, upper, h, "")
             });
             Sample::float(without_metadata(s.labels.to_vec()), f)
         })
