@@ -289,6 +289,56 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
     println!(
         "{protocol}: {compared} answers as Prometheus 3.5.3 gives them; {with_data} with data, {with_histograms} with histograms"
     );
+    // Sluice's own latency histograms, scraped by that Prometheus over
+    // protobuf (native histograms on), are native histograms on both
+    // sides and answer the same queries the same.
+    let (own, _, own_histograms) = differential(
+        &paddr,
+        &srv.addr.to_string(),
+        "sluice_http_request_duration_seconds",
+        at,
+        range,
+    )
+    .await;
+    println!(
+        "{protocol}: Sluice's own latency: {own} answers equal, {own_histograms} with histograms"
+    );
+    assert!(own_histograms >= 40, "{own_histograms} of {own}");
+    // The overview dashboard's heatmap of that latency shows cells.
+    let overview: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("dashboards/sluice-overview.json"),
+        )
+        .expect("the overview dashboard"),
+    )
+    .expect("JSON");
+    let heatmap = overview["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["type"] == "heatmap")
+        .expect("a heatmap panel");
+    let expr = heatmap["targets"][0]["expr"]
+        .as_str()
+        .expect("expr")
+        .replace("$job", ".*")
+        .replace("$__rate_interval", "5s");
+    let params = [
+        ("query", expr.clone()),
+        ("start", format!("{:.3}", range.0)),
+        ("end", format!("{:.3}", range.1)),
+        ("step", "1".to_owned()),
+    ];
+    let ours = common::api_json(&format!("http://{}/api/v1/query_range", srv.addr), &params).await;
+    let theirs = common::api_json(&format!("http://{paddr}/api/v1/query_range"), &params).await;
+    same_answer(&theirs, &ours).unwrap_or_else(|e| panic!("{expr}: {e}"));
+    assert!(
+        ours["data"]["result"][0]["histograms"]
+            .as_array()
+            .is_some_and(|h| h.len() >= 3),
+        "{expr}: {ours}"
+    );
     // Not a comparison of empty answers: only the five queries that drop
     // histograms (`max`, `topk`, `> 1`, `+ 1`, `max_over_time`) are empty.
     assert!(with_data >= compared - 10, "{with_data} of {compared}");

@@ -45,6 +45,12 @@ pub enum Mode {
     /// labels as references (what Prometheus 3 sends with
     /// `protobuf_message: io.prometheus.write.v2.Request`).
     Rw2,
+    /// The steady load with a native histogram (integer counts, schema
+    /// 3, 12 positive buckets and a zero bucket, growing as a latency
+    /// histogram does) in place of every float sample: remote-write 1.0
+    /// `TimeSeries.histograms`, as Prometheus 3 sends a scraped native
+    /// histogram with `send_native_histograms: true`.
+    Histograms,
 }
 
 impl std::str::FromStr for Mode {
@@ -56,6 +62,7 @@ impl std::str::FromStr for Mode {
             "backfill" => Ok(Mode::Backfill),
             "otlp" => Ok(Mode::Otlp),
             "rw2" => Ok(Mode::Rw2),
+            "histograms" => Ok(Mode::Histograms),
             _ => Err(format!(
                 "unknown mode {s:?}: steady, churn, backfill, otlp or rw2"
             )),
@@ -71,6 +78,7 @@ impl fmt::Display for Mode {
             Mode::Backfill => "backfill",
             Mode::Otlp => "otlp",
             Mode::Rw2 => "rw2",
+            Mode::Histograms => "histograms",
         })
     }
 }
@@ -311,6 +319,64 @@ fn put_series(out: &mut Vec<u8>, labels: &[u8], samples: &[(i64, f64)], scratch:
     put_len_field(out, 1, scratch);
 }
 
+/// Series `i`'s native histogram at step `k`: 12 buckets from an offset
+/// of its own, each gaining a few observations per step, and a zero
+/// bucket gaining one.
+pub fn histogram_at(i: usize, k: usize) -> sluice::histogram::Histogram {
+    use sluice::histogram::{Histogram, Span};
+    const BUCKETS: usize = 12;
+    let mut counts = [0u64; BUCKETS];
+    for (j, c) in counts.iter_mut().enumerate() {
+        let h = mix(((i as u64) << 8) | j as u64);
+        *c = h % 50 + (k as u64) * ((h >> 8) % 5);
+    }
+    let zero = k as u64;
+    let count = zero + counts.iter().sum::<u64>();
+    let mut prev = 0i64;
+    let deltas = counts
+        .iter()
+        .map(|&c| {
+            let d = c as i64 - prev;
+            prev = c as i64;
+            d
+        })
+        .collect();
+    Histogram {
+        schema: 3,
+        zero_threshold: 2f64.powi(-128),
+        zero_count: zero,
+        count,
+        sum: count as f64 * 0.0125,
+        positive_spans: vec![Span {
+            offset: (mix(i as u64) % 24) as i32 - 40,
+            length: BUCKETS as u32,
+        }],
+        positive_buckets: deltas,
+        ..Default::default()
+    }
+}
+
+/// Appends a TimeSeries with `labels` and a native histogram per point:
+/// `k` is the step of each (the histogram's growth).
+fn put_histogram_series(
+    out: &mut Vec<u8>,
+    i: usize,
+    labels: &[u8],
+    points: &[(i64, usize)],
+    scratch: &mut Vec<u8>,
+) {
+    scratch.clear();
+    scratch.extend_from_slice(labels);
+    let mut msg = Vec::with_capacity(128);
+    for &(t, k) in points {
+        msg.clear();
+        let h = sluice::histogram::HistSample::Int(histogram_at(i, k));
+        sluice::ingest::histogram_wire::encode(t, &h, &mut msg);
+        put_len_field(scratch, 4, &msg);
+    }
+    put_len_field(out, 1, scratch);
+}
+
 /// One sample of the load: series, timestamp, value.
 type Point = (usize, i64, f64);
 
@@ -365,6 +431,31 @@ fn connection_requests(w: &Workload, c: usize) -> Vec<Vec<Point>> {
             req
         })
         .collect()
+}
+
+/// The points as remote-write 1.0 histograms: the step is read back from
+/// the timestamp.
+fn remote_write_histograms_body(
+    points: &[Point],
+    w: &Workload,
+    labels: &dyn Fn(usize) -> Vec<u8>,
+) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(points.len() * 200);
+    let mut scratch = Vec::with_capacity(4096);
+    let mut run: Vec<(i64, usize)> = Vec::new();
+    let mut k = 0;
+    while k < points.len() {
+        let i = points[k].0;
+        run.clear();
+        while k < points.len() && points[k].0 == i {
+            let t = points[k].1;
+            let step = ((t - w.start_ms) / w.interval_ms.max(1)) as usize;
+            run.push((t, step));
+            k += 1;
+        }
+        put_histogram_series(&mut raw, i, &labels(i), &run, &mut scratch);
+    }
+    raw
 }
 
 fn remote_write_body(points: &[Point], labels: &dyn Fn(usize) -> Vec<u8>) -> Vec<u8> {
@@ -534,6 +625,9 @@ pub fn encode(w: &Workload) -> Encoded {
                     }
                     Mode::Rw2 => snap::raw::Encoder::new()
                         .compress_vec(&remote_write_2_body(points))
+                        .unwrap_or_default(),
+                    Mode::Histograms => snap::raw::Encoder::new()
+                        .compress_vec(&remote_write_histograms_body(points, w, &labels))
                         .unwrap_or_default(),
                     _ => {
                         let raw = remote_write_body(points, &labels);
@@ -855,6 +949,41 @@ mod tests {
             .decompress_vec(&body.bytes)
             .expect("snappy");
         WriteRequest::decode(raw.as_slice()).expect("protobuf")
+    }
+
+    /// The histogram load carries one valid native histogram per point,
+    /// each series' counts never falling from step to step.
+    #[test]
+    fn histograms_are_valid_and_grow() {
+        let w = small(Mode::Histograms);
+        let enc = encode(&w);
+        let mut seen = 0;
+        let mut last: std::collections::HashMap<String, (i64, u64)> = Default::default();
+        for bodies in &enc.per_connection {
+            for body in bodies {
+                let req = decode_rw(body);
+                for ts in req.timeseries {
+                    assert!(ts.samples.is_empty());
+                    let key = format!("{:?}", ts.labels);
+                    for h in ts.histograms {
+                        seen += 1;
+                        let mut raw = Vec::new();
+                        prost::Message::encode(&h, &mut raw).expect("encodes");
+                        let wire = sluice::ingest::histogram_wire::decode(&raw).expect("decodes");
+                        wire.validate().expect("a valid histogram");
+                        let (t, sample) = wire.into_sample();
+                        let sluice::histogram::HistSample::Int(h) = sample else {
+                            panic!("an integer histogram");
+                        };
+                        if let Some(&(pt, pc)) = last.get(&key) {
+                            assert!(t > pt && h.count >= pc);
+                        }
+                        last.insert(key.clone(), (t, h.count));
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, w.series * w.samples);
     }
 
     /// Every series gets every step exactly once, in time order per

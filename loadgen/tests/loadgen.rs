@@ -53,7 +53,10 @@ async fn stored(addr: std::net::SocketAddr, selector: &str) -> (f64, f64) {
     let raw = common::api_json(&url, &[("query", format!("{selector}[1h]"))]).await;
     let samples = raw["data"]["result"].as_array().map_or(0, |a| {
         a.iter()
-            .map(|s| s["values"].as_array().map_or(0, Vec::len))
+            .map(|s| {
+                s["values"].as_array().map_or(0, Vec::len)
+                    + s["histograms"].as_array().map_or(0, Vec::len)
+            })
             .sum::<usize>()
     });
     (q(format!("count({selector})")).await, samples as f64)
@@ -71,7 +74,7 @@ async fn every_mode_is_accepted_in_full_and_queryable() {
         "--connections",
         "3",
     ];
-    for mode in ["steady", "churn", "backfill", "otlp"] {
+    for mode in ["steady", "churn", "backfill", "otlp", "histograms"] {
         let srv = common::start(Config::default()).await;
         let addr = srv.addr;
         let mut args = small.to_vec();

@@ -19,17 +19,32 @@ pub(super) async fn ready() -> &'static str {
     "Sluice is Ready.\n"
 }
 
-/// `GET /metrics`: self-metrics, in OpenMetrics when the scraper asks for
-/// it, else in the Prometheus text format 0.0.4.
+/// `GET /metrics`: self-metrics in the Prometheus protobuf format when the
+/// scraper puts it first (Prometheus does with native histograms on: the
+/// latency histograms are native there), else in OpenMetrics when it asks
+/// for that, else in the Prometheus text format 0.0.4.
 pub(super) async fn metrics(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> impl IntoResponse {
-    let wants_om = headers
+) -> axum::response::Response {
+    let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/openmetrics-text"));
+        .unwrap_or_default();
     let m = &state.inner.metrics;
+    if first_choice_is_protobuf(accept) {
+        if let Some(body) = m.encode_protobuf() {
+            return (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
+                )],
+                body,
+            )
+                .into_response();
+        }
+    }
+    let wants_om = accept.contains("application/openmetrics-text");
     if wants_om {
         (
             [(
@@ -38,6 +53,7 @@ pub(super) async fn metrics(
             )],
             m.encode_openmetrics(),
         )
+            .into_response()
     } else {
         (
             [(
@@ -46,7 +62,33 @@ pub(super) async fn metrics(
             )],
             m.encode_text(),
         )
+            .into_response()
     }
+}
+
+/// Whether the media type `Accept` weighs highest is Prometheus' protobuf
+/// exposition (`application/vnd.google.protobuf;
+/// proto=io.prometheus.client.MetricFamily`).
+fn first_choice_is_protobuf(accept: &str) -> bool {
+    let mut best: Option<(f64, bool)> = None;
+    for part in accept.split(',') {
+        let mut params = part.split(';').map(str::trim);
+        let media = params.next().unwrap_or_default();
+        let mut q = 1.0;
+        let mut proto_ok = true;
+        for p in params {
+            if let Some(v) = p.strip_prefix("q=") {
+                q = v.parse().unwrap_or(0.0);
+            } else if let Some(v) = p.strip_prefix("proto=") {
+                proto_ok = v == "io.prometheus.client.MetricFamily";
+            }
+        }
+        let is_proto = media == "application/vnd.google.protobuf" && proto_ok;
+        if best.is_none_or(|(bq, _)| q > bq) {
+            best = Some((q, is_proto));
+        }
+    }
+    best.is_some_and(|(q, p)| p && q > 0.0)
 }
 
 /// `GET /`: a small status page in the spirit of Prometheus' own: version,
@@ -164,4 +206,25 @@ fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_choice_is_protobuf;
+
+    #[test]
+    fn protobuf_is_served_only_when_it_weighs_highest() {
+        // What Prometheus 3 sends with native histograms on.
+        assert!(first_choice_is_protobuf(
+            "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.6,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+        ));
+        // Its default without them: OpenMetrics first.
+        assert!(!first_choice_is_protobuf(
+            "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+        ));
+        assert!(!first_choice_is_protobuf(""));
+        assert!(!first_choice_is_protobuf(
+            "application/vnd.google.protobuf;proto=other.Message"
+        ));
+    }
 }
