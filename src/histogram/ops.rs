@@ -97,7 +97,7 @@ fn from_indexed(buckets: &[(i32, f64)]) -> (Vec<Span>, Vec<f64>) {
 
 /// The index in `target` (≤ `schema`) of bucket `idx` of `schema`.
 fn target_index(idx: i32, schema: i32, target: i32) -> i32 {
-    ((idx - 1) >> (schema - target).clamp(0, 31)) + 1
+    (idx.saturating_sub(1) >> (schema - target).clamp(0, 31)) + 1
 }
 
 /// Buckets merged down to schema `target`, counts of a merged bucket summed.
@@ -291,7 +291,7 @@ impl FloatHistogram {
         'again: loop {
             let mut count = self.zero_count;
             for &(idx, c) in &positive {
-                let (lower, upper) = (self.bound(idx - 1), self.bound(idx));
+                let (lower, upper) = (self.bound(idx.saturating_sub(1)), self.bound(idx));
                 if lower >= threshold {
                     break;
                 }
@@ -304,7 +304,7 @@ impl FloatHistogram {
                 }
             }
             for &(idx, c) in &negative {
-                let (lower, upper) = (-self.bound(idx), -self.bound(idx - 1));
+                let (lower, upper) = (-self.bound(idx), -self.bound(idx.saturating_sub(1)));
                 if upper <= -threshold {
                     break;
                 }
@@ -327,14 +327,14 @@ impl FloatHistogram {
         let t = self.zero_threshold;
         let mut p = self.positive();
         for b in p.iter_mut() {
-            if self.bound(b.0 - 1) >= t {
+            if self.bound(b.0.saturating_sub(1)) >= t {
                 break;
             }
             b.1 = 0.0;
         }
         let mut n = self.negative();
         for b in n.iter_mut() {
-            if -self.bound(b.0 - 1) <= -t {
+            if -self.bound(b.0.saturating_sub(1)) <= -t {
                 break;
             }
             b.1 = 0.0;
@@ -449,7 +449,7 @@ impl FloatHistogram {
         let mut out =
             Vec::with_capacity(self.positive_buckets.len() + self.negative_buckets.len() + 1);
         for &(idx, count) in self.negative().iter().rev() {
-            let (lower, upper) = (-self.bound(idx), -self.bound(idx - 1));
+            let (lower, upper) = (-self.bound(idx), -self.bound(idx.saturating_sub(1)));
             out.push(clamp(Bucket {
                 lower,
                 upper,
@@ -468,7 +468,7 @@ impl FloatHistogram {
             });
         }
         for (idx, count) in self.positive() {
-            let (lower, upper) = (self.bound(idx - 1), self.bound(idx));
+            let (lower, upper) = (self.bound(idx.saturating_sub(1)), self.bound(idx));
             let b = if custom {
                 Bucket {
                     lower,
@@ -511,7 +511,7 @@ impl std::fmt::Display for FloatHistogram {
         };
         for &(idx, count) in self.negative().iter().rev() {
             if count != 0.0 {
-                let (lower, upper) = (-self.bound(idx), -self.bound(idx - 1));
+                let (lower, upper) = (-self.bound(idx), -self.bound(idx.saturating_sub(1)));
                 let b = Bucket {
                     lower,
                     upper,
@@ -535,7 +535,7 @@ impl std::fmt::Display for FloatHistogram {
         }
         for (idx, count) in self.positive() {
             if count != 0.0 {
-                let (lower, upper) = (self.bound(idx - 1), self.bound(idx));
+                let (lower, upper) = (self.bound(idx.saturating_sub(1)), self.bound(idx));
                 let b = Bucket {
                     lower,
                     upper,
@@ -630,6 +630,122 @@ mod tests {
         f.count = zero + pos.iter().chain(neg).map(|b| b.1).sum::<f64>();
         f.sum = f.count;
         f
+    }
+
+    use proptest::prelude::*;
+
+    /// Buckets in index order: a start, then runs with gaps between them.
+    fn buckets() -> impl Strategy<Value = Vec<(i32, f64)>> {
+        (-8i32..30, prop::collection::vec((0i32..4, 1usize..6), 0..4)).prop_flat_map(
+            |(start, runs)| {
+                let mut idx = start;
+                let mut at = Vec::new();
+                for (gap, len) in runs {
+                    idx += gap;
+                    for _ in 0..len {
+                        at.push(idx);
+                        idx += 1;
+                    }
+                }
+                let n = at.len();
+                prop::collection::vec(0u32..100, n).prop_map(move |counts| {
+                    at.iter()
+                        .zip(counts)
+                        .map(|(&i, c)| (i, f64::from(c)))
+                        .collect()
+                })
+            },
+        )
+    }
+
+    fn histogram() -> impl Strategy<Value = FloatHistogram> {
+        (-4i32..=8, prop::bool::ANY, 0u32..20, buckets(), buckets()).prop_map(
+            |(schema, wide_zero, zero, pos, neg)| {
+                let mut f = h(schema, f64::from(zero), &pos, &neg);
+                f.zero_threshold = if wide_zero { 0.01 } else { 0.001 };
+                f
+            },
+        )
+    }
+
+    /// Whether a bucket lies inside a zero bucket of width `t`: Prometheus
+    /// counts such buckets in the zero bucket (adding skips them), so
+    /// valid data has none.
+    fn inside_zero(f: &FloatHistogram, t: f64) -> bool {
+        f.positive()
+            .iter()
+            .chain(f.negative().iter())
+            .any(|&(i, _)| bounds::exponential(i, f.schema) <= t)
+    }
+
+    /// Observations in all: the zero bucket and every bucket.
+    fn total(f: &FloatHistogram) -> f64 {
+        f.zero_count
+            + f.positive_buckets
+                .iter()
+                .chain(&f.negative_buckets)
+                .sum::<f64>()
+    }
+
+    proptest! {
+        /// Adding moves observations between buckets (to a coarser schema,
+        /// into a wider zero bucket) but never loses or makes any.
+        #[test]
+        fn adding_keeps_every_observation(a in histogram(), b in histogram()) {
+            let t = a.zero_threshold.max(b.zero_threshold);
+            prop_assume!(!inside_zero(&a, t) && !inside_zero(&b, t));
+            let mut s = a.clone();
+            s.add(&b).expect("exponential histograms add");
+            prop_assert!((total(&s) - total(&a) - total(&b)).abs() < 1e-9);
+            prop_assert_eq!(s.count, a.count + b.count);
+            prop_assert_eq!(s.schema, a.schema.min(b.schema));
+        }
+
+        /// What is added can be taken away again, bucket for bucket, when
+        /// the sum keeps the first one's schema and zero bucket.
+        #[test]
+        fn subtracting_undoes_adding(a in histogram(), b in histogram()) {
+            prop_assume!(a.schema <= b.schema && a.zero_threshold == b.zero_threshold);
+            prop_assume!(!inside_zero(&a, a.zero_threshold) && !inside_zero(&b, b.zero_threshold));
+            let mut s = a.clone();
+            s.add(&b).expect("add");
+            prop_assume!(s.zero_threshold == a.zero_threshold);
+            s.sub(&b).expect("sub");
+            s.compact();
+            let mut want = a.clone();
+            want.compact();
+            prop_assert_eq!(s.positive(), want.positive());
+            prop_assert_eq!(s.negative(), want.negative());
+            prop_assert_eq!(s.zero_count, want.zero_count);
+        }
+
+        /// A counter that only grew is no reset; one that lost observations is.
+        #[test]
+        fn growth_is_no_reset_and_loss_is(a in histogram(), b in histogram()) {
+            prop_assume!(a.schema <= b.schema && a.zero_threshold == b.zero_threshold);
+            prop_assume!(!inside_zero(&a, a.zero_threshold) && !inside_zero(&b, b.zero_threshold));
+            let mut grown = a.clone();
+            grown.add(&b).expect("add");
+            prop_assume!(grown.zero_threshold == a.zero_threshold);
+            prop_assert!(!grown.detect_reset(&a));
+            if total(&b) > 0.0 {
+                prop_assert!(a.detect_reset(&grown));
+            }
+        }
+
+        /// Buckets come in ascending order, each with its bounds in order
+        /// and none overlapping the next.
+        #[test]
+        fn buckets_ascend_without_overlap(a in histogram()) {
+            prop_assume!(!inside_zero(&a, a.zero_threshold));
+            let all = a.all_buckets();
+            for b in &all {
+                prop_assert!(b.lower < b.upper, "{:?}", b);
+            }
+            for w in all.windows(2) {
+                prop_assert!(w[0].upper <= w[1].lower + 1e-12 * w[1].lower.abs(), "{:?}", w);
+            }
+        }
     }
 
     #[test]
