@@ -712,7 +712,7 @@ mod tests {
             prop_assume!(s.zero_threshold == a.zero_threshold);
             s.sub(&b).expect("sub");
             s.compact();
-            let mut want = a.clone();
+            let mut want = a;
             want.compact();
             prop_assert_eq!(s.positive(), want.positive());
             prop_assert_eq!(s.negative(), want.negative());
