@@ -281,13 +281,7 @@ pub(crate) fn map_vector(
     t: i64,
     f: impl Fn(f64) -> f64,
 ) -> Result<Value, QueryError> {
-    let Some(arg) = call.args.args.first() else {
-        return Err(QueryError::BadData(format!(
-            "{}: missing argument",
-            call.func.name
-        )));
-    };
-    let v = ctx.eval_vector(arg, t)?;
+    let v = first_vector(ctx, call, t)?;
     Ok(Value::Vector(
         v.into_iter()
             .filter(|s| s.h.is_none())
@@ -298,6 +292,17 @@ pub(crate) fn map_vector(
             })
             .collect(),
     ))
+}
+
+/// The call's first argument, an instant vector, at `t`.
+pub(crate) fn first_vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Vec<Sample>, QueryError> {
+    let Some(arg) = call.args.args.first() else {
+        return Err(QueryError::BadData(format!(
+            "{}: missing argument",
+            call.func.name
+        )));
+    };
+    ctx.eval_vector(arg, t)
 }
 
 /// Whether `e` has the same value at every evaluation time.

@@ -21,13 +21,7 @@ fn per_histogram(
     t: i64,
     f: impl Fn(&FloatHistogram) -> f64,
 ) -> Result<Value, QueryError> {
-    let Some(arg) = call.args.args.first() else {
-        return Err(QueryError::BadData(format!(
-            "{}: missing argument",
-            call.func.name
-        )));
-    };
-    let v = ctx.eval_vector(arg, t)?;
+    let v = super::args::first_vector(ctx, call, t)?;
     Ok(Value::Vector(
         v.into_iter()
             .filter_map(|s| {

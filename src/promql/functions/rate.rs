@@ -318,28 +318,40 @@ pub(crate) fn linear_regression(points: &[(i64, f64)], at: i64) -> (f64, f64) {
     (slope, sy / n - slope * sx / n)
 }
 
-pub(super) fn rate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    note_non_counters(ctx, call, t)?;
+/// `rate`, `increase` and `delta` over floats or histograms; the counter
+/// ones say when a name does not look like a counter's.
+fn extrapolated(ctx: &Ctx<'_>, call: &Call, t: i64, change: Change) -> Result<Value, QueryError> {
+    if change.counter() {
+        note_non_counters(ctx, call, t)?;
+    }
     over_range_mixed(
         ctx,
         call,
         t,
         Name::Drop,
-        |p, r, t| extrapolated_rate(p, r, t, Change::Rate),
-        |w| hist_extrapolated(ctx, w, Change::Rate),
+        |p, r, t| extrapolated_rate(p, r, t, change),
+        |w| hist_extrapolated(ctx, w, change),
     )
 }
 
-pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    note_non_counters(ctx, call, t)?;
+/// `irate` and `idelta` over floats or histograms.
+fn instant(ctx: &Ctx<'_>, call: &Call, t: i64, change: Change) -> Result<Value, QueryError> {
     over_range_mixed(
         ctx,
         call,
         t,
         Name::Drop,
-        |p, r, t| extrapolated_rate(p, r, t, Change::Increase),
-        |w| hist_extrapolated(ctx, w, Change::Increase),
+        |p, _, _| instant_delta(p, change),
+        |w| hist_instant(ctx, w, change),
     )
+}
+
+pub(super) fn rate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    extrapolated(ctx, call, t, Change::Rate)
+}
+
+pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    extrapolated(ctx, call, t, Change::Increase)
 }
 
 /// Prometheus' info for `rate`/`increase` over a metric whose name does
@@ -374,36 +386,15 @@ fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(), QueryErro
 }
 
 pub(super) fn delta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range_mixed(
-        ctx,
-        call,
-        t,
-        Name::Drop,
-        |p, r, t| extrapolated_rate(p, r, t, Change::Delta),
-        |w| hist_extrapolated(ctx, w, Change::Delta),
-    )
+    extrapolated(ctx, call, t, Change::Delta)
 }
 
 pub(super) fn irate(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range_mixed(
-        ctx,
-        call,
-        t,
-        Name::Drop,
-        |p, _, _| instant_delta(p, Change::Rate),
-        |w| hist_instant(ctx, w, Change::Rate),
-    )
+    instant(ctx, call, t, Change::Rate)
 }
 
 pub(super) fn idelta(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range_mixed(
-        ctx,
-        call,
-        t,
-        Name::Drop,
-        |p, _, _| instant_delta(p, Change::Delta),
-        |w| hist_instant(ctx, w, Change::Delta),
-    )
+    instant(ctx, call, t, Change::Delta)
 }
 
 pub(super) fn resets(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
