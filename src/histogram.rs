@@ -12,7 +12,7 @@
 pub mod bounds;
 mod ops;
 
-pub use ops::{Bucket, Incompatible};
+pub use ops::{go_g, Bucket, Incompatible};
 
 /// The schema of histograms with custom bucket bounds (NHCB).
 pub const CUSTOM_BUCKETS_SCHEMA: i32 = -53;

@@ -3,6 +3,7 @@
 
 pub mod aliases;
 pub mod append;
+pub mod block;
 pub mod checkpoint;
 pub mod chunk;
 pub mod exemplars;

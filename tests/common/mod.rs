@@ -325,6 +325,17 @@ impl Prometheus {
 
     /// Starts the Prometheus binary `bin`.
     pub fn start_bin(bin: &str, config: &str, extra: &[&str]) -> Self {
+        Self::start_bin_on(bin, config, extra, |_| {})
+    }
+
+    /// Like [`Prometheus::start_bin`], after `prepare` has put what it
+    /// wants into the (not yet existing) storage directory it is given.
+    pub fn start_bin_on(
+        bin: &str,
+        config: &str,
+        extra: &[&str],
+        prepare: impl FnOnce(&std::path::Path),
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -333,6 +344,7 @@ impl Prometheus {
         let cfg = dir.path().join("prometheus.yml");
         std::fs::write(&cfg, config.replace("{port}", &port.to_string())).expect("write config");
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        prepare(&dir.path().join("data"));
         let child = std::process::Command::new(bin)
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(

@@ -1,0 +1,14 @@
+//! Prometheus TSDB blocks on disk: a directory named by a ULID holding
+//! `meta.json`, `index` (format 2), `chunks/000001…` and `tombstones`, as
+//! Prometheus, promtool and Thanos read them. The facts are Prometheus'
+//! (`tsdb/docs/format/{index,chunks,tombstones}.md`, `tsdb/block.go`);
+//! `specs/wire-formats.md` keeps the notes.
+//!
+//! This layer sits below the head: it takes labels as strings and chunks
+//! as bytes, and imports only the leaves.
+
+mod ulid;
+mod writer;
+
+pub use ulid::Ulid;
+pub use writer::{write_block, BlockChunk, BlockMeta, BlockSeries, Encoding};
