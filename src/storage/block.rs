@@ -7,8 +7,10 @@
 //! This layer sits below the head: it takes labels as strings and chunks
 //! as bytes, and imports only the leaves.
 
+mod reader;
 mod ulid;
 mod writer;
 
+pub use reader::{BlockError, ChunkMeta, ChunkReader, IndexReader};
 pub use ulid::Ulid;
 pub use writer::{write_block, BlockChunk, BlockMeta, BlockSeries, Encoding};

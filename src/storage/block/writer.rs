@@ -15,9 +15,9 @@ use super::ulid::Ulid;
 use crate::encoding::put_uvarint;
 
 /// A chunk file starts with this, then the format version and 3 zero bytes.
-const CHUNKS_MAGIC: u32 = 0x85BD_40DD;
+pub(super) const CHUNKS_MAGIC: u32 = 0x85BD_40DD;
 /// An index file starts with this, then the format version.
-const INDEX_MAGIC: u32 = 0xBAAA_D700;
+pub(super) const INDEX_MAGIC: u32 = 0xBAAA_D700;
 const INDEX_VERSION: u8 = 2;
 /// A tombstones file starts with this, then the format version.
 const TOMBSTONES_MAGIC: u32 = 0x0130_BA30;
@@ -25,7 +25,7 @@ const TOMBSTONES_MAGIC: u32 = 0x0130_BA30;
 const SEGMENT_MAX: u64 = 512 << 20;
 /// Series entries start at multiples of this; a series' ID is its offset
 /// divided by it.
-const SERIES_ALIGN: usize = 16;
+pub(super) const SERIES_ALIGN: usize = 16;
 
 /// How a chunk's bytes are encoded (the byte before them in a segment).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
