@@ -9,6 +9,7 @@ mod otlp;
 pub mod params;
 pub mod prom;
 mod query;
+mod read;
 mod slots;
 mod state;
 mod status;
@@ -87,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/federate", get(federate::federate));
     let rest = Router::new()
         .route("/api/v1/write", post(write::remote_write))
+        .route("/api/v1/read", post(read::remote_read))
         .route("/v1/metrics", post(otlp::export))
         .route("/api/v1/otlp/v1/metrics", post(otlp::export))
         .route("/api/v1/metadata", get(metadata::metadata))
