@@ -93,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/otlp/v1/metrics", post(otlp::export))
         .route("/api/v1/metadata", get(metadata::metadata))
         .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
+        .route("/api/v1/status/config", get(status::config))
+        .route("/api/v1/status/flags", get(status::flags))
         .route(
             "/api/v1/query_exemplars",
             get(metadata::query_exemplars).post(metadata::query_exemplars),

@@ -206,6 +206,12 @@ settings! {
     /// [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
+    /// Labels naming this Sluice to the systems it feeds, `name=value`,
+    /// comma-separated, as Prometheus' `global.external_labels`; served in
+    /// /api/v1/status/config, where the Thanos sidecar reads them
+    /// [default: none].
+    #[arg(value_name = "NAME=VALUE", value_delimiter = ',')]
+    external_labels: Vec<String> = Vec::new();
     /// OTLP resource attributes that become labels on every series of the
     /// resource, comma-separated, e.g. `deployment.environment,k8s.pod.name`
     /// (the rest go to target_info) [default: none].
@@ -486,6 +492,16 @@ impl Config {
                 "forward reads the WAL, which wal-disabled turns off".into(),
             ));
         }
+        for l in &self.external_labels {
+            match l.split_once('=') {
+                Some((n, _)) if !n.is_empty() => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "external label {l:?} is not name=value"
+                    )))
+                }
+            }
+        }
         for f in &self.enable_feature {
             if !FEATURES.contains(&f.as_str()) {
                 return Err(ConfigError::Invalid(format!(
@@ -584,6 +600,28 @@ impl Config {
             return self.max_memory;
         }
         crate::storage::machine_memory_bytes().map_or(4 << 30, |m| m / 10 * 6)
+    }
+
+    /// The external labels, sorted by name.
+    pub fn external_labels(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .external_labels
+            .iter()
+            .filter_map(|l| l.split_once('='))
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
+    /// How long samples are kept.
+    pub fn retention(&self) -> Duration {
+        self.retention
     }
 
     /// Every setting by its flag name, with its value as text, for the

@@ -367,3 +367,52 @@ async fn promtool_runs_instant_and_range_queries() {
         ]
     );
 }
+
+/// What the Thanos sidecar reads of a Prometheus, as its source reads it
+/// (`pkg/promclient`: `ExternalLabels` parses `data.yaml` for
+/// `global.external_labels`; `ConfiguredFlags` reads the block durations,
+/// path and retention as Prometheus duration strings). No sidecar binary
+/// runs here; the YAML also passes Prometheus 3.5.3's `promtool check
+/// config`.
+#[tokio::test]
+async fn thanos_sidecar_reads_external_labels_and_block_durations() {
+    let srv = common::start(Config {
+        external_labels: vec!["replica=a".into(), "cluster=eu-1".into()],
+        ..Config::default()
+    })
+    .await;
+    let (code, body) = common::get(srv.addr, "/api/v1/status/config").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let yaml = v["data"]["yaml"].as_str().expect("data.yaml");
+    let cfg: serde_yaml_ng::Value = serde_yaml_ng::from_str(yaml).expect("YAML");
+    let labels = &cfg["global"]["external_labels"];
+    assert_eq!(labels["cluster"].as_str(), Some("eu-1"), "{yaml}");
+    assert_eq!(labels["replica"].as_str(), Some("a"), "{yaml}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("sluice.yml");
+    std::fs::write(&file, yaml).expect("write");
+    let out = std::process::Command::new(common::prometheus3("promtool"))
+        .args(["check", "config"])
+        .arg(&file)
+        .output()
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (code, body) = common::get(srv.addr, "/api/v1/status/flags").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let d = &v["data"];
+    assert_eq!(d["storage.tsdb.min-block-duration"], "2h");
+    assert_eq!(d["storage.tsdb.max-block-duration"], "2h");
+    assert_eq!(d["storage.tsdb.retention"], "15d");
+    assert_eq!(d["web.enable-admin-api"], "false");
+    assert!(d["storage.tsdb.path"].as_str().is_some_and(|p| !p.is_empty()));
+    // Every value is a string, as in Prometheus.
+    assert!(d.as_object().expect("map").values().all(|x| x.is_string()), "{d}");
+}

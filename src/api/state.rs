@@ -47,6 +47,12 @@ pub(super) struct Inner {
     pub(super) memory_limit: u64,
     /// Settings by flag name, for the status page.
     pub(super) flags: Vec<(String, String)>,
+    /// `global.external_labels`, sorted by name.
+    pub(super) external_labels: Vec<(String, String)>,
+    /// The data directory, as `storage.tsdb.path` reports it.
+    pub(super) data_dir: String,
+    /// How long samples are kept.
+    pub(super) retention: Duration,
     pub(super) started: Instant,
     /// When the status page was last viewed and the samples ingested then.
     pub(super) last_view: parking_lot::Mutex<(Instant, u64)>,
@@ -81,6 +87,9 @@ impl AppState {
                 clock,
                 memory_limit,
                 flags: config.flags(),
+                external_labels: config.external_labels(),
+                data_dir: config.data_dir().display().to_string(),
+                retention: config.retention(),
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),

@@ -14,6 +14,77 @@ pub(super) async fn healthy() -> &'static str {
     "Sluice is Healthy.\n"
 }
 
+/// `GET /api/v1/status/config`: the configuration as Prometheus reports
+/// its own, YAML under `data.yaml`. The Thanos sidecar reads
+/// `global.external_labels` from it (`pkg/promclient`, `ExternalLabels`).
+pub(super) async fn config(State(state): State<AppState>) -> axum::response::Response {
+    let inner = &state.inner;
+    // JSON strings are YAML double-quoted scalars: quoting stays exact.
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut yaml = String::from("global:\n");
+    if inner.external_labels.is_empty() {
+        yaml.push_str("  external_labels: {}\n");
+    } else {
+        yaml.push_str("  external_labels:\n");
+        for (n, v) in &inner.external_labels {
+            yaml.push_str(&format!("    {}: {}\n", q(n), q(v)));
+        }
+    }
+    json_reply(&serde_json::json!({"status": "success", "data": {"yaml": yaml}}))
+}
+
+/// `GET /api/v1/status/flags`: every setting by flag name as text, and the
+/// ones by which Prometheus' names are read: the Thanos sidecar reads
+/// `storage.tsdb.path`, `storage.tsdb.retention`, and
+/// `storage.tsdb.{min,max}-block-duration` (equal at 2h: blocks are never
+/// compacted, which the sidecar needs before it uploads them).
+pub(super) async fn flags(State(state): State<AppState>) -> axum::response::Response {
+    let inner = &state.inner;
+    let mut data = serde_json::Map::new();
+    for (k, v) in &inner.flags {
+        data.insert(k.clone(), v.clone().into());
+    }
+    let retention = prometheus_duration(inner.retention);
+    for (k, v) in [
+        ("storage.tsdb.path", inner.data_dir.clone()),
+        ("storage.tsdb.retention", retention.clone()),
+        ("storage.tsdb.retention.time", retention),
+        ("storage.tsdb.min-block-duration", "2h".to_owned()),
+        ("storage.tsdb.max-block-duration", "2h".to_owned()),
+        ("web.enable-admin-api", "false".to_owned()),
+        ("web.enable-lifecycle", "false".to_owned()),
+    ] {
+        data.insert(k.to_owned(), v.into());
+    }
+    json_reply(&serde_json::json!({"status": "success", "data": data}))
+}
+
+fn json_reply(v: &serde_json::Value) -> axum::response::Response {
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+/// A duration as Prometheus writes one (`15d`, `2h`, `1d12h`, `90s`).
+fn prometheus_duration(d: std::time::Duration) -> String {
+    let mut ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ] {
+        if ms >= size {
+            out.push_str(&format!("{}{unit}", ms / size));
+            ms %= size;
+        }
+    }
+    out
+}
+
 /// `GET /-/ready`: ready to take writes and queries.
 pub(super) async fn ready() -> &'static str {
     "Sluice is Ready.\n"
@@ -210,7 +281,17 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::first_choice_is_protobuf;
+    use super::{first_choice_is_protobuf, prometheus_duration};
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_prometheus_writes_them() {
+        assert_eq!(prometheus_duration(Duration::from_secs(15 * 86_400)), "15d");
+        assert_eq!(prometheus_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(prometheus_duration(Duration::from_secs(129_600)), "1d12h");
+        assert_eq!(prometheus_duration(Duration::from_millis(1500)), "1s500ms");
+        assert_eq!(prometheus_duration(Duration::ZERO), "0s");
+    }
 
     #[test]
     fn protobuf_is_served_only_when_it_weighs_highest() {
