@@ -2,7 +2,7 @@
 //! `meta.json`, `index` (format 2), `chunks/000001…` and `tombstones`, as
 //! Prometheus, promtool and Thanos read them. The facts are Prometheus'
 //! (`tsdb/docs/format/{index,chunks,tombstones}.md`, `tsdb/block.go`);
-//! `specs/wire-formats.md` keeps the notes.
+//! `docs/tsdb-block-format.md` keeps the notes.
 //!
 //! This layer sits below the head: it takes labels as strings and chunks
 //! as bytes, and imports only the leaves.
