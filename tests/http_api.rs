@@ -412,7 +412,12 @@ async fn thanos_sidecar_reads_external_labels_and_block_durations() {
     assert_eq!(d["storage.tsdb.max-block-duration"], "2h");
     assert_eq!(d["storage.tsdb.retention"], "15d");
     assert_eq!(d["web.enable-admin-api"], "false");
-    assert!(d["storage.tsdb.path"].as_str().is_some_and(|p| !p.is_empty()));
+    assert!(d["storage.tsdb.path"]
+        .as_str()
+        .is_some_and(|p| !p.is_empty()));
     // Every value is a string, as in Prometheus.
-    assert!(d.as_object().expect("map").values().all(|x| x.is_string()), "{d}");
+    assert!(
+        d.as_object().expect("map").values().all(|x| x.is_string()),
+        "{d}"
+    );
 }
