@@ -109,17 +109,8 @@ fn base() -> i64 {
 }
 
 fn promtool(args: &[&str]) -> String {
-    let out = std::process::Command::new(prometheus3("promtool"))
-        .args(args)
-        .output()
-        .expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "promtool {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    common::run_ok(&prometheus3("promtool"), &args)
 }
 
 #[test]

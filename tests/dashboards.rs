@@ -261,16 +261,10 @@ fn compose_parses_and_everything_it_mounts_exists() {
         cfg.contains("url: http://sluice:9201/api/v1/write"),
         "{cfg}"
     );
-    let out = std::process::Command::new("promtool")
-        .args(["check", "config"])
-        .arg(&prom)
-        .output()
-        .expect("promtool is installed (scripts/test installs Debian's prometheus)");
-    assert!(
-        out.status.success(),
-        "promtool check config: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    // Debian's promtool (scripts/test installs its prometheus package).
+    common::run_ok(
+        "promtool",
+        &["check".as_ref(), "config".as_ref(), prom.as_os_str()],
     );
     // Grafana's provisioning points at Sluice and at the dashboards.
     let ds = std::fs::read_to_string(root.join("dashboards/provisioning/datasources/sluice.yaml"))

@@ -392,16 +392,9 @@ async fn thanos_sidecar_reads_external_labels_and_block_durations() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("sluice.yml");
     std::fs::write(&file, yaml).expect("write");
-    let out = std::process::Command::new(common::prometheus3("promtool"))
-        .args(["check", "config"])
-        .arg(&file)
-        .output()
-        .expect("promtool runs");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::run_ok(
+        &common::prometheus3("promtool"),
+        &["check".as_ref(), "config".as_ref(), file.as_os_str()],
     );
 
     let (code, body) = common::get(srv.addr, "/api/v1/status/flags").await;

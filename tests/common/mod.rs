@@ -406,6 +406,22 @@ impl Prometheus {
 /// The path of Prometheus 3.5.3's `tool` (`prometheus` or `promtool`), as
 /// `scripts/fetch-prometheus3` unpacks it under `target/prometheus3/bin`
 /// (or where `SLUICE_PROMETHEUS3_DIR` says); fails loudly when missing.
+/// Runs `bin` with `args` and returns its standard output; fails the
+/// test with both outputs when it exits non-zero.
+pub fn run_ok(bin: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{bin} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn prometheus3(tool: &str) -> String {
     let dir = std::env::var("SLUICE_PROMETHEUS3_DIR")
         .unwrap_or_else(|_| format!("{}/target/prometheus3", env!("CARGO_MANIFEST_DIR")));
