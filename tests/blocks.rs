@@ -6,7 +6,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use common::{prometheus3, Prometheus};
 use sluice::histogram::{go_g, Histogram, Span};
@@ -176,25 +175,11 @@ async fn prometheus_3_opens_a_directory_of_sluice_blocks_and_answers_over_it() {
     );
     let at = (base + 2 * HOUR - STEP) as f64 / 1000.0;
     let url = format!("http://{}/api/v1/query", prom.addr());
-    let deadline = Instant::now() + Duration::from_secs(60);
     let answer = |q: &str| {
         let (url, q) = (url.clone(), q.to_owned());
         async move { common::api_json(&url, &[("query", q), ("time", format!("{at:.3}"))]).await }
     };
-    loop {
-        if reqwest::get(format!("http://{}/-/ready", prom.addr()))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus 3.5.3 did not start: {}",
-            prom.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    prom.ready().await;
     // Every sample of every series, counted by Prometheus.
     let v = answer("count_over_time(blk_metric[2h])").await;
     let result = v["data"]["result"].as_array().cloned().unwrap_or_default();

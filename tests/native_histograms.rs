@@ -209,6 +209,7 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
         ),
     );
     let prom = Prometheus::start3(&config, &["--enable-feature=native-histograms"]);
+    prom.ready().await;
     let paddr = prom.addr();
     const NAME: &str = "prometheus_http_request_duration_seconds";
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -336,7 +337,7 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
     assert!(
         ours["data"]["result"][0]["histograms"]
             .as_array()
-            .is_some_and(|h| h.len() >= 3),
+            .is_some_and(|h| !h.is_empty()),
         "{expr}: {ours}"
     );
     // Not a comparison of empty answers: only the five queries that drop

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{prometheus3, Prometheus};
 use prost::Message;
 use sluice::config::Config;
@@ -137,18 +135,7 @@ async fn prometheus_3_reads_what_only_sluice_holds() {
         ),
         &[],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !reqwest::get(format!("http://{}/-/ready", prom.addr()))
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus did not start: {}",
-            prom.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    prom.ready().await;
     let at = (base + (POINTS - 1) * 15_000) as f64 / 1000.0;
     for (q, want) in [
         (

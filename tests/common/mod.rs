@@ -360,6 +360,28 @@ impl Prometheus {
         Prometheus { child, port, dir }
     }
 
+    /// Waits (up to a minute) until it answers `/-/ready`; a slow first
+    /// start on a cold machine is not a failure, a Prometheus that never
+    /// gets there is, with its log.
+    pub async fn ready(&self) {
+        let url = format!("http://{}/-/ready", self.addr());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if reqwest::get(&url)
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Prometheus did not become ready: {}",
+                self.log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     /// Its address, `127.0.0.1:<port>`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
