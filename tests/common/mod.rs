@@ -198,11 +198,21 @@ pub async fn push_with(addr: SocketAddr, body: Vec<u8>, headers: &[(&str, &str)]
     (status, resp.text().await.expect("body"))
 }
 
-/// GETs a path; returns status and text.
+/// GETs a path; returns status and text. A refused connection is tried
+/// again for up to a minute: a Prometheus just started may not listen yet
+/// on a cold, busy machine (a server that never listens still fails).
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let resp = reqwest::get(format!("http://{addr}{path}"))
-        .await
-        .expect("request sent");
+    let url = format!("http://{addr}{path}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let resp = loop {
+        match reqwest::get(&url).await {
+            Ok(r) => break r,
+            Err(e) if e.is_connect() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("request sent: {e:?}"),
+        }
+    };
     let status = resp.status().as_u16();
     (status, resp.text().await.expect("body"))
 }
