@@ -220,7 +220,18 @@ async fn prometheus_3_sends_native_histograms(protocol: &str) {
         sent = metric_total(&pm, "prometheus_remote_storage_histograms_total");
         failed = metric_total(&pm, "prometheus_remote_storage_histograms_failed_total")
             + metric_total(&pm, "prometheus_remote_storage_histograms_dropped_total");
-        let stored = stored_histograms(&srv, NAME).len();
+        // 15 scrapes of the one series compared sample by sample below, so
+        // that the range queries span several rate windows (all series of
+        // the name together reach 15 after two scrapes).
+        let stored = common::stored_histograms(
+            &srv,
+            &[
+                ("__name__", NAME),
+                ("handler", "/metrics"),
+                ("job", "prometheus"),
+            ],
+        )
+        .len();
         if sent >= 20.0 && stored >= 15 {
             break;
         }
