@@ -187,3 +187,63 @@ async fn prometheus_3_reads_what_only_sluice_holds() {
         "Prometheus read histograms as samples"
     );
 }
+
+/// Hostile bodies get a 400 that names the problem, and the server stays up.
+#[tokio::test]
+async fn bad_read_requests_are_named_400s() {
+    let srv = common::start(Config::default()).await;
+    let url = format!("http://{}/api/v1/read", srv.addr);
+    let client = reqwest::Client::new();
+    let send = |body: Vec<u8>| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let r = client.post(url).body(body).send().await.expect("sent");
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    let (code, text) = send(b"not snappy at all".to_vec()).await;
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("snappy"), "{text}");
+    let garbage = snap::raw::Encoder::new()
+        .compress_vec(&[0xff; 64])
+        .expect("snappy");
+    let (code, text) = send(garbage).await;
+    assert_eq!((code, text.contains("ReadRequest")), (400, true), "{text}");
+    let req = |m: pb::LabelMatcher| {
+        let r = pb::ReadRequest {
+            queries: vec![pb::Query {
+                start_timestamp_ms: 0,
+                end_timestamp_ms: i64::MAX,
+                matchers: vec![m],
+                hints: None,
+            }],
+            accepted_response_types: vec![0],
+        };
+        snap::raw::Encoder::new()
+            .compress_vec(&r.encode_to_vec())
+            .expect("snappy")
+    };
+    let (code, text) = send(req(pb::LabelMatcher {
+        r#type: pb::label_matcher::Type::Re as i32,
+        name: "__name__".into(),
+        value: "(".into(),
+    }))
+    .await;
+    assert_eq!(code, 400, "{text}");
+    let (code, text) = send(req(pb::LabelMatcher {
+        r#type: pb::label_matcher::Type::Eq as i32,
+        name: "job".into(),
+        value: String::new(),
+    }))
+    .await;
+    assert_eq!((code, text.contains("matcher")), (400, true), "{text}");
+    let (code, text) = send(req(pb::LabelMatcher {
+        r#type: 9,
+        name: "job".into(),
+        value: "a".into(),
+    }))
+    .await;
+    assert_eq!((code, text.contains("matcher type")), (400, true), "{text}");
+    let (code, _) = common::get(srv.addr, "/-/ready").await;
+    assert_eq!(code, 200);
+}
