@@ -211,6 +211,9 @@ struct Upkeep {
     clock: Clock,
 }
 
+/// How often the head checks whether it spans enough to cut a block.
+const BLOCK_CHECK: Duration = Duration::from_secs(5);
+
 /// Retention runs once its cutoff has moved this far since the last pass.
 const RETENTION_STEP_MS: i64 = 60_000;
 
@@ -226,6 +229,7 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
     let wal_bytes = |h: &Head| h.wal().map_or(0, |w| w.stats().bytes);
     let mut schedule = Schedule::new(checkpoint_interval, wal_bytes(&head));
     let mut last_cutoff = i64::MIN;
+    let mut next_block_check = Instant::now() + BLOCK_CHECK;
     loop {
         let cutoff = clock.now_ms().saturating_sub(retention_ms);
         if cutoff.saturating_sub(last_cutoff) >= RETENTION_STEP_MS {
@@ -250,6 +254,27 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
             continue;
         }
         let now = Instant::now();
+        if now >= next_block_check {
+            next_block_check = now + BLOCK_CHECK;
+            let (h, d, now_ms) = (Arc::clone(&head), dir.clone(), clock.now_ms());
+            let written = wal_bytes(&head);
+            let cut = tokio::task::spawn_blocking(move || {
+                match h.cut_blocks(u64::try_from(now_ms).unwrap_or(0)) {
+                    // The head no longer holds what the blocks do: a
+                    // checkpoint now lets the WAL segments before it go.
+                    Ok(cut) if !cut.is_empty() => checkpoint_now(&h, &d),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::error!(error = %e, "block cut failed; the head keeps those samples and tries again");
+                        None
+                    }
+                }
+            })
+            .await;
+            if let Ok(Some(size)) = cut {
+                schedule.done(now, written, size);
+            }
+        }
         if schedule.due(now, wal_bytes(&head)) {
             let (h, d) = (Arc::clone(&head), dir.clone());
             let written = wal_bytes(&head);

@@ -4,8 +4,10 @@
 pub mod aliases;
 pub mod append;
 pub mod block;
+pub mod blocks;
 pub mod checkpoint;
 pub mod chunk;
+mod cut;
 pub mod exemplars;
 pub mod head;
 pub mod hist_series;

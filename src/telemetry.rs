@@ -562,6 +562,34 @@ impl Collector for HeadCollector {
                 r.chunks as f64,
             ),
         ];
+        let b = self.head.blocks().stats();
+        counters.extend([
+            (
+                "sluice_blocks_cut",
+                "Blocks written from the head's oldest chunks",
+                b.cut as f64,
+            ),
+            (
+                "sluice_block_cut_failures",
+                "Block writes from the head that failed (the head kept the samples)",
+                b.cut_failures as f64,
+            ),
+            (
+                "sluice_blocks_deleted",
+                "Blocks deleted for ending before the retention cutoff",
+                b.deleted as f64,
+            ),
+            (
+                "sluice_blocks_damaged",
+                "Blocks found damaged at start and moved aside to <ULID>.damaged",
+                b.damaged as f64,
+            ),
+            (
+                "sluice_block_read_errors",
+                "Block reads that failed during a query (the block's data was left out)",
+                b.read_errors as f64,
+            ),
+        ]);
         let c = self.head.checkpoint_stats();
         counters.push((
             "sluice_wal_checkpoints",
@@ -597,6 +625,30 @@ impl Collector for HeadCollector {
         for (name, help, v) in counters {
             counter(&mut encoder, name, help, v)?;
         }
+        for (name, help, v) in [
+            (
+                "sluice_blocks",
+                "Blocks on disk being served",
+                b.blocks as i64,
+            ),
+            (
+                "sluice_block_disk_bytes",
+                "Bytes of the blocks on disk",
+                i64::try_from(b.disk_bytes).unwrap_or(i64::MAX),
+            ),
+            (
+                "sluice_block_memory_bytes",
+                "Bytes the open blocks' readers keep in memory (their indexes)",
+                i64::try_from(b.memory_bytes).unwrap_or(i64::MAX),
+            ),
+            (
+                "sluice_block_samples",
+                "Samples in the blocks on disk",
+                i64::try_from(b.samples).unwrap_or(i64::MAX),
+            ),
+        ] {
+            gauge(&mut encoder, name, help, v)?;
+        }
         if let Some(bytes) = self.head.wal_disk_bytes() {
             gauge(
                 &mut encoder,
@@ -617,6 +669,11 @@ impl Collector for HeadCollector {
                 r.seconds,
             ));
         }
+        seconds.push((
+            "sluice_block_cut_last_duration_seconds",
+            "How long writing the last block from the head took",
+            b.last_cut_seconds,
+        ));
         seconds.push((
             "sluice_wal_checkpoint_last_bytes",
             "Size of the last checkpoint",

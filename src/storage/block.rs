@@ -11,6 +11,6 @@ mod reader;
 mod ulid;
 mod writer;
 
-pub use reader::{BlockError, ChunkMeta, ChunkReader, IndexReader};
+pub use reader::{read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader};
 pub use ulid::Ulid;
 pub use writer::{write_block, BlockChunk, BlockMeta, BlockSeries, Encoding};

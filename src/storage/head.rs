@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 use super::aliases::{Alias, Aliases};
 pub use super::append::{AppendCounts, HeadOptions, SampleError, SeriesLimit};
+use super::blocks::Blocks;
 use super::exemplars::ExemplarStore;
 use super::index::{Matcher, Verdicts};
 use super::labels::Label;
@@ -165,6 +166,8 @@ pub struct Head {
     exemplars: Arc<ExemplarStore>,
     /// Protocol keys of series, to their fingerprints (see [`Aliases`]).
     aliases: Aliases,
+    /// The blocks on disk that hold what the head handed over.
+    pub(super) blocks: Blocks,
 }
 
 /// Checkpoints taken since start.
@@ -224,6 +227,7 @@ impl Head {
             min_valid_ms: AtomicI64::new(i64::MIN),
             exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
             aliases: Aliases::default(),
+            blocks: Blocks::default(),
             opts,
         }
     }
@@ -347,8 +351,20 @@ impl Head {
     }
 
     /// Drops chunks that end before `cutoff_ms` and series with no sample
-    /// at or after it, shard by shard.
+    /// at or after it, shard by shard, and the blocks that end by then.
     pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
+        let r = self.truncate(cutoff_ms);
+        self.blocks.delete_before(cutoff_ms);
+        let mut total = self.retained.lock();
+        total.chunks += r.chunks;
+        total.series += r.series;
+        r
+    }
+
+    /// Drops the head's chunks that end before `cutoff_ms` and its series
+    /// with no sample at or after it, and refuses older samples from now
+    /// on.
+    pub(super) fn truncate(&self, cutoff_ms: i64) -> RetentionReport {
         self.min_valid_ms.fetch_max(cutoff_ms, Ordering::Relaxed);
         let mut r = RetentionReport::default();
         for Padded(cell) in self.shards.iter() {
@@ -363,10 +379,17 @@ impl Head {
             // The shards that lost series were rebuilt: slots moved.
             self.aliases.clear();
         }
-        let mut total = self.retained.lock();
-        total.chunks += r.chunks;
-        total.series += r.series;
         r
+    }
+
+    /// Refuses samples older than `t` from now on.
+    pub(super) fn raise_min_valid(&self, t: i64) {
+        self.min_valid_ms.fetch_max(t, Ordering::SeqCst);
+    }
+
+    /// The blocks on disk beside the head.
+    pub fn blocks(&self) -> &Blocks {
+        &self.blocks
     }
 
     /// The oldest timestamp an append accepts: the last retention cutoff.

@@ -287,23 +287,7 @@ impl HistSeries {
             if cmax < mint || cmin > maxt {
                 continue;
             }
-            if float {
-                let mut it = FloatHistogramIter::new(bytes);
-                let mut h = FloatHistogram::default();
-                while let Some(t) = it.next_into(&mut h) {
-                    if (mint..=maxt).contains(&t) {
-                        out.push((t, HistSample::Float(h.clone())));
-                    }
-                }
-            } else {
-                let mut it = HistogramIter::new(bytes);
-                let mut h = Histogram::default();
-                while let Some(t) = it.next_into(&mut h) {
-                    if (mint..=maxt).contains(&t) {
-                        out.push((t, HistSample::Int(h.clone())));
-                    }
-                }
-            }
+            decode_chunk(float, bytes, mint, maxt, &mut out);
         }
         out
     }
@@ -395,5 +379,33 @@ impl HistSeries {
             s.last = last;
         }
         Some(s)
+    }
+}
+
+/// Appends the samples of histogram chunk `bytes` (float encoding or
+/// integer) with `mint <= t <= maxt` to `out`.
+pub fn decode_chunk(
+    float: bool,
+    bytes: &[u8],
+    mint: i64,
+    maxt: i64,
+    out: &mut Vec<(i64, HistSample)>,
+) {
+    if float {
+        let mut it = FloatHistogramIter::new(bytes);
+        let mut h = FloatHistogram::default();
+        while let Some(t) = it.next_into(&mut h) {
+            if (mint..=maxt).contains(&t) {
+                out.push((t, HistSample::Float(h.clone())));
+            }
+        }
+    } else {
+        let mut it = HistogramIter::new(bytes);
+        let mut h = Histogram::default();
+        while let Some(t) = it.next_into(&mut h) {
+            if (mint..=maxt).contains(&t) {
+                out.push((t, HistSample::Int(h.clone())));
+            }
+        }
     }
 }

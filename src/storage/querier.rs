@@ -5,11 +5,13 @@
 
 use std::collections::BTreeSet;
 
+use super::blocks::merge;
 pub use super::chunk::ChunkRef;
 use super::chunk::XorIter;
 use super::head::Head;
 use super::index::Matcher;
 use super::labels::Label;
+use super::shard::{MemSeries, Shard};
 use super::{Stop, Stopped};
 use crate::histogram::HistSample;
 
@@ -53,7 +55,8 @@ impl Head {
             .unwrap_or_default()
     }
 
-    /// [`Head::select`], giving up when `stop` says so.
+    /// [`Head::select`], giving up when `stop` says so. Blocks answer for
+    /// times before the floor, the head from it on.
     pub fn select_until(
         &self,
         matchers: &[Matcher],
@@ -61,16 +64,47 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<Vec<SelectedSeries>, Stopped> {
-        let mut out = Vec::new();
-        self.for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
-            out.push(SelectedSeries {
-                labels: shard.labels_of(series),
-                chunks: series.snapshot_chunks(mint, maxt, until),
-                histograms: shard.histograms_of(series, mint, maxt, until),
-            });
-        })?;
+        let set = self.blocks.read();
+        let mut out = self.blocks.select(&set, matchers, mint, maxt, stop)?;
+        let from_blocks = !out.is_empty();
+        let mint = mint.max(set.floor());
+        if mint <= maxt {
+            self.for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
+                out.push(SelectedSeries {
+                    labels: shard.labels_of(series),
+                    chunks: series.snapshot_chunks(mint, maxt, until),
+                    histograms: shard.histograms_of(series, mint, maxt, until),
+                });
+            })?;
+        }
+        drop(set);
+        if from_blocks {
+            return Ok(merge(out));
+        }
         out.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
+    }
+
+    /// Calls `f` with the labels of each series, in blocks and head, that
+    /// matches `matchers` with samples in `[mint, maxt]` (a series in
+    /// several once per place).
+    fn each_labels(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+        mut blocks: impl FnMut(Vec<Label>),
+        head: impl FnMut(&Shard, &MemSeries, i64),
+    ) -> Result<(), Stopped> {
+        let set = self.blocks.read();
+        self.blocks
+            .for_each_labels(&set, matchers, mint, maxt, stop, &mut blocks)?;
+        let mint = mint.max(set.floor());
+        if mint <= maxt {
+            self.for_each_match(matchers, mint, maxt, stop, head)?;
+        }
+        Ok(())
     }
 
     /// Label sets (no samples) of the series matching `matchers` with
@@ -82,11 +116,22 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<Vec<Vec<Label>>, Stopped> {
+        let mut from_blocks = Vec::new();
         let mut out = Vec::new();
-        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
-            out.push(shard.labels_of(series))
-        })?;
+        self.each_labels(
+            matchers,
+            mint,
+            maxt,
+            stop,
+            |l| from_blocks.push(l),
+            |shard, series, _| out.push(shard.labels_of(series)),
+        )?;
+        let merged = !from_blocks.is_empty();
+        out.append(&mut from_blocks);
         out.sort();
+        if merged {
+            out.dedup();
+        }
         Ok(out)
     }
 
@@ -99,16 +144,24 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<BTreeSet<String>, Stopped> {
-        let mut out = BTreeSet::new();
-        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
-            for &(n, _) in shard.labels(series).iter() {
-                let name = shard.strings.get(n);
-                if !out.contains(name) {
-                    out.insert(name.to_owned());
+        let out = std::cell::RefCell::new(BTreeSet::new());
+        self.each_labels(
+            matchers,
+            mint,
+            maxt,
+            stop,
+            |labels| out.borrow_mut().extend(labels.into_iter().map(|l| l.name)),
+            |shard, series, _| {
+                let mut out = out.borrow_mut();
+                for &(n, _) in shard.labels(series).iter() {
+                    let name = shard.strings.get(n);
+                    if !out.contains(name) {
+                        out.insert(name.to_owned());
+                    }
                 }
-            }
-        })?;
-        Ok(out)
+            },
+        )?;
+        Ok(out.into_inner())
     }
 
     /// Values of label `name` among series matching `matchers` (all series
@@ -121,19 +174,31 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<BTreeSet<String>, Stopped> {
-        let mut out = BTreeSet::new();
-        self.for_each_match(matchers, mint, maxt, stop, |shard, series, _| {
-            let Some(id) = shard.strings.lookup(name) else {
-                return;
-            };
-            if let Some(&(_, v)) = shard.labels(series).iter().find(|&&(n, _)| n == id) {
-                let value = shard.strings.get(v);
-                if !out.contains(value) {
-                    out.insert(value.to_owned());
+        let out = std::cell::RefCell::new(BTreeSet::new());
+        self.each_labels(
+            matchers,
+            mint,
+            maxt,
+            stop,
+            |labels| {
+                if let Some(l) = labels.into_iter().find(|l| l.name == name) {
+                    out.borrow_mut().insert(l.value);
                 }
-            }
-        })?;
-        Ok(out)
+            },
+            |shard, series, _| {
+                let Some(id) = shard.strings.lookup(name) else {
+                    return;
+                };
+                if let Some(&(_, v)) = shard.labels(series).iter().find(|&&(n, _)| n == id) {
+                    let value = shard.strings.get(v);
+                    let mut out = out.borrow_mut();
+                    if !out.contains(value) {
+                        out.insert(value.to_owned());
+                    }
+                }
+            },
+        )?;
+        Ok(out.into_inner())
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::blocks::Blocks;
 use super::checkpoint::{self, SeriesImage};
 use super::head::{AppendCounts, Durability, Head, HeadOptions, Recovery};
 use super::shard::Shard;
@@ -18,6 +19,15 @@ impl Head {
     pub fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
         let started = Instant::now();
         let mut head = Self::new(opts);
+        head.blocks = Blocks::open(&durable.dir).map_err(|source| WalError::Io {
+            path: durable.dir.clone(),
+            source,
+        })?;
+        // What blocks hold, the checkpoint and WAL may hold too (a crash
+        // between a block's write and the next checkpoint): below the
+        // floor, replay refuses samples, and restored chunks are dropped.
+        let floor = head.blocks.floor();
+        head.raise_min_valid(floor);
         let wal_dir = durable.dir.join("wal");
         let mut replayer = Replayer::new(&head);
         let exemplars = std::sync::Arc::clone(head.exemplars());
@@ -40,6 +50,17 @@ impl Head {
         let report = wal::replay_after(&wal_dir, loaded.segment, &durable.wal, |rec| {
             replayer.apply(rec)
         })?;
+        if floor > i64::MIN {
+            let dropped = head.truncate(floor);
+            let b = head.blocks.stats();
+            tracing::info!(
+                blocks = b.blocks,
+                floor,
+                restored_chunks_dropped = dropped.chunks,
+                restored_series_removed = dropped.series,
+                "blocks opened; the head holds what is newer"
+            );
+        }
         let (samples, refused) = replayer.samples();
         if replayer.bad_series + replayer.unknown_refs > 0 {
             tracing::warn!(
@@ -139,7 +160,7 @@ impl<'h> Replayer<'h> {
                         .append_histograms(
                             slot,
                             std::iter::once((t, &h)),
-                            (i64::MIN, i64::MAX),
+                            (self.head.min_valid_ms(), i64::MAX),
                             self.head.options(),
                             &mut self.counts,
                         );
@@ -164,7 +185,7 @@ impl<'h> Replayer<'h> {
                     guard.append(
                         slot,
                         std::iter::once((t, v)),
-                        (i64::MIN, i64::MAX),
+                        (self.head.min_valid_ms(), i64::MAX),
                         self.head.options(),
                         &mut self.counts,
                     );

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::append::{chunk_end_time, range_for_timestamp, AppendCounts, HeadOptions, SampleError};
+use super::block::{BlockChunk, Encoding};
 use super::chunk::ChunkRef;
 use super::chunk::{XorAppender, XorIter, HEADER_BYTES};
 use super::hist_series::{HistSample, HistSeries};
@@ -686,6 +687,7 @@ impl Shard {
     /// Returns (chunks dropped, series removed).
     pub(crate) fn retain(&mut self, cutoff: i64) -> (usize, usize) {
         let mut dropped = 0;
+        let mut hist_dropped = 0;
         let mut freed = 0;
         let mut dead = 0;
         for s in &mut self.series {
@@ -706,12 +708,14 @@ impl Shard {
                 self.hist_chunks -= chunks;
                 self.hist_bytes -= bytes;
                 self.samples -= samples;
-                dropped += chunks;
+                hist_dropped += chunks;
             }
             let newest = newest_of(s, &self.hists);
             dead += usize::from(newest.is_none_or(|t| t < cutoff));
         }
+        // Histogram chunks are counted apart (`hist_chunks`).
         self.chunks -= dropped;
+        dropped += hist_dropped;
         self.chunk_bytes -= freed;
         if dead == 0 {
             return (dropped, 0);
@@ -851,6 +855,52 @@ impl Shard {
     /// The newest timestamp of `s`, floats and histograms.
     pub(crate) fn max_time_of(&self, s: &MemSeries) -> Option<i64> {
         newest_of(s, &self.hists)
+    }
+
+    /// The chunks of `s` (floats and histograms, sealed and open) that lie
+    /// in `[lo, hi)`, in time order, for a block. Chunks never cross a
+    /// chunk-range boundary, and block ranges are whole chunk ranges, so
+    /// each chunk is in or out whole.
+    pub(crate) fn chunks_in(&self, s: &MemSeries, lo: i64, hi: i64) -> Vec<BlockChunk> {
+        let inside = |mint: i64, bytes: &[u8]| {
+            mint >= lo && mint < hi && bytes.len() >= 2 && bytes[..2] != [0, 0]
+        };
+        let mut out: Vec<BlockChunk> = s
+            .sealed
+            .iter()
+            .filter(|c| inside(c.mint, &c.bytes))
+            .map(|c| BlockChunk {
+                mint: c.mint,
+                maxt: c.maxt,
+                encoding: Encoding::Xor,
+                data: Arc::clone(&c.bytes),
+            })
+            .collect();
+        if let Some((mint, maxt, bytes)) = s.open_chunk().filter(|c| inside(c.0, c.2)) {
+            out.push(BlockChunk {
+                mint,
+                maxt,
+                encoding: Encoding::Xor,
+                data: Arc::from(bytes),
+            });
+        }
+        if let Some(h) = self.hist_of(s) {
+            for (mint, maxt, float, bytes) in h.chunks() {
+                if inside(mint, bytes) {
+                    out.push(BlockChunk {
+                        mint,
+                        maxt,
+                        encoding: match float {
+                            true => Encoding::FloatHistogram,
+                            false => Encoding::Histogram,
+                        },
+                        data: Arc::from(bytes),
+                    });
+                }
+            }
+            out.sort_by_key(|c| c.mint);
+        }
+        out
     }
 
     /// Histogram samples of `s` with `mint <= t <= maxt`, up to `until`

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::writer::{CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
+use super::writer::{BlockMeta, CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
+use super::Ulid;
 use crate::encoding::uvarint;
 
 /// What is wrong with a block's file.
@@ -215,6 +216,25 @@ impl IndexReader {
         self.postings.keys().map(|(n, v)| (n.as_str(), v.as_str()))
     }
 
+    /// The values label `name` takes, in order.
+    pub fn label_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.postings
+            .range((name.to_owned(), String::new())..)
+            .take_while(move |((n, _), _)| n == name)
+            .map(|((_, v), _)| v.as_str())
+    }
+
+    /// Bytes this reader keeps in memory.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+            + self.symbols.capacity() * 16
+            + self
+                .postings
+                .keys()
+                .map(|(n, v)| n.len() + v.len() + 80)
+                .sum::<usize>()
+    }
+
     /// The IDs of the series with label `name` = `value` (("", "") for
     /// all), ascending.
     pub fn postings(&self, name: &str, value: &str) -> Result<Vec<u32>, BlockError> {
@@ -308,65 +328,174 @@ impl IndexReader {
     }
 }
 
-/// A block's chunk segments, read whole.
+/// Reads a block's `meta.json`: its ULID, time range and counts. The
+/// ULID must be the directory's name.
+pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
+    let path = dir.join("meta.json");
+    let text = std::fs::read(&path).map_err(|e| BlockError(format!("{}: {e}", path.display())))?;
+    let v: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| BlockError(format!("{}: not JSON: {e}", path.display())))?;
+    let field = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_i64)
+            .ok_or_else(|| BlockError(format!("{}: no integer {k:?}", path.display())))
+    };
+    let ulid = v
+        .get("ulid")
+        .and_then(serde_json::Value::as_str)
+        .and_then(Ulid::parse)
+        .ok_or_else(|| BlockError(format!("{}: no valid \"ulid\"", path.display())))?;
+    if dir.file_name().and_then(|n| n.to_str()) != Some(ulid.to_string().as_str()) {
+        return bad(format!(
+            "{}: ulid {ulid} is not the directory's name",
+            path.display()
+        ));
+    }
+    let (min_time, max_time) = (field("minTime")?, field("maxTime")?);
+    if max_time <= min_time {
+        return bad(format!("{}: maxTime not after minTime", path.display()));
+    }
+    if field("version")? != 1 {
+        return bad(format!("{}: version is not 1", path.display()));
+    }
+    let stat = |k: &str| {
+        v.get("stats")
+            .and_then(|s| s.get(k))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
+    Ok(BlockMeta {
+        ulid,
+        min_time,
+        max_time,
+        num_series: stat("numSeries"),
+        num_chunks: stat("numChunks"),
+        num_samples: stat("numSamples"),
+    })
+}
+
+/// Where a block's chunk segments are: open files read with positioned
+/// reads (through the page cache, nothing kept in memory), or bytes in
+/// memory (tests and fuzzing).
+#[derive(Debug)]
+enum Segments {
+    Files(Vec<(std::fs::File, u64)>),
+    Memory(Vec<Vec<u8>>),
+}
+
+/// A block's chunk segments.
 #[derive(Debug)]
 pub struct ChunkReader {
-    segments: Vec<Vec<u8>>,
+    segments: Segments,
+}
+
+/// The most a chunk's length varint, encoding byte and a small chunk take:
+/// one read usually gets the whole chunk.
+const FIRST_READ: usize = 256;
+
+fn check_header(i: usize, head: &[u8]) -> Result<(), BlockError> {
+    if head.len() < 8 || head[..4] != CHUNKS_MAGIC.to_be_bytes() || head[4] != 1 {
+        return bad(format!(
+            "chunk segment {}: not a chunks file (header)",
+            i + 1
+        ));
+    }
+    Ok(())
 }
 
 impl ChunkReader {
-    /// Reads `dir/000001`, `000002`, … and checks their headers.
+    /// Opens `dir/000001`, `000002`, … and checks their headers; chunks
+    /// are read when asked for.
     pub fn open(dir: &Path) -> Result<Self, BlockError> {
-        let mut segments = Vec::new();
+        use std::os::unix::fs::FileExt;
+        let mut files = Vec::new();
         loop {
-            let path = dir.join(format!("{:06}", segments.len() + 1));
-            if !path.exists() {
-                break;
+            let path = dir.join(format!("{:06}", files.len() + 1));
+            let file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) => return bad(format!("{}: {e}", path.display())),
+            };
+            let io = |e: std::io::Error| BlockError(format!("{}: {e}", path.display()));
+            let len = file.metadata().map_err(io)?.len();
+            let mut head = [0u8; 8];
+            if len >= 8 {
+                file.read_exact_at(&mut head, 0).map_err(io)?;
             }
-            let b =
-                std::fs::read(&path).map_err(|e| BlockError(format!("{}: {e}", path.display())))?;
-            segments.push(b);
+            check_header(files.len(), &head[..len.min(8) as usize])?;
+            files.push((file, len));
         }
-        Self::from_segments(segments)
+        Ok(Self {
+            segments: Segments::Files(files),
+        })
     }
 
     /// Checks segments held in memory.
     pub fn from_segments(segments: Vec<Vec<u8>>) -> Result<Self, BlockError> {
         for (i, s) in segments.iter().enumerate() {
-            if s.len() < 8 || s[..4] != CHUNKS_MAGIC.to_be_bytes() || s[4] != 1 {
-                return bad(format!(
-                    "chunk segment {}: not a chunks file (header)",
-                    i + 1
-                ));
+            check_header(i, s)?;
+        }
+        Ok(Self {
+            segments: Segments::Memory(segments),
+        })
+    }
+
+    /// Fills `buf` from segment `seq` at `at`, as far as the segment goes;
+    /// the bytes read.
+    fn read_at(&self, seq: usize, at: u64, buf: &mut [u8]) -> Result<usize, BlockError> {
+        use std::os::unix::fs::FileExt;
+        let missing = || BlockError(format!("chunk segment {} missing", seq + 1));
+        match &self.segments {
+            Segments::Memory(segs) => {
+                let seg = segs.get(seq).ok_or_else(missing)?;
+                let rest = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| seg.get(a..))
+                    .unwrap_or_default();
+                let n = rest.len().min(buf.len());
+                buf[..n].copy_from_slice(&rest[..n]);
+                Ok(n)
+            }
+            Segments::Files(files) => {
+                let (file, len) = files.get(seq).ok_or_else(missing)?;
+                let n = usize::try_from(len.saturating_sub(at))
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
+                file.read_exact_at(&mut buf[..n], at)
+                    .map_err(|e| BlockError(format!("chunk segment {}: {e}", seq + 1)))?;
+                Ok(n)
             }
         }
-        Ok(Self { segments })
     }
 
     /// The chunk at `chunk_ref`: its encoding byte and data, checked.
-    pub fn chunk(&self, chunk_ref: u64) -> Result<(u8, &[u8]), BlockError> {
+    pub fn chunk(&self, chunk_ref: u64) -> Result<(u8, std::sync::Arc<[u8]>), BlockError> {
         let seq = (chunk_ref >> 32) as usize;
-        let at = (chunk_ref & 0xffff_ffff) as usize;
-        let Some(seg) = self.segments.get(seq) else {
-            return bad(format!("chunk {chunk_ref}: segment {} missing", seq + 1));
-        };
-        let rest = seg.get(at..).unwrap_or_default();
-        let (len, n) =
-            uvarint(rest).ok_or_else(|| BlockError(format!("chunk {chunk_ref}: bad length")))?;
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        let start = at + n;
-        let end = start.checked_add(1).and_then(|s| s.checked_add(len));
-        let Some(body) = end.and_then(|e| seg.get(start..e)) else {
-            return bad(format!("chunk {chunk_ref}: runs past segment {}", seq + 1));
-        };
-        let e = start + body.len();
-        let Some(crc) = seg.get(e..e + 4) else {
-            return bad(format!("chunk {chunk_ref}: no checksum"));
-        };
-        if crc32c::crc32c(body).to_be_bytes() != [crc[0], crc[1], crc[2], crc[3]] {
+        let at = chunk_ref & 0xffff_ffff;
+        let mut first = [0u8; FIRST_READ];
+        let got = self.read_at(seq, at, &mut first)?;
+        let (len, n) = uvarint(&first[..got])
+            .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: bad length")))?;
+        // Encoding byte, data and checksum; a chunk is at most a segment.
+        let whole = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= 512 << 20)
+            .map(|l| l + 5)
+            .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: length {len} too large")))?;
+        let mut body = vec![0u8; whole];
+        let from_first = (got - n).min(whole);
+        body[..from_first].copy_from_slice(&first[n..n + from_first]);
+        if from_first < whole {
+            let more = self.read_at(seq, at + (n + from_first) as u64, &mut body[from_first..])?;
+            if from_first + more < whole {
+                return bad(format!("chunk {chunk_ref}: runs past segment {}", seq + 1));
+            }
+        }
+        let (data, crc) = body.split_at(whole - 4);
+        if crc32c::crc32c(data).to_be_bytes() != [crc[0], crc[1], crc[2], crc[3]] {
             return bad(format!("chunk {chunk_ref}: checksum mismatch"));
         }
-        Ok((body[0], &body[1..]))
+        Ok((data[0], std::sync::Arc::from(&data[1..])))
     }
 }
 

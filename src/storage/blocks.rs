@@ -1,0 +1,493 @@
+//! The blocks the head has handed its oldest chunks to: opened at start,
+//! added as the head cuts them, read by queries beside the head, and
+//! deleted whole by retention.
+//!
+//! Queries hold the set's read lock while they select, so a block and the
+//! head never both answer for the same time: the head answers from the
+//! set's `floor` (the end of the newest block) on, and the head drops what
+//! is below the floor only after the block that holds it is in the set.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+
+use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
+use super::hist_series::decode_chunk;
+use super::index::Matcher;
+use super::labels::Label;
+use super::querier::{ChunkRef, SelectedSeries};
+use super::{Stop, Stopped};
+
+/// Prometheus' chunk encodings, as a block's segments mark them.
+const XOR: u8 = 1;
+const HISTOGRAM: u8 = 2;
+const FLOAT_HISTOGRAM: u8 = 3;
+
+/// Series visited between two looks at a read's stop condition.
+const VISIT_BATCH: usize = 1024;
+
+/// One block on disk, open for reading: its index in memory, its chunks
+/// read on demand with positioned reads.
+#[derive(Debug)]
+pub struct Block {
+    meta: BlockMeta,
+    dir: PathBuf,
+    index: IndexReader,
+    chunks: ChunkReader,
+    disk_bytes: u64,
+}
+
+impl Block {
+    /// Opens and checks the block in `dir` (its meta, index and chunk
+    /// segment headers).
+    pub fn open(dir: &Path) -> Result<Self, BlockError> {
+        let meta = read_meta(dir)?;
+        let index = IndexReader::open(&dir.join("index"))?;
+        // Every series entry's and postings list's checksum, once: a damaged index is found
+        // at start, not by a query.
+        for id in index.postings("", "")? {
+            index.series(id)?;
+        }
+        let pairs: Vec<(String, String)> = index
+            .label_pairs()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect();
+        for (n, v) in pairs {
+            index.postings(&n, &v)?;
+        }
+        let chunks = ChunkReader::open(&dir.join("chunks"))?;
+        Ok(Self {
+            meta,
+            dir: dir.to_path_buf(),
+            index,
+            chunks,
+            disk_bytes: dir_bytes(dir),
+        })
+    }
+
+    /// What its `meta.json` says.
+    pub fn meta(&self) -> &BlockMeta {
+        &self.meta
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether it holds any time of `[mint, maxt]` (its own end is
+    /// exclusive).
+    fn overlaps(&self, mint: i64, maxt: i64) -> bool {
+        self.meta.min_time <= maxt && self.meta.max_time > mint
+    }
+
+    /// The IDs of the series that may match: the intersection of the
+    /// postings of each matcher that needs a label to be set, or every
+    /// series when none does. Each candidate is checked in full later.
+    fn candidates(&self, matchers: &[Matcher]) -> Result<Vec<u32>, BlockError> {
+        let mut out: Option<Vec<u32>> = None;
+        for m in matchers.iter().filter(|m| !m.matches("")) {
+            let mut ids = BTreeSet::new();
+            for v in self.index.label_values(&m.name) {
+                if m.matches(v) {
+                    ids.extend(self.index.postings(&m.name, v)?);
+                }
+            }
+            out = Some(match out {
+                None => ids.into_iter().collect(),
+                Some(prev) => prev.into_iter().filter(|id| ids.contains(id)).collect(),
+            });
+            if out.as_ref().is_some_and(Vec::is_empty) {
+                break;
+            }
+        }
+        match out {
+            Some(ids) => Ok(ids),
+            None => self.index.postings("", ""),
+        }
+    }
+
+    /// Calls `f` with the labels and chunk metas of each series that
+    /// matches all `matchers` and has a chunk overlapping `[mint, maxt]`,
+    /// in label order.
+    fn for_each_match(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+        mut f: impl FnMut(Vec<Label>, Vec<ChunkMeta>),
+    ) -> Result<Result<(), BlockError>, Stopped> {
+        let ids = match self.candidates(matchers) {
+            Ok(ids) => ids,
+            Err(e) => return Ok(Err(e)),
+        };
+        for (n, id) in ids.into_iter().enumerate() {
+            if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
+                return Err(Stopped);
+            }
+            let (labels, metas) = match self.index.series(id) {
+                Ok(s) => s,
+                Err(e) => return Ok(Err(e)),
+            };
+            let value = |name: &str| {
+                labels
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("", |(_, v)| v.as_str())
+            };
+            if !matchers.iter().all(|m| m.matches(value(&m.name))) {
+                continue;
+            }
+            if !metas.iter().any(|c| c.maxt >= mint && c.mint <= maxt) {
+                continue;
+            }
+            let labels = labels
+                .into_iter()
+                .map(|(name, value)| Label { name, value })
+                .collect();
+            f(labels, metas);
+        }
+        Ok(Ok(()))
+    }
+
+    /// Series matching all `matchers` with samples in `[mint, maxt]`, with
+    /// those chunks read (floats) or decoded (histograms), sorted by labels.
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
+        let mut out = Vec::new();
+        let mut failed = None;
+        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, metas| {
+            if failed.is_some() {
+                return;
+            }
+            let mut s = SelectedSeries {
+                labels,
+                chunks: Vec::new(),
+                histograms: Vec::new(),
+            };
+            for m in metas.iter().filter(|c| c.maxt >= mint && c.mint <= maxt) {
+                match self.chunks.chunk(m.chunk_ref) {
+                    Ok((XOR, bytes)) => s.chunks.push(ChunkRef {
+                        mint: m.mint,
+                        maxt: m.maxt,
+                        bytes,
+                    }),
+                    Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => {
+                        decode_chunk(e == FLOAT_HISTOGRAM, &bytes, mint, maxt, &mut s.histograms)
+                    }
+                    Ok((e, _)) => {
+                        failed = Some(BlockError(format!(
+                            "chunk {}: unknown encoding {e}",
+                            m.chunk_ref
+                        )))
+                    }
+                    Err(e) => failed = Some(e),
+                }
+            }
+            out.push(s);
+        })?;
+        Ok(match (r, failed) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(out),
+        })
+    }
+}
+
+/// Bytes of the files under `dir` (one level of subdirectories).
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for e in entries.filter_map(Result::ok) {
+        match e.metadata() {
+            Ok(m) if m.is_dir() => total += dir_bytes(&e.path()),
+            Ok(m) => total += m.len(),
+            Err(_) => {}
+        }
+    }
+    total
+}
+
+/// The open blocks, oldest first, and where the head takes over.
+#[derive(Debug)]
+pub struct BlockSet {
+    blocks: Vec<Arc<Block>>,
+    /// The end of the newest block: the head answers for times from here
+    /// on, blocks for times before (`i64::MIN` without blocks).
+    floor: i64,
+}
+
+impl Default for BlockSet {
+    fn default() -> Self {
+        Self {
+            blocks: Vec::new(),
+            floor: i64::MIN,
+        }
+    }
+}
+
+impl BlockSet {
+    /// Where the head takes over.
+    pub fn floor(&self) -> i64 {
+        self.floor
+    }
+
+    /// The blocks, oldest first.
+    pub fn blocks(&self) -> &[Arc<Block>] {
+        &self.blocks
+    }
+
+    /// Runs `f` over each block overlapping `[mint, maxt]`, oldest first;
+    /// a block that fails to read is logged, counted in `errors` and left
+    /// out of the answer.
+    fn each<T>(
+        &self,
+        mint: i64,
+        maxt: i64,
+        errors: &AtomicU64,
+        mut f: impl FnMut(&Block) -> Result<Result<T, BlockError>, Stopped>,
+        mut keep: impl FnMut(T),
+    ) -> Result<(), Stopped> {
+        for b in self.blocks.iter().filter(|b| b.overlaps(mint, maxt)) {
+            match f(b)? {
+                Ok(v) => keep(v),
+                Err(e) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(block = %b.dir.display(), error = %e, "a block could not be read; its data is left out of this answer");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts of block work since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BlockStats {
+    /// Blocks open.
+    pub blocks: usize,
+    /// Their bytes on disk.
+    pub disk_bytes: u64,
+    /// Bytes their readers keep in memory (indexes).
+    pub memory_bytes: usize,
+    /// Samples in them.
+    pub samples: u64,
+    /// Blocks written from the head since start.
+    pub cut: u64,
+    /// Block writes that failed.
+    pub cut_failures: u64,
+    /// How long the last block write took, in seconds.
+    pub last_cut_seconds: f64,
+    /// Blocks deleted by retention.
+    pub deleted: u64,
+    /// Blocks found damaged at start and moved aside.
+    pub damaged: u64,
+    /// Reads of a block that failed during a query.
+    pub read_errors: u64,
+}
+
+/// The block set of a data directory.
+#[derive(Debug, Default)]
+pub struct Blocks {
+    /// Where blocks live; `None` keeps everything in the head.
+    dir: Option<PathBuf>,
+    set: RwLock<BlockSet>,
+    counts: Mutex<BlockStats>,
+    read_errors: AtomicU64,
+}
+
+/// The suffix given to a block directory that failed to open.
+pub const DAMAGED_SUFFIX: &str = ".damaged";
+
+impl Blocks {
+    /// Opens the blocks in `dir`: removes unfinished `<ULID>.tmp`
+    /// directories (a crash while writing), and moves a block that fails
+    /// its checks aside to `<ULID>.damaged`, with an error naming what is
+    /// wrong, rather than refusing to start.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        let mut blocks = Vec::new();
+        let mut damaged = 0;
+        for e in std::fs::read_dir(dir)?.filter_map(Result::ok) {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let path = e.path();
+            if let Some(stem) = name.strip_suffix(".tmp") {
+                if Ulid::parse(stem).is_some() && path.is_dir() {
+                    tracing::warn!(dir = %path.display(), "removing a block left unfinished by a crash");
+                    std::fs::remove_dir_all(&path)?;
+                }
+                continue;
+            }
+            if Ulid::parse(name).is_none() || !path.is_dir() {
+                continue;
+            }
+            match Block::open(&path) {
+                Ok(b) => blocks.push(Arc::new(b)),
+                Err(err) => {
+                    let aside = dir.join(format!("{name}{DAMAGED_SUFFIX}"));
+                    tracing::error!(block = %path.display(), error = %err, moved_to = %aside.display(), "a block is damaged and was moved aside; its samples are not served");
+                    std::fs::rename(&path, &aside)?;
+                    damaged += 1;
+                }
+            }
+        }
+        blocks.sort_by_key(|b| (b.meta.min_time, b.meta.ulid.to_string()));
+        let floor = blocks
+            .iter()
+            .map(|b| b.meta.max_time)
+            .max()
+            .unwrap_or(i64::MIN);
+        let me = Self {
+            dir: Some(dir.to_path_buf()),
+            set: RwLock::new(BlockSet { blocks, floor }),
+            counts: Mutex::new(BlockStats::default()),
+            read_errors: AtomicU64::new(0),
+        };
+        me.counts.lock().damaged = damaged;
+        Ok(me)
+    }
+
+    /// Where blocks are written, if anywhere.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The set, read-locked: hold it while selecting from blocks and head,
+    /// so that a cut cannot move the floor in between.
+    pub fn read(&self) -> RwLockReadGuard<'_, BlockSet> {
+        self.set.read()
+    }
+
+    /// Where the head takes over.
+    pub fn floor(&self) -> i64 {
+        self.set.read().floor
+    }
+
+    /// Adds a block the head has just written and moves the floor to its
+    /// end.
+    pub(crate) fn publish(&self, block: Block, took: std::time::Duration) {
+        let mut set = self.set.write();
+        set.floor = set.floor.max(block.meta.max_time);
+        let at = set
+            .blocks
+            .partition_point(|b| b.meta.min_time <= block.meta.min_time);
+        set.blocks.insert(at, Arc::new(block));
+        drop(set);
+        let mut c = self.counts.lock();
+        c.cut += 1;
+        c.last_cut_seconds = took.as_secs_f64();
+    }
+
+    /// Notes a block write that failed.
+    pub(crate) fn note_failure(&self) {
+        self.counts.lock().cut_failures += 1;
+    }
+
+    /// Deletes the blocks that end at or before `cutoff_ms` (all their
+    /// samples are older): out of the set first, then off the disk.
+    /// Queries still reading one keep their open files until they finish.
+    pub fn delete_before(&self, cutoff_ms: i64) -> usize {
+        let gone: Vec<Arc<Block>> = {
+            let mut set = self.set.write();
+            let (gone, kept) = std::mem::take(&mut set.blocks)
+                .into_iter()
+                .partition(|b| b.meta.max_time <= cutoff_ms);
+            set.blocks = kept;
+            gone
+        };
+        for b in &gone {
+            match std::fs::remove_dir_all(&b.dir) {
+                Ok(()) => {
+                    tracing::info!(block = %b.dir.display(), max_time = b.meta.max_time, "block past retention deleted")
+                }
+                Err(e) => {
+                    tracing::error!(block = %b.dir.display(), error = %e, "a block past retention could not be deleted")
+                }
+            }
+        }
+        self.counts.lock().deleted += gone.len() as u64;
+        gone.len()
+    }
+
+    /// Counts and sizes.
+    pub fn stats(&self) -> BlockStats {
+        let mut s = *self.counts.lock();
+        let set = self.set.read();
+        s.blocks = set.blocks.len();
+        s.disk_bytes = set.blocks.iter().map(|b| b.disk_bytes).sum();
+        s.memory_bytes = set.blocks.iter().map(|b| b.index.heap_bytes()).sum();
+        s.samples = set.blocks.iter().map(|b| b.meta.num_samples).sum();
+        s.read_errors = self.read_errors.load(Ordering::Relaxed);
+        s
+    }
+
+    /// The series of every block in `set` matching `matchers` in
+    /// `[mint, maxt]`, oldest block first, each block's sorted by labels.
+    pub(crate) fn select(
+        &self,
+        set: &BlockSet,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
+        let mut out = Vec::new();
+        set.each(
+            mint,
+            maxt,
+            &self.read_errors,
+            |b| b.select(matchers, mint, maxt, stop),
+            |v| out.extend(v),
+        )?;
+        Ok(out)
+    }
+
+    /// Calls `f` with the labels of each series of a block in `set` that
+    /// matches `matchers` with samples in `[mint, maxt]`.
+    pub(crate) fn for_each_labels(
+        &self,
+        set: &BlockSet,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+        mut f: impl FnMut(Vec<Label>),
+    ) -> Result<(), Stopped> {
+        set.each(
+            mint,
+            maxt,
+            &self.read_errors,
+            |b| b.for_each_match(matchers, mint, maxt, stop, |labels, _| f(labels)),
+            |()| {},
+        )
+    }
+}
+
+/// Merges series selected from blocks (oldest first) and then the head
+/// into one list sorted by labels, a series found in several joined into
+/// one with its chunks and histograms in time order.
+pub(crate) fn merge(mut parts: Vec<SelectedSeries>) -> Vec<SelectedSeries> {
+    // Stable: a series' parts stay oldest first.
+    parts.sort_by(|a, b| a.labels.cmp(&b.labels));
+    let mut out: Vec<SelectedSeries> = Vec::with_capacity(parts.len());
+    for s in parts {
+        match out.last_mut() {
+            Some(last) if last.labels == s.labels => {
+                last.chunks.extend(s.chunks);
+                last.histograms.extend(s.histograms);
+            }
+            _ => out.push(s),
+        }
+    }
+    out
+}

@@ -1,0 +1,367 @@
+//! Handing the head's oldest chunks to blocks on disk, as Prometheus'
+//! head compaction does: once the head spans more than 1.5 block ranges,
+//! the oldest whole range (aligned, 2 h by default) is written as a block,
+//! published to queries, and only then dropped from the head.
+//!
+//! A crash at any step starts cleanly: an unfinished `<ULID>.tmp` is
+//! removed at start and the head still holds everything (the WAL and the
+//! checkpoint were not touched); a finished block moves the floor, and the
+//! start drops what the checkpoint and WAL replay restore below it.
+
+use std::time::Instant;
+
+use super::block::{write_block, BlockMeta, BlockSeries};
+use super::blocks::Block;
+use super::head::Head;
+
+/// Why a block could not be cut.
+#[derive(Debug, thiserror::Error)]
+#[error("writing a block for [{min_time}, {max_time}): {what}")]
+pub struct CutError {
+    /// The range's start.
+    pub min_time: i64,
+    /// The range's end (exclusive).
+    pub max_time: i64,
+    /// What went wrong.
+    pub what: String,
+}
+
+impl Head {
+    /// The oldest and newest sample times in the head, from `floor` on.
+    fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
+        let mut span: Option<(i64, i64)> = None;
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let (Some(lo), Some(hi)) = (shard.min_time_of(s), shard.max_time_of(s)) else {
+                        continue;
+                    };
+                    if hi < floor {
+                        continue;
+                    }
+                    let lo = lo.max(floor);
+                    span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+                }
+            });
+        }
+        span
+    }
+
+    /// Every series' chunks in `[lo, hi)`, with its labels.
+    fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
+        let mut out = Vec::new();
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let chunks = shard.chunks_in(s, lo, hi);
+                    if chunks.is_empty() {
+                        continue;
+                    }
+                    out.push(BlockSeries {
+                        labels: shard
+                            .labels_of(s)
+                            .into_iter()
+                            .map(|l| (l.name, l.value))
+                            .collect(),
+                        chunks,
+                    });
+                }
+            });
+        }
+        out
+    }
+
+    /// Writes blocks while the head spans more than 1.5 block ranges (the
+    /// head's chunk range), oldest range first, and drops what they hold
+    /// from the head. Does nothing for a head without a data directory.
+    /// `now_ms` names the blocks.
+    pub fn cut_blocks(&self, now_ms: u64) -> Result<Vec<BlockMeta>, CutError> {
+        let Some(dir) = self.blocks.dir().map(std::path::Path::to_path_buf) else {
+            return Ok(Vec::new());
+        };
+        let range = self.options().chunk_range_ms;
+        let mut cut = Vec::new();
+        loop {
+            let floor = self.blocks.floor();
+            let Some((lo, hi)) = self.span_from(floor) else {
+                break;
+            };
+            if hi.saturating_sub(lo) <= range / 2 * 3 {
+                break;
+            }
+            let min_time = lo.div_euclid(range) * range;
+            let max_time = min_time + range;
+            let fail = |what: String| {
+                self.blocks.note_failure();
+                CutError {
+                    min_time,
+                    max_time,
+                    what,
+                }
+            };
+            // From here on nothing lands below the block's end: an append
+            // that took its shard's lock before this store is in what
+            // `chunks_between` copies (it locks every shard after it).
+            self.raise_min_valid(max_time);
+            let started = Instant::now();
+            let series = self.chunks_between(min_time, max_time);
+            if series.is_empty() {
+                break;
+            }
+            let meta = write_block(&dir, series, min_time, max_time, now_ms)
+                .map_err(|e| fail(e.to_string()))?;
+            let block = Block::open(&dir.join(meta.ulid.to_string()))
+                .map_err(|e| fail(format!("the block written does not read back: {e}")))?;
+            self.blocks.publish(block, started.elapsed());
+            let dropped = self.truncate(max_time);
+            tracing::info!(
+                block = %meta.ulid,
+                min_time,
+                max_time,
+                series = meta.num_series,
+                samples = meta.num_samples,
+                head_chunks_dropped = dropped.chunks,
+                head_series_removed = dropped.series,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "block written from the head"
+            );
+            cut.push(meta);
+        }
+        Ok(cut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::histogram::{HistSample, Histogram, Span};
+    use crate::storage::head::{AppendCounts, Durability, HeadOptions};
+    use crate::storage::index::{MatchOp, Matcher};
+    use crate::storage::labels::encode_canonical;
+    use crate::storage::Stop;
+    use crate::wal::commit::FsyncMode;
+    use crate::wal::WalOptions;
+
+    const H: i64 = 3_600_000;
+
+    fn durability(dir: &std::path::Path) -> Durability {
+        Durability {
+            dir: dir.to_owned(),
+            wal: WalOptions {
+                segment_bytes: 1 << 20,
+                repair: false,
+            },
+            fsync: FsyncMode::Always,
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> Head {
+        Head::open(HeadOptions::default(), &durability(dir)).expect("opens")
+    }
+
+    fn hist(i: u64) -> HistSample {
+        HistSample::Int(Histogram {
+            schema: 0,
+            count: i * 3,
+            sum: i as f64,
+            positive_spans: vec![Span {
+                offset: 0,
+                length: 2,
+            }],
+            positive_buckets: vec![i as i64, i as i64],
+            zero_count: i,
+            zero_threshold: 1e-128,
+            ..Histogram::default()
+        })
+    }
+
+    /// 20 float series and one histogram series, a sample a minute from
+    /// `from` up to (not including) `to`, logged durably.
+    fn fill(head: &Head, from: i64, to: i64) {
+        let mut c = AppendCounts::default();
+        for k in 0..20 {
+            let k = k.to_string();
+            let labels = [("__name__", "up"), ("k", k.as_str())];
+            let mut raw = Vec::new();
+            encode_canonical(labels.iter().copied(), &mut raw);
+            let samples = (from..to).step_by(60_000).map(|t| (t, (t / 60_000) as f64));
+            head.append_labels(&labels, &raw, samples, i64::MAX, &mut c)
+                .expect("fits");
+        }
+        let labels = [("__name__", "lat")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let samples: Vec<_> = (from..to)
+            .step_by(60_000)
+            .map(|t| (t, hist((t / 60_000) as u64)))
+            .collect();
+        head.append_histograms(&labels, &raw, &samples, i64::MAX, &mut c)
+            .expect("fits");
+        let lsn = head.log_all();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(head.durable(lsn))
+            .expect("durable");
+    }
+
+    type Everything = Vec<(Vec<crate::storage::labels::Label>, Vec<(i64, f64)>, usize)>;
+
+    /// Every series: labels, float samples, histogram count.
+    fn everything(head: &Head) -> Everything {
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        head.select_until(&[all], i64::MIN, i64::MAX, &Stop::default())
+            .expect("no stop")
+            .into_iter()
+            .map(|s| {
+                let floats = s.samples(i64::MIN, i64::MAX).collect();
+                (s.labels, floats, s.histograms.len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_oldest_range_goes_to_a_block_and_queries_see_the_same() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = open(dir.path());
+        fill(&head, 0, 5 * H);
+        let before = everything(&head);
+        assert_eq!(before.len(), 21);
+        assert_eq!(before[0].2, 300, "histograms held");
+        let chunks_before = head.stats().chunks;
+
+        let cut = head.cut_blocks(1).expect("cut");
+        // 0..5h spans more than 3h: [0, 2h) is cut, then 2h..5h is not
+        // more than 3h, so it stays.
+        assert_eq!(cut.len(), 1);
+        assert_eq!((cut[0].min_time, cut[0].max_time), (0, 2 * H));
+        assert_eq!(cut[0].num_series, 21);
+        assert_eq!(cut[0].num_samples, 21 * 120);
+        assert_eq!(head.blocks().floor(), 2 * H);
+        assert!(
+            head.stats().chunks < chunks_before,
+            "the head let go of chunks"
+        );
+        assert_eq!(head.stats().samples, 21 * 180);
+        assert_eq!(
+            everything(&head),
+            before,
+            "queries answer as before the cut"
+        );
+
+        // A query across the boundary sees each sample once.
+        let m = Matcher::new(MatchOp::Equal, "k", "3").expect("m");
+        let got = head
+            .select_until(
+                &[m],
+                2 * H - 5 * 60_000,
+                2 * H + 4 * 60_000,
+                &Stop::default(),
+            )
+            .expect("no stop");
+        assert_eq!(got.len(), 1);
+        let ts: Vec<i64> = got[0]
+            .samples(2 * H - 5 * 60_000, 2 * H + 4 * 60_000)
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(ts, (-5..=4).map(|i| 2 * H + i * 60_000).collect::<Vec<_>>());
+
+        // Samples below the block's end are refused now.
+        let mut c = AppendCounts::default();
+        let labels = [("__name__", "late")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        head.append_labels(&labels, &raw, [(H, 1.0)].into_iter(), i64::MAX, &mut c)
+            .expect("fits");
+        assert_eq!(c.appended, 0);
+
+        // Labels and series answers see the block.
+        let names = head
+            .label_values("k", &[], 0, H, &Stop::default())
+            .expect("no stop");
+        assert_eq!(names.len(), 20);
+        let sets = head
+            .series_labels(&[], 0, H, &Stop::default())
+            .expect("no stop");
+        assert_eq!(sets.len(), 21);
+
+        // Nothing more to cut.
+        assert!(head.cut_blocks(2).expect("cut").is_empty());
+        head.close_wal();
+        drop(head);
+
+        // A start after the cut but before any checkpoint: the WAL still
+        // holds the block's samples; nothing is doubled.
+        let head = open(dir.path());
+        assert_eq!(head.blocks().stats().blocks, 1);
+        assert_eq!(everything(&head), before);
+        assert_eq!(
+            head.stats().samples,
+            21 * 180,
+            "the head holds only what is newer than the block"
+        );
+        head.close_wal();
+    }
+
+    #[test]
+    fn a_checkpoint_after_a_cut_covers_only_the_head_and_restarts_cleanly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = open(dir.path());
+        fill(&head, 0, 8 * H);
+        let before = everything(&head);
+        let cut = head.cut_blocks(1).expect("cut");
+        // 0..8h: [0,2h) and [2h,4h) go, leaving 4h..8h = 4h > 3h, so
+        // [4h,6h) too; 6h..8h stays.
+        assert_eq!(cut.len(), 3);
+        let full = crate::storage::checkpoint::write(&head, dir.path()).expect("checkpoint");
+        assert!(full.series <= 21);
+        head.close_wal();
+        drop(head);
+        let head = open(dir.path());
+        assert_eq!(everything(&head), before);
+        assert_eq!(head.stats().samples, 21 * 120);
+        head.close_wal();
+    }
+
+    #[test]
+    fn an_unfinished_block_is_removed_and_a_damaged_one_moved_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = open(dir.path());
+        fill(&head, 0, 5 * H);
+        let before = everything(&head);
+        let cut = head.cut_blocks(1).expect("cut");
+        head.close_wal();
+        drop(head);
+        // A crash while writing: a .tmp directory with part of a block.
+        let tmp = dir
+            .path()
+            .join(format!("{}.tmp", crate::storage::block::Ulid::new(5)));
+        std::fs::create_dir_all(tmp.join("chunks")).expect("mkdir");
+        let head = open(dir.path());
+        assert!(!tmp.exists(), "the unfinished block is removed");
+        assert_eq!(everything(&head), before);
+        head.close_wal();
+        drop(head);
+
+        // Damage the block's index: it is moved aside, the start goes on,
+        // and the head serves what the WAL still holds.
+        let name = cut[0].ulid.to_string();
+        let index = dir.path().join(&name).join("index");
+        let mut b = std::fs::read(&index).expect("index");
+        // The series section: the second offset of the table of contents
+        // (52 bytes from the end).
+        let toc = b.len() - 52;
+        let series_at = u64::from_be_bytes(b[toc + 8..toc + 16].try_into().expect("8"));
+        // Entries are 16-byte aligned; the section starts with padding.
+        b[(series_at as usize).div_ceil(16) * 16 + 3] ^= 0xff;
+        std::fs::write(&index, b).expect("write");
+        let err = Block::open(&dir.path().join(&name)).expect_err("damage is found");
+        assert!(err.to_string().contains("series"), "{err}");
+        let head = open(dir.path());
+        assert!(dir.path().join(format!("{name}.damaged")).exists());
+        assert_eq!(head.blocks().stats().damaged, 1);
+        assert_eq!(head.blocks().stats().blocks, 0);
+        assert_eq!(everything(&head), before, "the WAL still had it all");
+        head.close_wal();
+    }
+}
