@@ -212,3 +212,195 @@ async fn prometheus_3_opens_a_directory_of_sluice_blocks_and_answers_over_it() {
     let v = answer("histogram_count(last_over_time(blk_hist[2h]))").await;
     assert_eq!(v["data"]["result"][0]["value"][1], "396", "{v}");
 }
+
+/// Copies block directory `from` into `to` (created), files one level
+/// down as a block holds them.
+fn copy_block(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.join("chunks")).expect("mkdir");
+    for f in ["index", "meta.json", "tombstones"] {
+        std::fs::copy(from.join(f), to.join(f)).expect("copy");
+    }
+    for e in std::fs::read_dir(from.join("chunks")).expect("chunks") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join("chunks").join(e.file_name())).expect("copy");
+    }
+}
+
+/// The block directories (ULID names) under `dir`.
+fn blocks_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .expect("data dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("meta.json").exists())
+        .collect();
+    out.sort();
+    out
+}
+
+/// A range query's answer: each series' labels and `[t, v]` points.
+async fn range(addr: &str, q: &str, start: i64, end: i64) -> serde_json::Value {
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/query_range"),
+        &[
+            ("query", q.to_owned()),
+            ("start", format!("{:.3}", start as f64 / 1000.0)),
+            ("end", format!("{:.3}", end as f64 / 1000.0)),
+            ("step", "60".to_owned()),
+        ],
+    )
+    .await;
+    assert_eq!(v["status"], "success", "{q}: {v}");
+    v["data"]["result"].clone()
+}
+
+/// Sluice cuts the oldest 2 h of its head into a block by itself; queries
+/// answer every sample once across blocks and head; promtool reads the
+/// block and dumps its samples; a Prometheus 3.5.3 given a copy answers
+/// the same range queries identically; and after a `kill -9` (no
+/// shutdown checkpoint) the restarted Sluice answers the same again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_them() {
+    const N: usize = 30;
+    const MIN: i64 = 60_000;
+    let data = tempfile::tempdir().expect("tempdir");
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let (mut child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    // 5 h of samples a minute apart, ending now: more than 1.5 ranges.
+    let end = common::now_ms() / MIN * MIN;
+    let start = end - 5 * HOUR;
+    let value = |i: usize, t: i64| (i * 100_000) as f64 + ((t - start) / MIN) as f64;
+    for from in (start..=end).step_by(30 * MIN as usize) {
+        let ts: Vec<i64> = (from..(from + 30 * MIN).min(end + 1))
+            .step_by(MIN as usize)
+            .collect();
+        let series: Vec<_> = (0..N)
+            .map(|i| {
+                let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, value(i, t))).collect();
+                common::series(
+                    &[
+                        ("__name__", "cut_me"),
+                        ("i", &i.to_string()),
+                        ("job", "blk"),
+                    ],
+                    &samples,
+                )
+            })
+            .collect();
+        let (status, text) = common::push(addr, common::body(series)).await;
+        assert_eq!(status, 204, "{text}");
+    }
+    let cut = common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= 1.0).await;
+    assert!(cut >= 1.0, "a block was cut within 20 s: {cut}");
+    let blocks = blocks_in(data.path());
+    assert!(!blocks.is_empty() && blocks.len() <= 2, "{blocks:?}");
+    let first: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(blocks[0].join("meta.json")).expect("meta"))
+            .expect("json");
+    let (bmin, bmax) = (
+        first["minTime"].as_i64().expect("minTime"),
+        first["maxTime"].as_i64().expect("maxTime"),
+    );
+    assert_eq!(bmax - bmin, 2 * HOUR, "{first}");
+    assert_eq!(bmin % (2 * HOUR), 0, "aligned: {first}");
+
+    // Every sample, once, from blocks and head ((end - 5h, end] holds 300:
+    // ranges are open at the start in Prometheus 3).
+    let addr_s = addr.to_string();
+    let count = range(&addr_s, "count_over_time(cut_me[5h])", end, end).await;
+    assert_eq!(count.as_array().map(Vec::len), Some(N), "{count}");
+    for s in count.as_array().into_iter().flatten() {
+        assert_eq!(s["values"][0][1], "300", "{s}");
+    }
+    let all = range(&addr_s, "cut_me", start, end).await;
+    for s in all.as_array().into_iter().flatten() {
+        let i: usize = s["metric"]["i"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .expect("i");
+        let points = s["values"].as_array().expect("values");
+        assert_eq!(points.len(), 301, "{}", s["metric"]);
+        for p in points {
+            let t = (p[0].as_f64().expect("t") * 1000.0).round() as i64;
+            assert_eq!(p[1], format!("{}", value(i, t)), "i={i} t={t}");
+        }
+    }
+
+    // promtool reads the block Sluice cut, and dumps exactly its samples.
+    let copy = tempfile::tempdir().expect("tempdir");
+    let name = blocks[0].file_name().expect("name");
+    copy_block(&blocks[0], &copy.path().join(name));
+    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let path = copy.path().to_str().expect("utf-8");
+    let list = promtool(&["tsdb", "list", path]);
+    let per_series = (2 * HOUR / MIN) as usize;
+    assert!(
+        list.contains(&format!(" {} ", N * per_series)),
+        "{N} x {per_series} samples listed: {list}"
+    );
+    let dump = promtool(&["tsdb", "dump", path]);
+    assert_eq!(dump.lines().count(), N * per_series, "{dump:.2000}");
+    for line in dump.lines().take(50) {
+        // {__name__="cut_me", i="7", job="blk"} 12345 1700000000000
+        let i: usize = line
+            .split("i=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse().ok())
+            .expect("i label");
+        let mut tail = line.rsplit(' ');
+        let t: i64 = tail.next().and_then(|v| v.parse().ok()).expect("t");
+        let v: f64 = tail.next().and_then(|v| v.parse().ok()).expect("v");
+        assert!((bmin..bmax).contains(&t), "{line}");
+        assert_eq!(v, value(i, t), "{line}");
+    }
+
+    // Prometheus 3.5.3 on a copy of the block answers range queries over
+    // the block's time identically.
+    let queries = [
+        "cut_me",
+        "sum by (job) (rate(cut_me[5m]))",
+        "max_over_time(cut_me[17m])",
+        "count(cut_me > 100000)",
+    ];
+    let (qs, qe) = (bmin + 10 * MIN, bmax - MIN);
+    let mut ours = Vec::new();
+    for q in queries {
+        ours.push(range(&addr_s, q, qs, qe).await);
+    }
+    let prom = Prometheus::start_bin_on(
+        &prometheus3("prometheus"),
+        "global:\n  scrape_interval: 1h\n",
+        &["--storage.tsdb.retention.time=100y"],
+        |dir| copy_block(&blocks[0], &dir.join(name)),
+    );
+    prom.ready().await;
+    for (q, want) in queries.iter().zip(&ours) {
+        let got = range(&prom.addr(), q, qs, qe).await;
+        assert!(
+            got.as_array().is_some_and(|a| !a.is_empty()),
+            "{q}: {got}\n{}",
+            prom.log()
+        );
+        assert_eq!(&got, want, "{q}");
+    }
+    drop(prom);
+
+    // kill -9: no shutdown checkpoint. The restart opens the block, replays
+    // the WAL (which still holds the block's samples), and doubles nothing.
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let (mut child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    let addr_s = addr.to_string();
+    let count = range(&addr_s, "count_over_time(cut_me[5h])", end, end).await;
+    for s in count.as_array().into_iter().flatten() {
+        assert_eq!(s["values"][0][1], "300", "{s}");
+    }
+    for (q, want) in queries.iter().zip(&ours) {
+        assert_eq!(&range(&addr_s, q, qs, qe).await, want, "{q} after restart");
+    }
+    let blocks_after = common::self_metric(addr, "sluice_blocks").await;
+    assert_eq!(blocks_after, Some(blocks.len() as f64));
+    child.kill().expect("kill");
+    let _ = child.wait();
+}
