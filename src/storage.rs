@@ -16,6 +16,7 @@ pub mod labels;
 pub mod metadata;
 pub mod querier;
 mod recovery;
+pub mod selected;
 mod shard;
 
 /// Prometheus' stale marker: a NaN with this exact bit pattern ends a

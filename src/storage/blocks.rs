@@ -15,10 +15,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
+use super::chunk::ChunkRef;
 use super::hist_series::decode_chunk;
 use super::index::Matcher;
 use super::labels::Label;
-use super::querier::{ChunkRef, SelectedSeries};
+use super::selected::SelectedSeries;
 use super::{Stop, Stopped};
 
 /// Prometheus' chunk encodings, as a block's segments mark them.
