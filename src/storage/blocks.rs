@@ -42,23 +42,15 @@ pub struct Block {
 }
 
 impl Block {
-    /// Opens and checks the block in `dir` (its meta, index and chunk
-    /// segment headers).
+    /// Opens and checks the block in `dir`: its meta, the index's table of
+    /// contents, symbol table and postings offset table, and the chunk
+    /// segments' headers.
     pub fn open(dir: &Path) -> Result<Self, BlockError> {
         let meta = read_meta(dir)?;
         let index = IndexReader::open(&dir.join("index"))?;
-        // Every series entry's and postings list's checksum, once: a damaged index is found
-        // at start, not by a query.
-        for id in index.postings("", "")? {
-            index.series(id)?;
-        }
-        let pairs: Vec<(String, String)> = index
-            .label_pairs()
-            .map(|(n, v)| (n.to_owned(), v.to_owned()))
-            .collect();
-        for (n, v) in pairs {
-            index.postings(&n, &v)?;
-        }
+        // Series entries, postings lists and chunks are checked when read:
+        // reading them all here would make a start as slow as the
+        // retention is long.
         let chunks = ChunkReader::open(&dir.join("chunks"))?;
         Ok(Self {
             meta,

@@ -4,7 +4,6 @@
 //! damaged file gives an error naming what is wrong, never a panic, and
 //! nothing is allocated beyond what the file's own size allows.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::writer::{BlockMeta, CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
@@ -34,14 +33,80 @@ pub struct ChunkMeta {
     pub chunk_ref: u64,
 }
 
-/// A block's index, read whole and checked.
+/// Where an index's bytes are: an open file read with positioned reads,
+/// or bytes in memory (tests and fuzzing).
+#[derive(Debug)]
+enum Source {
+    File(std::fs::File, u64),
+    Memory(Vec<u8>),
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Self::File(_, len) => *len,
+            Self::Memory(b) => b.len() as u64,
+        }
+    }
+
+    /// `len` bytes at `at`, or an error if the file ends before.
+    fn read(&self, at: u64, len: usize, what: &str) -> Result<Vec<u8>, BlockError> {
+        use std::os::unix::fs::FileExt;
+        let end = at.checked_add(len as u64).filter(|&e| e <= self.len());
+        if end.is_none() {
+            return bad(format!("{what}: runs past the end of the index"));
+        }
+        match self {
+            Self::Memory(b) => Ok(b[at as usize..at as usize + len].to_vec()),
+            Self::File(f, _) => {
+                let mut buf = vec![0u8; len];
+                f.read_exact_at(&mut buf, at)
+                    .map_err(|e| BlockError(format!("{what}: {e}")))?;
+                Ok(buf)
+            }
+        }
+    }
+
+    /// Up to `len` bytes at `at` (fewer where the file ends).
+    fn read_upto(&self, at: u64, len: usize, what: &str) -> Result<Vec<u8>, BlockError> {
+        let n = self.len().saturating_sub(at).min(len as u64) as usize;
+        self.read(at, n, what)
+    }
+
+    /// The checked body of a section `len <4b> … CRC32C <4b>` at `at`.
+    fn section(&self, at: u64, what: &str) -> Result<Vec<u8>, BlockError> {
+        let head = self.read(at, 4, what)?;
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let mut body = self.read(at + 4, len + 4, what)?;
+        let crc = body.split_off(len);
+        if crc32c::crc32c(&body).to_be_bytes()[..] != crc[..] {
+            return bad(format!("{what}: checksum mismatch"));
+        }
+        Ok(body)
+    }
+}
+
+/// A block's index, checked as far as it is kept: the table of contents,
+/// the symbol table and the postings offset table are read at open and
+/// held (the symbols' bytes once, the offsets as small integers); series
+/// entries and postings lists are read with positioned reads when asked
+/// for, and checked then.
 #[derive(Debug)]
 pub struct IndexReader {
-    bytes: Vec<u8>,
-    symbols: Vec<(usize, usize)>,
-    /// (name, value) → offset of its postings list; ("", "") is every series.
-    postings: BTreeMap<(String, String), usize>,
-    series_end: usize,
+    src: Source,
+    /// Every symbol's bytes, one after another.
+    strings: String,
+    /// Where each symbol ends in `strings` (it starts where the last ends).
+    symbol_ends: Vec<u32>,
+    /// Label names of the postings offset table, each with its run of
+    /// `values` (start, end).
+    names: Vec<(Box<str>, u32, u32)>,
+    /// Values of the postings offset table in (name, value) order: where
+    /// the value is in `strings` (start, end), and its postings list's
+    /// offset.
+    values: Vec<(u32, u32, u64)>,
+    series_start: u64,
+    series_end: u64,
 }
 
 /// A cursor over a byte range with checked reads.
@@ -87,162 +152,217 @@ impl<'a> Cur<'a> {
     }
 }
 
-/// A section `len <4b> … CRC32C <4b>` at `at`: its body, checked.
-fn section<'a>(b: &'a [u8], at: usize, what: &str) -> Result<&'a [u8], BlockError> {
-    let len = b
-        .get(at..at + 4)
-        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize)
-        .ok_or_else(|| BlockError(format!("{what}: truncated")))?;
-    let body = b
-        .get(at + 4..at + 4 + len)
-        .ok_or_else(|| BlockError(format!("{what}: length {len} runs past the file")))?;
-    let crc = b
-        .get(at + 4 + len..at + 8 + len)
-        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-        .ok_or_else(|| BlockError(format!("{what}: no checksum")))?;
-    if crc32c::crc32c(body) != crc {
-        return bad(format!("{what}: checksum mismatch"));
-    }
-    Ok(body)
-}
-
 impl IndexReader {
-    /// Reads and checks the index file at `path`.
+    /// Opens the index file at `path` and checks what is kept of it.
     pub fn open(path: &Path) -> Result<Self, BlockError> {
-        let bytes =
-            std::fs::read(path).map_err(|e| BlockError(format!("{}: {e}", path.display())))?;
-        Self::from_bytes(bytes)
+        let io = |e: std::io::Error| BlockError(format!("{}: {e}", path.display()));
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        Self::from_source(Source::File(file, len))
     }
 
     /// Checks an index held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, BlockError> {
-        if bytes.len() < 5 + 52 {
+        Self::from_source(Source::Memory(bytes))
+    }
+
+    fn from_source(src: Source) -> Result<Self, BlockError> {
+        let len = src.len();
+        if len < 5 + 52 {
             return bad("index: too short");
         }
-        if bytes[..4] != INDEX_MAGIC.to_be_bytes() {
+        let head = src.read(0, 5, "index header")?;
+        if head[..4] != INDEX_MAGIC.to_be_bytes() {
             return bad("index: not an index file (magic)");
         }
-        if bytes[4] != 2 {
+        if head[4] != 2 {
             return bad(format!(
                 "index: format version {} (only 2 is read)",
-                bytes[4]
+                head[4]
             ));
         }
-        let toc_at = bytes.len() - 52;
-        let toc = &bytes[toc_at..toc_at + 48];
-        let crc = u32::from_be_bytes([
-            bytes[toc_at + 48],
-            bytes[toc_at + 49],
-            bytes[toc_at + 50],
-            bytes[toc_at + 51],
-        ]);
-        if crc32c::crc32c(toc) != crc {
+        let toc_at = len - 52;
+        let toc = src.read(toc_at, 52, "table of contents")?;
+        let crc = u32::from_be_bytes([toc[48], toc[49], toc[50], toc[51]]);
+        if crc32c::crc32c(&toc[..48]) != crc {
             return bad("index: table of contents checksum mismatch");
         }
-        let mut refs = [0usize; 6];
+        let mut refs = [0u64; 6];
         for (i, r) in refs.iter_mut().enumerate() {
             let mut b = [0u8; 8];
             b.copy_from_slice(&toc[i * 8..i * 8 + 8]);
-            *r = usize::try_from(u64::from_be_bytes(b)).unwrap_or(usize::MAX);
+            *r = u64::from_be_bytes(b);
             if *r > toc_at {
                 return bad("index: a section starts past the table of contents");
             }
         }
         let [sym_at, series_at, label_indices_at, _label_table_at, _postings_at, postings_table_at] =
             refs;
+        if series_at > label_indices_at {
+            return bad("index: series end before they start");
+        }
 
-        let body = section(&bytes, sym_at, "symbol table")?;
-        let mut c = Cur { b: body, at: 0 };
+        let body = src.section(sym_at, "symbol table")?;
+        let mut c = Cur { b: &body, at: 0 };
         let n = c.u32()? as usize;
         // Each symbol takes a byte at least.
         if n > body.len() {
             return bad("symbol table: more symbols than bytes");
         }
-        let mut symbols = Vec::with_capacity(n);
+        let mut strings = String::new();
+        let mut symbol_ends = Vec::with_capacity(n);
         for _ in 0..n {
-            let s = c.bytes()?;
-            // The body starts 4 bytes after the section's length field.
-            let start = sym_at + 4 + c.at - s.len();
-            if std::str::from_utf8(s).is_err() {
-                return bad("symbol table: a symbol is not UTF-8");
-            }
-            symbols.push((start, s.len()));
+            let s = std::str::from_utf8(c.bytes()?)
+                .map_err(|_| BlockError("symbol table: a symbol is not UTF-8".into()))?;
+            strings.push_str(s);
+            symbol_ends.push(
+                u32::try_from(strings.len())
+                    .map_err(|_| BlockError("symbol table: over 4 GiB".into()))?,
+            );
         }
+        let mut me = Self {
+            src,
+            strings,
+            symbol_ends,
+            names: Vec::new(),
+            values: Vec::new(),
+            series_start: series_at,
+            series_end: label_indices_at,
+        };
 
-        let body = section(&bytes, postings_table_at, "postings offset table")?;
-        let mut c = Cur { b: body, at: 0 };
+        let body = me.src.section(postings_table_at, "postings offset table")?;
+        let mut c = Cur { b: &body, at: 0 };
         let n = c.u32()? as usize;
         if n > body.len() {
             return bad("postings offset table: more entries than bytes");
         }
-        let mut postings = BTreeMap::new();
+        me.values.reserve_exact(n);
         for _ in 0..n {
             if c.uvarint()? != 2 {
                 return bad("postings offset table: an entry without a name and a value");
             }
-            let name = String::from_utf8(c.bytes()?.to_vec())
+            let name = std::str::from_utf8(c.bytes()?)
                 .map_err(|_| BlockError("postings offset table: name not UTF-8".into()))?;
-            let value = String::from_utf8(c.bytes()?.to_vec())
+            let value = std::str::from_utf8(c.bytes()?)
                 .map_err(|_| BlockError("postings offset table: value not UTF-8".into()))?;
-            let off = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
+            let off = c.uvarint()?;
             if off >= toc_at {
                 return bad("postings offset table: an offset past the postings");
             }
-            postings.insert((name, value), off);
+            let at = me.values.len() as u32;
+            match me.names.last_mut() {
+                Some((last, _, end)) if **last == *name => *end = at + 1,
+                Some((last, _, _)) if **last > *name => {
+                    return bad("postings offset table: names out of order")
+                }
+                _ => me.names.push((name.into(), at, at + 1)),
+            }
+            let (start, end) = me.intern(value)?;
+            if let Some(&(ps, pe, _)) = me
+                .values
+                .last()
+                .filter(|_| me.names.last().is_some_and(|g| g.1 < at))
+            {
+                if me.strings[ps as usize..pe as usize] >= *value {
+                    return bad("postings offset table: values out of order");
+                }
+            }
+            me.values.push((start, end, off));
         }
-        if series_at > label_indices_at {
-            return bad("index: series end before they start");
+        me.strings.shrink_to_fit();
+        Ok(me)
+    }
+
+    /// Where `s` is in `strings`: a symbol's place when it is one (as
+    /// every value of a well-formed index but "" is), else appended.
+    fn intern(&mut self, s: &str) -> Result<(u32, u32), BlockError> {
+        let n = self.symbol_ends.len();
+        let (mut lo, mut hi) = (0usize, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.symbol_at(mid).cmp(s) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let end = self.symbol_ends[mid];
+                    return Ok((end - s.len() as u32, end));
+                }
+            }
         }
-        Ok(Self {
-            bytes,
-            symbols,
-            postings,
-            series_end: label_indices_at,
-        })
+        let start = u32::try_from(self.strings.len())
+            .map_err(|_| BlockError("postings offset table: over 4 GiB".into()))?;
+        self.strings.push_str(s);
+        Ok((start, start + s.len() as u32))
+    }
+
+    fn symbol_at(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.symbol_ends[i - 1] as usize,
+        };
+        &self.strings[start..self.symbol_ends[i] as usize]
     }
 
     /// Symbol `i`.
     fn symbol(&self, i: u64) -> Result<&str, BlockError> {
-        let &(at, len) = usize::try_from(i)
+        match usize::try_from(i)
             .ok()
-            .and_then(|i| self.symbols.get(i))
-            .ok_or_else(|| BlockError(format!("series: symbol {i} does not exist")))?;
-        std::str::from_utf8(&self.bytes[at..at + len])
-            .map_err(|_| BlockError("symbol not UTF-8".into()))
+            .filter(|&i| i < self.symbol_ends.len())
+        {
+            Some(i) => Ok(self.symbol_at(i)),
+            None => bad(format!("series: symbol {i} does not exist")),
+        }
+    }
+
+    fn value_at(&self, k: usize) -> &str {
+        let (s, e, _) = self.values[k];
+        &self.strings[s as usize..e as usize]
+    }
+
+    /// The run of `values` for label `name`.
+    fn run_of(&self, name: &str) -> std::ops::Range<usize> {
+        match self.names.binary_search_by(|(n, _, _)| (**n).cmp(name)) {
+            Ok(i) => self.names[i].1 as usize..self.names[i].2 as usize,
+            Err(_) => 0..0,
+        }
     }
 
     /// Every label pair with a postings list, in order (("", "") first).
     pub fn label_pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        self.postings.keys().map(|(n, v)| (n.as_str(), v.as_str()))
+        self.names.iter().flat_map(move |(n, s, e)| {
+            (*s as usize..*e as usize).map(move |k| (&**n, self.value_at(k)))
+        })
     }
 
     /// The values label `name` takes, in order.
-    pub fn label_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.postings
-            .range((name.to_owned(), String::new())..)
-            .take_while(move |((n, _), _)| n == name)
-            .map(|((_, v), _)| v.as_str())
+    pub fn label_values<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+        self.run_of(name).map(move |k| self.value_at(k))
     }
 
     /// Bytes this reader keeps in memory.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity()
-            + self.symbols.capacity() * 16
+        self.strings.capacity()
+            + self.symbol_ends.capacity() * 4
+            + self.values.capacity() * 16
             + self
-                .postings
-                .keys()
-                .map(|(n, v)| n.len() + v.len() + 80)
+                .names
+                .iter()
+                .map(|(n, _, _)| n.len() + 24)
                 .sum::<usize>()
     }
 
     /// The IDs of the series with label `name` = `value` (("", "") for
     /// all), ascending.
     pub fn postings(&self, name: &str, value: &str) -> Result<Vec<u32>, BlockError> {
-        let Some(&at) = self.postings.get(&(name.to_owned(), value.to_owned())) else {
+        let run = self.run_of(name);
+        let Ok(k) = self.values[run.clone()]
+            .binary_search_by(|&(s, e, _)| self.strings[s as usize..e as usize].cmp(value))
+        else {
             return Ok(Vec::new());
         };
-        let body = section(&self.bytes, at, "postings")?;
-        let mut c = Cur { b: body, at: 0 };
+        let at = self.values[run.start + k].2;
+        let body = self.src.section(at, "postings")?;
+        let mut c = Cur { b: &body, at: 0 };
         let n = c.u32()? as usize;
         if n.saturating_mul(4) > body.len() {
             return bad("postings: more entries than bytes");
@@ -259,34 +379,33 @@ impl IndexReader {
 
     /// Series `id`: its labels and its chunks' metas.
     pub fn series(&self, id: u32) -> Result<(Labels, Vec<ChunkMeta>), BlockError> {
-        let at = id as usize * SERIES_ALIGN;
-        if at >= self.series_end {
-            return bad(format!("series {id}: past the series section"));
+        let at = u64::from(id) * SERIES_ALIGN as u64;
+        if at < self.series_start || at >= self.series_end {
+            return bad(format!("series {id}: outside the series section"));
         }
-        let mut c = Cur {
-            b: &self.bytes[..self.series_end],
-            at,
+        let what = format!("series {id}");
+        // Most entries fit in one read of this size.
+        let first = self.src.read_upto(at, 256, &what).map(|mut b| {
+            b.truncate((self.series_end - at) as usize);
+            b
+        })?;
+        let (len, n) = uvarint(&first).ok_or_else(|| BlockError(format!("{what}: bad length")))?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| (at + (n + l + 4) as u64) <= self.series_end)
+            .ok_or_else(|| BlockError(format!("{what}: length runs past the section")))?;
+        let whole = match first.get(n..n + len + 4) {
+            Some(b) => b.to_vec(),
+            None => self.src.read(at + n as u64, len + 4, &what)?,
         };
-        let len = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
-        let start = c.at;
-        let end = start.checked_add(len).filter(|&e| e + 4 <= self.series_end);
-        let Some(end) = end else {
-            return bad(format!("series {id}: length runs past the section"));
-        };
-        let body = &self.bytes[start..end];
-        let crc = u32::from_be_bytes([
-            self.bytes[end],
-            self.bytes[end + 1],
-            self.bytes[end + 2],
-            self.bytes[end + 3],
-        ]);
-        if crc32c::crc32c(body) != crc {
-            return bad(format!("series {id}: checksum mismatch"));
+        let (body, crc) = whole.split_at(len);
+        if crc32c::crc32c(body).to_be_bytes()[..] != crc[..] {
+            return bad(format!("{what}: checksum mismatch"));
         }
         let mut c = Cur { b: body, at: 0 };
         let n = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
         if n > body.len() {
-            return bad(format!("series {id}: more labels than bytes"));
+            return bad(format!("{what}: more labels than bytes"));
         }
         let mut labels = Vec::with_capacity(n);
         for _ in 0..n {
@@ -296,7 +415,7 @@ impl IndexReader {
         }
         let n = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
         if n > body.len() {
-            return bad(format!("series {id}: more chunks than bytes"));
+            return bad(format!("{what}: more chunks than bytes"));
         }
         let mut chunks: Vec<ChunkMeta> = Vec::with_capacity(n);
         for k in 0..n {
@@ -320,7 +439,7 @@ impl IndexReader {
                 }
             };
             if m.maxt < m.mint || chunks.last().is_some_and(|p| m.mint <= p.maxt) {
-                return bad(format!("series {id}: chunk times out of order"));
+                return bad(format!("{what}: chunk times out of order"));
             }
             chunks.push(m);
         }
