@@ -466,6 +466,46 @@ impl Blocks {
     }
 }
 
+impl Blocks {
+    /// Label names of every series of the blocks in `set` overlapping
+    /// `[mint, maxt]`, from their postings offset tables alone (no series
+    /// is read), as Prometheus answers a label query without matchers.
+    pub(crate) fn all_label_names(
+        &self,
+        set: &BlockSet,
+        mint: i64,
+        maxt: i64,
+        out: &mut BTreeSet<String>,
+    ) {
+        for b in set.blocks.iter().filter(|b| b.overlaps(mint, maxt)) {
+            for (n, _) in b.index.label_pairs() {
+                if !n.is_empty() && !out.contains(n) {
+                    out.insert(n.to_owned());
+                }
+            }
+        }
+    }
+
+    /// Values of label `name` in the blocks of `set` overlapping
+    /// `[mint, maxt]`, from their postings offset tables alone.
+    pub(crate) fn all_label_values(
+        &self,
+        set: &BlockSet,
+        name: &str,
+        mint: i64,
+        maxt: i64,
+        out: &mut BTreeSet<String>,
+    ) {
+        for b in set.blocks.iter().filter(|b| b.overlaps(mint, maxt)) {
+            for v in b.index.label_values(name) {
+                if !out.contains(v) {
+                    out.insert(v.to_owned());
+                }
+            }
+        }
+    }
+}
+
 /// Merges series selected from blocks (oldest first) and then the head
 /// into one list sorted by labels, a series found in several joined into
 /// one with its chunks and histograms in time order.

@@ -280,6 +280,15 @@ mod tests {
             .label_values("k", &[], 0, H, &Stop::default())
             .expect("no stop");
         assert_eq!(names.len(), 20);
+        let names = head
+            .label_names(&[], 0, H, &Stop::default())
+            .expect("no stop");
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["__name__", "k"]);
+        let m = Matcher::new(MatchOp::Equal, "__name__", "lat").expect("m");
+        let values = head
+            .label_values("__name__", std::slice::from_ref(&m), 0, H, &Stop::default())
+            .expect("no stop");
+        assert_eq!(values.into_iter().collect::<Vec<_>>(), ["lat"]);
         let sets = head
             .series_labels(&[], 0, H, &Stop::default())
             .expect("no stop");

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::blocks::merge;
+use super::blocks::{merge, BlockSet};
 pub use super::chunk::ChunkRef;
 use super::head::Head;
 use super::index::Matcher;
@@ -54,9 +54,11 @@ impl Head {
 
     /// Calls `f` with the labels of each series, in blocks and head, that
     /// matches `matchers` with samples in `[mint, maxt]` (a series in
-    /// several once per place).
+    /// several once per place). With `tables`, blocks are not read series
+    /// by series: `tables` is given the set instead.
     fn each_labels(
         &self,
+        tables: Option<&mut dyn FnMut(&BlockSet)>,
         matchers: &[Matcher],
         mint: i64,
         maxt: i64,
@@ -65,8 +67,12 @@ impl Head {
         head: impl FnMut(&Shard, &MemSeries, i64),
     ) -> Result<(), Stopped> {
         let set = self.blocks.read();
-        self.blocks
-            .for_each_labels(&set, matchers, mint, maxt, stop, &mut blocks)?;
+        match tables {
+            Some(f) => f(&set),
+            None => self
+                .blocks
+                .for_each_labels(&set, matchers, mint, maxt, stop, &mut blocks)?,
+        }
         let mint = mint.max(set.floor());
         if mint <= maxt {
             self.for_each_match(matchers, mint, maxt, stop, head)?;
@@ -86,6 +92,7 @@ impl Head {
         let mut from_blocks = Vec::new();
         let mut out = Vec::new();
         self.each_labels(
+            None,
             matchers,
             mint,
             maxt,
@@ -111,8 +118,26 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<BTreeSet<String>, Stopped> {
+        if matchers.is_empty() {
+            let mut out = BTreeSet::new();
+            let set = self.blocks.read();
+            self.blocks.all_label_names(&set, mint, maxt, &mut out);
+            let mint = mint.max(set.floor());
+            if mint <= maxt {
+                self.for_each_match(&[], mint, maxt, stop, |shard, series, _| {
+                    for &(n, _) in shard.labels(series).iter() {
+                        let name = shard.strings.get(n);
+                        if !out.contains(name) {
+                            out.insert(name.to_owned());
+                        }
+                    }
+                })?;
+            }
+            return Ok(out);
+        }
         let out = std::cell::RefCell::new(BTreeSet::new());
         self.each_labels(
+            None,
             matchers,
             mint,
             maxt,
@@ -141,8 +166,17 @@ impl Head {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<BTreeSet<String>, Stopped> {
+        // Without matchers, blocks answer from their postings offset
+        // tables alone (no series is read).
         let out = std::cell::RefCell::new(BTreeSet::new());
+        let mut tables = |set: &BlockSet| {
+            self.blocks
+                .all_label_values(set, name, mint, maxt, &mut out.borrow_mut())
+        };
         self.each_labels(
+            matchers
+                .is_empty()
+                .then_some(&mut tables as &mut dyn FnMut(&BlockSet)),
             matchers,
             mint,
             maxt,
