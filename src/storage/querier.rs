@@ -60,8 +60,7 @@ impl Head {
         &self,
         tables: Option<&mut dyn FnMut(&BlockSet)>,
         matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
+        (mint, maxt): (i64, i64),
         stop: &Stop<'_>,
         mut blocks: impl FnMut(Vec<Label>),
         head: impl FnMut(&Shard, &MemSeries, i64),
@@ -94,8 +93,7 @@ impl Head {
         self.each_labels(
             None,
             matchers,
-            mint,
-            maxt,
+            (mint, maxt),
             stop,
             |l| from_blocks.push(l),
             |shard, series, _| out.push(shard.labels_of(series)),
@@ -139,8 +137,7 @@ impl Head {
         self.each_labels(
             None,
             matchers,
-            mint,
-            maxt,
+            (mint, maxt),
             stop,
             |labels| out.borrow_mut().extend(labels.into_iter().map(|l| l.name)),
             |shard, series, _| {
