@@ -175,8 +175,7 @@ impl Head {
                 .is_empty()
                 .then_some(&mut tables as &mut dyn FnMut(&BlockSet)),
             matchers,
-            mint,
-            maxt,
+            (mint, maxt),
             stop,
             |labels| {
                 if let Some(l) = labels.into_iter().find(|l| l.name == name) {
