@@ -128,6 +128,7 @@ impl AppState {
     /// Refuses a write while the head is at its memory high-water mark.
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
         let held = self.inner.head.accounted_bytes()
+            + self.inner.head.blocks().memory_bytes()
             + self.inner.head.aliases().bytes()
             + self.inner.metadata.bytes()
             + self.inner.exemplars.bytes()
@@ -137,7 +138,7 @@ impl AppState {
         }
         self.inner.metrics.record_throttled(protocol);
         Err(ApiError::Overloaded(format!(
-            "memory limit reached: the head, metadata and delta totals hold {held} bytes, at or over the high-water \
+            "memory limit reached: the head, block indexes, metadata and delta totals hold {held} bytes, at or over the high-water \
              mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
              (retention) or series are deleted",
             self.inner.high_water_bytes, self.inner.memory_limit

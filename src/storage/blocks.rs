@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
@@ -297,6 +297,9 @@ pub struct Blocks {
     set: RwLock<BlockSet>,
     counts: Mutex<BlockStats>,
     read_errors: AtomicU64,
+    /// What the open blocks' readers hold in memory, kept current for the
+    /// memory limit's check on every write.
+    memory: AtomicUsize,
 }
 
 /// The suffix given to a block directory that failed to open.
@@ -345,8 +348,10 @@ impl Blocks {
             set: RwLock::new(BlockSet { blocks, floor }),
             counts: Mutex::new(BlockStats::default()),
             read_errors: AtomicU64::new(0),
+            memory: AtomicUsize::new(0),
         };
         me.counts.lock().damaged = damaged;
+        me.remeasure();
         Ok(me)
     }
 
@@ -376,6 +381,7 @@ impl Blocks {
             .partition_point(|b| b.meta.min_time <= block.meta.min_time);
         set.blocks.insert(at, Arc::new(block));
         drop(set);
+        self.remeasure();
         let mut c = self.counts.lock();
         c.cut += 1;
         c.last_cut_seconds = took.as_secs_f64();
@@ -398,6 +404,7 @@ impl Blocks {
             set.blocks = kept;
             gone
         };
+        self.remeasure();
         for b in &gone {
             match std::fs::remove_dir_all(&b.dir) {
                 Ok(()) => {
@@ -410,6 +417,22 @@ impl Blocks {
         }
         self.counts.lock().deleted += gone.len() as u64;
         gone.len()
+    }
+
+    /// Bytes the open blocks' readers hold in memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    fn remeasure(&self) {
+        let bytes = self
+            .set
+            .read()
+            .blocks
+            .iter()
+            .map(|b| b.index.heap_bytes())
+            .sum();
+        self.memory.store(bytes, Ordering::Relaxed);
     }
 
     /// Counts and sizes.
