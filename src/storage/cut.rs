@@ -197,12 +197,7 @@ mod tests {
             .collect();
         head.append_histograms(&labels, &raw, &samples, i64::MAX, &mut c)
             .expect("fits");
-        let lsn = head.log_all();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime")
-            .block_on(head.durable(lsn))
-            .expect("durable");
+        head.log_and_wait();
     }
 
     type Everything = Vec<(Vec<crate::storage::labels::Label>, Vec<(i64, f64)>, usize)>;

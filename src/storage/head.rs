@@ -764,6 +764,20 @@ impl Head {
     }
 }
 
+#[cfg(test)]
+impl Head {
+    /// Hands everything appended to the WAL and waits until it is durable
+    /// (and so visible).
+    pub(crate) fn log_and_wait(&self) {
+        let lsn = self.log_all();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(self.durable(lsn))
+            .expect("durable");
+    }
+}
+
 /// Series visited between two looks at a read's stop condition.
 const VISIT_BATCH: usize = 4096;
 
@@ -928,15 +942,8 @@ mod tests {
         head.select_samples(&[all], i64::MIN, i64::MAX)
     }
 
-    /// Hands everything appended to the WAL and waits until it is durable
-    /// (and so visible).
     fn log_and_wait(head: &Head) {
-        let lsn = head.log_all();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime")
-            .block_on(head.durable(lsn))
-            .expect("durable");
+        head.log_and_wait();
     }
 
     #[test]
