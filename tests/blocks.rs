@@ -267,7 +267,8 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
     const MIN: i64 = 60_000;
     let data = tempfile::tempdir().expect("tempdir");
     let bin = env!("CARGO_BIN_EXE_sluice");
-    let (mut child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    let mut child = common::KillOnDrop(child);
     // 5 h of samples a minute apart, ending now: more than 1.5 ranges.
     let end = common::now_ms() / MIN * MIN;
     let start = end - 5 * HOUR;
@@ -403,9 +404,9 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
 
     // kill -9: no shutdown checkpoint. The restart opens the block, replays
     // the WAL (which still holds the block's samples), and doubles nothing.
-    child.kill().expect("kill -9");
-    let _ = child.wait();
-    let (mut child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    child.kill();
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
+    let _child = common::KillOnDrop(child);
     let addr_s = addr.to_string();
     let count = range(&addr_s, "count_over_time(cut_me[5h])", end, end).await;
     for s in count.as_array().into_iter().flatten() {
@@ -416,6 +417,4 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
     }
     let blocks_after = common::self_metric(addr, "sluice_blocks").await;
     assert_eq!(blocks_after, Some(blocks.len() as f64));
-    child.kill().expect("kill");
-    let _ = child.wait();
 }

@@ -72,6 +72,24 @@ pub fn spawn_sluice(
     (child, addr)
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, so a test
+/// that fails midway leaves nothing running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl KillOnDrop {
+    /// Kills it now (`kill -9`) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Starts Sluice on 127.0.0.1:0 with `config`'s other settings.
 pub async fn start(config: Config) -> TestServer {
     start_with_clock(config, sluice::storage::Clock::system()).await
