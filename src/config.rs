@@ -271,6 +271,20 @@ settings! {
     #[serde(with = "humantime_serde")]
     #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
     retention: Duration = Duration::from_secs(15 * 24 * 3600);
+    /// Time range of the blocks the head cuts, and of its chunks: the head
+    /// writes its oldest range to disk once it spans 1.5 of them, as
+    /// Prometheus' --storage.tsdb.min-block-duration [default: 2h].
+    #[serde(with = "humantime_serde", alias = "storage.tsdb.min-block-duration")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_alias = "storage.tsdb.min-block-duration")]
+    storage_min_block_duration: Duration = Duration::from_secs(2 * 3600);
+    /// Largest block compaction makes from the head's blocks (ranges step
+    /// by 3 from the minimum); equal to the minimum turns compaction off,
+    /// which the Thanos sidecar needs. 0 picks Prometheus' default: 10% of
+    /// the retention, at most 31d, as --storage.tsdb.max-block-duration
+    /// [default: 0].
+    #[serde(with = "humantime_serde", alias = "storage.tsdb.max-block-duration")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_alias = "storage.tsdb.max-block-duration")]
+    storage_max_block_duration: Duration = Duration::ZERO;
     /// Memory the head may use, e.g. 4GiB or 512MB; writes get 503 with
     /// Retry-After once the head reaches 80% of it, and queries keep
     /// working. 0 picks 60% of the machine's or cgroup's memory [default: 0].
@@ -513,6 +527,18 @@ impl Config {
         if self.retention < Duration::from_secs(60) {
             return Err(ConfigError::Invalid("retention must be at least 1m".into()));
         }
+        if self.storage_min_block_duration < Duration::from_secs(60) {
+            return Err(ConfigError::Invalid(
+                "storage-min-block-duration must be at least 1m".into(),
+            ));
+        }
+        if !self.storage_max_block_duration.is_zero()
+            && self.storage_max_block_duration < self.storage_min_block_duration
+        {
+            return Err(ConfigError::Invalid(
+                "storage-max-block-duration must be 0 (the default) or at least storage-min-block-duration".into(),
+            ));
+        }
         if self.checkpoint_interval.is_zero() {
             return Err(ConfigError::Invalid(
                 "checkpoint-interval must be greater than 0".into(),
@@ -624,6 +650,23 @@ impl Config {
         self.retention
     }
 
+    /// The range of the blocks the head cuts, and the largest block
+    /// compaction makes (Prometheus' default when none is set).
+    pub fn block_durations(&self) -> (Duration, Duration) {
+        let min = self.storage_min_block_duration;
+        let max = if self.storage_max_block_duration.is_zero() {
+            let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            let max = crate::storage::block::compact::default_max_block_range(
+                ms(self.retention),
+                ms(min),
+            );
+            Duration::from_millis(u64::try_from(max).unwrap_or(0))
+        } else {
+            self.storage_max_block_duration
+        };
+        (min, max.max(min))
+    }
+
     /// Every setting by its flag name, with its value as text, for the
     /// status page.
     pub fn flags(&self) -> Vec<(String, String)> {
@@ -664,10 +707,14 @@ impl Config {
         } else {
             self.head_shards
         };
+        let (min, max) = self.block_durations();
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         HeadOptions {
             shards,
             max_series: self.max_series,
             max_exemplars: self.max_exemplars,
+            chunk_range_ms: ms(min),
+            max_block_range_ms: ms(max),
             ..HeadOptions::default()
         }
     }

@@ -13,6 +13,7 @@
 //! - [`wal`]: the write-ahead log's segments, records, group commit and replay.
 //! - [`encoding`]: leaf byte codes: varints, zigzag, a byte cursor.
 //! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
+//! - [`crash`]: leaf: the crash points the crash tests kill the process at.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
@@ -20,6 +21,7 @@
 
 pub mod api;
 pub mod config;
+pub mod crash;
 pub mod encoding;
 pub mod forward;
 pub mod histogram;

@@ -258,8 +258,10 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
             next_block_check = now + BLOCK_CHECK;
             let (h, d, now_ms) = (Arc::clone(&head), dir.clone(), clock.now_ms());
             let written = wal_bytes(&head);
+            let stopping = stop.clone();
             let cut = tokio::task::spawn_blocking(move || {
-                match h.cut_blocks(u64::try_from(now_ms).unwrap_or(0)) {
+                let now_ms = u64::try_from(now_ms).unwrap_or(0);
+                let size = match h.cut_blocks(now_ms) {
                     // The head no longer holds what the blocks do: a
                     // checkpoint now lets the WAL segments before it go.
                     Ok(cut) if !cut.is_empty() => checkpoint_now(&h, &d),
@@ -268,7 +270,14 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
                         tracing::error!(error = %e, "block cut failed; the head keeps those samples and tries again");
                         None
                     }
+                };
+                // Compaction reads and writes blocks only: appends and
+                // queries go on meanwhile. A shutdown stops it between
+                // series and leaves the blocks as they were.
+                if let Err(e) = h.compact_blocks(now_ms, &|| !*stopping.borrow()) {
+                    tracing::error!(error = %e, "compaction failed; its blocks stay as they are and are not compacted again until a restart");
                 }
+                size
             })
             .await;
             if let Ok(Some(size)) = cut {

@@ -580,6 +580,16 @@ impl Collector for HeadCollector {
                 b.deleted as f64,
             ),
             (
+                "sluice_block_compactions",
+                "Compactions that merged blocks into a larger one",
+                b.compactions as f64,
+            ),
+            (
+                "sluice_block_compaction_failures",
+                "Compactions that failed (their blocks stay as they are)",
+                b.compaction_failures as f64,
+            ),
+            (
                 "sluice_blocks_damaged",
                 "Blocks found damaged at start and moved aside to <ULID>.damaged",
                 b.damaged as f64,
@@ -673,6 +683,11 @@ impl Collector for HeadCollector {
             "sluice_block_cut_last_duration_seconds",
             "How long writing the last block from the head took",
             b.last_cut_seconds,
+        ));
+        seconds.push((
+            "sluice_block_compaction_last_duration_seconds",
+            "How long the last compaction took",
+            b.last_compaction_seconds,
         ));
         seconds.push((
             "sluice_wal_checkpoint_last_bytes",

@@ -401,8 +401,9 @@ async fn thanos_sidecar_reads_external_labels_and_block_durations() {
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let d = &v["data"];
+    // Prometheus' defaults: compaction up to 10% of the retention.
     assert_eq!(d["storage.tsdb.min-block-duration"], "2h");
-    assert_eq!(d["storage.tsdb.max-block-duration"], "2h");
+    assert_eq!(d["storage.tsdb.max-block-duration"], "1d12h");
     assert_eq!(d["storage.tsdb.retention"], "15d");
     assert_eq!(d["web.enable-admin-api"], "false");
     assert!(d["storage.tsdb.path"]
@@ -413,4 +414,20 @@ async fn thanos_sidecar_reads_external_labels_and_block_durations() {
         d.as_object().expect("map").values().all(|x| x.is_string()),
         "{d}"
     );
+
+    // Compaction off, as the sidecar demands before it uploads blocks.
+    let srv = common::start(Config {
+        storage_max_block_duration: std::time::Duration::from_secs(2 * 3600),
+        ..Config::default()
+    })
+    .await;
+    let (code, body) = common::get(srv.addr, "/api/v1/status/flags").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let d = &v["data"];
+    assert_eq!(
+        d["storage.tsdb.min-block-duration"],
+        d["storage.tsdb.max-block-duration"]
+    );
+    assert_eq!(d["storage.tsdb.max-block-duration"], "2h");
 }

@@ -53,6 +53,9 @@ pub(super) struct Inner {
     pub(super) data_dir: String,
     /// How long samples are kept.
     pub(super) retention: Duration,
+    /// The range of the blocks the head cuts, and the largest block
+    /// compaction makes.
+    pub(super) block_durations: (Duration, Duration),
     pub(super) started: Instant,
     /// When the status page was last viewed and the samples ingested then.
     pub(super) last_view: parking_lot::Mutex<(Instant, u64)>,
@@ -90,6 +93,7 @@ impl AppState {
                 external_labels: config.external_labels(),
                 data_dir: config.data_dir().display().to_string(),
                 retention: config.retention(),
+                block_durations: config.block_durations(),
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),

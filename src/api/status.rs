@@ -36,8 +36,8 @@ pub(super) async fn config(State(state): State<AppState>) -> axum::response::Res
 /// `GET /api/v1/status/flags`: every setting by flag name as text, and the
 /// ones by which Prometheus' names are read: the Thanos sidecar reads
 /// `storage.tsdb.path`, `storage.tsdb.retention`, and
-/// `storage.tsdb.{min,max}-block-duration` (equal at 2h: blocks are never
-/// compacted, which the sidecar needs before it uploads them).
+/// `storage.tsdb.{min,max}-block-duration` (it refuses to upload unless
+/// they are equal, i.e. compaction is off).
 pub(super) async fn flags(State(state): State<AppState>) -> axum::response::Response {
     let inner = &state.inner;
     let mut data = serde_json::Map::new();
@@ -49,8 +49,14 @@ pub(super) async fn flags(State(state): State<AppState>) -> axum::response::Resp
         ("storage.tsdb.path", inner.data_dir.clone()),
         ("storage.tsdb.retention", retention.clone()),
         ("storage.tsdb.retention.time", retention),
-        ("storage.tsdb.min-block-duration", "2h".to_owned()),
-        ("storage.tsdb.max-block-duration", "2h".to_owned()),
+        (
+            "storage.tsdb.min-block-duration",
+            prometheus_duration(inner.block_durations.0),
+        ),
+        (
+            "storage.tsdb.max-block-duration",
+            prometheus_duration(inner.block_durations.1),
+        ),
         ("web.enable-admin-api", "false".to_owned()),
         ("web.enable-lifecycle", "false".to_owned()),
     ] {

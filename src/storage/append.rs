@@ -68,8 +68,11 @@ pub struct HeadOptions {
     pub shards: usize,
     /// Most series the head will hold; new series beyond it are rejected.
     pub max_series: usize,
-    /// Chunks never cross multiples of this many milliseconds (2h).
+    /// Chunks never cross multiples of this many milliseconds, and blocks
+    /// are cut from the head in ranges of it (2h).
     pub chunk_range_ms: i64,
+    /// The largest block compaction makes (36h: 10% of 15 days).
+    pub max_block_range_ms: i64,
     /// Target samples per chunk (120).
     pub samples_per_chunk: u16,
     /// Exemplars kept, over all series (0: none).
@@ -82,6 +85,7 @@ impl Default for HeadOptions {
             shards: 16,
             max_series: 10_000_000,
             chunk_range_ms: 2 * 3600 * 1000,
+            max_block_range_ms: 36 * 3600 * 1000,
             samples_per_chunk: 120,
             max_exemplars: 100_000,
         }

@@ -7,10 +7,13 @@
 //! This layer sits below the head: it takes labels as strings and chunks
 //! as bytes, and imports only the leaves.
 
+pub mod compact;
 mod reader;
 mod ulid;
 mod writer;
 
-pub use reader::{read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader};
+pub use reader::{read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader, Labels};
 pub use ulid::Ulid;
-pub use writer::{write_block, BlockChunk, BlockMeta, BlockSeries, Encoding};
+pub use writer::{
+    write_block, BlockChunk, BlockDesc, BlockMeta, BlockSeries, BlockWriter, Compaction, Encoding,
+};

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+use super::block::compact::{self, CompactError, Parent};
 use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
 use super::chunk::ChunkRef;
 use super::hist_series::decode_chunk;
@@ -69,6 +70,15 @@ impl Block {
     /// Its directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The block as compaction reads it.
+    pub fn as_parent(&self) -> Parent<'_> {
+        Parent {
+            meta: &self.meta,
+            index: &self.index,
+            chunks: &self.chunks,
+        }
     }
 
     /// Whether it holds any time of `[mint, maxt]` (its own end is
@@ -283,6 +293,12 @@ pub struct BlockStats {
     pub last_cut_seconds: f64,
     /// Blocks deleted by retention.
     pub deleted: u64,
+    /// Compactions done since start.
+    pub compactions: u64,
+    /// Compactions that failed.
+    pub compaction_failures: u64,
+    /// How long the last compaction took, in seconds.
+    pub last_compaction_seconds: f64,
     /// Blocks found damaged at start and moved aside.
     pub damaged: u64,
     /// Reads of a block that failed during a query.
@@ -300,6 +316,8 @@ pub struct Blocks {
     /// What the open blocks' readers hold in memory, kept current for the
     /// memory limit's check on every write.
     memory: AtomicUsize,
+    /// Blocks a compaction of failed: not planned again until a restart.
+    failed: Mutex<BTreeSet<Ulid>>,
 }
 
 /// The suffix given to a block directory that failed to open.
@@ -337,6 +355,21 @@ impl Blocks {
                 }
             }
         }
+        // A crash after a compaction put its block in place and before it
+        // deleted the parents leaves both: the parents go now, as in
+        // Prometheus.
+        let compacted: BTreeSet<Ulid> = blocks
+            .iter()
+            .flat_map(|b| b.meta.compaction.parents.iter().map(|p| p.ulid))
+            .collect();
+        let (parents, kept): (Vec<_>, Vec<_>) = blocks
+            .into_iter()
+            .partition(|b| compacted.contains(&b.meta.ulid));
+        let mut blocks = kept;
+        for b in parents {
+            tracing::info!(block = %b.dir.display(), "removing a block already compacted into a newer one");
+            std::fs::remove_dir_all(&b.dir)?;
+        }
         blocks.sort_by_key(|b| (b.meta.min_time, b.meta.ulid.to_string()));
         let floor = blocks
             .iter()
@@ -349,6 +382,7 @@ impl Blocks {
             counts: Mutex::new(BlockStats::default()),
             read_errors: AtomicU64::new(0),
             memory: AtomicUsize::new(0),
+            failed: Mutex::new(BTreeSet::new()),
         };
         me.counts.lock().damaged = damaged;
         me.remeasure();
@@ -385,6 +419,92 @@ impl Blocks {
         let mut c = self.counts.lock();
         c.cut += 1;
         c.last_cut_seconds = took.as_secs_f64();
+    }
+
+    /// Merges blocks as Prometheus' compactor plans it over `ranges` (see
+    /// [`compact::plan`]) until nothing is left to merge; returns the new
+    /// blocks' metas. Each new block replaces its parents in the set in one
+    /// step, and the parents are deleted after: a query that started before
+    /// keeps reading them through its open files. `keep_going` is asked
+    /// between series; when it says no (shutting down), the unfinished
+    /// block is removed and the blocks stay as they are.
+    pub(crate) fn compact(
+        &self,
+        ranges: &[i64],
+        now_ms: u64,
+        keep_going: &dyn Fn() -> bool,
+    ) -> Result<Vec<BlockMeta>, CompactError> {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(Vec::new());
+        };
+        let mut done = Vec::new();
+        loop {
+            let blocks: Vec<Arc<Block>> = self.set.read().blocks.clone();
+            let chosen = {
+                let metas: Vec<&BlockMeta> = blocks.iter().map(|b| &b.meta).collect();
+                compact::plan(&metas, ranges, &self.failed.lock())
+            };
+            if chosen.is_empty() {
+                return Ok(done);
+            }
+            let parents: Vec<Arc<Block>> = chosen.iter().map(|&i| Arc::clone(&blocks[i])).collect();
+            drop(blocks);
+            let started = std::time::Instant::now();
+            let views: Vec<Parent<'_>> = parents.iter().map(|b| b.as_parent()).collect();
+            let written = compact::compact(&dir, &views, now_ms, keep_going).and_then(|m| {
+                m.map(|meta| {
+                    Block::open(&dir.join(meta.ulid.to_string()))
+                        .map_err(|e| CompactError::Read(meta.ulid, e))
+                })
+                .transpose()
+            });
+            let block = match written {
+                Ok(Some(b)) => b,
+                Ok(None) => return Ok(done),
+                Err(e) => {
+                    self.failed
+                        .lock()
+                        .extend(parents.iter().map(|b| b.meta.ulid));
+                    self.counts.lock().compaction_failures += 1;
+                    return Err(e);
+                }
+            };
+            crate::crash::point("compaction-written");
+            let meta = block.meta.clone();
+            {
+                let mut set = self.set.write();
+                set.blocks
+                    .retain(|b| !parents.iter().any(|p| p.meta.ulid == b.meta.ulid));
+                let at = set
+                    .blocks
+                    .partition_point(|b| b.meta.min_time <= meta.min_time);
+                set.blocks.insert(at, Arc::new(block));
+            }
+            self.remeasure();
+            for p in &parents {
+                if let Err(e) = std::fs::remove_dir_all(&p.dir) {
+                    tracing::error!(block = %p.dir.display(), error = %e, "a compacted block could not be deleted; it is deleted at the next start");
+                }
+            }
+            let took = started.elapsed();
+            {
+                let mut c = self.counts.lock();
+                c.compactions += 1;
+                c.last_compaction_seconds = took.as_secs_f64();
+            }
+            tracing::info!(
+                block = %meta.ulid,
+                min_time = meta.min_time,
+                max_time = meta.max_time,
+                level = meta.compaction.level,
+                parents = parents.len(),
+                series = meta.num_series,
+                samples = meta.num_samples,
+                seconds = format_args!("{:.3}", took.as_secs_f64()),
+                "blocks compacted"
+            );
+            done.push(meta);
+        }
     }
 
     /// Notes a block write that failed.

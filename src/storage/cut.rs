@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use super::block::compact::{block_ranges, CompactError};
 use super::block::{write_block, BlockMeta, BlockSeries};
 use super::blocks::Block;
 use super::head::Head;
@@ -110,10 +111,12 @@ impl Head {
             }
             let meta = write_block(&dir, series, min_time, max_time, now_ms)
                 .map_err(|e| fail(e.to_string()))?;
+            crate::crash::point("block-written");
             let block = Block::open(&dir.join(meta.ulid.to_string()))
                 .map_err(|e| fail(format!("the block written does not read back: {e}")))?;
             self.blocks.publish(block, started.elapsed());
             let dropped = self.truncate(max_time);
+            crate::crash::point("head-truncated");
             tracing::info!(
                 block = %meta.ulid,
                 min_time,
@@ -128,6 +131,19 @@ impl Head {
             cut.push(meta);
         }
         Ok(cut)
+    }
+
+    /// Compacts the blocks, as Prometheus does, over ranges that step by 3
+    /// from the head's block range up to the largest configured; returns
+    /// the new blocks' metas. `keep_going` is asked between series.
+    pub fn compact_blocks(
+        &self,
+        now_ms: u64,
+        keep_going: &dyn Fn() -> bool,
+    ) -> Result<Vec<BlockMeta>, CompactError> {
+        let o = self.options();
+        let ranges = block_ranges(o.chunk_range_ms, o.max_block_range_ms);
+        self.blocks.compact(&ranges, now_ms, keep_going)
     }
 }
 
@@ -383,6 +399,118 @@ mod tests {
         // holds the block's samples, and without the block nothing
         // refuses them.
         assert_eq!(everything(&head), before, "the WAL still had it all");
+        head.close_wal();
+    }
+
+    fn block_dirs(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .filter(|n| crate::storage::block::Ulid::parse(n).is_some())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn compaction_merges_three_blocks_into_one_and_queries_see_the_same() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = open(dir.path());
+        fill(&head, 0, 14 * H);
+        let before = everything(&head);
+        // 0..14h: [0,2h) … [10h,12h) are cut; 12h..14h stays.
+        assert_eq!(head.cut_blocks(1).expect("cut").len(), 6);
+        assert_eq!(block_dirs(dir.path()).len(), 6);
+        let parents: Vec<_> = head.blocks().read().blocks()[..3]
+            .iter()
+            .map(|b| b.meta().ulid)
+            .collect();
+
+        let done = head.compact_blocks(2, &|| true).expect("compacts");
+        // 2h, 6h and 18h ranges: [0,2h)+[2h,4h)+[4h,6h) fill 6h. The
+        // newest block is left alone, and [6h,8h)+[8h,10h) neither fill
+        // 6h nor end before it starts.
+        assert_eq!(done.len(), 1);
+        let m = &done[0];
+        assert_eq!((m.min_time, m.max_time), (0, 6 * H));
+        assert_eq!(m.compaction.level, 2);
+        assert_eq!(m.compaction.sources, {
+            let mut p = parents.clone();
+            p.sort();
+            p
+        });
+        assert_eq!(
+            m.compaction
+                .parents
+                .iter()
+                .map(|p| p.ulid)
+                .collect::<Vec<_>>(),
+            parents
+        );
+        assert_eq!((m.num_series, m.num_samples), (21, 21 * 360));
+        let on_disk = block_dirs(dir.path());
+        assert_eq!(on_disk.len(), 4, "the parents are gone: {on_disk:?}");
+        assert!(parents.iter().all(|p| !on_disk.contains(&p.to_string())));
+        assert_eq!(head.blocks().stats().compactions, 1);
+        assert_eq!(everything(&head), before, "queries answer as before");
+        let sets = head
+            .series_labels(&[], 0, 6 * H, &Stop::default())
+            .expect("no stop");
+        assert_eq!(sets.len(), 21);
+        // Nothing more to do.
+        assert!(head.compact_blocks(3, &|| true).expect("ok").is_empty());
+        head.close_wal();
+        drop(head);
+
+        let head = open(dir.path());
+        assert_eq!(head.blocks().stats().blocks, 4);
+        assert_eq!(everything(&head), before);
+        head.close_wal();
+    }
+
+    #[test]
+    fn a_crash_before_the_parents_are_deleted_deletes_them_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = open(dir.path());
+        fill(&head, 0, 10 * H);
+        let before = everything(&head);
+        assert_eq!(head.cut_blocks(1).expect("cut").len(), 4);
+        let set = head.blocks().read();
+        let parents: Vec<_> = set.blocks()[..3].to_vec();
+        drop(set);
+        // What compaction writes before it swaps the blocks and deletes
+        // the parents.
+        let opened: Vec<_> = parents
+            .iter()
+            .map(|b| crate::storage::blocks::Block::open(b.dir()).expect("opens"))
+            .collect();
+        let views: Vec<_> = opened.iter().map(|b| b.as_parent()).collect();
+        let child = crate::storage::block::compact::compact(dir.path(), &views, 2, &|| true)
+            .expect("written")
+            .expect("not stopped");
+        drop(views);
+        drop(opened);
+        head.close_wal();
+        drop(head);
+        assert_eq!(block_dirs(dir.path()).len(), 5, "child and parents");
+
+        let head = open(dir.path());
+        let on_disk = block_dirs(dir.path());
+        assert_eq!(on_disk.len(), 2, "{on_disk:?}");
+        assert!(on_disk.contains(&child.ulid.to_string()));
+        assert_eq!(everything(&head), before, "nothing doubled, nothing lost");
+        head.close_wal();
+        drop(head);
+
+        // A compaction stopped midway leaves no trace.
+        let head = open(dir.path());
+        let ok = head.compact_blocks(3, &|| false).expect("stopped");
+        assert!(ok.is_empty());
+        assert!(std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(Result::ok)
+            .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp")));
         head.close_wal();
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::writer::{BlockMeta, CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
+use super::writer::{BlockDesc, BlockMeta, Compaction, CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
 use super::Ulid;
 use crate::encoding::uvarint;
 
@@ -327,6 +327,11 @@ impl IndexReader {
         }
     }
 
+    /// Every symbol, in order.
+    pub fn symbols(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.symbol_ends.len()).map(move |i| self.symbol_at(i))
+    }
+
     /// Every label pair with a postings list, in order (("", "") first).
     pub fn label_pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
         self.names.iter().flat_map(move |(n, s, e)| {
@@ -483,6 +488,47 @@ pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0)
     };
+    let c = v.get("compaction");
+    let level = c
+        .and_then(|c| c.get("level"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|l| u32::try_from(l).ok())
+        .filter(|&l| l >= 1)
+        .ok_or_else(|| BlockError(format!("{}: no valid compaction level", path.display())))?;
+    let ulid_of = |v: &serde_json::Value| v.as_str().and_then(Ulid::parse);
+    let mut sources = Vec::new();
+    for s in c
+        .and_then(|c| c.get("sources"))
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        sources
+            .push(ulid_of(s).ok_or_else(|| {
+                BlockError(format!("{}: a source is not a ULID", path.display()))
+            })?);
+    }
+    let mut parents = Vec::new();
+    for p in c
+        .and_then(|c| c.get("parents"))
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let time = |k: &str| p.get(k).and_then(serde_json::Value::as_i64);
+        match (
+            p.get("ulid").and_then(ulid_of),
+            time("minTime"),
+            time("maxTime"),
+        ) {
+            (Some(ulid), Some(min_time), Some(max_time)) => parents.push(BlockDesc {
+                ulid,
+                min_time,
+                max_time,
+            }),
+            _ => return bad(format!("{}: a parent is not a block", path.display())),
+        }
+    }
     Ok(BlockMeta {
         ulid,
         min_time,
@@ -490,6 +536,11 @@ pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
         num_series: stat("numSeries"),
         num_chunks: stat("numChunks"),
         num_samples: stat("numSamples"),
+        compaction: Compaction {
+            level,
+            sources,
+            parents,
+        },
     })
 }
 
@@ -694,8 +745,9 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// A written block reads back as written: labels, chunk times,
-        /// encodings and bytes, series in label order, and each label
-        /// pair's postings naming exactly the series that have it.
+        /// encodings and bytes, series in label order (those without
+        /// chunks left out, as Prometheus does), and each label pair's
+        /// postings naming exactly the series that have it.
         #[test]
         fn blocks_read_back_as_written(series in series_strategy()) {
             let dir = tempfile::tempdir().expect("tempdir");
@@ -703,7 +755,9 @@ mod tests {
             let block = dir.path().join(meta.ulid.to_string());
             let got = read_all(&block).expect("reads back");
             let mut want = series;
+            want.retain(|s| !s.chunks.is_empty());
             want.sort_by(|a, b| a.labels.cmp(&b.labels));
+            prop_assert_eq!(meta.num_series, want.len() as u64);
             prop_assert_eq!(got.len(), want.len());
             for ((labels, chunks), w) in got.iter().zip(&want) {
                 prop_assert_eq!(labels, &w.labels);

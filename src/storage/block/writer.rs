@@ -1,14 +1,14 @@
-//! Writing one block: chunks into segment files, then the index (symbols,
-//! series with their chunk references, label indices, postings, the
-//! offset tables and the table of contents), `meta.json` and an empty
-//! `tombstones`. Everything goes into `<ULID>.tmp`, is fsynced, and the
+//! Writing one block, a series at a time: chunks into segment files and
+//! series entries into the index as they come, then the rest of the index
+//! (label indices, postings, the offset tables and the table of
+//! contents), `meta.json` and an empty `tombstones`. Everything goes into `<ULID>.tmp`, is fsynced, and the
 //! directory is renamed into place, so a crash leaves either no block or a
 //! whole one (and a `.tmp` directory, which a reader ignores).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ulid::Ulid;
@@ -60,6 +60,31 @@ pub struct BlockSeries {
     pub chunks: Vec<BlockChunk>,
 }
 
+/// A block as another block's `meta.json` names it among its parents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockDesc {
+    /// Its name.
+    pub ulid: Ulid,
+    /// The start of its time range (inclusive, ms).
+    pub min_time: i64,
+    /// The end of its time range (exclusive, ms).
+    pub max_time: i64,
+}
+
+/// How a block came to be, as `meta.json`'s `compaction` says: level 1
+/// with itself as the only source for a block cut from the head; one more
+/// than its highest parent's level for a compacted one, with the union of
+/// their sources.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Compaction {
+    /// 1 for a block cut from the head.
+    pub level: u32,
+    /// The level-1 blocks its samples came from (empty: itself).
+    pub sources: Vec<Ulid>,
+    /// The blocks compacted into it.
+    pub parents: Vec<BlockDesc>,
+}
+
 /// What a block holds, as its `meta.json` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockMeta {
@@ -75,6 +100,8 @@ pub struct BlockMeta {
     pub num_chunks: u64,
     /// Samples in it.
     pub num_samples: u64,
+    /// Its level, sources and parents.
+    pub compaction: Compaction,
 }
 
 fn invalid(why: String) -> io::Error {
@@ -93,56 +120,445 @@ pub fn write_block(
     now_ms: u64,
 ) -> io::Result<BlockMeta> {
     series.sort_by(|a, b| a.labels.cmp(&b.labels));
-    for w in series.windows(2) {
-        if w[0].labels == w[1].labels {
-            return Err(invalid(format!("series {:?} given twice", w[0].labels)));
+    let mut symbols = BTreeSet::new();
+    for s in &series {
+        for (n, v) in &s.labels {
+            symbols.insert(n.as_str());
+            symbols.insert(v.as_str());
         }
     }
+    let mut w = BlockWriter::create(
+        parent,
+        symbols,
+        min_time,
+        max_time,
+        now_ms,
+        Compaction::default(),
+    )?;
     for s in &series {
+        w.add_series(&s.labels, &s.chunks)?;
+    }
+    w.finish()
+}
+
+/// Writes one block a series at a time: chunks go to the segment files
+/// and the series entry to the index as each series is added, so what is
+/// held in memory is the symbol table and the postings lists (4 bytes per
+/// label of each series), not the chunks or the index.
+///
+/// Everything goes into `<ULID>.tmp`, which is removed if the writer is
+/// dropped unfinished.
+#[derive(Debug)]
+pub struct BlockWriter {
+    parent: PathBuf,
+    tmp: PathBuf,
+    meta: BlockMeta,
+    /// Every label name and value the block may use, sorted.
+    symbols: Vec<Box<str>>,
+    index: io::BufWriter<File>,
+    index_len: u64,
+    /// Where the series section starts (after the symbol table).
+    series_at: u64,
+    segments: SegmentWriter,
+    /// Series IDs by (name, value) symbol references: symbols are sorted,
+    /// so this order is the (name, value) order.
+    postings: BTreeMap<(u32, u32), Vec<u32>>,
+    all: Vec<u32>,
+    /// The last series' labels as symbol references, to check the order.
+    last: Vec<u32>,
+    these: Vec<u32>,
+    refs: Vec<u64>,
+    entry: Vec<u8>,
+    finished: bool,
+}
+
+impl BlockWriter {
+    /// Starts a block for `[min_time, max_time)` under `parent`, whose
+    /// series use only labels among `symbols` (any order, repeats
+    /// allowed). `now_ms` names the block; `compaction` says where it
+    /// came from (the default: cut from the head, level 1).
+    pub fn create<S: AsRef<str>>(
+        parent: &Path,
+        symbols: impl IntoIterator<Item = S>,
+        min_time: i64,
+        max_time: i64,
+        now_ms: u64,
+        compaction: Compaction,
+    ) -> io::Result<Self> {
+        let mut symbols: Vec<Box<str>> = symbols.into_iter().map(|s| s.as_ref().into()).collect();
+        symbols.sort_unstable();
+        symbols.dedup();
+        u32_of(symbols.len(), "symbols")?;
+        let ulid = Ulid::new(now_ms);
+        let name = ulid.to_string();
+        let tmp = parent.join(format!("{name}.tmp"));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp)?;
+        }
+        fs::create_dir_all(tmp.join("chunks"))?;
+        let mut compaction = compaction;
+        if compaction.level == 0 {
+            compaction.level = 1;
+        }
+        if compaction.sources.is_empty() {
+            compaction.sources.push(ulid);
+        }
+        let mut w = Self {
+            parent: parent.to_path_buf(),
+            index: io::BufWriter::with_capacity(1 << 16, File::create(tmp.join("index"))?),
+            segments: SegmentWriter::new(tmp.join("chunks")),
+            tmp,
+            meta: BlockMeta {
+                ulid,
+                min_time,
+                max_time,
+                num_series: 0,
+                num_chunks: 0,
+                num_samples: 0,
+                compaction,
+            },
+            symbols,
+            index_len: 0,
+            series_at: 0,
+            postings: BTreeMap::new(),
+            all: Vec::new(),
+            last: Vec::new(),
+            these: Vec::new(),
+            refs: Vec::new(),
+            entry: Vec::new(),
+            finished: false,
+        };
+        let mut head = INDEX_MAGIC.to_be_bytes().to_vec();
+        head.push(INDEX_VERSION);
+        w.put(&head)?;
+        let mut table = Vec::new();
+        let at = open_section(&mut table);
+        table.extend_from_slice(&u32_of(w.symbols.len(), "symbols")?.to_be_bytes());
+        for s in &w.symbols {
+            put_str(&mut table, s);
+        }
+        close_section(&mut table, at)?;
+        w.put(&table)?;
+        w.series_at = w.index_len;
+        Ok(w)
+    }
+
+    /// The block's name.
+    pub fn ulid(&self) -> Ulid {
+        self.meta.ulid
+    }
+
+    fn put(&mut self, b: &[u8]) -> io::Result<()> {
+        self.index.write_all(b)?;
+        self.index_len += b.len() as u64;
+        Ok(())
+    }
+
+    fn pad(&mut self, align: u64) -> io::Result<()> {
+        let rem = self.index_len % align;
+        if rem != 0 {
+            self.put(&[0u8; 16][..(align - rem) as usize])?;
+        }
+        Ok(())
+    }
+
+    fn symbol(&self, s: &str) -> io::Result<u32> {
+        match self.symbols.binary_search_by(|x| (**x).cmp(s)) {
+            Ok(i) => u32_of(i, "symbols"),
+            Err(_) => Err(invalid(format!(
+                "label {s:?} is not among the block's symbols"
+            ))),
+        }
+    }
+
+    /// Adds a series: its labels sorted by name and greater than the last
+    /// series' labels, its chunks in the block's range, in time order and
+    /// not overlapping. A series without chunks is left out.
+    pub fn add_series<S: AsRef<str>>(
+        &mut self,
+        labels: &[(S, S)],
+        chunks: &[BlockChunk],
+    ) -> io::Result<()> {
+        let shown = || {
+            labels
+                .iter()
+                .map(|(n, v)| format!("{}={:?}", n.as_ref(), v.as_ref()))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        self.these.clear();
+        for (n, v) in labels {
+            let (n, v) = (self.symbol(n.as_ref())?, self.symbol(v.as_ref())?);
+            self.these.push(n);
+            self.these.push(v);
+        }
+        if !self.all.is_empty() || !self.last.is_empty() {
+            match self.these.cmp(&self.last) {
+                std::cmp::Ordering::Greater => {}
+                std::cmp::Ordering::Equal => {
+                    return Err(invalid(format!("series {{{}}} given twice", shown())))
+                }
+                std::cmp::Ordering::Less => {
+                    return Err(invalid(format!("series {{{}}} is out of order", shown())))
+                }
+            }
+        }
+        std::mem::swap(&mut self.last, &mut self.these);
+        let (min_time, max_time) = (self.meta.min_time, self.meta.max_time);
         let mut last_max = i64::MIN;
-        for c in &s.chunks {
+        for c in chunks {
             if c.mint > c.maxt || c.mint <= last_max || c.mint < min_time || c.maxt >= max_time {
                 return Err(invalid(format!(
-                    "chunk [{}, {}] of {:?} is out of order or outside [{min_time}, {max_time})",
-                    c.mint, c.maxt, s.labels
+                    "chunk [{}, {}] of {{{}}} is out of order or outside [{min_time}, {max_time})",
+                    c.mint,
+                    c.maxt,
+                    shown()
                 )));
             }
             if c.data.len() < 2 {
-                return Err(invalid(format!("a chunk of {:?} has no header", s.labels)));
+                return Err(invalid(format!("a chunk of {{{}}} has no header", shown())));
             }
             last_max = c.maxt;
         }
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        self.refs.clear();
+        for c in chunks {
+            let r = self.segments.write(c)?;
+            self.refs.push(r);
+            self.meta.num_chunks += 1;
+            self.meta.num_samples += u64::from(u16::from_be_bytes([c.data[0], c.data[1]]));
+        }
+        self.pad(SERIES_ALIGN as u64)?;
+        let id = u32::try_from(self.index_len / SERIES_ALIGN as u64)
+            .map_err(|_| invalid("too many series bytes for an index".to_owned()))?;
+        self.all.push(id);
+        self.meta.num_series += 1;
+        let mut entry = std::mem::take(&mut self.entry);
+        entry.clear();
+        put_uvarint(&mut entry, labels.len() as u64);
+        for pair in self.last.chunks_exact(2) {
+            put_uvarint(&mut entry, u64::from(pair[0]));
+            put_uvarint(&mut entry, u64::from(pair[1]));
+            self.postings
+                .entry((pair[0], pair[1]))
+                .or_default()
+                .push(id);
+        }
+        put_uvarint(&mut entry, chunks.len() as u64);
+        let (mut prev_maxt, mut prev_ref) = (0i64, 0u64);
+        for (k, (c, &r)) in chunks.iter().zip(&self.refs).enumerate() {
+            if k == 0 {
+                put_varint(&mut entry, c.mint);
+                put_uvarint(&mut entry, (c.maxt - c.mint) as u64);
+                put_uvarint(&mut entry, r);
+            } else {
+                put_uvarint(&mut entry, (c.mint - prev_maxt) as u64);
+                put_uvarint(&mut entry, (c.maxt - c.mint) as u64);
+                put_varint(&mut entry, r as i64 - prev_ref as i64);
+            }
+            prev_maxt = c.maxt;
+            prev_ref = r;
+        }
+        let mut len = Vec::with_capacity(5);
+        put_uvarint(&mut len, entry.len() as u64);
+        self.put(&len)?;
+        self.put(&entry)?;
+        self.put(&crc32c::crc32c(&entry).to_be_bytes())?;
+        self.entry = entry;
+        Ok(())
     }
-    let ulid = Ulid::new(now_ms);
-    let name = ulid.to_string();
-    let tmp = parent.join(format!("{name}.tmp"));
-    let done = parent.join(&name);
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp)?;
-    }
-    fs::create_dir_all(tmp.join("chunks"))?;
 
-    let (refs, num_chunks, num_samples) = write_chunks(&tmp.join("chunks"), &series)?;
-    let index = build_index(&series, &refs)?;
-    write_synced(&tmp.join("index"), &index)?;
-    let mut tombstones = TOMBSTONES_MAGIC.to_be_bytes().to_vec();
-    tombstones.push(1);
-    tombstones.extend_from_slice(&crc32c::crc32c(&[]).to_be_bytes());
-    write_synced(&tmp.join("tombstones"), &tombstones)?;
-    let meta = BlockMeta {
-        ulid,
-        min_time,
-        max_time,
-        num_series: series.len() as u64,
-        num_chunks,
-        num_samples,
-    };
-    write_synced(&tmp.join("meta.json"), meta_json(&meta).as_bytes())?;
-    sync_dir(&tmp.join("chunks"))?;
-    sync_dir(&tmp)?;
-    fs::rename(&tmp, &done)?;
-    sync_dir(parent)?;
-    Ok(meta)
+    /// Writes the label indices, postings, offset tables and table of
+    /// contents, `tombstones` and `meta.json`, fsyncs everything and
+    /// renames the directory into place.
+    pub fn finish(mut self) -> io::Result<BlockMeta> {
+        self.segments.finish()?;
+        crate::crash::point(if self.meta.compaction.level == 1 {
+            "block-writing"
+        } else {
+            "compaction-writing"
+        });
+        let toc_series = self.series_at;
+        // Label indices: each name's values, as symbol references.
+        let toc_label_indices = self.index_len;
+        let mut by_name: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for &(n, v) in self.postings.keys() {
+            by_name.entry(n).or_default().push(v);
+        }
+        let mut section = Vec::new();
+        let mut label_offsets = Vec::with_capacity(by_name.len());
+        for (n, values) in &by_name {
+            self.pad(4)?;
+            label_offsets.push((*n, self.index_len));
+            section.clear();
+            let at = open_section(&mut section);
+            section.extend_from_slice(&1u32.to_be_bytes());
+            section.extend_from_slice(&u32_of(values.len(), "label values")?.to_be_bytes());
+            for v in values {
+                section.extend_from_slice(&v.to_be_bytes());
+            }
+            close_section(&mut section, at)?;
+            self.put(&section)?;
+        }
+
+        // Postings: all series under ("", ""), then each label pair's.
+        let toc_postings = self.index_len;
+        let postings = std::mem::take(&mut self.postings);
+        let all = std::mem::take(&mut self.all);
+        let mut posting_offsets: Vec<(Option<(u32, u32)>, u64)> =
+            Vec::with_capacity(postings.len() + 1);
+        for (key, ids) in
+            std::iter::once((None, &all)).chain(postings.iter().map(|(k, v)| (Some(*k), v)))
+        {
+            self.pad(4)?;
+            posting_offsets.push((key, self.index_len));
+            section.clear();
+            let at = open_section(&mut section);
+            section.extend_from_slice(&u32_of(ids.len(), "series")?.to_be_bytes());
+            for id in ids {
+                section.extend_from_slice(&id.to_be_bytes());
+            }
+            close_section(&mut section, at)?;
+            self.put(&section)?;
+        }
+        drop(postings);
+
+        // The label offset table (kept for older readers).
+        let toc_label_table = self.index_len;
+        section.clear();
+        let at = open_section(&mut section);
+        section.extend_from_slice(&u32_of(label_offsets.len(), "label names")?.to_be_bytes());
+        for (n, off) in &label_offsets {
+            put_uvarint(&mut section, 1);
+            put_str(&mut section, &self.symbols[*n as usize]);
+            put_uvarint(&mut section, *off);
+        }
+        close_section(&mut section, at)?;
+        self.put(&section)?;
+
+        // The postings offset table, sorted by name then value.
+        let toc_postings_table = self.index_len;
+        section.clear();
+        let at = open_section(&mut section);
+        section.extend_from_slice(&u32_of(posting_offsets.len(), "postings")?.to_be_bytes());
+        for (key, off) in &posting_offsets {
+            let (n, v) = match key {
+                None => ("", ""),
+                Some((n, v)) => (&*self.symbols[*n as usize], &*self.symbols[*v as usize]),
+            };
+            put_uvarint(&mut section, 2);
+            put_str(&mut section, n);
+            put_str(&mut section, v);
+            put_uvarint(&mut section, *off);
+        }
+        close_section(&mut section, at)?;
+        self.put(&section)?;
+
+        let mut toc = Vec::with_capacity(52);
+        for r in [
+            5,
+            toc_series,
+            toc_label_indices,
+            toc_label_table,
+            toc_postings,
+            toc_postings_table,
+        ] {
+            toc.extend_from_slice(&r.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&toc);
+        toc.extend_from_slice(&crc.to_be_bytes());
+        self.put(&toc)?;
+        self.index.flush()?;
+        self.index.get_ref().sync_all()?;
+
+        let mut tombstones = TOMBSTONES_MAGIC.to_be_bytes().to_vec();
+        tombstones.push(1);
+        tombstones.extend_from_slice(&crc32c::crc32c(&[]).to_be_bytes());
+        write_synced(&self.tmp.join("tombstones"), &tombstones)?;
+        write_synced(
+            &self.tmp.join("meta.json"),
+            meta_json(&self.meta).as_bytes(),
+        )?;
+        sync_dir(&self.tmp.join("chunks"))?;
+        sync_dir(&self.tmp)?;
+        fs::rename(&self.tmp, self.parent.join(self.meta.ulid.to_string()))?;
+        self.finished = true;
+        sync_dir(&self.parent)?;
+        Ok(self.meta.clone())
+    }
+}
+
+impl Drop for BlockWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+/// Chunk segment files of at most [`SEGMENT_MAX`] bytes, written in turn.
+#[derive(Debug)]
+struct SegmentWriter {
+    dir: PathBuf,
+    /// The open segment's number (0 for `000001`).
+    seq: u64,
+    file: Option<io::BufWriter<File>>,
+    pos: u64,
+    head: Vec<u8>,
+}
+
+impl SegmentWriter {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            seq: 0,
+            file: None,
+            pos: 0,
+            head: Vec::with_capacity(16),
+        }
+    }
+
+    /// Writes chunk `c`; its reference (segment number in the upper 32
+    /// bits, offset in the lower).
+    fn write(&mut self, c: &BlockChunk) -> io::Result<u64> {
+        self.head.clear();
+        put_uvarint(&mut self.head, c.data.len() as u64);
+        let size = (self.head.len() + 1 + c.data.len() + 4) as u64;
+        if self.file.is_none() || self.pos + size > SEGMENT_MAX {
+            if let Some(f) = self.file.take() {
+                finish(f)?;
+                self.seq += 1;
+            }
+            let path = self.dir.join(format!("{:06}", self.seq + 1));
+            let mut f = io::BufWriter::with_capacity(1 << 16, File::create(path)?);
+            let mut header = CHUNKS_MAGIC.to_be_bytes().to_vec();
+            header.extend_from_slice(&[1, 0, 0, 0]);
+            f.write_all(&header)?;
+            self.pos = header.len() as u64;
+            self.file = Some(f);
+        }
+        let Some(f) = self.file.as_mut() else {
+            return Err(io::Error::other("no segment file open"));
+        };
+        let at = self.seq << 32 | self.pos;
+        let enc = c.encoding as u8;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&[enc]), &c.data);
+        f.write_all(&self.head)?;
+        f.write_all(&[enc])?;
+        f.write_all(&c.data)?;
+        f.write_all(&crc.to_be_bytes())?;
+        self.pos += size;
+        Ok(at)
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        match self.file.take() {
+            Some(f) => finish(f),
+            None => Ok(()),
+        }
+    }
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -155,7 +571,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// `meta.json` as Prometheus writes it for a block it cut from its head.
+/// `meta.json` as Prometheus writes it.
 fn meta_json(m: &BlockMeta) -> String {
     let mut stats = serde_json::Map::new();
     for (k, v) in [
@@ -168,13 +584,30 @@ fn meta_json(m: &BlockMeta) -> String {
             stats.insert(k.to_owned(), v.into());
         }
     }
-    let ulid = m.ulid.to_string();
+    let c = &m.compaction;
+    let mut compaction = serde_json::json!({
+        "level": c.level,
+        "sources": c.sources.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    });
+    if !c.parents.is_empty() {
+        compaction["parents"] = c
+            .parents
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "ulid": p.ulid.to_string(),
+                    "minTime": p.min_time,
+                    "maxTime": p.max_time,
+                })
+            })
+            .collect();
+    }
     let v = serde_json::json!({
-        "ulid": ulid,
+        "ulid": m.ulid.to_string(),
         "minTime": m.min_time,
         "maxTime": m.max_time,
         "stats": stats,
-        "compaction": { "level": 1, "sources": [ulid] },
+        "compaction": compaction,
         "version": 1,
     });
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
@@ -182,69 +615,8 @@ fn meta_json(m: &BlockMeta) -> String {
     s
 }
 
-/// Writes every chunk, series by series, into segment files of at most
-/// [`SEGMENT_MAX`] bytes; returns each chunk's reference (segment number
-/// in the upper 32 bits, offset in the lower), the chunk count and the
-/// sample count.
-fn write_chunks(dir: &Path, series: &[BlockSeries]) -> io::Result<(Vec<Vec<u64>>, u64, u64)> {
-    let mut refs = Vec::with_capacity(series.len());
-    let (mut chunks, mut samples) = (0u64, 0u64);
-    let mut seq = 0u64;
-    let mut file: Option<io::BufWriter<File>> = None;
-    let mut pos = 0u64;
-    let header = {
-        let mut h = CHUNKS_MAGIC.to_be_bytes().to_vec();
-        h.extend_from_slice(&[1, 0, 0, 0]);
-        h
-    };
-    let mut head = Vec::with_capacity(16);
-    for s in series {
-        let mut these = Vec::with_capacity(s.chunks.len());
-        for c in &s.chunks {
-            head.clear();
-            put_uvarint(&mut head, c.data.len() as u64);
-            let size = (head.len() + 1 + c.data.len() + 4) as u64;
-            if file.is_none() || pos + size > SEGMENT_MAX {
-                if let Some(f) = file.take() {
-                    finish(f)?;
-                    seq += 1;
-                }
-                let mut f = io::BufWriter::new(File::create(dir.join(format!("{:06}", seq + 1)))?);
-                f.write_all(&header)?;
-                pos = header.len() as u64;
-                file = Some(f);
-            }
-            let Some(f) = file.as_mut() else {
-                return Err(io::Error::other("no segment file open"));
-            };
-            these.push(seq << 32 | pos);
-            let enc = c.encoding as u8;
-            let mut crc = crc32c::crc32c(&[enc]);
-            crc = crc32c::crc32c_append(crc, &c.data);
-            f.write_all(&head)?;
-            f.write_all(&[enc])?;
-            f.write_all(&c.data)?;
-            f.write_all(&crc.to_be_bytes())?;
-            pos += size;
-            chunks += 1;
-            samples += u64::from(u16::from_be_bytes([c.data[0], c.data[1]]));
-        }
-        refs.push(these);
-    }
-    if let Some(f) = file {
-        finish(f)?;
-    }
-    Ok((refs, chunks, samples))
-}
-
 fn finish(f: io::BufWriter<File>) -> io::Result<()> {
     f.into_inner().map_err(|e| e.into_error())?.sync_all()
-}
-
-fn pad(out: &mut Vec<u8>, align: usize) {
-    while !out.len().is_multiple_of(align) {
-        out.push(0);
-    }
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -277,140 +649,6 @@ fn close_section(out: &mut Vec<u8>, at: usize) -> io::Result<()> {
 
 fn u32_of(v: usize, what: &str) -> io::Result<u32> {
     u32::try_from(v).map_err(|_| invalid(format!("too many {what} for an index")))
-}
-
-/// The index file for the sorted `series` with their chunk references.
-fn build_index(series: &[BlockSeries], refs: &[Vec<u64>]) -> io::Result<Vec<u8>> {
-    let mut out = INDEX_MAGIC.to_be_bytes().to_vec();
-    out.push(INDEX_VERSION);
-
-    // Symbols: every label name and value, sorted, each once.
-    let mut symbols: BTreeMap<&str, u32> = BTreeMap::new();
-    for s in series {
-        for (n, v) in &s.labels {
-            symbols.insert(n, 0);
-            symbols.insert(v, 0);
-        }
-    }
-    for (i, r) in symbols.values_mut().enumerate() {
-        *r = u32_of(i, "symbols")?;
-    }
-    let toc_symbols = out.len() as u64;
-    let at = open_section(&mut out);
-    out.extend_from_slice(&u32_of(symbols.len(), "symbols")?.to_be_bytes());
-    for s in symbols.keys() {
-        put_str(&mut out, s);
-    }
-    close_section(&mut out, at)?;
-
-    // Series, each 16-byte aligned, and the postings they make.
-    let toc_series = out.len() as u64;
-    let mut postings: BTreeMap<(&str, &str), Vec<u32>> = BTreeMap::new();
-    let mut all = Vec::with_capacity(series.len());
-    let mut entry = Vec::new();
-    for (s, these) in series.iter().zip(refs) {
-        pad(&mut out, SERIES_ALIGN);
-        let id = u32_of(out.len() / SERIES_ALIGN, "series bytes")?;
-        all.push(id);
-        entry.clear();
-        put_uvarint(&mut entry, s.labels.len() as u64);
-        for (n, v) in &s.labels {
-            put_uvarint(&mut entry, u64::from(symbols[n.as_str()]));
-            put_uvarint(&mut entry, u64::from(symbols[v.as_str()]));
-            postings.entry((n, v)).or_default().push(id);
-        }
-        put_uvarint(&mut entry, s.chunks.len() as u64);
-        let (mut prev_maxt, mut prev_ref) = (0i64, 0u64);
-        for (k, (c, &r)) in s.chunks.iter().zip(these).enumerate() {
-            if k == 0 {
-                put_varint(&mut entry, c.mint);
-                put_uvarint(&mut entry, (c.maxt - c.mint) as u64);
-                put_uvarint(&mut entry, r);
-            } else {
-                put_uvarint(&mut entry, (c.mint - prev_maxt) as u64);
-                put_uvarint(&mut entry, (c.maxt - c.mint) as u64);
-                put_varint(&mut entry, r as i64 - prev_ref as i64);
-            }
-            prev_maxt = c.maxt;
-            prev_ref = r;
-        }
-        put_uvarint(&mut out, entry.len() as u64);
-        out.extend_from_slice(&entry);
-        out.extend_from_slice(&crc32c::crc32c(&entry).to_be_bytes());
-    }
-
-    // Label indices: each name's values, as symbol references.
-    let toc_label_indices = out.len() as u64;
-    let mut by_name: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-    for &(n, v) in postings.keys() {
-        by_name.entry(n).or_default().push(symbols[v]);
-    }
-    let mut label_offsets = Vec::with_capacity(by_name.len());
-    for (n, values) in &by_name {
-        pad(&mut out, 4);
-        label_offsets.push((*n, out.len() as u64));
-        let at = open_section(&mut out);
-        out.extend_from_slice(&1u32.to_be_bytes());
-        out.extend_from_slice(&u32_of(values.len(), "label values")?.to_be_bytes());
-        for v in values {
-            out.extend_from_slice(&v.to_be_bytes());
-        }
-        close_section(&mut out, at)?;
-    }
-
-    // Postings: all series under ("", ""), then each label pair's.
-    let toc_postings = out.len() as u64;
-    let mut posting_offsets = Vec::with_capacity(postings.len() + 1);
-    for ((n, v), ids) in
-        std::iter::once((("", ""), &all)).chain(postings.iter().map(|(k, v)| (*k, v)))
-    {
-        pad(&mut out, 4);
-        posting_offsets.push((n, v, out.len() as u64));
-        let at = open_section(&mut out);
-        out.extend_from_slice(&u32_of(ids.len(), "series")?.to_be_bytes());
-        for id in ids {
-            out.extend_from_slice(&id.to_be_bytes());
-        }
-        close_section(&mut out, at)?;
-    }
-
-    // The label offset table (kept for older readers).
-    let toc_label_table = out.len() as u64;
-    let at = open_section(&mut out);
-    out.extend_from_slice(&u32_of(label_offsets.len(), "label names")?.to_be_bytes());
-    for (n, off) in &label_offsets {
-        put_uvarint(&mut out, 1);
-        put_str(&mut out, n);
-        put_uvarint(&mut out, *off);
-    }
-    close_section(&mut out, at)?;
-
-    // The postings offset table, sorted by name then value.
-    let toc_postings_table = out.len() as u64;
-    let at = open_section(&mut out);
-    out.extend_from_slice(&u32_of(posting_offsets.len(), "postings")?.to_be_bytes());
-    for (n, v, off) in &posting_offsets {
-        put_uvarint(&mut out, 2);
-        put_str(&mut out, n);
-        put_str(&mut out, v);
-        put_uvarint(&mut out, *off);
-    }
-    close_section(&mut out, at)?;
-
-    let toc_at = out.len();
-    for r in [
-        toc_symbols,
-        toc_series,
-        toc_label_indices,
-        toc_label_table,
-        toc_postings,
-        toc_postings_table,
-    ] {
-        out.extend_from_slice(&r.to_be_bytes());
-    }
-    let crc = crc32c::crc32c(&out[toc_at..]);
-    out.extend_from_slice(&crc.to_be_bytes());
-    Ok(out)
 }
 
 #[cfg(test)]

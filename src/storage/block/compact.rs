@@ -1,0 +1,366 @@
+//! Compaction as Prometheus' leveled compactor does it: blocks cut from
+//! the head (one minimum range each, 2 h by default) are merged into
+//! blocks of the next ranges (×3 each: 6 h, 18 h, 54 h, …) up to the
+//! largest range allowed. Merging copies chunks byte for byte, a series at
+//! a time through [`BlockWriter`], so what it holds in memory is one
+//! series of each parent, the symbols and the new block's postings.
+//!
+//! The facts are Prometheus' `tsdb/compact.go` (`ExponentialBlockRanges`,
+//! `selectDirs`, `splitByRange`, `CompactBlockMetas`) and `cmd/prometheus`
+//! (the largest range: 10% of the retention, at most 31 days).
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::Path;
+
+use super::reader::{BlockError, ChunkReader, IndexReader, Labels};
+use super::writer::{BlockChunk, BlockDesc, BlockMeta, BlockWriter, Compaction, Encoding};
+
+/// The ranges blocks are compacted to: `min`, then ×3 while it stays at
+/// or under `max` (Prometheus steps 10 ranges by a factor of 3, then drops
+/// those over the largest). `min` alone means no compaction.
+pub fn block_ranges(min: i64, max: i64) -> Vec<i64> {
+    let mut out = vec![min.max(1)];
+    for _ in 1..10 {
+        let Some(next) = out[out.len() - 1].checked_mul(3).filter(|&r| r <= max) else {
+            break;
+        };
+        out.push(next);
+    }
+    out
+}
+
+/// The largest block range Prometheus picks when none is given: a tenth
+/// of the retention, at most 31 days, at least `min`.
+pub fn default_max_block_range(retention_ms: i64, min: i64) -> i64 {
+    const DAYS_31: i64 = 31 * 24 * 3_600_000;
+    (retention_ms / 10).min(DAYS_31).max(min)
+}
+
+/// The blocks to compact next, as indexes into `metas` (sorted by
+/// `min_time`): Prometheus' choice. The newest block is left alone (it
+/// was just cut, and leaves a window to back it up as it is); then, for
+/// each range above the first, the blocks are grouped by the aligned
+/// range they fall in, and the first group of two or more that fills its
+/// range, or ends before the newest block starts, is chosen. Groups with
+/// blocks that overlap, or with a block in `skip` (a compaction of it
+/// failed), are passed over: Sluice never cuts overlapping blocks, and a
+/// failed merge would only fail again.
+pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) -> Vec<usize> {
+    if ranges.len() < 2 || metas.len() < 2 {
+        return Vec::new();
+    }
+    let candidates = &metas[..metas.len() - 1];
+    let high = candidates[candidates.len() - 1].min_time;
+    for &range in &ranges[1..] {
+        for group in split_by_range(candidates, range) {
+            let first = candidates[group[0]];
+            let last = candidates[group[group.len() - 1]];
+            let (mint, maxt) = (first.min_time, last.max_time);
+            let fits = maxt - mint == range || maxt <= high;
+            let overlaps = group
+                .windows(2)
+                .any(|w| candidates[w[1]].min_time < candidates[w[0]].max_time);
+            let skipped = group.iter().any(|&i| skip.contains(&candidates[i].ulid));
+            if fits && group.len() > 1 && !overlaps && !skipped {
+                return group;
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// Groups the blocks (sorted by `min_time`) by the `range`-aligned window
+/// each falls in; a block reaching past its window is in no group.
+fn split_by_range(metas: &[&BlockMeta], range: i64) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < metas.len() {
+        let start = metas[i].min_time.div_euclid(range) * range;
+        if metas[i].max_time > start + range {
+            i += 1;
+            continue;
+        }
+        let mut group = Vec::new();
+        while i < metas.len() && metas[i].max_time <= start + range {
+            group.push(i);
+            i += 1;
+        }
+        out.push(group);
+    }
+    out
+}
+
+/// A block open for reading, as compaction needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Parent<'a> {
+    /// Its meta.
+    pub meta: &'a BlockMeta,
+    /// Its index.
+    pub index: &'a IndexReader,
+    /// Its chunks.
+    pub chunks: &'a ChunkReader,
+}
+
+/// Why a compaction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// A parent could not be read.
+    #[error("reading block {0}: {1}")]
+    Read(super::Ulid, BlockError),
+    /// The new block could not be written.
+    #[error("writing the compacted block: {0}")]
+    Write(#[from] io::Error),
+}
+
+/// One parent's place in the merge: its series IDs and the next series.
+struct Cursor<'a> {
+    parent: Parent<'a>,
+    ids: std::vec::IntoIter<u32>,
+    next: Option<(Labels, Vec<super::ChunkMeta>)>,
+}
+
+impl Cursor<'_> {
+    fn advance(&mut self) -> Result<(), CompactError> {
+        self.next = match self.ids.next() {
+            Some(id) => Some(
+                self.parent
+                    .index
+                    .series(id)
+                    .map_err(|e| CompactError::Read(self.parent.meta.ulid, e))?,
+            ),
+            None => None,
+        };
+        Ok(())
+    }
+}
+
+/// Merges `parents` (sorted by `min_time`, not overlapping) into one new
+/// block under `dir`, whose meta says level one above the highest
+/// parent's, the union of their sources, and the parents themselves.
+/// Each series' chunks are copied byte for byte, oldest parent first.
+/// `keep_going` is asked between series; when it says no, the unfinished
+/// block is removed and `Ok(None)` returned.
+pub fn compact(
+    dir: &Path,
+    parents: &[Parent<'_>],
+    now_ms: u64,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<Option<BlockMeta>, CompactError> {
+    let (Some(first), Some(last)) = (parents.first(), parents.last()) else {
+        return Ok(None);
+    };
+    let mut symbols = BTreeSet::new();
+    for p in parents {
+        symbols.extend(p.index.symbols());
+    }
+    let mut sources = BTreeSet::new();
+    for p in parents {
+        sources.extend(p.meta.compaction.sources.iter().copied());
+        if p.meta.compaction.sources.is_empty() {
+            sources.insert(p.meta.ulid);
+        }
+    }
+    let compaction = Compaction {
+        level: parents
+            .iter()
+            .map(|p| p.meta.compaction.level)
+            .max()
+            .unwrap_or(1)
+            + 1,
+        sources: sources.into_iter().collect(),
+        parents: parents
+            .iter()
+            .map(|p| BlockDesc {
+                ulid: p.meta.ulid,
+                min_time: p.meta.min_time,
+                max_time: p.meta.max_time,
+            })
+            .collect(),
+    };
+    let min_time = first.meta.min_time;
+    let max_time = parents
+        .iter()
+        .map(|p| p.meta.max_time)
+        .max()
+        .unwrap_or(last.meta.max_time);
+    let mut w = BlockWriter::create(dir, &symbols, min_time, max_time, now_ms, compaction)?;
+    drop(symbols);
+    let mut cursors = Vec::with_capacity(parents.len());
+    for &parent in parents {
+        let ids = parent
+            .index
+            .postings("", "")
+            .map_err(|e| CompactError::Read(parent.meta.ulid, e))?;
+        let mut c = Cursor {
+            parent,
+            ids: ids.into_iter(),
+            next: None,
+        };
+        c.advance()?;
+        cursors.push(c);
+    }
+    let mut chunks: Vec<BlockChunk> = Vec::new();
+    let mut n = 0usize;
+    while let Some(labels) = cursors
+        .iter()
+        .filter_map(|c| c.next.as_ref().map(|(l, _)| l))
+        .min()
+        .cloned()
+    {
+        n += 1;
+        if n.is_multiple_of(1024) && !keep_going() {
+            return Ok(None);
+        }
+        chunks.clear();
+        for c in &mut cursors {
+            if c.next.as_ref().is_none_or(|(l, _)| *l != labels) {
+                continue;
+            }
+            let Some((_, metas)) = c.next.take() else {
+                continue;
+            };
+            for m in metas {
+                let (enc, data) = c
+                    .parent
+                    .chunks
+                    .chunk(m.chunk_ref)
+                    .map_err(|e| CompactError::Read(c.parent.meta.ulid, e))?;
+                let encoding = match enc {
+                    1 => Encoding::Xor,
+                    2 => Encoding::Histogram,
+                    3 => Encoding::FloatHistogram,
+                    other => {
+                        return Err(CompactError::Read(
+                            c.parent.meta.ulid,
+                            BlockError(format!("chunk {}: unknown encoding {other}", m.chunk_ref)),
+                        ))
+                    }
+                };
+                chunks.push(BlockChunk {
+                    mint: m.mint,
+                    maxt: m.maxt,
+                    encoding,
+                    data,
+                });
+            }
+            c.advance()?;
+        }
+        w.add_series(&labels, &chunks)?;
+    }
+    Ok(Some(w.finish()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::block::Ulid;
+
+    const H: i64 = 3_600_000;
+
+    fn meta(min: i64, max: i64) -> BlockMeta {
+        BlockMeta {
+            ulid: Ulid(min as u128),
+            min_time: min * H,
+            max_time: max * H,
+            num_series: 1,
+            num_chunks: 1,
+            num_samples: 1,
+            compaction: Compaction::default(),
+        }
+    }
+
+    fn planned(blocks: &[(i64, i64)], ranges: &[i64]) -> Vec<(i64, i64)> {
+        let metas: Vec<BlockMeta> = blocks.iter().map(|&(a, b)| meta(a, b)).collect();
+        let refs: Vec<&BlockMeta> = metas.iter().collect();
+        let ranges: Vec<i64> = ranges.iter().map(|r| r * H).collect();
+        plan(&refs, &ranges, &BTreeSet::new())
+            .into_iter()
+            .map(|i| blocks[i])
+            .collect()
+    }
+
+    #[test]
+    fn ranges_step_by_three_up_to_the_largest() {
+        assert_eq!(block_ranges(2 * H, 36 * H), vec![2 * H, 6 * H, 18 * H]);
+        assert_eq!(block_ranges(2 * H, 2 * H), vec![2 * H]);
+        assert_eq!(block_ranges(2 * H, H), vec![2 * H]);
+        let day = 24 * H;
+        assert_eq!(default_max_block_range(15 * day, 2 * H), 36 * H);
+        assert_eq!(default_max_block_range(3650 * day, 2 * H), 31 * day);
+        assert_eq!(default_max_block_range(H, 2 * H), 2 * H);
+        // 2 h × 3^6 = 1458 h would pass 31 d (744 h): the list stops at
+        // 486 h.
+        assert_eq!(block_ranges(2 * H, 31 * day).last(), Some(&(486 * H)));
+    }
+
+    /// The cases of Prometheus' own planner tests, in hours.
+    #[test]
+    fn plans_as_prometheus_does() {
+        let r = [20, 60, 180, 540, 1620];
+        // Too few blocks, or the newest alone.
+        assert!(planned(&[], &r).is_empty());
+        assert!(planned(&[(0, 20)], &r).is_empty());
+        assert!(planned(&[(0, 20), (20, 40)], &r).is_empty());
+        // Three 20 h blocks fill 60 h, but the newest is left out.
+        assert!(planned(&[(0, 20), (20, 40), (40, 60)], &r).is_empty());
+        assert_eq!(
+            planned(&[(0, 20), (20, 40), (40, 60), (60, 80)], &r),
+            vec![(0, 20), (20, 40), (40, 60)]
+        );
+        // A window not yet full is compacted once a newer block starts
+        // after it.
+        assert_eq!(
+            planned(&[(0, 20), (20, 40), (60, 80), (80, 100)], &r),
+            vec![(0, 20), (20, 40)]
+        );
+        // Compacted blocks are merged at the next range.
+        assert_eq!(
+            planned(&[(0, 60), (60, 120), (120, 180), (180, 200)], &r),
+            vec![(0, 60), (60, 120), (120, 180)]
+        );
+        assert_eq!(
+            planned(
+                &[(0, 60), (60, 120), (120, 180), (180, 240), (240, 260)],
+                &r
+            ),
+            vec![(0, 60), (60, 120), (120, 180)]
+        );
+        // Only the lowest range's ready group is taken first.
+        assert_eq!(
+            planned(
+                &[
+                    (0, 60),
+                    (60, 120),
+                    (120, 180),
+                    (180, 200),
+                    (200, 220),
+                    (220, 240),
+                    (240, 260)
+                ],
+                &r
+            ),
+            vec![(180, 200), (200, 220), (220, 240)]
+        );
+        // With a gap: two blocks span the window [0, 60) from end to end.
+        assert_eq!(
+            planned(&[(0, 20), (40, 60), (120, 140)], &r),
+            vec![(0, 20), (40, 60)]
+        );
+        // One range only: never.
+        assert!(planned(&[(0, 20), (20, 40), (40, 60), (60, 80)], &[20]).is_empty());
+    }
+
+    #[test]
+    fn overlapping_or_failed_groups_are_passed_over() {
+        let r = [20 * H, 60 * H];
+        let metas = [meta(0, 20), meta(10, 30), meta(40, 60), meta(80, 100)];
+        let refs: Vec<&BlockMeta> = metas.iter().collect();
+        assert!(plan(&refs, &r, &BTreeSet::new()).is_empty());
+        let metas = [meta(0, 20), meta(20, 40), meta(60, 80), meta(80, 100)];
+        let refs: Vec<&BlockMeta> = metas.iter().collect();
+        let skip = BTreeSet::from([metas[1].ulid]);
+        assert!(plan(&refs, &r, &skip).is_empty());
+        assert_eq!(plan(&refs, &r, &BTreeSet::new()), vec![0, 1]);
+    }
+}
