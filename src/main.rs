@@ -77,6 +77,17 @@ async fn main() -> anyhow::Result<()> {
         ?config,
         "starting sluice"
     );
+    // For the crash tests only: the step of a block cut or compaction at
+    // which to kill the process.
+    if let Ok(point) = std::env::var("SLUICE_TEST_KILL_AT") {
+        if !sluice::crash::arm(&point) {
+            anyhow::bail!(
+                "SLUICE_TEST_KILL_AT={point:?} is not one of {:?}",
+                sluice::crash::POINTS
+            );
+        }
+        tracing::warn!(point, "crash point armed: this process kills itself there");
+    }
     let stop = shutdown_signal()?;
     raise_open_files_limit(config.http_max_connections);
     sluice::server::run(config, stop)

@@ -46,12 +46,24 @@ pub fn spawn_sluice(
     log: &str,
     args: &[&str],
 ) -> (std::process::Child, SocketAddr) {
+    spawn_sluice_with_env(bin, data, log, args, &[])
+}
+
+/// [`spawn_sluice`] with extra environment variables.
+pub fn spawn_sluice_with_env(
+    bin: &str,
+    data: &std::path::Path,
+    log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, SocketAddr) {
     use std::io::BufRead as _;
     let mut child = std::process::Command::new(bin)
         .args(["--listen", "127.0.0.1:0", "--log-level", log])
         .arg("--data-dir")
         .arg(data)
         .args(args)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("sluice starts");
