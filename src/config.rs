@@ -275,7 +275,7 @@ settings! {
     /// writes its oldest range to disk once it spans 1.5 of them, as
     /// Prometheus' --storage.tsdb.min-block-duration [default: 2h].
     #[serde(with = "humantime_serde", alias = "storage.tsdb.min-block-duration")]
-    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_alias = "storage.tsdb.min-block-duration")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_aliases = ["storage.tsdb.min-block-duration", "storage.min-block-duration"])]
     storage_min_block_duration: Duration = Duration::from_secs(2 * 3600);
     /// Largest block compaction makes from the head's blocks (ranges step
     /// by 3 from the minimum); equal to the minimum turns compaction off,
@@ -283,7 +283,7 @@ settings! {
     /// the retention, at most 31d, as --storage.tsdb.max-block-duration
     /// [default: 0].
     #[serde(with = "humantime_serde", alias = "storage.tsdb.max-block-duration")]
-    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_alias = "storage.tsdb.max-block-duration")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration, visible_aliases = ["storage.tsdb.max-block-duration", "storage.max-block-duration"])]
     storage_max_block_duration: Duration = Duration::ZERO;
     /// Memory the head may use, e.g. 4GiB or 512MB; writes get 503 with
     /// Retry-After once the head reaches 80% of it, and queries keep
