@@ -44,6 +44,11 @@ struct Cli {
     /// per series: more memory, slower ingest).
     #[arg(long)]
     end_now: bool,
+    /// End the samples at this time (Unix milliseconds) instead of now, as
+    /// --end-now does: a long backfill can be sent in parts, oldest first,
+    /// without encoding all of it at once.
+    #[arg(long, value_name = "MS", conflicts_with = "end_now")]
+    end_at: Option<i64>,
     /// Samples per request.
     #[arg(long, default_value_t = 2_000)]
     per_request: usize,
@@ -83,7 +88,9 @@ fn main() -> anyhow::Result<()> {
         start_ms: 0,
         interval_ms: 15_000,
     };
-    if cli.end_now {
+    if let Some(at) = cli.end_at {
+        w.end_at(at);
+    } else if cli.end_now {
         w.end_at(now_ms);
     } else {
         w.end_within_block(now_ms, 2 * 3_600_000);

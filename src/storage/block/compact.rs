@@ -253,6 +253,8 @@ pub fn compact(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::storage::block::Ulid;
 
@@ -349,6 +351,131 @@ mod tests {
         );
         // One range only: never.
         assert!(planned(&[(0, 20), (20, 40), (40, 60), (60, 80)], &[20]).is_empty());
+    }
+
+    type Chunks = Vec<(i64, i64, u8, Vec<u8>)>;
+
+    /// Three blocks of `R` each, a series' chunks in its block's range.
+    const R: i64 = 10_000;
+
+    fn blocks_strategy() -> impl proptest::strategy::Strategy<Value = Vec<BTreeMap<Labels, Chunks>>>
+    {
+        use proptest::prelude::*;
+        let block = prop::collection::btree_map(
+            prop::collection::btree_map("[a-c]{1,2}", "[x-z]{0,2}", 1..3)
+                .prop_map(|m| m.into_iter().collect::<Labels>()),
+            prop::collection::vec(
+                (
+                    1i64..900,
+                    0i64..900,
+                    prop::collection::vec(any::<u8>(), 2..20),
+                    1u8..4,
+                ),
+                0..4,
+            ),
+            0..8,
+        );
+        prop::collection::vec(block, 3).prop_map(|blocks| {
+            blocks
+                .into_iter()
+                .enumerate()
+                .map(|(k, m)| {
+                    m.into_iter()
+                        .map(|(labels, chunks)| {
+                            let mut t = k as i64 * R;
+                            let chunks = chunks
+                                .into_iter()
+                                .map(|(gap, len, data, enc)| {
+                                    let mint = t + gap;
+                                    t = mint + len;
+                                    (mint, t, enc, data)
+                                })
+                                .collect();
+                            (labels, chunks)
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    fn read_all(dir: &Path) -> BTreeMap<Labels, Chunks> {
+        let index = IndexReader::open(&dir.join("index")).expect("index");
+        let chunks = ChunkReader::open(&dir.join("chunks")).expect("chunks");
+        let mut out = BTreeMap::new();
+        for id in index.postings("", "").expect("all") {
+            let (labels, metas) = index.series(id).expect("series");
+            let cs = metas
+                .iter()
+                .map(|m| {
+                    let (enc, data) = chunks.chunk(m.chunk_ref).expect("chunk");
+                    (m.mint, m.maxt, enc, data.to_vec())
+                })
+                .collect();
+            out.insert(labels, cs);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Compacting three blocks gives one holding every series once,
+        /// its chunks from all three byte for byte, oldest first; series
+        /// without chunks are left out.
+        #[test]
+        fn compaction_is_the_union_of_its_parents(blocks in blocks_strategy()) {
+            use crate::storage::block::{read_meta, write_block, BlockChunk, BlockSeries};
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut want: BTreeMap<Labels, Chunks> = BTreeMap::new();
+            let mut opened = Vec::new();
+            for (k, b) in blocks.iter().enumerate() {
+                let series = b
+                    .iter()
+                    .map(|(labels, chunks)| BlockSeries {
+                        labels: labels.clone(),
+                        chunks: chunks
+                            .iter()
+                            .map(|(mint, maxt, enc, data)| BlockChunk {
+                                mint: *mint,
+                                maxt: *maxt,
+                                encoding: match enc {
+                                    1 => Encoding::Xor,
+                                    2 => Encoding::Histogram,
+                                    _ => Encoding::FloatHistogram,
+                                },
+                                data: std::sync::Arc::from(data.as_slice()),
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                let k = k as i64;
+                let m = write_block(dir.path(), series, k * R, (k + 1) * R, 1).expect("block");
+                let path = dir.path().join(m.ulid.to_string());
+                opened.push((
+                    read_meta(&path).expect("meta"),
+                    IndexReader::open(&path.join("index")).expect("index"),
+                    ChunkReader::open(&path.join("chunks")).expect("chunks"),
+                ));
+                for (labels, chunks) in b {
+                    if !chunks.is_empty() {
+                        want.entry(labels.clone()).or_default().extend(chunks.iter().cloned());
+                    }
+                }
+            }
+            let parents: Vec<Parent<'_>> = opened
+                .iter()
+                .map(|(meta, index, chunks)| Parent { meta, index, chunks })
+                .collect();
+            let out = tempfile::tempdir().expect("tempdir");
+            let m = compact(out.path(), &parents, 2, &|| true).expect("compacts").expect("not stopped");
+            proptest::prop_assert_eq!((m.min_time, m.max_time), (0, 3 * R));
+            proptest::prop_assert_eq!(m.num_series, want.len() as u64);
+            proptest::prop_assert_eq!(m.compaction.level, 2);
+            proptest::prop_assert_eq!(m.compaction.parents.len(), 3);
+            let got = read_all(&out.path().join(m.ulid.to_string()));
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]

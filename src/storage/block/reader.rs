@@ -784,7 +784,7 @@ mod tests {
         }
 
         /// A damaged index or segment gives an error or other data, never a
-        /// panic.
+        /// panic, also when the block is compacted.
         #[test]
         fn damage_is_an_error_not_a_panic(series in series_strategy(), at in any::<prop::sample::Index>(), bit in 0u8..8, file in 0..2) {
             let dir = tempfile::tempdir().expect("tempdir");
@@ -799,6 +799,18 @@ mod tests {
                 }
             }
             let _ = read_all(&block);
+            // Compacting it fails or writes a block that reads back.
+            if let (Ok(meta), Ok(index), Ok(chunks)) = (
+                read_meta(&block),
+                IndexReader::open(&block.join("index")),
+                ChunkReader::open(&block.join("chunks")),
+            ) {
+                let out = tempfile::tempdir().expect("tempdir");
+                let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks };
+                if let Ok(Some(m)) = crate::storage::block::compact::compact(out.path(), &[parent], 8, &|| true) {
+                    prop_assert!(read_all(&out.path().join(m.ulid.to_string())).is_ok());
+                }
+            }
         }
     }
 
