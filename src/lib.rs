@@ -14,6 +14,8 @@
 //! - [`encoding`]: leaf byte codes: varints, zigzag, a byte cursor.
 //! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
 //! - [`crash`]: leaf: the crash points the crash tests kill the process at.
+//! - [`heap`]: leaf: hands freed heap back to the system after large,
+//!   short-lived work.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
@@ -24,6 +26,7 @@ pub mod config;
 pub mod crash;
 pub mod encoding;
 pub mod forward;
+pub mod heap;
 pub mod histogram;
 pub mod ingest;
 pub mod promql;

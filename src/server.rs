@@ -235,7 +235,15 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
         if cutoff.saturating_sub(last_cutoff) >= RETENTION_STEP_MS {
             last_cutoff = cutoff;
             let h = Arc::clone(&head);
-            if let Ok(r) = tokio::task::spawn_blocking(move || h.apply_retention(cutoff)).await {
+            if let Ok(r) = tokio::task::spawn_blocking(move || {
+                let r = h.apply_retention(cutoff);
+                if r.series + r.chunks > 0 {
+                    crate::heap::release_free_memory();
+                }
+                r
+            })
+            .await
+            {
                 if r.series + r.chunks > 0 {
                     tracing::info!(
                         cutoff,
@@ -274,8 +282,17 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
                 // Compaction reads and writes blocks only: appends and
                 // queries go on meanwhile. A shutdown stops it between
                 // series and leaves the blocks as they were.
-                if let Err(e) = h.compact_blocks(now_ms, &|| !*stopping.borrow()) {
-                    tracing::error!(error = %e, "compaction failed; its blocks stay as they are and are not compacted again until a restart");
+                let compacted = match h.compact_blocks(now_ms, &|| !*stopping.borrow()) {
+                    Ok(done) => !done.is_empty(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "compaction failed; its blocks stay as they are and are not compacted again until a restart");
+                        true
+                    }
+                };
+                // The head let go of a block's chunks, and the cut, the
+                // checkpoint and the compaction freed what they built.
+                if size.is_some() || compacted {
+                    crate::heap::release_free_memory();
                 }
                 size
             })
@@ -287,8 +304,12 @@ async fn maintain(head: Arc<Head>, upkeep: Upkeep, mut stop: watch::Receiver<boo
         if schedule.due(now, wal_bytes(&head)) {
             let (h, d) = (Arc::clone(&head), dir.clone());
             let written = wal_bytes(&head);
-            if let Ok(Some(size)) =
-                tokio::task::spawn_blocking(move || checkpoint_now(&h, &d)).await
+            if let Ok(Some(size)) = tokio::task::spawn_blocking(move || {
+                let size = checkpoint_now(&h, &d);
+                crate::heap::release_free_memory();
+                size
+            })
+            .await
             {
                 schedule.done(now, written, size);
             }

@@ -263,3 +263,27 @@ fn the_checker_sees_a_cycle_and_a_reach_up() {
     assert!(g["p"].is_empty(), "a facade is not a dependency");
     assert_eq!(g["p::q"], BTreeSet::from(["p".to_owned()]));
 }
+
+/// `unsafe` is denied in the crate and allowed in one place: the FFI call
+/// in `src/heap.rs` that hands freed heap back to the system.
+#[test]
+fn unsafe_code_is_confined_to_the_heap_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for (m, text) in modules(&root) {
+        let code: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if code.contains("unsafe") && m != "heap" {
+            found.push(m);
+        }
+    }
+    assert!(found.is_empty(), "unsafe outside src/heap.rs: {found:?}");
+    let heap = std::fs::read_to_string(root.join("heap.rs")).expect("heap.rs");
+    assert!(
+        heap.contains("// SAFETY:"),
+        "the unsafe call says why it is sound"
+    );
+}
