@@ -289,17 +289,17 @@ async fn a_kill_during_compaction_loses_and_doubles_nothing_and_prometheus_reads
     let (lo, floor) = (spans[0].0, spans[spans.len() - 1].1);
     let copy = tempfile::tempdir().expect("tempdir");
     for b in &blocks {
-        copy_block(b, &copy.path().join(b.file_name().expect("name")));
+        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
     }
     std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
     let path = copy.path().to_str().expect("utf-8");
-    let list = promtool(&["tsdb", "list", path]);
+    let list = common::promtool3(&["tsdb", "list", path]);
     assert_eq!(list.lines().count(), blocks.len() + 1, "{list}");
     let in_blocks = (start + MIN..=end)
         .step_by(MIN as usize)
         .filter(|&t| t < floor)
         .count();
-    let dump = promtool(&["tsdb", "dump", path]);
+    let dump = common::promtool3(&["tsdb", "dump", path]);
     assert_eq!(dump.lines().count(), N * in_blocks, "{dump:.2000}");
 
     let queries = [
@@ -323,7 +323,7 @@ async fn a_kill_during_compaction_loses_and_doubles_nothing_and_prometheus_reads
         ],
         |dir| {
             for b in &blocks {
-                copy_block(b, &dir.join(b.file_name().expect("name")));
+                common::copy_block(b, &dir.join(b.file_name().expect("name")));
             }
         },
     );
@@ -336,22 +336,5 @@ async fn a_kill_during_compaction_loses_and_doubles_nothing_and_prometheus_reads
             prom.log()
         );
         assert_eq!(&got, want, "{q}");
-    }
-}
-
-fn promtool(args: &[&str]) -> String {
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    common::run_ok(&prometheus3("promtool"), &args)
-}
-
-/// Copies block directory `from` into `to`.
-fn copy_block(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to.join("chunks")).expect("mkdir");
-    for f in ["index", "meta.json", "tombstones"] {
-        std::fs::copy(from.join(f), to.join(f)).expect("copy");
-    }
-    for e in std::fs::read_dir(from.join("chunks")).expect("chunks") {
-        let e = e.expect("entry");
-        std::fs::copy(e.path(), to.join("chunks").join(e.file_name())).expect("copy");
     }
 }

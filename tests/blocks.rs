@@ -107,11 +107,6 @@ fn base() -> i64 {
     (now - 6 * HOUR) / (2 * HOUR) * (2 * HOUR)
 }
 
-fn promtool(args: &[&str]) -> String {
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    common::run_ok(&prometheus3("promtool"), &args)
-}
-
 #[test]
 fn promtool_lists_analyzes_and_dumps_exactly_what_was_written() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -124,7 +119,7 @@ fn promtool_lists_analyzes_and_dumps_exactly_what_was_written() {
     let path = dir.path().to_str().expect("utf-8 path");
     let ulid = meta.ulid.to_string();
 
-    let list = promtool(&["tsdb", "list", path]);
+    let list = common::promtool3(&["tsdb", "list", path]);
     let row = list
         .lines()
         .find(|l| l.starts_with(&ulid))
@@ -135,7 +130,7 @@ fn promtool_lists_analyzes_and_dumps_exactly_what_was_written() {
     assert_eq!(cols[2], (base + 2 * HOUR).to_string(), "{row}");
     assert!(row.contains(&format!(" {} ", SERIES * 480 + 100)), "{row}");
 
-    let analyze = promtool(&["tsdb", "analyze", path, &ulid]);
+    let analyze = common::promtool3(&["tsdb", "analyze", path, &ulid]);
     assert!(
         analyze.contains(&format!("Total Series: {}", SERIES + 1)),
         "{analyze}"
@@ -144,7 +139,7 @@ fn promtool_lists_analyzes_and_dumps_exactly_what_was_written() {
 
     // `dump` opens the directory as a database, which has a `wal/`.
     std::fs::create_dir(dir.path().join("wal")).expect("wal dir");
-    let dump = promtool(&["tsdb", "dump", path]);
+    let dump = common::promtool3(&["tsdb", "dump", path]);
     let mut got: Vec<String> = dump.lines().map(str::to_owned).collect();
     got.sort();
     want.sort();
@@ -211,19 +206,6 @@ async fn prometheus_3_opens_a_directory_of_sluice_blocks_and_answers_over_it() {
     // The histogram series, read from its histogram chunk.
     let v = answer("histogram_count(last_over_time(blk_hist[2h]))").await;
     assert_eq!(v["data"]["result"][0]["value"][1], "396", "{v}");
-}
-
-/// Copies block directory `from` into `to` (created), files one level
-/// down as a block holds them.
-fn copy_block(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to.join("chunks")).expect("mkdir");
-    for f in ["index", "meta.json", "tombstones"] {
-        std::fs::copy(from.join(f), to.join(f)).expect("copy");
-    }
-    for e in std::fs::read_dir(from.join("chunks")).expect("chunks") {
-        let e = e.expect("entry");
-        std::fs::copy(e.path(), to.join("chunks").join(e.file_name())).expect("copy");
-    }
 }
 
 /// The finished block directories under `dir`: named by a ULID (not a
@@ -340,10 +322,10 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
     // promtool reads the block Sluice cut, and dumps exactly its samples.
     let copy = tempfile::tempdir().expect("tempdir");
     let name = blocks[0].file_name().expect("name");
-    copy_block(&blocks[0], &copy.path().join(name));
+    common::copy_block(&blocks[0], &copy.path().join(name));
     std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
     let path = copy.path().to_str().expect("utf-8");
-    let list = promtool(&["tsdb", "list", path]);
+    let list = common::promtool3(&["tsdb", "list", path]);
     // The first range may begin before the first sample.
     let per_series = (start..=end)
         .step_by(MIN as usize)
@@ -354,7 +336,7 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
         list.contains(&format!(" {} ", N * per_series)),
         "{N} x {per_series} samples listed: {list}"
     );
-    let dump = promtool(&["tsdb", "dump", path]);
+    let dump = common::promtool3(&["tsdb", "dump", path]);
     assert_eq!(dump.lines().count(), N * per_series, "{dump:.2000}");
     for line in dump.lines().take(50) {
         // {__name__="cut_me", i="7", job="blk"} 12345 1700000000000
@@ -388,7 +370,7 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
         &prometheus3("prometheus"),
         "global:\n  scrape_interval: 1h\n",
         &["--storage.tsdb.retention.time=100y"],
-        |dir| copy_block(&blocks[0], &dir.join(name)),
+        |dir| common::copy_block(&blocks[0], &dir.join(name)),
     );
     prom.ready().await;
     for (q, want) in queries.iter().zip(&ours) {

@@ -523,3 +523,22 @@ pub async fn wait_for_metric(addr: SocketAddr, name: &str, ok: impl Fn(f64) -> b
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Runs Prometheus 3.5.3's promtool with `args`; its output.
+pub fn promtool3(args: &[&str]) -> String {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    run_ok(&prometheus3("promtool"), &args)
+}
+
+/// Copies block directory `from` into `to` (created): `index`,
+/// `meta.json`, `tombstones` and the chunk segments.
+pub fn copy_block(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.join("chunks")).expect("mkdir");
+    for f in ["index", "meta.json", "tombstones"] {
+        std::fs::copy(from.join(f), to.join(f)).expect("copy");
+    }
+    for e in std::fs::read_dir(from.join("chunks")).expect("chunks") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join("chunks").join(e.file_name())).expect("copy");
+    }
+}
