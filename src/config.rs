@@ -527,9 +527,18 @@ impl Config {
         if self.retention < Duration::from_secs(60) {
             return Err(ConfigError::Invalid("retention must be at least 1m".into()));
         }
-        if self.storage_min_block_duration < Duration::from_secs(60) {
+        // At most 31 days: the head holds 1.5 of them, and the largest
+        // block Prometheus makes by default is 31 days.
+        if self.storage_min_block_duration < Duration::from_secs(60)
+            || self.storage_min_block_duration > Duration::from_secs(31 * 86_400)
+        {
             return Err(ConfigError::Invalid(
-                "storage-min-block-duration must be at least 1m".into(),
+                "storage-min-block-duration must be 1m to 31d".into(),
+            ));
+        }
+        if self.storage_max_block_duration > Duration::from_secs(100 * 365 * 86_400) {
+            return Err(ConfigError::Invalid(
+                "storage-max-block-duration must be at most 100y".into(),
             ));
         }
         if !self.storage_max_block_duration.is_zero()
@@ -746,6 +755,39 @@ mod tests {
         std::fs::write(&yaml, "max_series: 5\n").expect("write");
         let err = Config::from_file(&yaml).expect_err("snake_case is not a key");
         assert!(err.to_string().contains("max_series"), "{err}");
+    }
+
+    /// Absurd block durations get an error naming the flag; sane ones
+    /// give Prometheus' ranges.
+    #[test]
+    fn block_durations_are_checked() {
+        let with = |min: u64, max: u64| Config {
+            storage_min_block_duration: Duration::from_secs(min),
+            storage_max_block_duration: Duration::from_secs(max),
+            ..Config::default()
+        };
+        for (min, max) in [
+            (0, 0),
+            (59, 0),
+            (32 * 86_400, 0),
+            (u64::MAX / 2, 0),
+            (7200, 3600),
+            (7200, u64::MAX / 2),
+        ] {
+            let err = with(min, max).validate().expect_err("refused");
+            assert!(err.to_string().contains("block-duration"), "{err}");
+        }
+        let c = with(7200, 7200);
+        c.validate().expect("compaction off");
+        assert_eq!(c.head_options().max_block_range_ms, 7_200_000);
+        let c = Config::default();
+        assert_eq!(
+            c.block_durations(),
+            (Duration::from_secs(7200), Duration::from_secs(36 * 3600))
+        );
+        let c = with(31 * 86_400, 0);
+        c.validate().expect("31 days");
+        assert_eq!(c.head_options().chunk_range_ms, 31 * 86_400_000);
     }
 
     /// Each flag's help names its default; it must be the default.
