@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sluice::storage::head::{AppendCounts, Durability, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
+use sluice::storage::{AppendCounts, Close, Db, DbOptions, Durability, HeadOptions};
 use sluice::wal::commit::FsyncMode;
 use sluice::wal::WalOptions;
 
@@ -35,18 +35,20 @@ fn keys(thread: usize) -> Vec<Vec<u8>> {
 /// Series per simulated request in the `logged` variants.
 const PER_REQUEST: usize = 500;
 
-fn run(head: &Head, keys: &[Vec<u8>], rounds: u64, t0: i64, logged: bool) -> Duration {
+fn run(db: &Db, keys: &[Vec<u8>], rounds: u64, t0: i64, logged: bool) -> Duration {
     let mut counts = AppendCounts::default();
     let mut appended = 0;
     let start = Instant::now();
+    let mut app = db.appender(i64::MAX);
     for r in 0..rounds {
         let t = t0 + r as i64 * 15_000;
         for (i, k) in keys.iter().enumerate() {
-            head.append_existing(k, std::iter::once((t, r as f64)), i64::MAX, &mut counts);
+            app.append_existing(k, std::iter::once((t, r as f64)), &mut counts);
             if logged && i % PER_REQUEST == PER_REQUEST - 1 {
                 appended += counts.appended;
                 counts.appended = 0;
-                head.log_appended(&mut counts);
+                app.commit();
+                app = db.appender(i64::MAX);
             }
         }
     }
@@ -73,10 +75,15 @@ fn bench(c: &mut Criterion) {
                         wal: WalOptions::default(),
                         fsync: FsyncMode::Interval(Duration::from_secs(3600)),
                     };
-                    Head::open(HeadOptions::default(), &durable).expect("open")
+                    Db::open(DbOptions {
+                        durability: Some(durable),
+                        ..DbOptions::default()
+                    })
+                    .expect("open")
                 } else {
-                    Head::new(HeadOptions::default())
+                    Db::new(HeadOptions::default())
                 });
+                let mut app = head.appender(i64::MAX);
                 let all: Vec<Arc<Vec<Vec<u8>>>> = (0..threads).map(|t| Arc::new(keys(t))).collect();
                 let mut counts = AppendCounts::default();
                 for ks in &all {
@@ -86,10 +93,11 @@ fn bench(c: &mut Criterion) {
                             .iter()
                             .map(|(n, v)| (n.as_str(), v.as_str()))
                             .collect();
-                        head.append_labels(&pairs, k, std::iter::empty(), i64::MAX, &mut counts)
+                        app.append_new(&pairs, k, std::iter::empty(), &mut counts)
                             .expect("fits");
                     }
                 }
+                app.commit();
                 let handles: Vec<_> = all
                     .iter()
                     .map(|ks| {
@@ -101,7 +109,7 @@ fn bench(c: &mut Criterion) {
                     .into_iter()
                     .map(|h| h.join().expect("thread"))
                     .collect();
-                head.close_wal();
+                head.close(Close::WalOnly);
                 times.into_iter().max().unwrap_or_default()
             })
         });

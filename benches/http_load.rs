@@ -206,7 +206,7 @@ async fn run(mode: &str, load: &Load, bodies: Arc<Vec<Vec<u8>>>) -> f64 {
         latencies.sort();
         let pct =
             |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-        let st = state.head().stats();
+        let st = state.db().head_stats();
         let rss = status_kib("VmRSS");
         let rate = samples / elapsed.as_secs_f64();
         println!("http_load [wal={mode}] samples/s: {rate:.0}");
@@ -222,10 +222,9 @@ async fn run(mode: &str, load: &Load, bodies: Arc<Vec<Vec<u8>>>) -> f64 {
             st.series,
             st.chunks,
             st.chunk_bytes as f64 / samples,
-            state.head().accounted_bytes() as f64 / st.series.max(1) as f64
+            state.db().head_bytes() as f64 / st.series.max(1) as f64
         );
-        if let Some(w) = state.head().wal() {
-            let w = w.stats();
+        if let Some(w) = state.db().wal_stats() {
             println!(
                 "http_load [wal={mode}] WAL: {} writes, {} fsyncs ({:.1} requests per fsync, {:.2} ms per fsync), {:.2} bytes/sample",
                 w.commits,

@@ -20,15 +20,15 @@ use sluice::ingest::validate::LabelLimits;
 use sluice::proto::opentelemetry::proto::collector::metrics::v1::ExportMetricsServiceRequest;
 use sluice::proto::opentelemetry::proto::common::v1::{any_value, KeyValue};
 use sluice::proto::opentelemetry::proto::metrics::v1::{metric::Data, number_data_point};
-use sluice::storage::head::{AppendCounts, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{AppendCounts, Db, HeadOptions};
 
 /// The baseline: decode with prost, then translate each point into an owned,
 /// sorted label list, encode it, and append. Returns samples stored.
-fn prost_then_translate(head: &Head, body: &[u8], max_t: i64) -> u64 {
+fn prost_then_translate(head: &Db, body: &[u8], max_t: i64) -> u64 {
     let req = ExportMetricsServiceRequest::decode(body).expect("valid");
     let mut counts = AppendCounts::default();
+    let mut app = head.appender(max_t);
     let value_string = |kv: &KeyValue| match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
         Some(any_value::Value::StringValue(s)) => s.clone(),
         Some(any_value::Value::IntValue(i)) => i.to_string(),
@@ -69,8 +69,8 @@ fn prost_then_translate(head: &Head, body: &[u8], max_t: i64) -> u64 {
                 let mut canonical = Vec::new();
                 encode_canonical(pairs.iter().copied(), &mut canonical);
                 let sample = std::iter::once(((t / 1_000_000) as i64, v));
-                if !head.append_existing(&canonical, sample.clone(), max_t, &mut counts) {
-                    head.append_labels(&pairs, &canonical, sample, max_t, &mut counts)
+                if !app.append_existing(&canonical, sample.clone(), &mut counts) {
+                    app.append_new(&pairs, &canonical, sample, &mut counts)
                         .expect("room");
                 }
             };
@@ -151,11 +151,11 @@ fn prost_then_translate(head: &Head, body: &[u8], max_t: i64) -> u64 {
 /// Times `run` over a ring of requests 15 s apart, each cycle on a fresh
 /// head primed with the first request, so every timed request appends to
 /// existing series.
-fn timed(iters: u64, bodies: &[Vec<u8>], run: impl Fn(&Head, &[u8]) -> u64) -> Duration {
+fn timed(iters: u64, bodies: &[Vec<u8>], run: impl Fn(&Db, &[u8]) -> u64) -> Duration {
     let mut total = Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
-        let head = Head::new(HeadOptions::default());
+        let head = Db::new(HeadOptions::default());
         run(&head, &bodies[0]);
         let n = (iters - done).min(bodies.len() as u64 - 1) as usize;
         let start = Instant::now();
@@ -174,11 +174,10 @@ fn bench(c: &mut Criterion) {
         .map(|i| otlp_requests::request(t0 + i * 15_000).encode_to_vec())
         .collect();
     let limits = LabelLimits::default();
-    let metadata = MetadataStore::new(1000, 64 << 20);
     let otlp = Otlp::new(OtlpOptions::default(), 1 << 20);
     let max_t = i64::MAX / 2;
-    let ours = |head: &Head, body: &[u8]| {
-        append_export_request(head, &metadata, &otlp, &limits, body, max_t)
+    let ours = |head: &Db, body: &[u8]| {
+        append_export_request(head, &otlp, &limits, body, max_t)
             .expect("valid")
             .samples
             .accepted
@@ -186,15 +185,15 @@ fn bench(c: &mut Criterion) {
 
     // Both store the same samples (ours adds one target_info sample).
     let (a, b) = (
-        Head::new(HeadOptions::default()),
-        Head::new(HeadOptions::default()),
+        Db::new(HeadOptions::default()),
+        Db::new(HeadOptions::default()),
     );
     assert_eq!(ours(&a, &bodies[0]), otlp_requests::SAMPLES as u64 + 1);
     assert_eq!(
         prost_then_translate(&b, &bodies[0], max_t),
         otlp_requests::SAMPLES as u64
     );
-    assert_eq!(a.stats().series, b.stats().series + 1);
+    assert_eq!(a.head_stats().series, b.head_stats().series + 1);
 
     let mut g = c.benchmark_group("otlp_decode");
     g.throughput(Throughput::Elements(otlp_requests::POINTS as u64));

@@ -12,7 +12,7 @@ use promql_head::{head, range, QUERIES};
 
 fn bench(c: &mut Criterion) {
     let head = head();
-    let engine = Engine::new(&head, QueryOptions::default());
+    let engine = Engine::new(head.querier(), QueryOptions::default());
     let (start, end, step) = range();
     let steps = ((end - start) / step + 1) as u64;
     let mut g = c.benchmark_group("promql_eval");

@@ -12,8 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use prost::Message;
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, HeadOptions};
 use std::hint::black_box;
 
 const SERIES: usize = 2000;
@@ -180,13 +179,12 @@ fn timed_ingest_v2(
     timed: &[Vec<u8>],
     limits: &LabelLimits,
 ) -> std::time::Duration {
-    let metadata = MetadataStore::new(1000, 1 << 20);
     let v2 = ingest::remote_write::V2Options {
         limits: *limits,
         ..Default::default()
     };
     timed_with(iters, setup, timed, |head, body| {
-        ingest::append_write_request_v2(head, &metadata, body, &v2, i64::MAX / 2).expect("valid")
+        ingest::append_write_request_v2(head, body, &v2, i64::MAX / 2).expect("valid")
     })
 }
 
@@ -194,12 +192,12 @@ fn timed_with(
     iters: u64,
     setup: &[Vec<u8>],
     timed: &[Vec<u8>],
-    ingest: impl Fn(&Head, &[u8]) -> ingest::IngestReport,
+    ingest: impl Fn(&Db, &[u8]) -> ingest::IngestReport,
 ) -> std::time::Duration {
     let mut total = std::time::Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
-        let head = Head::new(HeadOptions::default());
+        let head = Db::new(HeadOptions::default());
         for body in setup {
             ingest(&head, body);
         }

@@ -1,7 +1,7 @@
 //! Restart cost: how fast the head comes back from a WAL alone, and from a
 //! checkpoint. Builds a head of SERIES series × SAMPLES samples (15 s apart)
 //! through the normal append path with the WAL on, closes it, and times
-//! `Head::open` over that data directory; then writes a checkpoint and
+//! `Db::open` over that data directory; then writes a checkpoint and
 //! times `Head::open` again.
 //!
 //! `cargo bench --bench wal_replay` (env: SERIES, default 1,000,000;
@@ -9,9 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use sluice::storage::checkpoint;
-use sluice::storage::head::{AppendCounts, Durability, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
+use sluice::storage::{AppendCounts, Close, Db, DbOptions, Durability, HeadOptions};
 use sluice::wal::commit::FsyncMode;
 use sluice::wal::WalOptions;
 
@@ -77,26 +76,35 @@ fn main() {
         .collect();
 
     let started = Instant::now();
-    let head = Head::open(opts(), &durable).expect("open");
+    let open = || {
+        Db::open(DbOptions {
+            head: opts(),
+            durability: Some(durable.clone()),
+            ..DbOptions::default()
+        })
+    };
+    let head = open().expect("open");
     let t0 = 1_700_000_000_000i64;
     for r in 0..samples {
         let mut c = AppendCounts::default();
+        let mut app = head.appender(i64::MAX);
         for (i, (l, raw)) in labels.iter().zip(&canon).enumerate() {
             let t = t0 + r as i64 * 15_000;
             let v = (r * 7 + i) as f64;
-            if !head.append_existing(raw, std::iter::once((t, v)), i64::MAX, &mut c) {
+            if !app.append_existing(raw, std::iter::once((t, v)), &mut c) {
                 let pairs: Vec<(&str, &str)> =
                     l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                head.append_labels(&pairs, raw, std::iter::once((t, v)), i64::MAX, &mut c)
+                app.append_new(&pairs, raw, std::iter::once((t, v)), &mut c)
                     .expect("under the limit");
             }
             if i % 2000 == 1999 {
-                head.log_appended(&mut c);
+                app.commit();
+                app = head.appender(i64::MAX);
             }
         }
-        head.log_appended(&mut c);
+        app.commit();
     }
-    head.close_wal();
+    head.close(Close::WalOnly);
     let total = (series * samples) as f64;
     let wal_bytes = dir_bytes(&data.path().join("wal"));
     eprintln!(
@@ -105,13 +113,13 @@ fn main() {
         wal_bytes as f64 / 1048576.0,
         wal_bytes as f64 / total
     );
-    let want = head.stats();
+    let want = head.head_stats();
     drop(head);
 
     let started = Instant::now();
-    let head = Head::open(opts(), &durable).expect("replay");
+    let head = open().expect("replay");
     let took = started.elapsed();
-    assert_eq!(head.stats(), want, "replay restores the head");
+    assert_eq!(head.head_stats(), want, "replay restores the head");
     println!(
         "wal_replay WAL only: {series} series, {:.0} samples in {took:.2?}: {:.0} samples/s, {:.0} MiB/s",
         total,
@@ -120,25 +128,25 @@ fn main() {
     );
 
     let started = Instant::now();
-    let r = checkpoint::write(&head, data.path()).expect("checkpoint");
+    let bytes = head.checkpoint().expect("checkpoint");
     println!(
         "wal_replay checkpoint write: {} series, {:.1} MiB in {:.2?}",
-        r.series,
-        r.bytes as f64 / 1048576.0,
+        head.head_stats().series,
+        bytes as f64 / 1048576.0,
         started.elapsed()
     );
-    head.close_wal();
+    head.close(Close::WalOnly);
     drop(head);
 
     let started = Instant::now();
-    let head = Head::open(opts(), &durable).expect("from checkpoint");
+    let head = open().expect("from checkpoint");
     let took = started.elapsed();
-    assert_eq!(head.stats(), want, "the checkpoint restores the head");
+    assert_eq!(head.head_stats(), want, "the checkpoint restores the head");
     println!(
         "wal_replay from checkpoint: {series} series ({:.0} samples) in {took:.2?}: {:.0} series/s, {:.0} samples/s",
         total,
         series as f64 / took.as_secs_f64(),
         total / took.as_secs_f64()
     );
-    head.close_wal();
+    head.close(Close::WalOnly);
 }

@@ -13,7 +13,7 @@
 use prost::Message as _;
 use sluice::ingest::{self, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
-use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::{Db, HeadOptions};
 
 fn main() -> Result<(), String> {
     let series: usize = std::env::args()
@@ -23,7 +23,7 @@ fn main() -> Result<(), String> {
     const STEPS: i64 = 720; // 3 h at 15 s
     const BUCKETS: usize = 20;
     const PER_REQUEST: usize = 200;
-    let head = Head::new(HeadOptions {
+    let head = Db::new(HeadOptions {
         max_series: series + 1,
         ..HeadOptions::default()
     });
@@ -103,8 +103,8 @@ fn main() -> Result<(), String> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
-    let mem = head.memory();
-    let stats = head.stats();
+    let mem = head.head_memory();
+    let stats = head.head_stats();
     println!(
         "{series} histogram series x {STEPS} samples ({BUCKETS} buckets, 3 h at 15 s): \
          {} chunks, {:.1} bytes/sample encoded; head accounted {} B = {:.0} B/series \

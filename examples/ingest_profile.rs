@@ -18,8 +18,7 @@ mod requests;
 use prost::Message;
 use sluice::ingest::{self, remote_write::V2Options};
 use sluice::proto::prometheus as pb;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, HeadOptions};
 
 fn main() -> Result<(), String> {
     let v2 = match std::env::args().nth(1).as_deref() {
@@ -55,15 +54,14 @@ fn main() -> Result<(), String> {
             }
         })
         .collect();
-    let head = Head::new(HeadOptions::default());
-    let metadata = MetadataStore::new(1000, 1 << 20);
+    let head = Db::new(HeadOptions::default());
     let opts = V2Options::default();
     let first_round = if bodies.len() > 61 { 50 } else { 1 };
     let mut timed = std::time::Duration::ZERO;
     for (k, body) in bodies.iter().enumerate() {
         let start = std::time::Instant::now();
         let report = if v2 {
-            ingest::append_write_request_v2(&head, &metadata, body, &opts, i64::MAX / 2)
+            ingest::append_write_request_v2(&head, body, &opts, i64::MAX / 2)
                 .map_err(|e| e.to_string())?
         } else {
             ingest::append_write_request(&head, body, &opts.limits, i64::MAX / 2)

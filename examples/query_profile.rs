@@ -16,7 +16,7 @@ fn main() {
         std::process::exit(2);
     };
     let head = promql_head::head();
-    let engine = Engine::new(&head, QueryOptions::default());
+    let engine = Engine::new(head.querier(), QueryOptions::default());
     let (start, end, step) = promql_head::range();
     let t = std::time::Instant::now();
     let mut series = 0;

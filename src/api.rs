@@ -162,13 +162,13 @@ fn panicked(what: Box<dyn std::any::Any + Send + 'static>) -> Response {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::storage::head::Head;
+    use crate::storage::Db;
     use std::sync::Arc;
     use tower::ServiceExt;
 
     #[tokio::test]
     async fn a_panicking_handler_is_a_500_and_the_router_keeps_serving() {
-        let head = Arc::new(Head::new(Config::default().head_options()));
+        let head = Arc::new(Db::in_memory(Config::default().db_options()));
         let state = AppState::new(&Config::default(), head);
         async fn boom() -> &'static str {
             panic!("handler bug")
@@ -197,7 +197,7 @@ mod tests {
 
     /// The router over an empty head, with `config`'s limits.
     fn app(config: &Config) -> Router {
-        let head = Arc::new(Head::new(config.head_options()));
+        let head = Arc::new(Db::in_memory(config.db_options()));
         router(AppState::new(config, head))
     }
 

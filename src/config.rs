@@ -14,7 +14,7 @@ use crate::ingest::otlp::OtlpOptions;
 use crate::ingest::validate::{LabelLimits, NameValidation};
 use crate::promql::guard::ParseLimits;
 use crate::promql::QueryOptions;
-use crate::storage::head::{Durability, HeadOptions};
+use crate::storage::{DbOptions, Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
 use crate::wal::WalOptions;
 
@@ -707,6 +707,19 @@ impl Config {
                 (k, text)
             })
             .collect()
+    }
+
+    /// How the database is opened and kept.
+    pub fn db_options(&self) -> DbOptions {
+        DbOptions {
+            head: self.head_options(),
+            durability: self.durability(),
+            max_metadata_families: self.max_metadata_families,
+            max_metadata_bytes: self.max_metadata_bytes,
+            memory_limit: self.memory_limit(),
+            checkpoint_interval: self.checkpoint_interval,
+            retention: self.retention,
+        }
     }
 
     /// The head's options.

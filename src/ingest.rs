@@ -6,6 +6,7 @@
 
 pub mod histogram_wire;
 pub mod otlp;
+mod pipeline;
 pub mod protowire;
 pub mod remote_write;
 pub mod validate;
@@ -13,11 +14,10 @@ pub mod validate;
 use std::fmt::Write as _;
 
 use crate::storage::exemplars::ExemplarError;
-use crate::storage::head::SampleError;
+use crate::storage::{Commit, SampleError};
 pub use protowire::DecodeError;
 pub use remote_write::{
     append_write_request, append_write_request_v2, append_write_request_with_exemplars,
-    record_metadata,
 };
 use validate::{LabelError, NameValidation};
 
@@ -108,9 +108,9 @@ pub struct IngestReport {
     pub resorted_series: u64,
     /// The first few problems, spelled out.
     pub problems: Vec<String>,
-    /// The WAL position that makes the stored samples durable: wait for it
-    /// with [`Head::durable`] before acknowledging.
-    pub wal_lsn: u64,
+    /// Resolves once the stored samples are durable: wait for it before
+    /// acknowledging.
+    pub commit: Commit,
     /// Whether the request also carried metadata entries.
     pub metadata: bool,
     /// Series refused for breaking a rule of the request, samples or not.
@@ -133,7 +133,7 @@ impl Default for IngestReport {
             rejected: [0; Reason::COUNT],
             resorted_series: 0,
             problems: Vec::new(),
-            wal_lsn: 0,
+            commit: Commit::default(),
             metadata: false,
             refused_series: 0,
             exemplars: 0,

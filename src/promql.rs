@@ -1,4 +1,4 @@
-//! PromQL evaluation over the head, with Prometheus' semantics.
+//! PromQL evaluation over a storage `Querier`, with Prometheus' semantics.
 //!
 //! Parsing is promql-parser's; evaluation is ours. A query first loads, once,
 //! the samples every selector can touch over the whole query range (chunks

@@ -1,15 +1,20 @@
-//! In-memory storage: the sharded [`head::Head`] of series, each holding
-//! Prometheus XOR [`chunk`]s, with interned labels and an inverted index.
+//! Storage: one [`Db`] per tenant, written through its [`Appender`] and
+//! read through its [`Querier`]. Inside, the sharded head of
+//! series holds Prometheus' chunk encodings ([`chunk`]) with interned labels
+//! and an inverted index; [`block`]s on disk hold what it handed over; the
+//! WAL, checkpoints and the upkeep loop keep it durable and in shape.
 
 pub mod aliases;
 pub mod append;
+pub mod appender;
 pub mod block;
 pub mod blocks;
 pub mod checkpoint;
 pub mod chunk;
 mod cut;
+pub mod db;
 pub mod exemplars;
-pub mod head;
+mod head;
 pub mod hist_series;
 pub mod index;
 pub mod labels;
@@ -18,6 +23,17 @@ pub mod querier;
 mod recovery;
 pub mod selected;
 mod shard;
+
+pub use appender::{
+    AppendCounts, Appender, Commit, CommitError, SampleError, SeriesBatch, SeriesLimit, SeriesRef,
+    SeriesSource,
+};
+pub use db::{Close, Db, DbOptions, MemoryFull};
+pub use head::{
+    CheckpointStats, Durability, HeadOptions, HeadStats, Recovery, RetentionReport, SeriesSamples,
+};
+pub use querier::Querier;
+pub use shard::HeadMemory;
 
 /// Prometheus' stale marker: a NaN with this exact bit pattern ends a
 /// series for queries. Senders write it when a series disappears.

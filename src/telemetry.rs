@@ -18,8 +18,8 @@ use prometheus_client::metrics::histogram::{
 use prometheus_client::registry::Registry;
 
 use crate::ingest::{IngestReport, Reason};
-use crate::storage::exemplars::{ExemplarError, ExemplarStore};
-use crate::storage::head::Head;
+use crate::storage::exemplars::ExemplarError;
+use crate::storage::Db;
 
 /// Labels of ingest counters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -212,7 +212,7 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     /// Registers every metric; the head's sizes are read at scrape time.
-    pub fn new(head: Arc<Head>, exemplar_store: Arc<ExemplarStore>, memory_limit: u64) -> Self {
+    pub fn new(db: Arc<Db>) -> Self {
         let mut registry = Registry::default();
         let ingested = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -294,11 +294,7 @@ impl Metrics {
             queries_timed_out.clone(),
         );
         let forward = ForwardFamilies::new(&mut registry);
-        registry.register_collector(Box::new(HeadCollector {
-            head,
-            exemplars: exemplar_store,
-            memory_limit,
-        }));
+        registry.register_collector(Box::new(HeadCollector { db }));
         registry.register_collector(Box::new(ProcessCollector {
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -479,14 +475,12 @@ fn openmetrics_to_text(om: &str) -> String {
 /// Reads head sizes at scrape time.
 #[derive(Debug)]
 struct HeadCollector {
-    head: Arc<Head>,
-    exemplars: Arc<ExemplarStore>,
-    memory_limit: u64,
+    db: Arc<Db>,
 }
 
 impl Collector for HeadCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let st = self.head.stats();
+        let st = self.db.head_stats();
         let gauges = [
             ("sluice_head_series", "Series held in the head", st.series),
             (
@@ -512,17 +506,17 @@ impl Collector for HeadCollector {
             (
                 "sluice_head_bytes",
                 "Bytes the head accounts for: chunks, series, labels and index",
-                self.head.accounted_bytes() as u64,
+                self.db.head_bytes() as u64,
             ),
             (
                 "sluice_series_aliases_bytes",
                 "Bytes of the remote write 2.0 series keys that find known series (counted against max-memory)",
-                self.head.aliases().bytes() as u64,
+                self.db.aliases_bytes() as u64,
             ),
             (
                 "sluice_memory_limit_bytes",
                 "The memory limit (max-memory); writes get 503 at 80% of it",
-                self.memory_limit,
+                self.db.memory_limit(),
             ),
         ];
         for (name, help, v) in bytes {
@@ -532,9 +526,9 @@ impl Collector for HeadCollector {
             &mut encoder,
             "sluice_exemplars",
             "Exemplars held in the ring (at most max-exemplars)",
-            self.exemplars.len() as i64,
+            self.db.exemplars().len() as i64,
         )?;
-        let m = self.head.memory();
+        let m = self.db.head_memory();
         let mut family = encoder.encode_descriptor(
             "sluice_head_memory_bytes",
             "Bytes the head holds by part (their sum is sluice_head_bytes as of the last write)",
@@ -549,7 +543,7 @@ impl Collector for HeadCollector {
         ] {
             ConstGauge::new(v as i64).encode(family.encode_family(&[("part", part)])?)?;
         }
-        let r = self.head.retention_stats();
+        let r = self.db.retention_stats();
         let mut counters = vec![
             (
                 "sluice_retention_removed_series",
@@ -562,7 +556,7 @@ impl Collector for HeadCollector {
                 r.chunks as f64,
             ),
         ];
-        let b = self.head.blocks().stats();
+        let b = self.db.block_stats();
         counters.extend([
             (
                 "sluice_blocks_cut",
@@ -600,7 +594,7 @@ impl Collector for HeadCollector {
                 b.read_errors as f64,
             ),
         ]);
-        let c = self.head.checkpoint_stats();
+        let c = self.db.checkpoint_stats();
         counters.push((
             "sluice_wal_checkpoints",
             "Checkpoints of the head written",
@@ -611,8 +605,7 @@ impl Collector for HeadCollector {
             "Checkpoints of the head that failed",
             c.failed as f64,
         ));
-        if let Some(wal) = self.head.wal() {
-            let w = wal.stats();
+        if let Some(w) = self.db.wal_stats() {
             counters.extend([
                 (
                     "sluice_wal_writes",
@@ -659,7 +652,7 @@ impl Collector for HeadCollector {
         ] {
             gauge(&mut encoder, name, help, v)?;
         }
-        if let Some(bytes) = self.head.wal_disk_bytes() {
+        if let Some(bytes) = self.db.wal_disk_bytes() {
             gauge(
                 &mut encoder,
                 "sluice_wal_disk_bytes",
@@ -672,7 +665,7 @@ impl Collector for HeadCollector {
             "How long the last checkpoint took",
             c.last_seconds,
         )];
-        if let Some(r) = self.head.recovery() {
+        if let Some(r) = self.db.recovery() {
             seconds.push((
                 "sluice_wal_replay_duration_seconds",
                 "How long loading the checkpoint and replaying the WAL took at start",

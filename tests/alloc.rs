@@ -11,8 +11,7 @@ use prost::Message;
 use sluice::ingest::otlp::{append_export_request, Otlp, OtlpOptions};
 use sluice::ingest::{self, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, HeadOptions};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
@@ -49,7 +48,7 @@ fn ingest_allocates_only_for_new_series_and_new_chunks() {
     );
     assert!(prost > SERIES as u64 * 10);
 
-    let head = Head::new(HeadOptions::default());
+    let head = Db::new(HeadOptions::default());
     let limits = LabelLimits::default();
     let now = t0 + 130 * 15_000;
     let before = blocks();
@@ -94,16 +93,15 @@ fn remote_write_2_allocates_only_for_new_series() {
     let bodies: Vec<Vec<u8>> = (0..3)
         .map(|i| requests::to_v2(&requests::request(SERIES, t0 + i * 15_000)).encode_to_vec())
         .collect();
-    let head = Head::new(HeadOptions::default());
-    let metadata = MetadataStore::new(100, 1 << 20);
+    let head = Db::new(HeadOptions::default());
     let v2 = ingest::remote_write::V2Options::default();
     let now = t0 + 130 * 15_000;
     for body in &bodies[..2] {
-        let r = ingest::append_write_request_v2(&head, &metadata, body, &v2, now).expect("valid");
+        let r = ingest::append_write_request_v2(&head, body, &v2, now).expect("valid");
         assert_eq!(r.accepted, SERIES as u64);
     }
     let before = blocks();
-    let r = ingest::append_write_request_v2(&head, &metadata, &bodies[2], &v2, now).expect("valid");
+    let r = ingest::append_write_request_v2(&head, &bodies[2], &v2, now).expect("valid");
     assert_eq!(r.accepted, SERIES as u64);
     assert_eq!(
         blocks() - before,
@@ -119,14 +117,12 @@ fn otlp_allocates_only_for_new_series() {
     let bodies: Vec<Vec<u8>> = (0..3)
         .map(|i| otlp_requests::request(t0 + i * 15_000).encode_to_vec())
         .collect();
-    let head = Head::new(HeadOptions::default());
-    let metadata = MetadataStore::new(1000, 64 << 20);
+    let head = Db::new(HeadOptions::default());
     let otlp = Otlp::new(OtlpOptions::default(), 1 << 20);
     let limits = LabelLimits::default();
     let now = t0 + 3 * 15_000;
     let before = blocks();
-    let r =
-        append_export_request(&head, &metadata, &otlp, &limits, &bodies[0], now).expect("valid");
+    let r = append_export_request(&head, &otlp, &limits, &bodies[0], now).expect("valid");
     assert_eq!(r.samples.accepted, otlp_requests::SAMPLES as u64 + 1);
     eprintln!(
         "OTLP first request ({} points, all series new): {} allocations",
@@ -135,7 +131,7 @@ fn otlp_allocates_only_for_new_series() {
     );
     for body in &bodies[1..] {
         let before = blocks();
-        let r = append_export_request(&head, &metadata, &otlp, &limits, body, now).expect("valid");
+        let r = append_export_request(&head, &otlp, &limits, body, now).expect("valid");
         assert_eq!(r.samples.accepted, otlp_requests::SAMPLES as u64 + 1);
         assert_eq!(r.rejected_points_total(), 0);
         assert_eq!(

@@ -66,7 +66,7 @@ async fn prometheus_remote_writes_everything_it_scrapes() {
         )
         .unwrap_or(0.0);
         sluice_series = metric_value(&sm, "sluice_head_series").unwrap_or(0.0);
-        let up_scraped = srv.state.head().stats().series > 0;
+        let up_scraped = srv.state.db().head_stats().series > 0;
         if sent > 1000.0 && ingested >= sent && sluice_series >= prom_series && up_scraped {
             break;
         }
@@ -158,7 +158,8 @@ async fn prometheus_remote_writes_everything_it_scrapes() {
     let t_ms = (t * 1000.0).round() as i64;
     let got = srv
         .state
-        .head()
+        .db()
+        .querier()
         .select_samples(&matchers, t_ms - 10_000 + 1, t_ms);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].samples, want);

@@ -4,18 +4,19 @@
 
 use sluice::promql::value::{Sample, Value};
 use sluice::promql::{Engine, QueryError, QueryOptions};
-use sluice::storage::head::{AppendCounts, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
+use sluice::storage::{AppendCounts, Db, HeadOptions};
 
 const M: i64 = 60_000;
 
-fn head() -> Head {
-    let head = Head::new(HeadOptions::default());
+fn head() -> Db {
+    let head = Db::new(HeadOptions::default());
+    let mut app = head.appender(i64::MAX);
     let mut c = AppendCounts::default();
     let mut add = |labels: &[(&str, &str)], samples: &[(i64, f64)]| {
         let mut raw = Vec::new();
         encode_canonical(labels.iter().copied(), &mut raw);
-        head.append_labels(labels, &raw, samples.iter().copied(), i64::MAX, &mut c)
+        app.append_new(labels, &raw, samples.iter().copied(), &mut c)
             .expect("fits");
     };
     let stale = f64::from_bits(0x7ff0_0000_0000_0002);
@@ -48,17 +49,18 @@ fn head() -> Head {
     add(&[("__name__", "r"), ("k", "a"), ("side", "x")], &g(10.0));
     add(&[("__name__", "r"), ("k", "a"), ("side", "y")], &g(20.0));
     add(&[("__name__", "one"), ("k", "a")], &g(100.0));
+    app.commit();
     head
 }
 
-fn eval(head: &Head, q: &str, t: i64) -> Result<Value, QueryError> {
-    Engine::new(head, QueryOptions::default())
+fn eval(head: &Db, q: &str, t: i64) -> Result<Value, QueryError> {
+    Engine::new(head.querier(), QueryOptions::default())
         .instant(q, t)
         .map(|a| a.value)
 }
 
 /// The vector's (labels as `k=v,…`, value) pairs, sorted.
-fn vector(head: &Head, q: &str, t: i64) -> Vec<(String, f64)> {
+fn vector(head: &Db, q: &str, t: i64) -> Vec<(String, f64)> {
     let Ok(Value::Vector(v)) = eval(head, q, t) else {
         panic!("{q}: not a vector: {:?}", eval(head, q, t));
     };
@@ -81,7 +83,7 @@ fn same(a: f64, b: f64) -> bool {
     (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() < 1e-9
 }
 
-fn check(head: &Head, q: &str, t: i64, want: &[(&str, f64)]) {
+fn check(head: &Db, q: &str, t: i64, want: &[(&str, f64)]) {
     let got = vector(head, q, t);
     assert_eq!(got.len(), want.len(), "{q}: {got:?}");
     for ((gl, gv), (wl, wv)) in got.iter().zip(want) {

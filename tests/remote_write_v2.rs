@@ -145,7 +145,7 @@ async fn a_valid_request_is_stored_with_its_metadata_and_counted() {
     assert_eq!(stored(&srv, "up"), vec![(t, 1.0)]);
 
     // The same series again: found by their label bytes, nothing new made.
-    let series_before = srv.state.head().stats().series;
+    let series_before = srv.state.db().head_stats().series;
     let mut b2 = Builder::new();
     b2.series(
         &[("__name__", "http_requests_total"), ("job", "api")],
@@ -155,7 +155,7 @@ async fn a_valid_request_is_stored_with_its_metadata_and_counted() {
     let r = push_v2(&srv, &b2.build()).await;
     assert_eq!(r.status, 204, "{}", r.text);
     assert_eq!(r.written.0, Some(2));
-    assert_eq!(srv.state.head().stats().series, series_before);
+    assert_eq!(srv.state.db().head_stats().series, series_before);
     assert_eq!(stored(&srv, "up").len(), 2);
 
     let md = srv.state.metadata().list(Some("http_requests_total"), 0, 0);
@@ -192,7 +192,7 @@ async fn a_known_series_is_found_by_its_labels_not_its_references() {
     };
     let first = request(&["", "__name__", "a", "job", "x"], &[1, 2, 3, 4], t);
     assert_eq!(push_v2(&srv, &first).await.status, 204);
-    assert!(!srv.state.head().aliases().is_empty(), "its key is kept");
+    assert!(!srv.state.db().aliases_empty(), "its key is kept");
     let (_, metrics) = common::get(srv.addr, "/metrics").await;
     assert!(
         common::metric_value(&metrics, "sluice_series_aliases_bytes").is_some_and(|b| b >= 32.0),
@@ -201,25 +201,25 @@ async fn a_known_series_is_found_by_its_labels_not_its_references() {
     // The same labels, other references.
     let moved = request(&["", "x", "job", "a", "__name__"], &[4, 3, 2, 1], t + 1);
     assert_eq!(push_v2(&srv, &moved).await.status, 204);
-    assert_eq!(srv.state.head().stats().series, 1);
+    assert_eq!(srv.state.db().head_stats().series, 1);
     assert_eq!(stored(&srv, "a"), vec![(t, 1.0), (t + 1, 1.0)]);
     // The same references, another name: a new series.
     let other = request(&["", "__name__", "b", "job", "x"], &[1, 2, 3, 4], t + 2);
     assert_eq!(push_v2(&srv, &other).await.status, 204);
-    assert_eq!(srv.state.head().stats().series, 2);
+    assert_eq!(srv.state.db().head_stats().series, 2);
     assert_eq!(stored(&srv, "a").len(), 2);
     assert_eq!(stored(&srv, "b"), vec![(t + 2, 1.0)]);
     // Retention removes "a" and rebuilds its shard: slots move, so every
     // alias is forgotten, and "b" is still found as itself.
     let _ = push_v2(&srv, &other).await;
-    let removed = srv.state.head().apply_retention(t + 2);
+    let removed = srv.state.db().apply_retention(t + 2);
     assert_eq!(removed.series, 1);
-    assert!(srv.state.head().aliases().is_empty());
+    assert!(srv.state.db().aliases_empty());
     let again = request(&["", "job", "x", "__name__", "b"], &[3, 4, 1, 2], t + 3);
     assert_eq!(push_v2(&srv, &again).await.status, 204);
     let again = request(&["", "job", "x", "__name__", "b"], &[3, 4, 1, 2], t + 4);
     assert_eq!(push_v2(&srv, &again).await.status, 204);
-    assert_eq!(srv.state.head().stats().series, 1);
+    assert_eq!(srv.state.db().head_stats().series, 1);
     assert_eq!(
         stored(&srv, "b"),
         vec![(t + 2, 1.0), (t + 3, 1.0), (t + 4, 1.0)]
@@ -295,7 +295,7 @@ async fn a_partial_write_stores_the_valid_series_and_names_the_rest() {
         "hist",
     )
     .expect("matcher");
-    let hist = srv.state.head().select(&[all], i64::MIN, i64::MAX);
+    let hist = srv.state.db().querier().select(&[all], i64::MIN, i64::MAX);
     assert_eq!(hist.len(), 1);
     assert_eq!(hist[0].histograms.len(), 1, "the histogram is stored");
     assert_eq!(hist[0].histograms[0].0, t);

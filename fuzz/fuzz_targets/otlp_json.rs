@@ -6,8 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::ingest::otlp::{append_export_request, json, schema, Otlp, OtlpOptions};
 use sluice::ingest::validate::LabelLimits;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, DbOptions, HeadOptions};
 
 fuzz_target!(|data: &[u8]| {
     let mut pb = Vec::new();
@@ -20,10 +19,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(e.what, "messages nested too deeply", "{e}");
         return;
     }
-    let head = Head::new(HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() });
-    let metadata = MetadataStore::new(16, 64 << 20);
+    let head = Db::in_memory(DbOptions {
+        head: HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() },
+        max_metadata_families: 16,
+        max_metadata_bytes: 64 << 20,
+        ..DbOptions::default()
+    });
     let otlp = Otlp::new(OtlpOptions::default(), 64);
-    let report = append_export_request(&head, &metadata, &otlp, &LabelLimits::default(), &pb, 1 << 40)
+    let report = append_export_request(&head, &otlp, &LabelLimits::default(), &pb, 1 << 40)
         .expect("a checked body walks");
     assert!(report.rejected_points_total() <= report.points);
 });

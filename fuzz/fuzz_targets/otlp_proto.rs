@@ -6,12 +6,15 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::ingest::otlp::{append_export_request, Otlp, OtlpOptions};
 use sluice::ingest::validate::LabelLimits;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, DbOptions, HeadOptions};
 
 fuzz_target!(|data: &[u8]| {
-    let head = Head::new(HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() });
-    let metadata = MetadataStore::new(16, 64 << 20);
+    let head = Db::in_memory(DbOptions {
+        head: HeadOptions { shards: 2, max_series: 256, ..HeadOptions::default() },
+        max_metadata_families: 16,
+        max_metadata_bytes: 64 << 20,
+        ..DbOptions::default()
+    });
     // The first byte picks the options, so both delta paths are explored.
     let delta = data.first().is_some_and(|b| b & 1 == 1);
     let otlp = Otlp::new(
@@ -23,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
         64,
     );
     let limits = LabelLimits { max_labels: 16, max_name_len: 64, max_value_len: 256, ..LabelLimits::default() };
-    if let Ok(report) = append_export_request(&head, &metadata, &otlp, &limits, data, 1 << 40) {
+    if let Ok(report) = append_export_request(&head, &otlp, &limits, data, 1 << 40) {
         assert!(report.rejected_points_total() <= report.points);
     }
 });

@@ -8,21 +8,23 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use sluice::promql::guard::{self, ParseLimits};
 use sluice::promql::{Engine, QueryOptions};
-use sluice::storage::head::{AppendCounts, Head, HeadOptions};
+use sluice::storage::{AppendCounts, Db, HeadOptions};
 use sluice::storage::labels::encode_canonical;
 
-fn head() -> &'static Head {
-    static HEAD: OnceLock<Head> = OnceLock::new();
+fn head() -> &'static Db {
+    static HEAD: OnceLock<Db> = OnceLock::new();
     HEAD.get_or_init(|| {
-        let head = Head::new(HeadOptions::default());
+        let head = Db::new(HeadOptions::default());
+        let mut app = head.appender(i64::MAX);
         let mut c = AppendCounts::default();
         for job in ["a", "b"] {
             let labels = [("__name__", "x"), ("job", job)];
             let mut raw = Vec::new();
             encode_canonical(labels.iter().copied(), &mut raw);
             let samples = (0..40).map(|i| (i * 15_000, i as f64));
-            let _ = head.append_labels(&labels, &raw, samples, i64::MAX, &mut c);
+            let _ = app.append_new(&labels, &raw, samples, &mut c);
         }
+        app.commit();
         head
     })
 }
@@ -43,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
                 timeout: std::time::Duration::from_millis(500),
                 ..QueryOptions::default()
             };
-            let e = Engine::new(head(), opts);
+            let e = Engine::new(head().querier(), opts);
             let _ = e.instant(&q, 300_000);
             let _ = e.range(&q, 0, 600_000, 60_000);
         })

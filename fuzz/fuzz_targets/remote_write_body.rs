@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::ingest::{append_write_request, validate::LabelLimits};
-use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::{Db, HeadOptions};
 
 const LIMIT: usize = 1 << 20;
 
@@ -20,6 +20,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(n) = snap::raw::Decoder::new().decompress(data, &mut buf) else {
         return;
     };
-    let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
+    let head = Db::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
     let _ = append_write_request(&head, &buf[..n], &LabelLimits::default(), 0);
 });

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use sluice::ingest::{append_write_request, remote_write, validate::LabelLimits};
 use sluice::proto::prometheus as pb;
-use sluice::storage::head::{Head, HeadOptions};
+use sluice::storage::{Db, HeadOptions};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(series) = remote_write::decode(data) else {
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(ours, theirs);
         }
     }
-    let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
+    let head = Db::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
     let report = append_write_request(&head, data, &LabelLimits::default(), 0).expect("checked above");
     assert_eq!(report.accepted + report.rejected_total(), total);
 });

@@ -8,15 +8,18 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use sluice::ingest::{append_write_request_v2, remote_write::V2Options};
 use sluice::proto::io::prometheus::write::v2 as pb;
-use sluice::storage::head::{Head, HeadOptions};
-use sluice::storage::metadata::MetadataStore;
+use sluice::storage::{Db, DbOptions, HeadOptions};
 
 const LIMIT: usize = 1 << 20;
 
 fn ingest(body: &[u8]) {
-    let head = Head::new(HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() });
-    let metadata = MetadataStore::new(16, 1 << 16);
-    let Ok(report) = append_write_request_v2(&head, &metadata, body, &V2Options::default(), 0)
+    let head = Db::in_memory(DbOptions {
+        head: HeadOptions { shards: 2, max_series: 64, ..HeadOptions::default() },
+        max_metadata_families: 16,
+        max_metadata_bytes: 1 << 16,
+        ..DbOptions::default()
+    });
+    let Ok(report) = append_write_request_v2(&head, body, &V2Options::default(), 0)
     else {
         return;
     };
@@ -27,7 +30,7 @@ fn ingest(body: &[u8]) {
             .map(|ts| (ts.samples.len() + ts.histograms.len()) as u64)
             .sum();
         assert_eq!(report.accepted + report.rejected_total(), total);
-        assert_eq!(report.accepted, head.stats().samples as u64);
+        assert_eq!(report.accepted, head.head_stats().samples as u64);
     }
 }
 

@@ -152,6 +152,20 @@ impl From<QueryError> for ApiError {
     }
 }
 
+/// The WAL could not make a write durable: a server fault.
+impl From<crate::storage::CommitError> for ApiError {
+    fn from(e: crate::storage::CommitError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+/// The database is full: the sender is pushed back.
+impl From<crate::storage::MemoryFull> for ApiError {
+    fn from(e: crate::storage::MemoryFull) -> Self {
+        ApiError::Overloaded(e.to_string())
+    }
+}
+
 /// Seconds a pushed-back sender is asked to wait.
 const RETRY_AFTER_SECONDS: &str = "5";
 

@@ -43,7 +43,7 @@ pub(super) async fn federate(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
-    let head = state.head_arc();
+    let db = state.db_arc();
     let max = state.max_response_bytes();
     let out = state
         .read(state.query_options().timeout, move |flag| {
@@ -54,7 +54,7 @@ pub(super) async fn federate(
             // Keyed by metric name, then labels: families in name order.
             let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
             for matchers in &selectors {
-                for s in head.select_until(matchers, mint, now, &stop)? {
+                for s in db.querier().select_until(matchers, mint, now, &stop)? {
                     let Some(last) = s.samples(mint, now).last() else {
                         continue;
                     };

@@ -32,12 +32,12 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
     }
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let head = state.head_arc();
+    let db = state.db_arc();
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
         for m in &selectors {
-            sets.extend(head.series_labels(m, start, end, stop)?);
+            sets.extend(db.querier().series_labels(m, start, end, stop)?);
         }
         let warnings = truncated(sets.len(), limit);
         let take = if limit == 0 { usize::MAX } else { limit };
@@ -60,15 +60,15 @@ pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<R
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let head = state.head_arc();
+    let db = state.db_arc();
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut names = BTreeSet::new();
         if selectors.is_empty() {
-            names = head.label_names(&[], start, end, stop)?;
+            names = db.querier().label_names(&[], start, end, stop)?;
         }
         for m in &selectors {
-            names.extend(head.label_names(m, start, end, stop)?);
+            names.extend(db.querier().label_names(m, start, end, stop)?);
         }
         limited(names, limit, max)
     })
@@ -90,15 +90,15 @@ pub(super) async fn label_values(
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let head = state.head_arc();
+    let db = state.db_arc();
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut values = BTreeSet::new();
         if selectors.is_empty() {
-            values = head.label_values(&name, &[], start, end, stop)?;
+            values = db.querier().label_values(&name, &[], start, end, stop)?;
         }
         for m in &selectors {
-            values.extend(head.label_values(&name, m, start, end, stop)?);
+            values.extend(db.querier().label_values(&name, m, start, end, stop)?);
         }
         limited(values, limit, max)
     })

@@ -75,9 +75,9 @@ pub(super) async fn export(
         return error_reply(Format::Protobuf, e);
     };
     match handle(&state, format, &headers, body) {
-        Ok(report) => match state.durable(report.samples.wal_lsn).await {
+        Ok(report) => match report.samples.commit.clone().durable().await {
             Ok(()) => success(format, &report),
-            Err(e) => error_reply(format, e),
+            Err(e) => error_reply(format, ApiError::from(e)),
         },
         Err(e) => error_reply(format, e),
     }
@@ -126,17 +126,13 @@ fn handle(
                 json::to_protobuf(bytes, transcoded).map_err(|e| ApiError::BadRequest(e.0))?;
                 bytes = transcoded;
             }
-            let result = otlp::append_export_request(
-                &inner.head,
-                &inner.metadata,
-                &inner.otlp,
-                &inner.limits,
-                bytes,
-                now_ms,
-            )
-            .map_err(|e| {
-                ApiError::BadRequest(format!("cannot decode ExportMetricsServiceRequest: {e}"))
-            });
+            let result =
+                otlp::append_export_request(&inner.db, &inner.otlp, &inner.limits, bytes, now_ms)
+                    .map_err(|e| {
+                        ApiError::BadRequest(format!(
+                            "cannot decode ExportMetricsServiceRequest: {e}"
+                        ))
+                    });
             result
         })
     })?;

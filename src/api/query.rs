@@ -49,10 +49,10 @@ async fn run<T: Send + 'static>(
     opts: QueryOptions,
     f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let head = state.head_arc();
+    let db = state.db_arc();
     state
         .read(opts.timeout, move |stop| {
-            Ok(f(Engine::new(&head, opts).with_cancel(stop))?)
+            Ok(f(Engine::new(db.querier(), opts).with_cancel(stop))?)
         })
         .await
 }

@@ -86,7 +86,8 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
         }
         let (mint, maxt) = (q.start_timestamp_ms, q.end_timestamp_ms);
         let mut selected = inner
-            .head
+            .db
+            .querier()
             .select_until(&matchers, mint, maxt, &stop)
             .map_err(|_| ApiError::Overloaded("remote read timed out".into()))?;
         selected.sort_by(|a, b| a.labels.cmp(&b.labels));

@@ -1,5 +1,5 @@
-//! The state every handler shares: the head, the stores beside it, the
-//! limits from the configuration, and the query slots.
+//! The state every handler shares: the database, the limits from the
+//! configuration, and the query slots.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,9 +14,8 @@ use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
 use crate::storage::exemplars::ExemplarStore;
-use crate::storage::head::Head;
 use crate::storage::metadata::MetadataStore;
-use crate::storage::Clock;
+use crate::storage::{Clock, Db};
 use crate::telemetry::Metrics;
 
 /// Shared state of every handler: a cheap clone.
@@ -27,10 +26,8 @@ pub struct AppState {
 
 #[derive(Debug)]
 pub(super) struct Inner {
-    pub(super) head: Arc<Head>,
-    pub(super) metadata: MetadataStore,
+    pub(super) db: Arc<Db>,
     pub(super) otlp: Otlp,
-    pub(super) exemplars: Arc<ExemplarStore>,
     pub(super) query: QueryOptions,
     pub(super) slots: slots::Slots,
     pub(super) metrics: Metrics,
@@ -42,9 +39,6 @@ pub(super) struct Inner {
     pub(super) max_response_bytes: usize,
     pub(super) request_timeout: Duration,
     pub(super) clock: Clock,
-    /// Head bytes at which writes are pushed back.
-    pub(super) high_water_bytes: usize,
-    pub(super) memory_limit: u64,
     /// Settings by flag name, for the status page.
     pub(super) flags: Vec<(String, String)>,
     /// `global.external_labels`, sorted by name.
@@ -62,9 +56,9 @@ pub(super) struct Inner {
 }
 
 impl AppState {
-    /// State over `head`, with the limits from `config`.
-    pub fn new(config: &Config, head: Arc<Head>) -> Self {
-        Self::with_clock(config, head, Clock::system())
+    /// State over `db`, with the limits from `config`.
+    pub fn new(config: &Config, db: Arc<Db>) -> Self {
+        Self::with_clock(config, db, Clock::system())
     }
 
     /// The self-metrics of forward destination `name`.
@@ -73,10 +67,8 @@ impl AppState {
     }
 
     /// Like [`AppState::new`], reading time from `clock`.
-    pub fn with_clock(config: &Config, head: Arc<Head>, clock: Clock) -> Self {
-        let memory_limit = config.memory_limit();
-        let exemplars = Arc::clone(head.exemplars());
-        let metrics = Metrics::new(Arc::clone(&head), Arc::clone(&exemplars), memory_limit);
+    pub fn with_clock(config: &Config, db: Arc<Db>, clock: Clock) -> Self {
+        let metrics = Metrics::new(Arc::clone(&db));
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,
@@ -88,7 +80,6 @@ impl AppState {
                 metrics,
                 slots,
                 clock,
-                memory_limit,
                 flags: config.flags(),
                 external_labels: config.external_labels(),
                 data_dir: config.data_dir().display().to_string(),
@@ -96,14 +87,8 @@ impl AppState {
                 block_durations: config.block_durations(),
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
-                high_water_bytes: usize::try_from(memory_limit / 10 * 8).unwrap_or(usize::MAX),
-                head,
-                metadata: MetadataStore::new(
-                    config.max_metadata_families,
-                    config.max_metadata_bytes,
-                ),
+                db,
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
-                exemplars,
                 query: config.query_options(),
                 limits: config.label_limits(),
                 v2: V2Options {
@@ -129,44 +114,27 @@ impl AppState {
         self.inner.clock.clone()
     }
 
-    /// Refuses a write while the head is at its memory high-water mark.
+    /// Refuses a write while the database, with the OTLP delta totals kept
+    /// for it, is at its memory high-water mark.
     pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
-        let held = self.inner.head.accounted_bytes()
-            + self.inner.head.blocks().memory_bytes()
-            + self.inner.head.aliases().bytes()
-            + self.inner.metadata.bytes()
-            + self.inner.exemplars.bytes()
-            + self.inner.otlp.delta.bytes();
-        if held < self.inner.high_water_bytes {
-            return Ok(());
-        }
-        self.inner.metrics.record_throttled(protocol);
-        Err(ApiError::Overloaded(format!(
-            "memory limit reached: the head, block indexes, metadata and delta totals hold {held} bytes, at or over the high-water \
-             mark of {} bytes (80% of max-memory {}); retry later, as old data ages out \
-             (retention) or series are deleted",
-            self.inner.high_water_bytes, self.inner.memory_limit
-        )))
-    }
-
-    /// The head.
-    pub fn head(&self) -> &Head {
-        &self.inner.head
-    }
-
-    /// A shared handle to the head, for work moved off the async threads.
-    pub fn head_arc(&self) -> Arc<Head> {
-        Arc::clone(&self.inner.head)
-    }
-
-    /// Waits until the WAL holds everything up to `lsn` durably (by the
-    /// fsync mode); a WAL that cannot write is a server fault.
-    pub(crate) async fn durable(&self, lsn: u64) -> Result<(), ApiError> {
         self.inner
-            .head
-            .durable(lsn)
-            .await
-            .map_err(|e| ApiError::Internal(format!("the write-ahead log failed: {e}")))
+            .db
+            .check_memory(self.inner.otlp.delta.bytes())
+            .map_err(|full| {
+                self.inner.metrics.record_throttled(protocol);
+                ApiError::from(full)
+            })
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// A shared handle to the database, for work moved off the async
+    /// threads.
+    pub fn db_arc(&self) -> Arc<Db> {
+        Arc::clone(&self.inner.db)
     }
 
     /// Default limits of queries.
@@ -202,12 +170,12 @@ impl AppState {
 
     /// Metric metadata reported by senders.
     pub fn metadata(&self) -> &MetadataStore {
-        &self.inner.metadata
+        self.inner.db.metadata()
     }
 
     /// Exemplars reported by senders.
     pub fn exemplars(&self) -> &ExemplarStore {
-        &self.inner.exemplars
+        self.inner.db.exemplars()
     }
 }
 

@@ -183,7 +183,7 @@ pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
         *last = (now, ingested);
         (secs, rate)
     };
-    let st = inner.head.stats();
+    let st = inner.db.head_stats();
     let mut rows = String::new();
     let mut row = |k: &str, v: &str| {
         let _ = write!(
@@ -205,8 +205,8 @@ pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
         "Head memory",
         &format!(
             "{} of {} bytes (writes get 503 at 80%)",
-            inner.head.accounted_bytes(),
-            inner.memory_limit
+            inner.db.head_bytes(),
+            inner.db.memory_limit()
         ),
     );
     row(

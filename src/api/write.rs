@@ -79,7 +79,7 @@ pub(super) async fn remote_write(
     let result = match version.and_then(|v| handle(&state, v, &headers, body)) {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
-        Ok(report) => match state.durable(report.wal_lsn).await {
+        Ok(report) => match report.commit.clone().durable().await {
             Ok(()) => {
                 written = report.accepted - report.histograms_written;
                 histograms_written = report.histograms_written;
@@ -90,7 +90,7 @@ pub(super) async fn remote_write(
                     Ok(())
                 }
             }
-            Err(e) => Err(e),
+            Err(e) => Err(ApiError::from(e)),
         },
         Err(e) => Err(e),
     };
@@ -162,31 +162,19 @@ fn handle(
                 })?;
             let body = &buf[..n];
             match version {
-                Version::V1 => {
-                    let result = ingest::append_write_request_with_exemplars(
-                        &inner.head,
-                        body,
-                        &inner.limits,
-                        now_ms,
-                    )
-                    .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}")));
-                    if result.as_ref().is_ok_and(|r| r.metadata) {
-                        ingest::record_metadata(&inner.metadata, body);
-                    }
-                    result
-                }
-                Version::V2 => ingest::append_write_request_v2(
-                    &inner.head,
-                    &inner.metadata,
+                Version::V1 => ingest::append_write_request_with_exemplars(
+                    &inner.db,
                     body,
-                    &inner.v2,
+                    &inner.limits,
                     now_ms,
                 )
-                .map_err(|e| {
-                    ApiError::BadRequest(format!(
-                        "cannot decode io.prometheus.write.v2.Request: {e}"
-                    ))
-                }),
+                .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
+                Version::V2 => ingest::append_write_request_v2(&inner.db, body, &inner.v2, now_ms)
+                    .map_err(|e| {
+                        ApiError::BadRequest(format!(
+                            "cannot decode io.prometheus.write.v2.Request: {e}"
+                        ))
+                    }),
             }
         })
     })?;

@@ -34,14 +34,13 @@ pub mod schema;
 
 use std::fmt::Write as _;
 
+use super::pipeline;
 use super::protowire::{DecodeError, Reader, Value};
-use super::validate::{self, LabelError, LabelLimits};
+use super::validate::{LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
 use crate::reuse::{Buffer, Reused};
-use crate::storage::exemplars::ExemplarError;
-use crate::storage::head::{AppendCounts, Head, SampleError};
-use crate::storage::metadata::MetadataStore;
 use crate::storage::STALE_NAN;
+use crate::storage::{AppendCounts, Appender, Db, SampleError};
 use delta::{DeltaError, DeltaState};
 use labels::{split_key_value, AttrError, LabelSet, Source};
 use names::{NameCache, NameKind};
@@ -234,8 +233,7 @@ enum Emitted {
 /// anything is stored; otherwise every valid point is stored and the rest
 /// are counted and described in the report.
 pub fn append_export_request(
-    head: &Head,
-    metadata: &MetadataStore,
+    db: &Db,
     otlp: &Otlp,
     limits: &LabelLimits,
     body: &[u8],
@@ -245,11 +243,9 @@ pub fn append_export_request(
     SCRATCH.with(|kept| {
         kept.with(|scratch| {
             let mut w = Walk {
-                head,
-                metadata,
+                app: db.appender(now_ms.saturating_add(MAX_AHEAD_MS)),
                 otlp,
                 limits,
-                max_t: now_ms.saturating_add(MAX_AHEAD_MS),
                 report: OtlpReport::default(),
                 counts: AppendCounts::default(),
                 target_counts: AppendCounts::default(),
@@ -258,7 +254,6 @@ pub fn append_export_request(
                 scratch,
                 last_stored: false,
                 exemplars: Vec::new(),
-                exemplar_log: Vec::new(),
             };
             let t = otlp.opts.translation;
             for set in [
@@ -271,17 +266,9 @@ pub fn append_export_request(
             }
             let walked = w.request(body);
             let mut report = w.report;
-            report.samples.accepted = w.counts.appended + w.target_counts.appended;
-            for e in SampleError::ALL {
-                report.samples.rejected[Reason::Sample(e).index()] += w.counts.rejected[e as usize];
-            }
-            w.counts.touched |= w.target_counts.touched;
-            report.samples.wal_lsn = head.log_appended(&mut w.counts);
-            if !w.exemplar_log.is_empty() {
-                let mut frame = Vec::with_capacity(w.exemplar_log.len() + 16);
-                crate::wal::record::encode_exemplars_frame(&mut frame, &w.exemplar_log);
-                report.samples.wal_lsn = report.samples.wal_lsn.max(head.log_frames(&frame));
-            }
+            pipeline::tally(&mut report.samples, &w.counts);
+            report.samples.accepted += w.target_counts.appended;
+            report.samples.commit = w.app.commit();
             walked?;
             Ok(report)
         })
@@ -289,11 +276,9 @@ pub fn append_export_request(
 }
 
 struct Walk<'a> {
-    head: &'a Head,
-    metadata: &'a MetadataStore,
+    app: Appender<'a>,
     otlp: &'a Otlp,
     limits: &'a LabelLimits,
-    max_t: i64,
     report: OtlpReport,
     counts: AppendCounts,
     /// `target_info` appends: stored ones count, refused ones (a resource
@@ -308,8 +293,6 @@ struct Walk<'a> {
     last_stored: bool,
     /// The current data point's exemplars.
     exemplars: Vec<PointExemplar>,
-    /// Stored exemplars as WAL entries, logged at the end of the request.
-    exemplar_log: Vec<u8>,
 }
 
 /// An OTLP exemplar as Prometheus' translator labels it: `trace_id` and
@@ -490,8 +473,8 @@ impl Walk<'_> {
         if min_t > max_t || !has_attrs || scratch.identity.is_empty() {
             return;
         }
-        self.metadata
-            .record("target_info", "gauge", "Target metadata", "");
+        self.app
+            .add_metadata("target_info", "gauge", "Target metadata", "");
         let step = self.otlp.opts.target_info_interval_ms.max(1);
         // At most 100 samples per resource, however wide the range.
         let mut t = min_t.max(max_t.saturating_sub(step.saturating_mul(100)));
@@ -595,8 +578,8 @@ impl Walk<'_> {
             .get(name_str, unit_str, name_kind, self.otlp.opts.translation)
         {
             Ok((prom_name, unit_word)) => {
-                self.metadata
-                    .record(prom_name, type_name, utf8(desc), unit_word);
+                self.app
+                    .add_metadata(prom_name, type_name, utf8(desc), unit_word);
                 bufs.names.set(prom_name);
             }
             Err(e) => {
@@ -986,21 +969,15 @@ impl Walk<'_> {
         let raw: Vec<(&[u8], &[u8])> = merge(scratch.point.iter(), &extras)
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
             .collect();
-        let mut valid = Vec::with_capacity(raw.len());
-        self.counts.first = None;
-        let outcome = match validate::validate(&raw, self.limits, &mut valid) {
-            Err(e) => Err((Reason::Label(e), super::label_problem(e, self.limits.names))),
-            Ok(_) => self
-                .head
-                .append_histograms(
-                    &valid,
-                    &scratch.canonical,
-                    &[(t, h)],
-                    self.max_t,
-                    &mut self.counts,
-                )
-                .map_err(|limit| (Reason::SeriesLimit, limit.to_string())),
-        };
+        let (mut valid, mut canonical) = (Vec::with_capacity(raw.len()), Vec::new());
+        let outcome = pipeline::append_histograms(
+            &mut self.app,
+            &raw,
+            self.limits,
+            &[(t, h)],
+            &mut self.counts,
+            (&mut valid, &mut canonical),
+        );
         if let Err((reason, why)) = outcome {
             self.point_reason.get_or_insert(reason);
             self.report
@@ -1102,7 +1079,7 @@ impl Walk<'_> {
             match self
                 .otlp
                 .delta
-                .next(canonical, t, value, self.head.min_valid_ms())
+                .next(canonical, t, value, self.app.min_valid_ms())
             {
                 Ok(next) => Some(next),
                 Err(e) => {
@@ -1132,30 +1109,23 @@ impl Walk<'_> {
         };
         counts.first = None;
         let sample = std::iter::once((t, value));
-        if !self
-            .head
-            .append_existing(canonical, sample.clone(), self.max_t, counts)
-        {
-            let raw: Vec<(&[u8], &[u8])> = merge(labels.iter(), extras)
-                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-                .collect();
-            let mut valid = Vec::with_capacity(raw.len());
-            let outcome = match validate::validate(&raw, self.limits, &mut valid) {
-                Err(e) => Err((Reason::Label(e), super::label_problem(e, self.limits.names))),
-                Ok(_) => self
-                    .head
-                    .append_labels(&valid, canonical, sample, self.max_t, counts)
-                    .map_err(|limit| (Reason::SeriesLimit, limit.to_string())),
-            };
-            if let Err((reason, why)) = outcome {
-                if emitted == Emitted::DataPoint {
-                    self.point_reason.get_or_insert(reason);
-                    self.report
-                        .samples
-                        .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
-                }
-                return;
+        let stored = match self.app.append_existing(canonical, sample.clone(), counts) {
+            true => Ok(()),
+            false => {
+                let raw: Vec<(&[u8], &[u8])> = merge(labels.iter(), extras)
+                    .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                    .collect();
+                pipeline::create_series(&mut self.app, &raw, canonical, self.limits, sample, counts)
             }
+        };
+        if let Err((reason, why)) = stored {
+            if emitted == Emitted::DataPoint {
+                self.point_reason.get_or_insert(reason);
+                self.report
+                    .samples
+                    .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
+            }
+            return;
         }
         self.last_stored = true;
         if let (Some(next), None) = (pending, counts.first) {
@@ -1165,7 +1135,7 @@ impl Walk<'_> {
         if let (Emitted::DataPoint, Some((e, t))) = (emitted, counts.first) {
             self.point_reason.get_or_insert(Reason::Sample(e));
             if self.report.samples.problems.len() < MAX_PROBLEMS {
-                let max_t = self.max_t;
+                let max_t = self.app.max_t();
                 self.report.samples.problems.push(format!(
                     "{} at timestamp {t} for series {name:?}",
                     super::sample_problem(e, t, max_t)
@@ -1184,11 +1154,9 @@ impl Walk<'_> {
             return;
         }
         let stored = self.last_stored;
-        let store = self.head.exemplars();
-        let logging = self.head.wal().is_some();
         let series = self.scratch.canonical.as_slice();
         let report = &mut self.report.samples;
-        let log = &mut self.exemplar_log;
+        let app = &mut self.app;
         self.exemplars.retain(|e| {
             let here = (e.value > lower && e.value <= upper)
                 || (upper == f64::INFINITY && e.value.is_nan());
@@ -1202,17 +1170,7 @@ impl Walk<'_> {
                     .iter()
                     .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
                     .collect();
-                match store.add_logged(series, &labels, e.value, e.t, logging.then_some(&mut *log))
-                {
-                    Ok(()) => report.exemplars_written += 1,
-                    Err(err) => {
-                        let i = ExemplarError::ALL
-                            .iter()
-                            .position(|x| *x == err)
-                            .unwrap_or(0);
-                        report.exemplars_rejected[i] += 1;
-                    }
-                }
+                pipeline::store_exemplar(app, report, series, &labels, e.value, e.t);
             }
             false
         });
@@ -1525,8 +1483,8 @@ mod tests {
         self as m, metric::Data, number_data_point,
     };
     use crate::proto::opentelemetry::proto::resource::v1::Resource;
-    use crate::storage::head::HeadOptions;
     use crate::storage::index::{MatchOp, Matcher};
+    use crate::storage::{Db, HeadOptions};
     use proptest::prelude::*;
     use prost::Message;
 
@@ -1729,8 +1687,7 @@ mod tests {
 
     #[test]
     fn huge_points_are_rejected_without_holding_their_memory() {
-        let head = Head::new(HeadOptions::default());
-        let metadata = MetadataStore::new(100, 1 << 20);
+        let head = Db::new(HeadOptions::default());
         let otlp = Otlp::new(OtlpOptions::default(), 1000);
         let n = 100_000;
         let point = m::HistogramDataPoint {
@@ -1777,7 +1734,6 @@ mod tests {
         };
         let report = append_export_request(
             &head,
-            &metadata,
             &otlp,
             &LabelLimits::default(),
             &req.encode_to_vec(),
@@ -1791,7 +1747,7 @@ mod tests {
             "{}",
             report.message()
         );
-        assert_eq!(head.stats().series, 0);
+        assert_eq!(head.head_stats().series, 0);
         SCRATCH.with(|kept| {
             kept.with(|s| {
                 assert!(s.bufs.counts.capacity() < 4 * MAX_BUCKETS);
@@ -1815,12 +1771,11 @@ mod tests {
         /// the rules give it.
         #[test]
         fn points_land_under_the_reference_labels(metrics in prop::collection::vec(metric_strategy(), 1..5)) {
-            let head = Head::new(HeadOptions { shards: 2, ..HeadOptions::default() });
-            let metadata = MetadataStore::new(100, 1 << 20);
+            let head = Db::new(HeadOptions { shards: 2, ..HeadOptions::default() });
             let otlp = Otlp::new(OtlpOptions::default(), 1000);
             let t0 = 1_000_000;
             let body = encode(&metrics, t0);
-            let report = append_export_request(&head, &metadata, &otlp, &LabelLimits::default(), &body, t0)
+            let report = append_export_request(&head, &otlp, &LabelLimits::default(), &body, t0)
                 .expect("valid request");
             let points: usize = metrics.iter().map(|m| m.points.len()).sum();
             prop_assert_eq!(report.points, points as u64);
@@ -1834,7 +1789,7 @@ mod tests {
                         .iter()
                         .map(|(n, v)| Matcher::new(MatchOp::Equal, n, v).expect("matcher"))
                         .collect();
-                    let found = head.select_samples(&matchers, t, t);
+                    let found = head.querier().select_samples(&matchers, t, t);
                     let exact: Vec<_> = found
                         .iter()
                         .filter(|s| s.labels.len() == want.len())

@@ -12,14 +12,14 @@ use super::eval::{Ctx, MatrixBuilder};
 use super::guard;
 use super::value::{no_labels, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
-use crate::storage::head::Head;
+use crate::storage::Querier;
 
 pub use super::eval::{is_stale, QueryOptions, STALE_NAN};
 
-/// Evaluates PromQL against a head.
+/// Evaluates PromQL over a [`Querier`].
 #[derive(Debug)]
 pub struct Engine<'h> {
-    head: &'h Head,
+    querier: Querier<'h>,
     opts: QueryOptions,
     /// Set by the caller to stop the evaluation, e.g. when its client is
     /// gone or its time is up.
@@ -53,10 +53,10 @@ fn operators(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> Result<Value, QueryError> {
 }
 
 impl<'h> Engine<'h> {
-    /// An engine over `head`.
-    pub fn new(head: &'h Head, opts: QueryOptions) -> Self {
+    /// An engine over `querier`.
+    pub fn new(querier: Querier<'h>, opts: QueryOptions) -> Self {
         Self {
-            head,
+            querier,
             opts,
             cancel: None,
         }
@@ -75,7 +75,7 @@ impl<'h> Engine<'h> {
 
     fn ctx(&self, start: i64, end: i64, step: i64) -> Ctx<'_> {
         Ctx::new(
-            self.head,
+            self.querier,
             &self.opts,
             operators,
             (start, end, step),

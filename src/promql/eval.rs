@@ -20,9 +20,9 @@ use super::selector_matchers;
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::CounterResetHint;
-use crate::storage::head::Head;
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
+use crate::storage::Querier;
 use crate::storage::Stop;
 
 pub use crate::storage::STALE_NAN;
@@ -203,7 +203,7 @@ pub(crate) type Operators = for<'a, 'e> fn(&'a Ctx<'e>, &'a Expr, i64) -> Result
 
 /// State of one query's evaluation.
 pub(crate) struct Ctx<'e> {
-    head: &'e Head,
+    querier: Querier<'e>,
     operators: Operators,
     pub(crate) opts: &'e QueryOptions,
     /// First and last evaluation time, and the step (ms).
@@ -371,7 +371,7 @@ impl<'e> Ctx<'e> {
     /// The evaluator of one query over `head`, at `start..=end` every
     /// `step` ms (one time if `step` is 0), until `deadline` or `cancel`.
     pub(crate) fn new(
-        head: &'e Head,
+        querier: Querier<'e>,
         opts: &'e QueryOptions,
         operators: Operators,
         (start, end, step): (i64, i64, i64),
@@ -379,7 +379,7 @@ impl<'e> Ctx<'e> {
         cancel: Option<&'e AtomicBool>,
     ) -> Self {
         Ctx {
-            head,
+            querier,
             operators,
             opts,
             start,
@@ -447,7 +447,7 @@ impl<'e> Ctx<'e> {
         };
         for matchers in &sets {
             selected.extend(
-                self.head
+                self.querier
                     .select_until(matchers, lo, hi, &stop)
                     .map_err(|_| QueryError::Timeout("query execution"))?,
             );
@@ -504,7 +504,7 @@ impl<'e> Ctx<'e> {
             flag: self.cancel,
         };
         let selected = self
-            .head
+            .querier
             .select_until(matchers, lo, t, &stop)
             .map_err(|_| QueryError::Timeout("query execution"))?;
         let mut out = Vec::new();
@@ -974,7 +974,7 @@ impl<'e> Ctx<'e> {
             .saturating_sub(range);
         let hi = self.selector_time(&sq.at, &sq.offset, self.end);
         let child = Rc::new(Ctx {
-            head: self.head,
+            querier: self.querier,
             operators: self.operators,
             opts: self.opts,
             start: step * (lo / step),

@@ -391,8 +391,8 @@ mod properties {
     use proptest::prelude::*;
 
     use crate::promql::{Engine, QueryOptions};
-    use crate::storage::head::{AppendCounts, Head, HeadOptions};
     use crate::storage::labels::encode_canonical;
+    use crate::storage::{AppendCounts, Db, HeadOptions};
 
     const TOKENS: &[&str] = &[
         "(",
@@ -457,17 +457,19 @@ mod properties {
         "\")|(.*\"",
     ];
 
-    fn head() -> Head {
-        let head = Head::new(HeadOptions::default());
+    fn head() -> Db {
+        let head = Db::new(HeadOptions::default());
+        let mut app = head.appender(i64::MAX);
         let mut c = AppendCounts::default();
         for (name, job) in [("x", "a"), ("x", "b"), ("y", "a")] {
             let labels = [("__name__", name), ("job", job)];
             let mut raw = Vec::new();
             encode_canonical(labels.iter().copied(), &mut raw);
             let samples = (0..40).map(|i| (i * 15_000, i as f64));
-            head.append_labels(&labels, &raw, samples, i64::MAX, &mut c)
+            app.append_new(&labels, &raw, samples, &mut c)
                 .expect("fits");
         }
+        app.commit();
         head
     }
 
@@ -549,7 +551,7 @@ mod properties {
                 });
                 runner
                     .run(&prop_oneof![query(), expression()], |q| {
-                        let e = Engine::new(&head, opts.clone());
+                        let e = Engine::new(head.querier(), opts.clone());
                         let _ = e.instant(&q, 300_000);
                         let _ = e.range(&q, 0, 600_000, 150_000);
                         Ok(())

@@ -52,6 +52,13 @@ pub struct Alias {
     pub slot: u32,
 }
 
+impl Alias {
+    /// Whether this names the series with canonical label bytes `canonical`.
+    pub fn is_of(&self, canonical: &[u8]) -> bool {
+        super::shard::fingerprint(canonical) == self.fp
+    }
+}
+
 /// Open addressing with linear probing, at most three quarters full.
 #[derive(Debug, Default)]
 struct Table {

@@ -494,46 +494,24 @@ mod tests {
         Head::open(HeadOptions::default(), &durability(dir)).expect("open")
     }
 
-    /// A remote-write request with one series and one exemplar at `t`.
-    fn exemplar_request(t: i64) -> Vec<u8> {
-        use crate::proto::prometheus as pb;
-        use prost::Message;
-        let label = |n: &str, v: &str| pb::Label {
-            name: n.into(),
-            value: v.into(),
-        };
-        pb::WriteRequest {
-            timeseries: vec![pb::TimeSeries {
-                labels: vec![label("__name__", "req_total"), label("job", "j")],
-                samples: vec![pb::Sample {
-                    value: 1.0,
-                    timestamp: t,
-                }],
-                exemplars: vec![pb::Exemplar {
-                    labels: vec![label("trace_id", &format!("t{t}"))],
-                    value: t as f64,
-                    timestamp: t,
-                }],
-                ..Default::default()
-            }],
-            metadata: vec![],
-        }
-        .encode_to_vec()
-    }
-
+    /// Stores one sample and one exemplar at `t` through an appender, and
+    /// waits until they are durable.
     fn ingest_exemplar(head: &Head, t: i64) {
-        let r = crate::ingest::append_write_request_with_exemplars(
-            head,
-            &exemplar_request(t),
-            &crate::ingest::validate::LabelLimits::default(),
-            i64::MAX / 2,
-        )
-        .expect("valid");
-        assert_eq!(r.exemplars_written, 1);
+        let metadata = crate::storage::metadata::MetadataStore::new(1, 1024);
+        let mut app = crate::storage::Appender::new(head, &metadata, i64::MAX / 2);
+        let labels = [("__name__", "req_total"), ("job", "j")];
+        let mut raw = Vec::new();
+        encode_canonical(labels, &mut raw);
+        let mut c = AppendCounts::default();
+        app.append_new(&labels, &raw, std::iter::once((t, 1.0)), &mut c)
+            .expect("under the limit");
+        let trace = format!("t{t}");
+        app.add_exemplar(&raw, &[(b"trace_id", trace.as_bytes())], t as f64, t)
+            .expect("stored");
         tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime")
-            .block_on(head.durable(r.wal_lsn))
+            .block_on(app.commit().durable())
             .expect("durable");
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::aliases::{Alias, Aliases};
-pub use super::append::{AppendCounts, HeadOptions, SampleError, SeriesLimit};
+pub use super::append::{AppendCounts, HeadOptions, SeriesLimit};
 use super::blocks::Blocks;
 use super::exemplars::ExemplarStore;
 use super::index::{Matcher, Verdicts};
@@ -86,7 +86,7 @@ impl ShardCell {
 
 /// One shard held for a run of appends (a request's samples for that
 /// shard): one lock and one memory publication for the whole run.
-pub struct ShardGuard<'h> {
+pub(super) struct ShardGuard<'h> {
     head: &'h Head,
     cell: &'h ShardCell,
     shard: parking_lot::MutexGuard<'h, Shard>,
@@ -101,7 +101,7 @@ impl ShardGuard<'_> {
     /// `hint` is where the series was last seen (from an alias), or
     /// [`NO_SLOT`]: used when the series there has fingerprint `fp`.
     #[inline]
-    pub fn find_warm(&self, fp: Fingerprint, hint: u32, raw: &[u8]) -> Option<u32> {
+    pub(super) fn find_warm(&self, fp: Fingerprint, hint: u32, raw: &[u8]) -> Option<u32> {
         let slot = match self.shard.holds(hint, fp) {
             true => {
                 debug_assert_eq!(self.shard.find(fp, raw), Some(hint));
@@ -115,7 +115,7 @@ impl ShardGuard<'_> {
 
     /// Appends to the series in `slot` (from [`ShardGuard::find_warm`]).
     #[inline]
-    pub fn append_to(
+    pub(super) fn append_to(
         &mut self,
         slot: u32,
         samples: impl Iterator<Item = (i64, f64)>,
@@ -144,7 +144,7 @@ pub struct RetentionReport {
 }
 
 /// No slot hint: look the series up.
-pub const NO_SLOT: u32 = u32::MAX;
+pub(super) const NO_SLOT: u32 = u32::MAX;
 
 /// All series in memory.
 #[derive(Debug)]
@@ -154,7 +154,7 @@ pub struct Head {
     series: AtomicUsize,
     /// The next series reference handed out (WAL and checkpoints).
     next_ref: AtomicU64,
-    wal: Option<GroupCommit>,
+    wal: Option<Arc<GroupCommit>>,
     wal_dir: Option<PathBuf>,
     recovery: Option<Recovery>,
     checkpoints: Mutex<CheckpointStats>,
@@ -233,12 +233,12 @@ impl Head {
     }
 
     /// Other keys for the head's series (remote write 2.0's label keys).
-    pub fn aliases(&self) -> &Aliases {
+    pub(super) fn aliases(&self) -> &Aliases {
         &self.aliases
     }
 
     /// Adds (or updates) aliases, bounded by the head's series count.
-    pub fn remember_aliases(&self, new: &[(u128, Alias)]) {
+    pub(super) fn remember_aliases(&self, new: &[(u128, Alias)]) {
         self.aliases
             .remember(new, self.series.load(Ordering::Relaxed));
     }
@@ -280,16 +280,21 @@ impl Head {
 
     /// From now on, every series created and sample stored is also
     /// written to `wal` (see [`Head::log_appended`]). Replay first.
-    pub fn start_wal(&mut self, wal: GroupCommit) {
+    pub(super) fn start_wal(&mut self, wal: GroupCommit) {
         for Padded(shard) in self.shards.iter_mut() {
             shard.get_mut().log = Some(ShardLog::default());
         }
-        self.wal = Some(wal);
+        self.wal = Some(Arc::new(wal));
     }
 
     /// The WAL, when the head writes one.
     pub fn wal(&self) -> Option<&GroupCommit> {
-        self.wal.as_ref()
+        self.wal.as_deref()
+    }
+
+    /// A shared handle to the WAL, for waiting on it after a commit.
+    pub(super) fn wal_handle(&self) -> Option<Arc<GroupCommit>> {
+        self.wal.clone()
     }
 
     /// The head's exemplars.
@@ -300,12 +305,12 @@ impl Head {
     /// Hands ready WAL `frames` (records other than the shards' own, such
     /// as exemplars) to the WAL; the LSN that makes them durable (0
     /// without a WAL).
-    pub fn log_frames(&self, frames: &[u8]) -> u64 {
+    pub(super) fn log_frames(&self, frames: &[u8]) -> u64 {
         self.wal.as_ref().map_or(0, |w| w.submit(frames))
     }
 
     /// Stops the WAL after writing and fsyncing everything queued.
-    pub fn close_wal(&self) {
+    pub(super) fn close_wal(&self) {
         self.log_all();
         if let Some(wal) = &self.wal {
             wal.close();
@@ -352,7 +357,7 @@ impl Head {
 
     /// Drops chunks that end before `cutoff_ms` and series with no sample
     /// at or after it, shard by shard, and the blocks that end by then.
-    pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
+    pub(super) fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
         let r = self.truncate(cutoff_ms);
         self.blocks.delete_before(cutoff_ms);
         let mut total = self.retained.lock();
@@ -412,7 +417,7 @@ impl Head {
     /// [`Head::durable`]. Whatever another request already handed over for
     /// these shards is covered too, since each shard remembers how far it
     /// pushed.
-    pub fn log_appended(&self, counts: &mut AppendCounts) -> u64 {
+    pub(super) fn log_appended(&self, counts: &mut AppendCounts) -> u64 {
         let touched = std::mem::take(&mut counts.touched);
         let Some(wal) = &self.wal else {
             return 0;
@@ -460,7 +465,7 @@ impl Head {
     }
 
     /// Hands every shard's pending records to the WAL; returns the LSN.
-    pub fn log_all(&self) -> u64 {
+    pub(super) fn log_all(&self) -> u64 {
         let mut counts = AppendCounts {
             touched: u64::MAX,
             ..AppendCounts::default()
@@ -469,7 +474,8 @@ impl Head {
     }
 
     /// Resolves when the WAL is durable up to `lsn` (at once without one).
-    pub fn durable(
+    #[cfg(test)]
+    pub(super) fn durable(
         &self,
         lsn: u64,
     ) -> impl std::future::Future<Output = Result<(), String>> + Send {
@@ -486,7 +492,7 @@ impl Head {
     /// giving it reference `id`, for replay and checkpoints: no limit
     /// applies and nothing is logged. Returns its shard and slot, or `None`
     /// if the bytes are not labels.
-    pub(crate) fn restore_series(&self, id: u64, canonical: &[u8]) -> Option<(u32, u32)> {
+    pub(super) fn restore_series(&self, id: u64, canonical: &[u8]) -> Option<(u32, u32)> {
         let labels = super::labels::decode_canonical(canonical)?;
         let fp = fingerprint(canonical);
         let i = self.shard_index(fp.hash);
@@ -503,7 +509,7 @@ impl Head {
     }
 
     /// Records a checkpoint written in `took`, of `bytes`.
-    pub fn note_checkpoint(&self, took: std::time::Duration, bytes: u64) {
+    pub(super) fn note_checkpoint(&self, took: std::time::Duration, bytes: u64) {
         let mut c = self.checkpoints.lock();
         c.written += 1;
         c.last_seconds = took.as_secs_f64();
@@ -511,7 +517,7 @@ impl Head {
     }
 
     /// Records a failed checkpoint.
-    pub fn note_checkpoint_failure(&self) {
+    pub(super) fn note_checkpoint_failure(&self) {
         self.checkpoints.lock().failed += 1;
     }
 
@@ -528,12 +534,12 @@ impl Head {
     }
 
     /// Number of shards.
-    pub(crate) fn shard_count(&self) -> usize {
+    pub(super) fn shard_count(&self) -> usize {
         self.shards.len()
     }
 
     /// Runs `f` on shard `i` under its lock.
-    pub(crate) fn with_shard<T>(&self, i: usize, f: impl FnOnce(&Shard) -> T) -> T {
+    pub(super) fn with_shard<T>(&self, i: usize, f: impl FnOnce(&Shard) -> T) -> T {
         f(&self.shards[i].0.lock())
     }
 
@@ -543,13 +549,17 @@ impl Head {
 
     /// The shard the series with fingerprint `fp` lives in.
     #[inline]
-    pub fn shard_of(&self, fp: Fingerprint) -> usize {
+    pub(super) fn shard_of(&self, fp: Fingerprint) -> usize {
         self.shard_index(fp.hash)
     }
 
     /// Locks shard `i` for a run of appends if no one holds it.
     #[inline]
-    pub fn try_lock_shard(&self, i: usize, counts: &mut AppendCounts) -> Option<ShardGuard<'_>> {
+    pub(super) fn try_lock_shard(
+        &self,
+        i: usize,
+        counts: &mut AppendCounts,
+    ) -> Option<ShardGuard<'_>> {
         let cell = &self.shards[i].0;
         let mut shard = cell.try_lock()?;
         self.catch_up(&mut shard);
@@ -563,7 +573,7 @@ impl Head {
 
     /// Locks shard `i` for a run of appends, waiting for it.
     #[inline]
-    pub fn lock_shard(&self, i: usize, counts: &mut AppendCounts) -> ShardGuard<'_> {
+    pub(super) fn lock_shard(&self, i: usize, counts: &mut AppendCounts) -> ShardGuard<'_> {
         let cell = &self.shards[i].0;
         counts.touched |= 1 << (i % 64);
         ShardGuard {
@@ -576,7 +586,7 @@ impl Head {
     /// Appends to the series whose canonical label bytes are exactly `raw`.
     /// Returns `false`, touching nothing, when no such series exists yet.
     #[inline]
-    pub fn append_existing(
+    pub(super) fn append_existing(
         &self,
         raw: &[u8],
         samples: impl Iterator<Item = (i64, f64)>,
@@ -596,7 +606,7 @@ impl Head {
     /// Appends to the series with these valid, sorted `labels`, whose
     /// canonical bytes are `canonical`, creating it if needed. Returns the
     /// series' fingerprint and its slot in its shard.
-    pub fn append_labels(
+    pub(super) fn append_labels(
         &self,
         labels: &[(&str, &str)],
         canonical: &[u8],
@@ -640,7 +650,7 @@ impl Head {
     /// Appends native histogram samples to the series with these valid,
     /// sorted `labels` (canonical bytes `canonical`), creating it if
     /// needed. The samples are validated already.
-    pub fn append_histograms(
+    pub(super) fn append_histograms(
         &self,
         labels: &[(&str, &str)],
         canonical: &[u8],
@@ -695,7 +705,7 @@ impl Head {
     /// that shard is visited, and never while a regex runs: the values a
     /// regex matcher meets are judged with the lock let go (see
     /// [`Verdicts`]). Gives up when `stop` says so.
-    pub(crate) fn for_each_match(
+    pub(super) fn for_each_match(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -791,6 +801,7 @@ mod tests {
     use super::*;
     use crate::storage::index::MatchOp;
     use crate::storage::labels::encode_canonical;
+    use crate::storage::SampleError;
     use std::sync::Arc;
 
     fn canon(labels: &[(&str, &str)]) -> Vec<u8> {

@@ -7,24 +7,98 @@ use std::collections::BTreeSet;
 
 use super::blocks::{merge, BlockSet};
 pub use super::chunk::ChunkRef;
-use super::head::Head;
+use super::head::{Head, SeriesSamples};
 use super::index::Matcher;
 use super::labels::Label;
 pub use super::selected::SelectedSeries;
 use super::shard::{MemSeries, Shard};
 use super::{Stop, Stopped};
 
-impl Head {
+/// The read door: series, label names and values over the head and the
+/// blocks for a time range, merged so that every sample is answered once.
+/// Cheap to copy; holds no lock between calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Querier<'d> {
+    head: &'d Head,
+}
+
+impl<'d> Querier<'d> {
+    pub(super) fn new(head: &'d Head) -> Self {
+        Self { head }
+    }
+
     /// Series matching all `matchers` with samples in `[mint, maxt]`,
     /// sorted by labels.
     pub fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SelectedSeries> {
+        self.head.select(matchers, mint, maxt)
+    }
+
+    /// [`Querier::select`], giving up when `stop` says so.
+    pub fn select_until(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
+        self.head.select_until(matchers, mint, maxt, stop)
+    }
+
+    /// Copies out the series matching all `matchers` with their samples in
+    /// `[mint, maxt]`, sorted by labels: for tests and small answers.
+    pub fn select_samples(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SeriesSamples> {
+        self.head.select_samples(matchers, mint, maxt)
+    }
+
+    /// Label sets (no samples) of the series matching `matchers` with
+    /// samples in `[mint, maxt]`, sorted.
+    pub fn series_labels(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        self.head.series_labels(matchers, mint, maxt, stop)
+    }
+
+    /// Label names used by series matching `matchers` (all series when
+    /// empty) with samples in `[mint, maxt]`.
+    pub fn label_names(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        self.head.label_names(matchers, mint, maxt, stop)
+    }
+
+    /// Values of label `name` among series matching `matchers` (all series
+    /// when empty) with samples in `[mint, maxt]`.
+    pub fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        self.head.label_values(name, matchers, mint, maxt, stop)
+    }
+}
+
+impl Head {
+    /// Series matching all `matchers` with samples in `[mint, maxt]`,
+    /// sorted by labels.
+    pub(super) fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SelectedSeries> {
         self.select_until(matchers, mint, maxt, &Stop::default())
             .unwrap_or_default()
     }
 
     /// [`Head::select`], giving up when `stop` says so. Blocks answer for
     /// times before the floor, the head from it on.
-    pub fn select_until(
+    pub(super) fn select_until(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -81,7 +155,7 @@ impl Head {
 
     /// Label sets (no samples) of the series matching `matchers` with
     /// samples in `[mint, maxt]`, sorted.
-    pub fn series_labels(
+    pub(super) fn series_labels(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -109,7 +183,7 @@ impl Head {
 
     /// Label names used by series matching `matchers` (all series when
     /// empty) with samples in `[mint, maxt]`.
-    pub fn label_names(
+    pub(super) fn label_names(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -155,7 +229,7 @@ impl Head {
 
     /// Values of label `name` among series matching `matchers` (all series
     /// when empty) with samples in `[mint, maxt]`.
-    pub fn label_values(
+    pub(super) fn label_values(
         &self,
         name: &str,
         matchers: &[Matcher],

@@ -142,7 +142,8 @@ pub fn stored_histograms(
         .map(|&(n, v)| Matcher::new(MatchOp::Equal, n, v).expect("matcher"))
         .collect();
     srv.state
-        .head()
+        .db()
+        .querier()
         .select(&m, i64::MIN, i64::MAX)
         .into_iter()
         .flat_map(|s| s.histograms)
@@ -154,7 +155,8 @@ pub fn stored(srv: &TestServer, name: &str) -> Vec<(i64, f64)> {
     use sluice::storage::index::{MatchOp, Matcher};
     let m = Matcher::new(MatchOp::Equal, "__name__", name).expect("matcher");
     srv.state
-        .head()
+        .db()
+        .querier()
         .select_samples(&[m], i64::MIN, i64::MAX)
         .into_iter()
         .flat_map(|s| s.samples)

@@ -2,21 +2,21 @@
 //! jobs × 100 instances) and 200 classic histograms, 1h at 15s.
 #![allow(dead_code)]
 
-use sluice::storage::head::{AppendCounts, Head, HeadOptions};
 use sluice::storage::labels::encode_canonical;
+use sluice::storage::{AppendCounts, Db, HeadOptions};
 
 pub const T0: i64 = 1_700_000_000_000;
 pub const POINTS: i64 = 240;
 
-pub fn head() -> Head {
-    let head = Head::new(HeadOptions::default());
+pub fn head() -> Db {
+    let head = Db::new(HeadOptions::default());
+    let mut app = head.appender(i64::MAX);
     let mut c = AppendCounts::default();
     let mut add = |labels: &[(&str, &str)], f: &dyn Fn(i64) -> f64| {
         let mut raw = Vec::new();
         encode_canonical(labels.iter().copied(), &mut raw);
         let samples = (0..POINTS).map(|i| (T0 + i * 15_000, f(i)));
-        head.append_labels(labels, &raw, samples, i64::MAX, &mut c)
-            .expect("fits");
+        app.append_new(labels, &raw, samples, &mut c).expect("fits");
     };
     for j in 0..100 {
         for i in 0..100 {
@@ -48,6 +48,7 @@ pub fn head() -> Head {
             }
         }
     }
+    app.commit();
     head
 }
 

@@ -5,7 +5,7 @@
 //! and series is, and hashes each symbol once. A series' key
 //! ([`Scratch::key`]) mixes its symbols' hashes in sent order: it is the
 //! same in every request that sends the same labels, so a known series is
-//! found through the head's aliases (`storage::aliases`) without building
+//! found through the storage's series references (`storage::SeriesRef`) without building
 //! its label bytes. Only a series not seen yet has its references turned
 //! into canonical label bytes ([`Scratch::resolve`]), in one reused buffer,
 //! and is then found or created as a 1.0 one is. Nothing is allocated for a
@@ -24,8 +24,8 @@ use super::decode::{check_message, check_sample, SampleIter};
 use crate::encoding::uvarint;
 use crate::ingest::describe_labels;
 use crate::ingest::protowire::{wrong_type, DecodeError, Reader, Value};
-use crate::storage::aliases::Alias;
 use crate::storage::labels::encode_canonical_bytes;
+use crate::storage::SeriesRef;
 
 /// Why a 2.0 request was refused whole, before anything was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,10 +116,10 @@ pub struct Scratch {
     /// (series index, key) of the request's valid series.
     pub keys: Vec<(u32, u128)>,
     /// The fingerprint each of `keys` is an alias of, if it is known.
-    pub known: Vec<Option<Alias>>,
+    pub known: Vec<Option<SeriesRef>>,
     /// Aliases this request taught: keys of series found other than at
     /// their alias, to remember once the request is appended.
-    pub new_keys: Vec<(u128, Alias)>,
+    pub new_keys: Vec<(u128, SeriesRef)>,
 }
 
 impl Scratch {
@@ -1044,8 +1044,8 @@ mod tests {
                 check(&body, &mut scratch).expect("valid");
                 let key = scratch.key(&body, 0).expect("valid");
                 scratch.resolve(&body, 0).expect("valid");
-                let fp = crate::storage::head::fingerprint(scratch.canonical(&scratch.series[0]));
-                (key, fp)
+                let canonical = scratch.canonical(&scratch.series[0]).to_vec();
+                (key, canonical)
             };
             let (ka, fa) = key(&a, &[]);
             let (ka2, fa2) = key(&a, &order);

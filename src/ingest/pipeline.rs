@@ -1,0 +1,378 @@
+//! The one ingest path every protocol feeds: label validation, series
+//! creation, native histograms and exemplars, and the counting and wording
+//! of what was refused. A protocol's decoder walks the request bytes once
+//! and describes its series through [`Wire`] (remote write 1.0 and 2.0) or
+//! hands single series to [`create_series`] and [`append_histograms`] (OTLP,
+//! whose series are built from nested attributes); everything is written
+//! through the storage [`Appender`], which owns the shards and the WAL.
+
+use super::histogram_wire;
+use super::validate::{self, LabelLimits};
+use super::{label_problem, sample_problem, IngestReport, Reason, MAX_PROBLEMS};
+use crate::histogram::HistSample;
+use crate::reuse::Buffer;
+use crate::storage::exemplars::ExemplarError;
+use crate::storage::labels::encode_canonical;
+use crate::storage::{AppendCounts, Appender, SampleError, SeriesBatch, SeriesRef, SeriesSource};
+
+/// Takes one exemplar: its labels, value and timestamp.
+pub(super) type ExemplarSink<'a, 'f> = dyn FnMut(&[(&'a [u8], &'a [u8])], f64, i64) + 'f;
+
+/// What the pipeline needs of a request's series beyond what the batched
+/// append reads ([`SeriesSource`]): their labels, words for them, their
+/// native histograms and exemplars.
+pub(super) trait Wire: SeriesSource {
+    /// How many float samples the series has.
+    fn sample_count(&self, span: &Self::Span) -> u32;
+    /// The series' labels as raw (name, value) pairs, in sent order.
+    fn labels<'a>(&'a self, span: &Self::Span, out: &mut Vec<(&'a [u8], &'a [u8])>);
+    /// The series for an error message.
+    fn describe(&self, span: &Self::Span) -> String;
+    /// The series' native histogram messages, undecoded.
+    fn histograms<'a>(&'a self, span: &Self::Span) -> Box<dyn Iterator<Item = &'a [u8]> + 'a>;
+    /// The series' exemplars: labels (into `labels`), value, timestamp.
+    fn exemplars<'a>(
+        &'a self,
+        span: &Self::Span,
+        labels: &mut Vec<(&'a [u8], &'a [u8])>,
+        f: &mut ExemplarSink<'a, '_>,
+    );
+}
+
+/// A request's series: those with float samples in the storage batch,
+/// those with histograms and those with exemplars beside it. Kept per
+/// thread and reused.
+#[derive(Debug)]
+pub(super) struct Batch<S> {
+    /// Series with float samples.
+    pub(super) series: SeriesBatch<S>,
+    /// Series that carry native histograms.
+    pub(super) histograms: Vec<S>,
+    /// Series that carry exemplars.
+    pub(super) exemplars: Vec<S>,
+}
+
+impl<S> Default for Batch<S> {
+    fn default() -> Self {
+        Self {
+            series: SeriesBatch::default(),
+            histograms: Vec::new(),
+            exemplars: Vec::new(),
+        }
+    }
+}
+
+impl<S: Copy + Default> Batch<S> {
+    pub(super) fn clear(&mut self) {
+        self.series.clear();
+        self.histograms.clear();
+        self.exemplars.clear();
+    }
+}
+
+impl<S> Buffer for Batch<S> {
+    fn heap_bytes(&self) -> usize {
+        self.series.heap_bytes() + self.histograms.heap_bytes() + self.exemplars.heap_bytes()
+    }
+
+    fn release(&mut self) {
+        *self = Batch::default();
+    }
+}
+
+/// Appends a request whose series are in `batch` (the protocol's decoding
+/// put them there): float samples, then native histograms, then, with
+/// `exemplars`, exemplars. Fills in the report's counts; the caller
+/// commits.
+pub(super) fn append<W: Wire>(
+    app: &mut Appender<'_>,
+    wire: &W,
+    limits: &LabelLimits,
+    batch: &mut Batch<W::Span>,
+    exemplars: bool,
+    report: &mut IngestReport,
+) {
+    append_series(app, wire, limits, &mut batch.series, report);
+    store_histograms(app, wire, &batch.histograms, limits, report);
+    if exemplars {
+        store_exemplars(app, wire, &batch.exemplars, limits, report);
+    }
+}
+
+/// Float samples: series the head holds are appended shard by shard, then
+/// new series are validated and created.
+fn append_series<W: Wire>(
+    app: &mut Appender<'_>,
+    wire: &W,
+    limits: &LabelLimits,
+    batch: &mut SeriesBatch<W::Span>,
+    report: &mut IngestReport,
+) {
+    let max_t = app.max_t();
+    let mut counts = AppendCounts::default();
+    app.append_batch(wire, batch, &mut counts, |span, counts| {
+        note_sample_problem(report, counts, || wire.describe(span), max_t);
+    });
+
+    // New series (and any whose labels are not one run of bytes):
+    // validated, sorted, interned and indexed.
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    let mut learned = Vec::new();
+    for span in batch.unknown() {
+        let samples = u64::from(wire.sample_count(span));
+        counts.first = None;
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        let resorted = match validate::validate(&raw_labels, limits, &mut labels) {
+            Err(e) => {
+                report.reject(Reason::Label(e), samples, || {
+                    format!(
+                        "{} for series {}",
+                        label_problem(e, limits.names),
+                        wire.describe(span)
+                    )
+                });
+                continue;
+            }
+            Ok(resorted) => resorted,
+        };
+        report.resorted_series += u64::from(resorted);
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        let made = match wire.zero_sample_at(span) {
+            None => app.append_new(&labels, &canonical, wire.samples(span), &mut counts),
+            Some(st) => {
+                let mut side = AppendCounts::default();
+                let made =
+                    app.append_new(&labels, &canonical, std::iter::once((st, 0.0)), &mut side);
+                made.inspect(|_| {
+                    app.append_existing(&canonical, wire.samples(span), &mut counts);
+                })
+            }
+        };
+        match made {
+            Err(limit) => {
+                report.reject(Reason::SeriesLimit, samples, || {
+                    format!("{limit}; new series {} not created", wire.describe(span))
+                });
+                continue;
+            }
+            // Labels sent as stored (in order, none empty): the sent form's
+            // key names this series.
+            Ok(r) if batch.learning() && !resorted && labels.len() == raw_labels.len() => {
+                learned.push((*span, r));
+            }
+            Ok(_) => {}
+        }
+        note_sample_problem(report, &counts, || wire.describe(span), max_t);
+    }
+    for (span, r) in learned {
+        batch.learned_at(span, r);
+    }
+    tally(report, &counts);
+}
+
+/// Adds what `counts` stored and refused to the report.
+pub(super) fn tally(report: &mut IngestReport, counts: &AppendCounts) {
+    report.accepted += counts.appended;
+    for e in SampleError::ALL {
+        report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
+    }
+}
+
+/// Stores the native histograms of the series in `spans`: each series'
+/// labels validated as for floats, each histogram decoded and validated as
+/// Prometheus does; a bad histogram is counted and named, and the rest of
+/// its series and request are stored.
+fn store_histograms<W: Wire>(
+    app: &mut Appender<'_>,
+    wire: &W,
+    spans: &[W::Span],
+    limits: &LabelLimits,
+    report: &mut IngestReport,
+) {
+    if spans.is_empty() {
+        return;
+    }
+    let max_t = app.max_t();
+    let mut counts = AppendCounts::default();
+    let mut raw_labels = Vec::new();
+    let (mut labels, mut canonical) = (Vec::new(), Vec::new());
+    let mut samples = Vec::new();
+    for span in spans {
+        samples.clear();
+        for msg in wire.histograms(span) {
+            match histogram_wire::decode(msg).and_then(|h| {
+                h.validate().map_err(|e| e.to_string())?;
+                Ok(h)
+            }) {
+                Ok(h) => samples.push(h.into_sample()),
+                Err(why) => {
+                    report.reject(Reason::InvalidHistogram, 1, || {
+                        format!(
+                            "invalid native histogram for series {}: {why}",
+                            wire.describe(span)
+                        )
+                    });
+                }
+            }
+        }
+        if samples.is_empty() {
+            continue;
+        }
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        let before = counts.appended;
+        match append_histograms(
+            app,
+            &raw_labels,
+            limits,
+            &samples,
+            &mut counts,
+            (&mut labels, &mut canonical),
+        ) {
+            Ok(resorted) => report.resorted_series += u64::from(resorted),
+            Err((reason, why)) => {
+                report.reject(reason, samples.len() as u64, || match reason {
+                    Reason::SeriesLimit => {
+                        format!("{why}; new series {} not created", wire.describe(span))
+                    }
+                    _ => format!("{why} for series {}", wire.describe(span)),
+                });
+                continue;
+            }
+        }
+        report.histograms_written += counts.appended - before;
+        note_sample_problem(report, &counts, || wire.describe(span), max_t);
+    }
+    tally(report, &counts);
+}
+
+/// Why one series was not stored, and the words for the rule it broke.
+pub(super) type Refused = (Reason, String);
+
+/// Validates the labels `raw` of a series the head does not hold, and
+/// creates it with `samples`; the first refused sample is in
+/// `counts.first`.
+pub(super) fn create_series(
+    app: &mut Appender<'_>,
+    raw: &[(&[u8], &[u8])],
+    canonical: &[u8],
+    limits: &LabelLimits,
+    samples: impl Iterator<Item = (i64, f64)>,
+    counts: &mut AppendCounts,
+) -> Result<(), Refused> {
+    let mut valid = Vec::with_capacity(raw.len());
+    validate::validate(raw, limits, &mut valid)
+        .map_err(|e| (Reason::Label(e), label_problem(e, limits.names)))?;
+    app.append_new(&valid, canonical, samples, counts)
+        .map(|_| ())
+        .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))
+}
+
+/// Validates the labels `raw` and appends validated native histogram
+/// `samples` to their series, creating it if needed; whether the labels
+/// came unsorted.
+pub(super) fn append_histograms<'a>(
+    app: &mut Appender<'_>,
+    raw: &[(&'a [u8], &'a [u8])],
+    limits: &LabelLimits,
+    samples: &[(i64, HistSample)],
+    counts: &mut AppendCounts,
+    (valid, canonical): (&mut Vec<(&'a str, &'a str)>, &mut Vec<u8>),
+) -> Result<bool, Refused> {
+    let resorted = validate::validate(raw, limits, valid)
+        .map_err(|e| (Reason::Label(e), label_problem(e, limits.names)))?;
+    canonical.clear();
+    encode_canonical(valid.iter().copied(), canonical);
+    counts.first = None;
+    app.append_histograms(valid, canonical, samples, counts)
+        .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))?;
+    Ok(resorted)
+}
+
+/// Stores the exemplars of the series in `spans` whose labels are valid,
+/// keyed by the series' canonical labels, and counts them.
+fn store_exemplars<W: Wire>(
+    app: &mut Appender<'_>,
+    wire: &W,
+    spans: &[W::Span],
+    limits: &LabelLimits,
+    report: &mut IngestReport,
+) {
+    let mut raw_labels = Vec::new();
+    let mut labels = Vec::new();
+    let mut canonical = Vec::new();
+    let mut exemplar_labels = Vec::new();
+    for span in spans {
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        // A series refused for its labels was counted there; its
+        // exemplars have no series to belong to.
+        if validate::validate(&raw_labels, limits, &mut labels).is_err() {
+            continue;
+        }
+        canonical.clear();
+        encode_canonical(labels.iter().copied(), &mut canonical);
+        wire.exemplars(span, &mut exemplar_labels, &mut |l, value, t| {
+            store_exemplar(app, report, &canonical, l, value, t);
+        });
+    }
+}
+
+/// Stores one exemplar of the series `series` (canonical labels) and
+/// counts what became of it (as Prometheus, a refused exemplar does not
+/// fail the request).
+pub(super) fn store_exemplar(
+    app: &mut Appender<'_>,
+    report: &mut IngestReport,
+    series: &[u8],
+    labels: &[(&[u8], &[u8])],
+    value: f64,
+    t: i64,
+) {
+    match app.add_exemplar(series, labels, value, t) {
+        Ok(()) => report.exemplars_written += 1,
+        Err(e) => {
+            let i = ExemplarError::ALL.iter().position(|x| *x == e).unwrap_or(0);
+            report.exemplars_rejected[i] += 1;
+        }
+    }
+}
+
+/// Notes the first sample a series lost, if it lost one.
+pub(super) fn note_sample_problem(
+    report: &mut IngestReport,
+    counts: &AppendCounts,
+    describe: impl FnOnce() -> String,
+    max_t: i64,
+) {
+    if let Some((e, t)) = counts.first {
+        if report.problems.len() < MAX_PROBLEMS {
+            report.problems.push(format!(
+                "{} at timestamp {t} for series {}",
+                sample_problem(e, t, max_t),
+                describe()
+            ));
+        }
+    }
+}
+
+/// Remembers, for the next request, where the series of `batch` were found
+/// other than where they were last seen: `key_of` gives a series' key.
+pub(super) fn remember_learned<S: Copy + Default>(
+    app: &Appender<'_>,
+    batch: &SeriesBatch<S>,
+    key_of: impl Fn(S) -> Option<u128>,
+    out: &mut Vec<(u128, SeriesRef)>,
+) {
+    out.extend(
+        batch
+            .learned()
+            .iter()
+            .filter_map(|&(s, r)| Some((key_of(s)?, r))),
+    );
+    app.remember_refs(out);
+}
