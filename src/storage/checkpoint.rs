@@ -487,7 +487,7 @@ mod tests {
 
     fn everything(head: &Head) -> Vec<SeriesSamples> {
         let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
-        head.select_samples(&[all], i64::MIN, i64::MAX)
+        head.querier().select_samples(&[all], i64::MIN, i64::MAX)
     }
 
     fn open(dir: &Path) -> Head {
@@ -606,7 +606,8 @@ mod tests {
 
     fn histograms(head: &Head) -> Vec<(String, Vec<(i64, crate::histogram::HistSample)>)> {
         let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
-        head.select(&[all], i64::MIN, i64::MAX)
+        head.querier()
+            .select(&[all], i64::MIN, i64::MAX)
             .into_iter()
             .map(|s| (format!("{:?}", s.labels), s.histograms))
             .collect()

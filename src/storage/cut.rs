@@ -11,8 +11,8 @@
 use std::time::Instant;
 
 use super::block::compact::{block_ranges, CompactError};
-use super::block::{write_block, BlockMeta, BlockSeries};
-use super::blocks::Block;
+use super::block::{write_block, BlockMeta};
+use super::blocks::{Block, Blocks};
 use super::head::Head;
 
 /// Why a block could not be cut.
@@ -27,134 +27,93 @@ pub struct CutError {
     pub what: String,
 }
 
-impl Head {
-    /// The oldest and newest sample times in the head, from `floor` on.
-    fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
-        let mut span: Option<(i64, i64)> = None;
-        for i in 0..self.shard_count() {
-            self.with_shard(i, |shard| {
-                for s in &shard.series {
-                    let (Some(lo), Some(hi)) = (shard.min_time_of(s), shard.max_time_of(s)) else {
-                        continue;
-                    };
-                    if hi < floor {
-                        continue;
-                    }
-                    let lo = lo.max(floor);
-                    span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
-                }
-            });
-        }
-        span
-    }
-
-    /// Every series' chunks in `[lo, hi)`, with its labels.
-    fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
-        let mut out = Vec::new();
-        for i in 0..self.shard_count() {
-            self.with_shard(i, |shard| {
-                for s in &shard.series {
-                    let chunks = shard.chunks_in(s, lo, hi);
-                    if chunks.is_empty() {
-                        continue;
-                    }
-                    out.push(BlockSeries {
-                        labels: shard
-                            .labels_of(s)
-                            .into_iter()
-                            .map(|l| (l.name, l.value))
-                            .collect(),
-                        chunks,
-                    });
-                }
-            });
-        }
-        out
-    }
-
-    /// Writes blocks while the head spans more than 1.5 block ranges (the
-    /// head's chunk range), oldest range first, and drops what they hold
-    /// from the head. Does nothing for a head without a data directory.
-    /// `now_ms` names the blocks.
-    pub fn cut_blocks(&self, now_ms: u64) -> Result<Vec<BlockMeta>, CutError> {
-        let Some(dir) = self.blocks.dir().map(std::path::Path::to_path_buf) else {
-            return Ok(Vec::new());
+/// Writes blocks while `head` spans more than 1.5 block ranges (the
+/// head's chunk range), oldest range first, publishes them in `blocks`
+/// and drops what they hold from the head. Does nothing without a data
+/// directory. `now_ms` names the blocks.
+pub(super) fn cut_blocks(
+    head: &Head,
+    blocks: &Blocks,
+    now_ms: u64,
+) -> Result<Vec<BlockMeta>, CutError> {
+    let Some(dir) = blocks.dir().map(std::path::Path::to_path_buf) else {
+        return Ok(Vec::new());
+    };
+    let range = head.options().chunk_range_ms;
+    let mut cut = Vec::new();
+    loop {
+        let floor = blocks.floor();
+        let Some((lo, hi)) = head.span_from(floor) else {
+            break;
         };
-        let range = self.options().chunk_range_ms;
-        let mut cut = Vec::new();
-        loop {
-            let floor = self.blocks.floor();
-            let Some((lo, hi)) = self.span_from(floor) else {
-                break;
-            };
-            if hi.saturating_sub(lo) <= range / 2 * 3 {
-                break;
-            }
-            let min_time = lo.div_euclid(range) * range;
-            let max_time = min_time + range;
-            let fail = |what: String| {
-                self.blocks.note_failure();
-                CutError {
-                    min_time,
-                    max_time,
-                    what,
-                }
-            };
-            // From here on nothing lands below the block's end: an append
-            // that took its shard's lock before this store is in what
-            // `chunks_between` copies (it locks every shard after it).
-            self.raise_min_valid(max_time);
-            let started = Instant::now();
-            let series = self.chunks_between(min_time, max_time);
-            if series.is_empty() {
-                break;
-            }
-            let meta = write_block(&dir, series, min_time, max_time, now_ms)
-                .map_err(|e| fail(e.to_string()))?;
-            crate::crash::point("block-written");
-            let block = Block::open(&dir.join(meta.ulid.to_string()))
-                .map_err(|e| fail(format!("the block written does not read back: {e}")))?;
-            self.blocks.publish(block, started.elapsed());
-            let dropped = self.truncate(max_time);
-            crate::crash::point("head-truncated");
-            tracing::info!(
-                block = %meta.ulid,
+        if hi.saturating_sub(lo) <= range / 2 * 3 {
+            break;
+        }
+        let min_time = lo.div_euclid(range) * range;
+        let max_time = min_time + range;
+        let fail = |what: String| {
+            blocks.note_failure();
+            CutError {
                 min_time,
                 max_time,
-                series = meta.num_series,
-                samples = meta.num_samples,
-                head_chunks_dropped = dropped.chunks,
-                head_series_removed = dropped.series,
-                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
-                "block written from the head"
-            );
-            cut.push(meta);
+                what,
+            }
+        };
+        // From here on nothing lands below the block's end: an append
+        // that took its shard's lock before this store is in what
+        // `chunks_between` copies (it locks every shard after it).
+        head.raise_min_valid(max_time);
+        let started = Instant::now();
+        let series = head.chunks_between(min_time, max_time);
+        if series.is_empty() {
+            break;
         }
-        Ok(cut)
+        let meta = write_block(&dir, series, min_time, max_time, now_ms)
+            .map_err(|e| fail(e.to_string()))?;
+        crate::crash::point("block-written");
+        let block = Block::open(&dir.join(meta.ulid.to_string()))
+            .map_err(|e| fail(format!("the block written does not read back: {e}")))?;
+        blocks.publish(block, started.elapsed());
+        let dropped = head.truncate(max_time);
+        crate::crash::point("head-truncated");
+        tracing::info!(
+            block = %meta.ulid,
+            min_time,
+            max_time,
+            series = meta.num_series,
+            samples = meta.num_samples,
+            head_chunks_dropped = dropped.chunks,
+            head_series_removed = dropped.series,
+            seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+            "block written from the head"
+        );
+        cut.push(meta);
     }
+    Ok(cut)
+}
 
-    /// Compacts the blocks, as Prometheus does, over ranges that step by 3
-    /// from the head's block range up to the largest configured; returns
-    /// the new blocks' metas. `keep_going` is asked between series.
-    pub fn compact_blocks(
-        &self,
-        now_ms: u64,
-        keep_going: &dyn Fn() -> bool,
-    ) -> Result<Vec<BlockMeta>, CompactError> {
-        let o = self.options();
-        let ranges = block_ranges(o.chunk_range_ms, o.max_block_range_ms);
-        self.blocks.compact(&ranges, now_ms, keep_going)
-    }
+/// Compacts `blocks`, as Prometheus does, over ranges that step by 3
+/// from the head's block range up to the largest configured; returns
+/// the new blocks' metas. `keep_going` is asked between series.
+pub(super) fn compact_blocks(
+    head: &Head,
+    blocks: &Blocks,
+    now_ms: u64,
+    keep_going: &dyn Fn() -> bool,
+) -> Result<Vec<BlockMeta>, CompactError> {
+    let o = head.options();
+    let ranges = block_ranges(o.chunk_range_ms, o.max_block_range_ms);
+    blocks.compact(&ranges, now_ms, keep_going)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::histogram::{HistSample, Histogram, Span};
-    use crate::storage::head::{AppendCounts, Durability, HeadOptions};
+    use crate::storage::head::{AppendCounts, Durability};
     use crate::storage::index::{MatchOp, Matcher};
     use crate::storage::labels::encode_canonical;
     use crate::storage::Stop;
+    use crate::storage::{Close, Db, DbOptions};
     use crate::wal::commit::FsyncMode;
     use crate::wal::WalOptions;
 
@@ -171,8 +130,12 @@ mod tests {
         }
     }
 
-    fn open(dir: &std::path::Path) -> Head {
-        Head::open(HeadOptions::default(), &durability(dir)).expect("opens")
+    fn open(dir: &std::path::Path) -> Db {
+        Db::open(DbOptions {
+            durability: Some(durability(dir)),
+            ..DbOptions::default()
+        })
+        .expect("opens")
     }
 
     fn hist(i: u64) -> HistSample {
@@ -193,7 +156,7 @@ mod tests {
 
     /// 20 float series and one histogram series, a sample a minute from
     /// `from` up to (not including) `to`, logged durably.
-    fn fill(head: &Head, from: i64, to: i64) {
+    fn fill(head: &Db, from: i64, to: i64) {
         let mut c = AppendCounts::default();
         for k in 0..20 {
             let k = k.to_string();
@@ -201,7 +164,8 @@ mod tests {
             let mut raw = Vec::new();
             encode_canonical(labels.iter().copied(), &mut raw);
             let samples = (from..to).step_by(60_000).map(|t| (t, (t / 60_000) as f64));
-            head.append_labels(&labels, &raw, samples, i64::MAX, &mut c)
+            head.head()
+                .append_labels(&labels, &raw, samples, i64::MAX, &mut c)
                 .expect("fits");
         }
         let labels = [("__name__", "lat")];
@@ -211,17 +175,19 @@ mod tests {
             .step_by(60_000)
             .map(|t| (t, hist((t / 60_000) as u64)))
             .collect();
-        head.append_histograms(&labels, &raw, &samples, i64::MAX, &mut c)
+        head.head()
+            .append_histograms(&labels, &raw, &samples, i64::MAX, &mut c)
             .expect("fits");
-        head.log_and_wait();
+        head.head().log_and_wait();
     }
 
     type Everything = Vec<(Vec<crate::storage::labels::Label>, Vec<(i64, f64)>, usize)>;
 
     /// Every series: labels, float samples, histogram count.
-    fn everything(head: &Head) -> Everything {
+    fn everything(head: &Db) -> Everything {
         let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
-        head.select_until(&[all], i64::MIN, i64::MAX, &Stop::default())
+        head.querier()
+            .select_until(&[all], i64::MIN, i64::MAX, &Stop::default())
             .expect("no stop")
             .into_iter()
             .map(|s| {
@@ -239,7 +205,7 @@ mod tests {
         let before = everything(&head);
         assert_eq!(before.len(), 21);
         assert_eq!(before[0].2, 300, "histograms held");
-        let chunks_before = head.stats().chunks;
+        let chunks_before = head.head_stats().chunks;
 
         let cut = head.cut_blocks(1).expect("cut");
         // 0..5h spans more than 3h: [0, 2h) is cut, then 2h..5h is not
@@ -250,10 +216,10 @@ mod tests {
         assert_eq!(cut[0].num_samples, 21 * 120);
         assert_eq!(head.blocks().floor(), 2 * H);
         assert!(
-            head.stats().chunks < chunks_before,
+            head.head_stats().chunks < chunks_before,
             "the head let go of chunks"
         );
-        assert_eq!(head.stats().samples, 21 * 180);
+        assert_eq!(head.head_stats().samples, 21 * 180);
         assert_eq!(
             everything(&head),
             before,
@@ -263,6 +229,7 @@ mod tests {
         // A query across the boundary sees each sample once.
         let m = Matcher::new(MatchOp::Equal, "k", "3").expect("m");
         let got = head
+            .querier()
             .select_until(
                 &[m],
                 2 * H - 5 * 60_000,
@@ -282,32 +249,37 @@ mod tests {
         let labels = [("__name__", "late")];
         let mut raw = Vec::new();
         encode_canonical(labels.iter().copied(), &mut raw);
-        head.append_labels(&labels, &raw, [(H, 1.0)].into_iter(), i64::MAX, &mut c)
+        head.head()
+            .append_labels(&labels, &raw, [(H, 1.0)].into_iter(), i64::MAX, &mut c)
             .expect("fits");
         assert_eq!(c.appended, 0);
 
         // Labels and series answers see the block.
         let names = head
+            .querier()
             .label_values("k", &[], 0, H, &Stop::default())
             .expect("no stop");
         assert_eq!(names.len(), 20);
         let names = head
+            .querier()
             .label_names(&[], 0, H, &Stop::default())
             .expect("no stop");
         assert_eq!(names.into_iter().collect::<Vec<_>>(), ["__name__", "k"]);
         let m = Matcher::new(MatchOp::Equal, "__name__", "lat").expect("m");
         let values = head
+            .querier()
             .label_values("__name__", std::slice::from_ref(&m), 0, H, &Stop::default())
             .expect("no stop");
         assert_eq!(values.into_iter().collect::<Vec<_>>(), ["lat"]);
         let sets = head
+            .querier()
             .series_labels(&[], 0, H, &Stop::default())
             .expect("no stop");
         assert_eq!(sets.len(), 21);
 
         // Nothing more to cut.
         assert!(head.cut_blocks(2).expect("cut").is_empty());
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
 
         // A start after the cut but before any checkpoint: the WAL still
@@ -316,11 +288,11 @@ mod tests {
         assert_eq!(head.blocks().stats().blocks, 1);
         assert_eq!(everything(&head), before);
         assert_eq!(
-            head.stats().samples,
+            head.head_stats().samples,
             21 * 180,
             "the head holds only what is newer than the block"
         );
-        head.close_wal();
+        head.close(Close::WalOnly);
     }
 
     #[test]
@@ -333,14 +305,14 @@ mod tests {
         // 0..8h: [0,2h) and [2h,4h) go, leaving 4h..8h = 4h > 3h, so
         // [4h,6h) too; 6h..8h stays.
         assert_eq!(cut.len(), 3);
-        let full = crate::storage::checkpoint::write(&head, dir.path()).expect("checkpoint");
+        let full = crate::storage::checkpoint::write(head.head(), dir.path()).expect("checkpoint");
         assert!(full.series <= 21);
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
         let head = open(dir.path());
         assert_eq!(everything(&head), before);
-        assert_eq!(head.stats().samples, 21 * 120);
-        head.close_wal();
+        assert_eq!(head.head_stats().samples, 21 * 120);
+        head.close(Close::WalOnly);
     }
 
     #[test]
@@ -350,7 +322,7 @@ mod tests {
         fill(&head, 0, 5 * H);
         let before = everything(&head);
         let cut = head.cut_blocks(1).expect("cut");
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
         // A crash while writing: a .tmp directory with part of a block.
         let tmp = dir
@@ -360,7 +332,7 @@ mod tests {
         let head = open(dir.path());
         assert!(!tmp.exists(), "the unfinished block is removed");
         assert_eq!(everything(&head), before);
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
 
         // A damaged series entry is found when a query reads it: the
@@ -382,7 +354,7 @@ mod tests {
         let got = everything(&head);
         assert!(got.iter().all(|s| s.1.iter().all(|&(t, _)| t >= 2 * H)));
         assert_eq!(head.blocks().stats().read_errors, 1);
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
 
         // A damaged symbol table is found at start: the block is moved
@@ -399,7 +371,7 @@ mod tests {
         // holds the block's samples, and without the block nothing
         // refuses them.
         assert_eq!(everything(&head), before, "the WAL still had it all");
-        head.close_wal();
+        head.close(Close::WalOnly);
     }
 
     fn block_dirs(dir: &std::path::Path) -> Vec<String> {
@@ -455,18 +427,19 @@ mod tests {
         assert_eq!(head.blocks().stats().compactions, 1);
         assert_eq!(everything(&head), before, "queries answer as before");
         let sets = head
+            .querier()
             .series_labels(&[], 0, 6 * H, &Stop::default())
             .expect("no stop");
         assert_eq!(sets.len(), 21);
         // Nothing more to do.
         assert!(head.compact_blocks(3, &|| true).expect("ok").is_empty());
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
 
         let head = open(dir.path());
         assert_eq!(head.blocks().stats().blocks, 4);
         assert_eq!(everything(&head), before);
-        head.close_wal();
+        head.close(Close::WalOnly);
     }
 
     #[test]
@@ -491,7 +464,7 @@ mod tests {
             .expect("not stopped");
         drop(views);
         drop(opened);
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
         assert_eq!(block_dirs(dir.path()).len(), 5, "child and parents");
 
@@ -500,7 +473,7 @@ mod tests {
         assert_eq!(on_disk.len(), 2, "{on_disk:?}");
         assert!(on_disk.contains(&child.ulid.to_string()));
         assert_eq!(everything(&head), before, "nothing doubled, nothing lost");
-        head.close_wal();
+        head.close(Close::WalOnly);
         drop(head);
 
         // A compaction stopped midway leaves no trace.
@@ -511,6 +484,6 @@ mod tests {
             .expect("dir")
             .filter_map(Result::ok)
             .all(|e| !e.file_name().to_string_lossy().ends_with(".tmp")));
-        head.close_wal();
+        head.close(Close::WalOnly);
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::appender::Appender;
-use super::blocks::BlockStats;
+use super::blocks::{BlockStats, Blocks};
 use super::checkpoint::{self, Schedule};
 use super::exemplars::ExemplarStore;
 use super::head::{
@@ -91,6 +91,8 @@ pub enum Close {
 #[derive(Debug)]
 pub struct Db {
     head: Head,
+    /// The blocks on disk that hold what the head handed over.
+    blocks: Blocks,
     metadata: MetadataStore,
     /// The data directory, when durable.
     dir: Option<PathBuf>,
@@ -112,7 +114,7 @@ impl Db {
 
     /// An empty database in memory (`opts.durability` is ignored).
     pub fn in_memory(opts: DbOptions) -> Self {
-        Self::with_head(Head::new(opts.head.clone()), None, &opts)
+        Self::with_head(Head::new(opts.head.clone()), Blocks::default(), None, &opts)
     }
 
     /// Opens the database `opts` describes: from its data directory (blocks,
@@ -126,13 +128,25 @@ impl Db {
             path: d.dir.clone(),
             source,
         })?;
-        let head = Head::open(opts.head.clone(), d)?;
-        Ok(Self::with_head(head, Some(d.dir.clone()), &opts))
+        let blocks = Blocks::open(&d.dir).map_err(|source| WalError::Io {
+            path: d.dir.clone(),
+            source,
+        })?;
+        if blocks.floor() > i64::MIN {
+            tracing::info!(
+                blocks = blocks.stats().blocks,
+                floor = blocks.floor(),
+                "blocks opened; the head holds what is newer"
+            );
+        }
+        let head = Head::open_above(opts.head.clone(), d, blocks.floor())?;
+        Ok(Self::with_head(head, blocks, Some(d.dir.clone()), &opts))
     }
 
-    fn with_head(head: Head, dir: Option<PathBuf>, opts: &DbOptions) -> Self {
+    fn with_head(head: Head, blocks: Blocks, dir: Option<PathBuf>, opts: &DbOptions) -> Self {
         Self {
             head,
+            blocks,
             metadata: MetadataStore::new(opts.max_metadata_families, opts.max_metadata_bytes),
             dir,
             memory_limit: opts.memory_limit,
@@ -160,7 +174,7 @@ impl Db {
 
     /// The read door, over head and blocks.
     pub fn querier(&self) -> Querier<'_> {
-        Querier::new(&self.head)
+        Querier::new(&self.head, &self.blocks)
     }
 
     /// Metric metadata reported by senders.
@@ -188,7 +202,7 @@ impl Db {
     /// series aliases, metadata and exemplars.
     pub fn held_bytes(&self) -> usize {
         self.head.accounted_bytes()
-            + self.head.blocks().memory_bytes()
+            + self.blocks.memory_bytes()
             + self.head.aliases().bytes()
             + self.metadata.bytes()
             + self.head.exemplars().bytes()
@@ -216,7 +230,9 @@ impl Db {
     /// Drops samples before `cutoff_ms`: head chunks, series with nothing
     /// newer, and blocks that end by then.
     pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
-        self.head.apply_retention(cutoff_ms)
+        let r = self.head.apply_retention(cutoff_ms);
+        self.blocks.delete_before(cutoff_ms);
+        r
     }
 
     /// Series, chunks and samples held in the head.
@@ -251,12 +267,12 @@ impl Db {
 
     /// The blocks on disk: counts, sizes, cuts and compactions.
     pub fn block_stats(&self) -> BlockStats {
-        self.head.blocks().stats()
+        self.blocks.stats()
     }
 
     /// Bytes open blocks' readers hold in memory.
     pub fn block_memory_bytes(&self) -> usize {
-        self.head.blocks().memory_bytes()
+        self.blocks.memory_bytes()
     }
 
     /// Checkpoints taken since start.
@@ -291,7 +307,29 @@ impl Db {
         &self,
         now_ms: u64,
     ) -> Result<Vec<super::block::BlockMeta>, super::cut::CutError> {
-        self.head.cut_blocks(now_ms)
+        super::cut::cut_blocks(&self.head, &self.blocks, now_ms)
+    }
+
+    /// Compacts the blocks as Prometheus plans it; what it made.
+    /// `keep_going` is asked between series.
+    pub fn compact_blocks(
+        &self,
+        now_ms: u64,
+        keep_going: &dyn Fn() -> bool,
+    ) -> Result<Vec<super::block::BlockMeta>, super::block::compact::CompactError> {
+        super::cut::compact_blocks(&self.head, &self.blocks, now_ms, keep_going)
+    }
+
+    /// The blocks, for tests of cuts and compaction.
+    #[cfg(test)]
+    pub(super) fn blocks(&self) -> &Blocks {
+        &self.blocks
+    }
+
+    /// The head, for tests of cuts and compaction.
+    #[cfg(test)]
+    pub(super) fn head(&self) -> &Head {
+        &self.head
     }
 
     /// Background upkeep until `stop` turns true: retention, and with a
@@ -378,7 +416,7 @@ impl Db {
         // Compaction reads and writes blocks only: appends and queries go
         // on meanwhile. A shutdown stops it between series and leaves the
         // blocks as they were.
-        let compacted = match self.head.compact_blocks(now_ms, go) {
+        let compacted = match self.compact_blocks(now_ms, go) {
             Ok(done) => !done.is_empty(),
             Err(e) => {
                 tracing::error!(error = %e, "compaction failed; its blocks stay as they are and are not compacted again until a restart");

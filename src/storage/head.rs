@@ -12,6 +12,8 @@ use parking_lot::Mutex;
 
 use super::aliases::{Alias, Aliases};
 pub use super::append::{AppendCounts, HeadOptions, SeriesLimit};
+use super::block::BlockSeries;
+#[cfg(test)]
 use super::blocks::Blocks;
 use super::exemplars::ExemplarStore;
 use super::index::{Matcher, Verdicts};
@@ -166,8 +168,6 @@ pub struct Head {
     exemplars: Arc<ExemplarStore>,
     /// Protocol keys of series, to their fingerprints (see [`Aliases`]).
     aliases: Aliases,
-    /// The blocks on disk that hold what the head handed over.
-    pub(super) blocks: Blocks,
 }
 
 /// Checkpoints taken since start.
@@ -227,7 +227,6 @@ impl Head {
             min_valid_ms: AtomicI64::new(i64::MIN),
             exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
             aliases: Aliases::default(),
-            blocks: Blocks::default(),
             opts,
         }
     }
@@ -356,10 +355,9 @@ impl Head {
     }
 
     /// Drops chunks that end before `cutoff_ms` and series with no sample
-    /// at or after it, shard by shard, and the blocks that end by then.
+    /// at or after it, shard by shard, counting what went.
     pub(super) fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
         let r = self.truncate(cutoff_ms);
-        self.blocks.delete_before(cutoff_ms);
         let mut total = self.retained.lock();
         total.chunks += r.chunks;
         total.series += r.series;
@@ -390,11 +388,6 @@ impl Head {
     /// Refuses samples older than `t` from now on.
     pub(super) fn raise_min_valid(&self, t: i64) {
         self.min_valid_ms.fetch_max(t, Ordering::SeqCst);
-    }
-
-    /// The blocks on disk beside the head.
-    pub fn blocks(&self) -> &Blocks {
-        &self.blocks
     }
 
     /// The oldest timestamp an append accepts: the last retention cutoff.
@@ -685,19 +678,6 @@ impl Head {
         st
     }
 
-    /// Copies out the series matching all `matchers` with their samples in
-    /// `[mint, maxt]`, sorted by labels. For tests and small answers; queries
-    /// stream with [`Head::select`].
-    pub fn select_samples(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SeriesSamples> {
-        self.select(matchers, mint, maxt)
-            .into_iter()
-            .map(|s| SeriesSamples {
-                samples: s.samples(mint, maxt).collect(),
-                labels: s.labels,
-            })
-            .collect()
-    }
-
     /// Calls `f` with each series (and its shard) that matches all
     /// `matchers` and has visible samples in `[mint, maxt]`, and the newest
     /// timestamp it may read of that series (see
@@ -755,6 +735,50 @@ impl Head {
         Ok(())
     }
 
+    /// The oldest and newest sample times in the head, from `floor` on.
+    pub(super) fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
+        let mut span: Option<(i64, i64)> = None;
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let (Some(lo), Some(hi)) = (shard.min_time_of(s), shard.max_time_of(s)) else {
+                        continue;
+                    };
+                    if hi < floor {
+                        continue;
+                    }
+                    let lo = lo.max(floor);
+                    span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+                }
+            });
+        }
+        span
+    }
+
+    /// Every series' chunks in `[lo, hi)`, with its labels.
+    pub(super) fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
+        let mut out = Vec::new();
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let chunks = shard.chunks_in(s, lo, hi);
+                    if chunks.is_empty() {
+                        continue;
+                    }
+                    out.push(BlockSeries {
+                        labels: shard
+                            .labels_of(s)
+                            .into_iter()
+                            .map(|l| (l.name, l.value))
+                            .collect(),
+                        chunks,
+                    });
+                }
+            });
+        }
+        out
+    }
+
     /// Locks a shard, its log caught up with what the WAL has made durable
     /// (which decides what readers see, and from where new samples count
     /// as unlogged).
@@ -776,6 +800,12 @@ impl Head {
 
 #[cfg(test)]
 impl Head {
+    /// A querier over this head alone (no blocks), for tests.
+    pub(super) fn querier(&self) -> super::Querier<'_> {
+        static NO_BLOCKS: std::sync::LazyLock<Blocks> = std::sync::LazyLock::new(Blocks::default);
+        super::Querier::new(self, &NO_BLOCKS)
+    }
+
     /// Hands everything appended to the WAL and waits until it is durable
     /// (and so visible).
     pub(crate) fn log_and_wait(&self) {
@@ -838,7 +868,7 @@ mod tests {
             }
         );
         let m = Matcher::new(MatchOp::Equal, "job", "node").expect("matcher");
-        let got = head.select_samples(&[m], 0, 10);
+        let got = head.querier().select_samples(&[m], 0, 10);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].samples, vec![(1, 1.0), (2, 2.0)]);
     }
@@ -924,7 +954,7 @@ mod tests {
         assert_eq!(total.appended + total.rejected[0], 4 * 200 * 50);
         assert_eq!(head.stats().series, 60);
         // Every stored series is in time order with no repeats.
-        for s in head.select_samples(
+        for s in head.querier().select_samples(
             &[Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re")],
             0,
             i64::MAX,
@@ -950,7 +980,7 @@ mod tests {
 
     fn everything(head: &Head) -> Vec<SeriesSamples> {
         let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
-        head.select_samples(&[all], i64::MIN, i64::MAX)
+        head.querier().select_samples(&[all], i64::MIN, i64::MAX)
     }
 
     fn log_and_wait(head: &Head) {
@@ -970,6 +1000,7 @@ mod tests {
         // the new series is visible.
         assert_eq!(everything(&head), Vec::new());
         assert!(head
+            .querier()
             .series_labels(&[], i64::MIN, i64::MAX, &Stop::default())
             .expect("no stop")
             .is_empty());

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::blocks::{merge, BlockSet};
+use super::blocks::{merge, BlockSet, Blocks};
 pub use super::chunk::ChunkRef;
 use super::head::{Head, SeriesSamples};
 use super::index::Matcher;
@@ -20,85 +20,37 @@ use super::{Stop, Stopped};
 #[derive(Debug, Clone, Copy)]
 pub struct Querier<'d> {
     head: &'d Head,
+    blocks: &'d Blocks,
 }
 
 impl<'d> Querier<'d> {
-    pub(super) fn new(head: &'d Head) -> Self {
-        Self { head }
+    pub(super) fn new(head: &'d Head, blocks: &'d Blocks) -> Self {
+        Self { head, blocks }
+    }
+
+    /// Copies out the series matching all `matchers` with their samples in
+    /// `[mint, maxt]`, sorted by labels: for tests and small answers;
+    /// queries stream with [`Querier::select`].
+    pub fn select_samples(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SeriesSamples> {
+        self.select(matchers, mint, maxt)
+            .into_iter()
+            .map(|s| SeriesSamples {
+                samples: s.samples(mint, maxt).collect(),
+                labels: s.labels,
+            })
+            .collect()
     }
 
     /// Series matching all `matchers` with samples in `[mint, maxt]`,
     /// sorted by labels.
     pub fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SelectedSeries> {
-        self.head.select(matchers, mint, maxt)
-    }
-
-    /// [`Querier::select`], giving up when `stop` says so.
-    pub fn select_until(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        stop: &Stop<'_>,
-    ) -> Result<Vec<SelectedSeries>, Stopped> {
-        self.head.select_until(matchers, mint, maxt, stop)
-    }
-
-    /// Copies out the series matching all `matchers` with their samples in
-    /// `[mint, maxt]`, sorted by labels: for tests and small answers.
-    pub fn select_samples(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SeriesSamples> {
-        self.head.select_samples(matchers, mint, maxt)
-    }
-
-    /// Label sets (no samples) of the series matching `matchers` with
-    /// samples in `[mint, maxt]`, sorted.
-    pub fn series_labels(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        stop: &Stop<'_>,
-    ) -> Result<Vec<Vec<Label>>, Stopped> {
-        self.head.series_labels(matchers, mint, maxt, stop)
-    }
-
-    /// Label names used by series matching `matchers` (all series when
-    /// empty) with samples in `[mint, maxt]`.
-    pub fn label_names(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        stop: &Stop<'_>,
-    ) -> Result<BTreeSet<String>, Stopped> {
-        self.head.label_names(matchers, mint, maxt, stop)
-    }
-
-    /// Values of label `name` among series matching `matchers` (all series
-    /// when empty) with samples in `[mint, maxt]`.
-    pub fn label_values(
-        &self,
-        name: &str,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        stop: &Stop<'_>,
-    ) -> Result<BTreeSet<String>, Stopped> {
-        self.head.label_values(name, matchers, mint, maxt, stop)
-    }
-}
-
-impl Head {
-    /// Series matching all `matchers` with samples in `[mint, maxt]`,
-    /// sorted by labels.
-    pub(super) fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Vec<SelectedSeries> {
         self.select_until(matchers, mint, maxt, &Stop::default())
             .unwrap_or_default()
     }
 
-    /// [`Head::select`], giving up when `stop` says so. Blocks answer for
+    /// [`Querier::select`], giving up when `stop` says so. Blocks answer for
     /// times before the floor, the head from it on.
-    pub(super) fn select_until(
+    pub fn select_until(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -110,13 +62,14 @@ impl Head {
         let from_blocks = !out.is_empty();
         let mint = mint.max(set.floor());
         if mint <= maxt {
-            self.for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
-                out.push(SelectedSeries {
-                    labels: shard.labels_of(series),
-                    chunks: series.snapshot_chunks(mint, maxt, until),
-                    histograms: shard.histograms_of(series, mint, maxt, until),
-                });
-            })?;
+            self.head
+                .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
+                    out.push(SelectedSeries {
+                        labels: shard.labels_of(series),
+                        chunks: series.snapshot_chunks(mint, maxt, until),
+                        histograms: shard.histograms_of(series, mint, maxt, until),
+                    });
+                })?;
         }
         drop(set);
         if from_blocks {
@@ -148,14 +101,14 @@ impl Head {
         }
         let mint = mint.max(set.floor());
         if mint <= maxt {
-            self.for_each_match(matchers, mint, maxt, stop, head)?;
+            self.head.for_each_match(matchers, mint, maxt, stop, head)?;
         }
         Ok(())
     }
 
     /// Label sets (no samples) of the series matching `matchers` with
     /// samples in `[mint, maxt]`, sorted.
-    pub(super) fn series_labels(
+    pub fn series_labels(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -183,7 +136,7 @@ impl Head {
 
     /// Label names used by series matching `matchers` (all series when
     /// empty) with samples in `[mint, maxt]`.
-    pub(super) fn label_names(
+    pub fn label_names(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -196,14 +149,15 @@ impl Head {
             self.blocks.all_label_names(&set, mint, maxt, &mut out);
             let mint = mint.max(set.floor());
             if mint <= maxt {
-                self.for_each_match(&[], mint, maxt, stop, |shard, series, _| {
-                    for &(n, _) in shard.labels(series).iter() {
-                        let name = shard.strings.get(n);
-                        if !out.contains(name) {
-                            out.insert(name.to_owned());
+                self.head
+                    .for_each_match(&[], mint, maxt, stop, |shard, series, _| {
+                        for &(n, _) in shard.labels(series).iter() {
+                            let name = shard.strings.get(n);
+                            if !out.contains(name) {
+                                out.insert(name.to_owned());
+                            }
                         }
-                    }
-                })?;
+                    })?;
             }
             return Ok(out);
         }
@@ -229,7 +183,7 @@ impl Head {
 
     /// Values of label `name` among series matching `matchers` (all series
     /// when empty) with samples in `[mint, maxt]`.
-    pub(super) fn label_values(
+    pub fn label_values(
         &self,
         name: &str,
         matchers: &[Matcher],
@@ -310,7 +264,9 @@ mod tests {
             (&[("__name__", "a"), ("job", "y")], &[(500_000, 1.0)]),
             (&[("__name__", "b")], &[(1000, 1.0)]),
         ]);
-        let got = head.select(&[m(MatchOp::Equal, "__name__", "a")], 100_000, 250_000);
+        let got = head
+            .querier()
+            .select(&[m(MatchOp::Equal, "__name__", "a")], 100_000, 250_000);
         assert_eq!(got.len(), 1, "job=y has no sample in range");
         assert_eq!(got[0].label("job"), Some("x"));
         assert!(got[0].chunks.len() >= 2);
@@ -319,7 +275,9 @@ mod tests {
         assert_eq!(s[0], (100_000, 100.0));
         assert_eq!(s[150], (250_000, 250.0));
         // Sorted by labels.
-        let all = head.select(&[m(MatchOp::Regex, "__name__", ".+")], 0, i64::MAX);
+        let all = head
+            .querier()
+            .select(&[m(MatchOp::Regex, "__name__", ".+")], 0, i64::MAX);
         let names: Vec<_> = all
             .iter()
             .map(|s| (s.label("__name__"), s.label("job")))
@@ -345,6 +303,7 @@ mod tests {
             (&[("__name__", "b"), ("env", "p")], &[(1000, 1.0)]),
         ]);
         let names = head
+            .querier()
             .label_names(&[], i64::MIN, i64::MAX, &Stop::default())
             .expect("no stop");
         assert_eq!(
@@ -352,6 +311,7 @@ mod tests {
             ["__name__", "env", "job", "zone"]
         );
         let names = head
+            .querier()
             .label_names(
                 &[m(MatchOp::Equal, "__name__", "a")],
                 0,
@@ -361,14 +321,17 @@ mod tests {
             .expect("no stop");
         assert_eq!(names.into_iter().collect::<Vec<_>>(), ["__name__", "job"]);
         let values = head
+            .querier()
             .label_values("job", &[], i64::MIN, i64::MAX, &Stop::default())
             .expect("no stop");
         assert_eq!(values.into_iter().collect::<Vec<_>>(), ["x", "y"]);
         let values = head
+            .querier()
             .label_values("__name__", &[], 5000, 10_000, &Stop::default())
             .expect("no stop");
         assert_eq!(values.into_iter().collect::<Vec<_>>(), ["a"]);
         let sets = head
+            .querier()
             .series_labels(
                 &[m(MatchOp::Equal, "job", "y")],
                 i64::MIN,

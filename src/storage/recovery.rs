@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::blocks::Blocks;
 use super::checkpoint::{self, SeriesImage};
 use super::head::{AppendCounts, Durability, Head, HeadOptions, Recovery};
 use super::shard::Shard;
@@ -13,20 +12,20 @@ use crate::wal::record::Record;
 use crate::wal::{self, WalError};
 
 impl Head {
-    /// A head rebuilt from `opts_wal.dir`: the newest checkpoint, then the
+    /// A head rebuilt from `durable.dir`: the newest checkpoint, then the
     /// WAL segments after it; then it logs to a new segment. Fails on
     /// corruption in the middle of the log unless `repair` is set.
-    pub fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
+    ///
+    /// What blocks hold (before `floor`), the checkpoint and WAL may hold
+    /// too (a crash between a block's write and the next checkpoint): below
+    /// the floor, replay refuses samples, and restored chunks are dropped.
+    pub(super) fn open_above(
+        opts: HeadOptions,
+        durable: &Durability,
+        floor: i64,
+    ) -> Result<Self, WalError> {
         let started = Instant::now();
         let mut head = Self::new(opts);
-        head.blocks = Blocks::open(&durable.dir).map_err(|source| WalError::Io {
-            path: durable.dir.clone(),
-            source,
-        })?;
-        // What blocks hold, the checkpoint and WAL may hold too (a crash
-        // between a block's write and the next checkpoint): below the
-        // floor, replay refuses samples, and restored chunks are dropped.
-        let floor = head.blocks.floor();
         head.raise_min_valid(floor);
         let wal_dir = durable.dir.join("wal");
         let mut replayer = Replayer::new(&head);
@@ -52,9 +51,7 @@ impl Head {
         })?;
         if floor > i64::MIN {
             let dropped = head.truncate(floor);
-            let b = head.blocks.stats();
             tracing::info!(
-                blocks = b.blocks,
                 floor,
                 restored_chunks_dropped = dropped.chunks,
                 restored_series_removed = dropped.series,
@@ -94,6 +91,12 @@ impl Head {
         head.start_wal(commit);
         head.set_recovered(recovery, wal_dir);
         Ok(head)
+    }
+
+    /// [`Head::open_above`] a directory without blocks.
+    #[cfg(test)]
+    pub(super) fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
+        Self::open_above(opts, durable, i64::MIN)
     }
 }
 
