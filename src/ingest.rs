@@ -4,18 +4,16 @@
 //! what they share: why samples were refused ([`Reason`]), what a request
 //! did ([`IngestReport`]) and how problems are worded.
 
-pub mod histogram_wire;
 pub mod otlp;
 mod pipeline;
-pub mod protowire;
 pub mod remote_write;
 pub mod validate;
 
 use std::fmt::Write as _;
 
+pub use crate::protocol::wire::DecodeError;
 use crate::storage::exemplars::ExemplarError;
 use crate::storage::{Commit, SampleError};
-pub use protowire::DecodeError;
 pub use remote_write::{
     append_write_request, append_write_request_v2, append_write_request_with_exemplars,
 };
@@ -196,30 +194,6 @@ impl IngestReport {
             &self.problems,
         )
     }
-}
-
-/// Labels as `{name="value", …}` for error messages, cut short after
-/// about 256 bytes so a reply stays small whatever was sent.
-pub(crate) fn describe_labels<'a>(labels: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> String {
-    const MAX: usize = 256;
-    let mut s = String::from("{");
-    for (i, (n, v)) in labels.enumerate() {
-        if s.len() > MAX {
-            s.push_str(", …");
-            break;
-        }
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push_str(&String::from_utf8_lossy(&n[..n.len().min(MAX)]));
-        s.push('=');
-        s.push_str(&format!(
-            "{:?}",
-            String::from_utf8_lossy(&v[..v.len().min(MAX)])
-        ));
-    }
-    s.push('}');
-    s
 }
 
 /// `rejected <n> of <total> <unit> (<reason>: <n>, …); the other <unit>

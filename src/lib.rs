@@ -31,6 +31,7 @@ pub mod histogram;
 pub mod ingest;
 pub mod promql;
 pub mod proto;
+pub mod protocol;
 pub mod reuse;
 pub mod server;
 pub mod storage;

@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::ingest::histogram_wire::{decode, encode};
+use sluice::protocol::histogram::{decode, encode};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(wire) = decode(data) else {

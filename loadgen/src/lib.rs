@@ -371,7 +371,7 @@ fn put_histogram_series(
     for &(t, k) in points {
         msg.clear();
         let h = sluice::histogram::HistSample::Int(histogram_at(i, k));
-        sluice::ingest::histogram_wire::encode(t, &h, &mut msg);
+        sluice::protocol::histogram::encode(t, &h, &mut msg);
         put_len_field(scratch, 4, &msg);
     }
     put_len_field(out, 1, scratch);
@@ -969,7 +969,7 @@ mod tests {
                         seen += 1;
                         let mut raw = Vec::new();
                         prost::Message::encode(&h, &mut raw).expect("encodes");
-                        let wire = sluice::ingest::histogram_wire::decode(&raw).expect("decodes");
+                        let wire = sluice::protocol::histogram::decode(&raw).expect("decodes");
                         wire.validate().expect("a valid histogram");
                         let (t, sample) = wire.into_sample();
                         let sluice::histogram::HistSample::Int(h) = sample else {

@@ -152,7 +152,7 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
                     .filter(|(t, _)| (mint..=maxt).contains(t))
                 {
                     msg.clear();
-                    crate::ingest::histogram_wire::encode(*t, h, &mut msg);
+                    crate::protocol::histogram::encode(*t, h, &mut msg);
                     let h = pb::Histogram::decode(msg.as_slice())
                         .map_err(|e| ApiError::Internal(format!("histogram re-encoding: {e}")))?;
                     histograms.push(h);

@@ -393,7 +393,7 @@ impl Queue {
                     Record::Samples(samples) => Box::new(samples.map(|(r, t, v)| (r, t, v, None))),
                     Record::Histograms(entries) => Box::new(entries.map(|(r, t, h)| {
                         let mut msg = Vec::new();
-                        crate::ingest::histogram_wire::encode(t, &h, &mut msg);
+                        crate::protocol::histogram::encode(t, &h, &mut msg);
                         (r, t, 0.0, Some(Arc::from(msg)))
                     })),
                     Record::Series { series_ref, labels } => {

@@ -30,14 +30,14 @@ pub mod delta;
 pub mod json;
 pub mod labels;
 pub mod names;
-pub mod schema;
+pub use crate::protocol::otlp as schema;
 
 use std::fmt::Write as _;
 
 use super::pipeline;
-use super::protowire::{DecodeError, Reader, Value};
 use super::validate::{LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
+use crate::protocol::wire::{DecodeError, Reader, Value};
 use crate::reuse::{Buffer, Reused};
 use crate::storage::STALE_NAN;
 use crate::storage::{AppendCounts, Appender, Db, SampleError};

@@ -6,10 +6,10 @@
 //! whose series are built from nested attributes); everything is written
 //! through the storage [`Appender`], which owns the shards and the WAL.
 
-use super::histogram_wire;
 use super::validate::{self, LabelLimits};
 use super::{label_problem, sample_problem, IngestReport, Reason, MAX_PROBLEMS};
 use crate::histogram::HistSample;
+use crate::protocol::histogram;
 use crate::reuse::Buffer;
 use crate::storage::exemplars::ExemplarError;
 use crate::storage::labels::encode_canonical;
@@ -204,7 +204,7 @@ fn store_histograms<W: Wire>(
     for span in spans {
         samples.clear();
         for msg in wire.histograms(span) {
-            match histogram_wire::decode(msg).and_then(|h| {
+            match histogram::decode(msg).and_then(|h| {
                 h.validate().map_err(|e| e.to_string())?;
                 Ok(h)
             }) {

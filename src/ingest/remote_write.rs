@@ -6,7 +6,7 @@
 //! with no decoding; a new one is validated, sorted and created. Problems
 //! are counted per reason and summarised once per request.
 
-pub mod decode;
+pub use crate::protocol::remote_write as decode;
 pub mod v2;
 
 use v2::{MetadataRefs, RequestError, SpanV2};

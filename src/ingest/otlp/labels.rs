@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 
 use super::names;
-use crate::ingest::protowire::{DecodeError, Reader, Value};
 use crate::ingest::validate::LabelError;
+use crate::protocol::wire::{DecodeError, Reader, Value};
 use crate::storage::labels::encode_canonical;
 
 /// How a label got into the set, which decides who wins a name clash.
@@ -326,7 +326,7 @@ pub fn any_value_string(
             let _ = write!(out, "{json}");
         }
         (7, Value::Bytes(b)) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
-        _ => return Err(AttrError::Decode(crate::ingest::protowire::wrong_type(at))),
+        _ => return Err(AttrError::Decode(crate::protocol::wire::wrong_type(at))),
     }
     Ok(())
 }
@@ -379,7 +379,7 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
                 J::String(base64::engine::general_purpose::STANDARD.encode(s))
             }
             Some((_, _, at)) => {
-                return Err(AttrError::Decode(crate::ingest::protowire::wrong_type(at)))
+                return Err(AttrError::Decode(crate::protocol::wire::wrong_type(at)))
             }
         })
     };

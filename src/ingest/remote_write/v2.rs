@@ -22,8 +22,8 @@ use std::fmt;
 
 use super::decode::{check_message, check_sample, SampleIter};
 use crate::encoding::uvarint;
-use crate::ingest::describe_labels;
-use crate::ingest::protowire::{wrong_type, DecodeError, Reader, Value};
+use crate::protocol::describe_labels;
+use crate::protocol::wire::{wrong_type, DecodeError, Reader, Value};
 use crate::storage::labels::encode_canonical_bytes;
 use crate::storage::SeriesRef;
 
@@ -639,10 +639,10 @@ impl Scratch {
     ) -> impl Iterator<Item = &'a [u8]> + 'a {
         let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
         let msg = body.get(at..at + len).unwrap_or_default();
-        let mut r = crate::ingest::protowire::Reader::new(msg);
+        let mut r = crate::protocol::wire::Reader::new(msg);
         std::iter::from_fn(move || loop {
             match r.next_field() {
-                Ok(Some((3, crate::ingest::protowire::Value::Bytes(b), _))) => return Some(b),
+                Ok(Some((3, crate::protocol::wire::Value::Bytes(b), _))) => return Some(b),
                 Ok(Some(_)) => {}
                 _ => return None,
             }

@@ -7,8 +7,8 @@
 //! indexes, entity refs) are unknown to Sluice and skipped, as protobuf
 //! and the OTLP JSON mapping both require.
 
+use super::wire::{DecodeError, Reader, Value};
 use crate::encoding::uvarint;
-use crate::ingest::protowire::{DecodeError, Reader, Value};
 
 /// A field's type, as far as the wire and JSON care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

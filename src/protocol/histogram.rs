@@ -3,7 +3,7 @@
 //! float histogram, which the `count` oneof decides (`count_int` = 1,
 //! `count_float` = 2), then validated as Prometheus validates it.
 
-use super::protowire::{DecodeError, Reader, Value};
+use super::wire::{DecodeError, Reader, Value};
 use crate::encoding::unzigzag;
 use crate::histogram::{CounterResetHint, FloatHistogram, Histogram, HistogramError, Span};
 

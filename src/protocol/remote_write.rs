@@ -4,8 +4,8 @@
 //! stored) and notes where each series' labels and samples are; iterators
 //! then read them in place.
 
-use crate::ingest::describe_labels;
-use crate::ingest::protowire::{wrong_type, DecodeError, Reader, Value};
+use super::describe_labels;
+use super::wire::{wrong_type, DecodeError, Reader, Value};
 
 /// One `TimeSeries`, borrowed from the request.
 #[derive(Debug, Clone, Copy)]
@@ -227,8 +227,10 @@ fn check_label(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// Checks one `Sample` message (`msg`, found at `base`): a fixed64 value
+/// and a varint timestamp, in any order.
 #[inline]
-pub(super) fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+pub fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     if fast_sample(msg).is_some() {
         return Ok(());
     }
@@ -243,9 +245,10 @@ pub(super) fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// Exemplars, histograms and metadata are not stored yet; their framing is
-/// still checked so a corrupt body is never half-applied.
-pub(super) fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
+/// Checks only the framing of a message (`msg`, found at `base`) whose
+/// fields are read later, so that a corrupt body is refused before any of
+/// it is stored.
+pub fn check_message(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     let mut r = Reader::nested(msg, base);
     while r.next_field()?.is_some() {}
     Ok(())
@@ -352,7 +355,7 @@ pub struct SampleIter<'a> {
 impl<'a> SampleIter<'a> {
     /// The samples of the `TimeSeries` `msg` (found at `base` in its
     /// request), whose first sample field starts at `at`.
-    pub(super) fn at(msg: &'a [u8], base: usize, at: usize) -> Self {
+    pub fn at(msg: &'a [u8], base: usize, at: usize) -> Self {
         SampleIter {
             r: Reader::nested(msg.get(at..).unwrap_or_default(), base + at),
         }
