@@ -4,7 +4,6 @@
 //! and an inverted index; [`block`]s on disk hold what it handed over; the
 //! WAL, checkpoints and the upkeep loop keep it durable and in shape.
 
-pub mod aliases;
 pub mod append;
 pub mod appender;
 pub mod block;
@@ -15,25 +14,22 @@ mod cut;
 pub mod db;
 pub mod exemplars;
 mod head;
-pub mod hist_series;
 pub mod index;
 pub mod labels;
 pub mod metadata;
 pub mod querier;
-mod recovery;
 pub mod selected;
-mod shard;
 
 pub use appender::{
     AppendCounts, Appender, Commit, CommitError, SampleError, SeriesBatch, SeriesLimit, SeriesRef,
     SeriesSource,
 };
 pub use db::{Close, Db, DbOptions, MemoryFull};
+pub use head::HeadMemory;
 pub use head::{
     CheckpointStats, Durability, HeadOptions, HeadStats, Recovery, RetentionReport, SeriesSamples,
 };
 pub use querier::Querier;
-pub use shard::HeadMemory;
 
 /// Prometheus' stale marker: a NaN with this exact bit pattern ends a
 /// series for queries. Senders write it when a series disappears.

@@ -9,12 +9,12 @@
 //! shard's series run before its appends so that their cache misses
 //! overlap. The shards, their locks and the WAL stay behind this door.
 
-use super::aliases::Alias;
 pub use super::append::{AppendCounts, SampleError, SeriesLimit};
 use super::exemplars::ExemplarError;
+use super::head::aliases::Alias;
+use super::head::shard::{fingerprint, Fingerprint};
 use super::head::{Head, NO_SLOT};
 use super::metadata::MetadataStore;
-use super::shard::{fingerprint, Fingerprint};
 use crate::histogram::HistSample;
 use crate::reuse::Buffer;
 use crate::wal::commit::GroupCommit;

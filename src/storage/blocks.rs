@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use super::block::compact::{self, CompactError, Parent};
 use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
 use super::chunk::ChunkRef;
-use super::hist_series::decode_chunk;
+use super::head::hist_series::decode_chunk;
 use super::index::Matcher;
 use super::labels::Label;
 use super::selected::SelectedSeries;

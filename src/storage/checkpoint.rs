@@ -28,10 +28,10 @@ use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
+use super::head::hist_series::HistImage;
+use super::head::shard::{MemSeries, Shard};
 use super::head::Head;
-use super::hist_series::HistImage;
 use super::labels::encode_canonical;
-use super::shard::{MemSeries, Shard};
 
 use crate::encoding::{put_uvarint, Cursor};
 use crate::wal::record::{self, encode_checkpoint, Record};

@@ -18,12 +18,12 @@ use super::appender::Appender;
 use super::blocks::{BlockStats, Blocks};
 use super::checkpoint::{self, Schedule};
 use super::exemplars::ExemplarStore;
+use super::head::HeadMemory;
 use super::head::{
     CheckpointStats, Durability, Head, HeadOptions, HeadStats, Recovery, RetentionReport,
 };
 use super::metadata::MetadataStore;
 use super::querier::Querier;
-use super::shard::HeadMemory;
 use super::Clock;
 use crate::wal::commit::{CommitStats, Progress};
 use crate::wal::WalError;

@@ -3,6 +3,20 @@
 //! Appends take one shard lock per series for a short, synchronous critical
 //! section. A series already seen is found from the sender's raw label bytes
 //! (see [`super::labels`]); only a new series is decoded, interned and indexed.
+//!
+//! By role, as Prometheus splits its head:
+//! - this file: the head itself, its sizes, retention and checkpoint stats;
+//! - [`shard`]: a shard's series, chunks, interned labels and postings;
+//!   [`hist_series`] the native histogram chunks of a series;
+//! - `append`: finding or creating a series and appending under its lock;
+//! - `log`: the head's side of the WAL (records gathered per shard, handed
+//!   over per commit, visibility caught up with durability);
+//! - `read`: the head's own reads (matching series, sizes, what a cut copies);
+//! - `replay`: opening from a checkpoint and the WAL;
+//! - [`aliases`]: protocol keys of series (remote write 2.0).
+//!
+//! Only `storage` sees any of it: the rest of the crate writes through the
+//! `Appender` and reads through the `Querier`.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -10,21 +24,23 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::aliases::{Alias, Aliases};
+mod append;
+pub(super) use append::NO_SLOT;
+pub(super) mod aliases;
+pub(super) mod hist_series;
+mod log;
+mod read;
+mod replay;
+pub(super) mod shard;
+
 pub use super::append::{AppendCounts, HeadOptions, SeriesLimit};
-use super::block::BlockSeries;
-#[cfg(test)]
-use super::blocks::Blocks;
 use super::exemplars::ExemplarStore;
-use super::index::{Matcher, Verdicts};
 use super::labels::Label;
-pub use super::shard::{fingerprint, Fingerprint, HeadMemory};
-use super::shard::{MemSeries, Shard, ShardLog};
-use super::{Stop, Stopped};
-use crate::histogram::HistSample;
-use crate::reuse::{self, Reused};
 use crate::wal::commit::{FsyncMode, GroupCommit};
 use crate::wal::WalOptions;
+use aliases::Aliases;
+pub use shard::HeadMemory;
+use shard::Shard;
 
 /// Sizes of the head, computed on demand.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -86,56 +102,6 @@ impl ShardCell {
     }
 }
 
-/// One shard held for a run of appends (a request's samples for that
-/// shard): one lock and one memory publication for the whole run.
-pub(super) struct ShardGuard<'h> {
-    head: &'h Head,
-    cell: &'h ShardCell,
-    shard: parking_lot::MutexGuard<'h, Shard>,
-}
-
-impl ShardGuard<'_> {
-    /// The slot of the series of this shard whose canonical label bytes are
-    /// `raw` (fingerprint `fp`), if it exists, with the cache lines its next
-    /// append writes loaded. Finding a run of series first and appending
-    /// after lets their cache misses overlap: one lookup after another in
-    /// a short loop, where each append's long body kept them apart.
-    /// `hint` is where the series was last seen (from an alias), or
-    /// [`NO_SLOT`]: used when the series there has fingerprint `fp`.
-    #[inline]
-    pub(super) fn find_warm(&self, fp: Fingerprint, hint: u32, raw: &[u8]) -> Option<u32> {
-        let slot = match self.shard.holds(hint, fp) {
-            true => {
-                debug_assert_eq!(self.shard.find(fp, raw), Some(hint));
-                hint
-            }
-            false => self.shard.find(fp, raw)?,
-        };
-        self.shard.warm(slot);
-        Some(slot)
-    }
-
-    /// Appends to the series in `slot` (from [`ShardGuard::find_warm`]).
-    #[inline]
-    pub(super) fn append_to(
-        &mut self,
-        slot: u32,
-        samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) {
-        let bounds = self.head.time_bounds(max_t);
-        self.shard
-            .append(slot, samples, bounds, &self.head.opts, counts);
-    }
-}
-
-impl Drop for ShardGuard<'_> {
-    fn drop(&mut self) {
-        self.cell.publish(&self.shard);
-    }
-}
-
 /// What one retention pass removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionReport {
@@ -144,9 +110,6 @@ pub struct RetentionReport {
     /// Series removed: no sample within retention.
     pub series: usize,
 }
-
-/// No slot hint: look the series up.
-pub(super) const NO_SLOT: u32 = u32::MAX;
 
 /// All series in memory.
 #[derive(Debug)]
@@ -236,40 +199,9 @@ impl Head {
         &self.aliases
     }
 
-    /// Adds (or updates) aliases, bounded by the head's series count.
-    pub(super) fn remember_aliases(&self, new: &[(u128, Alias)]) {
-        self.aliases
-            .remember(new, self.series.load(Ordering::Relaxed));
-    }
-
-    /// Records what the start-up replay did, and where the WAL lives.
-    pub(super) fn set_recovered(&mut self, recovery: Recovery, wal_dir: PathBuf) {
-        self.recovery = Some(recovery);
-        self.wal_dir = Some(wal_dir);
-    }
-
-    /// Shard `i`, locked, for the replay's runs of appends.
-    pub(super) fn lock_shard_for_replay(&self, i: usize) -> parking_lot::MutexGuard<'_, Shard> {
-        self.shards[i].0.lock()
-    }
-
     /// The head's options.
     pub(super) fn options(&self) -> &HeadOptions {
         &self.opts
-    }
-
-    /// Bytes of WAL segments on disk, when the head writes a WAL.
-    pub fn wal_disk_bytes(&self) -> Option<u64> {
-        let dir = self.wal_dir.as_ref()?;
-        let entries = std::fs::read_dir(dir).ok()?;
-        Some(
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| e.metadata().ok())
-                .filter(std::fs::Metadata::is_file)
-                .map(|m| m.len())
-                .sum(),
-        )
     }
 
     /// What the start-up replay did, if the head was opened from disk.
@@ -277,43 +209,9 @@ impl Head {
         self.recovery.as_ref()
     }
 
-    /// From now on, every series created and sample stored is also
-    /// written to `wal` (see [`Head::log_appended`]). Replay first.
-    pub(super) fn start_wal(&mut self, wal: GroupCommit) {
-        for Padded(shard) in self.shards.iter_mut() {
-            shard.get_mut().log = Some(ShardLog::default());
-        }
-        self.wal = Some(Arc::new(wal));
-    }
-
-    /// The WAL, when the head writes one.
-    pub fn wal(&self) -> Option<&GroupCommit> {
-        self.wal.as_deref()
-    }
-
-    /// A shared handle to the WAL, for waiting on it after a commit.
-    pub(super) fn wal_handle(&self) -> Option<Arc<GroupCommit>> {
-        self.wal.clone()
-    }
-
     /// The head's exemplars.
     pub fn exemplars(&self) -> &Arc<ExemplarStore> {
         &self.exemplars
-    }
-
-    /// Hands ready WAL `frames` (records other than the shards' own, such
-    /// as exemplars) to the WAL; the LSN that makes them durable (0
-    /// without a WAL).
-    pub(super) fn log_frames(&self, frames: &[u8]) -> u64 {
-        self.wal.as_ref().map_or(0, |w| w.submit(frames))
-    }
-
-    /// Stops the WAL after writing and fsyncing everything queued.
-    pub(super) fn close_wal(&self) {
-        self.log_all();
-        if let Some(wal) = &self.wal {
-            wal.close();
-        }
     }
 
     #[inline]
@@ -321,18 +219,6 @@ impl Head {
         // Middle bits: hashbrown uses the low bits for buckets and the top
         // seven for tags, so neither should be constant within a shard.
         (hash >> 32) as usize & (self.shards.len() - 1)
-    }
-
-    #[inline]
-    fn lock_touched(
-        &self,
-        hash: u64,
-        counts: &mut AppendCounts,
-    ) -> (&ShardCell, parking_lot::MutexGuard<'_, Shard>) {
-        let i = self.shard_index(hash);
-        counts.touched |= 1 << (i % 64);
-        let cell = &self.shards[i].0;
-        (cell, self.lock_caught_up(cell))
     }
 
     /// Bytes the head holds by part, each shard read under its lock.
@@ -395,110 +281,9 @@ impl Head {
         self.min_valid_ms.load(Ordering::Relaxed)
     }
 
-    /// The times an append accepts: from the retention cutoff to `max_t`.
-    fn time_bounds(&self, max_t: i64) -> (i64, i64) {
-        (self.min_valid_ms(), max_t)
-    }
-
     /// What retention removed since start.
     pub fn retention_stats(&self) -> RetentionReport {
         *self.retained.lock()
-    }
-
-    /// Hands what the shards in `counts.touched` appended to the WAL and
-    /// returns the LSN that makes it durable (0 without a WAL): pass it to
-    /// [`Head::durable`]. Whatever another request already handed over for
-    /// these shards is covered too, since each shard remembers how far it
-    /// pushed.
-    pub(super) fn log_appended(&self, counts: &mut AppendCounts) -> u64 {
-        let touched = std::mem::take(&mut counts.touched);
-        let Some(wal) = &self.wal else {
-            return 0;
-        };
-        // All touched shards go in one submission, so a request waits for
-        // one group commit, not one per shard. Their locks are taken in
-        // index order (appends hold one lock at a time, so this cannot
-        // deadlock) and held until the frames are queued, which keeps each
-        // shard's records in order in the log.
-        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| touched & (1 << (i % 64)) != 0)
-            .map(|(_, Padded(cell))| cell.lock())
-            .collect();
-        let mut lsn = 0;
-        PENDING.with(|kept| {
-            kept.with(|frames| {
-                frames.clear();
-                // Which of the guards had frames to hand over.
-                let mut gave = 0u64;
-                for (k, shard) in guards.iter_mut().enumerate() {
-                    if let Some(log) = &mut shard.log {
-                        log.samples.close(&mut log.frames);
-                        gave |= u64::from(!log.frames.is_empty()) << (k % 64);
-                        frames.extend_from_slice(&log.frames);
-                        log.frames.clear();
-                        reuse::trim(&mut log.frames);
-                    }
-                }
-                let pushed = (!frames.is_empty()).then(|| wal.submit(frames));
-                for (k, shard) in guards.iter_mut().enumerate() {
-                    if let Some(log) = &mut shard.log {
-                        if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
-                            log.handed_over(p);
-                        }
-                        lsn = lsn.max(log.pushed);
-                    }
-                }
-            })
-        });
-        drop(guards);
-        lsn
-    }
-
-    /// Hands every shard's pending records to the WAL; returns the LSN.
-    pub(super) fn log_all(&self) -> u64 {
-        let mut counts = AppendCounts {
-            touched: u64::MAX,
-            ..AppendCounts::default()
-        };
-        self.log_appended(&mut counts)
-    }
-
-    /// Resolves when the WAL is durable up to `lsn` (at once without one).
-    #[cfg(test)]
-    pub(super) fn durable(
-        &self,
-        lsn: u64,
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send {
-        let wait = self.wal.as_ref().filter(|_| lsn > 0).map(|w| w.wait(lsn));
-        async move {
-            match wait {
-                Some(w) => w.await,
-                None => Ok(()),
-            }
-        }
-    }
-
-    /// Finds or creates the series with these canonical labels, keeping or
-    /// giving it reference `id`, for replay and checkpoints: no limit
-    /// applies and nothing is logged. Returns its shard and slot, or `None`
-    /// if the bytes are not labels.
-    pub(super) fn restore_series(&self, id: u64, canonical: &[u8]) -> Option<(u32, u32)> {
-        let labels = super::labels::decode_canonical(canonical)?;
-        let fp = fingerprint(canonical);
-        let i = self.shard_index(fp.hash);
-        let mut shard = self.shards[i].0.lock();
-        let slot = match shard.find(fp, canonical) {
-            Some(slot) => slot,
-            None => {
-                self.series.fetch_add(1, Ordering::Relaxed);
-                self.next_ref.fetch_max(id + 1, Ordering::Relaxed);
-                shard.create(id, fp, &labels, canonical)
-            }
-        };
-        Some((i as u32, slot))
     }
 
     /// Records a checkpoint written in `took`, of `bytes`.
@@ -519,13 +304,6 @@ impl Head {
         *self.checkpoints.lock()
     }
 
-    /// Publishes every shard's accounted bytes (after bulk changes).
-    pub(super) fn publish_all(&self) {
-        for Padded(cell) in self.shards.iter() {
-            cell.publish(&cell.lock());
-        }
-    }
-
     /// Number of shards.
     pub(super) fn shard_count(&self) -> usize {
         self.shards.len()
@@ -535,303 +313,16 @@ impl Head {
     pub(super) fn with_shard<T>(&self, i: usize, f: impl FnOnce(&Shard) -> T) -> T {
         f(&self.shards[i].0.lock())
     }
-
-    fn new_ref(&self) -> u64 {
-        self.next_ref.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The shard the series with fingerprint `fp` lives in.
-    #[inline]
-    pub(super) fn shard_of(&self, fp: Fingerprint) -> usize {
-        self.shard_index(fp.hash)
-    }
-
-    /// Locks shard `i` for a run of appends if no one holds it.
-    #[inline]
-    pub(super) fn try_lock_shard(
-        &self,
-        i: usize,
-        counts: &mut AppendCounts,
-    ) -> Option<ShardGuard<'_>> {
-        let cell = &self.shards[i].0;
-        let mut shard = cell.try_lock()?;
-        self.catch_up(&mut shard);
-        counts.touched |= 1 << (i % 64);
-        Some(ShardGuard {
-            head: self,
-            cell,
-            shard,
-        })
-    }
-
-    /// Locks shard `i` for a run of appends, waiting for it.
-    #[inline]
-    pub(super) fn lock_shard(&self, i: usize, counts: &mut AppendCounts) -> ShardGuard<'_> {
-        let cell = &self.shards[i].0;
-        counts.touched |= 1 << (i % 64);
-        ShardGuard {
-            head: self,
-            cell,
-            shard: self.lock_caught_up(cell),
-        }
-    }
-
-    /// Appends to the series whose canonical label bytes are exactly `raw`.
-    /// Returns `false`, touching nothing, when no such series exists yet.
-    #[inline]
-    pub(super) fn append_existing(
-        &self,
-        raw: &[u8],
-        samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) -> bool {
-        let fp = fingerprint(raw);
-        let (home, mut shard) = self.lock_touched(fp.hash, counts);
-        let Some(slot) = shard.find(fp, raw) else {
-            return false;
-        };
-        shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
-        home.publish(&shard);
-        true
-    }
-
-    /// Appends to the series with these valid, sorted `labels`, whose
-    /// canonical bytes are `canonical`, creating it if needed. Returns the
-    /// series' fingerprint and its slot in its shard.
-    pub(super) fn append_labels(
-        &self,
-        labels: &[(&str, &str)],
-        canonical: &[u8],
-        samples: impl Iterator<Item = (i64, f64)>,
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) -> Result<(Fingerprint, u32), SeriesLimit> {
-        let fp = fingerprint(canonical);
-        let (home, mut shard) = self.lock_touched(fp.hash, counts);
-        let slot = self.find_or_create(&mut shard, fp, labels, canonical)?;
-        shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
-        home.publish(&shard);
-        Ok((fp, slot))
-    }
-
-    /// The slot of the series with these labels in `shard`, created if
-    /// new (within the series limit).
-    fn find_or_create(
-        &self,
-        shard: &mut Shard,
-        fp: Fingerprint,
-        labels: &[(&str, &str)],
-        canonical: &[u8],
-    ) -> Result<u32, SeriesLimit> {
-        if let Some(slot) = shard.find(fp, canonical) {
-            return Ok(slot);
-        }
-        let max = self.opts.max_series;
-        if self
-            .series
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_err()
-        {
-            return Err(SeriesLimit(max));
-        }
-        Ok(shard.create(self.new_ref(), fp, labels, canonical))
-    }
-
-    /// Appends native histogram samples to the series with these valid,
-    /// sorted `labels` (canonical bytes `canonical`), creating it if
-    /// needed. The samples are validated already.
-    pub(super) fn append_histograms(
-        &self,
-        labels: &[(&str, &str)],
-        canonical: &[u8],
-        samples: &[(i64, HistSample)],
-        max_t: i64,
-        counts: &mut AppendCounts,
-    ) -> Result<(), SeriesLimit> {
-        let fp = fingerprint(canonical);
-        let (home, mut shard) = self.lock_touched(fp.hash, counts);
-        let slot = self.find_or_create(&mut shard, fp, labels, canonical)?;
-        shard.append_histograms(
-            slot,
-            samples.iter().map(|(t, h)| (*t, h)),
-            self.time_bounds(max_t),
-            &self.opts,
-            counts,
-        );
-        home.publish(&shard);
-        Ok(())
-    }
-
-    /// Series, chunks and bytes held.
-    pub fn stats(&self) -> HeadStats {
-        let mut st = HeadStats::default();
-        for Padded(shard) in self.shards.iter() {
-            let s = shard.lock();
-            st.series += s.series.len();
-            st.chunks += s.chunks + s.hist_chunks;
-            st.chunk_bytes += s.chunk_bytes + s.hist_bytes;
-            st.samples += s.samples;
-        }
-        st
-    }
-
-    /// Calls `f` with each series (and its shard) that matches all
-    /// `matchers` and has visible samples in `[mint, maxt]`, and the newest
-    /// timestamp it may read of that series (see
-    /// [`MemSeries::visible_until`]). Each shard's lock is held only while
-    /// that shard is visited, and never while a regex runs: the values a
-    /// regex matcher meets are judged with the lock let go (see
-    /// [`Verdicts`]). Gives up when `stop` says so.
-    pub(super) fn for_each_match(
-        &self,
-        matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
-        stop: &Stop<'_>,
-        mut f: impl FnMut(&Shard, &MemSeries, i64),
-    ) -> Result<(), Stopped> {
-        let mut verdicts = Verdicts::new(matchers);
-        for Padded(cell) in self.shards.iter() {
-            loop {
-                let s = self.lock_caught_up(cell);
-                verdicts.begin_visit();
-                let all = s.series.len() as u32;
-                let slots = if matchers.is_empty() {
-                    Some((0..all).collect())
-                } else {
-                    s.postings
-                        .select_judged(&s.strings, matchers, all, &mut verdicts)
-                };
-                let Some(slots) = slots else {
-                    drop(s);
-                    if !verdicts.judge(matchers, || stop.now()) {
-                        return Err(Stopped);
-                    }
-                    continue;
-                };
-                for (n, slot) in slots.into_iter().enumerate() {
-                    if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
-                        return Err(Stopped);
-                    }
-                    let Some(series) = s.series.get(slot as usize) else {
-                        continue;
-                    };
-                    let until = series.visible_until(s.log.as_ref());
-                    let (Some(lo), Some(hi)) = (s.min_time_of(series), s.max_time_of(series))
-                    else {
-                        continue;
-                    };
-                    let hi = hi.min(until);
-                    if hi >= lo && hi >= mint && lo <= maxt {
-                        f(&s, series, until);
-                    }
-                }
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// The oldest and newest sample times in the head, from `floor` on.
-    pub(super) fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
-        let mut span: Option<(i64, i64)> = None;
-        for i in 0..self.shard_count() {
-            self.with_shard(i, |shard| {
-                for s in &shard.series {
-                    let (Some(lo), Some(hi)) = (shard.min_time_of(s), shard.max_time_of(s)) else {
-                        continue;
-                    };
-                    if hi < floor {
-                        continue;
-                    }
-                    let lo = lo.max(floor);
-                    span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
-                }
-            });
-        }
-        span
-    }
-
-    /// Every series' chunks in `[lo, hi)`, with its labels.
-    pub(super) fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
-        let mut out = Vec::new();
-        for i in 0..self.shard_count() {
-            self.with_shard(i, |shard| {
-                for s in &shard.series {
-                    let chunks = shard.chunks_in(s, lo, hi);
-                    if chunks.is_empty() {
-                        continue;
-                    }
-                    out.push(BlockSeries {
-                        labels: shard
-                            .labels_of(s)
-                            .into_iter()
-                            .map(|l| (l.name, l.value))
-                            .collect(),
-                        chunks,
-                    });
-                }
-            });
-        }
-        out
-    }
-
-    /// Locks a shard, its log caught up with what the WAL has made durable
-    /// (which decides what readers see, and from where new samples count
-    /// as unlogged).
-    #[inline]
-    fn lock_caught_up<'a>(&self, cell: &'a ShardCell) -> parking_lot::MutexGuard<'a, Shard> {
-        let mut shard = cell.lock();
-        self.catch_up(&mut shard);
-        shard
-    }
-
-    /// Catches a locked shard's log up with what the WAL has made durable.
-    #[inline]
-    fn catch_up(&self, shard: &mut Shard) {
-        if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
-            log.catch_up(wal.durable_lsn());
-        }
-    }
-}
-
-#[cfg(test)]
-impl Head {
-    /// A querier over this head alone (no blocks), for tests.
-    pub(super) fn querier(&self) -> super::Querier<'_> {
-        static NO_BLOCKS: std::sync::LazyLock<Blocks> = std::sync::LazyLock::new(Blocks::default);
-        super::Querier::new(self, &NO_BLOCKS)
-    }
-
-    /// Hands everything appended to the WAL and waits until it is durable
-    /// (and so visible).
-    pub(crate) fn log_and_wait(&self) {
-        let lsn = self.log_all();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime")
-            .block_on(self.durable(lsn))
-            .expect("durable");
-    }
-}
-
-/// Series visited between two looks at a read's stop condition.
-const VISIT_BATCH: usize = 4096;
-
-thread_local! {
-    /// One request's frames from all its shards, gathered for one submit.
-    static PENDING: Reused<Vec<u8>> = const { Reused::new(Vec::new()) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::storage::index::MatchOp;
+    use crate::storage::index::Matcher;
     use crate::storage::labels::encode_canonical;
     use crate::storage::SampleError;
+    use crate::storage::Stop;
     use std::sync::Arc;
 
     fn canon(labels: &[(&str, &str)]) -> Vec<u8> {

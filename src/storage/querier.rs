@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 
 use super::blocks::{merge, BlockSet, Blocks};
 pub use super::chunk::ChunkRef;
+use super::head::shard::{MemSeries, Shard};
 use super::head::{Head, SeriesSamples};
 use super::index::Matcher;
 use super::labels::Label;
 pub use super::selected::SelectedSeries;
-use super::shard::{MemSeries, Shard};
 use super::{Stop, Stopped};
 
 /// The read door: series, label names and values over the head and the

@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use super::append::{chunk_end_time, range_for_timestamp, AppendCounts, HeadOptions, SampleError};
-use super::block::{BlockChunk, Encoding};
-use super::chunk::ChunkRef;
-use super::chunk::{XorAppender, XorIter, HEADER_BYTES};
 use super::hist_series::{HistSample, HistSeries};
-use super::index::Postings;
-use super::labels::{matches_canonical, Interner, Label, StrId};
+use crate::storage::append::{
+    chunk_end_time, range_for_timestamp, AppendCounts, HeadOptions, SampleError,
+};
+use crate::storage::block::{BlockChunk, Encoding};
+use crate::storage::chunk::ChunkRef;
+use crate::storage::chunk::{XorAppender, XorIter, HEADER_BYTES};
+use crate::storage::index::Postings;
+use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.

@@ -2,11 +2,14 @@
 //! segments after it, before it logs to a new segment.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::checkpoint::{self, SeriesImage};
-use super::head::{AppendCounts, Durability, Head, HeadOptions, Recovery};
-use super::shard::Shard;
+use super::shard::{fingerprint, Shard};
+use super::Padded;
+use super::{AppendCounts, Durability, Head, HeadOptions, Recovery};
+use crate::storage::checkpoint::{self, SeriesImage};
 use crate::wal::commit::GroupCommit;
 use crate::wal::record::Record;
 use crate::wal::{self, WalError};
@@ -19,7 +22,7 @@ impl Head {
     /// What blocks hold (before `floor`), the checkpoint and WAL may hold
     /// too (a crash between a block's write and the next checkpoint): below
     /// the floor, replay refuses samples, and restored chunks are dropped.
-    pub(super) fn open_above(
+    pub(in crate::storage) fn open_above(
         opts: HeadOptions,
         durable: &Durability,
         floor: i64,
@@ -95,8 +98,58 @@ impl Head {
 
     /// [`Head::open_above`] a directory without blocks.
     #[cfg(test)]
-    pub(super) fn open(opts: HeadOptions, durable: &Durability) -> Result<Self, WalError> {
+    pub(in crate::storage) fn open(
+        opts: HeadOptions,
+        durable: &Durability,
+    ) -> Result<Self, WalError> {
         Self::open_above(opts, durable, i64::MIN)
+    }
+}
+
+impl Head {
+    /// Records what the start-up replay did, and where the WAL lives.
+    pub(in crate::storage) fn set_recovered(&mut self, recovery: Recovery, wal_dir: PathBuf) {
+        self.recovery = Some(recovery);
+        self.wal_dir = Some(wal_dir);
+    }
+
+    /// Shard `i`, locked, for the replay's runs of appends.
+    pub(in crate::storage) fn lock_shard_for_replay(
+        &self,
+        i: usize,
+    ) -> parking_lot::MutexGuard<'_, Shard> {
+        self.shards[i].0.lock()
+    }
+
+    /// Finds or creates the series with these canonical labels, keeping or
+    /// giving it reference `id`, for replay and checkpoints: no limit
+    /// applies and nothing is logged. Returns its shard and slot, or `None`
+    /// if the bytes are not labels.
+    pub(in crate::storage) fn restore_series(
+        &self,
+        id: u64,
+        canonical: &[u8],
+    ) -> Option<(u32, u32)> {
+        let labels = crate::storage::labels::decode_canonical(canonical)?;
+        let fp = fingerprint(canonical);
+        let i = self.shard_index(fp.hash);
+        let mut shard = self.shards[i].0.lock();
+        let slot = match shard.find(fp, canonical) {
+            Some(slot) => slot,
+            None => {
+                self.series.fetch_add(1, Ordering::Relaxed);
+                self.next_ref.fetch_max(id + 1, Ordering::Relaxed);
+                shard.create(id, fp, &labels, canonical)
+            }
+        };
+        Some((i as u32, slot))
+    }
+
+    /// Publishes every shard's accounted bytes (after bulk changes).
+    pub(in crate::storage) fn publish_all(&self) {
+        for Padded(cell) in self.shards.iter() {
+            cell.publish(&cell.lock());
+        }
     }
 }
 

@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use super::append::{chunk_end_time, range_for_timestamp, HeadOptions, SampleError};
-use super::chunk::{
+pub use crate::histogram::HistSample;
+use crate::histogram::{FloatHistogram, Histogram};
+use crate::storage::append::{chunk_end_time, range_for_timestamp, HeadOptions, SampleError};
+use crate::storage::chunk::{
     Appended, CounterResetHeader, FloatAppended, FloatHistogramAppender, FloatHistogramIter,
     HistogramAppender, HistogramIter,
 };
-pub use crate::histogram::HistSample;
-use crate::histogram::{FloatHistogram, Histogram};
 
 /// Prometheus' `TargetBytesPerHistogramChunk`.
 const TARGET_BYTES: usize = 1024;

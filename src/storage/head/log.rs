@@ -1,0 +1,177 @@
+//! The head's side of the WAL: each shard gathers its records under its
+//! own lock; a commit hands the touched shards' records over in one
+//! submission, and a shard's log catches up with what the WAL made durable
+//! (which decides what readers see).
+
+use std::sync::Arc;
+
+use super::shard::{Shard, ShardLog};
+use super::{AppendCounts, Head, Padded, ShardCell};
+use crate::reuse::{self, Reused};
+use crate::wal::commit::GroupCommit;
+
+impl Head {
+    /// Bytes of WAL segments on disk, when the head writes a WAL.
+    pub fn wal_disk_bytes(&self) -> Option<u64> {
+        let dir = self.wal_dir.as_ref()?;
+        let entries = std::fs::read_dir(dir).ok()?;
+        Some(
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum(),
+        )
+    }
+
+    /// From now on, every series created and sample stored is also
+    /// written to `wal` (see [`Head::log_appended`]). Replay first.
+    pub(in crate::storage) fn start_wal(&mut self, wal: GroupCommit) {
+        for Padded(shard) in self.shards.iter_mut() {
+            shard.get_mut().log = Some(ShardLog::default());
+        }
+        self.wal = Some(Arc::new(wal));
+    }
+
+    /// The WAL, when the head writes one.
+    pub fn wal(&self) -> Option<&GroupCommit> {
+        self.wal.as_deref()
+    }
+
+    /// A shared handle to the WAL, for waiting on it after a commit.
+    pub(in crate::storage) fn wal_handle(&self) -> Option<Arc<GroupCommit>> {
+        self.wal.clone()
+    }
+
+    /// Hands ready WAL `frames` (records other than the shards' own, such
+    /// as exemplars) to the WAL; the LSN that makes them durable (0
+    /// without a WAL).
+    pub(in crate::storage) fn log_frames(&self, frames: &[u8]) -> u64 {
+        self.wal.as_ref().map_or(0, |w| w.submit(frames))
+    }
+
+    /// Stops the WAL after writing and fsyncing everything queued.
+    pub(in crate::storage) fn close_wal(&self) {
+        self.log_all();
+        if let Some(wal) = &self.wal {
+            wal.close();
+        }
+    }
+
+    /// Hands what the shards in `counts.touched` appended to the WAL and
+    /// returns the LSN that makes it durable (0 without a WAL): pass it to
+    /// [`Head::durable`]. Whatever another request already handed over for
+    /// these shards is covered too, since each shard remembers how far it
+    /// pushed.
+    pub(in crate::storage) fn log_appended(&self, counts: &mut AppendCounts) -> u64 {
+        let touched = std::mem::take(&mut counts.touched);
+        let Some(wal) = &self.wal else {
+            return 0;
+        };
+        // All touched shards go in one submission, so a request waits for
+        // one group commit, not one per shard. Their locks are taken in
+        // index order (appends hold one lock at a time, so this cannot
+        // deadlock) and held until the frames are queued, which keeps each
+        // shard's records in order in the log.
+        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| touched & (1 << (i % 64)) != 0)
+            .map(|(_, Padded(cell))| cell.lock())
+            .collect();
+        let mut lsn = 0;
+        PENDING.with(|kept| {
+            kept.with(|frames| {
+                frames.clear();
+                // Which of the guards had frames to hand over.
+                let mut gave = 0u64;
+                for (k, shard) in guards.iter_mut().enumerate() {
+                    if let Some(log) = &mut shard.log {
+                        log.samples.close(&mut log.frames);
+                        gave |= u64::from(!log.frames.is_empty()) << (k % 64);
+                        frames.extend_from_slice(&log.frames);
+                        log.frames.clear();
+                        reuse::trim(&mut log.frames);
+                    }
+                }
+                let pushed = (!frames.is_empty()).then(|| wal.submit(frames));
+                for (k, shard) in guards.iter_mut().enumerate() {
+                    if let Some(log) = &mut shard.log {
+                        if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
+                            log.handed_over(p);
+                        }
+                        lsn = lsn.max(log.pushed);
+                    }
+                }
+            })
+        });
+        drop(guards);
+        lsn
+    }
+
+    /// Hands every shard's pending records to the WAL; returns the LSN.
+    pub(in crate::storage) fn log_all(&self) -> u64 {
+        let mut counts = AppendCounts {
+            touched: u64::MAX,
+            ..AppendCounts::default()
+        };
+        self.log_appended(&mut counts)
+    }
+
+    /// Resolves when the WAL is durable up to `lsn` (at once without one).
+    #[cfg(test)]
+    pub(in crate::storage) fn durable(
+        &self,
+        lsn: u64,
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send {
+        let wait = self.wal.as_ref().filter(|_| lsn > 0).map(|w| w.wait(lsn));
+        async move {
+            match wait {
+                Some(w) => w.await,
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// Locks a shard, its log caught up with what the WAL has made durable
+    /// (which decides what readers see, and from where new samples count
+    /// as unlogged).
+    #[inline]
+    pub(super) fn lock_caught_up<'a>(
+        &self,
+        cell: &'a ShardCell,
+    ) -> parking_lot::MutexGuard<'a, Shard> {
+        let mut shard = cell.lock();
+        self.catch_up(&mut shard);
+        shard
+    }
+
+    /// Catches a locked shard's log up with what the WAL has made durable.
+    #[inline]
+    pub(super) fn catch_up(&self, shard: &mut Shard) {
+        if let (Some(wal), Some(log)) = (&self.wal, shard.log.as_mut()) {
+            log.catch_up(wal.durable_lsn());
+        }
+    }
+}
+
+#[cfg(test)]
+impl Head {
+    /// Hands everything appended to the WAL and waits until it is durable
+    /// (and so visible).
+    pub(crate) fn log_and_wait(&self) {
+        let lsn = self.log_all();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(self.durable(lsn))
+            .expect("durable");
+    }
+}
+
+thread_local! {
+    /// One request's frames from all its shards, gathered for one submit.
+    static PENDING: Reused<Vec<u8>> = const { Reused::new(Vec::new()) };
+}

@@ -1,0 +1,138 @@
+//! Reads of the head alone: sizes, the series that match a selection
+//! (each shard visited under its lock, regexes judged without it), and the
+//! chunks a block cut copies. The merge with blocks is the `Querier`'s.
+
+use super::shard::{MemSeries, Shard};
+use super::{Head, HeadStats, Padded};
+use crate::storage::block::BlockSeries;
+use crate::storage::index::{Matcher, Verdicts};
+use crate::storage::{Stop, Stopped};
+
+impl Head {
+    /// Series, chunks and bytes held.
+    pub fn stats(&self) -> HeadStats {
+        let mut st = HeadStats::default();
+        for Padded(shard) in self.shards.iter() {
+            let s = shard.lock();
+            st.series += s.series.len();
+            st.chunks += s.chunks + s.hist_chunks;
+            st.chunk_bytes += s.chunk_bytes + s.hist_bytes;
+            st.samples += s.samples;
+        }
+        st
+    }
+
+    /// Calls `f` with each series (and its shard) that matches all
+    /// `matchers` and has visible samples in `[mint, maxt]`, and the newest
+    /// timestamp it may read of that series (see
+    /// [`MemSeries::visible_until`]). Each shard's lock is held only while
+    /// that shard is visited, and never while a regex runs: the values a
+    /// regex matcher meets are judged with the lock let go (see
+    /// [`Verdicts`]). Gives up when `stop` says so.
+    pub(in crate::storage) fn for_each_match(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+        mut f: impl FnMut(&Shard, &MemSeries, i64),
+    ) -> Result<(), Stopped> {
+        let mut verdicts = Verdicts::new(matchers);
+        for Padded(cell) in self.shards.iter() {
+            loop {
+                let s = self.lock_caught_up(cell);
+                verdicts.begin_visit();
+                let all = s.series.len() as u32;
+                let slots = if matchers.is_empty() {
+                    Some((0..all).collect())
+                } else {
+                    s.postings
+                        .select_judged(&s.strings, matchers, all, &mut verdicts)
+                };
+                let Some(slots) = slots else {
+                    drop(s);
+                    if !verdicts.judge(matchers, || stop.now()) {
+                        return Err(Stopped);
+                    }
+                    continue;
+                };
+                for (n, slot) in slots.into_iter().enumerate() {
+                    if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
+                        return Err(Stopped);
+                    }
+                    let Some(series) = s.series.get(slot as usize) else {
+                        continue;
+                    };
+                    let until = series.visible_until(s.log.as_ref());
+                    let (Some(lo), Some(hi)) = (s.min_time_of(series), s.max_time_of(series))
+                    else {
+                        continue;
+                    };
+                    let hi = hi.min(until);
+                    if hi >= lo && hi >= mint && lo <= maxt {
+                        f(&s, series, until);
+                    }
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The oldest and newest sample times in the head, from `floor` on.
+    pub(in crate::storage) fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
+        let mut span: Option<(i64, i64)> = None;
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let (Some(lo), Some(hi)) = (shard.min_time_of(s), shard.max_time_of(s)) else {
+                        continue;
+                    };
+                    if hi < floor {
+                        continue;
+                    }
+                    let lo = lo.max(floor);
+                    span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+                }
+            });
+        }
+        span
+    }
+
+    /// Every series' chunks in `[lo, hi)`, with its labels.
+    pub(in crate::storage) fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
+        let mut out = Vec::new();
+        for i in 0..self.shard_count() {
+            self.with_shard(i, |shard| {
+                for s in &shard.series {
+                    let chunks = shard.chunks_in(s, lo, hi);
+                    if chunks.is_empty() {
+                        continue;
+                    }
+                    out.push(BlockSeries {
+                        labels: shard
+                            .labels_of(s)
+                            .into_iter()
+                            .map(|l| (l.name, l.value))
+                            .collect(),
+                        chunks,
+                    });
+                }
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+impl Head {
+    /// A querier over this head alone (no blocks), for tests.
+    pub(in crate::storage) fn querier(&self) -> crate::storage::Querier<'_> {
+        static NO_BLOCKS: std::sync::LazyLock<crate::storage::blocks::Blocks> =
+            std::sync::LazyLock::new(crate::storage::blocks::Blocks::default);
+        crate::storage::Querier::new(self, &NO_BLOCKS)
+    }
+}
+
+/// Series visited between two looks at a read's stop condition.
+const VISIT_BATCH: usize = 4096;
