@@ -1,7 +1,14 @@
 //! The house rules of `src/`, checked on the source itself:
 //! - no two files import each other, directly or around a loop;
 //! - `wal`, `storage::chunk` and `storage::block` import only the leaves (`encoding`, `reuse`,
-//!   the `histogram` model, and the test crash points of `crash`).
+//!   the `histogram` model, and the test crash points of `crash`);
+//! - `protocol` imports only `encoding`, the `histogram` model and `proto`;
+//! - storage has two doors: nothing outside `storage` names the head (its
+//!   shards, slots, locks, aliases) or the WAL's use by the head; ingest
+//!   imports neither `wal` nor the head; forward imports neither `ingest`
+//!   nor the head; `api` and `promql` reach storage through `Db`,
+//!   `Appender` and `Querier` and the values they take and give;
+//! - no `impl Head` outside `storage/head.rs` and `storage/head/`.
 //!
 //! A file's dependencies are the modules named by its `use` paths and by
 //! `crate::…`/`super::…` paths in its code (comments and `#[cfg(test)]`
@@ -85,7 +92,8 @@ fn graph(files: &BTreeMap<String, String>) -> Graph {
     let uses =
         Regex::new(r"\buse\s+((?:crate|super|self)(?:::\w+)*)(?:::\{([^;]*)\})?").expect("regex");
     let paths = Regex::new(r"\b((?:crate|super)(?:::\w+)+)").expect("regex");
-    let facade = Regex::new(r"pub(?:\(crate\))? use [^;]*;|(?:pub )?mod \w+;").expect("regex");
+    let facade =
+        Regex::new(r"pub(?:\([^)]*\))? use [^;]*;|(?:pub(?:\([^)]*\))? )?mod \w+;").expect("regex");
     let mut g = Graph::new();
     for (m, text) in files {
         let body = code(text);
@@ -242,6 +250,116 @@ fn the_lower_layers_import_only_leaves() {
     }
 }
 
+/// Whether module `m` is `layer` or inside it.
+fn within(m: &str, layer: &str) -> bool {
+    m == layer || m.starts_with(&format!("{layer}::"))
+}
+
+/// Every import of a module in one of `from` that lands in one of `to`.
+fn imports_between(g: &Graph, from: &[&str], to: &[&str]) -> Vec<String> {
+    g.iter()
+        .filter(|(m, _)| from.iter().any(|f| within(m, f)))
+        .flat_map(|(m, deps)| {
+            deps.iter()
+                .filter(|d| to.iter().any(|t| within(d, t)))
+                .map(move |d| format!("{m} -> {d}"))
+        })
+        .collect()
+}
+
+#[test]
+fn protocol_imports_only_leaves() {
+    let g = src_graph();
+    let leaves = ["encoding", "histogram", "proto"];
+    assert!(
+        g.keys().any(|m| within(m, "protocol")),
+        "no protocol module"
+    );
+    for (m, deps) in g.iter().filter(|(m, _)| within(m, "protocol")) {
+        for d in deps {
+            assert!(
+                within(d, "protocol") || leaves.iter().any(|l| within(d, l)),
+                "{m} imports {d}: protocol may import only {leaves:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nothing_outside_storage_names_the_head() {
+    let g = src_graph();
+    let outside: Vec<&str> = g
+        .keys()
+        .map(String::as_str)
+        .filter(|m| !within(m, "storage"))
+        .collect();
+    let found = imports_between(&g, &outside, &["storage::head"]);
+    assert!(
+        found.is_empty(),
+        "the head named outside storage: {found:#?}"
+    );
+}
+
+#[test]
+fn ingest_writes_through_the_appender_not_the_wal() {
+    let found = imports_between(&src_graph(), &["ingest"], &["wal", "storage::head"]);
+    assert!(
+        found.is_empty(),
+        "ingest reaches past the Appender: {found:#?}"
+    );
+}
+
+#[test]
+fn forward_imports_neither_ingest_nor_the_head() {
+    let found = imports_between(&src_graph(), &["forward"], &["ingest", "storage::head"]);
+    assert!(found.is_empty(), "forward reaches into: {found:#?}");
+}
+
+/// `api` and `promql` use storage's doors and the values that pass
+/// through them: labels, matchers, selected series, metadata and
+/// exemplars, and the read's stop condition (the root module).
+#[test]
+fn api_and_promql_reach_storage_through_its_doors() {
+    let g = src_graph();
+    let doors = [
+        "storage::db",
+        "storage::appender",
+        "storage::querier",
+        "storage::labels",
+        "storage::index",
+        "storage::selected",
+        "storage::metadata",
+        "storage::exemplars",
+    ];
+    for (m, deps) in g
+        .iter()
+        .filter(|(m, _)| within(m, "api") || within(m, "promql"))
+    {
+        for d in deps.iter().filter(|d| within(d, "storage")) {
+            assert!(
+                d == "storage" || doors.contains(&d.as_str()),
+                "{m} imports {d}: api and promql reach storage only through {doors:?}"
+            );
+        }
+    }
+}
+
+/// The head's methods live in the head's own files.
+#[test]
+fn no_impl_head_outside_the_head() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let impl_head = Regex::new(r"\bimpl(<[^>]*>)?\s+Head\b").expect("regex");
+    let found: Vec<String> = modules(&root)
+        .into_iter()
+        .filter(|(m, text)| !within(m, "storage::head") && impl_head.is_match(&code(text)))
+        .map(|(m, _)| m)
+        .collect();
+    assert!(
+        found.is_empty(),
+        "impl Head outside storage/head: {found:?}"
+    );
+}
+
 #[test]
 fn the_checker_sees_a_cycle_and_a_reach_up() {
     let files: BTreeMap<String, String> = [
@@ -262,6 +380,12 @@ fn the_checker_sees_a_cycle_and_a_reach_up() {
     assert!(g["c"].is_empty(), "comments and tests are not imports");
     assert!(g["p"].is_empty(), "a facade is not a dependency");
     assert_eq!(g["p::q"], BTreeSet::from(["p".to_owned()]));
+    assert_eq!(
+        imports_between(&g, &["a"], &["b"]),
+        vec!["a -> b".to_owned()],
+        "an import across layers is found"
+    );
+    assert!(imports_between(&g, &["c"], &["a"]).is_empty());
 }
 
 /// `unsafe` is denied in the crate and allowed in one place: the FFI call

@@ -37,6 +37,7 @@ use std::fmt::Write as _;
 use super::pipeline;
 use super::validate::{LabelError, LabelLimits};
 use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
+use crate::protocol::otlp::{len_prefix, temporality, DataKind, PackedVarints};
 use crate::protocol::wire::{DecodeError, Reader, Value};
 use crate::reuse::{Buffer, Reused};
 use crate::storage::STALE_NAN;
@@ -44,7 +45,6 @@ use crate::storage::{AppendCounts, Appender, Db, SampleError};
 use delta::{DeltaError, DeltaState};
 use labels::{split_key_value, AttrError, LabelSet, Source};
 use names::{NameCache, NameKind};
-use schema::{len_prefix, temporality, DataKind, PackedVarints};
 
 /// Most buckets one histogram point may have (OpenTelemetry SDKs default
 /// to 160 for exponential histograms); each bucket is a series here.

@@ -11,8 +11,8 @@ use base64::Engine as _;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value as Json;
 
-use super::schema::{Field, Msg, Ty, REQUEST};
 use crate::encoding::put_uvarint;
+use crate::protocol::otlp::{Field, Msg, Ty, REQUEST};
 
 /// A JSON body that is not a valid OTLP metrics request, with the path of
 /// the offending value (`resourceMetrics[0].scopeMetrics[1]…`).

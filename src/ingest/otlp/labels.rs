@@ -286,7 +286,9 @@ pub fn split_key_value(
     while let Some((num, v, at)) = r.next_field()? {
         match (num, v) {
             (1, Value::Bytes(b)) => key = b,
-            (2, Value::Bytes(b)) => value = Some((b, at + super::schema::len_prefix(b.len()))),
+            (2, Value::Bytes(b)) => {
+                value = Some((b, at + crate::protocol::otlp::len_prefix(b.len())))
+            }
             _ => {}
         }
     }
@@ -322,7 +324,12 @@ pub fn any_value_string(
         }
         (4, Value::Fixed64(bits)) => push_double(out, f64::from_bits(bits)),
         (5 | 6, Value::Bytes(b)) => {
-            let json = any_json(num, b, at + super::schema::len_prefix(b.len()), depth)?;
+            let json = any_json(
+                num,
+                b,
+                at + crate::protocol::otlp::len_prefix(b.len()),
+                depth,
+            )?;
             let _ = write!(out, "{json}");
         }
         (7, Value::Bytes(b)) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
@@ -348,7 +355,7 @@ fn push_double(out: &mut String, f: f64) {
 /// An array (5) or kvlist (6) `AnyValue` as JSON.
 fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json::Value, AttrError> {
     use serde_json::Value as J;
-    if depth > super::schema::MAX_DEPTH {
+    if depth > crate::protocol::otlp::MAX_DEPTH {
         return Err(AttrError::Decode(DecodeError {
             what: "messages nested too deeply",
             offset: base,
@@ -372,9 +379,12 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
             Some((2, Value::Varint(x), _)) => J::Bool(x != 0),
             Some((3, Value::Varint(x), _)) => J::from(x as i64),
             Some((4, Value::Fixed64(x), _)) => J::from(f64::from_bits(x)),
-            Some((n @ (5 | 6), Value::Bytes(s), at)) => {
-                any_json(n, s, at + super::schema::len_prefix(s.len()), depth + 1)?
-            }
+            Some((n @ (5 | 6), Value::Bytes(s), at)) => any_json(
+                n,
+                s,
+                at + crate::protocol::otlp::len_prefix(s.len()),
+                depth + 1,
+            )?,
             Some((7, Value::Bytes(s), _)) => {
                 J::String(base64::engine::general_purpose::STANDARD.encode(s))
             }
@@ -388,7 +398,10 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
         let mut items = Vec::new();
         while let Some((n, v, at)) = r.next_field()? {
             if let (1, Value::Bytes(item)) = (n, v) {
-                items.push(one(item, at + super::schema::len_prefix(item.len()))?);
+                items.push(one(
+                    item,
+                    at + crate::protocol::otlp::len_prefix(item.len()),
+                )?);
             }
         }
         Ok(J::Array(items))
@@ -396,7 +409,8 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
         let mut map = serde_json::Map::new();
         while let Some((n, v, at)) = r.next_field()? {
             if let (1, Value::Bytes(kv)) = (n, v) {
-                let (k, val) = split_key_value(kv, at + super::schema::len_prefix(kv.len()))?;
+                let (k, val) =
+                    split_key_value(kv, at + crate::protocol::otlp::len_prefix(kv.len()))?;
                 let k = std::str::from_utf8(k)
                     .map_err(|_| AttrError::Label(LabelError::InvalidUtf8))?;
                 let val = match val {

@@ -20,9 +20,9 @@
 
 use std::fmt;
 
-use super::decode::{check_message, check_sample, SampleIter};
 use crate::encoding::uvarint;
 use crate::protocol::describe_labels;
+use crate::protocol::remote_write::{check_message, check_sample, SampleIter};
 use crate::protocol::wire::{wrong_type, DecodeError, Reader, Value};
 use crate::storage::labels::encode_canonical_bytes;
 use crate::storage::SeriesRef;
