@@ -567,8 +567,8 @@ impl Config {
     }
 
     /// The HTTP listener's limits.
-    pub fn http_limits(&self) -> crate::server::http::HttpLimits {
-        crate::server::http::HttpLimits {
+    pub fn http_limits(&self) -> HttpLimits {
+        HttpLimits {
             max_connections: self.http_max_connections,
             header_read_timeout: self.http_header_read_timeout,
             max_header_bytes: self.http_max_header_bytes,
@@ -740,6 +740,20 @@ impl Config {
             ..HeadOptions::default()
         }
     }
+}
+
+/// The HTTP listener's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Most connections open at once; past it, new ones wait in the
+    /// kernel's backlog.
+    pub max_connections: usize,
+    /// Longest wait for a request's headers, idle keep-alive included.
+    pub header_read_timeout: Duration,
+    /// Largest request head (request line and headers), in bytes.
+    pub max_header_bytes: usize,
+    /// Longest wait for in-flight requests at shutdown.
+    pub shutdown_timeout: Duration,
 }
 
 #[cfg(test)]

@@ -1,25 +1,49 @@
-//! Sluice: a Prometheus-compatible remote-write gateway with an in-memory,
-//! XOR-chunked hot tier.
+//! Sluice: a Prometheus-compatible remote-write gateway: remote write 1.0
+//! and 2.0 and OTLP in, Prometheus' chunk encodings and TSDB blocks inside,
+//! Prometheus' HTTP API and remote write out.
 //!
-//! The map of the house (dependencies point down the list):
-//! - [`api`]: the axum router, one error-to-HTTP mapping, and the handlers.
-//! - [`ingest`]: wire decoders that feed the head straight from request bytes.
-//! - [`promql`]: the PromQL evaluator over the head.
+//! # Layout
+//!
+//! In the order data flows; each module imports only those below it.
+//! - `main.rs` (the binary): the CLI, thin: flags and file →
+//!   [`config::Config`] → [`server::run`].
+//! - [`server`]: builds the state, opens the database, serves HTTP, runs the
+//!   forwarders, shuts down gracefully.
+//! - [`api`]: the axum router, one error-to-HTTP mapping, the handlers.
+//! - [`ingest`]: one pipeline every protocol feeds (label rules, series
+//!   creation, histograms, exemplars, the wording of refusals), writing
+//!   through the storage `Appender`.
+//! - [`promql`]: the PromQL evaluator over the storage `Querier`.
 //! - [`forward`]: hands what the WAL holds on to remote-write receivers,
 //!   from a saved position per destination.
-//! - [`storage`]: the sharded head, interned labels, inverted index, XOR
-//!   chunks; its durability (WAL logging, replay, checkpoints), retention
-//!   and memory accounting.
-//! - [`wal`]: the write-ahead log's segments, records, group commit and replay.
-//! - [`encoding`]: leaf byte codes: varints, zigzag, a byte cursor.
-//! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
-//! - [`crash`]: leaf: the crash points the crash tests kill the process at.
-//! - [`heap`]: leaf: hands freed heap back to the system after large,
-//!   short-lived work.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
-//! - [`server`]: builds the state, serves HTTP, shuts down gracefully.
-//! - [`proto`]: prost types generated from `proto/`, for tests, benches and encoders.
+//! - [`storage`]: one `Db`: the sharded head, blocks on disk, the WAL's use,
+//!   checkpoints, exemplars, metadata, the memory account and upkeep; its
+//!   doors are `Appender` (write) and `Querier` (read, head and blocks
+//!   merged).
+//! - [`wal`]: the write-ahead log's segments, records, group commit and
+//!   replay.
+//! - [`protocol`]: leaf: the wire readers (protobuf, remote write,
+//!   histogram message, OTLP schema), field numbers named once.
+//! - [`histogram`]: leaf: the native histogram model and its operations.
+//! - [`encoding`]: leaf: varints, zigzag, a byte cursor.
+//! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
+//! - [`heap`]: leaf: hands freed heap back to the system after large,
+//!   short-lived work.
+//! - [`crash`]: leaf: the crash points the crash tests kill the process at.
+//! - [`proto`]: prost types generated from `proto/`, for tests, benches and
+//!   encoders.
+//!
+//! # Where the next capabilities plug in
+//!
+//! A tenant is one [`storage::Db`]: the API resolves the request's tenant to
+//! its `Db` (a map of them in the state) and everything below runs
+//! unchanged. An out-of-order window lives inside the head, behind the
+//! `Appender` (a second chunk per series, logged and merged by the
+//! `Querier`). A rules engine is a `promql` caller over a `Querier` that
+//! writes its results back through an `Appender`, on the `Db`'s upkeep
+//! schedule.
 
 pub mod api;
 pub mod config;

@@ -2,7 +2,7 @@
 //! Prometheus' JSON shapes (timestamps as numbers with up to 3 decimals,
 //! values as Go-formatted strings, matrices sorted by labels).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -20,12 +20,6 @@ use crate::storage::labels::Label;
 
 /// Prometheus' cap on points per series in a range query.
 const MAX_POINTS: i64 = 11_000;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
     let mut opts = state.query_options().clone();
@@ -66,7 +60,7 @@ pub(super) async fn instant(
         .get("query")
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
         .to_owned();
-    let t = p.time("time", now_ms())?;
+    let t = p.time("time", state.now_ms())?;
     let opts = options(&state, &p)?;
     let max = state.max_response_bytes();
     // The answer is written on the query thread too: it is CPU work as

@@ -15,19 +15,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-/// The listener's limits.
-#[derive(Debug, Clone, Copy)]
-pub struct HttpLimits {
-    /// Most connections open at once; past it, new ones wait in the
-    /// kernel's backlog.
-    pub max_connections: usize,
-    /// Longest wait for a request's headers, idle keep-alive included.
-    pub header_read_timeout: Duration,
-    /// Largest request head (request line and headers), in bytes.
-    pub max_header_bytes: usize,
-    /// Longest wait for in-flight requests at shutdown.
-    pub shutdown_timeout: Duration,
-}
+pub use crate::config::HttpLimits;
 
 /// hyper's smallest read buffer.
 const MIN_HEADER_BYTES: usize = 8192;
