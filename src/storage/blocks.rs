@@ -16,8 +16,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::block::compact::{self, CompactError, Parent};
 use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
-use super::chunk::ChunkRef;
-use super::head::hist_series::decode_chunk;
+use super::chunk::{decode_histograms, ChunkRef, HistogramKind};
 use super::index::Matcher;
 use super::labels::Label;
 use super::selected::SelectedSeries;
@@ -184,9 +183,16 @@ impl Block {
                         maxt: m.maxt,
                         bytes,
                     }),
-                    Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => {
-                        decode_chunk(e == FLOAT_HISTOGRAM, &bytes, mint, maxt, &mut s.histograms)
-                    }
+                    Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => decode_histograms(
+                        match e {
+                            FLOAT_HISTOGRAM => HistogramKind::Float,
+                            _ => HistogramKind::Int,
+                        },
+                        &bytes,
+                        mint,
+                        maxt,
+                        &mut s.histograms,
+                    ),
                     Ok((e, _)) => {
                         failed = Some(BlockError(format!(
                             "chunk {}: unknown encoding {e}",

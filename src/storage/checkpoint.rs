@@ -28,6 +28,7 @@ use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
+use super::chunk::HistogramKind;
 use super::head::hist_series::HistImage;
 use super::head::shard::{MemSeries, Shard};
 use super::head::Head;
@@ -124,12 +125,12 @@ fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut 
             out.extend_from_slice(&next_at.to_le_bytes());
             put_uvarint(out, sealed.len() as u64);
             for c in sealed {
-                put_hist_chunk(out, c.mint, c.maxt, c.float, &c.bytes);
+                put_hist_chunk(out, c.mint, c.maxt, c.kind, &c.bytes);
             }
             match open {
-                Some((mint, maxt, float, bytes)) => {
+                Some((mint, maxt, kind, bytes)) => {
                     out.push(1);
-                    put_hist_chunk(out, mint, maxt, float, bytes);
+                    put_hist_chunk(out, mint, maxt, kind, bytes);
                 }
                 None => out.push(0),
             }
@@ -137,25 +138,24 @@ fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut 
     });
 }
 
-fn put_hist_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, float: bool, bytes: &[u8]) {
+fn put_hist_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, kind: HistogramKind, bytes: &[u8]) {
     out.extend_from_slice(&mint.to_le_bytes());
     out.extend_from_slice(&maxt.to_le_bytes());
-    out.push(if float {
-        ENC_FLOAT_HISTOGRAM
-    } else {
-        ENC_HISTOGRAM
+    out.push(match kind {
+        HistogramKind::Float => ENC_FLOAT_HISTOGRAM,
+        HistogramKind::Int => ENC_HISTOGRAM,
     });
     put_bytes(out, bytes);
 }
 
-fn hist_chunk<'a>(r: &mut Cursor<'a>) -> Option<(i64, i64, bool, &'a [u8])> {
+fn hist_chunk<'a>(r: &mut Cursor<'a>) -> Option<(i64, i64, HistogramKind, &'a [u8])> {
     let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
-    let float = match r.byte()? {
-        ENC_HISTOGRAM => false,
-        ENC_FLOAT_HISTOGRAM => true,
+    let kind = match r.byte()? {
+        ENC_HISTOGRAM => HistogramKind::Int,
+        ENC_FLOAT_HISTOGRAM => HistogramKind::Float,
         _ => return None,
     };
-    Some((mint, maxt, float, r.bytes()?))
+    Some((mint, maxt, kind, r.bytes()?))
 }
 
 fn parse_hist<'a>(r: &mut Cursor<'a>, len: usize) -> Option<HistImage<'a>> {

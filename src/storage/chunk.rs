@@ -13,6 +13,53 @@ mod varbit;
 mod xor;
 mod xor_value;
 
+/// Which of Prometheus' two native histogram chunk encodings a chunk has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistogramKind {
+    /// Integer counts (`EncHistogram`).
+    Int,
+    /// Float counts (`EncFloatHistogram`).
+    Float,
+}
+
+impl HistogramKind {
+    /// The encoding a sample is stored in.
+    pub fn of(h: &crate::histogram::HistSample) -> Self {
+        match h {
+            crate::histogram::HistSample::Int(_) => Self::Int,
+            crate::histogram::HistSample::Float(_) => Self::Float,
+        }
+    }
+}
+
+/// Appends the samples of histogram chunk `bytes` (of encoding `kind`) with
+/// `mint <= t <= maxt` to `out`.
+pub fn decode_histograms(
+    kind: HistogramKind,
+    bytes: &[u8],
+    mint: i64,
+    maxt: i64,
+    out: &mut Vec<(i64, crate::histogram::HistSample)>,
+) {
+    if kind == HistogramKind::Float {
+        let mut it = FloatHistogramIter::new(bytes);
+        let mut h = crate::histogram::FloatHistogram::default();
+        while let Some(t) = it.next_into(&mut h) {
+            if (mint..=maxt).contains(&t) {
+                out.push((t, crate::histogram::HistSample::Float(h.clone())));
+            }
+        }
+    } else {
+        let mut it = HistogramIter::new(bytes);
+        let mut h = crate::histogram::Histogram::default();
+        while let Some(t) = it.next_into(&mut h) {
+            if (mint..=maxt).contains(&t) {
+                out.push((t, crate::histogram::HistSample::Int(h.clone())));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 use bstream::BitReader;
 pub use bstream::{BitWriter, INLINE_BYTES};

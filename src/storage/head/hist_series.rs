@@ -9,11 +9,10 @@
 use std::sync::Arc;
 
 pub use crate::histogram::HistSample;
-use crate::histogram::{FloatHistogram, Histogram};
 use crate::storage::append::{chunk_end_time, range_for_timestamp, HeadOptions, SampleError};
 use crate::storage::chunk::{
-    Appended, CounterResetHeader, FloatAppended, FloatHistogramAppender, FloatHistogramIter,
-    HistogramAppender, HistogramIter,
+    decode_histograms, Appended, CounterResetHeader, FloatAppended, FloatHistogramAppender,
+    FloatHistogramIter, HistogramAppender, HistogramIter, HistogramKind,
 };
 
 /// Prometheus' `TargetBytesPerHistogramChunk`.
@@ -26,15 +25,15 @@ const MIN_SAMPLES: u16 = 10;
 pub struct HistImage<'a> {
     /// When the open chunk must be cut at the latest.
     pub next_at: i64,
-    /// Sealed chunks, oldest first: (mint, maxt, float encoding, bytes).
-    pub sealed: Vec<(i64, i64, bool, &'a [u8])>,
+    /// Sealed chunks, oldest first: (mint, maxt, encoding, bytes).
+    pub sealed: Vec<(i64, i64, HistogramKind, &'a [u8])>,
     /// The open chunk.
     pub open: Option<OpenImage<'a>>,
 }
 
-/// An open chunk as a checkpoint holds it: (mint, maxt, float encoding,
+/// An open chunk as a checkpoint holds it: (mint, maxt, encoding,
 /// bytes).
-pub type OpenImage<'a> = (i64, i64, bool, &'a [u8]);
+pub type OpenImage<'a> = (i64, i64, HistogramKind, &'a [u8]);
 
 /// The chunk being appended to.
 #[derive(Debug, Clone)]
@@ -58,8 +57,11 @@ impl OpenApp {
         }
     }
 
-    fn is_float(&self) -> bool {
-        matches!(self, Self::Float(_))
+    fn kind(&self) -> HistogramKind {
+        match self {
+            Self::Int(_) => HistogramKind::Int,
+            Self::Float(_) => HistogramKind::Float,
+        }
     }
 }
 
@@ -70,8 +72,8 @@ pub struct SealedHist {
     pub mint: i64,
     /// Last sample's timestamp.
     pub maxt: i64,
-    /// Float histogram encoding (else integer).
-    pub float: bool,
+    /// Its encoding.
+    pub kind: HistogramKind,
     /// The chunk's bytes.
     pub bytes: Arc<[u8]>,
 }
@@ -150,13 +152,13 @@ impl HistSeries {
             }
         }
         let mut delta = HistDelta::default();
-        let float = matches!(h, HistSample::Float(_));
+        let kind = HistogramKind::of(h);
         // The previous chunk's appender, when this append opens a chunk:
         // it decides the new chunk's counter-reset header.
         let mut prev: Option<OpenApp> = None;
         let cut = match &self.open {
             None => true,
-            Some(o) if o.app.is_float() != float => true,
+            Some(o) if o.app.kind() != kind => true,
             Some(o) => {
                 let n = o.app.num_samples();
                 let bytes = o.app.bytes().len();
@@ -179,12 +181,12 @@ impl HistSeries {
                 self.sealed.push(SealedHist {
                     mint: o.mint,
                     maxt: o.maxt,
-                    float: o.app.is_float(),
+                    kind: o.app.kind(),
                     bytes: Arc::from(o.app.bytes()),
                 });
                 prev = Some(o.app);
             }
-            let app = if float {
+            let app = if kind == HistogramKind::Float {
                 OpenApp::Float(FloatHistogramAppender::new())
             } else {
                 OpenApp::Int(HistogramAppender::new())
@@ -253,7 +255,7 @@ impl HistSeries {
                 self.sealed.push(SealedHist {
                     mint: old.mint,
                     maxt: old.maxt,
-                    float: old.app.is_float(),
+                    kind: old.app.kind(),
                     bytes: Arc::from(old.app.bytes()),
                 });
                 self.next_at = range_for_timestamp(t, opts.chunk_range_ms);
@@ -267,15 +269,15 @@ impl HistSeries {
         Ok(Some(delta))
     }
 
-    /// Chunks in time order, the open one last: (mint, maxt, float, bytes).
-    pub fn chunks(&self) -> impl Iterator<Item = (i64, i64, bool, &[u8])> {
+    /// Chunks in time order, the open one last: (mint, maxt, kind, bytes).
+    pub fn chunks(&self) -> impl Iterator<Item = (i64, i64, HistogramKind, &[u8])> {
         self.sealed
             .iter()
-            .map(|c| (c.mint, c.maxt, c.float, &*c.bytes))
+            .map(|c| (c.mint, c.maxt, c.kind, &*c.bytes))
             .chain(
                 self.open
                     .iter()
-                    .map(|o| (o.mint, o.maxt, o.app.is_float(), o.app.bytes())),
+                    .map(|o| (o.mint, o.maxt, o.app.kind(), o.app.bytes())),
             )
     }
 
@@ -283,11 +285,11 @@ impl HistSeries {
     pub fn samples(&self, mint: i64, maxt: i64, until: i64) -> Vec<(i64, HistSample)> {
         let maxt = maxt.min(until);
         let mut out = Vec::new();
-        for (cmin, cmax, float, bytes) in self.chunks() {
+        for (cmin, cmax, kind, bytes) in self.chunks() {
             if cmax < mint || cmin > maxt {
                 continue;
             }
-            decode_chunk(float, bytes, mint, maxt, &mut out);
+            decode_histograms(kind, bytes, mint, maxt, &mut out);
         }
         out
     }
@@ -324,7 +326,7 @@ impl HistSeries {
             &self.sealed,
             self.open
                 .as_ref()
-                .map(|o| (o.mint, o.maxt, o.app.is_float(), o.app.bytes())),
+                .map(|o| (o.mint, o.maxt, o.app.kind(), o.app.bytes())),
             self.next_at,
         )
     }
@@ -343,10 +345,10 @@ impl HistSeries {
             end_computed: false,
             last: None,
         };
-        if let Some((mint, maxt, float, bytes)) = open {
+        if let Some((mint, maxt, kind, bytes)) = open {
             // Appending the chunk's own samples in order yields its bytes
             // again (one layout throughout, so no recode or cut).
-            let (app, last) = if float {
+            let (app, last) = if kind == HistogramKind::Float {
                 let mut app = FloatHistogramAppender::new();
                 let mut last = None;
                 let mut it = FloatHistogramIter::new(bytes);
@@ -379,33 +381,5 @@ impl HistSeries {
             s.last = last;
         }
         Some(s)
-    }
-}
-
-/// Appends the samples of histogram chunk `bytes` (float encoding or
-/// integer) with `mint <= t <= maxt` to `out`.
-pub fn decode_chunk(
-    float: bool,
-    bytes: &[u8],
-    mint: i64,
-    maxt: i64,
-    out: &mut Vec<(i64, HistSample)>,
-) {
-    if float {
-        let mut it = FloatHistogramIter::new(bytes);
-        let mut h = FloatHistogram::default();
-        while let Some(t) = it.next_into(&mut h) {
-            if (mint..=maxt).contains(&t) {
-                out.push((t, HistSample::Float(h.clone())));
-            }
-        }
-    } else {
-        let mut it = HistogramIter::new(bytes);
-        let mut h = Histogram::default();
-        while let Some(t) = it.next_into(&mut h) {
-            if (mint..=maxt).contains(&t) {
-                out.push((t, HistSample::Int(h.clone())));
-            }
-        }
     }
 }

@@ -12,7 +12,7 @@ use crate::storage::append::{
 };
 use crate::storage::block::{BlockChunk, Encoding};
 use crate::storage::chunk::ChunkRef;
-use crate::storage::chunk::{XorAppender, XorIter, HEADER_BYTES};
+use crate::storage::chunk::{HistogramKind, XorAppender, XorIter, HEADER_BYTES};
 use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
@@ -887,14 +887,14 @@ impl Shard {
             });
         }
         if let Some(h) = self.hist_of(s) {
-            for (mint, maxt, float, bytes) in h.chunks() {
+            for (mint, maxt, kind, bytes) in h.chunks() {
                 if inside(mint, bytes) {
                     out.push(BlockChunk {
                         mint,
                         maxt,
-                        encoding: match float {
-                            true => Encoding::FloatHistogram,
-                            false => Encoding::Histogram,
+                        encoding: match kind {
+                            HistogramKind::Float => Encoding::FloatHistogram,
+                            HistogramKind::Int => Encoding::Histogram,
                         },
                         data: Arc::from(bytes),
                     });
@@ -936,10 +936,10 @@ impl Shard {
         let sealed = image
             .sealed
             .iter()
-            .map(|&(mint, maxt, float, b)| super::hist_series::SealedHist {
+            .map(|&(mint, maxt, kind, b)| super::hist_series::SealedHist {
                 mint,
                 maxt,
-                float,
+                kind,
                 bytes: Arc::from(b),
             })
             .collect();
