@@ -204,10 +204,12 @@ fn store_histograms<W: Wire>(
     for span in spans {
         samples.clear();
         for msg in wire.histograms(span) {
-            match histogram::decode(msg).and_then(|h| {
-                h.validate().map_err(|e| e.to_string())?;
-                Ok(h)
-            }) {
+            match histogram::decode(msg)
+                .map_err(|e| e.to_string())
+                .and_then(|h| {
+                    h.validate().map_err(|e| e.to_string())?;
+                    Ok(h)
+                }) {
                 Ok(h) => samples.push(h.into_sample()),
                 Err(why) => {
                     report.reject(Reason::InvalidHistogram, 1, || {

@@ -130,10 +130,89 @@ pub fn encode(t: i64, h: &crate::histogram::HistSample, out: &mut Vec<u8>) {
 /// beyond its own size.
 pub const MAX_HISTOGRAM_ITEMS: usize = 1 << 16;
 
+/// The `Histogram` message's field numbers (the same in remote write 1.0
+/// and 2.0).
+pub mod field {
+    /// `count_int` (uint64): the count of an integer histogram.
+    pub const COUNT_INT: u32 = 1;
+    /// `count_float` (double): the count of a float histogram.
+    pub const COUNT_FLOAT: u32 = 2;
+    /// `sum` (double).
+    pub const SUM: u32 = 3;
+    /// `schema` (sint32).
+    pub const SCHEMA: u32 = 4;
+    /// `zero_threshold` (double).
+    pub const ZERO_THRESHOLD: u32 = 5;
+    /// `zero_count_int` (uint64).
+    pub const ZERO_COUNT_INT: u32 = 6;
+    /// `zero_count_float` (double).
+    pub const ZERO_COUNT_FLOAT: u32 = 7;
+    /// `negative_spans` (repeated BucketSpan).
+    pub const NEGATIVE_SPANS: u32 = 8;
+    /// `negative_deltas` (repeated sint64): integer bucket deltas.
+    pub const NEGATIVE_DELTAS: u32 = 9;
+    /// `negative_counts` (repeated double): float bucket counts.
+    pub const NEGATIVE_COUNTS: u32 = 10;
+    /// `positive_spans` (repeated BucketSpan).
+    pub const POSITIVE_SPANS: u32 = 11;
+    /// `positive_deltas` (repeated sint64).
+    pub const POSITIVE_DELTAS: u32 = 12;
+    /// `positive_counts` (repeated double).
+    pub const POSITIVE_COUNTS: u32 = 13;
+    /// `reset_hint` (enum ResetHint).
+    pub const RESET_HINT: u32 = 14;
+    /// `timestamp` (int64, milliseconds).
+    pub const TIMESTAMP: u32 = 15;
+    /// `custom_values` (repeated double): custom bucket bounds.
+    pub const CUSTOM_VALUES: u32 = 16;
+    /// `BucketSpan.offset` (sint32).
+    pub const SPAN_OFFSET: u32 = 1;
+    /// `BucketSpan.length` (uint32).
+    pub const SPAN_LENGTH: u32 = 2;
+}
+
+/// Why one `Histogram` message could not be read. The rest of its request
+/// is unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HistogramWireError {
+    /// The message's bytes are not protobuf.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A repeated field of the wrong wire type, or with too many values.
+    #[error("histogram field {0} has the wrong type")]
+    WrongType(&'static str),
+    /// A known field of the wrong wire type.
+    #[error("histogram field {0} has the wrong type")]
+    WrongTypeField(u32),
+    /// A schema that does not fit 32 bits.
+    #[error("histogram schema out of range")]
+    SchemaOutOfRange,
+    /// More spans than [`MAX_HISTOGRAM_ITEMS`].
+    #[error("histogram has more than {MAX_HISTOGRAM_ITEMS} spans")]
+    TooManySpans,
+    /// A span offset that does not fit 32 bits.
+    #[error("span offset out of range")]
+    SpanOffsetOutOfRange,
+    /// A span length that does not fit 32 bits.
+    #[error("span length out of range")]
+    SpanLengthOutOfRange,
+    /// A span field of the wrong wire type.
+    #[error("histogram span field has the wrong type")]
+    SpanWrongType,
+    /// `count_float` with integer bucket deltas.
+    #[error("a float histogram (count_float) must carry bucket counts, not deltas")]
+    FloatWithDeltas,
+    /// `count_int` (or no count) with float bucket counts.
+    #[error("an integer histogram (count_int) must carry bucket deltas, not counts")]
+    IntWithCounts,
+}
+
 /// Decodes one `Histogram` message. The framing was checked with the
 /// request; a value of the wrong wire type or too many buckets is an error
 /// for this histogram only.
-pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
+pub fn decode(msg: &[u8]) -> Result<WireHistogram, HistogramWireError> {
+    use field::*;
+    use HistogramWireError as E;
     let mut int_count: Option<u64> = None;
     let mut float_count: Option<f64> = None;
     let mut zero_int = 0u64;
@@ -150,31 +229,36 @@ pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
     let mut custom = Vec::new();
     let mut hint = CounterResetHint::Unknown;
     let mut t = 0i64;
-    let bad = |what: &str| format!("histogram field {what} has the wrong type");
     let mut r = Reader::new(msg);
-    loop {
-        let next = r.next_field().map_err(|e: DecodeError| e.to_string())?;
-        let Some((field, v, _)) = next else { break };
-        match (field, v) {
-            (1, Value::Varint(x)) => int_count = Some(x),
-            (2, Value::Fixed64(x)) => float_count = Some(f64::from_bits(x)),
-            (3, Value::Fixed64(x)) => sum = f64::from_bits(x),
-            (4, Value::Varint(x)) => {
-                schema = i32::try_from(unzigzag(x)).map_err(|_| "histogram schema out of range")?
+    while let Some((f, v, _)) = r.next_field()? {
+        match (f, v) {
+            (COUNT_INT, Value::Varint(x)) => int_count = Some(x),
+            (COUNT_FLOAT, Value::Fixed64(x)) => float_count = Some(f64::from_bits(x)),
+            (SUM, Value::Fixed64(x)) => sum = f64::from_bits(x),
+            (SCHEMA, Value::Varint(x)) => {
+                schema = i32::try_from(unzigzag(x)).map_err(|_| E::SchemaOutOfRange)?
             }
-            (5, Value::Fixed64(x)) => zero_threshold = f64::from_bits(x),
-            (6, Value::Varint(x)) => zero_int = x,
-            (7, Value::Fixed64(x)) => zero_float = Some(f64::from_bits(x)),
-            (8, Value::Bytes(b)) => push_limited(&mut neg_spans, span(b)?)?,
-            (11, Value::Bytes(b)) => push_limited(&mut pos_spans, span(b)?)?,
-            (9, v) => sint64s(v, &mut neg_deltas).ok_or_else(|| bad("negative_deltas"))?,
-            (12, v) => sint64s(v, &mut pos_deltas).ok_or_else(|| bad("positive_deltas"))?,
-            (10, v) => doubles(v, &mut neg_counts).ok_or_else(|| bad("negative_counts"))?,
-            (13, v) => doubles(v, &mut pos_counts).ok_or_else(|| bad("positive_counts"))?,
-            (16, v) => doubles(v, &mut custom).ok_or_else(|| bad("custom_values"))?,
-            (14, Value::Varint(x)) => hint = CounterResetHint::from_number(x),
-            (15, Value::Varint(x)) => t = x as i64,
-            (1..=16, _) => return Err(format!("histogram field {field} has the wrong type")),
+            (ZERO_THRESHOLD, Value::Fixed64(x)) => zero_threshold = f64::from_bits(x),
+            (ZERO_COUNT_INT, Value::Varint(x)) => zero_int = x,
+            (ZERO_COUNT_FLOAT, Value::Fixed64(x)) => zero_float = Some(f64::from_bits(x)),
+            (NEGATIVE_SPANS, Value::Bytes(b)) => push_limited(&mut neg_spans, span(b)?)?,
+            (POSITIVE_SPANS, Value::Bytes(b)) => push_limited(&mut pos_spans, span(b)?)?,
+            (NEGATIVE_DELTAS, v) => {
+                sint64s(v, &mut neg_deltas).ok_or(E::WrongType("negative_deltas"))?
+            }
+            (POSITIVE_DELTAS, v) => {
+                sint64s(v, &mut pos_deltas).ok_or(E::WrongType("positive_deltas"))?
+            }
+            (NEGATIVE_COUNTS, v) => {
+                doubles(v, &mut neg_counts).ok_or(E::WrongType("negative_counts"))?
+            }
+            (POSITIVE_COUNTS, v) => {
+                doubles(v, &mut pos_counts).ok_or(E::WrongType("positive_counts"))?
+            }
+            (CUSTOM_VALUES, v) => doubles(v, &mut custom).ok_or(E::WrongType("custom_values"))?,
+            (RESET_HINT, Value::Varint(x)) => hint = CounterResetHint::from_number(x),
+            (TIMESTAMP, Value::Varint(x)) => t = x as i64,
+            (COUNT_INT..=CUSTOM_VALUES, _) => return Err(E::WrongTypeField(f)),
             _ => {}
         }
     }
@@ -182,9 +266,7 @@ pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
     // looks at which oneof is set, and an unset one is an integer one.
     if let (Some(count), None) = (float_count, int_count) {
         if !pos_deltas.is_empty() || !neg_deltas.is_empty() {
-            return Err(
-                "a float histogram (count_float) must carry bucket counts, not deltas".into(),
-            );
+            return Err(E::FloatWithDeltas);
         }
         return Ok(WireHistogram::Float(
             t,
@@ -204,7 +286,7 @@ pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
         ));
     }
     if !pos_counts.is_empty() || !neg_counts.is_empty() {
-        return Err("an integer histogram (count_int) must carry bucket deltas, not counts".into());
+        return Err(E::IntWithCounts);
     }
     Ok(WireHistogram::Int(
         t,
@@ -224,29 +306,29 @@ pub fn decode(msg: &[u8]) -> Result<WireHistogram, String> {
     ))
 }
 
-fn push_limited<T>(v: &mut Vec<T>, x: T) -> Result<(), String> {
+fn push_limited<T>(v: &mut Vec<T>, x: T) -> Result<(), HistogramWireError> {
     if v.len() >= MAX_HISTOGRAM_ITEMS {
-        return Err(format!(
-            "histogram has more than {MAX_HISTOGRAM_ITEMS} spans"
-        ));
+        return Err(HistogramWireError::TooManySpans);
     }
     v.push(x);
     Ok(())
 }
 
 /// A `BucketSpan`: offset (sint32, field 1), length (uint32, field 2).
-fn span(msg: &[u8]) -> Result<Span, String> {
+fn span(msg: &[u8]) -> Result<Span, HistogramWireError> {
+    use field::{SPAN_LENGTH, SPAN_OFFSET};
+    use HistogramWireError as E;
     let mut s = Span::default();
     let mut r = Reader::new(msg);
-    while let Some((field, v, _)) = r.next_field().map_err(|e| e.to_string())? {
-        match (field, v) {
-            (1, Value::Varint(x)) => {
-                s.offset = i32::try_from(unzigzag(x)).map_err(|_| "span offset out of range")?
+    while let Some((f, v, _)) = r.next_field()? {
+        match (f, v) {
+            (SPAN_OFFSET, Value::Varint(x)) => {
+                s.offset = i32::try_from(unzigzag(x)).map_err(|_| E::SpanOffsetOutOfRange)?
             }
-            (2, Value::Varint(x)) => {
-                s.length = u32::try_from(x).map_err(|_| "span length out of range")?
+            (SPAN_LENGTH, Value::Varint(x)) => {
+                s.length = u32::try_from(x).map_err(|_| E::SpanLengthOutOfRange)?
             }
-            (1 | 2, _) => return Err("histogram span field has the wrong type".into()),
+            (SPAN_OFFSET | SPAN_LENGTH, _) => return Err(E::SpanWrongType),
             _ => {}
         }
     }
@@ -384,10 +466,14 @@ mod tests {
         };
         assert!(decode(&wire(mixed))
             .expect_err("mixed")
+            .to_string()
             .contains("deltas, not counts"));
         // Field 4 (schema) as a fixed64.
         let bad = [0x21, 0, 0, 0, 0, 0, 0, 0, 0];
-        assert!(decode(&bad).expect_err("type").contains("field 4"));
+        assert!(decode(&bad)
+            .expect_err("type")
+            .to_string()
+            .contains("field 4"));
     }
 
     #[test]
