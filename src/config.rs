@@ -16,7 +16,7 @@ use crate::promql::guard::ParseLimits;
 use crate::promql::QueryOptions;
 use crate::storage::{DbOptions, Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
-use crate::wal::WalOptions;
+use crate::wal::{Repair, WalOptions};
 
 /// Prometheus' experimental PromQL functions and aggregations.
 pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
@@ -106,7 +106,7 @@ settings! {
     /// Prometheus 3's default; query them as {"http.server.duration"}) or
     /// legacy ([a-zA-Z_:][a-zA-Z0-9_:]* and [a-zA-Z_][a-zA-Z0-9_]*)
     /// [default: utf8].
-    #[arg(value_name = "SCHEME")]
+    #[arg(value_name = "SCHEME", value_parser = crate::config::name_validation_parser())]
     metric_name_validation_scheme: NameValidation = NameValidation::Utf8;
     /// Most series held in memory; samples for new series beyond it are
     /// rejected (400, reason series_limit) [default: 10000000].
@@ -623,7 +623,10 @@ impl Config {
             dir: self.data_dir.clone(),
             wal: WalOptions {
                 segment_bytes: self.wal_segment_bytes,
-                repair: self.wal_repair,
+                repair: match self.wal_repair {
+                    true => Repair::DropFromDamage,
+                    false => Repair::Refuse,
+                },
             },
             fsync: self.wal_fsync.mode(),
         })
@@ -740,6 +743,14 @@ impl Config {
             ..HeadOptions::default()
         }
     }
+}
+
+/// `--metric-name-validation-scheme`'s values, listed in `--help`.
+pub(crate) fn name_validation_parser(
+) -> impl clap::builder::TypedValueParser<Value = NameValidation> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(NameValidation::ALL.map(NameValidation::as_str))
+        .try_map(|s| s.parse::<NameValidation>())
 }
 
 /// The HTTP listener's limits.

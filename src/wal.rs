@@ -47,16 +47,27 @@ pub struct WalOptions {
     /// A segment is closed and a new one started once it would grow past
     /// this many bytes (a record larger than this gets a segment alone).
     pub segment_bytes: u64,
-    /// On corruption in the middle of the log, drop everything from the
-    /// bad record on instead of refusing to start.
-    pub repair: bool,
+    /// What corruption in the middle of the log does.
+    pub repair: Repair,
+}
+
+/// What replay does with corruption before the log's last record (a torn
+/// tail is always cut off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Repair {
+    /// Refuse to start, naming the segment and offset.
+    #[default]
+    Refuse,
+    /// Drop everything from the bad record on and start
+    /// (`--wal-repair`).
+    DropFromDamage,
 }
 
 impl Default for WalOptions {
     fn default() -> Self {
         Self {
             segment_bytes: 128 << 20,
-            repair: false,
+            repair: Repair::Refuse,
         }
     }
 }
@@ -257,7 +268,7 @@ pub fn replay_after(
                 .map(|&j| fs::metadata(segment_path(dir, j)).map_or(0, |m| m.len()))
                 .sum();
             let torn_tail = later_here == 0 && later_bytes == 0;
-            if !torn_tail && !opts.repair {
+            if !torn_tail && opts.repair == Repair::Refuse {
                 return Err(WalError::Corrupt {
                     segment: path,
                     offset: pos as u64,
@@ -436,7 +447,7 @@ mod tests {
             dir,
             WalOptions {
                 segment_bytes,
-                repair: false,
+                repair: Repair::Refuse,
             },
         )
         .expect("open");
@@ -451,7 +462,7 @@ mod tests {
         w.sync().expect("sync");
     }
 
-    fn read(dir: &Path, repair: bool) -> Result<(Vec<String>, ReplayReport), WalError> {
+    fn read(dir: &Path, repair: Repair) -> Result<(Vec<String>, ReplayReport), WalError> {
         let mut got = Vec::new();
         let report = replay(
             dir,
@@ -484,7 +495,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         write(dir.path(), 50, 256);
         assert!(segments(dir.path()).expect("list").len() > 5);
-        let (got, report) = read(dir.path(), false).expect("replay");
+        let (got, report) = read(dir.path(), Repair::Refuse).expect("replay");
         assert_eq!(report.records, 100);
         assert_eq!(got.len(), 100);
         assert_eq!(got[0], "s1:series-1");
@@ -510,14 +521,15 @@ mod tests {
         }
         for cut in last_start + 1..full.len() {
             fs::write(&seg, &full[..cut]).expect("write");
-            let (got, report) = read(dir.path(), false).expect("a torn tail is not an error");
+            let (got, report) =
+                read(dir.path(), Repair::Refuse).expect("a torn tail is not an error");
             assert_eq!(got.len(), 5, "cut at {cut}");
             assert_eq!(report.dropped_bytes, (cut - last_start) as u64);
             assert_eq!(report.dropped_records, 0);
             assert!(!report.repaired);
             assert_eq!(fs::metadata(&seg).expect("stat").len(), last_start as u64);
             // Replaying again finds a clean log.
-            let (_, again) = read(dir.path(), false).expect("clean");
+            let (_, again) = read(dir.path(), Repair::Refuse).expect("clean");
             assert_eq!(again.dropped_bytes, 0);
         }
     }
@@ -531,7 +543,7 @@ mod tests {
         let n = bytes.len();
         bytes[n - 3] ^= 0x10;
         fs::write(&seg, &bytes).expect("write");
-        let (got, report) = read(dir.path(), false).expect("tail");
+        let (got, report) = read(dir.path(), Repair::Refuse).expect("tail");
         assert_eq!(got.len(), 5);
         assert!(report.dropped_bytes > 0);
     }
@@ -547,17 +559,17 @@ mod tests {
         let second = record::decode(&bytes[first..]).expect("valid").1;
         bytes[first + second + HEADER + 2] ^= 0x01;
         fs::write(&seg, &bytes).expect("write");
-        let err = read(dir.path(), false).unwrap_err();
+        let err = read(dir.path(), Repair::Refuse).unwrap_err();
         assert!(
             matches!(err, WalError::Corrupt { offset, what: "checksum mismatch", .. } if offset == (first + second) as u64),
             "{err}"
         );
         assert!(err.to_string().contains("--wal-repair"));
-        let (got, report) = read(dir.path(), true).expect("repaired");
+        let (got, report) = read(dir.path(), Repair::DropFromDamage).expect("repaired");
         assert_eq!(got, vec!["s1:series-1", "x1@1000=1"]);
         assert!(report.repaired);
         assert_eq!(report.dropped_records, 37);
-        let (again, clean) = read(dir.path(), false).expect("clean after repair");
+        let (again, clean) = read(dir.path(), Repair::Refuse).expect("clean after repair");
         assert_eq!(again.len(), 2);
         assert_eq!(clean.dropped_bytes, 0);
     }
@@ -572,10 +584,10 @@ mod tests {
         bytes[n - 1] ^= 0x80;
         fs::write(&first, &bytes).expect("write");
         assert!(matches!(
-            read(dir.path(), false),
+            read(dir.path(), Repair::Refuse),
             Err(WalError::Corrupt { .. })
         ));
-        let (_, report) = read(dir.path(), true).expect("repaired");
+        let (_, report) = read(dir.path(), Repair::DropFromDamage).expect("repaired");
         assert!(report.repaired);
         assert_eq!(segments(dir.path()).expect("list").len(), 1);
     }

@@ -337,11 +337,11 @@ pub fn read_series(dir: &Path, mut f: impl FnMut(u64, &[u8])) -> Result<Option<u
 
 /// Loads the newest checkpoint in `dir` into `head` through `restore`
 /// (which maps each series' reference for the WAL replay that follows) and
-/// `exemplars`. A damaged checkpoint fails, unless `repair`, which keeps
+/// `exemplars`. A damaged checkpoint fails, unless `repair` says to keep
 /// the series before the damage.
 pub fn load(
     dir: &Path,
-    repair: bool,
+    repair: crate::wal::Repair,
     mut restore: impl FnMut(&SeriesImage<'_>) -> bool,
     mut exemplars: impl FnMut(record::Exemplars<'_>),
 ) -> Result<CheckpointLoad, WalError> {
@@ -380,7 +380,7 @@ pub fn load(
                 loaded.series += 1;
                 pos += len;
             }
-            _ if repair => {
+            _ if repair == crate::wal::Repair::DropFromDamage => {
                 tracing::error!(
                     file = %path.display(),
                     offset = pos,
@@ -454,7 +454,7 @@ mod tests {
             dir: dir.to_owned(),
             wal: WalOptions {
                 segment_bytes: 2048,
-                repair: false,
+                repair: crate::wal::Repair::Refuse,
             },
             fsync: FsyncMode::Always,
         }
@@ -769,7 +769,7 @@ mod tests {
         let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("damaged");
         assert!(err.to_string().contains("--wal-repair"), "{err}");
         let mut d = durability(dir.path());
-        d.wal.repair = true;
+        d.wal.repair = crate::wal::Repair::DropFromDamage;
         let h = Head::open(HeadOptions::default(), &d).expect("repaired");
         let n = everything(&h).len();
         assert!(n > 0 && n < 20, "{n} series kept");

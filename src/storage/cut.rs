@@ -124,7 +124,7 @@ mod tests {
             dir: dir.to_owned(),
             wal: WalOptions {
                 segment_bytes: 1 << 20,
-                repair: false,
+                repair: crate::wal::Repair::Refuse,
             },
             fsync: FsyncMode::Always,
         }

@@ -463,7 +463,7 @@ mod tests {
             dir: dir.to_owned(),
             wal: WalOptions {
                 segment_bytes: 4096,
-                repair: false,
+                repair: crate::wal::Repair::Refuse,
             },
             fsync: FsyncMode::Always,
         }
@@ -706,7 +706,7 @@ mod tests {
             "{msg}"
         );
         let mut d = durability(dir.path());
-        d.wal.repair = true;
+        d.wal.repair = crate::wal::Repair::DropFromDamage;
         let head = Head::open(HeadOptions::default(), &d).expect("repaired");
         // The damaged record was the first (a series record), so nothing
         // after it could be kept.

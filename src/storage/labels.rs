@@ -74,17 +74,7 @@ impl Interner {
 /// Which metric and label names are accepted, as Prometheus'
 /// `metric_name_validation_scheme`: Prometheus 3 takes any UTF-8 name
 /// (`utf8`, its default); `legacy` keeps to the classic grammar.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NameValidation {
     /// Any non-empty UTF-8 name (`{"http.server.duration"}` in PromQL).
@@ -128,12 +118,38 @@ impl NameValidation {
     }
 }
 
-impl std::fmt::Display for NameValidation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl NameValidation {
+    /// Every scheme, by name.
+    pub const ALL: [NameValidation; 2] = [Self::Utf8, Self::Legacy];
+
+    /// Its name, as flags and files spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
             Self::Utf8 => "utf8",
             Self::Legacy => "legacy",
-        })
+        }
+    }
+}
+
+/// A name that is not a validation scheme.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown name validation scheme {0:?} (utf8 or legacy)")]
+pub struct UnknownScheme(String);
+
+impl std::str::FromStr for NameValidation {
+    type Err = UnknownScheme;
+
+    fn from_str(s: &str) -> Result<Self, UnknownScheme> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UnknownScheme(s.to_owned()))
+    }
+}
+
+impl std::fmt::Display for NameValidation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -339,7 +339,7 @@ mod tests {
             dir.path(),
             WalOptions {
                 segment_bytes: 64,
-                repair: false,
+                repair: crate::wal::Repair::Refuse,
             },
         )
         .expect("open");
