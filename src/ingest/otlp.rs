@@ -1,6 +1,6 @@
 //! OTLP metrics ingest: an `ExportMetricsServiceRequest` appended to the
 //! head under the names Prometheus' own OTLP receiver gives its data
-//! (`UnderscoreEscapingWithSuffixes`; `specs/wire-formats.md` §3.4).
+//! (`UnderscoreEscapingWithSuffixes`; `docs/wire-notes.md` §2).
 //!
 //! The request is checked once for structure ([`schema::check`]), then
 //! walked once over its bytes: no request model is built. Each data point's

@@ -1,5 +1,5 @@
 //! The remote-write `Histogram` message (the same field numbers in 1.0 and
-//! 2.0; `specs/wire-formats.md` §1): decoded into the model's integer or
+//! 2.0; `docs/wire-notes.md` §1): decoded into the model's integer or
 //! float histogram, which the `count` oneof decides (`count_int` = 1,
 //! `count_float` = 2), then validated as Prometheus validates it.
 

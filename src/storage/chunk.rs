@@ -1,6 +1,6 @@
 //! Prometheus' XOR chunk format (Gorilla with millisecond timestamps), byte
 //! for byte: a 2-byte big-endian sample count, then a bit stream written
-//! most-significant bit first. See `specs/wire-formats.md` §4.
+//! most-significant bit first. See `docs/wire-notes.md` §3.
 //!
 //! [`XorAppender`] owns a growing chunk; [`XorIter`] walks the bytes of any
 //! chunk (sealed or head) without copying them.

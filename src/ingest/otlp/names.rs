@@ -1,6 +1,6 @@
 //! Metric and label names for OTLP data, as Prometheus' OTLP receiver makes
 //! them. By default (`UnderscoreEscapingWithSuffixes`; the rules are in
-//! `specs/wire-formats.md` §3.4): escape the name to `[a-zA-Z0-9:]` tokens
+//! `docs/wire-notes.md` §2): escape the name to `[a-zA-Z0-9:]` tokens
 //! joined by `_`, add the unit (`By` → `bytes`, `/s` → `per_second`), then
 //! `total` for monotonic cumulative sums or `ratio` for gauges of unit `1`.
 //! `NoUTF8EscapingWithSuffixes` keeps names and attribute keys as they are

@@ -597,7 +597,7 @@ mod tests {
         assert_eq!(got[1], 50.1);
     }
 
-    // Golden chunks derived by hand from the format in wire-formats.md §4.
+    // Golden chunks derived by hand from the format in `docs/wire-notes.md` §3.
     //
     // Sample (1000, 1.0):
     //   header            00 01
