@@ -17,6 +17,9 @@ use prost::Message;
 use super::error::ApiError;
 use super::state::AppState;
 use crate::proto::prometheus as pb;
+use crate::protocol::histogram;
+use crate::protocol::remote_write::field;
+use crate::protocol::wire::put_len_delimited;
 use crate::storage::index::{MatchOp, Matcher};
 use crate::storage::Stop;
 
@@ -101,12 +104,14 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
         .any(|s| !s.histograms.is_empty());
     let streamed = accepts_chunks && !has_histograms;
     let mut out = Vec::new();
-    // A running estimate of a sampled answer's size.
+    // A sampled answer's size so far (before compression).
     let mut out_bytes = 0usize;
-    let mut results = Vec::new();
+    // A sampled answer, `ReadResponse` bytes, one `QueryResult` at a time.
+    let mut raw = Vec::new();
+    let mut msg = Vec::new();
     for (qi, (q, selected)) in req.queries.iter().zip(&selections).enumerate() {
         let (mint, maxt) = (q.start_timestamp_ms, q.end_timestamp_ms);
-        let mut series = Vec::with_capacity(selected.len());
+        let mut result = Vec::new();
         for s in selected {
             let labels: Vec<pb::Label> = s
                 .labels
@@ -144,28 +149,28 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
                     .samples(mint, maxt)
                     .map(|(timestamp, value)| pb::Sample { value, timestamp })
                     .collect();
-                let mut histograms = Vec::new();
-                let mut msg = Vec::new();
-                for (t, h) in s
+                let in_range = s
                     .histograms
                     .iter()
-                    .filter(|(t, _)| (mint..=maxt).contains(t))
-                {
+                    .filter(|(t, _)| (mint..=maxt).contains(t));
+                if samples.is_empty() && in_range.clone().next().is_none() {
+                    continue;
+                }
+                // The labels and floats through prost; each histogram
+                // appended as its wire message, straight from the model.
+                let mut ts = pb::TimeSeries {
+                    labels,
+                    samples,
+                    ..Default::default()
+                }
+                .encode_to_vec();
+                for (t, h) in in_range {
                     msg.clear();
-                    crate::protocol::histogram::encode(*t, h, &mut msg);
-                    let h = pb::Histogram::decode(msg.as_slice())
-                        .map_err(|e| ApiError::Internal(format!("histogram re-encoding: {e}")))?;
-                    histograms.push(h);
+                    histogram::encode(*t, h, &mut msg);
+                    put_len_delimited(&mut ts, field::TIMESERIES_HISTOGRAMS, &msg);
                 }
-                if !samples.is_empty() || !histograms.is_empty() {
-                    out_bytes += samples.len() * 16 + histograms.len() * 64;
-                    series.push(pb::TimeSeries {
-                        labels,
-                        samples,
-                        histograms,
-                        ..Default::default()
-                    });
-                }
+                put_len_delimited(&mut result, field::QUERY_RESULT_TIMESERIES, &ts);
+                out_bytes = raw.len() + result.len();
             }
             if out.len().max(out_bytes) > inner.max_response_bytes {
                 return Err(ApiError::TooLarge(format!(
@@ -174,7 +179,7 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
                 )));
             }
         }
-        results.push(pb::QueryResult { timeseries: series });
+        put_len_delimited(&mut raw, field::READ_RESPONSE_RESULTS, &result);
     }
     if streamed {
         return Ok((
@@ -184,7 +189,6 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
         )
             .into_response());
     }
-    let raw = pb::ReadResponse { results }.encode_to_vec();
     let packed = snap::raw::Encoder::new()
         .compress_vec(&raw)
         .map_err(|e| ApiError::Internal(format!("cannot compress the answer: {e}")))?;

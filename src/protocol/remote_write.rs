@@ -7,6 +7,17 @@
 use super::describe_labels;
 use super::wire::{wrong_type, DecodeError, Reader, Value};
 
+/// Field numbers the encoders of remote write 1.0 and remote read name
+/// (Prometheus' `prompb/types.proto` and `remote.proto`).
+pub mod field {
+    /// `TimeSeries.histograms` (repeated `Histogram`).
+    pub const TIMESERIES_HISTOGRAMS: u32 = 4;
+    /// `QueryResult.timeseries` (repeated `TimeSeries`).
+    pub const QUERY_RESULT_TIMESERIES: u32 = 1;
+    /// `ReadResponse.results` (repeated `QueryResult`).
+    pub const READ_RESPONSE_RESULTS: u32 = 1;
+}
+
 /// One `TimeSeries`, borrowed from the request.
 #[derive(Debug, Clone, Copy)]
 pub struct TimeSeriesView<'a> {

@@ -146,6 +146,14 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends field `field` as a length-delimited value (bytes, a string or
+/// a nested message): its tag, its length, then `value`.
+pub fn put_len_delimited(out: &mut Vec<u8>, field: u32, value: &[u8]) {
+    crate::encoding::put_uvarint(out, u64::from(field << 3 | 2));
+    crate::encoding::put_uvarint(out, value.len() as u64);
+    out.extend_from_slice(value);
+}
+
 /// An error for a known field that arrived with the wrong wire type.
 pub fn wrong_type(offset: usize) -> DecodeError {
     DecodeError {
