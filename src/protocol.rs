@@ -6,7 +6,8 @@
 //! - [`wire`]: the protobuf wire reader (tags, varints, fixed scalars,
 //!   length-delimited slices), every length checked.
 //! - [`remote_write`]: remote-write 1.0 `WriteRequest` checked and read in
-//!   place.
+//!   place; [`remote_write::encode`], the byte-level writers of 1.0 and 2.0
+//!   requests for encoders without a request model.
 //! - [`histogram`]: the remote-write `Histogram` message (1.0 and 2.0), to
 //!   and from the histogram model.
 //! - [`otlp`]: the OTLP metrics messages as tables of field numbers, JSON

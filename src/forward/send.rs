@@ -18,6 +18,7 @@ use super::destination::{Destination, Protocol};
 use super::stats::Stats;
 use super::tracker::Tracker;
 use crate::encoding::put_uvarint;
+use crate::protocol::remote_write::encode;
 
 /// One sample on its way: the record it came from, its series' canonical
 /// labels, and the point.
@@ -41,34 +42,23 @@ impl Sample {
         Arc::ptr_eq(&self.labels, &other.labels) && self.hist.is_some() == other.hist.is_some()
     }
 
-    /// The bytes of its `samples` (field 2) or `histograms` (1.0 field 4,
-    /// 2.0 field 3) entry.
+    /// The bytes of its `samples` or `histograms` entry.
     fn field_len(&self) -> usize {
         match &self.hist {
-            Some(h) => 1 + varint_len(h.len() as u64) + h.len(),
-            None => {
-                let inner = sample_len(self.t);
-                1 + varint_len(inner as u64) + inner
-            }
+            // 1.0's and 2.0's histograms fields (4 and 3) tag alike in length.
+            Some(h) => encode::len_delimited_len(encode::v1::TIMESERIES_HISTOGRAMS, h.len()),
+            None => encode::sample_field_len(self.t),
         }
     }
 
-    /// Writes its entry; `hist_tag` is the histograms field's tag byte.
-    fn write_field(&self, out: &mut Vec<u8>, hist_tag: u8) {
+    /// Writes its entry; `hist_field` is the histograms field's number.
+    fn write_field(&self, out: &mut Vec<u8>, hist_field: u32) {
         match &self.hist {
             Some(h) => {
-                out.push(hist_tag);
-                put_uvarint(out, h.len() as u64);
+                encode::put_len_header(out, hist_field, h.len());
                 out.extend_from_slice(h);
             }
-            None => {
-                out.push(0x12); // TimeSeries.samples = 2
-                put_uvarint(out, sample_len(self.t) as u64);
-                out.push(0x09); // Sample.value = 1, fixed64
-                out.extend_from_slice(&self.v.to_bits().to_le_bytes());
-                out.push(0x10); // Sample.timestamp = 2, varint
-                put_uvarint(out, self.t as u64);
-            }
+            None => encode::put_sample_field(out, self.t, self.v),
         }
     }
 }
@@ -511,11 +501,10 @@ pub(super) fn encode(batch: &[Sample], out: &mut Vec<u8>) {
         let samples = &batch[i..j];
         let samples_len: usize = samples.iter().map(Sample::field_len).sum();
         let len = labels.len() + samples_len;
-        out.push(0x0a); // WriteRequest.timeseries = 1
-        put_uvarint(out, len as u64);
-        out.extend_from_slice(labels); // TimeSeries.labels = 1, as stored
+        encode::put_len_header(out, encode::v1::WRITE_REQUEST_TIMESERIES, len);
+        out.extend_from_slice(labels); // TimeSeries.labels, as stored
         for s in samples {
-            s.write_field(out, 0x22); // TimeSeries.histograms = 4
+            s.write_field(out, encode::v1::TIMESERIES_HISTOGRAMS);
         }
         i = j;
     }
@@ -551,7 +540,7 @@ impl V2 {
                     j += 1;
                 }
                 self.refs.clear();
-                for (name, value) in canonical_pairs(labels) {
+                for (name, value) in encode::label_pairs(labels) {
                     let n = symbol(&mut symbols, &mut self.table, name);
                     let v = symbol(&mut symbols, &mut self.table, value);
                     put_uvarint(&mut self.refs, u64::from(n));
@@ -559,14 +548,13 @@ impl V2 {
                 }
                 let samples = &part[i..j];
                 let samples_len: usize = samples.iter().map(Sample::field_len).sum();
-                let len = 1 + varint_len(self.refs.len() as u64) + self.refs.len() + samples_len;
-                self.series.push(0x2a); // Request.timeseries = 5
-                put_uvarint(&mut self.series, len as u64);
-                self.series.push(0x0a); // TimeSeries.labels_refs = 1, packed
-                put_uvarint(&mut self.series, self.refs.len() as u64);
+                let refs = encode::v2::TIMESERIES_LABELS_REFS;
+                let len = encode::len_delimited_len(refs, self.refs.len()) + samples_len;
+                encode::put_len_header(&mut self.series, encode::v2::REQUEST_TIMESERIES, len);
+                encode::put_len_header(&mut self.series, refs, self.refs.len());
                 self.series.extend_from_slice(&self.refs);
                 for s in samples {
-                    s.write_field(&mut self.series, 0x1a); // TimeSeries.histograms = 3
+                    s.write_field(&mut self.series, encode::v2::TIMESERIES_HISTOGRAMS);
                 }
                 i = j;
             }
@@ -578,8 +566,7 @@ impl V2 {
     }
 }
 
-/// The reference of `sym`, appended to `table` (`Request.symbols = 4`) if
-/// new.
+/// The reference of `sym`, appended to `table` (`Request.symbols`) if new.
 fn symbol<'a>(
     symbols: &mut hashbrown::HashMap<&'a [u8], u32>,
     table: &mut Vec<u8>,
@@ -587,47 +574,10 @@ fn symbol<'a>(
 ) -> u32 {
     let next = u32::try_from(symbols.len()).unwrap_or(u32::MAX);
     *symbols.entry(sym).or_insert_with(|| {
-        table.push(0x22);
-        put_uvarint(table, sym.len() as u64);
+        encode::put_len_header(table, encode::v2::REQUEST_SYMBOLS, sym.len());
         table.extend_from_slice(sym);
         next
     })
-}
-
-/// The (name, value) pairs of canonical label bytes (the remote-write 1.0
-/// `Label` fields); stops at anything malformed, which the WAL's CRC and
-/// the head's encoder rule out.
-fn canonical_pairs(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    let mut rest = raw;
-    std::iter::from_fn(move || {
-        let mut c = crate::encoding::Cursor(rest);
-        if c.0.first() != Some(&0x0a) {
-            return None;
-        }
-        c.0 = &c.0[1..];
-        let label = c.bytes()?;
-        rest = c.0;
-        let mut l = crate::encoding::Cursor(label);
-        if l.0.first() != Some(&0x0a) {
-            return None;
-        }
-        l.0 = &l.0[1..];
-        let name = l.bytes()?;
-        if l.0.first() != Some(&0x12) {
-            return Some((name, &[][..]));
-        }
-        l.0 = &l.0[1..];
-        let value = l.bytes()?;
-        Some((name, value))
-    })
-}
-
-fn sample_len(t: i64) -> usize {
-    1 + 8 + 1 + varint_len(t as u64)
-}
-
-fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[cfg(test)]
@@ -781,14 +731,5 @@ mod tests {
         );
         // "up" and "__name__" are stored once.
         assert_eq!(req.symbols.iter().filter(|s| *s == "up").count(), 1);
-    }
-
-    #[test]
-    fn varint_lengths() {
-        for v in [0u64, 1, 127, 128, 16383, 16384, u64::MAX] {
-            let mut b = Vec::new();
-            put_uvarint(&mut b, v);
-            assert_eq!(varint_len(v), b.len(), "{v}");
-        }
     }
 }

@@ -4,6 +4,8 @@
 //! stored) and notes where each series' labels and samples are; iterators
 //! then read them in place.
 
+pub mod encode;
+
 use super::describe_labels;
 use super::wire::{wrong_type, DecodeError, Reader, Value};
 
