@@ -24,7 +24,7 @@
 //!   merged).
 //! - [`wal`]: the write-ahead log's segments, records, group commit and
 //!   replay.
-//! - [`protocol`]: leaf: the wire readers (protobuf, remote write,
+//! - [`protocol`]: leaf: the wire readers and writers (protobuf, remote write,
 //!   histogram message, OTLP schema), field numbers named once.
 //! - [`histogram`]: leaf: the native histogram model and its operations.
 //! - [`encoding`]: leaf: varints, zigzag, a byte cursor.

@@ -1,13 +1,15 @@
 //! Leaf: the wire formats Sluice reads, with their field numbers named
 //! once. Readers walk borrowed bytes and allocate nothing per field.
 //! Nothing here knows about storage or ingest; `ingest`, `forward` and
-//! `api` use it, and it uses only `encoding` and the `histogram` model.
+//! `api` use it, and it uses only the leaves (`encoding`, `reuse`, the
+//! `histogram` model, `proto` in tests).
 //!
 //! - [`wire`]: the protobuf wire reader (tags, varints, fixed scalars,
 //!   length-delimited slices), every length checked.
 //! - [`remote_write`]: remote-write 1.0 `WriteRequest` checked and read in
 //!   place; [`remote_write::encode`], the byte-level writers of 1.0 and 2.0
-//!   requests for encoders without a request model.
+//!   requests for encoders without a request model; [`remote_write::v2`],
+//!   a 2.0 `Request` checked and read in place, series keyed by symbol.
 //! - [`histogram`]: the remote-write `Histogram` message (1.0 and 2.0), to
 //!   and from the histogram model.
 //! - [`otlp`]: the OTLP metrics messages as tables of field numbers, JSON

@@ -7,7 +7,7 @@
 //! are counted per reason and summarised once per request.
 
 pub use crate::protocol::remote_write as decode;
-pub mod v2;
+pub use crate::protocol::remote_write::v2;
 
 use v2::{MetadataRefs, RequestError, SpanV2};
 
@@ -21,7 +21,7 @@ use super::validate::LabelLimits;
 use super::{DecodeError, IngestReport, MAX_AHEAD_MS};
 use crate::reuse::{Buffer, Reused};
 use crate::storage::metadata::type_name;
-use crate::storage::{Appender, Db, SeriesSource};
+use crate::storage::{Appender, Db, SeriesRef, SeriesSource};
 
 /// Appends a decompressed remote-write 1.0 `WriteRequest` to `db`, with
 /// its metadata. A body that is not valid protobuf is rejected whole,
@@ -149,7 +149,35 @@ impl Wire for V1<'_> {
 
 thread_local! {
     static BATCH: Reused<Batch<SeriesSpan>> = Reused::default();
-    static BATCH_V2: Reused<(Batch<u32>, v2::Scratch)> = Reused::default();
+    static BATCH_V2: Reused<(Batch<u32>, (v2::Scratch, KnownRefs))> = Reused::default();
+}
+
+/// Where a 2.0 request's series keys were last seen, and what the request
+/// taught: the receiver's side of 2.0's keys, beside the decoder's scratch.
+#[derive(Debug, Default)]
+struct KnownRefs {
+    /// For each of the scratch's `keys`, its series reference, if known.
+    known: Vec<Option<SeriesRef>>,
+    /// Keys of series found other than where they were last seen, to
+    /// remember once the request is appended.
+    learned: Vec<(u128, SeriesRef)>,
+}
+
+impl KnownRefs {
+    fn clear(&mut self) {
+        self.known.clear();
+        self.learned.clear();
+    }
+}
+
+impl Buffer for KnownRefs {
+    fn heap_bytes(&self) -> usize {
+        self.known.heap_bytes() + self.learned.heap_bytes()
+    }
+
+    fn release(&mut self) {
+        *self = KnownRefs::default();
+    }
 }
 
 impl Buffer for v2::Scratch {
@@ -175,7 +203,7 @@ pub fn append_write_request_v2(
 ) -> Result<IngestReport, RequestError> {
     let mut app = db.appender(now_ms.saturating_add(MAX_AHEAD_MS));
     BATCH_V2.with(|kept| {
-        kept.with(|(batch, scratch)| {
+        kept.with(|(batch, (scratch, refs))| {
             batch.clear();
             v2::check(body, scratch)?;
             let mut report = IngestReport::default();
@@ -208,13 +236,11 @@ pub fn append_write_request_v2(
                 }
                 scratch.keys.push((i as u32, key));
             }
-            {
-                let v2::Scratch { keys, known, .. } = &mut *scratch;
-                app.lookup_refs(keys.iter().map(|&(_, key)| key), known);
-            }
+            refs.clear();
+            app.lookup_refs(scratch.keys.iter().map(|&(_, key)| key), &mut refs.known);
             batch.series.learn();
             for k in 0..scratch.keys.len() {
-                let ((i, _), known) = (scratch.keys[k], scratch.known[k]);
+                let ((i, _), known) = (scratch.keys[k], refs.known[k]);
                 // Debug builds check every reference against the bytes.
                 match known {
                     Some(r) if !cfg!(debug_assertions) => batch.series.push_ref(&app, r, i),
@@ -238,7 +264,7 @@ pub fn append_write_request_v2(
             record_metadata_v2(&mut app, body, scratch);
             // Where the series found without (or away from) their
             // reference are, for the next request.
-            let v2::Scratch { keys, new_keys, .. } = &mut *scratch;
+            let keys = &scratch.keys;
             pipeline::remember_learned(
                 &app,
                 &batch.series,
@@ -246,7 +272,7 @@ pub fn append_write_request_v2(
                     let k = keys.binary_search_by_key(&i, |k| k.0).ok()?;
                     Some(keys[k].1)
                 },
-                new_keys,
+                &mut refs.learned,
             );
             report.commit = app.commit();
             Ok(report)

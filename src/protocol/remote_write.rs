@@ -5,6 +5,7 @@
 //! then read them in place.
 
 pub mod encode;
+pub mod v2;
 
 use super::describe_labels;
 use super::wire::{wrong_type, DecodeError, Reader, Value};

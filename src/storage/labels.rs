@@ -9,7 +9,7 @@
 
 use hashbrown::HashTable;
 
-use crate::encoding::{put_uvarint, uvarint, uvarint_len};
+use crate::encoding::{uvarint, uvarint_len};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// An interned string's id within one shard.
@@ -192,31 +192,13 @@ pub fn encode_canonical<'a>(
 
 /// Appends `labels` to `out` in the canonical form, as they are: the bytes
 /// equal a series' canonical form only if they are that series' labels,
-/// sorted and valid.
+/// sorted and valid. The canonical form is remote write 1.0's run of
+/// `TimeSeries.labels` fields, so a sender's bytes find their series as sent.
 pub fn encode_canonical_bytes<'a>(
     labels: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     out: &mut Vec<u8>,
 ) {
-    for (name, value) in labels {
-        let inner = field_len(name.len()) + field_len(value.len());
-        if inner < 0x80 {
-            // Every length fits one varint byte: the common label.
-            out.reserve(inner + 2);
-            out.extend_from_slice(&[0x0a, inner as u8, 0x0a, name.len() as u8]);
-            out.extend_from_slice(name);
-            out.extend_from_slice(&[0x12, value.len() as u8]);
-            out.extend_from_slice(value);
-            continue;
-        }
-        out.push(0x0a);
-        put_uvarint(out, inner as u64);
-        out.push(0x0a);
-        put_uvarint(out, name.len() as u64);
-        out.extend_from_slice(name);
-        out.push(0x12);
-        put_uvarint(out, value.len() as u64);
-        out.extend_from_slice(value);
-    }
+    crate::protocol::remote_write::encode::put_labels(labels, out);
 }
 
 /// Splits canonical label bytes (from the WAL or a checkpoint) back into

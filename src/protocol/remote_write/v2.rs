@@ -5,7 +5,7 @@
 //! and series is, and hashes each symbol once. A series' key
 //! ([`Scratch::key`]) mixes its symbols' hashes in sent order: it is the
 //! same in every request that sends the same labels, so a known series is
-//! found through the storage's series references (`storage::SeriesRef`) without building
+//! found through a reference the receiver keeps by key, without building
 //! its label bytes. Only a series not seen yet has its references turned
 //! into canonical label bytes ([`Scratch::resolve`]), in one reused buffer,
 //! and is then found or created as a 1.0 one is. Nothing is allocated for a
@@ -20,12 +20,10 @@
 
 use std::fmt;
 
+use super::super::describe_labels;
+use super::{check_message, check_sample, SampleIter};
 use crate::encoding::uvarint;
-use crate::protocol::describe_labels;
-use crate::protocol::remote_write::{check_message, check_sample, SampleIter};
 use crate::protocol::wire::{wrong_type, DecodeError, Reader, Value};
-use crate::storage::labels::encode_canonical_bytes;
-use crate::storage::SeriesRef;
 
 /// Why a 2.0 request was refused whole, before anything was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,11 +113,6 @@ pub struct Scratch {
     pub series: Vec<SpanV2>,
     /// (series index, key) of the request's valid series.
     pub keys: Vec<(u32, u128)>,
-    /// The fingerprint each of `keys` is an alias of, if it is known.
-    pub known: Vec<Option<SeriesRef>>,
-    /// Aliases this request taught: keys of series found other than at
-    /// their alias, to remember once the request is appended.
-    pub new_keys: Vec<(u128, SeriesRef)>,
 }
 
 impl Scratch {
@@ -131,8 +124,6 @@ impl Scratch {
         self.canonical_len = 0;
         self.series.clear();
         self.keys.clear();
-        self.known.clear();
-        self.new_keys.clear();
     }
 
     /// Heap bytes held.
@@ -144,8 +135,6 @@ impl Scratch {
             + self.canonical.heap_bytes()
             + self.series.heap_bytes()
             + self.keys.heap_bytes()
-            + self.known.heap_bytes()
-            + self.new_keys.heap_bytes()
     }
 }
 
@@ -586,7 +575,7 @@ impl Scratch {
                 copy_symbol(buf, &mut pos, body, value);
             } else {
                 let mut one = Vec::with_capacity(inner + 8);
-                encode_canonical_bytes([(symbol(body, name), symbol(body, value))], &mut one);
+                super::encode::put_labels([(symbol(body, name), symbol(body, value))], &mut one);
                 buf[pos..pos + one.len()].copy_from_slice(&one);
                 pos += one.len();
             }
