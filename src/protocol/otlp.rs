@@ -95,6 +95,225 @@ const fn f(num: u32, json: &'static str, ty: Ty) -> Field {
     }
 }
 
+/// Field numbers of the OTLP metrics messages, by message, named once: the
+/// tables below and the walk that appends both use them.
+pub mod field {
+    /// `ExportMetricsServiceRequest`.
+    pub mod request {
+        /// `resourceMetrics`.
+        pub const RESOURCE_METRICS: u32 = 1;
+    }
+    /// `ResourceMetrics`.
+    pub mod resource_metrics {
+        /// `resource`.
+        pub const RESOURCE: u32 = 1;
+        /// `scopeMetrics`.
+        pub const SCOPE_METRICS: u32 = 2;
+        /// `schemaUrl`.
+        pub const SCHEMA_URL: u32 = 3;
+    }
+    /// `Resource`.
+    pub mod resource {
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 1;
+        /// `droppedAttributesCount`.
+        pub const DROPPED_ATTRIBUTES_COUNT: u32 = 2;
+    }
+    /// `ScopeMetrics`.
+    pub mod scope_metrics {
+        /// `scope`.
+        pub const SCOPE: u32 = 1;
+        /// `metrics`.
+        pub const METRICS: u32 = 2;
+        /// `schemaUrl`.
+        pub const SCHEMA_URL: u32 = 3;
+    }
+    /// `InstrumentationScope`.
+    pub mod scope {
+        /// `name`.
+        pub const NAME: u32 = 1;
+        /// `version`.
+        pub const VERSION: u32 = 2;
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 3;
+        /// `droppedAttributesCount`.
+        pub const DROPPED_ATTRIBUTES_COUNT: u32 = 4;
+    }
+    /// `Metric (its data kinds are [`DataKind`])`.
+    pub mod metric {
+        /// `name`.
+        pub const NAME: u32 = 1;
+        /// `description`.
+        pub const DESCRIPTION: u32 = 2;
+        /// `unit`.
+        pub const UNIT: u32 = 3;
+        /// `metadata`.
+        pub const METADATA: u32 = 12;
+    }
+    /// `Gauge, Sum, Histogram, ExponentialHistogram and Summary (their fields share numbers)`.
+    pub mod data {
+        /// `dataPoints`.
+        pub const DATA_POINTS: u32 = 1;
+        /// `aggregationTemporality`.
+        pub const AGGREGATION_TEMPORALITY: u32 = 2;
+        /// `isMonotonic`.
+        pub const IS_MONOTONIC: u32 = 3;
+    }
+    /// `NumberDataPoint`.
+    pub mod number_point {
+        /// `startTimeUnixNano`.
+        pub const START_TIME_UNIX_NANO: u32 = 2;
+        /// `timeUnixNano`.
+        pub const TIME_UNIX_NANO: u32 = 3;
+        /// `asDouble`.
+        pub const AS_DOUBLE: u32 = 4;
+        /// `exemplars`.
+        pub const EXEMPLARS: u32 = 5;
+        /// `asInt`.
+        pub const AS_INT: u32 = 6;
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 7;
+        /// `flags`.
+        pub const FLAGS: u32 = 8;
+    }
+    /// `HistogramDataPoint`.
+    pub mod histogram_point {
+        /// `startTimeUnixNano`.
+        pub const START_TIME_UNIX_NANO: u32 = 2;
+        /// `timeUnixNano`.
+        pub const TIME_UNIX_NANO: u32 = 3;
+        /// `count`.
+        pub const COUNT: u32 = 4;
+        /// `sum`.
+        pub const SUM: u32 = 5;
+        /// `bucketCounts`.
+        pub const BUCKET_COUNTS: u32 = 6;
+        /// `explicitBounds`.
+        pub const EXPLICIT_BOUNDS: u32 = 7;
+        /// `exemplars`.
+        pub const EXEMPLARS: u32 = 8;
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 9;
+        /// `flags`.
+        pub const FLAGS: u32 = 10;
+        /// `min`.
+        pub const MIN: u32 = 11;
+        /// `max`.
+        pub const MAX: u32 = 12;
+    }
+    /// `ExponentialHistogramDataPoint`.
+    pub mod exp_point {
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 1;
+        /// `startTimeUnixNano`.
+        pub const START_TIME_UNIX_NANO: u32 = 2;
+        /// `timeUnixNano`.
+        pub const TIME_UNIX_NANO: u32 = 3;
+        /// `count`.
+        pub const COUNT: u32 = 4;
+        /// `sum`.
+        pub const SUM: u32 = 5;
+        /// `scale`.
+        pub const SCALE: u32 = 6;
+        /// `zeroCount`.
+        pub const ZERO_COUNT: u32 = 7;
+        /// `positive`.
+        pub const POSITIVE: u32 = 8;
+        /// `negative`.
+        pub const NEGATIVE: u32 = 9;
+        /// `flags`.
+        pub const FLAGS: u32 = 10;
+        /// `exemplars`.
+        pub const EXEMPLARS: u32 = 11;
+        /// `min`.
+        pub const MIN: u32 = 12;
+        /// `max`.
+        pub const MAX: u32 = 13;
+        /// `zeroThreshold`.
+        pub const ZERO_THRESHOLD: u32 = 14;
+    }
+    /// `ExponentialHistogramDataPoint.Buckets`.
+    pub mod buckets {
+        /// `offset`.
+        pub const OFFSET: u32 = 1;
+        /// `bucketCounts`.
+        pub const BUCKET_COUNTS: u32 = 2;
+    }
+    /// `SummaryDataPoint`.
+    pub mod summary_point {
+        /// `startTimeUnixNano`.
+        pub const START_TIME_UNIX_NANO: u32 = 2;
+        /// `timeUnixNano`.
+        pub const TIME_UNIX_NANO: u32 = 3;
+        /// `count`.
+        pub const COUNT: u32 = 4;
+        /// `sum`.
+        pub const SUM: u32 = 5;
+        /// `quantileValues`.
+        pub const QUANTILE_VALUES: u32 = 6;
+        /// `attributes`.
+        pub const ATTRIBUTES: u32 = 7;
+        /// `flags`.
+        pub const FLAGS: u32 = 8;
+    }
+    /// `SummaryDataPoint.ValueAtQuantile`.
+    pub mod quantile {
+        /// `quantile`.
+        pub const QUANTILE: u32 = 1;
+        /// `value`.
+        pub const VALUE: u32 = 2;
+    }
+    /// `Exemplar`.
+    pub mod exemplar {
+        /// `timeUnixNano`.
+        pub const TIME_UNIX_NANO: u32 = 2;
+        /// `asDouble`.
+        pub const AS_DOUBLE: u32 = 3;
+        /// `spanId`.
+        pub const SPAN_ID: u32 = 4;
+        /// `traceId`.
+        pub const TRACE_ID: u32 = 5;
+        /// `asInt`.
+        pub const AS_INT: u32 = 6;
+        /// `filteredAttributes`.
+        pub const FILTERED_ATTRIBUTES: u32 = 7;
+    }
+    /// `KeyValue`.
+    pub mod key_value {
+        /// `key`.
+        pub const KEY: u32 = 1;
+        /// `value`.
+        pub const VALUE: u32 = 2;
+    }
+    /// `AnyValue`.
+    pub mod any_value {
+        /// `stringValue`.
+        pub const STRING_VALUE: u32 = 1;
+        /// `boolValue`.
+        pub const BOOL_VALUE: u32 = 2;
+        /// `intValue`.
+        pub const INT_VALUE: u32 = 3;
+        /// `doubleValue`.
+        pub const DOUBLE_VALUE: u32 = 4;
+        /// `arrayValue`.
+        pub const ARRAY_VALUE: u32 = 5;
+        /// `kvlistValue`.
+        pub const KVLIST_VALUE: u32 = 6;
+        /// `bytesValue`.
+        pub const BYTES_VALUE: u32 = 7;
+    }
+    /// `ArrayValue`.
+    pub mod array_value {
+        /// `values`.
+        pub const VALUES: u32 = 1;
+    }
+    /// `KeyValueList`.
+    pub mod key_value_list {
+        /// `values`.
+        pub const VALUES: u32 = 1;
+    }
+}
+
 const fn rep(num: u32, json: &'static str, ty: Ty) -> Field {
     Field {
         num,
@@ -107,42 +326,66 @@ const fn rep(num: u32, json: &'static str, ty: Ty) -> Field {
 /// `ExportMetricsServiceRequest`.
 pub static REQUEST: Msg = Msg {
     name: "ExportMetricsServiceRequest",
-    fields: &[rep(1, "resourceMetrics", Ty::Msg(&RESOURCE_METRICS))],
+    fields: &[rep(
+        field::request::RESOURCE_METRICS,
+        "resourceMetrics",
+        Ty::Msg(&RESOURCE_METRICS),
+    )],
 };
 
 static RESOURCE_METRICS: Msg = Msg {
     name: "ResourceMetrics",
     fields: &[
-        f(1, "resource", Ty::Msg(&RESOURCE)),
-        rep(2, "scopeMetrics", Ty::Msg(&SCOPE_METRICS)),
-        f(3, "schemaUrl", Ty::Str),
+        f(
+            field::resource_metrics::RESOURCE,
+            "resource",
+            Ty::Msg(&RESOURCE),
+        ),
+        rep(
+            field::resource_metrics::SCOPE_METRICS,
+            "scopeMetrics",
+            Ty::Msg(&SCOPE_METRICS),
+        ),
+        f(field::resource_metrics::SCHEMA_URL, "schemaUrl", Ty::Str),
     ],
 };
 
 static RESOURCE: Msg = Msg {
     name: "Resource",
     fields: &[
-        rep(1, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "droppedAttributesCount", Ty::Uint32),
+        rep(
+            field::resource::ATTRIBUTES,
+            "attributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(
+            field::resource::DROPPED_ATTRIBUTES_COUNT,
+            "droppedAttributesCount",
+            Ty::Uint32,
+        ),
     ],
 };
 
 static SCOPE_METRICS: Msg = Msg {
     name: "ScopeMetrics",
     fields: &[
-        f(1, "scope", Ty::Msg(&SCOPE)),
-        rep(2, "metrics", Ty::Msg(&METRIC)),
-        f(3, "schemaUrl", Ty::Str),
+        f(field::scope_metrics::SCOPE, "scope", Ty::Msg(&SCOPE)),
+        rep(field::scope_metrics::METRICS, "metrics", Ty::Msg(&METRIC)),
+        f(field::scope_metrics::SCHEMA_URL, "schemaUrl", Ty::Str),
     ],
 };
 
 static SCOPE: Msg = Msg {
     name: "InstrumentationScope",
     fields: &[
-        f(1, "name", Ty::Str),
-        f(2, "version", Ty::Str),
-        rep(3, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(4, "droppedAttributesCount", Ty::Uint32),
+        f(field::scope::NAME, "name", Ty::Str),
+        f(field::scope::VERSION, "version", Ty::Str),
+        rep(field::scope::ATTRIBUTES, "attributes", Ty::Msg(&KEY_VALUE)),
+        f(
+            field::scope::DROPPED_ATTRIBUTES_COUNT,
+            "droppedAttributesCount",
+            Ty::Uint32,
+        ),
     ],
 };
 
@@ -188,9 +431,9 @@ pub mod temporality {
 static METRIC: Msg = Msg {
     name: "Metric",
     fields: &[
-        f(1, "name", Ty::Str),
-        f(2, "description", Ty::Str),
-        f(3, "unit", Ty::Str),
+        f(field::metric::NAME, "name", Ty::Str),
+        f(field::metric::DESCRIPTION, "description", Ty::Str),
+        f(field::metric::UNIT, "unit", Ty::Str),
         f(DataKind::Gauge as u32, "gauge", Ty::Msg(&GAUGE)),
         f(DataKind::Sum as u32, "sum", Ty::Msg(&SUM)),
         f(DataKind::Histogram as u32, "histogram", Ty::Msg(&HISTOGRAM)),
@@ -200,159 +443,285 @@ static METRIC: Msg = Msg {
             Ty::Msg(&EXP_HISTOGRAM),
         ),
         f(DataKind::Summary as u32, "summary", Ty::Msg(&SUMMARY)),
-        rep(12, "metadata", Ty::Msg(&KEY_VALUE)),
+        rep(field::metric::METADATA, "metadata", Ty::Msg(&KEY_VALUE)),
     ],
 };
 
 static GAUGE: Msg = Msg {
     name: "Gauge",
-    fields: &[rep(1, "dataPoints", Ty::Msg(&NUMBER_POINT))],
+    fields: &[rep(
+        field::data::DATA_POINTS,
+        "dataPoints",
+        Ty::Msg(&NUMBER_POINT),
+    )],
 };
 
 static SUM: Msg = Msg {
     name: "Sum",
     fields: &[
-        rep(1, "dataPoints", Ty::Msg(&NUMBER_POINT)),
-        f(2, "aggregationTemporality", Ty::Enum),
-        f(3, "isMonotonic", Ty::Bool),
+        rep(
+            field::data::DATA_POINTS,
+            "dataPoints",
+            Ty::Msg(&NUMBER_POINT),
+        ),
+        f(
+            field::data::AGGREGATION_TEMPORALITY,
+            "aggregationTemporality",
+            Ty::Enum,
+        ),
+        f(field::data::IS_MONOTONIC, "isMonotonic", Ty::Bool),
     ],
 };
 
 static HISTOGRAM: Msg = Msg {
     name: "Histogram",
     fields: &[
-        rep(1, "dataPoints", Ty::Msg(&HISTOGRAM_POINT)),
-        f(2, "aggregationTemporality", Ty::Enum),
+        rep(
+            field::data::DATA_POINTS,
+            "dataPoints",
+            Ty::Msg(&HISTOGRAM_POINT),
+        ),
+        f(
+            field::data::AGGREGATION_TEMPORALITY,
+            "aggregationTemporality",
+            Ty::Enum,
+        ),
     ],
 };
 
 static EXP_HISTOGRAM: Msg = Msg {
     name: "ExponentialHistogram",
     fields: &[
-        rep(1, "dataPoints", Ty::Msg(&EXP_POINT)),
-        f(2, "aggregationTemporality", Ty::Enum),
+        rep(field::data::DATA_POINTS, "dataPoints", Ty::Msg(&EXP_POINT)),
+        f(
+            field::data::AGGREGATION_TEMPORALITY,
+            "aggregationTemporality",
+            Ty::Enum,
+        ),
     ],
 };
 
 static SUMMARY: Msg = Msg {
     name: "Summary",
-    fields: &[rep(1, "dataPoints", Ty::Msg(&SUMMARY_POINT))],
+    fields: &[rep(
+        field::data::DATA_POINTS,
+        "dataPoints",
+        Ty::Msg(&SUMMARY_POINT),
+    )],
 };
 
 static NUMBER_POINT: Msg = Msg {
     name: "NumberDataPoint",
     fields: &[
-        rep(7, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "startTimeUnixNano", Ty::Fixed64),
-        f(3, "timeUnixNano", Ty::Fixed64),
-        f(4, "asDouble", Ty::Double),
-        f(6, "asInt", Ty::Sfixed64),
-        rep(5, "exemplars", Ty::Msg(&EXEMPLAR)),
-        f(8, "flags", Ty::Uint32),
+        rep(
+            field::number_point::ATTRIBUTES,
+            "attributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(
+            field::number_point::START_TIME_UNIX_NANO,
+            "startTimeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(
+            field::number_point::TIME_UNIX_NANO,
+            "timeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(field::number_point::AS_DOUBLE, "asDouble", Ty::Double),
+        f(field::number_point::AS_INT, "asInt", Ty::Sfixed64),
+        rep(
+            field::number_point::EXEMPLARS,
+            "exemplars",
+            Ty::Msg(&EXEMPLAR),
+        ),
+        f(field::number_point::FLAGS, "flags", Ty::Uint32),
     ],
 };
 
 static HISTOGRAM_POINT: Msg = Msg {
     name: "HistogramDataPoint",
     fields: &[
-        rep(9, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "startTimeUnixNano", Ty::Fixed64),
-        f(3, "timeUnixNano", Ty::Fixed64),
-        f(4, "count", Ty::Fixed64),
-        f(5, "sum", Ty::Double),
-        rep(6, "bucketCounts", Ty::Fixed64),
-        rep(7, "explicitBounds", Ty::Double),
-        rep(8, "exemplars", Ty::Msg(&EXEMPLAR)),
-        f(10, "flags", Ty::Uint32),
-        f(11, "min", Ty::Double),
-        f(12, "max", Ty::Double),
+        rep(
+            field::histogram_point::ATTRIBUTES,
+            "attributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(
+            field::histogram_point::START_TIME_UNIX_NANO,
+            "startTimeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(
+            field::histogram_point::TIME_UNIX_NANO,
+            "timeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(field::histogram_point::COUNT, "count", Ty::Fixed64),
+        f(field::histogram_point::SUM, "sum", Ty::Double),
+        rep(
+            field::histogram_point::BUCKET_COUNTS,
+            "bucketCounts",
+            Ty::Fixed64,
+        ),
+        rep(
+            field::histogram_point::EXPLICIT_BOUNDS,
+            "explicitBounds",
+            Ty::Double,
+        ),
+        rep(
+            field::histogram_point::EXEMPLARS,
+            "exemplars",
+            Ty::Msg(&EXEMPLAR),
+        ),
+        f(field::histogram_point::FLAGS, "flags", Ty::Uint32),
+        f(field::histogram_point::MIN, "min", Ty::Double),
+        f(field::histogram_point::MAX, "max", Ty::Double),
     ],
 };
 
 static EXP_POINT: Msg = Msg {
     name: "ExponentialHistogramDataPoint",
     fields: &[
-        rep(1, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "startTimeUnixNano", Ty::Fixed64),
-        f(3, "timeUnixNano", Ty::Fixed64),
-        f(4, "count", Ty::Fixed64),
-        f(5, "sum", Ty::Double),
-        f(6, "scale", Ty::Sint32),
-        f(7, "zeroCount", Ty::Fixed64),
-        f(8, "positive", Ty::Msg(&BUCKETS)),
-        f(9, "negative", Ty::Msg(&BUCKETS)),
-        f(10, "flags", Ty::Uint32),
-        rep(11, "exemplars", Ty::Msg(&EXEMPLAR)),
-        f(12, "min", Ty::Double),
-        f(13, "max", Ty::Double),
-        f(14, "zeroThreshold", Ty::Double),
+        rep(
+            field::exp_point::ATTRIBUTES,
+            "attributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(
+            field::exp_point::START_TIME_UNIX_NANO,
+            "startTimeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(
+            field::exp_point::TIME_UNIX_NANO,
+            "timeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(field::exp_point::COUNT, "count", Ty::Fixed64),
+        f(field::exp_point::SUM, "sum", Ty::Double),
+        f(field::exp_point::SCALE, "scale", Ty::Sint32),
+        f(field::exp_point::ZERO_COUNT, "zeroCount", Ty::Fixed64),
+        f(field::exp_point::POSITIVE, "positive", Ty::Msg(&BUCKETS)),
+        f(field::exp_point::NEGATIVE, "negative", Ty::Msg(&BUCKETS)),
+        f(field::exp_point::FLAGS, "flags", Ty::Uint32),
+        rep(field::exp_point::EXEMPLARS, "exemplars", Ty::Msg(&EXEMPLAR)),
+        f(field::exp_point::MIN, "min", Ty::Double),
+        f(field::exp_point::MAX, "max", Ty::Double),
+        f(
+            field::exp_point::ZERO_THRESHOLD,
+            "zeroThreshold",
+            Ty::Double,
+        ),
     ],
 };
 
 static BUCKETS: Msg = Msg {
     name: "ExponentialHistogramDataPoint.Buckets",
     fields: &[
-        f(1, "offset", Ty::Sint32),
-        rep(2, "bucketCounts", Ty::Uint64),
+        f(field::buckets::OFFSET, "offset", Ty::Sint32),
+        rep(field::buckets::BUCKET_COUNTS, "bucketCounts", Ty::Uint64),
     ],
 };
 
 static SUMMARY_POINT: Msg = Msg {
     name: "SummaryDataPoint",
     fields: &[
-        rep(7, "attributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "startTimeUnixNano", Ty::Fixed64),
-        f(3, "timeUnixNano", Ty::Fixed64),
-        f(4, "count", Ty::Fixed64),
-        f(5, "sum", Ty::Double),
-        rep(6, "quantileValues", Ty::Msg(&QUANTILE)),
-        f(8, "flags", Ty::Uint32),
+        rep(
+            field::summary_point::ATTRIBUTES,
+            "attributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(
+            field::summary_point::START_TIME_UNIX_NANO,
+            "startTimeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(
+            field::summary_point::TIME_UNIX_NANO,
+            "timeUnixNano",
+            Ty::Fixed64,
+        ),
+        f(field::summary_point::COUNT, "count", Ty::Fixed64),
+        f(field::summary_point::SUM, "sum", Ty::Double),
+        rep(
+            field::summary_point::QUANTILE_VALUES,
+            "quantileValues",
+            Ty::Msg(&QUANTILE),
+        ),
+        f(field::summary_point::FLAGS, "flags", Ty::Uint32),
     ],
 };
 
 static QUANTILE: Msg = Msg {
     name: "SummaryDataPoint.ValueAtQuantile",
-    fields: &[f(1, "quantile", Ty::Double), f(2, "value", Ty::Double)],
+    fields: &[
+        f(field::quantile::QUANTILE, "quantile", Ty::Double),
+        f(field::quantile::VALUE, "value", Ty::Double),
+    ],
 };
 
 static EXEMPLAR: Msg = Msg {
     name: "Exemplar",
     fields: &[
-        rep(7, "filteredAttributes", Ty::Msg(&KEY_VALUE)),
-        f(2, "timeUnixNano", Ty::Fixed64),
-        f(3, "asDouble", Ty::Double),
-        f(6, "asInt", Ty::Sfixed64),
-        f(4, "spanId", Ty::HexBytes),
-        f(5, "traceId", Ty::HexBytes),
+        rep(
+            field::exemplar::FILTERED_ATTRIBUTES,
+            "filteredAttributes",
+            Ty::Msg(&KEY_VALUE),
+        ),
+        f(field::exemplar::TIME_UNIX_NANO, "timeUnixNano", Ty::Fixed64),
+        f(field::exemplar::AS_DOUBLE, "asDouble", Ty::Double),
+        f(field::exemplar::AS_INT, "asInt", Ty::Sfixed64),
+        f(field::exemplar::SPAN_ID, "spanId", Ty::HexBytes),
+        f(field::exemplar::TRACE_ID, "traceId", Ty::HexBytes),
     ],
 };
 
 static KEY_VALUE: Msg = Msg {
     name: "KeyValue",
-    fields: &[f(1, "key", Ty::Str), f(2, "value", Ty::Msg(&ANY_VALUE))],
+    fields: &[
+        f(field::key_value::KEY, "key", Ty::Str),
+        f(field::key_value::VALUE, "value", Ty::Msg(&ANY_VALUE)),
+    ],
 };
 
 static ANY_VALUE: Msg = Msg {
     name: "AnyValue",
     fields: &[
-        f(1, "stringValue", Ty::Str),
-        f(2, "boolValue", Ty::Bool),
-        f(3, "intValue", Ty::Int64),
-        f(4, "doubleValue", Ty::Double),
-        f(5, "arrayValue", Ty::Msg(&ARRAY_VALUE)),
-        f(6, "kvlistValue", Ty::Msg(&KEY_VALUE_LIST)),
-        f(7, "bytesValue", Ty::Bytes),
+        f(field::any_value::STRING_VALUE, "stringValue", Ty::Str),
+        f(field::any_value::BOOL_VALUE, "boolValue", Ty::Bool),
+        f(field::any_value::INT_VALUE, "intValue", Ty::Int64),
+        f(field::any_value::DOUBLE_VALUE, "doubleValue", Ty::Double),
+        f(
+            field::any_value::ARRAY_VALUE,
+            "arrayValue",
+            Ty::Msg(&ARRAY_VALUE),
+        ),
+        f(
+            field::any_value::KVLIST_VALUE,
+            "kvlistValue",
+            Ty::Msg(&KEY_VALUE_LIST),
+        ),
+        f(field::any_value::BYTES_VALUE, "bytesValue", Ty::Bytes),
     ],
 };
 
 static ARRAY_VALUE: Msg = Msg {
     name: "ArrayValue",
-    fields: &[rep(1, "values", Ty::Msg(&ANY_VALUE))],
+    fields: &[rep(
+        field::array_value::VALUES,
+        "values",
+        Ty::Msg(&ANY_VALUE),
+    )],
 };
 
 static KEY_VALUE_LIST: Msg = Msg {
     name: "KeyValueList",
-    fields: &[rep(1, "values", Ty::Msg(&KEY_VALUE))],
+    fields: &[rep(
+        field::key_value_list::VALUES,
+        "values",
+        Ty::Msg(&KEY_VALUE),
+    )],
 };
 
 /// How deep messages may nest. The request itself is 9 levels deep at an

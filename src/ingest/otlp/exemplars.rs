@@ -4,6 +4,7 @@
 
 use super::walk::payload_at;
 use super::*;
+use crate::protocol::otlp::field::*;
 
 impl Walk<'_> {
     /// Stores the current point's exemplars whose value is in `(lower,
@@ -60,12 +61,12 @@ pub(super) fn read_exemplars(
         let mut er = Reader::nested(e, payload_at(at, e));
         while let Some((num, v, at)) = er.next_field()? {
             match (num, v) {
-                (2, Value::Fixed64(t)) => ex.t = (t / 1_000_000) as i64,
-                (3, Value::Fixed64(b)) => ex.value = f64::from_bits(b),
-                (6, Value::Fixed64(i)) => ex.value = i as i64 as f64,
-                (4, Value::Bytes(b)) if !b.is_empty() => span = Some(hex(b)),
-                (5, Value::Bytes(b)) if !b.is_empty() => trace = Some(hex(b)),
-                (7, Value::Bytes(kv)) => {
+                (exemplar::TIME_UNIX_NANO, Value::Fixed64(t)) => ex.t = (t / 1_000_000) as i64,
+                (exemplar::AS_DOUBLE, Value::Fixed64(b)) => ex.value = f64::from_bits(b),
+                (exemplar::AS_INT, Value::Fixed64(i)) => ex.value = i as i64 as f64,
+                (exemplar::SPAN_ID, Value::Bytes(b)) if !b.is_empty() => span = Some(hex(b)),
+                (exemplar::TRACE_ID, Value::Bytes(b)) if !b.is_empty() => trace = Some(hex(b)),
+                (exemplar::FILTERED_ATTRIBUTES, Value::Bytes(kv)) => {
                     let (key, value) = split_key_value(kv, payload_at(at, kv))?;
                     let mut text = String::new();
                     if let (Ok(key), Some((vb, vat))) = (std::str::from_utf8(key), value) {

@@ -9,6 +9,7 @@ use base64::Engine as _;
 
 use super::names;
 use crate::ingest::validate::LabelError;
+use crate::protocol::otlp::field::{any_value, array_value, key_value, key_value_list};
 use crate::protocol::wire::{DecodeError, Reader, Value};
 use crate::storage::labels::encode_canonical;
 
@@ -285,8 +286,8 @@ pub fn split_key_value(
     let mut r = Reader::nested(kv, base);
     while let Some((num, v, at)) = r.next_field()? {
         match (num, v) {
-            (1, Value::Bytes(b)) => key = b,
-            (2, Value::Bytes(b)) => {
+            (key_value::KEY, Value::Bytes(b)) => key = b,
+            (key_value::VALUE, Value::Bytes(b)) => {
                 value = Some((b, at + crate::protocol::otlp::len_prefix(b.len())))
             }
             _ => {}
@@ -315,15 +316,17 @@ pub fn any_value_string(
         return Ok(());
     };
     match (num, v) {
-        (1, Value::Bytes(b)) => out.push_str(
+        (any_value::STRING_VALUE, Value::Bytes(b)) => out.push_str(
             std::str::from_utf8(b).map_err(|_| AttrError::Label(LabelError::InvalidUtf8))?,
         ),
-        (2, Value::Varint(b)) => out.push_str(if b != 0 { "true" } else { "false" }),
-        (3, Value::Varint(i)) => {
+        (any_value::BOOL_VALUE, Value::Varint(b)) => {
+            out.push_str(if b != 0 { "true" } else { "false" })
+        }
+        (any_value::INT_VALUE, Value::Varint(i)) => {
             let _ = write!(out, "{}", i as i64);
         }
-        (4, Value::Fixed64(bits)) => push_double(out, f64::from_bits(bits)),
-        (5 | 6, Value::Bytes(b)) => {
+        (any_value::DOUBLE_VALUE, Value::Fixed64(bits)) => push_double(out, f64::from_bits(bits)),
+        (any_value::ARRAY_VALUE | any_value::KVLIST_VALUE, Value::Bytes(b)) => {
             let json = any_json(
                 num,
                 b,
@@ -332,7 +335,9 @@ pub fn any_value_string(
             )?;
             let _ = write!(out, "{json}");
         }
-        (7, Value::Bytes(b)) => base64::engine::general_purpose::STANDARD.encode_string(b, out),
+        (any_value::BYTES_VALUE, Value::Bytes(b)) => {
+            base64::engine::general_purpose::STANDARD.encode_string(b, out)
+        }
         _ => return Err(AttrError::Decode(crate::protocol::wire::wrong_type(at))),
     }
     Ok(())
@@ -371,21 +376,21 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
         }
         Ok(match last {
             None => J::Null,
-            Some((1, Value::Bytes(s), _)) => J::String(
+            Some((any_value::STRING_VALUE, Value::Bytes(s), _)) => J::String(
                 std::str::from_utf8(s)
                     .map_err(|_| AttrError::Label(LabelError::InvalidUtf8))?
                     .to_owned(),
             ),
-            Some((2, Value::Varint(x), _)) => J::Bool(x != 0),
-            Some((3, Value::Varint(x), _)) => J::from(x as i64),
-            Some((4, Value::Fixed64(x), _)) => J::from(f64::from_bits(x)),
+            Some((any_value::BOOL_VALUE, Value::Varint(x), _)) => J::Bool(x != 0),
+            Some((any_value::INT_VALUE, Value::Varint(x), _)) => J::from(x as i64),
+            Some((any_value::DOUBLE_VALUE, Value::Fixed64(x), _)) => J::from(f64::from_bits(x)),
             Some((n @ (5 | 6), Value::Bytes(s), at)) => any_json(
                 n,
                 s,
                 at + crate::protocol::otlp::len_prefix(s.len()),
                 depth + 1,
             )?,
-            Some((7, Value::Bytes(s), _)) => {
+            Some((any_value::BYTES_VALUE, Value::Bytes(s), _)) => {
                 J::String(base64::engine::general_purpose::STANDARD.encode(s))
             }
             Some((_, _, at)) => {
@@ -394,10 +399,10 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
         })
     };
     let mut r = Reader::nested(b, base);
-    if num == 5 {
+    if num == any_value::ARRAY_VALUE {
         let mut items = Vec::new();
         while let Some((n, v, at)) = r.next_field()? {
-            if let (1, Value::Bytes(item)) = (n, v) {
+            if let (array_value::VALUES, Value::Bytes(item)) = (n, v) {
                 items.push(one(
                     item,
                     at + crate::protocol::otlp::len_prefix(item.len()),
@@ -408,7 +413,7 @@ fn any_json(num: u32, b: &[u8], base: usize, depth: usize) -> Result<serde_json:
     } else {
         let mut map = serde_json::Map::new();
         while let Some((n, v, at)) = r.next_field()? {
-            if let (1, Value::Bytes(kv)) = (n, v) {
+            if let (key_value_list::VALUES, Value::Bytes(kv)) = (n, v) {
                 let (k, val) =
                     split_key_value(kv, at + crate::protocol::otlp::len_prefix(kv.len()))?;
                 let k = std::str::from_utf8(k)

@@ -5,6 +5,7 @@
 use super::exemplars::read_exemplars;
 use super::walk::payload_at;
 use super::*;
+use crate::protocol::otlp::field::*;
 
 /// Go's `strconv.FormatFloat(f, 'f', -1, 64)`, which Rust's `Display`
 /// matches for finite values.
@@ -95,10 +96,10 @@ impl Walk<'_> {
         let mut r = Reader::nested(p, base);
         while let Some((num, v, _)) = r.next_field()? {
             match (num, v) {
-                (3, Value::Fixed64(t)) => t_ns = t,
-                (4, Value::Fixed64(b)) => value = Some(f64::from_bits(b)),
-                (6, Value::Fixed64(i)) => value = Some(i as i64 as f64),
-                (8, Value::Varint(f)) => flags = f,
+                (number_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (number_point::AS_DOUBLE, Value::Fixed64(b)) => value = Some(f64::from_bits(b)),
+                (number_point::AS_INT, Value::Fixed64(i)) => value = Some(i as i64 as f64),
+                (number_point::FLAGS, Value::Varint(f)) => flags = f,
                 _ => {}
             }
         }
@@ -106,9 +107,11 @@ impl Walk<'_> {
         let stale = Staleness::of(flags);
         let invalid = (stale == Staleness::Recorded && value.is_none())
             .then_some(move || format!("a data point of metric {name:?} has no value"));
-        if let Some(t) = self.begin_point(p, base, 7, t_ns, name, 1, invalid)? {
+        if let Some(t) =
+            self.begin_point(p, base, number_point::ATTRIBUTES, t_ns, name, 1, invalid)?
+        {
             let v = stale.value(value.unwrap_or(0.0));
-            read_exemplars(p, base, 5, &mut self.exemplars)?;
+            read_exemplars(p, base, number_point::EXEMPLARS, &mut self.exemplars)?;
             self.emit(Emitted::DataPoint, name, None, t, v, temporality);
             self.attach_exemplars(f64::NEG_INFINITY, f64::INFINITY);
         }
@@ -128,17 +131,23 @@ impl Walk<'_> {
         let mut r = Reader::nested(p, base);
         while let Some((num, v, _)) = r.next_field()? {
             match (num, v) {
-                (3, Value::Fixed64(t)) => t_ns = t,
-                (4, Value::Fixed64(c)) => count = c,
-                (5, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
+                (histogram_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (histogram_point::COUNT, Value::Fixed64(c)) => count = c,
+                (histogram_point::SUM, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
                 // Past MAX_BUCKETS the point is rejected; collect no more.
-                (6, Value::Fixed64(c)) => push_capped(&mut bufs.counts, [c]),
-                (6, Value::Bytes(b)) => push_capped(&mut bufs.counts, fixed64s(b)),
-                (7, Value::Fixed64(b)) => push_capped(&mut bufs.bounds, [f64::from_bits(b)]),
-                (7, Value::Bytes(b)) => {
+                (histogram_point::BUCKET_COUNTS, Value::Fixed64(c)) => {
+                    push_capped(&mut bufs.counts, [c])
+                }
+                (histogram_point::BUCKET_COUNTS, Value::Bytes(b)) => {
+                    push_capped(&mut bufs.counts, fixed64s(b))
+                }
+                (histogram_point::EXPLICIT_BOUNDS, Value::Fixed64(b)) => {
+                    push_capped(&mut bufs.bounds, [f64::from_bits(b)])
+                }
+                (histogram_point::EXPLICIT_BOUNDS, Value::Bytes(b)) => {
                     push_capped(&mut bufs.bounds, fixed64s(b).map(f64::from_bits));
                 }
-                (10, Value::Varint(f)) => flags = f,
+                (histogram_point::FLAGS, Value::Varint(f)) => flags = f,
                 _ => {}
             }
         }
@@ -160,11 +169,20 @@ impl Walk<'_> {
             )
             }
         });
-        let Some(t) = self.begin_point(p, base, 9, t_ns, &names.base, samples, invalid)? else {
+        let Some(t) = self.begin_point(
+            p,
+            base,
+            histogram_point::ATTRIBUTES,
+            t_ns,
+            &names.base,
+            samples,
+            invalid,
+        )?
+        else {
             return Ok(());
         };
         let stale = Staleness::of(flags);
-        read_exemplars(p, base, 8, &mut self.exemplars)?;
+        read_exemplars(p, base, histogram_point::EXEMPLARS, &mut self.exemplars)?;
         self.emit_sum_count(names, t, sum, count, stale, temporality);
         let mut cumulative = 0u64;
         // Each exemplar goes to the bucket series whose `le` first covers
@@ -207,21 +225,23 @@ impl Walk<'_> {
         let mut r = Reader::nested(p, base);
         while let Some((num, v, at)) = r.next_field()? {
             match (num, v) {
-                (3, Value::Fixed64(t)) => t_ns = t,
-                (4, Value::Fixed64(c)) => count = c,
-                (5, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
-                (6, Value::Varint(z)) => scale = zigzag32(z),
-                (7, Value::Fixed64(z)) => zero_count = z,
-                (8, Value::Bytes(b)) => {
+                (exp_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (exp_point::COUNT, Value::Fixed64(c)) => count = c,
+                (exp_point::SUM, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
+                (exp_point::SCALE, Value::Varint(z)) => scale = zigzag32(z),
+                (exp_point::ZERO_COUNT, Value::Fixed64(z)) => zero_count = z,
+                (exp_point::POSITIVE, Value::Bytes(b)) => {
                     bufs.counts.clear();
                     pos_offset = buckets(b, payload_at(at, b), &mut bufs.counts)?;
                 }
-                (9, Value::Bytes(b)) => {
+                (exp_point::NEGATIVE, Value::Bytes(b)) => {
                     bufs.negative.clear();
                     neg_offset = buckets(b, payload_at(at, b), &mut bufs.negative)?;
                 }
-                (10, Value::Varint(f)) => flags = f,
-                (14, Value::Fixed64(b)) => zero_threshold = f64::from_bits(b),
+                (exp_point::FLAGS, Value::Varint(f)) => flags = f,
+                (exp_point::ZERO_THRESHOLD, Value::Fixed64(b)) => {
+                    zero_threshold = f64::from_bits(b)
+                }
                 _ => {}
             }
         }
@@ -231,7 +251,16 @@ impl Walk<'_> {
             let invalid = (scale < -4).then_some({
                 || format!("cannot convert exponential histogram {:?} to a native histogram: scale must be >= -4, was {scale}", names.base)
             });
-            let Some(t) = self.begin_point(p, base, 1, t_ns, &names.base, 1, invalid)? else {
+            let Some(t) = self.begin_point(
+                p,
+                base,
+                exp_point::ATTRIBUTES,
+                t_ns,
+                &names.base,
+                1,
+                invalid,
+            )?
+            else {
                 return Ok(());
             };
             let h = native_from_exponential(NativeParts {
@@ -267,7 +296,16 @@ impl Walk<'_> {
                 names.base, SCALES.start(), SCALES.end()
             )
         });
-        let Some(t) = self.begin_point(p, base, 1, t_ns, &names.base, samples, invalid)? else {
+        let Some(t) = self.begin_point(
+            p,
+            base,
+            exp_point::ATTRIBUTES,
+            t_ns,
+            &names.base,
+            samples,
+            invalid,
+        )?
+        else {
             return Ok(());
         };
         let stale = Staleness::of(flags);
@@ -315,22 +353,22 @@ impl Walk<'_> {
         let mut r = Reader::nested(p, base);
         while let Some((num, v, at)) = r.next_field()? {
             match (num, v) {
-                (3, Value::Fixed64(t)) => t_ns = t,
-                (4, Value::Fixed64(c)) => count = c,
-                (5, Value::Fixed64(b)) => sum = f64::from_bits(b),
-                (6, Value::Bytes(b)) => {
+                (summary_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (summary_point::COUNT, Value::Fixed64(c)) => count = c,
+                (summary_point::SUM, Value::Fixed64(b)) => sum = f64::from_bits(b),
+                (summary_point::QUANTILE_VALUES, Value::Bytes(b)) => {
                     let (mut q, mut qv) = (0.0, 0.0);
                     let mut r = Reader::nested(b, payload_at(at, b));
                     while let Some((num, v, _)) = r.next_field()? {
                         match (num, v) {
-                            (1, Value::Fixed64(x)) => q = f64::from_bits(x),
-                            (2, Value::Fixed64(x)) => qv = f64::from_bits(x),
+                            (quantile::QUANTILE, Value::Fixed64(x)) => q = f64::from_bits(x),
+                            (quantile::VALUE, Value::Fixed64(x)) => qv = f64::from_bits(x),
                             _ => {}
                         }
                     }
                     push_capped(&mut bufs.quantiles, [(q, qv)]);
                 }
-                (8, Value::Varint(f)) => flags = f,
+                (summary_point::FLAGS, Value::Varint(f)) => flags = f,
                 _ => {}
             }
         }
@@ -349,7 +387,16 @@ impl Walk<'_> {
                 )
             }
         });
-        let Some(t) = self.begin_point(p, base, 7, t_ns, &names.base, samples, invalid)? else {
+        let Some(t) = self.begin_point(
+            p,
+            base,
+            summary_point::ATTRIBUTES,
+            t_ns,
+            &names.base,
+            samples,
+            invalid,
+        )?
+        else {
             return Ok(());
         };
         let stale = Staleness::of(flags);
@@ -518,9 +565,9 @@ pub(super) fn buckets(b: &[u8], base: usize, out: &mut Vec<u64>) -> Result<i32, 
     let mut r = Reader::nested(b, base);
     while let Some((num, v, at)) = r.next_field()? {
         match (num, v) {
-            (1, Value::Varint(o)) => offset = zigzag32(o),
-            (2, Value::Varint(c)) => push_capped(out, [c]),
-            (2, Value::Bytes(run)) => {
+            (buckets::OFFSET, Value::Varint(o)) => offset = zigzag32(o),
+            (buckets::BUCKET_COUNTS, Value::Varint(c)) => push_capped(out, [c]),
+            (buckets::BUCKET_COUNTS, Value::Bytes(run)) => {
                 for c in (PackedVarints { buf: run }) {
                     push_capped(out, [c.map_err(|what| DecodeError { what, offset: at })?]);
                 }

@@ -4,6 +4,7 @@
 //! ([`Walk::emit`]) through the ingest pipeline.
 
 use super::*;
+use crate::protocol::otlp::field::*;
 
 /// The offset in the request where the payload `b` of a length-delimited
 /// field found at `at` starts (past its length prefix).
@@ -43,7 +44,7 @@ impl Walk<'_> {
     pub(super) fn request(&mut self, body: &[u8]) -> Result<(), DecodeError> {
         let mut r = Reader::new(body);
         while let Some((num, v, at)) = r.next_field()? {
-            if let (1, Value::Bytes(rm)) = (num, v) {
+            if let (request::RESOURCE_METRICS, Value::Bytes(rm)) = (num, v) {
                 self.resource_metrics(rm, payload_at(at, rm))?;
             }
         }
@@ -54,7 +55,7 @@ impl Walk<'_> {
         let mut resource = None;
         let mut r = Reader::nested(rm, base);
         while let Some((num, v, at)) = r.next_field()? {
-            if let (1, Value::Bytes(b)) = (num, v) {
+            if let (resource_metrics::RESOURCE, Value::Bytes(b)) = (num, v) {
                 resource = Some((b, payload_at(at, b)));
             }
         }
@@ -62,12 +63,12 @@ impl Walk<'_> {
         self.t_range = (i64::MAX, i64::MIN);
         let mut r = Reader::nested(rm, base);
         while let Some((num, v, at)) = r.next_field()? {
-            let (2, Value::Bytes(sm)) = (num, v) else {
+            let (resource_metrics::SCOPE_METRICS, Value::Bytes(sm)) = (num, v) else {
                 continue;
             };
             let mut r = Reader::nested(sm, payload_at(at, sm));
             while let Some((num, v, at)) = r.next_field()? {
-                if let (2, Value::Bytes(m)) = (num, v) {
+                if let (scope_metrics::METRICS, Value::Bytes(m)) = (num, v) {
                     self.metric(m, payload_at(at, m))?;
                 }
             }
@@ -88,7 +89,7 @@ impl Walk<'_> {
         if let Some((res, base)) = resource {
             let mut r = Reader::nested(res, base);
             while let Some((num, v, at)) = r.next_field()? {
-                let (1, Value::Bytes(kv)) = (num, v) else {
+                let (resource::ATTRIBUTES, Value::Bytes(kv)) = (num, v) else {
                     continue;
                 };
                 let (key, value) = split_key_value(kv, payload_at(at, kv))?;
@@ -199,9 +200,9 @@ impl Walk<'_> {
         let mut r = Reader::nested(m, base);
         while let Some((num, v, at)) = r.next_field()? {
             match (num, v) {
-                (1, Value::Bytes(b)) => name = b,
-                (2, Value::Bytes(b)) => desc = b,
-                (3, Value::Bytes(b)) => unit = b,
+                (metric::NAME, Value::Bytes(b)) => name = b,
+                (metric::DESCRIPTION, Value::Bytes(b)) => desc = b,
+                (metric::UNIT, Value::Bytes(b)) => unit = b,
                 (_, Value::Bytes(b)) if DataKind::from_field(num).is_some() => {
                     data = DataKind::from_field(num).map(|kind| (kind, b, payload_at(at, b)));
                 }
@@ -221,9 +222,9 @@ impl Walk<'_> {
         let mut r = Reader::nested(data, dbase);
         while let Some((num, v, _)) = r.next_field()? {
             match (num, v) {
-                (1, Value::Bytes(_)) => points += 1,
-                (2, Value::Varint(t)) => temporality = t,
-                (3, Value::Varint(b)) => monotonic = b != 0,
+                (data::DATA_POINTS, Value::Bytes(_)) => points += 1,
+                (data::AGGREGATION_TEMPORALITY, Value::Varint(t)) => temporality = t,
+                (data::IS_MONOTONIC, Value::Varint(b)) => monotonic = b != 0,
                 _ => {}
             }
         }
@@ -301,7 +302,7 @@ impl Walk<'_> {
         let mut r = Reader::nested(data, dbase);
         let mut result = Ok(());
         while let Some((num, v, at)) = r.next_field()? {
-            let (1, Value::Bytes(p)) = (num, v) else {
+            let (data::DATA_POINTS, Value::Bytes(p)) = (num, v) else {
                 continue;
             };
             let base = payload_at(at, p);
