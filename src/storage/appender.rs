@@ -46,8 +46,7 @@ pub trait SeriesSource {
 }
 
 /// Resolves once a committed batch is durable by the WAL's fsync mode (at
-/// once without a WAL). Cheap to clone; commits combine with
-/// [`Commit::and`].
+/// once without a WAL). Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Commit {
     wal: Option<std::sync::Arc<GroupCommit>>,
@@ -69,17 +68,6 @@ impl Commit {
                 None => Ok(()),
             }
         }
-    }
-
-    /// A commit that resolves once both have.
-    pub fn and(mut self, other: Commit) -> Commit {
-        if other.lsn > self.lsn {
-            self.lsn = other.lsn;
-        }
-        if self.wal.is_none() {
-            self.wal = other.wal;
-        }
-        self
     }
 }
 

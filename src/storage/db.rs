@@ -187,11 +187,6 @@ impl Db {
         self.head.exemplars()
     }
 
-    /// The data directory, when the database is durable.
-    pub fn dir(&self) -> Option<&Path> {
-        self.dir.as_deref()
-    }
-
     /// Follows the WAL's progress (what its readers wait on), when there
     /// is one.
     pub fn wal_progress(&self) -> Option<watch::Receiver<Progress>> {
@@ -268,11 +263,6 @@ impl Db {
     /// The blocks on disk: counts, sizes, cuts and compactions.
     pub fn block_stats(&self) -> BlockStats {
         self.blocks.stats()
-    }
-
-    /// Bytes open blocks' readers hold in memory.
-    pub fn block_memory_bytes(&self) -> usize {
-        self.blocks.memory_bytes()
     }
 
     /// Checkpoints taken since start.
