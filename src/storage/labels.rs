@@ -194,6 +194,7 @@ pub fn encode_canonical<'a>(
 /// equal a series' canonical form only if they are that series' labels,
 /// sorted and valid. The canonical form is remote write 1.0's run of
 /// `TimeSeries.labels` fields, so a sender's bytes find their series as sent.
+#[inline]
 pub fn encode_canonical_bytes<'a>(
     labels: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     out: &mut Vec<u8>,

@@ -2,7 +2,7 @@
 //! 2.0 `Request`, for encoders that build requests from stored series
 //! without a request model. Field numbers are named once, here.
 
-use crate::encoding::put_uvarint;
+use crate::encoding::{put_uvarint, uvarint_len as varint_len};
 
 /// Field numbers of remote write 1.0 (`prompb/remote.proto`, `types.proto`).
 pub mod v1 {
@@ -46,11 +46,6 @@ const LEN: u32 = 2;
 
 fn tag(field: u32, wire_type: u32) -> u64 {
     u64::from(field << 3 | wire_type)
-}
-
-/// Bytes of the varint `v`.
-pub fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Bytes of a length-delimited field of `field` whose value is `len` bytes.
@@ -154,6 +149,7 @@ pub fn label_pairs(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::encoding::put_uvarint;
     use crate::proto::prometheus as pb;
     use prost::Message as _;
 
