@@ -56,7 +56,7 @@ pub struct Commit {
 /// The WAL could not make a committed batch durable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the write-ahead log failed: {0}")]
-pub struct CommitError(String);
+pub struct CommitError(#[from] crate::wal::commit::Stopped);
 
 impl Commit {
     /// Waits until everything committed is durable.

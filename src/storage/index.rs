@@ -27,18 +27,29 @@ pub enum MatchOp {
 #[error("invalid regular expression {pattern:?}: {message}")]
 pub struct MatcherError {
     pattern: String,
-    message: String,
+    message: BadRegex,
 }
 
 /// `pattern` compiled to match whole values, as PromQL's regexes do. The
 /// pattern must parse on its own first: anchoring wraps it in a group, and
 /// a pattern with an unbalanced `)` (`a)|(.*`) would otherwise close that
 /// group early and match everything.
-pub fn anchored_regex(pattern: &str) -> Result<Regex, String> {
+pub fn anchored_regex(pattern: &str) -> Result<Regex, BadRegex> {
     regex_syntax::ast::parse::Parser::new()
         .parse(pattern)
-        .map_err(|e| format!("error parsing regexp: {}", e.kind()))?;
-    Regex::new(&format!("^(?s:{pattern})$")).map_err(|e| e.to_string())
+        .map_err(|e| BadRegex::Syntax(e.kind().to_string()))?;
+    Regex::new(&format!("^(?s:{pattern})$")).map_err(|e| BadRegex::Compile(e.to_string()))
+}
+
+/// Why a pattern is not a regular expression PromQL can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRegex {
+    /// It does not parse.
+    #[error("error parsing regexp: {0}")]
+    Syntax(String),
+    /// It parses but does not compile (too big, say).
+    #[error("{0}")]
+    Compile(String),
 }
 
 /// A label matcher, e.g. `job=~"node|api"`.
@@ -58,9 +69,9 @@ impl Matcher {
     pub fn new(op: MatchOp, name: &str, value: &str) -> Result<Self, MatcherError> {
         let re = match op {
             MatchOp::Regex | MatchOp::NotRegex => {
-                Some(anchored_regex(value).map_err(|message| MatcherError {
+                Some(anchored_regex(value).map_err(|e| MatcherError {
                     pattern: value.to_owned(),
-                    message,
+                    message: e,
                 })?)
             }
             _ => None,

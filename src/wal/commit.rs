@@ -54,7 +54,7 @@ struct State {
     frames: Vec<u8>,
     /// LSN just past the last submitted byte.
     submitted: u64,
-    rotate: Vec<oneshot::Sender<Result<u64, String>>>,
+    rotate: Vec<oneshot::Sender<Result<u64, Stopped>>>,
     closed: bool,
 }
 
@@ -83,6 +83,17 @@ pub struct CommitStats {
     pub sync_nanos: u64,
     /// Bytes written.
     pub bytes: u64,
+}
+
+/// Why the log cannot make something durable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Stopped {
+    /// The log was closed (the process is shutting down).
+    #[error("the WAL is shut down")]
+    ShutDown,
+    /// A write or fsync failed; the log refuses what came after it.
+    #[error("{0}")]
+    Failed(Arc<str>),
 }
 
 /// The WAL thread and the queue in front of it.
@@ -137,7 +148,7 @@ impl GroupCommit {
 
     /// Resolves when the log is durable (by the fsync mode) up to `lsn`,
     /// or with the error that stopped it.
-    pub fn wait(&self, lsn: u64) -> impl std::future::Future<Output = Result<(), String>> + Send {
+    pub fn wait(&self, lsn: u64) -> impl std::future::Future<Output = Result<(), Stopped>> + Send {
         let mut rx = self.shared.progress.subscribe();
         let always = self.mode == FsyncMode::Always;
         async move {
@@ -146,7 +157,7 @@ impl GroupCommit {
                     p.failed.is_some() || (if always { p.synced } else { p.written }) >= lsn
                 })
                 .await
-                .map_err(|_| "the WAL is shut down".to_owned())?;
+                .map_err(|_| Stopped::ShutDown)?;
             match &reached.failed {
                 Some(e)
                     if (if always {
@@ -155,7 +166,7 @@ impl GroupCommit {
                         reached.written
                     }) < lsn =>
                 {
-                    Err(e.to_string())
+                    Err(Stopped::Failed(Arc::clone(e)))
                 }
                 _ => Ok(()),
             }
@@ -165,18 +176,17 @@ impl GroupCommit {
     /// Writes and fsyncs what is queued, then starts a new segment. Returns
     /// the index of the last segment before it: everything submitted
     /// before this call is in segments up to that index. Blocks.
-    pub fn rotate(&self) -> Result<u64, String> {
+    pub fn rotate(&self) -> Result<u64, Stopped> {
         let (tx, rx) = oneshot::channel();
         {
             let mut st = self.shared.state.lock();
             if st.closed {
-                return Err("the WAL is shut down".into());
+                return Err(Stopped::ShutDown);
             }
             st.rotate.push(tx);
         }
         self.shared.wake.notify_one();
-        rx.blocking_recv()
-            .map_err(|_| "the WAL is shut down".to_owned())?
+        rx.blocking_recv().map_err(|_| Stopped::ShutDown)?
     }
 
     /// The thread's counters.
@@ -345,10 +355,13 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
         }
         for tx in rotate.drain(..) {
             let r = match &failed {
-                Some(e) => Err(e.to_string()),
+                Some(e) => Err(Stopped::Failed(Arc::clone(e))),
                 None => {
                     let before = writer.segment();
-                    writer.rotate().map(|()| before).map_err(|e| e.to_string())
+                    writer
+                        .rotate()
+                        .map(|()| before)
+                        .map_err(|e| Stopped::Failed(Arc::from(e.to_string())))
                 }
             };
             let _ = tx.send(r);

@@ -125,7 +125,7 @@ impl Head {
     pub(in crate::storage) fn durable(
         &self,
         lsn: u64,
-    ) -> impl std::future::Future<Output = Result<(), String>> + Send {
+    ) -> impl std::future::Future<Output = Result<(), crate::wal::commit::Stopped>> + Send {
         let wait = self.wal.as_ref().filter(|_| lsn > 0).map(|w| w.wait(lsn));
         async move {
             match wait {
