@@ -443,13 +443,19 @@ impl Walk<'_> {
             (&mut valid, &mut canonical),
         );
         if let Err((reason, why)) = outcome {
-            self.point_reason.get_or_insert(reason);
-            self.report
-                .samples
-                .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
+            self.refuse_sample(reason, &why, name);
             return;
         }
         self.last_stored = true;
+    }
+
+    /// Counts a sample of the current point as not stored for `reason`
+    /// (`why`: the rule its series broke), naming the series.
+    pub(super) fn refuse_sample(&mut self, reason: Reason, why: &str, name: &str) {
+        self.point_reason.get_or_insert(reason);
+        self.report
+            .samples
+            .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
     }
 
     /// Appends one sample to the series made of the labels `emitted` takes, `__name__`
@@ -519,10 +525,7 @@ impl Walk<'_> {
         };
         if let Err((reason, why)) = stored {
             if emitted == Emitted::DataPoint {
-                self.point_reason.get_or_insert(reason);
-                self.report
-                    .samples
-                    .reject(reason, 1, || format!("{why}; series {name:?} not stored"));
+                self.refuse_sample(reason, &why, name);
             }
             return;
         }
