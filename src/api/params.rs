@@ -145,18 +145,33 @@ pub const MIN_TIME: i64 = (i64::MIN / 1000 + 62_135_596_801) * 1000;
 /// See [`MIN_TIME`].
 pub const MAX_TIME: i64 = (i64::MAX / 1000 - 62_135_596_801) * 1000 + 999;
 
+/// A time or duration parameter that does not parse, in Prometheus' words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    /// Not a time.
+    #[error("cannot parse {0:?} to a valid timestamp")]
+    Time(String),
+    /// Not a duration.
+    #[error("cannot parse {0:?} to a valid duration")]
+    Duration(String),
+    /// A duration longer than Go's int64 of nanoseconds.
+    #[error("cannot parse {0:?} to a valid duration. It overflows int64")]
+    DurationOverflow(String),
+}
+
 /// Parses an API time: unix seconds as a float (rounded to the ms), or
 /// RFC 3339. Returns milliseconds.
-pub fn parse_time(s: &str) -> Result<i64, String> {
+pub fn parse_time(s: &str) -> Result<i64, BadValue> {
+    let bad = || BadValue::Time(s.to_owned());
     if let Ok(f) = s.parse::<f64>() {
         if !f.is_finite() {
-            return Err(format!("cannot parse {s:?} to a valid timestamp"));
+            return Err(bad());
         }
         let secs = f.trunc();
         let ms = ((f - secs) * 1000.0).round();
         let t = secs * 1000.0 + ms;
         if t >= i64::MAX as f64 || t <= i64::MIN as f64 {
-            return Err(format!("cannot parse {s:?} to a valid timestamp"));
+            return Err(bad());
         }
         return Ok(t as i64);
     }
@@ -168,7 +183,7 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     }
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.timestamp_millis())
-        .map_err(|_| format!("cannot parse {s:?} to a valid timestamp"))
+        .map_err(|_| bad())
 }
 
 /// Parses an API duration: float seconds, or a Prometheus duration such as
@@ -176,12 +191,12 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
 ///
 /// Durations are Go's: an int64 of nanoseconds, about ±292 years; longer
 /// ones are refused in Prometheus' words.
-pub fn parse_duration(s: &str) -> Result<i64, String> {
-    let overflows = || format!("cannot parse {s:?} to a valid duration. It overflows int64");
+pub fn parse_duration(s: &str) -> Result<i64, BadValue> {
+    let overflows = || BadValue::DurationOverflow(s.to_owned());
     if let Ok(f) = s.parse::<f64>() {
         let ms = f * 1000.0;
         if !ms.is_finite() {
-            return Err(format!("cannot parse {s:?} to a valid duration"));
+            return Err(BadValue::Duration(s.to_owned()));
         }
         if ms.abs() > MAX_DURATION_MS as f64 {
             return Err(overflows());
@@ -191,7 +206,7 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     match parse_prom_duration(s) {
         Some(ms) if ms <= MAX_DURATION_MS => Ok(ms),
         Some(_) => Err(overflows()),
-        None => Err(format!("cannot parse {s:?} to a valid duration")),
+        None => Err(BadValue::Duration(s.to_owned())),
     }
 }
 
@@ -300,7 +315,7 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         for huge in ["1e30", "-1e30", "9e15", "300y", "99999999999999999999y"] {
-            let e = parse_duration(huge).expect_err(huge);
+            let e = parse_duration(huge).expect_err(huge).to_string();
             assert!(
                 e.contains("overflows int64") || e.contains("valid duration"),
                 "{e}"
