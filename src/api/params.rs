@@ -268,7 +268,7 @@ pub fn parse_selector(s: &str, limits: &ParseLimits) -> Result<Vec<Vec<Matcher>>
         max_depth: limits.max_depth.min(SELECTOR_MAX_DEPTH),
         ..*limits
     };
-    match crate::promql::guard::parse(s, &limits)? {
+    match crate::promql::guard::parse(s, &limits).map_err(|e| e.to_string())? {
         promql_parser::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
         _ => Err(format!("invalid selector {s:?}: not a series selector")),
     }

@@ -70,7 +70,7 @@ impl<'h> Engine<'h> {
     }
 
     fn parse(&self, query: &str) -> Result<Expr, QueryError> {
-        guard::parse(query, &self.opts.parse).map_err(QueryError::BadData)
+        guard::parse(query, &self.opts.parse).map_err(|e| QueryError::BadData(e.to_string()))
     }
 
     fn ctx(&self, start: i64, end: i64, step: i64) -> Ctx<'_> {

@@ -44,33 +44,60 @@ impl Default for ParseLimits {
 /// The longest duration Prometheus accepts: an int64 count of nanoseconds.
 pub const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
 
-const DURATION_OUT_OF_RANGE: &str = "duration out of range";
+/// Why a query was refused before or after parsing: a limit it broke, a
+/// duration or time out of Prometheus' range, a feature not enabled, or
+/// the parser's own message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GuardError {
+    /// Longer than `query-max-length`.
+    #[error("the query is {len} bytes long, over the limit of {max} (query-max-length)")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Nested deeper than `query-max-depth`.
+    #[error("the query nests deeper than the limit of {0} levels (query-max-depth)")]
+    TooDeep(usize),
+    /// A duration past an int64 of nanoseconds, negative, or not a number.
+    #[error("duration out of range")]
+    DurationOutOfRange,
+    /// An `@` time past an int64 of milliseconds.
+    #[error("timestamp out of bounds for @ modifier: {0}")]
+    AtOutOfBounds(f64),
+    /// An experimental aggregation without the feature flag.
+    #[error("{0}() is experimental and must be enabled with --enable-feature=promql-experimental-functions")]
+    ExperimentalAggregation(String),
+    /// An experimental function without the feature flag.
+    #[error("function {0:?} is not enabled")]
+    FunctionNotEnabled(String),
+    /// The parser's message.
+    #[error("{0}")]
+    Parse(String),
+}
 
 /// Parses `query` within `limits`: an error names the limit it broke, or is
 /// the parser's message.
-pub fn parse(query: &str, limits: &ParseLimits) -> Result<Expr, String> {
+pub fn parse(query: &str, limits: &ParseLimits) -> Result<Expr, GuardError> {
     if query.len() > limits.max_length {
-        return Err(format!(
-            "the query is {} bytes long, over the limit of {} (query-max-length)",
-            query.len(),
-            limits.max_length
-        ));
+        return Err(GuardError::TooLong {
+            len: query.len(),
+            max: limits.max_length,
+        });
     }
     let d = scan(query, limits.max_depth)?;
     if d > limits.max_depth {
-        return Err(format!(
-            "the query nests deeper than the limit of {} levels (query-max-depth)",
-            limits.max_depth
-        ));
+        return Err(GuardError::TooDeep(limits.max_depth));
     }
-    let expr = parser::parse(query)?;
+    let expr = parser::parse(query).map_err(GuardError::Parse)?;
     check(&expr, limits)?;
     Ok(expr)
 }
 
 /// The nesting depth of `query` as [`parse`] bounds it; an error for a
 /// number in a duration's place that cannot be one.
-pub fn depth(query: &str) -> Result<usize, String> {
+pub fn depth(query: &str) -> Result<usize, GuardError> {
     scan(query, usize::MAX)
 }
 
@@ -84,7 +111,7 @@ enum Expect {
 }
 
 /// [`depth`], returning as soon as the depth passes `stop_at`.
-fn scan(query: &str, stop_at: usize) -> Result<usize, String> {
+fn scan(query: &str, stop_at: usize) -> Result<usize, GuardError> {
     let b = query.as_bytes();
     // Operator tokens seen so far in each open bracket level, outermost
     // first, and their sum; the current depth is `levels.len() + ops`.
@@ -144,7 +171,7 @@ fn scan(query: &str, stop_at: usize) -> Result<usize, String> {
                     if expect == Expect::OffsetDuration
                         && (word.eq_ignore_ascii_case("inf") || word.eq_ignore_ascii_case("nan"))
                     {
-                        return Err(DURATION_OUT_OF_RANGE.to_owned());
+                        return Err(GuardError::DurationOutOfRange);
                     }
                     if word.eq_ignore_ascii_case("offset") {
                         next = Expect::OffsetDuration;
@@ -208,7 +235,7 @@ fn number_end(b: &[u8], start: usize) -> usize {
 
 /// A number that promql-parser would read as seconds of a duration must be
 /// one Prometheus accepts; unit durations (`5m`) are checked after parsing.
-fn check_duration_number(token: &str) -> Result<(), String> {
+fn check_duration_number(token: &str) -> Result<(), GuardError> {
     let t: String = token.chars().filter(|&c| c != '_').collect();
     let secs = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         match u64::from_str_radix(hex, 16) {
@@ -224,7 +251,7 @@ fn check_duration_number(token: &str) -> Result<(), String> {
         }
     };
     if !secs.is_finite() || secs < 0.0 || secs > MAX_DURATION.as_secs_f64() {
-        return Err(DURATION_OUT_OF_RANGE.to_owned());
+        return Err(GuardError::DurationOutOfRange);
     }
     Ok(())
 }
@@ -232,7 +259,7 @@ fn check_duration_number(token: &str) -> Result<(), String> {
 /// Holds every duration and `@` time of `expr` to Prometheus' ranges, and
 /// refuses experimental functions unless `limits` allows them.
 /// Recursion is bounded by the depth check that came before.
-fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), String> {
+fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), GuardError> {
     match expr {
         Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Ok(()),
         Expr::Paren(p) => check(&p.expr, limits),
@@ -244,10 +271,7 @@ fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), String> {
         Expr::Aggregate(a) => {
             let op = a.op.id();
             if !limits.experimental_functions && (op == T_LIMITK || op == T_LIMIT_RATIO) {
-                return Err(format!(
-                    "{}() is experimental and must be enabled with --enable-feature=promql-experimental-functions",
-                    a.op
-                ));
+                return Err(GuardError::ExperimentalAggregation(a.op.to_string()));
             }
             if let Some(p) = &a.param {
                 check(p, limits)?;
@@ -256,7 +280,7 @@ fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), String> {
         }
         Expr::Call(c) => {
             if c.func.experimental && !limits.experimental_functions {
-                return Err(format!("function {:?} is not enabled", c.func.name));
+                return Err(GuardError::FunctionNotEnabled(c.func.name.to_string()));
             }
             c.args.args.iter().try_for_each(|a| check(a, limits))
         }
@@ -276,11 +300,11 @@ fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), String> {
     }
 }
 
-fn check_selector(vs: &VectorSelector) -> Result<(), String> {
+fn check_selector(vs: &VectorSelector) -> Result<(), GuardError> {
     check_modifiers(&vs.at, &vs.offset)
 }
 
-fn check_modifiers(at: &Option<AtModifier>, offset: &Option<Offset>) -> Result<(), String> {
+fn check_modifiers(at: &Option<AtModifier>, offset: &Option<Offset>) -> Result<(), GuardError> {
     match offset {
         Some(Offset::Pos(d) | Offset::Neg(d)) => check_duration(d)?,
         None => {}
@@ -291,18 +315,15 @@ fn check_modifiers(at: &Option<AtModifier>, offset: &Option<Offset>) -> Result<(
             Err(e) => (e.duration(), -1.0),
         };
         if d.as_millis() >= i64::MAX as u128 {
-            return Err(format!(
-                "timestamp out of bounds for @ modifier: {}",
-                sign * d.as_secs_f64()
-            ));
+            return Err(GuardError::AtOutOfBounds(sign * d.as_secs_f64()));
         }
     }
     Ok(())
 }
 
-fn check_duration(d: &Duration) -> Result<(), String> {
+fn check_duration(d: &Duration) -> Result<(), GuardError> {
     if *d > MAX_DURATION {
-        return Err(DURATION_OUT_OF_RANGE.to_owned());
+        return Err(GuardError::DurationOutOfRange);
     }
     Ok(())
 }
@@ -339,15 +360,17 @@ mod tests {
     #[test]
     fn deep_or_long_queries_are_refused_by_name() {
         let deep = format!("{}1{}", "(".repeat(5000), ")".repeat(5000));
-        let e = parse(&deep, &limits()).expect_err("too deep");
+        let e = parse(&deep, &limits()).expect_err("too deep").to_string();
         assert!(e.contains("query-max-depth"), "{e}");
         let chain = vec!["1"; 5000].join("+");
         assert!(parse(&chain, &limits())
             .expect_err("too deep")
+            .to_string()
             .contains("query-max-depth"));
         let long = "x".repeat(300 * 1024);
         assert!(parse(&long, &limits())
             .expect_err("too long")
+            .to_string()
             .contains("query-max-length"));
         let ok = format!("{}1{}", "(".repeat(900), ")".repeat(900));
         assert!(parse(&ok, &limits()).is_ok());
@@ -369,10 +392,10 @@ mod tests {
             "x offset Inf",
             "x offset - NaN",
         ] {
-            let e = parse(q, &limits()).expect_err(q);
+            let e = parse(q, &limits()).expect_err(q).to_string();
             assert!(e.contains("out of range"), "{q}: {e}");
         }
-        let e = parse("x @ 1e30", &limits()).expect_err("@");
+        let e = parse("x @ 1e30", &limits()).expect_err("@").to_string();
         assert!(e.contains("timestamp out of bounds"), "{e}");
         for q in [
             "x[5m]",
