@@ -233,7 +233,8 @@ fn store_histograms<W: Wire>(
             limits,
             &samples,
             &mut counts,
-            (&mut labels, &mut canonical),
+            &mut labels,
+            Canonical::Build(&mut canonical),
         ) {
             Ok(resorted) => report.resorted_series += u64::from(resorted),
             Err((reason, why)) => {
@@ -274,21 +275,37 @@ pub(super) fn create_series(
         .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))
 }
 
-/// Validates the labels `raw` and appends validated native histogram
-/// `samples` to their series, creating it if needed; whether the labels
-/// came unsorted.
+/// A series' canonical label bytes: built by the caller already, or to be
+/// built here from its validated labels (into a reused buffer).
+pub(super) enum Canonical<'c> {
+    /// The caller built them from the same labels.
+    Given(&'c [u8]),
+    /// Build them into this buffer.
+    Build(&'c mut Vec<u8>),
+}
+
+/// Validates the labels `raw` (into `valid`) and appends validated native
+/// histogram `samples` to their series, creating it if needed; whether the
+/// labels came unsorted.
 pub(super) fn append_histograms<'a>(
     app: &mut Appender<'_>,
     raw: &[(&'a [u8], &'a [u8])],
     limits: &LabelLimits,
     samples: &[(i64, HistSample)],
     counts: &mut AppendCounts,
-    (valid, canonical): (&mut Vec<(&'a str, &'a str)>, &mut Vec<u8>),
+    valid: &mut Vec<(&'a str, &'a str)>,
+    canonical: Canonical<'_>,
 ) -> Result<bool, Refused> {
     let resorted = validate::validate(raw, limits, valid)
         .map_err(|e| (Reason::Label(e), label_problem(e, limits.names)))?;
-    canonical.clear();
-    encode_canonical(valid.iter().copied(), canonical);
+    let canonical: &[u8] = match canonical {
+        Canonical::Given(bytes) => bytes,
+        Canonical::Build(buf) => {
+            buf.clear();
+            encode_canonical(valid.iter().copied(), buf);
+            buf
+        }
+    };
     counts.first = None;
     app.append_histograms(valid, canonical, samples, counts)
         .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))?;

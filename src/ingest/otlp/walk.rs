@@ -433,14 +433,15 @@ impl Walk<'_> {
         let raw: Vec<(&[u8], &[u8])> = merge(scratch.point.iter(), &extras)
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
             .collect();
-        let (mut valid, mut canonical) = (Vec::with_capacity(raw.len()), Vec::new());
+        let mut valid = Vec::with_capacity(raw.len());
         let outcome = pipeline::append_histograms(
             &mut self.app,
             &raw,
             self.limits,
             &[(t, h)],
             &mut self.counts,
-            (&mut valid, &mut canonical),
+            &mut valid,
+            pipeline::Canonical::Given(&scratch.canonical),
         );
         if let Err((reason, why)) = outcome {
             self.refuse_sample(reason, &why, name);
