@@ -52,22 +52,6 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// Raises the soft limit on open files to the hard one, as Go does for
-/// Prometheus: a distribution's default soft limit (often 1024) is below
-/// `http-max-connections` plus the WAL's and the queries' files.
-fn raise_open_files_limit(connections: usize) {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(soft) if soft < connections as u64 + 256 => tracing::warn!(
-            open_files = soft,
-            http_max_connections = connections,
-            "the open-files limit is below http-max-connections plus 256: \
-             connections past it wait until others close"
-        ),
-        Ok(soft) => tracing::debug!(open_files = soft, "open-files limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot read or raise the open-files limit"),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Cli::parse().into_config()?;
@@ -89,7 +73,6 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!(point, "crash point armed: this process kills itself there");
     }
     let stop = shutdown_signal()?;
-    raise_open_files_limit(config.http_max_connections);
     sluice::server::run(config, stop)
         .await
         .context("sluice stopped with an error")

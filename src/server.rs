@@ -82,11 +82,22 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
+        let mut http = config.http_limits();
+        let cap = http::connection_cap(http.max_connections, http::raise_open_files_limit());
+        if cap < http.max_connections {
+            tracing::warn!(
+                http_max_connections = http.max_connections,
+                connections = cap,
+                "the open-files limit leaves room for fewer connections than \
+                 http-max-connections: at most this many are open at once"
+            );
+            http.max_connections = cap;
+        }
         Ok(Self {
             listener,
             state,
             data_dir: config.data_dir.clone(),
-            http: config.http_limits(),
+            http,
             forward: config.forward.clone(),
             forward_max_lag_bytes: config.forward_max_lag_bytes,
             forward_shard_by_series: config
@@ -140,7 +151,9 @@ impl Server {
             state.close_reads();
         };
         let limits = self.http;
-        if !http::serve(self.listener, api::router(self.state), limits, shutdown).await {
+        let connections = self.state.connection_metrics();
+        let app = api::router(self.state);
+        if !http::serve(self.listener, app, limits, connections, shutdown).await {
             tracing::warn!(
                 timeout = ?limits.shutdown_timeout,
                 "requests still in flight at the shutdown timeout; stopping without them"

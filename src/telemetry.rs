@@ -196,7 +196,21 @@ pub struct Metrics {
     rejected_exemplars: Family<RejectLabels, Counter>,
     queries_running: Gauge,
     queries_timed_out: Counter,
+    connections: ConnectionMetrics,
     forward: ForwardFamilies,
+}
+
+/// The HTTP listener's connection counts.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: Gauge,
+    /// The connection cap in force.
+    pub limit: Gauge,
+    /// Connections closed without a request in flight to make room.
+    pub shed: Counter,
+    /// Requests answered 503 because only the reserved connections were left.
+    pub reserve_refusals: Counter,
 }
 
 /// A latency histogram in both forms: classic buckets (0.5 ms .. ~16 s)
@@ -293,6 +307,27 @@ impl Metrics {
             "Read requests answered with a timeout, waiting for a slot or evaluating",
             queries_timed_out.clone(),
         );
+        let connections = ConnectionMetrics::default();
+        registry.register(
+            "sluice_http_connections",
+            "HTTP connections open now",
+            connections.open.clone(),
+        );
+        registry.register(
+            "sluice_http_connections_limit",
+            "The HTTP connection cap in force: http-max-connections, lowered to fit the open-files limit",
+            connections.limit.clone(),
+        );
+        registry.register(
+            "sluice_http_connections_shed",
+            "Connections without a request in flight (a head still arriving, or idle) closed to make room at the connection cap",
+            connections.shed.clone(),
+        );
+        registry.register(
+            "sluice_http_reserve_refusals",
+            "Requests other than health checks and writes answered 503 because only the connections reserved for those were left",
+            connections.reserve_refusals.clone(),
+        );
         let forward = ForwardFamilies::new(&mut registry);
         registry.register_collector(Box::new(HeadCollector { db }));
         registry.register_collector(Box::new(ProcessCollector {
@@ -313,6 +348,7 @@ impl Metrics {
             rejected_exemplars,
             queries_running,
             queries_timed_out,
+            connections,
             forward,
         }
     }
@@ -325,6 +361,11 @@ impl Metrics {
     /// The gauge of read requests evaluating now, for the query slots.
     pub fn queries_running(&self) -> Gauge {
         self.queries_running.clone()
+    }
+
+    /// The HTTP listener's connection counts.
+    pub fn connections(&self) -> ConnectionMetrics {
+        self.connections.clone()
     }
 
     /// The counter of read requests that timed out, for the query slots.

@@ -314,6 +314,16 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
         "bad_data",
         "overflows int64",
     );
+    // A timeout at or below zero: Prometheus' query fails under a deadline
+    // already past, as it is parsed.
+    for t in ["-1", "0"] {
+        assert_error(
+            &query(&s, &[("query", "1"), ("timeout", t)]).await,
+            400,
+            "bad_data",
+            "invalid parameter \"query\": context deadline exceeded",
+        );
+    }
     s.assert_alive("absurd ranges").await;
 
     // Queries that build data: bounded by the samples limit or the label
@@ -774,6 +784,163 @@ async fn forms_answers_and_idle_connections_are_bounded() {
         "{left} descriptors still held after the idle timeout"
     );
     s.assert_alive("idle connections closed").await;
+}
+
+/// The status line of the answer to `head` (sent whole, then read).
+fn status_of(addr: SocketAddr, head: &[u8]) -> String {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    // The server may answer and close before the whole head is sent.
+    let _ = c.write_all(head);
+    let mut out = vec![0u8; 64];
+    let n = c.read(&mut out).unwrap_or(0);
+    String::from_utf8_lossy(&out[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_header_limit_holds_at_its_exact_number() {
+    let mut s = Sluice::start(&[]);
+    // The default http-max-header-bytes, 1,048,576: a head of exactly that
+    // is served, one 45 bytes over is 431 (hyper alone let it through).
+    let head = |total: usize| {
+        let start = "GET /-/healthy HTTP/1.1\r\nHost: x\r\nX-Pad: ";
+        let end = "\r\n\r\n";
+        let pad = "a".repeat(total - start.len() - end.len());
+        format!("{start}{pad}{end}").into_bytes()
+    };
+    for (bytes, want) in [
+        (1_048_576, "HTTP/1.1 200"),
+        (1_048_577, "HTTP/1.1 431"),
+        (1_048_621, "HTTP/1.1 431"),
+        (1_200_000, "HTTP/1.1 431"),
+    ] {
+        let line = status_of(s.addr, &head(bytes));
+        assert!(line.starts_with(want), "{bytes}-byte head: {line:?}");
+    }
+    s.assert_alive("heads at the limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_cannot_keep_health_checks_and_writes_out() {
+    // 256 descriptors, as the probe had: the connection cap comes down to
+    // fit (192), and 300 connections that send half a head and stall take
+    // all of it, and more.
+    let data = tempfile::tempdir().expect("tempdir");
+    let (child, addr) = common::spawn_sluice_limited(
+        env!("CARGO_BIN_EXE_sluice"),
+        data.path(),
+        "warn,sluice::server=info",
+        &["--http-header-read-timeout", "5m"],
+        &[],
+        Some(256),
+    );
+    let mut s = Sluice {
+        child,
+        addr,
+        _data: Some(data),
+    };
+    let (_, metrics) = common::get(s.addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_http_connections_limit"),
+        Some(192.0),
+        "the cap fits the open-files limit"
+    );
+    let rss_before = s.rss_kib();
+    let mut stalled = Vec::new();
+    for _ in 0..300 {
+        let mut c = TcpStream::connect(s.addr).expect("connect");
+        c.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n")
+            .expect("write");
+        stalled.push(c);
+    }
+    // Served while they stall (the header timeout, 5 minutes, has not
+    // freed any): each new connection displaces the oldest stalled one.
+    let started = std::time::Instant::now();
+    s.assert_alive("300 stalled connections").await;
+    let body = common::body(vec![common::series(
+        &[("__name__", "through_the_door")],
+        &[(common::now_ms(), 1.0)],
+    )]);
+    assert_eq!(common::push(s.addr, body).await.0, 204);
+    let took = started.elapsed();
+    eprintln!("served past 300 stalled connections in {took:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "answers waited {took:?}: for the stalled connections to time out"
+    );
+    let (_, metrics) = common::get(s.addr, "/metrics").await;
+    let shed = common::metric_value(&metrics, "sluice_http_connections_shed_total");
+    assert!(shed >= Some(100.0), "shed {shed:?}");
+    let open = common::metric_value(&metrics, "sluice_http_connections");
+    assert!(open <= Some(192.0), "open {open:?}");
+    assert!(open_fds(s.child.id()) < 256, "descriptors within the limit");
+    // The oldest stalled connections were closed by the server.
+    let mut closed = 0;
+    for c in stalled.iter_mut().take(50) {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = [0u8; 64];
+        if matches!(c.read(&mut buf), Ok(0) | Err(_)) {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 50, "the oldest stalled connections are closed");
+    let growth = s.rss_kib().saturating_sub(rss_before);
+    eprintln!("RSS growth with 300 stalled connections: {growth} KiB");
+    assert!(growth < 64 * 1024, "RSS grew by {growth} KiB");
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_does_not_wait_for_a_half_sent_head() {
+    let mut s = Sluice::start(&[
+        "--http-header-read-timeout",
+        "5m",
+        "--shutdown-timeout",
+        "5m",
+    ]);
+    // A half-sent head, an idle keep-alive and an empty connection.
+    let mut half = TcpStream::connect(s.addr).expect("connect");
+    half.write_all(b"POST /api/v1/write HTTP/1.1\r\nHost: x\r\nContent-")
+        .expect("write");
+    let mut idle = TcpStream::connect(s.addr).expect("connect");
+    idle.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    let mut buf = [0u8; 256];
+    let n = idle.read(&mut buf).expect("an answer");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let _empty = TcpStream::connect(s.addr).expect("connect");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = s.child.id().to_string();
+    let started = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let mut exited = None;
+    for _ in 0..1200 {
+        if let Some(status) = s.child.try_wait().expect("wait") {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = exited.expect("exited within 120 s of SIGTERM");
+    let took = started.elapsed();
+    eprintln!("exited {took:?} after SIGTERM with a half-sent head open");
+    assert!(status.success(), "exit status {status}");
+    // The shutdown timeout is 5 minutes: an exit well before it did not
+    // wait for the half-sent head.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    half.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    assert!(matches!(half.read(&mut buf), Ok(0) | Err(_)));
 }
 
 /// A tmpfs of `bytes` mounted for the test; unmounted when dropped.

@@ -25,7 +25,12 @@ fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
     let mut opts = state.query_options().clone();
     if let Some(v) = p.get("timeout") {
         let ms = parse_duration(v).map_err(|e| ApiError::bad_param("timeout", e))?;
-        opts.timeout = opts.timeout.min(Duration::from_millis(ms.max(0) as u64));
+        if ms <= 0 {
+            // Prometheus makes the query under a deadline already past, and
+            // that fails as the query is parsed: its words, its 400.
+            return Err(ApiError::bad_param("query", "context deadline exceeded"));
+        }
+        opts.timeout = opts.timeout.min(Duration::from_millis(ms.unsigned_abs()));
     }
     if let Some(v) = p.get("lookback_delta") {
         let ms = parse_duration(v).map_err(|e| ApiError::bad_param("lookback_delta", e))?;

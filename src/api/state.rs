@@ -61,6 +61,11 @@ impl AppState {
         Self::with_clock(config, db, Clock::system())
     }
 
+    /// The HTTP listener's connection counts.
+    pub fn connection_metrics(&self) -> crate::telemetry::ConnectionMetrics {
+        self.inner.metrics.connections()
+    }
+
     /// The self-metrics of forward destination `name`.
     pub fn forward_stats(&self, name: &str) -> crate::forward::Stats {
         self.inner.metrics.forward_stats(name)

@@ -57,16 +57,37 @@ pub fn spawn_sluice_with_env(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (std::process::Child, SocketAddr) {
+    spawn_sluice_limited(bin, data, log, args, env, None)
+}
+
+/// [`spawn_sluice_with_env`], with its open-files limit (soft and hard)
+/// set to `open_files` when given.
+pub fn spawn_sluice_limited(
+    bin: &str,
+    data: &std::path::Path,
+    log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    open_files: Option<u64>,
+) -> (std::process::Child, SocketAddr) {
     use std::io::BufRead as _;
-    let mut child = std::process::Command::new(bin)
-        .args(["--listen", "127.0.0.1:0", "--log-level", log])
+    // prlimit (util-linux) sets the limit and runs sluice in its place,
+    // under the same process ID.
+    let mut cmd = match open_files {
+        Some(n) => {
+            let mut c = std::process::Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}")).arg("--").arg(bin);
+            c
+        }
+        None => std::process::Command::new(bin),
+    };
+    cmd.args(["--listen", "127.0.0.1:0", "--log-level", log])
         .arg("--data-dir")
         .arg(data)
         .args(args)
         .envs(env.iter().copied())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("sluice starts");
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("sluice starts");
     let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
     let addr = loop {
         let line = match lines.next() {
