@@ -252,10 +252,10 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert!(body.contains(r#""errorType":"execution""#), "{body}");
-        // 503: a query past its timeout (here none at all).
+        // 503: a query past its timeout (a millisecond).
         let (status, body) = send(
             &a,
-            get_uri("/api/v1/query?query=max_over_time(vector(1)[10m:1ms])&time=1&timeout=0s"),
+            get_uri("/api/v1/query?query=max_over_time(vector(1)[10m:1ms])&time=1&timeout=1ms"),
         )
         .await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");

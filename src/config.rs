@@ -251,6 +251,13 @@ settings! {
     /// [default: 134217728].
     #[arg(value_name = "BYTES")]
     wal_segment_bytes: u64 = 128 << 20;
+    /// Disk space the WAL holds back in `<data-dir>/wal.reserve`, e.g.
+    /// 16MiB: when the disk fills, it is given up so that writes already
+    /// taken reach the log and are acknowledged, and new writes get 503
+    /// with Retry-After until it can be held again (space has returned).
+    /// 0 holds none [default: 8388608].
+    #[arg(value_name = "BYTES", value_parser = parse_bytes)]
+    wal_reserve_bytes: u64 = 8 << 20;
     /// If the WAL is corrupt in the middle (not just a torn last write),
     /// drop everything from the bad record on and start, instead of
     /// refusing to start [default: off].
@@ -627,6 +634,7 @@ impl Config {
                     true => Repair::DropFromDamage,
                     false => Repair::Refuse,
                 },
+                reserve_bytes: self.wal_reserve_bytes,
             },
             fsync: self.wal_fsync.mode(),
         })

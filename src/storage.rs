@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod querier;
 pub mod selected;
 
+pub use crate::wal::commit::Refusal as WalRefusal;
 pub use appender::{
     AppendCounts, Appender, Commit, CommitError, SampleError, SeriesBatch, SeriesLimit, SeriesRef,
     SeriesSource,

@@ -280,7 +280,7 @@ impl Metrics {
         let throttled = Family::<ProtocolLabels, Counter>::default();
         registry.register(
             "sluice_write_throttled_requests",
-            "Write requests answered 503 because the head was at its memory high-water mark",
+            "Write requests answered 503 because the head was at its memory high-water mark or the WAL's disk was full",
             throttled.clone(),
         );
         let exemplars = Family::<ProtocolLabels, Counter>::default();
@@ -664,6 +664,11 @@ impl Collector for HeadCollector {
                     "Bytes written to the WAL",
                     w.bytes as f64,
                 ),
+                (
+                    "sluice_wal_write_failures",
+                    "WAL writes and fsyncs that failed (each try of a write the disk refused)",
+                    w.write_failures as f64,
+                ),
             ]);
         }
         for (name, help, v) in counters {
@@ -699,6 +704,14 @@ impl Collector for HeadCollector {
                 "sluice_wal_disk_bytes",
                 "Bytes of WAL segments on disk (checkpoints not included)",
                 bytes as i64,
+            )?;
+        }
+        if let Some(w) = self.db.wal_stats() {
+            gauge(
+                &mut encoder,
+                "sluice_wal_disk_full",
+                "1 while the WAL's disk reserve is given up (the disk filled) and writes are refused with 503",
+                i64::from(!w.reserve_held),
             )?;
         }
         let mut seconds = vec![(

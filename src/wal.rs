@@ -20,8 +20,9 @@ pub mod record;
 pub use reader::remove_segments_through;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Seek as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use record::{FrameError, Record, HEADER};
 
@@ -49,6 +50,12 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// What corruption in the middle of the log does.
     pub repair: Repair,
+    /// Disk space held back in a file beside the log (`<dir>.reserve`):
+    /// when a write finds the disk full, the reserve is given up and the
+    /// write tried again into the space it leaves, so that writes already
+    /// appended to the head reach the log; new writes are refused until
+    /// the reserve can be held again. 0 holds none.
+    pub reserve_bytes: u64,
 }
 
 /// What replay does with corruption before the log's last record (a torn
@@ -68,6 +75,7 @@ impl Default for WalOptions {
         Self {
             segment_bytes: 128 << 20,
             repair: Repair::Refuse,
+            reserve_bytes: 0,
         }
     }
 }
@@ -340,6 +348,105 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
         .map_err(io_err(dir))
 }
 
+/// Disk space the log holds back for a full disk: a file of zeros beside
+/// it, emptied when a write finds no space so the write can be tried again
+/// into the space it leaves, and filled again once space returns. Shared
+/// by the WAL thread, which gives it up, and the write path, which refuses
+/// writes while it is not held and tries to hold it again.
+#[derive(Debug)]
+pub struct SpaceReserve {
+    path: PathBuf,
+    bytes: u64,
+    held: std::sync::atomic::AtomicBool,
+    file: parking_lot::Mutex<Option<File>>,
+}
+
+impl SpaceReserve {
+    fn new(path: PathBuf, bytes: u64) -> Self {
+        Self {
+            path,
+            bytes,
+            held: std::sync::atomic::AtomicBool::new(bytes == 0),
+            file: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Whether the space is held (always, with a reserve of 0 bytes).
+    pub fn is_held(&self) -> bool {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Holds the space if it is not held: writes the file out to its size.
+    /// Returns whether it is held now; `false` also when another thread is
+    /// trying right now.
+    pub fn try_hold(&self) -> bool {
+        if self.is_held() {
+            return true;
+        }
+        let Some(mut file) = self.file.try_lock() else {
+            return false;
+        };
+        if self.is_held() {
+            return true;
+        }
+        match self.fill(&mut file) {
+            Ok(()) => {
+                self.held.store(true, std::sync::atomic::Ordering::Release);
+                true
+            }
+            Err(_) => {
+                if let Some(f) = file.as_ref() {
+                    let _ = f.set_len(0);
+                }
+                false
+            }
+        }
+    }
+
+    fn fill(&self, file: &mut Option<File>) -> io::Result<()> {
+        if file.is_none() {
+            *file = Some(
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&self.path)?,
+            );
+        }
+        let Some(f) = file.as_mut() else {
+            return Err(io::Error::other("reserve file not open"));
+        };
+        let have = f.metadata()?.len();
+        if have >= self.bytes {
+            return Ok(());
+        }
+        // Written out, not just sized: a sparse file holds no space.
+        let zeros = vec![0u8; 64 << 10];
+        let mut at = have;
+        f.seek(io::SeekFrom::Start(at))?;
+        while at < self.bytes {
+            let n = usize::try_from(self.bytes - at)
+                .unwrap_or(usize::MAX)
+                .min(zeros.len());
+            f.write_all(&zeros[..n])?;
+            at += n as u64;
+        }
+        f.sync_data()
+    }
+
+    /// Gives the space up; returns whether it was held.
+    fn release(&self) -> bool {
+        let file = self.file.lock();
+        if !self.held.swap(false, std::sync::atomic::Ordering::AcqRel) || self.bytes == 0 {
+            return false;
+        }
+        match file.as_ref() {
+            Some(f) => f.set_len(0).is_ok(),
+            None => std::fs::remove_file(&self.path).is_ok(),
+        }
+    }
+}
+
 /// Appends framed records to the newest segment, starting a new one when
 /// it is full.
 #[derive(Debug)]
@@ -349,6 +456,7 @@ pub struct WalWriter {
     index: u64,
     file: File,
     len: u64,
+    reserve: Arc<SpaceReserve>,
 }
 
 impl WalWriter {
@@ -364,13 +472,36 @@ impl WalWriter {
         let index = segments(dir)?.last().map_or(1, |i| i + 1).max(after + 1);
         let (file, _) = Self::create(dir, index)?;
         sync_dir(dir)?;
+        let reserve = Arc::new(SpaceReserve::new(
+            dir.with_extension("reserve"),
+            opts.reserve_bytes,
+        ));
+        if !reserve.try_hold() {
+            tracing::warn!(
+                bytes = opts.reserve_bytes,
+                path = %reserve.path.display(),
+                "cannot hold the WAL's disk reserve: the disk is full; writes are refused until it can be held"
+            );
+        }
         Ok(Self {
             dir: dir.to_owned(),
             opts,
             index,
             file,
             len: 0,
+            reserve,
         })
+    }
+
+    /// The disk space this log holds back.
+    pub fn reserve(&self) -> Arc<SpaceReserve> {
+        Arc::clone(&self.reserve)
+    }
+
+    /// Gives up the disk reserve, so a write the disk refused can be tried
+    /// again; returns whether there was one to give up.
+    pub fn release_reserve(&self) -> bool {
+        self.reserve.release()
     }
 
     fn create(dir: &Path, index: u64) -> Result<(File, PathBuf), WalError> {
@@ -413,7 +544,12 @@ impl WalWriter {
     /// Fsyncs the current segment and starts the next.
     pub(crate) fn rotate(&mut self) -> Result<(), WalError> {
         self.sync()?;
-        let (file, _) = Self::create(&self.dir, self.index + 1)?;
+        // No new segment (a full disk, say) changes nothing yet: the same
+        // frames may be appended again.
+        let (file, _) = Self::create(&self.dir, self.index + 1).map_err(|e| match e {
+            WalError::Io { path, source } => WalError::WriteCutBack { path, source },
+            other => other,
+        })?;
         sync_dir(&self.dir)?;
         self.index += 1;
         self.file = file;
@@ -448,6 +584,7 @@ mod tests {
             WalOptions {
                 segment_bytes,
                 repair: Repair::Refuse,
+                reserve_bytes: 0,
             },
         )
         .expect("open");

@@ -976,6 +976,23 @@ impl SmallDisk {
     }
 }
 
+impl SmallDisk {
+    /// Grows the filesystem to `bytes` in place.
+    fn grow(&self, bytes: usize) -> bool {
+        let mut cmd = if self.sudo {
+            let mut c = Command::new("sudo");
+            c.args(["-n", "mount"]);
+            c
+        } else {
+            Command::new("mount")
+        };
+        cmd.args(["-o", &format!("remount,size={bytes}")])
+            .arg(self.dir.path())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let mut cmd = if self.sudo {
@@ -1007,8 +1024,8 @@ fn fill(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid() {
-    let Some(disk) = SmallDisk::mount(8 << 20) else {
+async fn a_full_disk_refuses_writes_with_503_keeps_nothing_of_them_and_heals() {
+    let Some(disk) = SmallDisk::mount(12 << 20) else {
         eprintln!(
             "!!! SKIPPED: cannot mount a tmpfs here (needs root or passwordless sudo); \
              the full-disk WAL test did not run !!!"
@@ -1016,7 +1033,8 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
         return;
     };
     let data = disk.dir.path().join("data");
-    let mut first = Sluice::start_in(&data, &["--checkpoint-interval", "1h"]);
+    let args = ["--checkpoint-interval", "1h", "--wal-reserve-bytes", "2MiB"];
+    let mut first = Sluice::start_in(&data, &args);
     let addr = first.addr;
     let push = |name: &str, n: usize| {
         let series = (0..n)
@@ -1029,50 +1047,100 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
             .collect();
         common::body(series)
     };
+    let count = |name: String| async move {
+        let v = common::query_vector(addr, &format!("count({name})"), None).await;
+        v.first().map(|(_, n)| n.clone())
+    };
     assert_eq!(common::push(addr, push("before", 10)).await.0, 204);
 
+    // Writes while the disk is full: each is acknowledged (the reserve
+    // took what was in flight when the disk filled) or refused with 503
+    // and Retry-After, never 500.
     let filler = fill(disk.dir.path());
-    // The disk is full: writes get 500 and are not acknowledged, and what
-    // they carried is not visible either (not a sample, not a series).
     let mut codes = Vec::new();
     for k in 0..20 {
-        let (code, _) = common::push(addr, push(&format!("while_full_{k}"), 2000)).await;
-        assert!(code == 500 || code == 204, "{code}");
+        let resp = reqwest::Client::new()
+            .post(format!("http://{addr}/api/v1/write"))
+            .header("Content-Encoding", "snappy")
+            .header("Content-Type", "application/x-protobuf")
+            .body(push(&format!("while_full_{k}"), 2000))
+            .send()
+            .await
+            .expect("answered");
+        let code = resp.status().as_u16();
+        assert!(code == 503 || code == 204, "{code}");
+        if code == 503 {
+            assert!(resp.headers().contains_key("retry-after"));
+        }
         codes.push(code);
     }
-    let refused: Vec<usize> = (0..codes.len()).filter(|&k| codes[k] == 500).collect();
-    assert!(!refused.is_empty(), "no write was refused on a full disk");
+    let refused: Vec<usize> = (0..codes.len()).filter(|&k| codes[k] == 503).collect();
+    assert!(refused.len() >= 15, "writes on a full disk: {codes:?}");
+    let (ready, text) = common::get(addr, "/-/ready").await;
+    assert_eq!(ready, 503, "{text}");
+    assert!(text.contains("disk is full"), "{text}");
+    let (_, metrics) = common::get(addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_wal_disk_full"),
+        Some(1.0)
+    );
+    assert!(common::metric_value(&metrics, "sluice_wal_write_failures_total") >= Some(1.0));
+
+    // However long it stays full, refused writes hold no memory.
+    let rss_before = first.rss_kib();
+    let started = std::time::Instant::now();
+    let mut more = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let (code, _) = common::push(addr, push("flood", 2000)).await;
+        assert_eq!(code, 503);
+        more += 1;
+    }
+    let growth = first.rss_kib().saturating_sub(rss_before);
+    eprintln!("{more} writes refused on a full disk: RSS +{growth} KiB");
+    assert!(growth < 16 << 10, "RSS grew by {growth} KiB");
+
+    // Space returns: the first write is taken.
+    std::fs::remove_file(&filler).expect("free the disk");
+    assert_eq!(common::push(addr, push("after", 10)).await.0, 204);
+    assert_eq!(common::get(addr, "/-/ready").await.0, 200);
+    // Nothing of a refused write was kept, not even once the log moved on.
     for (k, &code) in codes.iter().enumerate() {
         let name = format!("while_full_{k}");
-        let v = common::query_vector(addr, &format!("count({name})"), None).await;
-        let count = v.first().map(|(_, n)| n.clone());
         if code == 204 {
-            assert_eq!(count.as_deref(), Some("2000"), "{name} was acknowledged");
+            assert_eq!(count(name.clone()).await.as_deref(), Some("2000"), "{name}");
         } else {
-            assert_eq!(count, None, "{name} was refused, yet visible");
+            assert_eq!(
+                count(name.clone()).await,
+                None,
+                "{name} was refused, yet kept"
+            );
             let (_, series) = common::get(addr, &format!("/api/v1/series?match[]={name}")).await;
             assert!(series.contains(r#""data":[]"#), "{name}: {series}");
         }
     }
+    assert_eq!(count("flood".into()).await, None);
 
-    // Space returns: writes are accepted again, without a restart.
-    std::fs::remove_file(&filler).expect("free the disk");
-    let mut accepted = false;
-    for _ in 0..100 {
-        if common::push(addr, push("after", 10)).await.0 == 204 {
-            accepted = true;
+    // Full again, then the filesystem grows (as the probe did): the first
+    // write after is taken.
+    let filler = fill(disk.dir.path());
+    let mut full_again = false;
+    for k in 0..20 {
+        if common::push(addr, push(&format!("again_{k}"), 2000))
+            .await
+            .0
+            == 503
+        {
+            full_again = true;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(accepted, "writes still refused after space returned");
-    // The refused requests' records were retried ahead of the new ones:
-    // they are in the log now, and so visible.
-    let last = refused[refused.len() - 1];
-    let v = common::query_vector(addr, &format!("count(while_full_{last})"), None).await;
-    assert_eq!(v.first().map(|(_, n)| n.as_str()), Some("2000"), "{v:?}");
+    assert!(full_again, "the disk did not fill again");
+    assert!(disk.grow(64 << 20), "remount larger");
+    assert_eq!(common::push(addr, push("grown", 10)).await.0, 204);
+    drop(filler);
 
-    // The log is still valid: a restart replays everything acknowledged.
+    // The log is valid: a restart replays what was acknowledged, and
+    // nothing refused.
     let pid = first.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-9", &pid])
@@ -1080,14 +1148,22 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_the_log_stays_valid(
         .expect("kill")
         .success());
     let _ = first.child.wait();
-    let second = Sluice::start_in(&data, &["--checkpoint-interval", "1h"]);
+    let second = Sluice::start_in(&data, &args);
     let addr = second.addr;
-    for name in ["before", "after"] {
+    let count = |name: String| async move {
         let v = common::query_vector(addr, &format!("count({name})"), None).await;
+        v.first().map(|(_, n)| n.clone())
+    };
+    for name in ["before", "after", "grown"] {
+        assert_eq!(count(name.into()).await.as_deref(), Some("10"), "{name}");
+    }
+    for (k, &code) in codes.iter().enumerate() {
+        let want = (code == 204).then(|| "2000".to_owned());
         assert_eq!(
-            v.first().map(|(_, n)| n.as_str()),
-            Some("10"),
-            "{name}: {v:?}"
+            count(format!("while_full_{k}")).await,
+            want,
+            "while_full_{k}"
         );
     }
+    assert_eq!(count("flood".into()).await, None);
 }

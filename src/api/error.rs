@@ -152,10 +152,25 @@ impl From<QueryError> for ApiError {
     }
 }
 
-/// The WAL could not make a write durable: a server fault.
+/// The WAL could not make a write durable: the sender is pushed back when
+/// a retry can succeed (a full disk, a shutdown), else a server fault.
 impl From<crate::storage::CommitError> for ApiError {
     fn from(e: crate::storage::CommitError) -> Self {
-        ApiError::Internal(e.to_string())
+        if e.retryable() {
+            ApiError::Overloaded(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    }
+}
+
+/// The WAL takes no writes now.
+impl From<crate::storage::WalRefusal> for ApiError {
+    fn from(e: crate::storage::WalRefusal) -> Self {
+        match e {
+            crate::storage::WalRefusal::DiskFull => ApiError::Overloaded(e.to_string()),
+            crate::storage::WalRefusal::Failed(_) => ApiError::Internal(e.to_string()),
+        }
     }
 }
 

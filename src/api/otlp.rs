@@ -102,7 +102,7 @@ fn handle(
         }
     };
     let body = state.write_body(body)?;
-    state.check_memory("otlp")?;
+    state.check_writable("otlp")?;
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();
     let report = BUFS.with(|kept| {

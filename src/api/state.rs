@@ -119,9 +119,14 @@ impl AppState {
         self.inner.clock.clone()
     }
 
-    /// Refuses a write while the database, with the OTLP delta totals kept
-    /// for it, is at its memory high-water mark.
-    pub(crate) fn check_memory(&self, protocol: &'static str) -> Result<(), ApiError> {
+    /// Refuses a write while the WAL cannot take it (its disk is full, or
+    /// it failed for good), or while the database, with the OTLP delta
+    /// totals kept for it, is at its memory high-water mark.
+    pub(crate) fn check_writable(&self, protocol: &'static str) -> Result<(), ApiError> {
+        self.inner.db.admit_write().map_err(|refused| {
+            self.inner.metrics.record_throttled(protocol);
+            ApiError::from(refused)
+        })?;
         self.inner
             .db
             .check_memory(self.inner.otlp.delta.bytes())

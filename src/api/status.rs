@@ -91,9 +91,18 @@ fn prometheus_duration(d: std::time::Duration) -> String {
     out
 }
 
-/// `GET /-/ready`: ready to take writes and queries.
-pub(super) async fn ready() -> &'static str {
-    "Sluice is Ready.\n"
+/// `GET /-/ready`: ready to take writes and queries; 503 naming why not
+/// while the WAL refuses writes (a full disk).
+pub(super) async fn ready(State(state): State<AppState>) -> axum::response::Response {
+    match state.db().admit_write() {
+        Ok(()) => "Sluice is Ready.\n".into_response(),
+        Err(refused) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            format!("Sluice is not ready: {refused}.\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET /metrics`: self-metrics in the Prometheus protobuf format when the

@@ -124,7 +124,7 @@ fn handle(
     check_content_encoding(headers)?;
     let inner = &state.inner;
     let body = state.write_body(body)?;
-    state.check_memory(version.protocol())?;
+    state.check_writable(version.protocol())?;
     if body.starts_with(SNAPPY_FRAMED_MAGIC) {
         return Err(ApiError::BadRequest(
             "body uses the snappy framed format; remote write requires the snappy block format"

@@ -58,6 +58,14 @@ pub struct Commit {
 #[error("the write-ahead log failed: {0}")]
 pub struct CommitError(#[from] crate::wal::commit::Stopped);
 
+impl CommitError {
+    /// Whether a retry may succeed: the disk was full, or the process is
+    /// shutting down; not after the log failed for good.
+    pub fn retryable(&self) -> bool {
+        !matches!(self.0, crate::wal::commit::Stopped::Failed(_))
+    }
+}
+
 impl Commit {
     /// Waits until everything committed is durable.
     pub fn durable(self) -> impl std::future::Future<Output = Result<(), CommitError>> + Send {

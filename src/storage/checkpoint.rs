@@ -455,6 +455,7 @@ mod tests {
             wal: WalOptions {
                 segment_bytes: 2048,
                 repair: crate::wal::Repair::Refuse,
+                reserve_bytes: 0,
             },
             fsync: FsyncMode::Always,
         }

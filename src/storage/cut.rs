@@ -125,6 +125,7 @@ mod tests {
             wal: WalOptions {
                 segment_bytes: 1 << 20,
                 repair: crate::wal::Repair::Refuse,
+                reserve_bytes: 0,
             },
             fsync: FsyncMode::Always,
         }

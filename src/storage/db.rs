@@ -203,6 +203,12 @@ impl Db {
             + self.head.exemplars().bytes()
     }
 
+    /// Refuses a write while the WAL cannot take it: its disk is full
+    /// (until space returns) or it failed for good.
+    pub fn admit_write(&self) -> Result<(), crate::wal::commit::Refusal> {
+        self.head.wal().map_or(Ok(()), |w| w.admit())
+    }
+
     /// Refuses a write while what the database holds, plus `extra` bytes
     /// held for it elsewhere, is at the high-water mark.
     pub fn check_memory(&self, extra: usize) -> Result<(), MemoryFull> {

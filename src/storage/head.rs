@@ -464,6 +464,7 @@ mod tests {
             wal: WalOptions {
                 segment_bytes: 4096,
                 repair: crate::wal::Repair::Refuse,
+                reserve_bytes: 0,
             },
             fsync: FsyncMode::Always,
         }

@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::{oneshot, watch};
 
 use super::Position;
-use super::{WalError, WalWriter};
+use super::{SpaceReserve, WalError, WalWriter};
 use crate::reuse;
 
 /// When appended frames are made durable.
@@ -43,6 +43,9 @@ pub struct Progress {
     /// write that was cut back (a full disk) until the same frames can be
     /// written after all. Waiters past the durable LSN fail meanwhile.
     pub failed: Option<Arc<str>>,
+    /// Whether `failed` is for good (an fsync error, a segment that could
+    /// not be cut back), not a full disk that may yet have room.
+    pub failed_for_good: bool,
     /// Where in the segment files the log is durable by the fsync mode
     /// (the file position of the durable LSN): readers of the log
     /// ([`super::reader`]) read up to here and no further.
@@ -67,6 +70,8 @@ struct Shared {
     syncs: std::sync::atomic::AtomicU64,
     sync_nanos: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
+    write_failures: std::sync::atomic::AtomicU64,
+    reserve: Arc<SpaceReserve>,
     /// LSN up to which the log is durable by the fsync mode: what
     /// [`GroupCommit::wait`] waits for, readable without the watch's lock.
     durable: std::sync::atomic::AtomicU64,
@@ -83,6 +88,24 @@ pub struct CommitStats {
     pub sync_nanos: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// Writes and fsyncs that failed (each try of a write the disk refuses
+    /// counts).
+    pub write_failures: u64,
+    /// Whether the disk reserve is held: while it is not, the disk is
+    /// full and new writes are refused.
+    pub reserve_held: bool,
+}
+
+/// Why the log takes no new writes now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The disk is full (the reserve is given up, or a write is waiting
+    /// for room): a retry once space returns succeeds.
+    #[error("the WAL's disk is full: writes are refused until space returns")]
+    DiskFull,
+    /// A write or fsync failed for good; only a restart writes again.
+    #[error("the WAL failed and takes no more writes until a restart: {0}")]
+    Failed(Arc<str>),
 }
 
 /// Why the log cannot make something durable.
@@ -94,6 +117,10 @@ pub enum Stopped {
     /// A write or fsync failed; the log refuses what came after it.
     #[error("{0}")]
     Failed(Arc<str>),
+    /// A write found the disk full and waits for room (what it carried is
+    /// in no acknowledged answer).
+    #[error("the disk is full: {0}")]
+    DiskFull(Arc<str>),
 }
 
 /// The WAL thread and the queue in front of it.
@@ -118,6 +145,8 @@ impl GroupCommit {
             syncs: Default::default(),
             sync_nanos: Default::default(),
             bytes: Default::default(),
+            write_failures: Default::default(),
+            reserve: writer.reserve(),
             durable: Default::default(),
         });
         let s = Arc::clone(&shared);
@@ -129,6 +158,28 @@ impl GroupCommit {
             mode,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Whether the log takes new writes now: not while the disk is full
+    /// (its reserve given up, or a write waiting for room) or after it
+    /// failed for good. While the reserve is not held, this tries to hold
+    /// it again first, so the first write after space returns is taken.
+    pub fn admit(&self) -> Result<(), Refusal> {
+        {
+            let p = self.shared.progress.borrow();
+            if let Some(e) = &p.failed {
+                return Err(if p.failed_for_good {
+                    Refusal::Failed(Arc::clone(e))
+                } else {
+                    Refusal::DiskFull
+                });
+            }
+        }
+        if self.shared.reserve.try_hold() {
+            Ok(())
+        } else {
+            Err(Refusal::DiskFull)
+        }
     }
 
     /// Queues `frames` (whole records) for the next commit and returns the
@@ -166,7 +217,11 @@ impl GroupCommit {
                         reached.written
                     }) < lsn =>
                 {
-                    Err(Stopped::Failed(Arc::clone(e)))
+                    Err(if reached.failed_for_good {
+                        Stopped::Failed(Arc::clone(e))
+                    } else {
+                        Stopped::DiskFull(Arc::clone(e))
+                    })
                 }
                 _ => Ok(()),
             }
@@ -197,6 +252,8 @@ impl GroupCommit {
             syncs: self.shared.syncs.load(Relaxed),
             sync_nanos: self.shared.sync_nanos.load(Relaxed),
             bytes: self.shared.bytes.load(Relaxed),
+            write_failures: self.shared.write_failures.load(Relaxed),
+            reserve_held: self.shared.reserve.is_held(),
         }
     }
 
@@ -256,7 +313,7 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
         {
             let mut st = shared.state.lock();
             while st.frames.is_empty() && st.rotate.is_empty() && !st.closed {
-                if retryable {
+                if retryable || !shared.reserve.is_held() {
                     shared.wake.wait_for(&mut st, WRITE_RETRY);
                     break;
                 }
@@ -275,13 +332,35 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
             lsn = st.submitted;
             closed = st.closed;
         }
+        if !shared.reserve.is_held() && failed.is_none() && shared.reserve.try_hold() {
+            tracing::info!("the WAL's disk reserve is held again: writes are accepted");
+        }
         if !backlog.is_empty() {
             backlog.extend_from_slice(&frames);
             std::mem::swap(&mut backlog, &mut frames);
             backlog.clear();
         }
         if !frames.is_empty() && (failed.is_none() || retryable) {
-            match writer.append(&frames) {
+            let mut attempt = writer.append(&frames);
+            if let Err(e) = &attempt {
+                shared.write_failures.fetch_add(1, Relaxed);
+                // A full disk: give up the reserve and write into the room
+                // it leaves, so that what the head already holds is logged
+                // and acknowledged; the write path refuses new writes until
+                // the reserve is held again.
+                if matches!(e, WalError::WriteCutBack { .. }) && writer.release_reserve() {
+                    tracing::warn!(
+                        error = %e,
+                        "WAL write failed: the disk is full; gave up the disk reserve to log \
+                         the writes in flight, and refuse new writes until it can be held again"
+                    );
+                    attempt = writer.append(&frames);
+                    if attempt.is_err() {
+                        shared.write_failures.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            match attempt {
                 Ok(()) => {
                     shared.commits.fetch_add(1, Relaxed);
                     shared.bytes.fetch_add(frames.len() as u64, Relaxed);
@@ -302,6 +381,7 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                     shared.progress.send_modify(|p| {
                         p.written = lsn;
                         p.failed = None;
+                        p.failed_for_good = false;
                         if interval {
                             p.durable_at = writer.end();
                         }
@@ -345,6 +425,7 @@ fn run(mut writer: WalWriter, mode: FsyncMode, shared: &Shared) {
                     });
                 }
                 Err(e) => {
+                    shared.write_failures.fetch_add(1, Relaxed);
                     // After a failed fsync the kernel may have dropped the
                     // dirty pages: nothing written since can be trusted.
                     retryable = false;
@@ -386,9 +467,10 @@ fn fail(shared: &Shared, e: &WalError, retryable: bool) -> Arc<str> {
         tracing::error!(error = %e, "WAL write failed; writes are refused from now on");
     }
     let msg: Arc<str> = Arc::from(e.to_string());
-    shared
-        .progress
-        .send_modify(|p| p.failed = Some(Arc::clone(&msg)));
+    shared.progress.send_modify(|p| {
+        p.failed = Some(Arc::clone(&msg));
+        p.failed_for_good = !retryable;
+    });
     msg
 }
 

@@ -340,6 +340,7 @@ mod tests {
             WalOptions {
                 segment_bytes: 64,
                 repair: crate::wal::Repair::Refuse,
+                reserve_bytes: 0,
             },
         )
         .expect("open");
