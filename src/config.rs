@@ -163,9 +163,16 @@ settings! {
     #[serde(with = "humantime_serde")]
     #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
     query_timeout: Duration = Duration::from_secs(120);
-    /// Most samples one query may load before it fails [default: 50000000].
+    /// Most samples one query may load or make (its selections, subquery
+    /// steps and answer, counted as they are made) before it fails with
+    /// 422, as Prometheus' --query.max-samples [default: 50000000].
     #[arg(value_name = "N")]
     query_max_samples: usize = 50_000_000;
+    /// Most memory the samples one query loads and makes may take, e.g.
+    /// 512MiB; past it the query fails with 422. 0 picks a quarter of the
+    /// memory limit (--max-memory) [default: 0].
+    #[arg(value_name = "BYTES", value_parser = parse_bytes)]
+    query_max_memory: u64 = 0;
     /// How far back an instant selector looks for a sample; queries may
     /// override it with lookback_delta [default: 5m].
     #[serde(with = "humantime_serde")]
@@ -603,6 +610,7 @@ impl Config {
         QueryOptions {
             lookback_ms: i64::try_from(self.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
             max_samples: self.query_max_samples,
+            max_bytes: usize::try_from(self.query_memory_limit()).unwrap_or(usize::MAX),
             timeout: self.query_timeout,
             parse: ParseLimits {
                 max_length: self.query_max_length,
@@ -638,6 +646,15 @@ impl Config {
             },
             fsync: self.wal_fsync.mode(),
         })
+    }
+
+    /// Most bytes one query may hold: `query-max-memory`, or a quarter of
+    /// the memory limit.
+    pub fn query_memory_limit(&self) -> u64 {
+        if self.query_max_memory > 0 {
+            return self.query_max_memory;
+        }
+        (self.memory_limit() / 4).max(1 << 20)
     }
 
     /// The memory limit in bytes: `max-memory`, or 60% of the machine's.

@@ -44,6 +44,9 @@ pub enum QueryError {
     /// The query would load more samples than allowed (`execution`).
     #[error("query processing would load too many samples into memory in {0}")]
     TooManySamples(&'static str),
+    /// The query would hold more memory than allowed (`execution`).
+    #[error("query processing would use more than query-max-memory ({1} bytes) in {0}")]
+    TooMuchMemory(&'static str, usize),
 }
 
 /// Every vector selector in `expr` (inside range selectors and subqueries

@@ -786,6 +786,71 @@ async fn forms_answers_and_idle_connections_are_bounded() {
     s.assert_alive("idle connections closed").await;
 }
 
+/// Queries that would make more than their budget stop near it: the
+/// points of subquery steps and of a range answer are counted as they are
+/// made, against --query-max-samples and a per-query memory budget (a
+/// quarter of --max-memory), and the heap is trimmed after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_stop_near_their_memory_budget() {
+    let s = Sluice::start(&["--max-memory", "1GiB"]);
+    // 6,000 series with a sample a minute over the last 20 minutes.
+    let now = common::now_ms() / 60_000 * 60_000;
+    for first in (0..6000).step_by(500) {
+        let series = (first..first + 500)
+            .map(|i| {
+                let samples: Vec<(i64, f64)> =
+                    (0..20).map(|k| (now - (19 - k) * 60_000, 1.0)).collect();
+                common::series(
+                    &[("__name__", &format!("m{}", i % 10)), ("i", &i.to_string())],
+                    &samples,
+                )
+            })
+            .collect();
+        let (code, text) = common::push(s.addr, common::body(series)).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    let base_hwm = s.peak_rss_kib();
+    // The probe's subqueries: 86.4 M and 31.5 G steps of one point each.
+    for q in [
+        "count_over_time(vector(1)[1d:1ms])",
+        "count_over_time(vector(1)[1y:1ms])",
+    ] {
+        let started = std::time::Instant::now();
+        let v = query(&s, &[("query", q)]).await;
+        assert_error(&v, 422, "execution", "query-max-memory");
+        eprintln!("{q}: refused in {:?}", started.elapsed());
+    }
+    // 6,000 series x 11,001 steps: 66 M points, past both limits.
+    let start = (now - 1_100_000) as f64 / 1000.0;
+    let range = [
+        ("query", r#"{__name__=~".+"}"#.to_owned()),
+        ("start", format!("{start}")),
+        ("end", format!("{}", start + 1100.0)),
+        ("step", "0.1".to_owned()),
+    ];
+    let form: Vec<(&str, &str)> = range.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let started = std::time::Instant::now();
+    let v = api(&s, "/api/v1/query_range", &form).await;
+    assert_error(&v, 422, "execution", "query-max-memory");
+    eprintln!(
+        "the 66 M-point range query: refused in {:?}",
+        started.elapsed()
+    );
+    let peak = s.peak_rss_kib().saturating_sub(base_hwm);
+    eprintln!("peak RSS over the queries: +{peak} KiB (budget 256 MiB)");
+    // The budget is 256 MiB of points; a growing vector may hold twice what
+    // it counted for a moment.
+    assert!(peak < 600 << 10, "peak RSS grew by {peak} KiB");
+    let rss = s.rss_kib();
+    assert!(
+        rss < base_hwm + (64 << 10),
+        "RSS {rss} KiB after the queries"
+    );
+    // A query within the budget still answers.
+    let v = query(&s, &[("query", "count({__name__=~\"m.\"})")]).await;
+    assert_eq!(v["data"]["result"][0]["value"][1], "6000", "{v}");
+}
+
 /// The status line of the answer to `head` (sent whole, then read).
 fn status_of(addr: SocketAddr, head: &[u8]) -> String {
     let mut c = TcpStream::connect(addr).expect("connect");

@@ -142,7 +142,9 @@ impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
         let kind = match &e {
             QueryError::BadData(_) => return ApiError::bad_param("query", e),
-            QueryError::Execution(_) | QueryError::TooManySamples(_) => ErrorType::Execution,
+            QueryError::Execution(_)
+            | QueryError::TooManySamples(_)
+            | QueryError::TooMuchMemory(..) => ErrorType::Execution,
             QueryError::Timeout(_) => ErrorType::Timeout,
         };
         ApiError::Prom {

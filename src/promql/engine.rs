@@ -8,7 +8,7 @@ use std::time::Instant;
 use promql_parser::parser::{self, Expr};
 
 use super::annotations::Annotations;
-use super::eval::{Ctx, MatrixBuilder};
+use super::eval::{Ctx, MatrixBuilder, HISTOGRAM_BYTES, POINT_BYTES};
 use super::guard;
 use super::value::{no_labels, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
@@ -88,11 +88,11 @@ impl<'h> Engine<'h> {
     pub fn instant(&self, query: &str, t: i64) -> Result<Evaluated<Value>, QueryError> {
         let expr = self.parse(query)?;
         let ctx = self.ctx(t, t, 0);
-        let value = ctx.eval(&expr, t)?;
-        Ok(Evaluated {
+        let result = ctx.eval(&expr, t).map(|value| Evaluated {
             value,
             annotations: ctx.annotations(),
-        })
+        });
+        finish(ctx, result)
     }
 
     /// Evaluates `query` at every step from `start` to `end` inclusive;
@@ -115,7 +115,18 @@ impl<'h> Engine<'h> {
             }
         }
         let ctx = self.ctx(start, end, step);
-        if let Expr::VectorSelector(vs) = &expr {
+        let result = Self::range_in(&ctx, &expr, start, end, step);
+        finish(ctx, result)
+    }
+
+    fn range_in(
+        ctx: &Ctx<'_>,
+        expr: &Expr,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Evaluated<Vec<Series>>, QueryError> {
+        if let Expr::VectorSelector(vs) = expr {
             return Ok(Evaluated {
                 value: ctx.selector_range(vs, start, end, step)?,
                 annotations: Annotations::default(),
@@ -128,9 +139,21 @@ impl<'h> Engine<'h> {
         let mut t = start;
         while t <= end {
             ctx.check_deadline("query range evaluation")?;
-            match ctx.eval(&expr, t)? {
-                Value::Scalar(v) => acc.push(no_labels(), t, v),
+            // The answer's points are kept to the end: each step's count
+            // against the query's budget before they are.
+            match ctx.eval(expr, t)? {
+                Value::Scalar(v) => {
+                    ctx.budget()
+                        .charge(1, POINT_BYTES, "query range evaluation")?;
+                    acc.push(no_labels(), t, v)
+                }
                 Value::Vector(samples) => {
+                    let hists = samples.iter().filter(|s| s.h.is_some()).count();
+                    ctx.budget().charge(
+                        samples.len(),
+                        (samples.len() - hists) * POINT_BYTES + hists * HISTOGRAM_BYTES,
+                        "query range evaluation",
+                    )?;
                     for s in samples {
                         acc.push_sample(s, t);
                     }
@@ -152,6 +175,22 @@ impl<'h> Engine<'h> {
             annotations: ctx.annotations(),
         })
     }
+}
+
+/// A query that held at least this much gives the freed heap back to the
+/// system when it ends: glibc keeps it otherwise, and one large query
+/// would leave the process that much larger.
+const TRIM_AFTER_BYTES: usize = 64 << 20;
+
+/// Ends a query's evaluation: its working state is dropped, and after a
+/// large query (answered or failed) the freed heap is given back.
+fn finish<T>(ctx: Ctx<'_>, result: Result<T, QueryError>) -> Result<T, QueryError> {
+    let peak = ctx.budget().peak_bytes();
+    drop(ctx);
+    if peak >= TRIM_AFTER_BYTES {
+        crate::heap::release_free_memory();
+    }
+    result
 }
 
 /// An answer and the warnings and infos about it.

@@ -38,8 +38,10 @@ pub fn is_stale(v: f64) -> bool {
 pub struct QueryOptions {
     /// How far back an instant selector looks for a sample (5m).
     pub lookback_ms: i64,
-    /// Most samples a query may load.
+    /// Most samples a query may load or make at once.
     pub max_samples: usize,
+    /// Most bytes the samples a query loads or makes may take.
+    pub max_bytes: usize,
     /// Longest a query may run.
     pub timeout: Duration,
     /// Bounds on the query's text.
@@ -54,6 +56,7 @@ impl Default for QueryOptions {
         Self {
             lookback_ms: 5 * 60 * 1000,
             max_samples: 50_000_000,
+            max_bytes: usize::MAX,
             timeout: Duration::from_secs(120),
             parse: ParseLimits::default(),
             max_label_bytes: 64 << 20,
@@ -224,7 +227,7 @@ pub(crate) struct Ctx<'e> {
     step: i64,
     /// Range-function results over every step, by the call's address.
     range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
-    samples: Rc<Cell<usize>>,
+    budget: Rc<Budget>,
     /// What the evaluation reports beside its answer, shared with the
     /// subquery evaluators.
     annotations: Rc<RefCell<Annotations>>,
@@ -232,6 +235,105 @@ pub(crate) struct Ctx<'e> {
     checked: RefCell<std::collections::HashSet<usize>>,
     /// Each operator node's duplicate-labels check, by the node's address.
     unique: RefCell<HashMap<usize, UniqueCheck>>,
+}
+
+/// Bytes a float point takes where a query keeps it.
+pub(crate) const POINT_BYTES: usize = std::mem::size_of::<(i64, f64)>();
+
+/// Bytes a histogram point takes where a query keeps it: the point, the
+/// shared histogram and a typical dozen buckets.
+pub(crate) const HISTOGRAM_BYTES: usize = 256;
+
+/// Bytes a range table keeps per series and step (a value and a flag).
+const RANGE_CELL_BYTES: usize = 9;
+
+/// What one query holds of the samples it loads and makes, against its
+/// limits (`max_samples`, `max_bytes`): charged before the samples are
+/// kept, so a query stops near its bound rather than after building past
+/// it. Shared by a query's subquery evaluators.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    samples: Cell<usize>,
+    bytes: Cell<usize>,
+    max_samples: usize,
+    max_bytes: usize,
+    peak_bytes: Cell<usize>,
+}
+
+impl Budget {
+    fn new(opts: &QueryOptions) -> Self {
+        Self {
+            samples: Cell::new(0),
+            bytes: Cell::new(0),
+            max_samples: opts.max_samples,
+            max_bytes: opts.max_bytes,
+            peak_bytes: Cell::new(0),
+        }
+    }
+
+    /// Counts `samples` taking `bytes` more, or refuses (counting nothing)
+    /// when that would pass a limit.
+    pub(crate) fn charge(
+        &self,
+        samples: usize,
+        bytes: usize,
+        what: &'static str,
+    ) -> Result<(), QueryError> {
+        let s = self.samples.get().saturating_add(samples);
+        if s > self.max_samples {
+            return Err(QueryError::TooManySamples(what));
+        }
+        let b = self.bytes.get().saturating_add(bytes);
+        if b > self.max_bytes {
+            return Err(QueryError::TooMuchMemory(what, self.max_bytes));
+        }
+        self.samples.set(s);
+        self.bytes.set(b);
+        self.peak_bytes.set(self.peak_bytes.get().max(b));
+        Ok(())
+    }
+
+    /// Gives back what was charged and is no longer held.
+    pub(crate) fn release(&self, samples: usize, bytes: usize) {
+        self.samples.set(self.samples.get().saturating_sub(samples));
+        self.bytes.set(self.bytes.get().saturating_sub(bytes));
+    }
+
+    /// The most bytes counted at once.
+    pub(crate) fn peak_bytes(&self) -> usize {
+        self.peak_bytes.get()
+    }
+}
+
+/// Charges made for something held only while it is built and handed on;
+/// given back when dropped.
+struct Held<'b> {
+    budget: &'b Budget,
+    samples: Cell<usize>,
+    bytes: Cell<usize>,
+}
+
+impl<'b> Held<'b> {
+    fn new(budget: &'b Budget) -> Self {
+        Self {
+            budget,
+            samples: Cell::new(0),
+            bytes: Cell::new(0),
+        }
+    }
+
+    fn charge(&self, samples: usize, bytes: usize, what: &'static str) -> Result<(), QueryError> {
+        self.budget.charge(samples, bytes, what)?;
+        self.samples.set(self.samples.get() + samples);
+        self.bytes.set(self.bytes.get() + bytes);
+        Ok(())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.budget.release(self.samples.get(), self.bytes.get());
+    }
 }
 
 /// Gathers points per label set across steps.
@@ -266,6 +368,7 @@ impl MatrixBuilder {
             Some(&i) => i,
             None => {
                 let series = &mut self.series;
+                let known = series.len();
                 let i = *self
                     .by_content
                     .entry(Arc::clone(&labels))
@@ -277,8 +380,13 @@ impl MatrixBuilder {
                         });
                         series.len() - 1
                     });
-                self.by_addr.insert(addr, i);
-                self.keep.push(labels);
+                // Remember the address of a set made once (a selector's),
+                // but not of every copy made anew at each step: those would
+                // hold memory per point.
+                if i == known || self.keep.len() < 2 * self.series.len() + 64 {
+                    self.by_addr.insert(addr, i);
+                    self.keep.push(labels);
+                }
                 i
             }
         };
@@ -393,7 +501,7 @@ impl<'e> Ctx<'e> {
             group_memos: RefCell::new(HashMap::new()),
             step,
             range_tables: RefCell::new(HashMap::new()),
-            samples: Rc::new(Cell::new(0)),
+            budget: Rc::new(Budget::new(opts)),
             annotations: Rc::default(),
             checked: RefCell::default(),
             unique: RefCell::default(),
@@ -468,11 +576,11 @@ impl<'e> Ctx<'e> {
                 .filter(|(t, _)| (lo..=hi).contains(t))
                 .map(|(t, h)| (*t, Arc::new(h.to_float())))
                 .collect();
-            let total = self.samples.get() + points.len() + hists.len();
-            if total > self.opts.max_samples {
-                return Err(QueryError::TooManySamples("query execution"));
-            }
-            self.samples.set(total);
+            self.budget.charge(
+                points.len() + hists.len(),
+                points.len() * POINT_BYTES + hists.len() * HISTOGRAM_BYTES,
+                "query execution",
+            )?;
             let labels: Labels = s.labels.into();
             out.push(SeriesPoints {
                 unnamed: drop_name(&labels),
@@ -510,11 +618,7 @@ impl<'e> Ctx<'e> {
         let mut out = Vec::new();
         for s in selected {
             if let Some((pt, v)) = s.samples(lo, t).last() {
-                let total = self.samples.get() + 1;
-                if total > self.opts.max_samples {
-                    return Err(QueryError::TooManySamples("query execution"));
-                }
-                self.samples.set(total);
+                self.budget.charge(1, POINT_BYTES, "query execution")?;
                 if !is_stale(v) {
                     out.push((s.labels, pt));
                 }
@@ -596,6 +700,14 @@ impl<'e> Ctx<'e> {
                     // ends the series.
                     if pt > ts.saturating_sub(lookback) && !is_stale(v) {
                         if points.is_empty() {
+                            // Room for every step, counted before it is
+                            // taken; what is left unused is given back
+                            // below.
+                            self.budget.charge(
+                                steps,
+                                steps * POINT_BYTES,
+                                "query range evaluation",
+                            )?;
                             points.reserve_exact(steps);
                         }
                         points.push((t, v));
@@ -606,6 +718,15 @@ impl<'e> Ctx<'e> {
                     None => break,
                 };
             }
+            if !points.is_empty() {
+                let unused = steps.saturating_sub(points.len());
+                self.budget.release(unused, unused * POINT_BYTES);
+            }
+            self.budget.charge(
+                hists.len(),
+                hists.len() * HISTOGRAM_BYTES,
+                "query range evaluation",
+            )?;
             if !points.is_empty() || !hists.is_empty() {
                 out.push(Series {
                     labels: s.labels.clone(),
@@ -727,6 +848,11 @@ impl<'e> Ctx<'e> {
         self.annotations.borrow_mut().add(a);
     }
 
+    /// What this query holds against its limits.
+    pub(crate) fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
     /// What has been reported so far.
     pub(crate) fn annotations(&self) -> Annotations {
         self.annotations.borrow().clone()
@@ -825,16 +951,21 @@ impl<'e> Ctx<'e> {
             first += step;
         }
         let mut acc = MatrixBuilder::default();
-        // The result's points count against the query's samples while it
-        // is built, as the samples a selector loads do.
-        let mut points = 0usize;
+        // The result's points count against the query's budget as they are
+        // made, before they are kept, and are given back once the result
+        // is handed on (its caller holds one at a time).
+        let held = Held::new(&self.budget);
         let mut ti = first;
         while ti <= end {
             self.check_deadline("subquery evaluation")?;
-            let before = points;
             match child.eval(&sq.expr, ti)? {
                 Value::Vector(v) => {
-                    points += v.len();
+                    let hists = v.iter().filter(|s| s.h.is_some()).count();
+                    held.charge(
+                        v.len(),
+                        (v.len() - hists) * POINT_BYTES + hists * HISTOGRAM_BYTES,
+                        "subquery evaluation",
+                    )?;
                     for mut s in v {
                         // A subquery may skip the sample a reset hint was
                         // about, or return it many times: its histograms'
@@ -851,7 +982,7 @@ impl<'e> Ctx<'e> {
                     }
                 }
                 Value::Scalar(v) => {
-                    points += 1;
+                    held.charge(1, POINT_BYTES, "subquery evaluation")?;
                     acc.push(no_labels(), ti, v);
                 }
                 other => {
@@ -860,10 +991,6 @@ impl<'e> Ctx<'e> {
                         other.type_name()
                     )));
                 }
-            }
-            if points > before && self.samples.get().saturating_add(points) > self.opts.max_samples
-            {
-                return Err(QueryError::TooManySamples("query execution"));
             }
             ti = match ti.checked_add(step) {
                 Some(t) => t,
@@ -913,7 +1040,18 @@ impl<'e> Ctx<'e> {
         let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
             .map_or(usize::MAX, |n| n.saturating_add(1));
         let cells = series.len().saturating_mul(steps);
-        if cells > self.opts.max_samples {
+        // Kept for the whole query: counted for good, or not made (the
+        // caller then works step by step).
+        if cells > self.opts.max_samples
+            || self
+                .budget
+                .charge(
+                    0,
+                    cells.saturating_mul(RANGE_CELL_BYTES),
+                    "range function evaluation",
+                )
+                .is_err()
+        {
             return Ok(None);
         }
         let n = series.len();
@@ -988,7 +1126,7 @@ impl<'e> Ctx<'e> {
             group_memos: RefCell::new(HashMap::new()),
             step,
             range_tables: RefCell::new(HashMap::new()),
-            samples: Rc::clone(&self.samples),
+            budget: Rc::clone(&self.budget),
             annotations: Rc::clone(&self.annotations),
             checked: RefCell::default(),
             unique: RefCell::default(),

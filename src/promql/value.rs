@@ -226,7 +226,10 @@ pub fn keep_labels(
 
 /// No labels.
 pub fn no_labels() -> Labels {
-    Arc::from(Vec::new())
+    // One shared empty set: a new one per call would be an allocation per
+    // step of every scalar in a range query or subquery.
+    static EMPTY: std::sync::LazyLock<Labels> = std::sync::LazyLock::new(|| Arc::from(Vec::new()));
+    Arc::clone(&EMPTY)
 }
 
 /// Whether a result keeps its input's metric name (`last_over_time` and
