@@ -50,7 +50,12 @@ impl ErrorType {
             Self::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
-            Self::Internal | Self::Unavailable => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            // Prometheus' switch has no case for it (its default is 500)
+            // and never sends it on a query; Sluice sends it only for a
+            // query its shutdown cancels, which a retry elsewhere or later
+            // can answer: 503.
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }

@@ -105,7 +105,10 @@ impl Slots {
                     self.max
                 ))
             })?
-            .map_err(|_| internal("the query slots are closed".to_owned()))?;
+            .map_err(|_| ApiError::Prom {
+                kind: ErrorType::Unavailable,
+                message: "query canceled: the server is shutting down".to_owned(),
+            })?;
         let flag = Arc::new(AtomicBool::new(false));
         let cancel = CancelOnDrop(Arc::clone(&flag));
         let (tx, rx) = oneshot::channel();
