@@ -24,6 +24,9 @@ pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
 /// The features `--enable-feature` may name.
 pub const FEATURES: [&str; 1] = [EXPERIMENTAL_FUNCTIONS];
 
+/// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
+const MAX_WAL_RESERVE_BYTES: u64 = 1 << 30;
+
 /// Declares every setting once: its documentation (the `--help` text),
 /// its type, its default and its flag. From that list come [`Config`] (the
 /// typed tree, read from a file with the flag names as keys), its
@@ -262,7 +265,7 @@ settings! {
     /// 16MiB: when the disk fills, it is given up so that writes already
     /// taken reach the log and are acknowledged, and new writes get 503
     /// with Retry-After until it can be held again (space has returned).
-    /// 0 holds none [default: 8388608].
+    /// 0 holds none; at most 1GiB [default: 8388608].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]
     wal_reserve_bytes: u64 = 8 << 20;
     /// If the WAL is corrupt in the middle (not just a torn last write),
@@ -540,6 +543,13 @@ impl Config {
         }
         if self.retention < Duration::from_secs(60) {
             return Err(ConfigError::Invalid("retention must be at least 1m".into()));
+        }
+        // Written out in full at start: a mistyped size would fill the
+        // disk before a single write.
+        if self.wal_reserve_bytes > MAX_WAL_RESERVE_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "wal-reserve-bytes must be at most {MAX_WAL_RESERVE_BYTES} (1GiB)"
+            )));
         }
         // At most 31 days: the head holds 1.5 of them, and the largest
         // block Prometheus makes by default is 31 days.
@@ -987,6 +997,12 @@ mod tests {
             .to_string()
             .contains("max-series"));
         assert!(Config::default().validate().is_ok());
+        let huge = Config {
+            wal_reserve_bytes: 1 << 40,
+            ..Config::default()
+        };
+        let err = huge.validate().expect_err("a 1 TiB reserve").to_string();
+        assert!(err.contains("wal-reserve-bytes"), "{err}");
         for (name, c) in [
             (
                 "query-max-form-bytes",

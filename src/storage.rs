@@ -44,6 +44,8 @@ pub struct Stop<'a> {
     pub deadline: Option<std::time::Instant>,
     /// Give up once this is true.
     pub flag: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Give up once the chunk bytes read from blocks pass this budget.
+    pub bytes: Option<&'a ReadBudget>,
 }
 
 impl Stop<'_> {
@@ -52,6 +54,42 @@ impl Stop<'_> {
         self.flag
             .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
             || self.deadline.is_some_and(|d| std::time::Instant::now() > d)
+            || self.bytes.is_some_and(ReadBudget::exceeded)
+    }
+
+    /// Counts `n` bytes a read copied.
+    pub fn charge(&self, n: usize) {
+        if let Some(b) = self.bytes {
+            b.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Bytes a read may copy out of storage (a query's memory budget, what is
+/// left of it): the read stops once past it.
+#[derive(Debug)]
+pub struct ReadBudget {
+    used: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl ReadBudget {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            used: std::sync::atomic::AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Bytes counted so far.
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether more than the budget has been counted.
+    pub fn exceeded(&self) -> bool {
+        self.used() > self.max
     }
 }
 
@@ -106,5 +144,32 @@ pub fn machine_memory_bytes() -> Option<u64> {
     match (total, cgroup) {
         (Some(t), Some(c)) => Some(t.min(c)),
         (t, c) => t.or(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_stops_once_past_its_byte_budget() {
+        let budget = ReadBudget::new(100);
+        let stop = Stop {
+            deadline: None,
+            flag: None,
+            bytes: Some(&budget),
+        };
+        stop.charge(100);
+        assert!(!stop.now(), "at the budget, not past it");
+        stop.charge(1);
+        assert!(stop.now());
+        assert_eq!(budget.used(), 101);
+        let unbounded = Stop {
+            deadline: None,
+            flag: None,
+            bytes: None,
+        };
+        unbounded.charge(usize::MAX);
+        assert!(!unbounded.now());
     }
 }

@@ -49,6 +49,7 @@ pub(super) async fn federate(
         .read(state.query_options().timeout, move |flag| {
             let stop = Stop {
                 flag: Some(&flag),
+                bytes: None,
                 deadline: None,
             };
             // Keyed by metric name, then labels: families in name order.

@@ -115,6 +115,7 @@ async fn read(
         .read(state.query_options().timeout, move |flag| {
             f(&Stop {
                 flag: Some(&flag),
+                bytes: None,
                 deadline: None,
             })
         })

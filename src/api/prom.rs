@@ -194,6 +194,7 @@ mod tests {
         assert_eq!(error(ErrorType::Execution, "x").status().as_u16(), 422);
         assert_eq!(error(ErrorType::Canceled, "x").status().as_u16(), 499);
         assert_eq!(error(ErrorType::Timeout, "x").status().as_u16(), 503);
-        assert_eq!(error(ErrorType::Unavailable, "x").status().as_u16(), 500);
+        // Sluice's own choice (see `status`): a query its shutdown cancels.
+        assert_eq!(error(ErrorType::Unavailable, "x").status().as_u16(), 503);
     }
 }

@@ -59,6 +59,7 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
     let stop = Stop {
         deadline: Some(std::time::Instant::now() + inner.query.timeout),
         flag: None,
+        bytes: None,
     };
     let mut selections = Vec::with_capacity(req.queries.len());
     for q in &req.queries {

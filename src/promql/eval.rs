@@ -23,7 +23,7 @@ use crate::histogram::CounterResetHint;
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
 use crate::storage::Querier;
-use crate::storage::Stop;
+use crate::storage::{ReadBudget, Stop};
 
 pub use crate::storage::STALE_NAN;
 
@@ -293,6 +293,11 @@ impl Budget {
         Ok(())
     }
 
+    /// Bytes that may still be charged.
+    pub(crate) fn bytes_left(&self) -> usize {
+        self.max_bytes.saturating_sub(self.bytes.get())
+    }
+
     /// Gives back what was charged and is no longer held.
     pub(crate) fn release(&self, samples: usize, bytes: usize) {
         self.samples.set(self.samples.get().saturating_sub(samples));
@@ -549,17 +554,29 @@ impl<'e> Ctx<'e> {
         let lo = lo.min(hi.saturating_sub(range));
         let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
         let mut selected = Vec::new();
+        // The chunks copied out of blocks count against the query's bytes
+        // as they are read, and stay counted while they are decoded.
+        let read = ReadBudget::new(self.budget.bytes_left());
         let stop = Stop {
             deadline: Some(self.deadline),
             flag: self.cancel,
+            bytes: Some(&read),
         };
         for matchers in &sets {
             selected.extend(
                 self.querier
                     .select_until(matchers, lo, hi, &stop)
-                    .map_err(|_| QueryError::Timeout("query execution"))?,
+                    .map_err(|_| {
+                        if read.exceeded() {
+                            QueryError::TooMuchMemory("query execution", self.opts.max_bytes)
+                        } else {
+                            QueryError::Timeout("query execution")
+                        }
+                    })?,
             );
         }
+        let chunks = Held::new(&self.budget);
+        chunks.charge(0, read.used(), "query execution")?;
         if sets.len() > 1 {
             selected.sort_by(|a, b| a.labels.cmp(&b.labels));
             selected.dedup_by(|a, b| a.labels == b.labels);
@@ -610,6 +627,7 @@ impl<'e> Ctx<'e> {
         let stop = Stop {
             deadline: Some(self.deadline),
             flag: self.cancel,
+            bytes: None,
         };
         let selected = self
             .querier

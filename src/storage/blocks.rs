@@ -178,11 +178,14 @@ impl Block {
             };
             for m in metas.iter().filter(|c| c.maxt >= mint && c.mint <= maxt) {
                 match self.chunks.chunk(m.chunk_ref) {
-                    Ok((XOR, bytes)) => s.chunks.push(ChunkRef {
-                        mint: m.mint,
-                        maxt: m.maxt,
-                        bytes,
-                    }),
+                    Ok((XOR, bytes)) => {
+                        stop.charge(bytes.len());
+                        s.chunks.push(ChunkRef {
+                            mint: m.mint,
+                            maxt: m.maxt,
+                            bytes,
+                        });
+                    }
                     Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => decode_histograms(
                         match e {
                             FLOAT_HISTOGRAM => HistogramKind::Float,
