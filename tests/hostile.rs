@@ -656,6 +656,17 @@ async fn a_slow_regex_holds_no_write_back_and_stops_at_its_deadline() {
 }
 
 /// Counts the open file descriptors of process `pid`.
+/// `n` connections, each sent `bytes`.
+fn open_with(addr: SocketAddr, n: usize, bytes: &[u8]) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            c.write_all(bytes).expect("write");
+            c
+        })
+        .collect()
+}
+
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(Iterator::count)
@@ -738,13 +749,7 @@ async fn forms_answers_and_idle_connections_are_bounded() {
     let pid = s.child.id();
     let fds_before = open_fds(pid);
     let rss_before = s.rss_kib();
-    let mut idle = Vec::new();
-    for _ in 0..2000 {
-        let mut c = TcpStream::connect(s.addr).expect("connect");
-        c.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
-            .expect("write");
-        idle.push(c);
-    }
+    let mut idle = open_with(s.addr, 2000, b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n");
     for c in &mut idle {
         c.set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
@@ -921,13 +926,7 @@ async fn stalled_connections_cannot_keep_health_checks_and_writes_out() {
         "the cap fits the open-files limit"
     );
     let rss_before = s.rss_kib();
-    let mut stalled = Vec::new();
-    for _ in 0..300 {
-        let mut c = TcpStream::connect(s.addr).expect("connect");
-        c.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n")
-            .expect("write");
-        stalled.push(c);
-    }
+    let mut stalled = open_with(s.addr, 300, b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n");
     // Served while they stall (the header timeout, 5 minutes, has not
     // freed any): each new connection displaces the oldest stalled one.
     let started = std::time::Instant::now();
