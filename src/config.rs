@@ -172,8 +172,10 @@ settings! {
     #[arg(value_name = "N")]
     query_max_samples: usize = 50_000_000;
     /// Most memory the samples one query loads and makes may take, e.g.
-    /// 512MiB; past it the query fails with 422. 0 picks a quarter of the
-    /// memory limit (--max-memory) [default: 0].
+    /// 512MiB; past it the query fails with 422. 0 picks an eighth of the
+    /// memory limit (--max-memory). All running queries together hold at
+    /// most a quarter of it (or this, if larger); a query that would pass
+    /// that is answered 503 with Retry-After [default: 0].
     #[arg(value_name = "BYTES", value_parser = parse_bytes)]
     query_max_memory: u64 = 0;
     /// How far back an instant selector looks for a sample; queries may
@@ -621,6 +623,9 @@ impl Config {
             lookback_ms: i64::try_from(self.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
             max_samples: self.query_max_samples,
             max_bytes: usize::try_from(self.query_memory_limit()).unwrap_or(usize::MAX),
+            shared: Some(std::sync::Arc::new(crate::promql::QueryMemory::new(
+                usize::try_from(self.query_memory_pool()).unwrap_or(usize::MAX),
+            ))),
             timeout: self.query_timeout,
             parse: ParseLimits {
                 max_length: self.query_max_length,
@@ -658,13 +663,19 @@ impl Config {
         })
     }
 
-    /// Most bytes one query may hold: `query-max-memory`, or a quarter of
+    /// Most bytes one query may hold: `query-max-memory`, or an eighth of
     /// the memory limit.
     pub fn query_memory_limit(&self) -> u64 {
         if self.query_max_memory > 0 {
             return self.query_max_memory;
         }
-        (self.memory_limit() / 4).max(1 << 20)
+        (self.memory_limit() / 8).max(1 << 20)
+    }
+
+    /// Most bytes all running queries may hold together: a quarter of the
+    /// memory limit, and never less than one query's.
+    pub fn query_memory_pool(&self) -> u64 {
+        (self.memory_limit() / 4).max(self.query_memory_limit())
     }
 
     /// The memory limit in bytes: `max-memory`, or 60% of the machine's.

@@ -25,7 +25,7 @@ pub mod guard;
 pub mod stats;
 pub mod value;
 
-pub use engine::{Engine, QueryOptions};
+pub use engine::{Engine, QueryMemory, QueryOptions};
 
 use crate::storage::index::{MatchOp, Matcher};
 
@@ -47,6 +47,10 @@ pub enum QueryError {
     /// The query would hold more memory than allowed (`execution`).
     #[error("query processing would use more than query-max-memory ({1} bytes) in {0}")]
     TooMuchMemory(&'static str, usize),
+    /// The queries running now hold all the memory set aside for queries
+    /// (`unavailable`, 503): a retry can succeed once they finish.
+    #[error("the queries running now hold all of the memory set aside for queries ({0} bytes); retry later")]
+    Busy(usize),
 }
 
 /// Every vector selector in `expr` (inside range selectors and subqueries

@@ -225,8 +225,9 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Registers every metric; the head's sizes are read at scrape time.
-    pub fn new(db: Arc<Db>) -> Self {
+    /// Registers every metric; the head's sizes and the memory queries
+    /// hold (`queries`, when they share a pool) are read at scrape time.
+    pub fn new(db: Arc<Db>, queries: Option<Arc<crate::promql::QueryMemory>>) -> Self {
         let mut registry = Registry::default();
         let ingested = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -330,6 +331,9 @@ impl Metrics {
         );
         let forward = ForwardFamilies::new(&mut registry);
         registry.register_collector(Box::new(HeadCollector { db }));
+        if let Some(pool) = queries {
+            registry.register_collector(Box::new(QueryMemoryCollector(pool)));
+        }
         registry.register_collector(Box::new(ProcessCollector {
             start_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -511,6 +515,28 @@ fn openmetrics_to_text(om: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Reads the memory running queries hold at scrape time.
+#[derive(Debug)]
+struct QueryMemoryCollector(Arc<crate::promql::QueryMemory>);
+
+impl Collector for QueryMemoryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        gauge(
+            &mut encoder,
+            "sluice_query_memory_bytes",
+            "Bytes the running queries hold of their samples and points, against the pool they share",
+            bytes(self.0.used()),
+        )?;
+        gauge(
+            &mut encoder,
+            "sluice_query_memory_limit_bytes",
+            "Most bytes all running queries may hold together",
+            bytes(self.0.max()),
+        )
+    }
 }
 
 /// Reads head sizes at scrape time.

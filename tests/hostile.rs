@@ -800,10 +800,9 @@ async fn forms_answers_and_idle_connections_are_bounded() {
 /// points of subquery steps and of a range answer are counted as they are
 /// made, against --query-max-samples and a per-query memory budget (a
 /// quarter of --max-memory), and the heap is trimmed after.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queries_stop_near_their_memory_budget() {
-    let s = Sluice::start(&["--max-memory", "1GiB"]);
-    // 6,000 series with a sample a minute over the last 20 minutes.
+/// Writes 6,000 series with a sample a minute over the last 20 minutes;
+/// the minute they end at.
+async fn six_thousand_series(s: &Sluice) -> i64 {
     let now = common::now_ms() / 60_000 * 60_000;
     for first in (0..6000).step_by(500) {
         let series = (first..first + 500)
@@ -819,6 +818,25 @@ async fn queries_stop_near_their_memory_budget() {
         let (code, text) = common::push(s.addr, common::body(series)).await;
         assert_eq!(code, 204, "{text}");
     }
+    now
+}
+
+/// The range query of `{__name__=~".+"}` over 6,000 series x 11,001 steps
+/// ending at `now`: 66 M points, past every memory limit.
+fn every_series_range(now: i64) -> Vec<(&'static str, String)> {
+    let start = (now - 1_100_000) as f64 / 1000.0;
+    vec![
+        ("query", r#"{__name__=~".+"}"#.to_owned()),
+        ("start", format!("{start}")),
+        ("end", format!("{}", start + 1100.0)),
+        ("step", "0.1".to_owned()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_stop_near_their_memory_budget() {
+    let s = Sluice::start(&["--max-memory", "1GiB"]);
+    let now = six_thousand_series(&s).await;
     let base_hwm = s.peak_rss_kib();
     // The probe's subqueries: 86.4 M and 31.5 G steps of one point each.
     for q in [
@@ -830,14 +848,7 @@ async fn queries_stop_near_their_memory_budget() {
         assert_error(&v, 422, "execution", "query-max-memory");
         eprintln!("{q}: refused in {:?}", started.elapsed());
     }
-    // 6,000 series x 11,001 steps: 66 M points, past both limits.
-    let start = (now - 1_100_000) as f64 / 1000.0;
-    let range = [
-        ("query", r#"{__name__=~".+"}"#.to_owned()),
-        ("start", format!("{start}")),
-        ("end", format!("{}", start + 1100.0)),
-        ("step", "0.1".to_owned()),
-    ];
+    let range = every_series_range(now);
     let form: Vec<(&str, &str)> = range.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let started = std::time::Instant::now();
     let v = api(&s, "/api/v1/query_range", &form).await;
@@ -847,10 +858,10 @@ async fn queries_stop_near_their_memory_budget() {
         started.elapsed()
     );
     let peak = s.peak_rss_kib().saturating_sub(base_hwm);
-    eprintln!("peak RSS over the queries: +{peak} KiB (budget 256 MiB)");
-    // The budget is 256 MiB of points; a growing vector may hold twice what
-    // it counted for a moment.
-    assert!(peak < 600 << 10, "peak RSS grew by {peak} KiB");
+    eprintln!("peak RSS over the queries: +{peak} KiB (budget 128 MiB)");
+    // The budget is 128 MiB (an eighth of 1 GiB) of points; a growing
+    // vector may hold twice what it counted for a moment.
+    assert!(peak < 320 << 10, "peak RSS grew by {peak} KiB");
     let rss = s.rss_kib();
     assert!(
         rss < base_hwm + (64 << 10),
@@ -859,6 +870,82 @@ async fn queries_stop_near_their_memory_budget() {
     // A query within the budget still answers.
     let v = query(&s, &[("query", "count({__name__=~\"m.\"})")]).await;
     assert_eq!(v["data"]["result"][0]["value"][1], "6000", "{v}");
+    let (_, metrics) = common::get(s.addr, "/metrics").await;
+    assert!(
+        metrics.contains("\nsluice_query_memory_bytes 0\n"),
+        "queries that ended still hold memory:\n{metrics}"
+    );
+}
+
+/// Queries at once draw from one pool: four every-series queries, each
+/// allowed the whole pool, hold no more together than one would. Each is
+/// refused either for its own budget (422) or as busy (503 with
+/// `Retry-After`, since it can succeed once the others end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_queries_share_one_memory_pool() {
+    // The pool is a quarter of 1 GiB, as much as one query may take.
+    let s = Sluice::start(&["--max-memory", "1GiB", "--query-max-memory", "256MiB"]);
+    let now = six_thousand_series(&s).await;
+    let base_hwm = s.peak_rss_kib();
+    let client = reqwest::Client::new();
+    let url = s.url("/api/v1/query_range");
+    let form = every_series_range(now);
+    let asks: Vec<_> = (0..4)
+        .map(|_| {
+            let req = client.post(&url).form(&form).send();
+            tokio::spawn(async move {
+                let resp = req.await.expect("answered");
+                let code = resp.status().as_u16();
+                let retry = resp.headers().get("retry-after").is_some();
+                let text = resp.text().await.expect("body");
+                let v: Value = serde_json::from_str(&text).expect("JSON");
+                (code, retry, v)
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for ask in asks {
+        answers.push(ask.await.expect("the request task"));
+    }
+    let mut busy = 0;
+    for (code, retry, v) in &answers {
+        match code {
+            422 => assert!(
+                v["error"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("query-max-memory"),
+                "{v}"
+            ),
+            503 => {
+                busy += 1;
+                assert!(*retry, "a busy refusal without Retry-After: {v}");
+                assert_eq!(v["errorType"], "unavailable", "{v}");
+                assert!(
+                    v["error"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("retry later"),
+                    "{v}"
+                );
+            }
+            _ => panic!("{code}: {v}"),
+        }
+    }
+    let peak = s.peak_rss_kib().saturating_sub(base_hwm);
+    eprintln!("four queries at once: {busy} refused as busy, peak RSS +{peak} KiB (pool 256 MiB)");
+    // Four queries of 256 MiB each would pass 1 GiB; the pool holds them to
+    // 256 MiB, and growing vectors to about twice that.
+    assert!(peak < 600 << 10, "peak RSS grew by {peak} KiB");
+    let (_, metrics) = common::get(s.addr, "/metrics").await;
+    assert!(
+        metrics.contains("\nsluice_query_memory_bytes 0\n"),
+        "queries that ended still hold memory:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("\nsluice_query_memory_limit_bytes 268435456\n"),
+        "{metrics}"
+    );
 }
 
 /// The status line of the answer to `head` (sent whole, then read).

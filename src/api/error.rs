@@ -77,7 +77,10 @@ impl ApiError {
             retry_after: false,
         };
         match self {
-            ApiError::Prom { kind, message } => reply(kind.status(), message),
+            ApiError::Prom { kind, message } => Parts {
+                retry_after: matches!(kind, ErrorType::Unavailable),
+                ..reply(kind.status(), message)
+            },
             ApiError::BadRequest(m) => reply(StatusCode::BAD_REQUEST, m),
             ApiError::TooLarge(m) => reply(StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::UnsupportedMediaType(m) => reply(StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
@@ -127,8 +130,18 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Prom { kind, message } = &self {
             let mut resp = prom::error(*kind, message);
-            if matches!(kind, ErrorType::Internal) {
-                resp.extensions_mut().insert(Fault(message.clone()));
+            match kind {
+                ErrorType::Internal => {
+                    resp.extensions_mut().insert(Fault(message.clone()));
+                }
+                // Unavailable now, so a retry later can succeed.
+                ErrorType::Unavailable => {
+                    resp.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+                    );
+                }
+                _ => {}
             }
             return resp;
         }
@@ -146,6 +159,7 @@ impl From<QueryError> for ApiError {
             | QueryError::TooManySamples(_)
             | QueryError::TooMuchMemory(..) => ErrorType::Execution,
             QueryError::Timeout(_) => ErrorType::Timeout,
+            QueryError::Busy(_) => ErrorType::Unavailable,
         };
         ApiError::Prom {
             kind,

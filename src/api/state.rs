@@ -73,7 +73,8 @@ impl AppState {
 
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, db: Arc<Db>, clock: Clock) -> Self {
-        let metrics = Metrics::new(Arc::clone(&db));
+        let query = config.query_options();
+        let metrics = Metrics::new(Arc::clone(&db), query.shared.clone());
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,
@@ -94,7 +95,7 @@ impl AppState {
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 db,
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
-                query: config.query_options(),
+                query,
                 limits: config.label_limits(),
                 v2: V2Options {
                     limits: config.label_limits(),

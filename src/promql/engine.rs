@@ -14,7 +14,7 @@ use super::value::{no_labels, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::Querier;
 
-pub use super::eval::{is_stale, QueryOptions, STALE_NAN};
+pub use super::eval::{is_stale, QueryMemory, QueryOptions, STALE_NAN};
 
 /// Evaluates PromQL over a [`Querier`].
 #[derive(Debug)]

@@ -42,6 +42,10 @@ pub struct QueryOptions {
     pub max_samples: usize,
     /// Most bytes the samples a query loads or makes may take.
     pub max_bytes: usize,
+    /// Memory every running query draws from together, when set: a query
+    /// that would take it past its bound is refused as busy (a retry can
+    /// succeed once others finish).
+    pub shared: Option<Arc<QueryMemory>>,
     /// Longest a query may run.
     pub timeout: Duration,
     /// Bounds on the query's text.
@@ -57,6 +61,7 @@ impl Default for QueryOptions {
             lookback_ms: 5 * 60 * 1000,
             max_samples: 50_000_000,
             max_bytes: usize::MAX,
+            shared: None,
             timeout: Duration::from_secs(120),
             parse: ParseLimits::default(),
             max_label_bytes: 64 << 20,
@@ -247,10 +252,57 @@ pub(crate) const HISTOGRAM_BYTES: usize = 256;
 /// Bytes a range table keeps per series and step (a value and a flag).
 const RANGE_CELL_BYTES: usize = 9;
 
+/// The memory all running queries hold together, against one bound, so
+/// that many queries at once cannot hold many times one query's budget.
+#[derive(Debug)]
+pub struct QueryMemory {
+    used: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl QueryMemory {
+    /// A pool of `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self {
+            used: std::sync::atomic::AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Bytes the running queries hold now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The bound.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    fn left(&self) -> usize {
+        self.max.saturating_sub(self.used())
+    }
+
+    /// Takes `bytes`, or nothing when that would pass the bound.
+    fn take(&self, bytes: usize) -> bool {
+        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.max {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn give(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
 /// What one query holds of the samples it loads and makes, against its
-/// limits (`max_samples`, `max_bytes`): charged before the samples are
-/// kept, so a query stops near its bound rather than after building past
-/// it. Shared by a query's subquery evaluators.
+/// limits (`max_samples`, `max_bytes`, and the pool every query shares):
+/// charged before the samples are kept, so a query stops near its bound
+/// rather than after building past it. Shared by a query's subquery
+/// evaluators; what it holds goes back to the pool when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Budget {
     samples: Cell<usize>,
@@ -258,6 +310,7 @@ pub(crate) struct Budget {
     max_samples: usize,
     max_bytes: usize,
     peak_bytes: Cell<usize>,
+    shared: Option<Arc<QueryMemory>>,
 }
 
 impl Budget {
@@ -268,6 +321,7 @@ impl Budget {
             max_samples: opts.max_samples,
             max_bytes: opts.max_bytes,
             peak_bytes: Cell::new(0),
+            shared: opts.shared.clone(),
         }
     }
 
@@ -287,26 +341,50 @@ impl Budget {
         if b > self.max_bytes {
             return Err(QueryError::TooMuchMemory(what, self.max_bytes));
         }
+        if let Some(pool) = &self.shared {
+            if !pool.take(bytes) {
+                return Err(QueryError::Busy(pool.max()));
+            }
+        }
         self.samples.set(s);
         self.bytes.set(b);
         self.peak_bytes.set(self.peak_bytes.get().max(b));
         Ok(())
     }
 
-    /// Bytes that may still be charged.
+    /// Bytes that may still be charged before this query's own bound.
     pub(crate) fn bytes_left(&self) -> usize {
         self.max_bytes.saturating_sub(self.bytes.get())
     }
 
+    /// Bytes that may still be charged before the shared pool's bound, if
+    /// that comes first.
+    fn shared_left(&self) -> Option<usize> {
+        let pool = self.shared.as_ref()?;
+        (pool.left() < self.bytes_left()).then(|| pool.left())
+    }
+
     /// Gives back what was charged and is no longer held.
     pub(crate) fn release(&self, samples: usize, bytes: usize) {
+        let bytes = bytes.min(self.bytes.get());
         self.samples.set(self.samples.get().saturating_sub(samples));
-        self.bytes.set(self.bytes.get().saturating_sub(bytes));
+        self.bytes.set(self.bytes.get() - bytes);
+        if let Some(pool) = &self.shared {
+            pool.give(bytes);
+        }
     }
 
     /// The most bytes counted at once.
     pub(crate) fn peak_bytes(&self) -> usize {
         self.peak_bytes.get()
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.shared {
+            pool.give(self.bytes.get());
+        }
     }
 }
 
@@ -556,7 +634,8 @@ impl<'e> Ctx<'e> {
         let mut selected = Vec::new();
         // The chunks copied out of blocks count against the query's bytes
         // as they are read, and stay counted while they are decoded.
-        let read = ReadBudget::new(self.budget.bytes_left());
+        let shared_first = self.budget.shared_left();
+        let read = ReadBudget::new(shared_first.unwrap_or_else(|| self.budget.bytes_left()));
         let stop = Stop {
             deadline: Some(self.deadline),
             flag: self.cancel,
@@ -567,10 +646,12 @@ impl<'e> Ctx<'e> {
                 self.querier
                     .select_until(matchers, lo, hi, &stop)
                     .map_err(|_| {
-                        if read.exceeded() {
-                            QueryError::TooMuchMemory("query execution", self.opts.max_bytes)
-                        } else {
+                        if !read.exceeded() {
                             QueryError::Timeout("query execution")
+                        } else if let Some(pool) = shared_first.and(self.opts.shared.as_ref()) {
+                            QueryError::Busy(pool.max())
+                        } else {
+                            QueryError::TooMuchMemory("query execution", self.opts.max_bytes)
                         }
                     })?,
             );
