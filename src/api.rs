@@ -1,6 +1,7 @@
 //! The HTTP edge: [`router`] wires the routes and tower layers, and
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
+pub mod auth;
 mod error;
 mod escaping;
 mod federate;
@@ -121,6 +122,7 @@ fn guarded(routes: Router<AppState>, state: AppState) -> Router {
             refuse_declared_oversize,
         ))
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::door))
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }

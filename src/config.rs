@@ -18,6 +18,8 @@ use crate::storage::{DbOptions, Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
 use crate::wal::{Repair, WalOptions};
 
+pub mod web;
+
 /// Prometheus' experimental PromQL functions and aggregations.
 pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
 
@@ -83,6 +85,14 @@ settings! {
     /// Address to listen on for HTTP [default: 127.0.0.1:9201].
     #[arg(value_name = "ADDR")]
     listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9201));
+    /// Prometheus' web configuration file (as --web.config.file): https
+    /// (tls_server_config), response headers (http_server_config) and
+    /// logins (basic_auth_users with bcrypt hashes). Read again on SIGHUP
+    /// and when it or a file it names changes; a bad file then keeps the
+    /// one in force. Empty: plain http, no logins [default: none].
+    #[serde(alias = "web.config.file")]
+    #[arg(value_name = "FILE", visible_alias = "web.config.file")]
+    web_config_file: PathBuf = PathBuf::new();
     /// Directory for durable data: the write-ahead log (wal/) and
     /// checkpoints [default: ./data].
     #[arg(value_name = "DIR")]

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 pub mod http;
+pub mod tls;
+pub mod web;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
@@ -39,6 +41,9 @@ pub enum ServerError {
     /// The write-ahead log could not be replayed or opened.
     #[error(transparent)]
     Wal(#[from] crate::wal::WalError),
+    /// The web configuration file is missing or invalid.
+    #[error("{0}")]
+    WebConfig(String),
     /// Serving failed.
     #[error("server error: {0}")]
     Serve(#[from] std::io::Error),
@@ -54,6 +59,8 @@ pub struct Server {
     forward: Vec<crate::forward::Destination>,
     forward_max_lag_bytes: u64,
     forward_shard_by_series: Option<usize>,
+    web: Option<web::WebConfigFile>,
+    hangup: Arc<Notify>,
 }
 
 impl Server {
@@ -75,6 +82,22 @@ impl Server {
             .await
             .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
         let state = AppState::with_clock(config, Arc::new(db), clock);
+        let web = match config.web_config_file.as_os_str().is_empty() {
+            true => None,
+            false => {
+                let (path, door, metrics) = (
+                    config.web_config_file.clone(),
+                    state.door(),
+                    state.web_metrics(),
+                );
+                let loaded = tokio::task::spawn_blocking(move || {
+                    web::WebConfigFile::load(&path, door, metrics)
+                })
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -103,7 +126,15 @@ impl Server {
             forward_shard_by_series: config
                 .forward_shard_by_series
                 .then_some(config.forward_shard_by_series_replicas),
+            web,
+            hangup: Arc::default(),
         })
+    }
+
+    /// What reloads the web configuration file (main notifies it on
+    /// SIGHUP).
+    pub fn hangup(&self) -> Arc<Notify> {
+        Arc::clone(&self.hangup)
     }
 
     /// The bound address (useful with port 0).
@@ -123,10 +154,15 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
         let addr = self.local_addr()?;
+        let tls = self.web.as_ref().and_then(web::WebConfigFile::tls);
+        if tls.is_some() {
+            tracing::info!("serving https (tls_server_config)");
+        }
         tracing::info!(%addr, "listening");
         let db = self.state.db_arc();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let background = tokio::spawn(Arc::clone(&db).run_upkeep(self.state.clock(), stop_rx));
+        let background =
+            tokio::spawn(Arc::clone(&db).run_upkeep(self.state.clock(), stop_rx.clone()));
         let forwarders = match db.wal_progress() {
             Some(progress) if !self.forward.is_empty() => {
                 let destinations = self
@@ -145,6 +181,13 @@ impl Server {
             }
             _ => None,
         };
+        let watcher = self
+            .web
+            .map(|w| tokio::spawn(w.watch(Arc::clone(&self.hangup), stop_rx)));
+        let tls = tls.map(|config| http::TlsDoor {
+            config,
+            handshake_failures: self.state.web_metrics().handshake_failures,
+        });
         let state = self.state.clone();
         let shutdown = async move {
             shutdown.await;
@@ -153,7 +196,7 @@ impl Server {
         let limits = self.http;
         let connections = self.state.connection_metrics();
         let app = api::router(self.state);
-        if !http::serve(self.listener, app, limits, connections, shutdown).await {
+        if !http::serve(self.listener, app, limits, connections, tls, shutdown).await {
             tracing::warn!(
                 timeout = ?limits.shutdown_timeout,
                 "requests still in flight at the shutdown timeout; stopping without them"
@@ -165,6 +208,9 @@ impl Server {
         // WAL flushed).
         let _ = stop_tx.send(true);
         let _ = background.await;
+        if let Some(w) = watcher {
+            let _ = w.await;
+        }
         if let Some(f) = forwarders {
             tokio::task::spawn_blocking(move || f.stop())
                 .await

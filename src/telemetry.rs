@@ -197,6 +197,7 @@ pub struct Metrics {
     queries_running: Gauge,
     queries_timed_out: Counter,
     connections: ConnectionMetrics,
+    web: WebMetrics,
     forward: ForwardFamilies,
 }
 
@@ -211,6 +212,46 @@ pub struct ConnectionMetrics {
     pub shed: Counter,
     /// Requests answered 503 because only the reserved connections were left.
     pub reserve_refusals: Counter,
+}
+
+/// The web configuration file's reloads and what the door refused.
+#[derive(Debug, Clone, Default)]
+pub struct WebMetrics {
+    /// 1 if the last reload of the web configuration file succeeded.
+    pub reload_ok: Gauge,
+    /// When it last succeeded, in Unix seconds.
+    pub reload_time: Gauge,
+    /// TLS handshakes that failed.
+    pub handshake_failures: Counter,
+    unauthorized: Family<ReasonLabels, Counter>,
+}
+
+impl WebMetrics {
+    /// Counts a request refused at the door for `reason` (`missing`,
+    /// `wrong`, `busy`).
+    pub fn record_unauthorized(&self, reason: &'static str) {
+        self.unauthorized
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Records a reload's outcome.
+    pub fn record_reload(&self, ok: bool) {
+        self.reload_ok.set(i64::from(ok));
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            self.reload_time.set(i64::try_from(now).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// A reason from a closed set.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why.
+    pub reason: &'static str,
 }
 
 /// A latency histogram in both forms: classic buckets (0.5 ms .. ~16 s)
@@ -308,6 +349,27 @@ impl Metrics {
             "Read requests answered with a timeout, waiting for a slot or evaluating",
             queries_timed_out.clone(),
         );
+        let web = WebMetrics::default();
+        registry.register(
+            "sluice_web_config_last_reload_successful",
+            "Whether the last load of the web configuration file (--web-config-file) succeeded",
+            web.reload_ok.clone(),
+        );
+        registry.register(
+            "sluice_web_config_last_reload_success_timestamp_seconds",
+            "When the web configuration file was last loaded successfully",
+            web.reload_time.clone(),
+        );
+        registry.register(
+            "sluice_http_tls_handshake_failures",
+            "TLS handshakes that failed or timed out",
+            web.handshake_failures.clone(),
+        );
+        registry.register(
+            "sluice_http_unauthorized_requests",
+            "Requests refused at the door: no or undecodable login (missing), unknown user or wrong password (wrong), too many logins waiting for a check (busy)",
+            web.unauthorized.clone(),
+        );
         let connections = ConnectionMetrics::default();
         registry.register(
             "sluice_http_connections",
@@ -353,6 +415,7 @@ impl Metrics {
             queries_running,
             queries_timed_out,
             connections,
+            web,
             forward,
         }
     }
@@ -365,6 +428,11 @@ impl Metrics {
     /// The gauge of read requests evaluating now, for the query slots.
     pub fn queries_running(&self) -> Gauge {
         self.queries_running.clone()
+    }
+
+    /// The web configuration's reloads and the door's refusals.
+    pub fn web(&self) -> WebMetrics {
+        self.web.clone()
     }
 
     /// The HTTP listener's connection counts.

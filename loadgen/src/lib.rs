@@ -759,9 +759,29 @@ struct ConnResult {
     timed_out: bool,
 }
 
+/// How to reach the receiver: plain http, or https with a client
+/// configuration; and a login (`Authorization` header value) to send.
+#[derive(Clone, Default)]
+pub struct Dial {
+    /// https with this configuration (the TLS handshake is made once per
+    /// keep-alive connection).
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The `Authorization` header of every request.
+    pub authorization: Option<http::HeaderValue>,
+}
+
+impl Dial {
+    /// `Basic` authorization for `user` and `password`.
+    pub fn basic(user: &str, password: &str) -> Option<http::HeaderValue> {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        http::HeaderValue::from_str(&format!("Basic {token}")).ok()
+    }
+}
+
 /// Sends each connection's bodies in order over its own keep-alive
 /// HTTP/1.1 connection to `addr`, until all are sent or `limit` passes.
-pub async fn drive(addr: SocketAddr, encoded: &Encoded, limit: Duration) -> Report {
+pub async fn drive(addr: SocketAddr, dial: &Dial, encoded: &Encoded, limit: Duration) -> Report {
     let start = Instant::now();
     let deadline = start + limit;
     let tasks: Vec<_> = encoded
@@ -771,7 +791,10 @@ pub async fn drive(addr: SocketAddr, encoded: &Encoded, limit: Duration) -> Repo
             let bodies = bodies.clone();
             let headers = encoded.headers.clone();
             let path = encoded.path.clone();
-            tokio::spawn(async move { connection(addr, &path, &headers, &bodies, deadline).await })
+            let dial = dial.clone();
+            tokio::spawn(async move {
+                connection(addr, &dial, &path, &headers, &bodies, deadline).await
+            })
         })
         .collect();
     let mut report = Report::default();
@@ -804,21 +827,36 @@ pub async fn drive(addr: SocketAddr, encoded: &Encoded, limit: Duration) -> Repo
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+async fn connect(addr: SocketAddr, dial: &Dial) -> Result<Sender, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("handshake with {addr}: {e}"))?;
+    let Some(tls) = &dial.tls else {
+        return http1(hyper_util::rt::TokioIo::new(stream), addr).await;
+    };
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(tls))
+        .connect(name, stream)
+        .await
+        .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+    http1(hyper_util::rt::TokioIo::new(stream), addr).await
+}
+
+async fn http1<I>(io: I, addr: SocketAddr) -> Result<Sender, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| format!("handshake with {addr}: {e}"))?;
     tokio::spawn(conn);
     Ok(sender)
 }
 
 async fn connection(
     addr: SocketAddr,
+    dial: &Dial,
     path: &str,
     headers: &[(&'static str, &'static str)],
     bodies: &[Body],
@@ -841,7 +879,7 @@ async fn connection(
         }
         let t = Instant::now();
         out.sent += u64::from(body.samples);
-        let result = send(&mut sender, addr, &host, path, headers, body).await;
+        let result = send(&mut sender, addr, dial, &host, path, headers, body).await;
         out.latencies.push(t.elapsed());
         match result {
             Ok((status, _)) if (200..300).contains(&status) => {
@@ -870,6 +908,7 @@ async fn connection(
 async fn send(
     sender: &mut Option<Sender>,
     addr: SocketAddr,
+    dial: &Dial,
     host: &str,
     path: &str,
     headers: &[(&'static str, &'static str)],
@@ -877,7 +916,7 @@ async fn send(
 ) -> Result<(u16, String), String> {
     if sender.as_ref().is_none_or(|s| s.is_closed()) {
         *sender = None;
-        *sender = Some(connect(addr).await?);
+        *sender = Some(connect(addr, dial).await?);
     }
     let Some(s) = sender.as_mut() else {
         return Err("no connection".to_owned());
@@ -886,6 +925,9 @@ async fn send(
     let mut req = http::Request::post(path).header("host", host);
     for &(k, v) in headers {
         req = req.header(k, v);
+    }
+    if let Some(auth) = &dial.authorization {
+        req = req.header(http::header::AUTHORIZATION, auth.clone());
     }
     let req = req
         .body(Full::new(body.bytes.clone()))

@@ -58,6 +58,13 @@ struct Cli {
     /// Stop sending after this long, e.g. 60s.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     max_time: Duration,
+    /// Push over https, trusting the CA certificates in this PEM file (the
+    /// handshake is made once per keep-alive connection).
+    #[arg(long, value_name = "FILE")]
+    tls_ca_file: Option<std::path::PathBuf>,
+    /// Send this login with every request, as `user:password`.
+    #[arg(long, value_name = "USER:PASSWORD")]
+    basic_auth: Option<String>,
     /// Serve the null sink on this address instead of driving a load: it
     /// reads each body and answers 204, until SIGTERM/SIGINT or --max-time.
     #[arg(long, value_name = "ADDR")]
@@ -113,7 +120,23 @@ fn main() -> anyhow::Result<()> {
         encoded.bytes() as f64 / 1048576.0,
         t.elapsed()
     );
-    let report = rt.block_on(loadgen::drive(cli.target, &encoded, cli.max_time));
+    let mut dial = loadgen::Dial::default();
+    if let Some(ca) = &cli.tls_ca_file {
+        let tls = sluice::forward::TlsConfig {
+            ca_file: Some(ca.clone()),
+            ..Default::default()
+        }
+        .client_config()
+        .map_err(anyhow::Error::msg)?;
+        dial.tls = Some(std::sync::Arc::new(tls));
+    }
+    if let Some(login) = &cli.basic_auth {
+        let (user, password) = login
+            .split_once(':')
+            .context("--basic-auth takes user:password")?;
+        dial.authorization = loadgen::Dial::basic(user, password);
+    }
+    let report = rt.block_on(loadgen::drive(cli.target, &dial, &encoded, cli.max_time));
     let rate = report.samples_per_second();
     eprintln!(
         "sluice-loadgen: {} of {} samples accepted in {:.2?}: {rate:.0} samples/s; latency p50 {:.2?} p99 {:.2?}; errors by status: {}{}",

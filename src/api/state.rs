@@ -53,12 +53,25 @@ pub(super) struct Inner {
     pub(super) started: Instant,
     /// When the status page was last viewed and the samples ingested then.
     pub(super) last_view: parking_lot::Mutex<(Instant, u64)>,
+    /// The logins and headers in force.
+    pub(super) door: Arc<super::auth::Door>,
 }
 
 impl AppState {
     /// State over `db`, with the limits from `config`.
     pub fn new(config: &Config, db: Arc<Db>) -> Self {
         Self::with_clock(config, db, Clock::system())
+    }
+
+    /// The logins and headers in force, for the web configuration's
+    /// reloads to swap.
+    pub fn door(&self) -> Arc<super::auth::Door> {
+        Arc::clone(&self.inner.door)
+    }
+
+    /// The web configuration's reload and refusal counts.
+    pub fn web_metrics(&self) -> crate::telemetry::WebMetrics {
+        self.inner.metrics.web()
     }
 
     /// The HTTP listener's connection counts.
@@ -93,6 +106,7 @@ impl AppState {
                 block_durations: config.block_durations(),
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
+                door: Arc::default(),
                 db,
                 otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query,

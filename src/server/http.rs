@@ -332,10 +332,45 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves; then stops
-/// accepting, closes every connection without a request in flight, lets
-/// the others finish theirs, and returns once they have or
-/// `shutdown_timeout` has passed. Returns whether every connection
+/// Serves one connection until it ends, is shed, or the server stops: at
+/// shutdown a request in flight is finished and answered; a connection
+/// without one (idle, or a head still arriving) is closed now.
+async fn drive<I>(
+    builder: &http1::Builder,
+    io: I,
+    service: ConnService,
+    mut closing: watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let conn = Arc::clone(&service.conn);
+    let table = Arc::clone(&service.table);
+    let mut connection = Box::pin(builder.serve_connection(io, service));
+    let shutting_down = tokio::select! {
+        _ = connection.as_mut() => false,
+        () = conn.shed.notified() => false,
+        _ = closing.wait_for(|c| *c) => true,
+    };
+    if shutting_down && table.busy(&conn) {
+        connection.as_mut().graceful_shutdown();
+        let _ = connection.as_mut().await;
+    }
+}
+
+/// https at the door: the server configuration in force, and the count
+/// of handshakes that failed.
+#[derive(Clone)]
+pub struct TlsDoor {
+    /// The configuration new connections take.
+    pub config: super::tls::TlsHandle,
+    /// Handshakes that failed or timed out.
+    pub handshake_failures: prometheus_client::metrics::counter::Counter,
+}
+
+/// Serves `app` on `listener` (over https with `tls`) until `shutdown`
+/// resolves; then stops accepting, closes every connection without a
+/// request in flight, lets the others finish theirs, and returns once they
+/// have or `shutdown_timeout` has passed. Returns whether every connection
 /// finished in time. `limits.max_connections` is used as given (see
 /// [`connection_cap`]).
 pub async fn serve(
@@ -343,6 +378,7 @@ pub async fn serve(
     app: Router,
     limits: HttpLimits,
     metrics: ConnectionMetrics,
+    tls: Option<TlsDoor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> bool {
     let cap = limits.max_connections.max(1);
@@ -409,27 +445,42 @@ pub async fn serve(
             ordinary_cap,
             metrics: metrics.clone(),
         };
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
         let mut closing = closing.clone();
         let table = Arc::clone(&table);
         let open = metrics.open.clone();
         open.inc();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             let _permit = permit;
-            let mut connection = Box::pin(connection);
-            let shutting_down = tokio::select! {
-                _ = connection.as_mut() => false,
-                () = conn.shed.notified() => false,
-                _ = closing.wait_for(|c| *c) => true,
-            };
-            // At shutdown a request in flight is finished and answered; a
-            // connection without one (idle, or a head still arriving) is
-            // closed now.
-            if shutting_down && table.busy(&conn) {
-                connection.as_mut().graceful_shutdown();
-                let _ = connection.as_mut().await;
+            match tls {
+                None => drive(&builder, TokioIo::new(stream), service, closing).await,
+                Some(tls) => {
+                    // The handshake has the head's deadline, and is given
+                    // up when the connection is shed or the server stops.
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.current());
+                    let accepted = tokio::select! {
+                        r = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => match r {
+                            Ok(Ok(s)) => Some(s),
+                            Ok(Err(e)) => {
+                                tls.handshake_failures.inc();
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                None
+                            }
+                            Err(_) => {
+                                tls.handshake_failures.inc();
+                                None
+                            }
+                        },
+                        () = conn.shed.notified() => None,
+                        _ = closing.wait_for(|c| *c) => None,
+                    };
+                    if let Some(s) = accepted {
+                        drive(&builder, TokioIo::new(s), service, closing).await;
+                    }
+                }
             }
-            drop(connection);
             table.close(&conn);
             open.dec();
         });

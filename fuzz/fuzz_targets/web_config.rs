@@ -1,0 +1,29 @@
+//! The door's untrusted text: a web configuration file (Prometheus'
+//! `--web.config.file` format) and an `Authorization` header. Neither may
+//! panic; a file that parses must have passed every check (a bcrypt hash
+//! for each user, only allowed headers), and a header that decodes gives
+//! back what was encoded.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sluice::api::auth::basic_credentials;
+use sluice::config::web::{bcrypt_cost, WebConfig};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(c) = WebConfig::parse(text) {
+        for hash in c.basic_auth_users.values() {
+            assert!(bcrypt_cost(&hash.0).is_some());
+        }
+        let t = &c.tls_server_config;
+        assert!(!t.enabled() || t.key_file.is_some() || t.key.is_some());
+    }
+    if let Ok(v) = http::HeaderValue::from_bytes(data) {
+        if let Some((user, password)) = basic_credentials(&v) {
+            assert!(!user.contains(':'));
+            let _ = password;
+        }
+    }
+});

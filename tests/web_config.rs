@@ -1,0 +1,552 @@
+//! https and logins at the door (`--web-config-file`, Prometheus' web
+//! configuration file), against the release binary, with certificates
+//! made here by `openssl` and real clients: rustls over hyper, a real
+//! Prometheus 3.5.3 remote-writing over https with `basic_auth`, and
+//! promtool reading back with `--http.config.file`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+
+const PASSWORD: &str = "correct horse";
+
+/// Certificates for one test, made with openssl: a CA, a server
+/// certificate for 127.0.0.1 and localhost, two client certificates from
+/// the CA (names `client.example` and `other.example`) and one from a
+/// CA nobody trusts.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs: install Debian's openssl package (scripts/test does)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        for ca in ["ca", "rogue-ca"] {
+            openssl(
+                d,
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    &format!("/CN={ca}"),
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.crt"),
+                ],
+            );
+        }
+        let leaf = |name: &str, ca: &str, san: &str, usage: &str| {
+            std::fs::write(
+                d.join(format!("{name}.ext")),
+                format!(
+                    "subjectAltName={san}\nbasicConstraints=CA:FALSE\n\
+                     keyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
+                ),
+            )
+            .expect("ext file");
+            openssl(
+                d,
+                &[
+                    "req",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-nodes",
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                ],
+            );
+            openssl(
+                d,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{name}.csr"),
+                    "-CA",
+                    &format!("{ca}.crt"),
+                    "-CAkey",
+                    &format!("{ca}.key"),
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-extfile",
+                    &format!("{name}.ext"),
+                    "-out",
+                    &format!("{name}.crt"),
+                ],
+            );
+        };
+        leaf("server", "ca", "DNS:localhost,IP:127.0.0.1", "serverAuth");
+        leaf("client", "ca", "DNS:client.example", "clientAuth");
+        leaf("other", "ca", "DNS:other.example", "clientAuth");
+        leaf("rogue", "rogue-ca", "DNS:client.example", "clientAuth");
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A bcrypt hash of `password` at cost 4 (Prometheus takes any cost; 4
+/// keeps the tests quick).
+fn hash(password: &str) -> String {
+    bcrypt::hash(password, 4).expect("bcrypt")
+}
+
+/// Sluice started with `web` as its web configuration file (written into
+/// the certificates' directory, so relative paths name them).
+struct Door {
+    child: common::KillOnDrop,
+    addr: std::net::SocketAddr,
+    web: PathBuf,
+    _data: tempfile::TempDir,
+}
+
+impl Door {
+    fn start(pki: &Pki, web: &str) -> Self {
+        let data = tempfile::tempdir().expect("tempdir");
+        let file = pki.path("web.yml");
+        std::fs::write(&file, web).expect("web config");
+        let file_arg = file.display().to_string();
+        let (child, addr) = common::spawn_sluice(
+            env!("CARGO_BIN_EXE_sluice"),
+            data.path(),
+            "info",
+            &["--web-config-file", &file_arg],
+        );
+        Self {
+            child: common::KillOnDrop(child),
+            addr,
+            web: file,
+            _data: data,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.addr.port())
+    }
+
+    fn hangup(&self) {
+        let out = std::process::Command::new("kill")
+            .args(["-HUP", &self.child.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(out.success());
+    }
+}
+
+type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// An https client that trusts `ca`, presenting `identity` (a name in
+/// the PKI: `client`, `other`, `rogue`) when given.
+fn client(pki: &Pki, identity: Option<&str>) -> Https {
+    let tls = sluice::forward::TlsConfig {
+        ca_file: Some(pki.path("ca.crt")),
+        cert_file: identity.map(|n| pki.path(&format!("{n}.crt"))),
+        key_file: identity.map(|n| pki.path(&format!("{n}.key"))),
+        ..Default::default()
+    }
+    .client_config()
+    .expect("client TLS config");
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector)
+}
+
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+async fn ask(
+    c: &Https,
+    method: &str,
+    url: &str,
+    login: Option<(&str, &str)>,
+    body: Vec<u8>,
+) -> Result<Answer, String> {
+    use base64::Engine as _;
+    let mut req = http::Request::builder().method(method).uri(url);
+    if let Some((u, p)) = login {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+        req = req.header("authorization", format!("Basic {token}"));
+    }
+    if method == "POST" && !body.is_empty() {
+        req = req
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "snappy")
+            .header("x-prometheus-remote-write-version", "0.1.0");
+    }
+    let resp = tokio::time::timeout(
+        Duration::from_secs(20),
+        c.request(req.body(Full::new(Bytes::from(body))).expect("request")),
+    )
+    .await
+    .map_err(|_| "timed out".to_owned())?
+    .map_err(|e| format!("{e:?}"))?;
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+async fn get(c: &Https, url: &str, login: Option<(&str, &str)>) -> Answer {
+    ask(c, "GET", url, login, Vec::new())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    common::metric_value(text, name).unwrap_or(0.0)
+}
+
+fn web_config(users: &[(&str, &str)], extra_tls: &str) -> String {
+    let users: String = users
+        .iter()
+        .map(|(u, p)| format!("  {u}: '{}'\n", hash(p)))
+        .collect();
+    format!(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n{extra_tls}\
+         http_server_config:\n  headers:\n    X-Frame-Options: deny\n    \
+         Strict-Transport-Security: max-age=31536000\n\
+         basic_auth_users:\n{users}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_over_https_are_checked_and_reloaded() {
+    let pki = Pki::new();
+    let door = Door::start(&pki, &web_config(&[("alice", PASSWORD)], ""));
+    let c = client(&pki, None);
+    let alice = Some(("alice", PASSWORD));
+
+    // The health checks need no login; the configured headers go on every
+    // answer.
+    for path in ["/-/healthy", "/-/ready"] {
+        let a = get(&c, &door.url(path), None).await;
+        assert_eq!(a.status, 200, "{path}: {}", a.body);
+        assert_eq!(a.headers["x-frame-options"], "deny");
+    }
+    // Everything else does: 401 with WWW-Authenticate for a missing login,
+    // an unknown user and a wrong password alike.
+    let query = door.url("/api/v1/query?query=1%2B1");
+    for login in [None, Some(("mallory", PASSWORD)), Some(("alice", "wrong"))] {
+        let a = get(&c, &query, login).await;
+        assert_eq!(a.status, 401, "{login:?}: {}", a.body);
+        assert_eq!(a.headers["www-authenticate"], "Basic");
+        assert_eq!(a.headers["strict-transport-security"], "max-age=31536000");
+        assert_eq!(a.body, "Unauthorized\n");
+    }
+    let a = get(&c, &query, alice).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains(r#""2""#), "{}", a.body);
+    assert_eq!(a.headers["x-frame-options"], "deny");
+    // A write without a login stores nothing; with one, it is stored.
+    let now = common::now_ms();
+    let body = || {
+        common::body(vec![common::series(
+            &[("__name__", "door_test"), ("k", "v")],
+            &[(now, 7.0)],
+        )])
+    };
+    let w = ask(&c, "POST", &door.url("/api/v1/write"), None, body())
+        .await
+        .expect("answered");
+    assert_eq!(w.status, 401);
+    let w = ask(&c, "POST", &door.url("/api/v1/write"), alice, body())
+        .await
+        .expect("answered");
+    assert_eq!(w.status, 204, "{}", w.body);
+    let a = get(&c, &door.url("/api/v1/query?query=count(door_test)"), alice).await;
+    assert!(a.body.contains(r#""1""#), "one series stored: {}", a.body);
+
+    // Plain http to the https port gets no answer, and counts as a
+    // failed handshake.
+    let plain = reqwest::Client::new()
+        .get(format!("http://{}/-/healthy", door.addr))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await;
+    assert!(plain.is_err() || plain.is_ok_and(|r| r.status() != 200));
+    let m = get(&c, &door.url("/metrics"), alice).await.body;
+    assert_eq!(
+        metric(
+            &m,
+            r#"sluice_http_unauthorized_requests_total{reason="missing"}"#
+        ),
+        2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            r#"sluice_http_unauthorized_requests_total{reason="wrong"}"#
+        ),
+        2.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "sluice_http_tls_handshake_failures_total") >= 1.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "sluice_web_config_last_reload_successful"), 1.0);
+    assert!(!m.contains(PASSWORD));
+
+    // SIGHUP puts a new password in force.
+    std::fs::write(&door.web, web_config(&[("alice", "new password")], "")).expect("rewrite");
+    door.hangup();
+    let new = Some(("alice", "new password"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&c, &query, new).await.status != 200 {
+        assert!(Instant::now() < deadline, "the new password never worked");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        get(&c, &query, alice).await.status,
+        401,
+        "the old password still works"
+    );
+
+    // A bad file keeps what is in force and says so in a metric.
+    std::fs::write(&door.web, "basic_auth_users:\n  alice: not-a-hash\n").expect("rewrite");
+    door.hangup();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = get(&c, &door.url("/metrics"), new).await.body;
+        if metric(&m, "sluice_web_config_last_reload_successful") == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bad file was never noticed: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        get(&c, &query, new).await.status,
+        200,
+        "the old config went away"
+    );
+
+    // A change is noticed without SIGHUP too.
+    std::fs::write(&door.web, web_config(&[("bob", PASSWORD)], "")).expect("rewrite");
+    let bob = Some(("bob", PASSWORD));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&c, &query, bob).await.status != 200 {
+        assert!(Instant::now() < deadline, "the changed file was never read");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = get(&c, &door.url("/metrics"), bob).await.body;
+    assert_eq!(
+        metric(&m, "sluice_web_config_last_reload_successful"),
+        1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_required_and_checked() {
+    let pki = Pki::new();
+    let door = Door::start(
+        &pki,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  \
+         client_allowed_sans: [client.example]\n  min_version: TLS13\n",
+    );
+    let healthy = door.url("/-/healthy");
+    let a = get(&client(&pki, Some("client")), &healthy, None).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    for who in [None, Some("rogue"), Some("other")] {
+        let r = ask(&client(&pki, who), "GET", &healthy, None, Vec::new()).await;
+        assert!(
+            r.is_err(),
+            "{who:?} got in: {}",
+            r.map(|a| a.status).unwrap_or(0)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_web_config_file_stops_the_start() {
+    let pki = Pki::new();
+    for (text, says) in [
+        (
+            "tls_server_config:\n  cert_file: server.crt\n",
+            "missing one of key",
+        ),
+        (
+            "tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n",
+            "nope.crt",
+        ),
+        ("basic_auth_users:\n  alice: hunter2\n", "not a bcrypt hash"),
+        (
+            "http_server_config:\n  headers:\n    Server: me\n",
+            "can not be configured",
+        ),
+    ] {
+        std::fs::write(pki.path("bad.yml"), text).expect("write");
+        let data = tempfile::tempdir().expect("tempdir");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .arg("--web.config.file")
+            .arg(pki.path("bad.yml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        let mut child = common::KillOnDrop(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = child.0.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{text}: Sluice started with it");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().expect("stderr"), &mut err)
+            .expect("stderr read");
+        assert!(!status.success(), "{text}: exited 0");
+        assert!(err.contains(says), "{text}: {err}");
+        assert!(!err.contains("hunter2"), "a secret in the log: {err}");
+    }
+}
+
+/// A real Prometheus 3.5.3 remote-writes over https with `basic_auth` and
+/// `tls_config.ca_file`, and loses nothing; promtool reads back over https
+/// with a login; without one, it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_writes_and_promtool_reads_over_https_with_a_login() {
+    let pki = Pki::new();
+    let door = Door::start(&pki, &web_config(&[("fleet", PASSWORD)], ""));
+    let ca = pki.path("ca.crt").display().to_string();
+    let config = format!(
+        r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ["127.0.0.1:{{port}}"]
+remote_write:
+  - url: {}
+    basic_auth:
+      username: fleet
+      password: {PASSWORD}
+    tls_config:
+      ca_file: {ca}
+    queue_config:
+      batch_send_deadline: 500ms
+      min_backoff: 50ms
+"#,
+        door.url("/api/v1/write")
+    );
+    let prom = common::Prometheus::start3(&config, &[]);
+    prom.ready().await;
+    let paddr: std::net::SocketAddr = prom.addr().parse().expect("addr");
+    let c = client(&pki, None);
+    let login = Some(("fleet", PASSWORD));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (mut sent, mut failed, mut ingested);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, pm) = common::get(paddr, "/metrics").await;
+        sent = common::metric_total(&pm, "prometheus_remote_storage_samples_total");
+        failed = common::metric_total(&pm, "prometheus_remote_storage_samples_failed_total")
+            + common::metric_total(&pm, "prometheus_remote_storage_samples_dropped_total");
+        let sm = get(&c, &door.url("/metrics"), login).await.body;
+        ingested = common::metric_total(&sm, "sluice_ingested_samples_total");
+        if sent > 1000.0 && ingested >= sent {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sent {sent} (failed {failed}), ingested {ingested}; log: {}",
+            prom.log()
+        );
+    }
+    assert_eq!(failed, 0.0, "Prometheus failed samples: {}", prom.log());
+
+    // promtool over https, with and without the login.
+    let http_config = pki.path("promtool-http.yml");
+    std::fs::write(
+        &http_config,
+        format!("basic_auth:\n  username: fleet\n  password: {PASSWORD}\ntls_config:\n  ca_file: {ca}\n"),
+    )
+    .expect("write");
+    let server = format!("https://127.0.0.1:{}", door.addr.port());
+    let out = common::promtool3(&[
+        "query",
+        "instant",
+        &format!("--http.config.file={}", http_config.display()),
+        &server,
+        "count(up{job=\"prometheus\"})",
+    ]);
+    assert!(out.contains("=> 1"), "promtool: {out}");
+    let no_login = pki.path("promtool-nologin.yml");
+    std::fs::write(&no_login, format!("tls_config:\n  ca_file: {ca}\n")).expect("write");
+    let refused = std::process::Command::new(common::prometheus3("promtool"))
+        .args([
+            "query",
+            "instant",
+            &format!("--http.config.file={}", no_login.display()),
+            &server,
+            "up",
+        ])
+        .output()
+        .expect("promtool runs");
+    assert!(!refused.status.success(), "promtool read without a login");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("401") || said.contains("Unauthorized"),
+        "{said}"
+    );
+}
