@@ -14,6 +14,7 @@ mod read;
 mod slots;
 mod state;
 mod status;
+pub mod tenant;
 mod write;
 
 use std::time::Instant;
@@ -59,6 +60,51 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
         .record_http(handler, resp.status().as_u16(), start.elapsed());
     if let Some(Fault(detail)) = resp.extensions().get::<Fault>() {
         tracing::error!(route = handler, status = resp.status().as_u16(), error = %detail, "request failed");
+    }
+    resp
+}
+
+/// Checks the login (when one is configured), then gives the request its
+/// identity and its tenant; or the answer that refuses it.
+async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Result<(), Response> {
+    let identity = if rules.needs_login() && !auth::open_path(req.uri().path()) {
+        match rules.check(req.headers().get(header::AUTHORIZATION)).await {
+            Ok(user) => auth::Identity::User(user),
+            Err(refusal) => {
+                state
+                    .inner
+                    .metrics
+                    .web()
+                    .record_unauthorized(refusal.as_str());
+                return Err(auth::refused(refusal));
+            }
+        }
+    } else {
+        auth::Identity::Anyone
+    };
+    let tenant = state
+        .inner
+        .tenants
+        .resolve(req.uri().path(), req.headers())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    req.extensions_mut().insert(identity);
+    req.extensions_mut().insert(tenant::Scoped(tenant));
+    Ok(())
+}
+
+/// The middleware: checks the login (when one is configured), resolves the
+/// tenant, and adds the configured headers to the answer, refusals
+/// included.
+async fn door(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let rules = state.inner.door.current();
+    let mut resp = match admit(&state, &rules, &mut req).await {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused,
+    };
+    let headers = resp.headers_mut();
+    for (name, value) in &rules.headers {
+        headers.insert(name.clone(), value.clone());
     }
     resp
 }
@@ -122,7 +168,7 @@ fn guarded(routes: Router<AppState>, state: AppState) -> Router {
             refuse_declared_oversize,
         ))
         .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::door))
+        .layer(middleware::from_fn_with_state(state.clone(), door))
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }

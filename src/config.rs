@@ -93,6 +93,20 @@ settings! {
     #[serde(alias = "web.config.file")]
     #[arg(value_name = "FILE", visible_alias = "web.config.file")]
     web_config_file: PathBuf = PathBuf::new();
+    /// Keep each tenant's data apart, named by --tenant-header on every
+    /// request (Mimir's multitenancy): each tenant is its own database
+    /// under <data-dir>/tenants/<id>/, and a request without a tenant gets
+    /// 401. Off, every request is the tenant `anonymous`, stored at the
+    /// top of --data-dir as before [default: false].
+    #[arg(value_name = "BOOL")]
+    multitenancy: bool = false;
+    /// The header that names a request's tenant [default: X-Scope-OrgID].
+    #[arg(value_name = "NAME")]
+    tenant_header: String = "X-Scope-OrgID".to_owned();
+    /// Most tenants open at once, `anonymous` included; a new tenant's
+    /// writes past it get 503 [default: 1000].
+    #[arg(value_name = "N")]
+    max_tenants: usize = 1000;
     /// Directory for durable data: the write-ahead log (wal/) and
     /// checkpoints [default: ./data].
     #[arg(value_name = "DIR")]
@@ -485,6 +499,7 @@ impl Config {
             ("query-max-concurrency", self.query_max_concurrency),
             ("query-max-form-bytes", self.query_max_form_bytes),
             ("query-max-response-bytes", self.query_max_response_bytes),
+            ("max-tenants", self.max_tenants),
             ("http-max-connections", self.http_max_connections),
             ("http-max-header-bytes", self.http_max_header_bytes),
             (
@@ -597,6 +612,17 @@ impl Config {
         if self.request_timeout.is_zero() {
             return Err(ConfigError::Invalid(
                 "request-timeout must be greater than 0".into(),
+            ));
+        }
+        if http::HeaderName::from_bytes(self.tenant_header.as_bytes()).is_err() {
+            return Err(ConfigError::Invalid(format!(
+                "tenant-header {:?} is not a valid HTTP header name",
+                self.tenant_header
+            )));
+        }
+        if self.multitenancy && !self.forward.is_empty() {
+            return Err(ConfigError::Invalid(
+                "forward with multitenancy is not supported yet: each tenant has its own WAL, and forwarding reads only the root one".into(),
             ));
         }
         Ok(())
@@ -778,6 +804,18 @@ impl Config {
             memory_limit: self.memory_limit(),
             checkpoint_interval: self.checkpoint_interval,
             retention: self.retention,
+        }
+    }
+
+    /// How tenants are told apart, and what a new one is made from.
+    pub fn tenant_setup(&self) -> crate::api::tenant::TenantSetup {
+        crate::api::tenant::TenantSetup {
+            multitenancy: self.multitenancy,
+            header: http::HeaderName::from_bytes(self.tenant_header.as_bytes())
+                .unwrap_or_else(|_| http::HeaderName::from_static("x-scope-orgid")),
+            max_tenants: self.max_tenants.max(1),
+            db: self.db_options(),
+            otlp: (self.otlp_options(), self.max_series),
         }
     }
 

@@ -82,6 +82,16 @@ impl Server {
             .await
             .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
         let state = AppState::with_clock(config, Arc::new(db), clock);
+        if config.multitenancy {
+            // Every tenant's acknowledged data is back before the first
+            // request: each WAL is replayed now.
+            let st = state.clone();
+            let opened = tokio::task::spawn_blocking(move || st.tenants().open_existing())
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+            tracing::info!(tenants = opened + 1, "multitenancy: tenants opened");
+        }
         let web = match config.web_config_file.as_os_str().is_empty() {
             true => None,
             false => {
@@ -163,6 +173,10 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let background =
             tokio::spawn(Arc::clone(&db).run_upkeep(self.state.clock(), stop_rx.clone()));
+        self.state
+            .tenants()
+            .start_upkeep(self.state.clock(), stop_rx.clone());
+        let tenants = self.state.clone();
         let forwarders = match db.wal_progress() {
             Some(progress) if !self.forward.is_empty() => {
                 let destinations = self
@@ -208,6 +222,7 @@ impl Server {
         // WAL flushed).
         let _ = stop_tx.send(true);
         let _ = background.await;
+        tenants.tenants().close().await;
         if let Some(w) = watcher {
             let _ = w.await;
         }

@@ -175,17 +175,30 @@ async fn writer(
 }
 
 /// Samples stored per series with times in `(at - 1 min, at]`.
+/// A refusal a retry can fix (503: the queries' shared memory is held
+/// by hostile ones, or a slot is busy) is retried, as a client told
+/// `Retry-After` would, for up to a minute.
 async fn stored_per_series(addr: SocketAddr, at_ms: i64) -> Vec<u64> {
-    let v = common::api_json(
-        &format!("http://{addr}/api/v1/query"),
-        &[
-            ("query", "count_over_time(soak_samples[1m])".to_owned()),
-            ("time", format!("{:.3}", at_ms as f64 / 1000.0)),
-        ],
-    )
-    .await;
+    let mut tries = 0;
+    let v = loop {
+        let v = common::api_json(
+            &format!("http://{addr}/api/v1/query"),
+            &[
+                ("query", "count_over_time(soak_samples[1m])".to_owned()),
+                ("time", format!("{:.3}", at_ms as f64 / 1000.0)),
+            ],
+        )
+        .await;
+        let retryable = matches!(v["errorType"].as_str(), Some("unavailable" | "timeout"));
+        if !retryable || tries >= 60 {
+            break v;
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
     let mut out = vec![0u64; SERIES];
-    for r in v["data"]["result"].as_array().expect("a vector") {
+    let result = v["data"]["result"].as_array();
+    for r in result.unwrap_or_else(|| panic!("not a vector: {v}")) {
         let i: usize = r["metric"]["series"]
             .as_str()
             .and_then(|s| s.parse().ok())

@@ -1,12 +1,13 @@
 //! The door's untrusted text: a web configuration file (Prometheus'
-//! `--web.config.file` format) and an `Authorization` header. Neither may
-//! panic; a file that parses must have passed every check (a bcrypt hash
-//! for each user, only allowed headers), and a header that decodes gives
-//! back what was encoded.
+//! `--web.config.file` format), an `Authorization` header and a tenant
+//! header. None may panic; a file that parses must have passed every check
+//! (a bcrypt hash for each user, a key with a certificate), and an
+//! accepted tenant ID is one safe path segment.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice::api::auth::basic_credentials;
+use sluice::api::tenant::{TenantId, MAX_LENGTH};
 use sluice::config::web::{bcrypt_cost, WebConfig};
 
 fuzz_target!(|data: &[u8]| {
@@ -25,5 +26,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(!user.contains(':'));
             let _ = password;
         }
+    }
+    if let Ok(id) = TenantId::parse(text) {
+        let s = id.as_str();
+        assert!(!s.is_empty() && s.len() <= MAX_LENGTH);
+        assert!(s != "." && s != "..");
+        assert!(!s.contains(['/', '\\', '\0', '|']));
     }
 });

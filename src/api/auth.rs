@@ -15,15 +15,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
-use super::AppState;
 use crate::config::web::{bcrypt_cost, WebConfig};
 
 /// Verdicts kept; the oldest go first.
@@ -54,17 +51,17 @@ impl Door {
         *self.rules.write() = Arc::new(Rules::new(config));
     }
 
-    fn current(&self) -> Arc<Rules> {
+    pub(super) fn current(&self) -> Arc<Rules> {
         Arc::clone(&self.rules.read())
     }
 }
 
 /// One configuration's logins and headers, with its verdict cache.
-struct Rules {
+pub(super) struct Rules {
     users: HashMap<String, String>,
     /// What an unknown user's password is checked against.
     stand_in: String,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    pub(super) headers: Vec<(HeaderName, HeaderValue)>,
     cache: Mutex<Cache>,
     /// One bcrypt at a time.
     checking: tokio::sync::Semaphore,
@@ -173,12 +170,12 @@ impl Rules {
         }
     }
 
-    fn needs_login(&self) -> bool {
+    pub(super) fn needs_login(&self) -> bool {
         !self.users.is_empty()
     }
 
     /// Checks the request's `Authorization` header.
-    async fn check(&self, auth: Option<&HeaderValue>) -> Result<Arc<str>, Refusal> {
+    pub(super) async fn check(&self, auth: Option<&HeaderValue>) -> Result<Arc<str>, Refusal> {
         let (user, password) = auth.and_then(basic_credentials).ok_or(Refusal::Missing)?;
         let (known, hash) = match self.users.get(&user) {
             Some(h) => (true, h.as_str()),
@@ -241,41 +238,12 @@ fn cache_key(user: &str, hash: &str, password: &str) -> [u8; 32] {
 }
 
 /// Whether `path` is answered without a login: the health checks.
-fn open_path(path: &str) -> bool {
+pub(super) fn open_path(path: &str) -> bool {
     matches!(path, "/-/healthy" | "/-/ready")
 }
 
-/// The middleware: checks the login (when one is configured) and adds the
-/// configured headers to the answer, refusals included.
-pub(super) async fn door(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let rules = state.inner.door.current();
-    let mut resp = if rules.needs_login() && !open_path(req.uri().path()) {
-        match rules.check(req.headers().get(header::AUTHORIZATION)).await {
-            Ok(user) => {
-                req.extensions_mut().insert(Identity::User(user));
-                next.run(req).await
-            }
-            Err(refusal) => {
-                state
-                    .inner
-                    .metrics
-                    .web()
-                    .record_unauthorized(refusal.as_str());
-                refused(refusal)
-            }
-        }
-    } else {
-        req.extensions_mut().insert(Identity::Anyone);
-        next.run(req).await
-    };
-    let headers = resp.headers_mut();
-    for (name, value) in &rules.headers {
-        headers.insert(name.clone(), value.clone());
-    }
-    resp
-}
-
-fn refused(r: Refusal) -> Response {
+/// The answer to a request refused at the door.
+pub(super) fn refused(r: Refusal) -> Response {
     match r {
         Refusal::Missing | Refusal::Wrong => (
             StatusCode::UNAUTHORIZED,

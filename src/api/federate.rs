@@ -21,6 +21,7 @@ use super::escaping::Escaping;
 use super::params::Params;
 use super::prom::ErrorType;
 use super::state::AppState;
+use super::tenant::Scoped;
 use crate::promql::value::format_float;
 use crate::storage::labels::{is_valid_label_name, is_valid_metric_name, Label};
 use crate::storage::{Stop, STALE_NAN};
@@ -30,6 +31,7 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(super) async fn federate(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     headers: HeaderMap,
     p: Params,
 ) -> Result<Response, ApiError> {
@@ -43,7 +45,7 @@ pub(super) async fn federate(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
-    let db = state.db_arc();
+    let db = std::sync::Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     let out = state
         .read(state.query_options().timeout, move |flag| {

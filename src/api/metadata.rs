@@ -3,6 +3,7 @@
 //! exemplars.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -13,6 +14,7 @@ use super::escaping::unescape_values;
 use super::params::Params;
 use super::prom::{success, success_within};
 use super::state::AppState;
+use super::tenant::Scoped;
 use crate::storage::labels::Label;
 use crate::storage::Stop;
 
@@ -25,14 +27,18 @@ fn truncated(n: usize, limit: usize) -> Vec<String> {
 }
 
 /// `GET|POST /api/v1/series?match[]=…&start=&end=&limit=`
-pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+pub(super) async fn series(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+    p: Params,
+) -> Result<Response, ApiError> {
     let selectors = p.selectors(&state.query_options().parse)?;
     if selectors.is_empty() {
         return Err(ApiError::bad_data("no match[] parameter provided"));
     }
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = state.db_arc();
+    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
@@ -56,11 +62,15 @@ pub(super) async fn series(State(state): State<AppState>, p: Params) -> Result<R
 }
 
 /// `GET|POST /api/v1/labels?match[]=…&start=&end=&limit=`
-pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+pub(super) async fn labels(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+    p: Params,
+) -> Result<Response, ApiError> {
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = state.db_arc();
+    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut names = BTreeSet::new();
@@ -78,6 +88,7 @@ pub(super) async fn labels(State(state): State<AppState>, p: Params) -> Result<R
 /// `GET /api/v1/label/<name>/values?match[]=…&start=&end=&limit=`
 pub(super) async fn label_values(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     Path(name): Path<String>,
     p: Params,
 ) -> Result<Response, ApiError> {
@@ -90,7 +101,7 @@ pub(super) async fn label_values(
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = state.db_arc();
+    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut values = BTreeSet::new();
@@ -141,13 +152,13 @@ struct MetadataEntry<'a> {
 }
 
 /// `GET /api/v1/metadata?metric=&limit=&limit_per_metric=`
-pub(super) async fn metadata(
-    State(state): State<AppState>,
-    p: Params,
-) -> Result<Response, ApiError> {
+pub(super) async fn metadata(Scoped(tenant): Scoped, p: Params) -> Result<Response, ApiError> {
     let limit = p.limit_or_unlimited("limit")?;
     let per_metric = p.limit_or_unlimited("limit_per_metric")?;
-    let list = state.metadata().list(p.get("metric"), limit, per_metric);
+    let list = tenant
+        .db
+        .metadata()
+        .list(p.get("metric"), limit, per_metric);
     let data: BTreeMap<&str, Vec<MetadataEntry<'_>>> = list
         .iter()
         .map(|(name, entries)| {
@@ -197,6 +208,7 @@ pub(super) async fn buildinfo() -> Response {
 /// Prometheus' shape (`seriesLabels`, `exemplars[{labels,value,timestamp}]`).
 pub(super) async fn query_exemplars(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     p: Params,
 ) -> Result<Response, ApiError> {
     let Some(query) = p.get("query") else {
@@ -211,7 +223,7 @@ pub(super) async fn query_exemplars(
             crate::promql::selector_matchers(vs).map_err(|e| ApiError::bad_param("query", e))?,
         );
     }
-    let found = state.exemplars().select(&sets, start, end);
+    let found = tenant.db.exemplars().select(&sets, start, end);
     let pairs = |l: &[(String, String)]| -> serde_json::Map<String, serde_json::Value> {
         l.iter()
             .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))

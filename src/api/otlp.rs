@@ -20,6 +20,7 @@ use prost::Message as _;
 
 use super::error::ApiError;
 use super::state::AppState;
+use super::tenant::{Scoped, Tenant};
 use crate::ingest::otlp::{self, json, OtlpReport};
 use crate::proto::google::rpc::Status;
 use crate::proto::opentelemetry::proto::collector::metrics::v1::{
@@ -56,6 +57,7 @@ impl Format {
 
 pub(super) async fn export(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -74,7 +76,7 @@ pub(super) async fn export(
         ));
         return error_reply(Format::Protobuf, e);
     };
-    match handle(&state, format, &headers, body) {
+    match handle(&state, &tenant, format, &headers, body) {
         Ok(report) => match report.samples.commit.clone().durable().await {
             Ok(()) => success(format, &report),
             Err(e) => error_reply(format, ApiError::from(e)),
@@ -85,6 +87,7 @@ pub(super) async fn export(
 
 fn handle(
     state: &AppState,
+    tenant: &Tenant,
     format: Format,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -102,7 +105,7 @@ fn handle(
         }
     };
     let body = state.write_body(body)?;
-    state.check_writable("otlp")?;
+    state.check_writable(tenant, "otlp")?;
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();
     let report = BUFS.with(|kept| {
@@ -127,7 +130,7 @@ fn handle(
                 bytes = transcoded;
             }
             let result =
-                otlp::append_export_request(&inner.db, &inner.otlp, &inner.limits, bytes, now_ms)
+                otlp::append_export_request(&tenant.db, &tenant.otlp, &inner.limits, bytes, now_ms)
                     .map_err(|e| {
                         ApiError::BadRequest(format!(
                             "cannot decode ExportMetricsServiceRequest: {e}"

@@ -2,6 +2,7 @@
 //! Prometheus' JSON shapes (timestamps as numbers with up to 3 decimals,
 //! values as Go-formatted strings, matrices sorted by labels).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::params::{parse_duration, Params};
 use super::state::AppState;
+use super::tenant::Scoped;
 use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotations;
 use crate::promql::guard;
@@ -45,10 +47,11 @@ fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
 /// stops when the answer is no longer wanted.
 async fn run<T: Send + 'static>(
     state: &AppState,
+    tenant: &Scoped,
     opts: QueryOptions,
     f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let db = state.db_arc();
+    let db = Arc::clone(&tenant.0.db);
     state
         .read(opts.timeout, move |stop| {
             Ok(f(Engine::new(db.querier(), opts).with_cancel(stop))?)
@@ -59,6 +62,7 @@ async fn run<T: Send + 'static>(
 /// `GET|POST /api/v1/query?query=&time=&timeout=&lookback_delta=`
 pub(super) async fn instant(
     State(state): State<AppState>,
+    tenant: Scoped,
     p: Params,
 ) -> Result<Response, ApiError> {
     let query = p
@@ -70,7 +74,7 @@ pub(super) async fn instant(
     let max = state.max_response_bytes();
     // The answer is written on the query thread too: it is CPU work as
     // large as the result, and bounded by `max`.
-    let out = run(&state, opts, move |e| {
+    let out = run(&state, &tenant, opts, move |e| {
         let answer = e.instant(&query, t)?;
         let mut out = instant_body(&answer.value, t, max)?;
         annotations(&mut out, &answer.annotations);
@@ -138,7 +142,11 @@ fn instant_body(value: &Value, t: i64, max: usize) -> Result<String, QueryError>
 }
 
 /// `GET|POST /api/v1/query_range?query=&start=&end=&step=`
-pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+pub(super) async fn range(
+    State(state): State<AppState>,
+    tenant: Scoped,
+    p: Params,
+) -> Result<Response, ApiError> {
     let query = p
         .get("query")
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
@@ -174,7 +182,7 @@ pub(super) async fn range(State(state): State<AppState>, p: Params) -> Result<Re
     }
     let opts = options(&state, &p)?;
     let max = state.max_response_bytes();
-    let out = run(&state, opts, move |e| {
+    let out = run(&state, &tenant, opts, move |e| {
         let answer = e.range(&query, start, end, step)?;
         let mut out = String::with_capacity(256 + answer.value.len() * 64);
         out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);

@@ -16,6 +16,7 @@ use prost::Message;
 
 use super::error::ApiError;
 use super::state::AppState;
+use super::tenant::Scoped;
 use crate::proto::prometheus as pb;
 use crate::protocol::histogram;
 use crate::protocol::remote_write::field;
@@ -27,10 +28,11 @@ const STREAMED: &str = "application/x-streamed-protobuf; proto=prometheus.Chunke
 
 pub(super) async fn remote_read(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let st = state.clone();
-    let answer = tokio::task::spawn_blocking(move || handle(&st, body)).await;
+    let answer = tokio::task::spawn_blocking(move || handle(&st, &tenant.db, body)).await;
     match answer {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => e.into_response(),
@@ -38,7 +40,11 @@ pub(super) async fn remote_read(
     }
 }
 
-fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+fn handle(
+    state: &AppState,
+    db: &crate::storage::Db,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let inner = &state.inner;
     let body = state.write_body(body)?;
     let len = snap::raw::decompress_len(&body)
@@ -89,8 +95,7 @@ fn handle(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Respo
             ));
         }
         let (mint, maxt) = (q.start_timestamp_ms, q.end_timestamp_ms);
-        let mut selected = inner
-            .db
+        let mut selected = db
             .querier()
             .select_until(&matchers, mint, maxt, &stop)
             .map_err(|_| ApiError::Overloaded("remote read timed out".into()))?;

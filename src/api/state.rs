@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 
 use super::error::ApiError;
 use super::slots;
+use super::tenant::{Tenant, Tenants};
 use crate::config::Config;
-use crate::ingest::otlp::Otlp;
 use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
@@ -27,7 +27,8 @@ pub struct AppState {
 #[derive(Debug)]
 pub(super) struct Inner {
     pub(super) db: Arc<Db>,
-    pub(super) otlp: Otlp,
+    /// Every tenant's database; `db` is the root one, `anonymous`.
+    pub(super) tenants: Tenants,
     pub(super) query: QueryOptions,
     pub(super) slots: slots::Slots,
     pub(super) metrics: Metrics,
@@ -107,8 +108,8 @@ impl AppState {
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 door: Arc::default(),
+                tenants: Tenants::new(config.tenant_setup(), Arc::clone(&db)),
                 db,
-                otlp: Otlp::new(config.otlp_options(), config.max_series),
                 query,
                 limits: config.label_limits(),
                 v2: V2Options {
@@ -134,24 +135,35 @@ impl AppState {
         self.inner.clock.clone()
     }
 
-    /// Refuses a write while the WAL cannot take it (its disk is full, or
-    /// it failed for good), or while the database, with the OTLP delta
-    /// totals kept for it, is at its memory high-water mark.
-    pub(crate) fn check_writable(&self, protocol: &'static str) -> Result<(), ApiError> {
-        self.inner.db.admit_write().map_err(|refused| {
+    /// Refuses a write to `tenant` while its WAL cannot take it (its disk
+    /// is full, or it failed for good), or while every tenant's databases,
+    /// with the OTLP delta totals kept for them, are at the memory
+    /// high-water mark.
+    pub(crate) fn check_writable(
+        &self,
+        tenant: &Tenant,
+        protocol: &'static str,
+    ) -> Result<(), ApiError> {
+        tenant.db.admit_write().map_err(|refused| {
             self.inner.metrics.record_throttled(protocol);
             ApiError::from(refused)
         })?;
-        self.inner
+        let others = self.inner.tenants.held_bytes_except(&tenant.id);
+        tenant
             .db
-            .check_memory(self.inner.otlp.delta.bytes())
+            .check_memory(tenant.otlp.delta.bytes() + others)
             .map_err(|full| {
                 self.inner.metrics.record_throttled(protocol);
                 ApiError::from(full)
             })
     }
 
-    /// The database.
+    /// Every tenant's database.
+    pub fn tenants(&self) -> &Tenants {
+        &self.inner.tenants
+    }
+
+    /// The root database (the tenant `anonymous`).
     pub fn db(&self) -> &Db {
         &self.inner.db
     }
@@ -193,12 +205,12 @@ impl AppState {
         self.inner.slots.close();
     }
 
-    /// Metric metadata reported by senders.
+    /// Metric metadata reported by senders (to the root database).
     pub fn metadata(&self) -> &MetadataStore {
         self.inner.db.metadata()
     }
 
-    /// Exemplars reported by senders.
+    /// Exemplars reported by senders (to the root database).
     pub fn exemplars(&self) -> &ExemplarStore {
         self.inner.db.exemplars()
     }

@@ -180,7 +180,10 @@ fn first_choice_is_protobuf(accept: &str) -> bool {
 /// `GET /`: a small status page in the spirit of Prometheus' own: version,
 /// uptime, head sizes, ingest rate, settings, and links. No scripts, no
 /// external assets.
-pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
+pub(super) async fn page(
+    State(state): State<AppState>,
+    super::tenant::Scoped(tenant): super::tenant::Scoped,
+) -> Html<String> {
     let inner = &state.inner;
     let now = Instant::now();
     let ingested = inner.metrics.ingested_total();
@@ -192,7 +195,7 @@ pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
         *last = (now, ingested);
         (secs, rate)
     };
-    let st = inner.db.head_stats();
+    let st = tenant.db.head_stats();
     let mut rows = String::new();
     let mut row = |k: &str, v: &str| {
         let _ = write!(
@@ -214,8 +217,8 @@ pub(super) async fn page(State(state): State<AppState>) -> Html<String> {
         "Head memory",
         &format!(
             "{} of {} bytes (writes get 503 at 80%)",
-            inner.db.head_bytes(),
-            inner.db.memory_limit()
+            tenant.db.head_bytes(),
+            tenant.db.memory_limit()
         ),
     );
     row(

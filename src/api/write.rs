@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::state::AppState;
+use super::tenant::{Scoped, Tenant};
 use crate::ingest;
 use crate::reuse::Reused;
 
@@ -69,6 +70,7 @@ thread_local! {
 
 pub(super) async fn remote_write(
     State(state): State<AppState>,
+    Scoped(tenant): Scoped,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -76,7 +78,7 @@ pub(super) async fn remote_write(
     let replied_as = version.as_ref().map_or(Version::V1, |v| *v);
     // Samples and exemplars durably written: what a 2.0 reply reports.
     let (mut written, mut exemplars_written, mut histograms_written) = (0, 0, 0);
-    let result = match version.and_then(|v| handle(&state, v, &headers, body)) {
+    let result = match version.and_then(|v| handle(&state, &tenant, v, &headers, body)) {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
         Ok(report) => match report.commit.clone().durable().await {
@@ -117,6 +119,7 @@ pub(super) async fn remote_write(
 
 fn handle(
     state: &AppState,
+    tenant: &Tenant,
     version: Version,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -124,7 +127,7 @@ fn handle(
     check_content_encoding(headers)?;
     let inner = &state.inner;
     let body = state.write_body(body)?;
-    state.check_writable(version.protocol())?;
+    state.check_writable(tenant, version.protocol())?;
     if body.starts_with(SNAPPY_FRAMED_MAGIC) {
         return Err(ApiError::BadRequest(
             "body uses the snappy framed format; remote write requires the snappy block format"
@@ -163,13 +166,13 @@ fn handle(
             let body = &buf[..n];
             match version {
                 Version::V1 => ingest::append_write_request_with_exemplars(
-                    &inner.db,
+                    &tenant.db,
                     body,
                     &inner.limits,
                     now_ms,
                 )
                 .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
-                Version::V2 => ingest::append_write_request_v2(&inner.db, body, &inner.v2, now_ms)
+                Version::V2 => ingest::append_write_request_v2(&tenant.db, body, &inner.v2, now_ms)
                     .map_err(|e| {
                         ApiError::BadRequest(format!(
                             "cannot decode io.prometheus.write.v2.Request: {e}"

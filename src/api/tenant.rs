@@ -1,0 +1,535 @@
+//! Tenant IDs as Mimir and Cortex take them in `X-Scope-OrgID`: up to 150
+//! characters of letters, digits and `! - _ . * ' ( )`, and never `.` or
+//! `..`, so an ID is always safe as one path segment
+//! (`<data-dir>/tenants/<id>/`). With multitenancy off every request is
+//! the tenant `anonymous`, whatever it sends.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+use crate::ingest::otlp::{Otlp, OtlpOptions};
+use crate::storage::{Clock, Db, DbOptions};
+
+/// The tenant of every request when multitenancy is off (Mimir's name).
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The longest tenant ID.
+pub const MAX_LENGTH: usize = 150;
+
+/// A checked tenant ID.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(Arc<str>);
+
+/// Why a tenant header was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TenantError {
+    /// No tenant header, or an empty one (401, as Mimir's "no org id").
+    #[error("no tenant ID: the request needs a {0} header")]
+    Missing(&'static str),
+    /// A character outside the allowed set (400).
+    #[error("tenant ID {id:?} contains unsupported character {ch:?} (allowed: letters, digits and ! - _ . * ' ( ))")]
+    Unsupported {
+        /// The ID, cut to the allowed length.
+        id: String,
+        /// The first character refused.
+        ch: char,
+    },
+    /// Longer than [`MAX_LENGTH`] (400).
+    #[error("tenant ID is too long: max {MAX_LENGTH} characters")]
+    TooLong,
+    /// `.` or `..` (400).
+    #[error("tenant ID is '.' or '..'")]
+    Unsafe,
+    /// Several tenants (`a|b`) where one is needed (400).
+    #[error("this request takes one tenant ID, not several")]
+    Several,
+}
+
+/// Whether Mimir allows `c` in a tenant ID.
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '!' | '-' | '_' | '.' | '*' | '\'' | '(' | ')')
+}
+
+impl TenantId {
+    /// Checks `s` as one tenant ID.
+    pub fn parse(s: &str) -> Result<Self, TenantError> {
+        if s.is_empty() {
+            return Err(TenantError::Missing("tenant"));
+        }
+        if s.contains('|') {
+            return Err(TenantError::Several);
+        }
+        if let Some(ch) = s.chars().find(|c| !allowed(*c)) {
+            let id: String = s.chars().take(MAX_LENGTH).collect();
+            return Err(TenantError::Unsupported { id, ch });
+        }
+        if s.len() > MAX_LENGTH {
+            return Err(TenantError::TooLong);
+        }
+        if s == "." || s == ".." {
+            return Err(TenantError::Unsafe);
+        }
+        Ok(Self(s.into()))
+    }
+
+    /// The tenant of every request when multitenancy is off.
+    pub fn anonymous() -> Self {
+        Self(ANONYMOUS.into())
+    }
+
+    /// The ID.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TenantId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One tenant: its database and the state ingest keeps for it.
+#[derive(Debug)]
+pub struct Tenant {
+    /// Its ID.
+    pub id: TenantId,
+    /// Its database.
+    pub db: Arc<Db>,
+    /// OTLP delta totals, kept per tenant so one tenant's series never
+    /// meet another's.
+    pub(crate) otlp: Otlp,
+}
+
+/// What a new tenant's database and state are made from.
+#[derive(Debug, Clone)]
+pub struct TenantSetup {
+    /// Whether requests name their tenant (`--multitenancy`).
+    pub multitenancy: bool,
+    /// The header that names it (`--tenant-header`).
+    pub header: http::HeaderName,
+    /// Most tenants open at once (`--max-tenants`).
+    pub max_tenants: usize,
+    /// The options of the root database; a tenant's differ only in where
+    /// they live (`<data-dir>/tenants/<id>/`).
+    pub db: DbOptions,
+    /// OTLP translation, and the series bound of its delta totals.
+    pub otlp: (OtlpOptions, usize),
+}
+
+/// Background work a tenant's database needs, once the server runs.
+struct Upkeep {
+    clock: Clock,
+    stop: watch::Receiver<bool>,
+    running: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Every tenant's database: `anonymous` is the root database (today's
+/// layout, and the only tenant with multitenancy off); the others live
+/// under `<data-dir>/tenants/<id>/` and are opened on their first write
+/// (or at start, when their directory exists).
+pub struct Tenants {
+    setup: TenantSetup,
+    anonymous: Arc<Tenant>,
+    others: RwLock<HashMap<TenantId, Arc<Tenant>>>,
+    /// What a read of a tenant that never wrote sees: nothing.
+    empty: Arc<Tenant>,
+    /// One tenant opened at a time, so two first writes open it once.
+    opening: tokio::sync::Mutex<()>,
+    upkeep: Mutex<Option<Upkeep>>,
+}
+
+impl std::fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenants")
+            .field("multitenancy", &self.setup.multitenancy)
+            .field("open", &(self.others.read().len() + 1))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tenants {
+    /// The registry over the root database `root`.
+    pub fn new(setup: TenantSetup, root: Arc<Db>) -> Self {
+        let tenant = |id, db| {
+            Arc::new(Tenant {
+                id,
+                db,
+                otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
+            })
+        };
+        let empty_opts = DbOptions {
+            durability: None,
+            ..setup.db.clone()
+        };
+        Self {
+            anonymous: tenant(TenantId::anonymous(), root),
+            empty: tenant(TenantId::anonymous(), Arc::new(Db::in_memory(empty_opts))),
+            others: RwLock::default(),
+            opening: tokio::sync::Mutex::new(()),
+            upkeep: Mutex::new(None),
+            setup,
+        }
+    }
+
+    /// Whether requests name their tenant.
+    pub fn multitenancy(&self) -> bool {
+        self.setup.multitenancy
+    }
+
+    /// The header that names the tenant.
+    pub fn header(&self) -> &http::HeaderName {
+        &self.setup.header
+    }
+
+    /// The root database's tenant.
+    pub fn anonymous(&self) -> Arc<Tenant> {
+        Arc::clone(&self.anonymous)
+    }
+
+    /// Every open tenant, `anonymous` first.
+    pub fn all(&self) -> Vec<Arc<Tenant>> {
+        let mut out = vec![Arc::clone(&self.anonymous)];
+        let others = self.others.read();
+        let mut rest: Vec<_> = others.values().cloned().collect();
+        rest.sort_by(|a, b| a.id.cmp(&b.id));
+        out.extend(rest);
+        out
+    }
+
+    fn dir(&self, id: &TenantId) -> Option<PathBuf> {
+        self.setup
+            .db
+            .durability
+            .as_ref()
+            .map(|d| d.dir.join("tenants").join(id.as_str()))
+    }
+
+    /// The tenant `id` for a read: its database, or an empty one if it
+    /// never wrote (a read creates nothing).
+    pub fn for_read(&self, id: &TenantId) -> Arc<Tenant> {
+        if id.as_str() == ANONYMOUS {
+            return Arc::clone(&self.anonymous);
+        }
+        self.others
+            .read()
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| Arc::clone(&self.empty))
+    }
+
+    /// The tenant `id` for a write, opened (and its directory made) if
+    /// this is its first.
+    pub async fn for_write(&self, id: &TenantId) -> Result<Arc<Tenant>, OpenError> {
+        if id.as_str() == ANONYMOUS {
+            return Ok(Arc::clone(&self.anonymous));
+        }
+        if let Some(t) = self.others.read().get(id) {
+            return Ok(Arc::clone(t));
+        }
+        let _one = self.opening.lock().await;
+        if let Some(t) = self.others.read().get(id) {
+            return Ok(Arc::clone(t));
+        }
+        // `anonymous` counts as one.
+        if self.others.read().len() + 1 >= self.setup.max_tenants {
+            return Err(OpenError::TooMany(self.setup.max_tenants));
+        }
+        let opts = DbOptions {
+            durability: self.setup.db.durability.clone().map(|mut d| {
+                d.dir = self.dir(id).unwrap_or(d.dir);
+                d
+            }),
+            ..self.setup.db.clone()
+        };
+        let db = tokio::task::spawn_blocking(move || Db::open(opts))
+            .await
+            .map_err(|e| OpenError::Failed(e.to_string()))?
+            .map_err(|e| OpenError::Failed(e.to_string()))?;
+        Ok(self.add(id.clone(), Arc::new(db)))
+    }
+
+    fn add(&self, id: TenantId, db: Arc<Db>) -> Arc<Tenant> {
+        let t = Arc::new(Tenant {
+            id: id.clone(),
+            db,
+            otlp: Otlp::new(self.setup.otlp.0.clone(), self.setup.otlp.1),
+        });
+        if let Some(u) = self.upkeep.lock().as_mut() {
+            u.running.push(tokio::spawn(
+                Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
+            ));
+        }
+        self.others.write().insert(id, Arc::clone(&t));
+        tracing::info!(tenant = %t.id, "tenant opened");
+        t
+    }
+
+    /// Opens every tenant with a directory under `<data-dir>/tenants/`
+    /// (replaying its WAL), so what each was acknowledged is back before
+    /// the first request. Blocking.
+    pub fn open_existing(&self) -> Result<usize, OpenError> {
+        let Some(base) = self
+            .setup
+            .db
+            .durability
+            .as_ref()
+            .map(|d| d.dir.join("tenants"))
+        else {
+            return Ok(0);
+        };
+        let entries = match std::fs::read_dir(&base) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(OpenError::Failed(format!("{}: {e}", base.display()))),
+        };
+        let mut n = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|s| TenantId::parse(s).ok()) else {
+                tracing::warn!(dir = %entry.path().display(), "not a tenant ID; left alone");
+                continue;
+            };
+            if id.as_str() == ANONYMOUS || !entry.path().is_dir() {
+                continue;
+            }
+            let opts = DbOptions {
+                durability: self.setup.db.durability.clone().map(|mut d| {
+                    d.dir = entry.path();
+                    d
+                }),
+                ..self.setup.db.clone()
+            };
+            let db = Db::open(opts).map_err(|e| OpenError::Failed(format!("tenant {id}: {e}")))?;
+            self.add(id, Arc::new(db));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Runs each tenant's upkeep (cuts, compaction, retention,
+    /// checkpoints) until `stop`, for those open now and those opened
+    /// later. The root database's is the server's.
+    pub fn start_upkeep(&self, clock: Clock, stop: watch::Receiver<bool>) {
+        let mut u = Upkeep {
+            clock,
+            stop,
+            running: Vec::new(),
+        };
+        for t in self.others.read().values() {
+            u.running.push(tokio::spawn(
+                Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
+            ));
+        }
+        *self.upkeep.lock() = Some(u);
+    }
+
+    /// Waits for the tenants' upkeep to stop (after `stop`), then closes
+    /// their databases with a last checkpoint. The root database is the
+    /// server's to close.
+    pub async fn close(&self) {
+        let running = self.upkeep.lock().take().map(|u| u.running);
+        for h in running.into_iter().flatten() {
+            let _ = h.await;
+        }
+        let open: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in open {
+                t.db.close(crate::storage::Close::Checkpoint);
+            }
+        })
+        .await;
+    }
+
+    /// Bytes every tenant but `except` holds against the memory limit.
+    pub fn held_bytes_except(&self, except: &TenantId) -> usize {
+        if !self.setup.multitenancy {
+            return 0;
+        }
+        let mut held = 0;
+        if except.as_str() != ANONYMOUS {
+            held += self.anonymous.db.held_bytes() + self.anonymous.otlp.delta.bytes();
+        }
+        for (id, t) in self.others.read().iter() {
+            if id != except {
+                held += t.db.held_bytes() + t.otlp.delta.bytes();
+            }
+        }
+        held
+    }
+}
+
+/// Why a tenant could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// `--max-tenants` are open.
+    #[error("{0} tenants are open, the most max-tenants allows; this tenant's writes are refused until it is raised")]
+    TooMany(usize),
+    /// Its database could not be opened.
+    #[error("cannot open the tenant's database: {0}")]
+    Failed(String),
+}
+
+/// Paths answered without a tenant: health, self-metrics, settings. A
+/// tenant header there is still checked when sent.
+const TENANT_FREE: [&str; 7] = [
+    "/-/healthy",
+    "/-/ready",
+    "/metrics",
+    "/api/v1/status/buildinfo",
+    "/api/v1/status/flags",
+    "/api/v1/status/config",
+    "/api/v1/format_query",
+];
+
+/// Paths that write: the first write of a tenant opens its database.
+const WRITES: [&str; 3] = ["/api/v1/write", "/v1/metrics", "/api/v1/otlp/v1/metrics"];
+
+/// Why a request could not be given a tenant.
+#[derive(Debug, thiserror::Error)]
+pub enum Unscoped {
+    /// The tenant header is missing or malformed.
+    #[error(transparent)]
+    Header(#[from] TenantError),
+    /// The tenant's database could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+impl axum::response::IntoResponse for Unscoped {
+    fn into_response(self) -> axum::response::Response {
+        use http::StatusCode;
+        let (status, retry) = match &self {
+            Self::Header(TenantError::Missing(_)) => (StatusCode::UNAUTHORIZED, false),
+            Self::Header(_) => (StatusCode::BAD_REQUEST, false),
+            Self::Open(OpenError::TooMany(_)) => (StatusCode::SERVICE_UNAVAILABLE, true),
+            Self::Open(OpenError::Failed(_)) => (StatusCode::INTERNAL_SERVER_ERROR, false),
+        };
+        let mut resp = (
+            status,
+            [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("{self}\n"),
+        )
+            .into_response();
+        if retry {
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("5"),
+            );
+        }
+        resp
+    }
+}
+
+impl Tenants {
+    /// The tenant of a request to `path` with `headers`: `anonymous` with
+    /// multitenancy off; else the one its tenant header names, opened if
+    /// this is its first write.
+    pub async fn resolve(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<Arc<Tenant>, Unscoped> {
+        if !self.setup.multitenancy {
+            return Ok(self.anonymous());
+        }
+        let value = headers.get(&self.setup.header).map(|v| v.to_str());
+        let id = match value {
+            None | Some(Ok("")) if TENANT_FREE.contains(&path) => return Ok(self.anonymous()),
+            None | Some(Ok("")) => {
+                return Err(TenantError::Missing(header_name(&self.setup.header)).into())
+            }
+            Some(Err(_)) => {
+                return Err(TenantError::Unsupported {
+                    id: String::new(),
+                    ch: char::REPLACEMENT_CHARACTER,
+                }
+                .into())
+            }
+            Some(Ok(v)) => TenantId::parse(v.trim())?,
+        };
+        if WRITES.contains(&path) {
+            Ok(self.for_write(&id).await?)
+        } else {
+            Ok(self.for_read(&id))
+        }
+    }
+}
+
+/// The header's name as configured, for messages.
+fn header_name(h: &http::HeaderName) -> &'static str {
+    if h.as_str() == "x-scope-orgid" {
+        "X-Scope-OrgID"
+    } else {
+        "tenant (--tenant-header)"
+    }
+}
+
+/// The request's tenant, as the door resolved it.
+#[derive(Debug, Clone)]
+pub struct Scoped(pub Arc<Tenant>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Scoped {
+    type Rejection = super::error::ApiError;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Scoped>().cloned().ok_or_else(|| {
+            super::error::ApiError::Internal("the request's tenant was not resolved".into())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn mimir_ids_are_taken_and_others_named() {
+        for ok in [
+            "team-a",
+            "A_b.c",
+            "x!*'()",
+            "anonymous",
+            &"a".repeat(150),
+            "...",
+        ] {
+            assert_eq!(
+                TenantId::parse(ok).map(|t| t.to_string()),
+                Ok(ok.to_owned())
+            );
+        }
+        assert_eq!(TenantId::parse(""), Err(TenantError::Missing("tenant")));
+        assert_eq!(TenantId::parse("."), Err(TenantError::Unsafe));
+        assert_eq!(TenantId::parse(".."), Err(TenantError::Unsafe));
+        assert_eq!(TenantId::parse(&"a".repeat(151)), Err(TenantError::TooLong));
+        assert_eq!(TenantId::parse("a|b"), Err(TenantError::Several));
+        for bad in ["a/b", "a b", "../x", "é", "a\0", "a\\b", "a:b"] {
+            assert!(
+                matches!(TenantId::parse(bad), Err(TenantError::Unsupported { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    proptest! {
+        /// Whatever is sent, an accepted ID is one safe path segment.
+        #[test]
+        fn accepted_ids_are_one_path_segment(s in "\\PC{0,160}") {
+            if let Ok(id) = TenantId::parse(&s) {
+                let p = std::path::Path::new("tenants").join(id.as_str());
+                prop_assert_eq!(p.components().count(), 2);
+                prop_assert!(p.starts_with("tenants"));
+                prop_assert!(id.as_str().len() <= MAX_LENGTH);
+                prop_assert!(!id.as_str().contains(['/', '\0', '|']));
+            }
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Tenants (`--multitenancy`, `X-Scope-OrgID`): each tenant is its own
+//! database; every read endpoint sees only the tenant it is asked as; a
+//! request without a tenant is 401 and a malformed one 400; with
+//! multitenancy off the header changes nothing; and every tenant's
+//! acknowledged data survives `kill -9`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use proptest::prelude::*;
+use prost::Message as _;
+use serde_json::Value;
+use sluice::config::Config;
+use sluice::proto::prometheus as pb;
+
+const HEADER: &str = "X-Scope-OrgID";
+
+fn multitenant() -> Config {
+    Config {
+        multitenancy: true,
+        ..Config::default()
+    }
+}
+
+async fn write(
+    addr: SocketAddr,
+    tenant: Option<&str>,
+    series: &[(String, i64, f64)],
+) -> (u16, String) {
+    let body = common::body(
+        series
+            .iter()
+            .map(|(name, t, v)| common::series(&[("__name__", name), ("job", "j")], &[(*t, *v)]))
+            .collect(),
+    );
+    match tenant {
+        Some(t) => common::push_with(addr, body, &[(HEADER, t)]).await,
+        None => common::push(addr, body).await,
+    }
+}
+
+/// GET `path` (with `query`) as `tenant`; status and body.
+async fn get_as(
+    addr: SocketAddr,
+    tenant: Option<&str>,
+    path: &str,
+    query: &[(&str, &str)],
+) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .query(query);
+    if let Some(t) = tenant {
+        req = req.header(HEADER, t);
+    }
+    let resp = req.send().await.expect("answered");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+async fn json_as(addr: SocketAddr, tenant: &str, path: &str, query: &[(&str, &str)]) -> Value {
+    let (code, text) = get_as(addr, Some(tenant), path, query).await;
+    assert_eq!(code, 200, "{path} as {tenant}: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}"))
+}
+
+/// The metric names a tenant sees through each read endpoint.
+async fn seen_by(
+    addr: SocketAddr,
+    tenant: &str,
+    now: i64,
+) -> BTreeMap<&'static str, BTreeSet<String>> {
+    let mut seen = BTreeMap::new();
+    let names = |v: &Value, pick: &dyn Fn(&Value) -> Option<String>| -> BTreeSet<String> {
+        v["data"]
+            .as_array()
+            .or_else(|| v["data"]["result"].as_array())
+            .map(|a| a.iter().filter_map(pick).collect())
+            .unwrap_or_default()
+    };
+    let t = format!("{}", now as f64 / 1000.0);
+    let v = json_as(
+        addr,
+        tenant,
+        "/api/v1/query",
+        &[("query", "count by (__name__) ({job=\"j\"})"), ("time", &t)],
+    )
+    .await;
+    seen.insert(
+        "query",
+        names(&v, &|s| s["metric"]["__name__"].as_str().map(str::to_owned)),
+    );
+    let start = format!("{}", (now - 60_000) as f64 / 1000.0);
+    let v = json_as(
+        addr,
+        tenant,
+        "/api/v1/query_range",
+        &[
+            ("query", "{job=\"j\"}"),
+            ("start", &start),
+            ("end", &t),
+            ("step", "15"),
+        ],
+    )
+    .await;
+    seen.insert(
+        "query_range",
+        names(&v, &|s| s["metric"]["__name__"].as_str().map(str::to_owned)),
+    );
+    let v = json_as(
+        addr,
+        tenant,
+        "/api/v1/series",
+        &[("match[]", "{job=\"j\"}")],
+    )
+    .await;
+    seen.insert(
+        "series",
+        names(&v, &|s| s["__name__"].as_str().map(str::to_owned)),
+    );
+    let v = json_as(addr, tenant, "/api/v1/label/__name__/values", &[]).await;
+    seen.insert(
+        "label_values",
+        names(&v, &|s| s.as_str().map(str::to_owned)),
+    );
+    let (code, text) = get_as(
+        addr,
+        Some(tenant),
+        "/federate",
+        &[("match[]", "{job=\"j\"}")],
+    )
+    .await;
+    assert_eq!(code, 200, "{text}");
+    seen.insert(
+        "federate",
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.split(['{', ' ']).next().map(str::to_owned))
+            .collect(),
+    );
+    seen.insert("remote_read", remote_read(addr, tenant, now).await);
+    seen
+}
+
+async fn remote_read(addr: SocketAddr, tenant: &str, now: i64) -> BTreeSet<String> {
+    let req = pb::ReadRequest {
+        queries: vec![pb::Query {
+            start_timestamp_ms: now - 3_600_000,
+            end_timestamp_ms: now + 60_000,
+            matchers: vec![pb::LabelMatcher {
+                r#type: pb::label_matcher::Type::Eq as i32,
+                name: "job".into(),
+                value: "j".into(),
+            }],
+            hints: None,
+        }],
+        accepted_response_types: vec![],
+    };
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&req.encode_to_vec())
+        .expect("snappy");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/read"))
+        .header(HEADER, tenant)
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200);
+    let bytes = resp.bytes().await.expect("body");
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&bytes)
+        .expect("snappy");
+    let r = pb::ReadResponse::decode(raw.as_slice()).expect("ReadResponse");
+    r.results
+        .iter()
+        .flat_map(|q| &q.timeseries)
+        .filter_map(|ts| {
+            ts.labels
+                .iter()
+                .find(|l| l.name == "__name__")
+                .map(|l| l.value.clone())
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random tenants write random series; asked as each tenant, every read
+    /// endpoint shows exactly that tenant's series, and a tenant that never
+    /// wrote sees nothing.
+    #[test]
+    fn no_read_crosses_tenants(
+        writes in prop::collection::btree_map(
+            "[a-z][a-z0-9_.-]{0,12}",
+            prop::collection::btree_set("[a-z][a-z0-9_]{0,10}", 1..6),
+            1..5,
+        )
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let srv = common::start(multitenant()).await;
+            let now = common::now_ms();
+            for (tenant, names) in &writes {
+                // Names carry their tenant, so a crossing is visible.
+                let series: Vec<_> = names.iter().map(|n| (format!("{n}_{}", tenant.replace(['.', '-'], "_")), now - 1000, 1.0)).collect();
+                let (code, text) = write(srv.addr, Some(tenant), &series).await;
+                assert_eq!(code, 204, "{text}");
+            }
+            let mut asked: Vec<&str> = writes.keys().map(String::as_str).collect();
+            asked.push("never-wrote");
+            for tenant in asked {
+                let want: BTreeSet<String> = writes
+                    .get(tenant)
+                    .map(|names| names.iter().map(|n| format!("{n}_{}", tenant.replace(['.', '-'], "_"))).collect())
+                    .unwrap_or_default();
+                for (endpoint, got) in seen_by(srv.addr, tenant, now).await {
+                    assert_eq!(got, want, "{endpoint} as {tenant}");
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_good_tenant_are_refused() {
+    let srv = common::start(multitenant()).await;
+    let series = [("m".to_owned(), common::now_ms(), 1.0)];
+    let (code, text) = write(srv.addr, None, &series).await;
+    assert_eq!(code, 401, "{text}");
+    assert!(text.contains("X-Scope-OrgID"), "{text}");
+    let (code, _) = get_as(srv.addr, None, "/api/v1/query", &[("query", "1")]).await;
+    assert_eq!(code, 401);
+    for bad in [".", "..", "a/b", "a|b", &"x".repeat(151)] {
+        let (code, text) = write(srv.addr, Some(bad), &series).await;
+        assert_eq!(code, 400, "{bad:?}: {text}");
+        let (code, _) = get_as(srv.addr, Some(bad), "/api/v1/series", &[("match[]", "m")]).await;
+        assert_eq!(code, 400, "{bad:?}");
+    }
+    // Health, readiness and self-metrics need no tenant.
+    for path in ["/-/healthy", "/-/ready", "/metrics"] {
+        let (code, _) = get_as(srv.addr, None, path, &[]).await;
+        assert_eq!(code, 200, "{path}");
+    }
+    // Nothing was opened for the refused tenants.
+    assert_eq!(srv.state.tenants().all().len(), 1, "only anonymous");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_multitenancy_the_header_changes_nothing() {
+    let srv = common::start(Config::default()).await;
+    let now = common::now_ms();
+    let (code, text) = write(srv.addr, Some("team-a"), &[("shared".to_owned(), now, 1.0)]).await;
+    assert_eq!(code, 204, "{text}");
+    let (code, text) = get_as(
+        srv.addr,
+        Some("team-b"),
+        "/api/v1/query",
+        &[("query", "shared")],
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(text.contains("\"shared\""), "{text}");
+    let (code, text) = get_as(srv.addr, None, "/api/v1/query", &[("query", "shared")]).await;
+    assert_eq!(code, 200);
+    assert!(text.contains("\"shared\""), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_tenants_past_the_limit_are_pushed_back() {
+    let srv = common::start(Config {
+        max_tenants: 2,
+        ..multitenant()
+    })
+    .await;
+    let now = common::now_ms();
+    let s = [("m".to_owned(), now, 1.0)];
+    assert_eq!(write(srv.addr, Some("first"), &s).await.0, 204);
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/write", srv.addr))
+        .header(HEADER, "second")
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .body(common::body(vec![common::series(
+            &[("__name__", "m")],
+            &[(now, 1.0)],
+        )]))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 503);
+    assert!(resp.headers().contains_key("retry-after"));
+    assert!(resp.text().await.expect("body").contains("max-tenants"));
+    // The open ones still take writes; `anonymous` is the root database.
+    assert_eq!(write(srv.addr, Some("first"), &s).await.0, 204);
+    assert_eq!(write(srv.addr, Some("anonymous"), &s).await.0, 204);
+}
+
+/// `kill -9` with several tenants: each one's acknowledged samples are
+/// back after the restart, and still apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tenant_survives_kill_9() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let args = ["--multitenancy", "true"];
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "warn,sluice::server=info", &args);
+    let mut child = common::KillOnDrop(child);
+    let now = common::now_ms();
+    let tenants = ["alpha", "beta", "gamma.prod", "anonymous"];
+    for (i, t) in tenants.iter().enumerate() {
+        let series: Vec<_> = (0..50)
+            .map(|k| (format!("m{k}"), now - 1000, (i * 100 + k) as f64))
+            .collect();
+        let (code, text) = write(addr, Some(t), &series).await;
+        assert_eq!(code, 204, "{t}: {text}");
+    }
+    child.kill();
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "warn,sluice::server=info", &args);
+    let _child = common::KillOnDrop(child);
+    let t = format!("{}", now as f64 / 1000.0);
+    for (i, tenant) in tenants.iter().enumerate() {
+        let v = json_as(
+            addr,
+            tenant,
+            "/api/v1/query",
+            &[("query", "sum({__name__=~\"m.*\"})"), ("time", &t)],
+        )
+        .await;
+        let want = (0..50).map(|k| (i * 100 + k) as f64).sum::<f64>();
+        assert_eq!(
+            v["data"]["result"][0]["value"][1],
+            want.to_string(),
+            "{tenant}: {v}"
+        );
+    }
+}
