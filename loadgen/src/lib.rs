@@ -768,6 +768,9 @@ pub struct Dial {
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// The `Authorization` header of every request.
     pub authorization: Option<http::HeaderValue>,
+    /// Send each body once per tenant, naming it in this header: the
+    /// header, and the tenants' IDs.
+    pub tenants: Option<(http::HeaderName, Vec<http::HeaderValue>)>,
 }
 
 impl Dial {
@@ -872,14 +875,24 @@ async fn connection(
     };
     let host = addr.to_string();
     let mut sender: Option<Sender> = None;
-    for body in bodies {
+    let tenants: Vec<Option<&http::HeaderValue>> = match &dial.tenants {
+        Some((_, ids)) => ids.iter().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut sends = Vec::with_capacity(bodies.len() * tenants.len());
+    for b in bodies {
+        for t in &tenants {
+            sends.push((b, *t));
+        }
+    }
+    for (body, tenant) in sends {
         if Instant::now() >= deadline {
             out.timed_out = true;
             break;
         }
         let t = Instant::now();
         out.sent += u64::from(body.samples);
-        let result = send(&mut sender, addr, dial, &host, path, headers, body).await;
+        let result = send(&mut sender, addr, dial, tenant, &host, path, headers, body).await;
         out.latencies.push(t.elapsed());
         match result {
             Ok((status, _)) if (200..300).contains(&status) => {
@@ -909,6 +922,7 @@ async fn send(
     sender: &mut Option<Sender>,
     addr: SocketAddr,
     dial: &Dial,
+    tenant: Option<&http::HeaderValue>,
     host: &str,
     path: &str,
     headers: &[(&'static str, &'static str)],
@@ -928,6 +942,9 @@ async fn send(
     }
     if let Some(auth) = &dial.authorization {
         req = req.header(http::header::AUTHORIZATION, auth.clone());
+    }
+    if let (Some((name, _)), Some(id)) = (&dial.tenants, tenant) {
+        req = req.header(name, id.clone());
     }
     let req = req
         .body(Full::new(body.bytes.clone()))

@@ -65,6 +65,13 @@ struct Cli {
     /// Send this login with every request, as `user:password`.
     #[arg(long, value_name = "USER:PASSWORD")]
     basic_auth: Option<String>,
+    /// Send the whole load once per tenant, to tenants t0..t<N-1> named in
+    /// --tenant-header: N tenants with --series series each.
+    #[arg(long, value_name = "N")]
+    tenants: Option<usize>,
+    /// The header that names the tenant.
+    #[arg(long, default_value = "X-Scope-OrgID")]
+    tenant_header: String,
     /// Serve the null sink on this address instead of driving a load: it
     /// reads each body and answers 204, until SIGTERM/SIGINT or --max-time.
     #[arg(long, value_name = "ADDR")]
@@ -136,6 +143,16 @@ fn main() -> anyhow::Result<()> {
             .context("--basic-auth takes user:password")?;
         dial.authorization = loadgen::Dial::basic(user, password);
     }
+    let copies = cli.tenants.unwrap_or(1).max(1) as u64;
+    if let Some(n) = cli.tenants {
+        let name = http::HeaderName::from_bytes(cli.tenant_header.as_bytes())
+            .context("--tenant-header is not a header name")?;
+        let ids = (0..n)
+            .map(|i| http::HeaderValue::from_str(&format!("t{i}")))
+            .collect::<Result<Vec<_>, _>>()
+            .context("tenant ID")?;
+        dial.tenants = Some((name, ids));
+    }
     let report = rt.block_on(loadgen::drive(cli.target, &dial, &encoded, cli.max_time));
     let rate = report.samples_per_second();
     eprintln!(
@@ -166,10 +183,10 @@ fn main() -> anyhow::Result<()> {
         report.timed_out
     );
     anyhow::ensure!(
-        report.accepted == encoded.samples(),
+        report.accepted == encoded.samples() * copies,
         "not every sample was accepted ({} of {})",
         report.accepted,
-        encoded.samples()
+        encoded.samples() * copies
     );
     Ok(())
 }
