@@ -73,13 +73,14 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!(point, "crash point armed: this process kills itself there");
     }
     let stop = shutdown_signal()?;
+    // SIGHUP reloads the web configuration file, as it reloads
+    // Prometheus' configuration; without a handler it would kill us, so
+    // the handler is in place before a long WAL replay.
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
     let server = sluice::server::Server::bind(&config)
         .await
         .context("sluice could not start")?;
-    // SIGHUP reloads the web configuration file, as it reloads
-    // Prometheus' configuration; without a handler it would kill us.
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .context("cannot listen for SIGHUP")?;
     let hangup = server.hangup();
     tokio::spawn(async move {
         while hup.recv().await.is_some() {

@@ -60,17 +60,20 @@ impl Stop<'_> {
     /// Counts `n` bytes a read copied.
     pub fn charge(&self, n: usize) {
         if let Some(b) = self.bytes {
-            b.used.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            b.add(n);
         }
     }
 }
 
 /// Bytes a read may copy out of storage (a query's memory budget, what is
-/// left of it): the read stops once past it.
+/// left of it): the read stops once past it. With a shared pool, what it
+/// copies is counted there too as it is read, and it also stops once the
+/// pool is past its bound; whoever made the budget gives that back.
 #[derive(Debug)]
 pub struct ReadBudget {
     used: std::sync::atomic::AtomicUsize,
     max: usize,
+    shared: Option<(std::sync::Arc<std::sync::atomic::AtomicUsize>, usize)>,
 }
 
 impl ReadBudget {
@@ -79,6 +82,28 @@ impl ReadBudget {
         Self {
             used: std::sync::atomic::AtomicUsize::new(0),
             max,
+            shared: None,
+        }
+    }
+
+    /// A budget of `max` bytes, counted in `pool` too, which may hold at
+    /// most `pool_max`.
+    pub fn pooled(
+        max: usize,
+        pool: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        pool_max: usize,
+    ) -> Self {
+        Self {
+            shared: Some((pool, pool_max)),
+            ..Self::new(max)
+        }
+    }
+
+    fn add(&self, n: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used.fetch_add(n, Relaxed);
+        if let Some((pool, _)) = &self.shared {
+            pool.fetch_add(n, Relaxed);
         }
     }
 
@@ -87,9 +112,17 @@ impl ReadBudget {
         self.used.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether more than the budget has been counted.
+    /// Whether more than the budget, or the pool's bound, has been
+    /// counted.
     pub fn exceeded(&self) -> bool {
-        self.used() > self.max
+        self.used() > self.max || self.pool_exceeded()
+    }
+
+    /// Whether the shared pool is past its bound.
+    pub fn pool_exceeded(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|(pool, max)| pool.load(std::sync::atomic::Ordering::Relaxed) > *max)
     }
 }
 

@@ -892,7 +892,13 @@ async fn connection(
         }
         let t = Instant::now();
         out.sent += u64::from(body.samples);
-        let result = send(&mut sender, addr, dial, tenant, &host, path, headers, body).await;
+        let to = To {
+            host: &host,
+            path,
+            headers,
+            tenant,
+        };
+        let result = send(&mut sender, addr, dial, &to, body).await;
         out.latencies.push(t.elapsed());
         match result {
             Ok((status, _)) if (200..300).contains(&status) => {
@@ -918,16 +924,22 @@ async fn connection(
     out
 }
 
+/// Where one request goes and what it carries besides its body.
+struct To<'a> {
+    host: &'a str,
+    path: &'a str,
+    headers: &'a [(&'static str, &'static str)],
+    tenant: Option<&'a http::HeaderValue>,
+}
+
 async fn send(
     sender: &mut Option<Sender>,
     addr: SocketAddr,
     dial: &Dial,
-    tenant: Option<&http::HeaderValue>,
-    host: &str,
-    path: &str,
-    headers: &[(&'static str, &'static str)],
+    to: &To<'_>,
     body: &Body,
 ) -> Result<(u16, String), String> {
+    let (host, path, headers, tenant) = (to.host, to.path, to.headers, to.tenant);
     if sender.as_ref().is_none_or(|s| s.is_closed()) {
         *sender = None;
         *sender = Some(connect(addr, dial).await?);

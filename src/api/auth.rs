@@ -64,7 +64,7 @@ pub(super) struct Rules {
     pub(super) headers: Vec<(HeaderName, HeaderValue)>,
     cache: Mutex<Cache>,
     /// One bcrypt at a time.
-    checking: tokio::sync::Semaphore,
+    checking: Arc<tokio::sync::Semaphore>,
     waiting: AtomicUsize,
 }
 
@@ -83,18 +83,33 @@ impl std::fmt::Debug for Rules {
     }
 }
 
+/// Verdicts by login. Right logins are kept apart from wrong ones, so a
+/// flood of wrong passwords cannot push a sender's login out and send it
+/// back to the bcrypt queue; only a right password makes a right entry,
+/// so that side stays as small as the logins in use.
 #[derive(Default)]
 struct Cache {
+    right: HashMap<[u8; 32], ()>,
     verdicts: HashMap<[u8; 32], bool>,
     order: VecDeque<[u8; 32]>,
 }
 
 impl Cache {
     fn get(&self, key: &[u8; 32]) -> Option<bool> {
+        if self.right.contains_key(key) {
+            return Some(true);
+        }
         self.verdicts.get(key).copied()
     }
 
     fn put(&mut self, key: [u8; 32], ok: bool) {
+        if ok {
+            if self.right.len() >= CACHE_ENTRIES {
+                self.right.clear();
+            }
+            self.right.insert(key, ());
+            return;
+        }
         if self.verdicts.insert(key, ok).is_none() {
             self.order.push_back(key);
         }
@@ -135,11 +150,15 @@ impl Rules {
             .iter()
             .map(|(u, h)| (u.clone(), h.0.clone()))
             .collect();
-        let cost = users
-            .values()
-            .filter_map(|h| bcrypt_cost(h))
-            .max()
-            .unwrap_or(bcrypt::DEFAULT_COST);
+        let costs: std::collections::BTreeSet<u32> =
+            users.values().filter_map(|h| bcrypt_cost(h)).collect();
+        if costs.len() > 1 {
+            tracing::warn!(
+                ?costs,
+                "basic_auth_users' hashes have different bcrypt costs: how long a wrong password takes tells which user it was tried for"
+            );
+        }
+        let cost = costs.last().copied().unwrap_or(bcrypt::DEFAULT_COST);
         let stand_in = if users.is_empty() {
             String::new()
         } else {
@@ -165,7 +184,7 @@ impl Rules {
             stand_in,
             headers,
             cache: Mutex::default(),
-            checking: tokio::sync::Semaphore::new(1),
+            checking: Arc::new(tokio::sync::Semaphore::new(1)),
             waiting: AtomicUsize::new(0),
         }
     }
@@ -199,17 +218,43 @@ impl Rules {
     }
 
     async fn bcrypt(&self, password: String, hash: &str) -> Result<bool, Refusal> {
-        if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            return Err(Refusal::Busy);
-        }
-        let permit = self.checking.acquire().await;
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-        let _permit = permit.map_err(|_| Refusal::Busy)?;
-        let hash = hash.to_owned();
-        tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+        // Counted while waiting, and uncounted however the wait ends (a
+        // client that hangs up drops this future mid-wait).
+        let waiting = Waiting::enter(&self.waiting).ok_or(Refusal::Busy)?;
+        let permit = Arc::clone(&self.checking)
+            .acquire_owned()
             .await
-            .map_err(|_| Refusal::Busy)
+            .map_err(|_| Refusal::Busy)?;
+        drop(waiting);
+        let hash = hash.to_owned();
+        // The permit goes with the work: a bcrypt still running when its
+        // request is dropped keeps the next one waiting.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            bcrypt::verify(password, &hash).unwrap_or(false)
+        })
+        .await
+        .map_err(|_| Refusal::Busy)
+    }
+}
+
+/// One login waiting for a bcrypt check, counted against [`MAX_WAITING`]
+/// until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicUsize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
+            count.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Self(count))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -319,9 +364,54 @@ mod tests {
             assert!(r.check(Some(&basic("alice", "nope"))).await.is_err());
         }
         let cache = r.cache.lock();
-        assert_eq!(cache.verdicts.len(), 2, "one entry per distinct login");
-        assert!(cache.verdicts.values().any(|ok| *ok));
-        assert!(cache.verdicts.values().any(|ok| !*ok));
+        assert_eq!(cache.right.len(), 1, "one entry per distinct login");
+        assert_eq!(cache.verdicts.len(), 1);
+        assert!(cache.verdicts.values().all(|ok| !*ok));
+    }
+
+    #[tokio::test]
+    async fn wrong_passwords_cannot_push_a_right_login_out() {
+        let r = rules(&[("alice", "secret")]);
+        assert!(r.check(Some(&basic("alice", "secret"))).await.is_ok());
+        {
+            let mut c = r.cache.lock();
+            for i in 0..(CACHE_ENTRIES as u32 * 2) {
+                let mut k = [0xffu8; 32];
+                k[..4].copy_from_slice(&i.to_le_bytes());
+                c.put(k, false);
+            }
+        }
+        let key = cache_key("alice", &r.users["alice"], "secret");
+        assert_eq!(r.cache.lock().get(&key), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_login_dropped_while_waiting_leaves_no_count() {
+        let r = Arc::new(rules(&[("alice", "secret")]));
+        let held = Arc::clone(&r.checking)
+            .acquire_owned()
+            .await
+            .expect("permit");
+        let waiting = {
+            let r = Arc::clone(&r);
+            tokio::spawn(async move {
+                r.bcrypt(
+                    "x".into(),
+                    "$2y$04$abcdefghijklmnopqrstuuNz5S8x1ZlXgkYEdvK.G8fQ1bWx9Q6pu",
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(r.waiting.load(Ordering::Relaxed), 1);
+        waiting.abort();
+        let _ = waiting.await;
+        assert_eq!(
+            r.waiting.load(Ordering::Relaxed),
+            0,
+            "an abandoned wait stays counted"
+        );
+        drop(held);
     }
 
     #[test]

@@ -139,9 +139,16 @@ pub struct Tenants {
     /// What a read of a tenant that never wrote sees: nothing.
     empty: Arc<Tenant>,
     /// One tenant opened at a time, so two first writes open it once.
-    opening: tokio::sync::Mutex<()>,
+    opening: tokio::sync::Mutex<bool>,
     upkeep: Mutex<Option<Upkeep>>,
+    /// All tenants' held bytes, and when they were summed (ms since
+    /// `started`): summed at most every [`HELD_REFRESH_MS`], not per write.
+    held: Mutex<(u64, Vec<(TenantId, usize)>)>,
+    started: std::time::Instant,
 }
+
+/// How stale the sum of tenants' held bytes may be.
+const HELD_REFRESH_MS: u64 = 100;
 
 impl std::fmt::Debug for Tenants {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -170,8 +177,10 @@ impl Tenants {
             anonymous: tenant(TenantId::anonymous(), root),
             empty: tenant(TenantId::anonymous(), Arc::new(Db::in_memory(empty_opts))),
             others: RwLock::default(),
-            opening: tokio::sync::Mutex::new(()),
+            opening: tokio::sync::Mutex::new(false),
             upkeep: Mutex::new(None),
+            held: Mutex::new((0, Vec::new())),
+            started: std::time::Instant::now(),
             setup,
         }
     }
@@ -231,9 +240,12 @@ impl Tenants {
         if let Some(t) = self.others.read().get(id) {
             return Ok(Arc::clone(t));
         }
-        let _one = self.opening.lock().await;
+        let closed = self.opening.lock().await;
         if let Some(t) = self.others.read().get(id) {
             return Ok(Arc::clone(t));
+        }
+        if *closed {
+            return Err(OpenError::Failed("the server is shutting down".into()));
         }
         // `anonymous` counts as one.
         if self.others.read().len() + 1 >= self.setup.max_tenants {
@@ -304,9 +316,18 @@ impl Tenants {
                 }),
                 ..self.setup.db.clone()
             };
-            let db = Db::open(opts).map_err(|e| OpenError::Failed(format!("tenant {id}: {e}")))?;
-            self.add(id, Arc::new(db));
-            n += 1;
+            // One tenant's damage does not keep the others from starting:
+            // it is left closed (its writes are refused while it cannot
+            // open) and said so.
+            match Db::open(opts) {
+                Ok(db) => {
+                    self.add(id, Arc::new(db));
+                    n += 1;
+                }
+                Err(e) => {
+                    tracing::error!(tenant = %id, error = %e, "tenant's database cannot be opened; its reads are empty and its writes refused until it is repaired");
+                }
+            }
         }
         Ok(n)
     }
@@ -332,6 +353,9 @@ impl Tenants {
     /// their databases with a last checkpoint. The root database is the
     /// server's to close.
     pub async fn close(&self) {
+        // No tenant opens after this: a write still in flight at the
+        // shutdown timeout cannot leave one without its last checkpoint.
+        *self.opening.lock().await = true;
         let running = self.upkeep.lock().take().map(|u| u.running);
         for h in running.into_iter().flatten() {
             let _ = h.await;
@@ -345,21 +369,28 @@ impl Tenants {
         .await;
     }
 
-    /// Bytes every tenant but `except` holds against the memory limit.
+    /// Bytes every tenant but `except` holds against the memory limit, as
+    /// of at most [`HELD_REFRESH_MS`] ago: a write costs a lookup, not a
+    /// walk over every tenant.
     pub fn held_bytes_except(&self, except: &TenantId) -> usize {
         if !self.setup.multitenancy {
             return 0;
         }
-        let mut held = 0;
-        if except.as_str() != ANONYMOUS {
-            held += self.anonymous.db.held_bytes() + self.anonymous.otlp.delta.bytes();
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut held = self.held.lock();
+        if held.1.is_empty() || now.saturating_sub(held.0) >= HELD_REFRESH_MS {
+            held.1 = self
+                .all()
+                .iter()
+                .map(|t| (t.id.clone(), t.db.held_bytes() + t.otlp.delta.bytes()))
+                .collect();
+            held.0 = now;
         }
-        for (id, t) in self.others.read().iter() {
-            if id != except {
-                held += t.db.held_bytes() + t.otlp.delta.bytes();
-            }
-        }
-        held
+        held.1
+            .iter()
+            .filter(|(id, _)| id != except)
+            .map(|(_, b)| b)
+            .sum()
     }
 }
 

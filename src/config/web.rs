@@ -239,6 +239,17 @@ impl WebConfig {
         if asks_tls && !has_key {
             return Err("tls_server_config: missing one of key or key_file".into());
         }
+        // Names are checked only on a certificate that is required and
+        // verified: on an unverified one anyone can write any name, and a
+        // client that sends none would skip the check.
+        if !t.client_allowed_sans.is_empty()
+            && t.client_auth_type != ClientAuth::RequireAndVerifyClientCert
+        {
+            return Err(
+                "tls_server_config: client_allowed_sans needs client_auth_type RequireAndVerifyClientCert"
+                    .into(),
+            );
+        }
         if has_ca && t.client_auth_type == ClientAuth::NoClientCert {
             return Err(
                 "tls_server_config: client CAs are configured without a client_auth_type".into(),
@@ -370,6 +381,10 @@ mod tests {
                 "invalid value",
             ),
             ("basic_auth_users:\n  alice: hunter2\n", "not a bcrypt hash"),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [x]\n",
+                "needs client_auth_type RequireAndVerifyClientCert",
+            ),
             ("basic_auth_userz:\n  alice: x\n", "unknown field"),
         ] {
             let e = WebConfig::parse(text).expect_err(text);

@@ -256,7 +256,7 @@ const RANGE_CELL_BYTES: usize = 9;
 /// that many queries at once cannot hold many times one query's budget.
 #[derive(Debug)]
 pub struct QueryMemory {
-    used: std::sync::atomic::AtomicUsize,
+    used: Arc<std::sync::atomic::AtomicUsize>,
     max: usize,
 }
 
@@ -264,9 +264,15 @@ impl QueryMemory {
     /// A pool of `max` bytes.
     pub fn new(max: usize) -> Self {
         Self {
-            used: std::sync::atomic::AtomicUsize::new(0),
+            used: Arc::default(),
             max,
         }
+    }
+
+    /// A read budget of `max` bytes that counts what it copies in this
+    /// pool as it reads.
+    fn read_budget(&self, max: usize) -> ReadBudget {
+        ReadBudget::pooled(max, Arc::clone(&self.used), self.max)
     }
 
     /// Bytes the running queries hold now.
@@ -279,18 +285,13 @@ impl QueryMemory {
         self.max
     }
 
-    fn left(&self) -> usize {
-        self.max.saturating_sub(self.used())
-    }
-
     /// Takes `bytes`, or nothing when that would pass the bound.
     fn take(&self, bytes: usize) -> bool {
-        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
-        if before.saturating_add(bytes) > self.max {
-            self.used.fetch_sub(bytes, Ordering::Relaxed);
-            return false;
-        }
-        true
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|&u| u <= self.max)
+            })
+            .is_ok()
     }
 
     fn give(&self, bytes: usize) {
@@ -355,13 +356,6 @@ impl Budget {
     /// Bytes that may still be charged before this query's own bound.
     pub(crate) fn bytes_left(&self) -> usize {
         self.max_bytes.saturating_sub(self.bytes.get())
-    }
-
-    /// Bytes that may still be charged before the shared pool's bound, if
-    /// that comes first.
-    fn shared_left(&self) -> Option<usize> {
-        let pool = self.shared.as_ref()?;
-        (pool.left() < self.bytes_left()).then(|| pool.left())
     }
 
     /// Gives back what was charged and is no longer held.
@@ -634,8 +628,17 @@ impl<'e> Ctx<'e> {
         let mut selected = Vec::new();
         // The chunks copied out of blocks count against the query's bytes
         // as they are read, and stay counted while they are decoded.
-        let shared_first = self.budget.shared_left();
-        let read = ReadBudget::new(shared_first.unwrap_or_else(|| self.budget.bytes_left()));
+        // What a selection copies counts in the pool as it is read, so that
+        // queries reading at once cannot each read the whole pool.
+        let read = match &self.opts.shared {
+            Some(pool) => pool.read_budget(self.budget.bytes_left()),
+            None => ReadBudget::new(self.budget.bytes_left()),
+        };
+        let give_back = |read: &ReadBudget| {
+            if let Some(pool) = &self.opts.shared {
+                pool.give(read.used());
+            }
+        };
         let stop = Stop {
             deadline: Some(self.deadline),
             flag: self.cancel,
@@ -646,16 +649,18 @@ impl<'e> Ctx<'e> {
                 self.querier
                     .select_until(matchers, lo, hi, &stop)
                     .map_err(|_| {
-                        if !read.exceeded() {
-                            QueryError::Timeout("query execution")
-                        } else if let Some(pool) = shared_first.and(self.opts.shared.as_ref()) {
-                            QueryError::Busy(pool.max())
-                        } else {
-                            QueryError::TooMuchMemory("query execution", self.opts.max_bytes)
+                        give_back(&read);
+                        match self.opts.shared.as_ref() {
+                            _ if !read.exceeded() => QueryError::Timeout("query execution"),
+                            Some(pool) if read.pool_exceeded() => QueryError::Busy(pool.max()),
+                            _ => QueryError::TooMuchMemory("query execution", self.opts.max_bytes),
                         }
                     })?,
             );
         }
+        // Counted in the pool while read; now charged to this query, which
+        // takes it from the pool again.
+        give_back(&read);
         let chunks = Held::new(&self.budget);
         chunks.charge(0, read.used(), "query execution")?;
         if sets.len() > 1 {

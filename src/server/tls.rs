@@ -320,11 +320,15 @@ impl ClientCertVerifier for AllowedSans {
             .verify_client_cert(end_entity, intermediates, now)?;
         let cert = webpki::EndEntityCert::try_from(end_entity)
             .map_err(|e| rustls::Error::General(format!("client certificate: {e}")))?;
-        if self
-            .sans
-            .iter()
-            .any(|san| cert.verify_is_valid_for_subject_name(san).is_ok())
-        {
+        // Compared as exact strings, as Go's exporter-toolkit does: an
+        // allowed `prom.example` is not met by a `*.example` certificate.
+        let dns: Vec<&str> = cert.valid_dns_names().collect();
+        let allowed = self.sans.iter().any(|san| match san {
+            ServerName::DnsName(name) => dns.iter().any(|d| d.eq_ignore_ascii_case(name.as_ref())),
+            ServerName::IpAddress(_) => cert.verify_is_valid_for_subject_name(san).is_ok(),
+            _ => false,
+        });
+        if allowed {
             Ok(verified)
         } else {
             Err(rustls::Error::InvalidCertificate(
