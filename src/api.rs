@@ -89,7 +89,14 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
         .await
         .map_err(IntoResponse::into_response)?;
     req.extensions_mut().insert(identity);
-    req.extensions_mut().insert(tenant::Scoped(tenant));
+    match tenant {
+        tenant::Resolved::Read(scoped) => {
+            req.extensions_mut().insert(scoped);
+        }
+        tenant::Resolved::Write(writer) => {
+            req.extensions_mut().insert(writer);
+        }
+    }
     Ok(())
 }
 

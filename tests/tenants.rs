@@ -246,8 +246,41 @@ async fn requests_without_a_good_tenant_are_refused() {
         let (code, _) = get_as(srv.addr, None, path, &[]).await;
         assert_eq!(code, 200, "{path}");
     }
+    // A write refused before it is decoded opens no tenant either.
+    let body = common::body(vec![common::series(
+        &[("__name__", "m")],
+        &[(common::now_ms(), 1.0)],
+    )]);
+    let (code, text) = common::push_with(
+        srv.addr,
+        body,
+        &[(HEADER, "ghost"), ("content-encoding", "zstd")],
+    )
+    .await;
+    assert!((400..500).contains(&code), "{code}: {text}");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/v1/metrics", srv.addr))
+        .header(HEADER, "ghost-otlp")
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "br")
+        .body(vec![1u8, 2, 3])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 415);
     // Nothing was opened for the refused tenants.
     assert_eq!(srv.state.tenants().all().len(), 1, "only anonymous");
+    // An accepted OTLP write as a tenant opens it, and is its own.
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/v1/metrics", srv.addr))
+        .header(HEADER, "otel")
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(srv.state.tenants().all().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use prost::Message as _;
 
 use super::error::ApiError;
 use super::state::AppState;
-use super::tenant::{Scoped, Tenant};
+use super::tenant::{Tenant, Writer};
 use crate::ingest::otlp::{self, json, OtlpReport};
 use crate::proto::google::rpc::Status;
 use crate::proto::opentelemetry::proto::collector::metrics::v1::{
@@ -57,7 +57,7 @@ impl Format {
 
 pub(super) async fn export(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    writer: Writer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -76,7 +76,17 @@ pub(super) async fn export(
         ));
         return error_reply(Format::Protobuf, e);
     };
-    match handle(&state, &tenant, format, &headers, body) {
+    // A tenant's first write opens it only once its body has passed the
+    // checks that need no decoding.
+    let (gzip, body) = match check_body(&state, &headers, body) {
+        Ok(checked) => checked,
+        Err(e) => return error_reply(format, e),
+    };
+    let tenant = match writer.open(state.tenants()).await {
+        Ok(t) => t,
+        Err(e) => return error_reply(format, ApiError::from(e)),
+    };
+    match handle(&state, &tenant, format, gzip, &body) {
         Ok(report) => match report.samples.commit.clone().durable().await {
             Ok(()) => success(format, &report),
             Err(e) => error_reply(format, ApiError::from(e)),
@@ -85,14 +95,13 @@ pub(super) async fn export(
     }
 }
 
-fn handle(
+/// The checks of a body that need no decoding: its encoding and size.
+/// Whether it is gzipped, and the body.
+fn check_body(
     state: &AppState,
-    tenant: &Tenant,
-    format: Format,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<OtlpReport, ApiError> {
-    let inner = &state.inner;
+) -> Result<(bool, Bytes), ApiError> {
     let gzip = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str()) {
         None => false,
         Some(Ok(v)) if v.trim().eq_ignore_ascii_case("gzip") => true,
@@ -104,7 +113,17 @@ fn handle(
             )))
         }
     };
-    let body = state.write_body(body)?;
+    Ok((gzip, state.write_body(body)?))
+}
+
+fn handle(
+    state: &AppState,
+    tenant: &Tenant,
+    format: Format,
+    gzip: bool,
+    body: &Bytes,
+) -> Result<OtlpReport, ApiError> {
+    let inner = &state.inner;
     state.check_writable(tenant, "otlp")?;
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();

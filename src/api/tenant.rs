@@ -464,13 +464,20 @@ impl Tenants {
         &self,
         path: &str,
         headers: &http::HeaderMap,
-    ) -> Result<Arc<Tenant>, Unscoped> {
+    ) -> Result<Resolved, Unscoped> {
+        let anonymous = || {
+            if WRITES.contains(&path) {
+                Resolved::Write(Writer::Open(self.anonymous()))
+            } else {
+                Resolved::Read(Scoped(self.anonymous()))
+            }
+        };
         if !self.setup.multitenancy {
-            return Ok(self.anonymous());
+            return Ok(anonymous());
         }
         let value = headers.get(&self.setup.header).map(|v| v.to_str());
         let id = match value {
-            None | Some(Ok("")) if TENANT_FREE.contains(&path) => return Ok(self.anonymous()),
+            None | Some(Ok("")) if TENANT_FREE.contains(&path) => return Ok(anonymous()),
             None | Some(Ok("")) => {
                 return Err(TenantError::Missing(header_name(&self.setup.header)).into())
             }
@@ -484,9 +491,72 @@ impl Tenants {
             Some(Ok(v)) => TenantId::parse(v.trim())?,
         };
         if WRITES.contains(&path) {
-            Ok(self.for_write(&id).await?)
+            Ok(Resolved::Write(match self.open(&id) {
+                Some(t) => Writer::Open(t),
+                None => Writer::New(id),
+            }))
         } else {
-            Ok(self.for_read(&id))
+            Ok(Resolved::Read(Scoped(self.for_read(&id))))
+        }
+    }
+
+    /// The tenant `id`, if it is open.
+    fn open(&self, id: &TenantId) -> Option<Arc<Tenant>> {
+        if id.as_str() == ANONYMOUS {
+            return Some(self.anonymous());
+        }
+        self.others.read().get(id).cloned()
+    }
+}
+
+/// What the door gives a request: the tenant it reads, or the one it
+/// writes (not opened before its body has been checked).
+#[derive(Debug, Clone)]
+pub enum Resolved {
+    /// A read's tenant.
+    Read(Scoped),
+    /// A write's tenant.
+    Write(Writer),
+}
+
+/// A write's tenant: open already, or to be opened once the write's body
+/// has passed its checks, so a request that is refused opens nothing.
+#[derive(Debug, Clone)]
+pub enum Writer {
+    /// Open.
+    Open(Arc<Tenant>),
+    /// Its first write.
+    New(TenantId),
+}
+
+impl Writer {
+    /// The tenant, opened if this is its first write.
+    pub async fn open(self, tenants: &Tenants) -> Result<Arc<Tenant>, OpenError> {
+        match self {
+            Self::Open(t) => Ok(t),
+            Self::New(id) => tenants.for_write(&id).await,
+        }
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Writer {
+    type Rejection = super::error::ApiError;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Writer>().cloned().ok_or_else(|| {
+            super::error::ApiError::Internal("the write's tenant was not resolved".into())
+        })
+    }
+}
+
+impl From<OpenError> for super::error::ApiError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::TooMany(_) => Self::Overloaded(e.to_string()),
+            OpenError::Failed(_) => Self::Internal(e.to_string()),
         }
     }
 }

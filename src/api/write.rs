@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::state::AppState;
-use super::tenant::{Scoped, Tenant};
+use super::tenant::{Tenant, Writer};
 use crate::ingest;
 use crate::reuse::Reused;
 
@@ -70,7 +70,7 @@ thread_local! {
 
 pub(super) async fn remote_write(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    writer: Writer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -78,7 +78,18 @@ pub(super) async fn remote_write(
     let replied_as = version.as_ref().map_or(Version::V1, |v| *v);
     // Samples and exemplars durably written: what a 2.0 reply reports.
     let (mut written, mut exemplars_written, mut histograms_written) = (0, 0, 0);
-    let result = match version.and_then(|v| handle(&state, &tenant, v, &headers, body)) {
+    // A tenant's first write opens it only once its body has passed the
+    // checks that need no decoding.
+    let checked = match version.and_then(|v| check_body(&state, &headers, body).map(|b| (v, b))) {
+        Ok((v, b)) => match writer.open(state.tenants()).await {
+            Ok(tenant) => Ok((v, b, tenant)),
+            Err(e) => Err(ApiError::from(e)),
+        },
+        Err(e) => Err(e),
+    };
+    let appended =
+        checked.and_then(|(v, (body, len), tenant)| append(&state, &tenant, v, &body, len));
+    let result = match appended {
         // What was stored must be durable before any reply, 400 included:
         // a sender does not retry a 400, so its valid part must not be lost.
         Ok(report) => match report.commit.clone().durable().await {
@@ -117,17 +128,16 @@ pub(super) async fn remote_write(
     resp
 }
 
-fn handle(
+/// The checks of a body that need no decoding: its encoding, size and
+/// snappy header. The body and its decompressed length.
+fn check_body(
     state: &AppState,
-    tenant: &Tenant,
-    version: Version,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<ingest::IngestReport, ApiError> {
+) -> Result<(Bytes, usize), ApiError> {
     check_content_encoding(headers)?;
     let inner = &state.inner;
     let body = state.write_body(body)?;
-    state.check_writable(tenant, version.protocol())?;
     if body.starts_with(SNAPPY_FRAMED_MAGIC) {
         return Err(ApiError::BadRequest(
             "body uses the snappy framed format; remote write requires the snappy block format"
@@ -152,6 +162,20 @@ fn handle(
             body.len()
         )));
     }
+    Ok((body, len))
+}
+
+/// Decodes the checked `body` (`len` bytes decompressed) into `tenant`'s
+/// database.
+fn append(
+    state: &AppState,
+    tenant: &Tenant,
+    version: Version,
+    body: &Bytes,
+    len: usize,
+) -> Result<ingest::IngestReport, ApiError> {
+    let inner = &state.inner;
+    state.check_writable(tenant, version.protocol())?;
     let now_ms = state.now_ms();
     let report = DECODE_BUF.with(|kept| {
         kept.with(|buf| {
