@@ -129,7 +129,7 @@ fn handle(
     let now_ms = state.now_ms();
     let report = BUFS.with(|kept| {
         kept.with(|(unzipped, transcoded)| {
-            let mut bytes: &[u8] = &body;
+            let mut bytes: &[u8] = body;
             if gzip {
                 unzipped.clear();
                 flate2::read::MultiGzDecoder::new(bytes)

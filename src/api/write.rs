@@ -183,7 +183,7 @@ fn append(
                 buf.resize(len, 0);
             }
             let n = snap::raw::Decoder::new()
-                .decompress(&body, &mut buf[..len])
+                .decompress(body, &mut buf[..len])
                 .map_err(|e| {
                     ApiError::BadRequest(format!("body is not valid snappy block data: {e}"))
                 })?;
