@@ -2,9 +2,11 @@
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
 pub mod auth;
+pub mod bucket;
 mod error;
 mod escaping;
 mod federate;
+pub mod limits;
 mod metadata;
 mod otlp;
 pub mod params;
@@ -82,12 +84,31 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
     } else {
         auth::Identity::Anyone
     };
-    let tenant = state
+    let (id, tenant) = state
         .inner
         .tenants
         .resolve(req.uri().path(), req.headers())
         .await
         .map_err(IntoResponse::into_response)?;
+    let write = matches!(tenant, tenant::Resolved::Write(_));
+    if let Some(id) = id.filter(|id| {
+        !state
+            .inner
+            .tenant_limits
+            .current()
+            .allows(&identity, id, write)
+    }) {
+        state.inner.metrics.web().record_forbidden();
+        let user = match &identity {
+            auth::Identity::User(u) => u.to_string(),
+            auth::Identity::Anyone => String::new(),
+        };
+        let what = if write { "write" } else { "read" };
+        return Err(ApiError::Forbidden(format!(
+            "user {user:?} may not {what} tenant {id} (identities in the runtime config file)"
+        ))
+        .into_response());
+    }
     req.extensions_mut().insert(identity);
     match tenant {
         tenant::Resolved::Read(scoped) => {

@@ -18,6 +18,7 @@ use crate::storage::{DbOptions, Durability, HeadOptions};
 use crate::wal::commit::FsyncMode;
 use crate::wal::{Repair, WalOptions};
 
+pub mod runtime;
 pub mod web;
 
 /// Prometheus' experimental PromQL functions and aggregations.
@@ -107,6 +108,21 @@ settings! {
     /// writes past it get 503 [default: 1000].
     #[arg(value_name = "N")]
     max_tenants: usize = 1000;
+    /// Mimir's runtime configuration file: per-tenant limits (limits:
+    /// and overrides:, under Mimir's names: ingestion_rate,
+    /// ingestion_burst_size, max_global_series_per_user,
+    /// max_label_names_per_series, max_query_samples) and which logins may
+    /// use which tenants (identities:). Read again on SIGHUP and when it
+    /// changes; a bad file then keeps the one in force. Empty: no limits
+    /// but the flags', any login may use any tenant [default: none].
+    #[serde(alias = "runtime-config.file")]
+    #[arg(value_name = "FILE", visible_alias = "runtime-config.file")]
+    runtime_config_file: PathBuf = PathBuf::new();
+    /// The status of a write refused by its tenant's ingestion rate limit:
+    /// 503 (every sender retries it) or 429 (for senders set up to retry
+    /// it, as Prometheus with retry_on_http_429) [default: 503].
+    #[arg(value_name = "STATUS")]
+    rate_limit_status: u16 = 503;
     /// Directory for durable data: the write-ahead log (wal/) and
     /// checkpoints [default: ./data].
     #[arg(value_name = "DIR")]
@@ -620,12 +636,26 @@ impl Config {
                 self.tenant_header
             )));
         }
+        if !matches!(self.rate_limit_status, 429 | 503) {
+            return Err(ConfigError::Invalid(format!(
+                "rate-limit-status must be 429 or 503, not {}",
+                self.rate_limit_status
+            )));
+        }
         if self.multitenancy && !self.forward.is_empty() {
             return Err(ConfigError::Invalid(
                 "forward with multitenancy is not supported yet: each tenant has its own WAL, and forwarding reads only the root one".into(),
             ));
         }
         Ok(())
+    }
+
+    /// The status of a rate-limit refusal.
+    pub fn rate_limit_status(&self) -> http::StatusCode {
+        match self.rate_limit_status {
+            429 => http::StatusCode::TOO_MANY_REQUESTS,
+            _ => http::StatusCode::SERVICE_UNAVAILABLE,
+        }
     }
 
     /// The HTTP listener's limits.

@@ -15,7 +15,8 @@ pub use crate::protocol::wire::DecodeError;
 use crate::storage::exemplars::ExemplarError;
 use crate::storage::{Commit, SampleError};
 pub use remote_write::{
-    append_write_request, append_write_request_v2, append_write_request_with_exemplars,
+    append_write_request, append_write_request_admitted, append_write_request_v2,
+    append_write_request_v2_admitted, append_write_request_with_exemplars,
 };
 use validate::{LabelError, NameValidation};
 

@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading");
-            hangup.notify_one();
+            hangup.notify();
         }
     });
     server

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 pub mod http;
+pub mod reload;
+pub mod runtime;
 pub mod tls;
 pub mod web;
 
@@ -41,7 +43,7 @@ pub enum ServerError {
     /// The write-ahead log could not be replayed or opened.
     #[error(transparent)]
     Wal(#[from] crate::wal::WalError),
-    /// The web configuration file is missing or invalid.
+    /// The web or runtime configuration file is missing or invalid.
     #[error("{0}")]
     WebConfig(String),
     /// Serving failed.
@@ -60,7 +62,8 @@ pub struct Server {
     forward_max_lag_bytes: u64,
     forward_shard_by_series: Option<usize>,
     web: Option<web::WebConfigFile>,
-    hangup: Arc<Notify>,
+    runtime: Option<runtime::RuntimeConfigFile>,
+    hangup: reload::Hangup,
 }
 
 impl Server {
@@ -108,6 +111,23 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        let runtime = match config.runtime_config_file.as_os_str().is_empty() {
+            true => None,
+            false => {
+                let (path, limits, metrics) = (
+                    config.runtime_config_file.clone(),
+                    state.tenant_limits(),
+                    state.web_metrics().runtime_config,
+                );
+                let logins = state.door().needs_login();
+                let loaded = tokio::task::spawn_blocking(move || {
+                    runtime::RuntimeConfigFile::load(&path, limits, metrics, logins)
+                })
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -137,14 +157,15 @@ impl Server {
                 .forward_shard_by_series
                 .then_some(config.forward_shard_by_series_replicas),
             web,
-            hangup: Arc::default(),
+            runtime,
+            hangup: reload::Hangup::default(),
         })
     }
 
-    /// What reloads the web configuration file (main notifies it on
-    /// SIGHUP).
-    pub fn hangup(&self) -> Arc<Notify> {
-        Arc::clone(&self.hangup)
+    /// What reloads the web and runtime configuration files (main
+    /// notifies it on SIGHUP).
+    pub fn hangup(&self) -> reload::Hangup {
+        self.hangup.clone()
     }
 
     /// The bound address (useful with port 0).
@@ -195,9 +216,15 @@ impl Server {
             }
             _ => None,
         };
-        let watcher = self
-            .web
-            .map(|w| tokio::spawn(w.watch(Arc::clone(&self.hangup), stop_rx)));
+        let watchers: Vec<_> = [
+            self.web
+                .map(|w| tokio::spawn(reload::watch(w, self.hangup.clone(), stop_rx.clone()))),
+            self.runtime
+                .map(|r| tokio::spawn(reload::watch(r, self.hangup.clone(), stop_rx.clone()))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let tls = tls.map(|config| http::TlsDoor {
             config,
             handshake_failures: self.state.web_metrics().handshake_failures,
@@ -223,7 +250,7 @@ impl Server {
         let _ = stop_tx.send(true);
         let _ = background.await;
         tenants.tenants().close().await;
-        if let Some(w) = watcher {
+        for w in watchers {
             let _ = w.await;
         }
         if let Some(f) = forwarders {

@@ -192,6 +192,7 @@ pub struct Metrics {
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
     throttled: Family<ProtocolLabels, Counter>,
+    rate_limited: Family<ProtocolLabels, Counter>,
     exemplars: Family<ProtocolLabels, Counter>,
     rejected_exemplars: Family<RejectLabels, Counter>,
     queries_running: Gauge,
@@ -214,36 +215,66 @@ pub struct ConnectionMetrics {
     pub reserve_refusals: Counter,
 }
 
-/// The web configuration file's reloads and what the door refused.
+/// A configuration file's reloads.
+#[derive(Debug, Clone, Default)]
+pub struct Reloads {
+    /// 1 if the last load succeeded.
+    pub ok: Gauge,
+    /// When a load last succeeded, in Unix seconds.
+    pub time: Gauge,
+}
+
+impl Reloads {
+    /// Records a load's outcome.
+    pub fn record(&self, ok: bool) {
+        self.ok.set(i64::from(ok));
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            self.time.set(i64::try_from(now).unwrap_or(i64::MAX));
+        }
+    }
+
+    fn register(&self, registry: &mut Registry, name: &str, file: &str) {
+        registry.register(
+            format!("sluice_{name}_last_reload_successful"),
+            format!("Whether the last load of the {file} succeeded"),
+            self.ok.clone(),
+        );
+        registry.register(
+            format!("sluice_{name}_last_reload_success_timestamp_seconds"),
+            format!("When the {file} was last loaded successfully"),
+            self.time.clone(),
+        );
+    }
+}
+
+/// The configuration files' reloads and what the door refused.
 #[derive(Debug, Clone, Default)]
 pub struct WebMetrics {
-    /// 1 if the last reload of the web configuration file succeeded.
-    pub reload_ok: Gauge,
-    /// When it last succeeded, in Unix seconds.
-    pub reload_time: Gauge,
+    /// The web configuration file's loads.
+    pub web_config: Reloads,
+    /// The runtime configuration file's loads.
+    pub runtime_config: Reloads,
     /// TLS handshakes that failed.
     pub handshake_failures: Counter,
     unauthorized: Family<ReasonLabels, Counter>,
+    forbidden: Counter,
 }
 
 impl WebMetrics {
+    /// Counts a request whose login may not use its tenant.
+    pub fn record_forbidden(&self) {
+        self.forbidden.inc();
+    }
+
     /// Counts a request refused at the door for `reason` (`missing`,
     /// `wrong`, `busy`).
     pub fn record_unauthorized(&self, reason: &'static str) {
         self.unauthorized
             .get_or_create(&ReasonLabels { reason })
             .inc();
-    }
-
-    /// Records a reload's outcome.
-    pub fn record_reload(&self, ok: bool) {
-        self.reload_ok.set(i64::from(ok));
-        if ok {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            self.reload_time.set(i64::try_from(now).unwrap_or(i64::MAX));
-        }
     }
 }
 
@@ -325,6 +356,12 @@ impl Metrics {
             "Write requests answered 503 because the head was at its memory high-water mark or the WAL's disk was full",
             throttled.clone(),
         );
+        let rate_limited = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_write_rate_limited_requests",
+            "Write requests refused by their tenant's ingestion rate limit (ingestion_rate, ingestion_burst_size)",
+            rate_limited.clone(),
+        );
         let exemplars = Family::<ProtocolLabels, Counter>::default();
         registry.register(
             "sluice_ingested_exemplars",
@@ -350,15 +387,20 @@ impl Metrics {
             queries_timed_out.clone(),
         );
         let web = WebMetrics::default();
-        registry.register(
-            "sluice_web_config_last_reload_successful",
-            "Whether the last load of the web configuration file (--web-config-file) succeeded",
-            web.reload_ok.clone(),
+        web.web_config.register(
+            &mut registry,
+            "web_config",
+            "web configuration file (--web-config-file)",
+        );
+        web.runtime_config.register(
+            &mut registry,
+            "runtime_config",
+            "runtime configuration file (--runtime-config-file)",
         );
         registry.register(
-            "sluice_web_config_last_reload_success_timestamp_seconds",
-            "When the web configuration file was last loaded successfully",
-            web.reload_time.clone(),
+            "sluice_http_forbidden_requests",
+            "Requests refused because their login may not use their tenant (identities in the runtime configuration file)",
+            web.forbidden.clone(),
         );
         registry.register(
             "sluice_http_tls_handshake_failures",
@@ -410,6 +452,7 @@ impl Metrics {
             requests,
             durations,
             throttled,
+            rate_limited,
             exemplars,
             rejected_exemplars,
             queries_running,
@@ -460,6 +503,13 @@ impl Metrics {
     /// Counts one write request pushed back for memory.
     pub fn record_throttled(&self, protocol: &'static str) {
         self.throttled
+            .get_or_create(&ProtocolLabels { protocol })
+            .inc();
+    }
+
+    /// Counts one write request refused by its tenant's rate limit.
+    pub fn record_rate_limited(&self, protocol: &'static str) {
+        self.rate_limited
             .get_or_create(&ProtocolLabels { protocol })
             .inc();
     }

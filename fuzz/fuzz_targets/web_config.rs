@@ -1,13 +1,18 @@
 //! The door's untrusted text: a web configuration file (Prometheus'
-//! `--web.config.file` format), an `Authorization` header and a tenant
-//! header. None may panic; a file that parses must have passed every check
-//! (a bcrypt hash for each user, a key with a certificate), and an
-//! accepted tenant ID is one safe path segment.
+//! `--web.config.file` format), a runtime configuration file (Mimir's
+//! limits and overrides, identities), an `Authorization` header and a
+//! tenant header. None may panic; a file that parses must have passed
+//! every check (a bcrypt hash for each user, a key with a certificate; a
+//! rate a token bucket can run on), and an accepted tenant ID is one safe
+//! path segment.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice::api::auth::basic_credentials;
 use sluice::api::tenant::{TenantId, MAX_LENGTH};
+use sluice::api::bucket::Bucket;
+use sluice::api::limits::InForce;
+use sluice::config::runtime::RuntimeConfig;
 use sluice::config::web::{bcrypt_cost, WebConfig};
 
 fuzz_target!(|data: &[u8]| {
@@ -20,6 +25,18 @@ fuzz_target!(|data: &[u8]| {
         }
         let t = &c.tls_server_config;
         assert!(!t.enabled() || t.key_file.is_some() || t.key.is_some());
+    }
+    if let Ok(c) = RuntimeConfig::parse(text) {
+        if let Ok(limits) = InForce::new(&c) {
+            let anonymous = TenantId::anonymous();
+            let l = limits.limits(&anonymous);
+            assert!(l.ingestion_rate.is_finite() && l.ingestion_rate >= 0.0);
+            let now = std::time::Instant::now();
+            let mut bucket = Bucket::default();
+            let _ = bucket.take(data.len() as u64, &l, now);
+            bucket.charge(u64::MAX, &l, now);
+            let _ = bucket.check_debt(&l, now);
+        }
     }
     if let Ok(v) = http::HeaderValue::from_bytes(data) {
         if let Some((user, password)) = basic_credentials(&v) {

@@ -54,6 +54,11 @@ impl Door {
     pub(super) fn current(&self) -> Arc<Rules> {
         Arc::clone(&self.rules.read())
     }
+
+    /// Whether logins are required now.
+    pub fn needs_login(&self) -> bool {
+        self.rules.read().needs_login()
+    }
 }
 
 /// One configuration's logins and headers, with its verdict cache.

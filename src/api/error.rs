@@ -37,6 +37,20 @@ pub enum ApiError {
     /// `retry_on_http_429: true`, and drops the batch otherwise).
     #[error("{0}")]
     Overloaded(String),
+    /// A tenant is over its ingestion rate: 503 (or `--rate-limit-status`)
+    /// with a `Retry-After` of when its samples can pass.
+    #[error("{message}")]
+    RateLimited {
+        /// What limit, for whom.
+        message: String,
+        /// Seconds until the request can pass.
+        retry_after: u64,
+        /// 503, or 429 for senders set up to retry it.
+        status: StatusCode,
+    },
+    /// The login may not use this tenant (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// Something failed on our side (500); the message goes to the log only.
     #[error("internal error: {0}")]
     Internal(String),
@@ -64,7 +78,7 @@ pub(super) struct Parts {
     pub(super) status: StatusCode,
     pub(super) message: String,
     pub(super) fault: Option<String>,
-    pub(super) retry_after: bool,
+    pub(super) retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -74,20 +88,29 @@ impl ApiError {
             status,
             message,
             fault: None,
-            retry_after: false,
+            retry_after: None,
         };
         match self {
             ApiError::Prom { kind, message } => Parts {
-                retry_after: matches!(kind, ErrorType::Unavailable),
+                retry_after: matches!(kind, ErrorType::Unavailable).then_some(RETRY_AFTER_SECONDS),
                 ..reply(kind.status(), message)
             },
             ApiError::BadRequest(m) => reply(StatusCode::BAD_REQUEST, m),
             ApiError::TooLarge(m) => reply(StatusCode::PAYLOAD_TOO_LARGE, m),
             ApiError::UnsupportedMediaType(m) => reply(StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
             ApiError::Overloaded(m) => Parts {
-                retry_after: true,
+                retry_after: Some(RETRY_AFTER_SECONDS),
                 ..reply(StatusCode::SERVICE_UNAVAILABLE, m)
             },
+            ApiError::RateLimited {
+                message,
+                retry_after,
+                status,
+            } => Parts {
+                retry_after: Some(retry_after),
+                ..reply(status, message)
+            },
+            ApiError::Forbidden(m) => reply(StatusCode::FORBIDDEN, m),
             ApiError::Internal(m) => Parts {
                 fault: Some(m),
                 ..reply(
@@ -108,11 +131,9 @@ impl Parts {
             body.into(),
         )
             .into_response();
-        if self.retry_after {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
-            );
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
         }
         if let Some(fault) = self.fault {
             resp.extensions_mut().insert(Fault(fault));
@@ -138,7 +159,7 @@ impl IntoResponse for ApiError {
                 ErrorType::Unavailable => {
                     resp.headers_mut().insert(
                         header::RETRY_AFTER,
-                        header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+                        header::HeaderValue::from(RETRY_AFTER_SECONDS),
                     );
                 }
                 _ => {}
@@ -198,7 +219,7 @@ impl From<crate::storage::MemoryFull> for ApiError {
 }
 
 /// Seconds a pushed-back sender is asked to wait.
-const RETRY_AFTER_SECONDS: &str = "5";
+const RETRY_AFTER_SECONDS: u64 = 5;
 
 impl From<prom::NotEncoded> for ApiError {
     fn from(e: prom::NotEncoded) -> Self {

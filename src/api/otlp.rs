@@ -10,6 +10,7 @@
 //! retryable answer Sluice gives today.
 
 use std::io::Read as _;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -30,6 +31,7 @@ use crate::reuse::Reused;
 
 /// gRPC status codes used in `google.rpc.Status` bodies.
 const CODE_INVALID_ARGUMENT: i32 = 3;
+const CODE_RESOURCE_EXHAUSTED: i32 = 8;
 const CODE_INTERNAL: i32 = 13;
 const CODE_UNAVAILABLE: i32 = 14;
 
@@ -125,6 +127,15 @@ fn handle(
 ) -> Result<OtlpReport, ApiError> {
     let inner = &state.inner;
     state.check_writable(tenant, "otlp")?;
+    // Points become samples only as they are translated, so an OTLP
+    // request is charged to its tenant's rate limit after it is stored,
+    // and one that overdraws it makes the next wait.
+    let (limits, labels) = state.write_limits(tenant);
+    let checked = tenant.bucket.lock().check_debt(&limits, Instant::now());
+    if let Err(refused) = checked {
+        inner.metrics.record_rate_limited("otlp");
+        return Err(state.rate_refusal(tenant, refused));
+    }
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();
     let report = BUFS.with(|kept| {
@@ -149,7 +160,7 @@ fn handle(
                 bytes = transcoded;
             }
             let result =
-                otlp::append_export_request(&tenant.db, &tenant.otlp, &inner.limits, bytes, now_ms)
+                otlp::append_export_request(&tenant.db, &tenant.otlp, &labels, bytes, now_ms)
                     .map_err(|e| {
                         ApiError::BadRequest(format!(
                             "cannot decode ExportMetricsServiceRequest: {e}"
@@ -158,6 +169,10 @@ fn handle(
             result
         })
     })?;
+    tenant
+        .bucket
+        .lock()
+        .charge(report.samples.accepted, &limits, Instant::now());
     inner.metrics.record_ingest("otlp", &report.samples);
     inner
         .metrics
@@ -201,6 +216,7 @@ fn error_reply(format: Format, e: ApiError) -> Response {
     let mut parts = e.into_parts();
     let code = match parts.status {
         StatusCode::SERVICE_UNAVAILABLE => CODE_UNAVAILABLE,
+        StatusCode::TOO_MANY_REQUESTS => CODE_RESOURCE_EXHAUSTED,
         s if s.is_server_error() => CODE_INTERNAL,
         _ => CODE_INVALID_ARGUMENT,
     };

@@ -48,9 +48,17 @@ fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
 async fn run<T: Send + 'static>(
     state: &AppState,
     tenant: &Scoped,
-    opts: QueryOptions,
+    mut opts: QueryOptions,
     f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
+    let limit = state
+        .tenant_limits()
+        .current()
+        .limits(&tenant.0.id)
+        .max_query_samples;
+    if limit > 0 {
+        opts.max_samples = usize::try_from(limit).unwrap_or(usize::MAX);
+    }
     let db = Arc::clone(&tenant.0.db);
     state
         .read(opts.timeout, move |stop| {

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use super::error::ApiError;
 use super::slots;
 use super::tenant::{Tenant, Tenants};
+use crate::config::runtime::TenantLimits;
 use crate::config::Config;
 use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
@@ -56,6 +57,10 @@ pub(super) struct Inner {
     pub(super) last_view: parking_lot::Mutex<(Instant, u64)>,
     /// The logins and headers in force.
     pub(super) door: Arc<super::auth::Door>,
+    /// Per-tenant limits and the bindings of logins to tenants.
+    pub(super) tenant_limits: Arc<super::limits::Limits>,
+    /// The status of a rate-limit refusal (`--rate-limit-status`).
+    pub(super) rate_limit_status: StatusCode,
 }
 
 impl AppState {
@@ -68,6 +73,12 @@ impl AppState {
     /// reloads to swap.
     pub fn door(&self) -> Arc<super::auth::Door> {
         Arc::clone(&self.inner.door)
+    }
+
+    /// The per-tenant limits in force, for the runtime configuration's
+    /// reloads to swap.
+    pub fn tenant_limits(&self) -> Arc<super::limits::Limits> {
+        Arc::clone(&self.inner.tenant_limits)
     }
 
     /// The web configuration's reload and refusal counts.
@@ -108,6 +119,8 @@ impl AppState {
                 started: Instant::now(),
                 last_view: parking_lot::Mutex::new((Instant::now(), 0)),
                 door: Arc::default(),
+                tenant_limits: Arc::default(),
+                rate_limit_status: config.rate_limit_status(),
                 tenants: Tenants::new(config.tenant_setup(), Arc::clone(&db)),
                 db,
                 query,
@@ -217,6 +230,55 @@ impl AppState {
 }
 
 impl AppState {
+    /// `tenant`'s limits in force for one write: its series limit set on
+    /// its database, and the label limits of its series.
+    pub(super) fn write_limits(&self, tenant: &Tenant) -> (TenantLimits, LabelLimits) {
+        let limits = self.inner.tenant_limits.current().limits(&tenant.id);
+        let series = usize::try_from(limits.max_global_series_per_user).unwrap_or(usize::MAX);
+        let series = (series > 0).then_some(series);
+        if series.unwrap_or(tenant.db.default_max_series()) != tenant.db.max_series() {
+            tenant.db.set_max_series(series);
+        }
+        let mut labels = self.inner.limits;
+        if limits.max_label_names_per_series > 0 {
+            labels.max_labels =
+                usize::try_from(limits.max_label_names_per_series).unwrap_or(usize::MAX);
+        }
+        (limits, labels)
+    }
+
+    /// Takes `samples` from `tenant`'s rate limit, or the refusal.
+    pub(super) fn take_rate(
+        &self,
+        tenant: &Tenant,
+        limits: &TenantLimits,
+        samples: u64,
+    ) -> Result<(), ApiError> {
+        tenant
+            .bucket
+            .lock()
+            .take(samples, limits, Instant::now())
+            .map_err(|refused| self.rate_refusal(tenant, refused))
+    }
+
+    /// The answer to a write refused by `tenant`'s rate limit.
+    pub(super) fn rate_refusal(
+        &self,
+        tenant: &Tenant,
+        refused: super::bucket::RateRefusal,
+    ) -> ApiError {
+        use super::bucket::RateRefusal;
+        let message = refused.message(tenant.id.as_str());
+        match refused {
+            RateRefusal::TooLarge { .. } => ApiError::BadRequest(message),
+            RateRefusal::Wait { wait_secs, .. } => ApiError::RateLimited {
+                message,
+                retry_after: wait_secs,
+                status: self.inner.rate_limit_status,
+            },
+        }
+    }
+
     /// The body of a write request, or the error that says why it could
     /// not be read (413 over `--max-body-bytes`).
     pub(super) fn write_body(

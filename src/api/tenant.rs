@@ -103,6 +103,8 @@ pub struct Tenant {
     /// OTLP delta totals, kept per tenant so one tenant's series never
     /// meet another's.
     pub(crate) otlp: Otlp,
+    /// Its ingestion rate limit's tokens.
+    pub(crate) bucket: Mutex<super::bucket::Bucket>,
 }
 
 /// What a new tenant's database and state are made from.
@@ -167,6 +169,7 @@ impl Tenants {
                 id,
                 db,
                 otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
+                bucket: Mutex::default(),
             })
         };
         let empty_opts = DbOptions {
@@ -270,6 +273,7 @@ impl Tenants {
             id: id.clone(),
             db,
             otlp: Otlp::new(self.setup.otlp.0.clone(), self.setup.otlp.1),
+            bucket: Mutex::default(),
         });
         if let Some(u) = self.upkeep.lock().as_mut() {
             u.running.push(tokio::spawn(
@@ -457,27 +461,31 @@ impl axum::response::IntoResponse for Unscoped {
 }
 
 impl Tenants {
-    /// The tenant of a request to `path` with `headers`: `anonymous` with
-    /// multitenancy off; else the one its tenant header names, opened if
-    /// this is its first write.
+    /// The tenant of a request to `path` with `headers`, by its ID (none
+    /// for a path that needs no tenant, asked without one): `anonymous`
+    /// with multitenancy off; else the one its tenant header names, opened
+    /// if this is its first write.
     pub async fn resolve(
         &self,
         path: &str,
         headers: &http::HeaderMap,
-    ) -> Result<Resolved, Unscoped> {
+    ) -> Result<(Option<TenantId>, Resolved), Unscoped> {
+        let write = WRITES.contains(&path);
+        let free = TENANT_FREE.contains(&path);
         let anonymous = || {
-            if WRITES.contains(&path) {
+            let r = if write {
                 Resolved::Write(Writer::Open(self.anonymous()))
             } else {
                 Resolved::Read(Scoped(self.anonymous()))
-            }
+            };
+            ((!free).then(TenantId::anonymous), r)
         };
         if !self.setup.multitenancy {
             return Ok(anonymous());
         }
         let value = headers.get(&self.setup.header).map(|v| v.to_str());
         let id = match value {
-            None | Some(Ok("")) if TENANT_FREE.contains(&path) => return Ok(anonymous()),
+            None | Some(Ok("")) if free => return Ok(anonymous()),
             None | Some(Ok("")) => {
                 return Err(TenantError::Missing(header_name(&self.setup.header)).into())
             }
@@ -490,14 +498,15 @@ impl Tenants {
             }
             Some(Ok(v)) => TenantId::parse(v.trim())?,
         };
-        if WRITES.contains(&path) {
-            Ok(Resolved::Write(match self.open(&id) {
+        let resolved = if write {
+            Resolved::Write(match self.open(&id) {
                 Some(t) => Writer::Open(t),
-                None => Writer::New(id),
-            }))
+                None => Writer::New(id.clone()),
+            })
         } else {
-            Ok(Resolved::Read(Scoped(self.for_read(&id))))
-        }
+            Resolved::Read(Scoped(self.for_read(&id)))
+        };
+        Ok((Some(id), resolved))
     }
 
     /// The tenant `id`, if it is open.

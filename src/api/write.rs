@@ -176,6 +176,17 @@ fn append(
 ) -> Result<ingest::IngestReport, ApiError> {
     let inner = &state.inner;
     state.check_writable(tenant, version.protocol())?;
+    let (limits, labels) = state.write_limits(tenant);
+    // The rate limit is asked once the request's samples are counted,
+    // before anything of it is stored.
+    let mut refused = None;
+    let mut admit = |samples: u64| match state.take_rate(tenant, &limits, samples) {
+        Ok(()) => true,
+        Err(e) => {
+            refused = Some(e);
+            false
+        }
+    };
     let now_ms = state.now_ms();
     let report = DECODE_BUF.with(|kept| {
         kept.with(|buf| {
@@ -189,22 +200,31 @@ fn append(
                 })?;
             let body = &buf[..n];
             match version {
-                Version::V1 => ingest::append_write_request_with_exemplars(
-                    &tenant.db,
-                    body,
-                    &inner.limits,
-                    now_ms,
+                Version::V1 => ingest::append_write_request_admitted(
+                    &tenant.db, body, &labels, now_ms, &mut admit,
                 )
                 .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
-                Version::V2 => ingest::append_write_request_v2(&tenant.db, body, &inner.v2, now_ms)
+                Version::V2 => {
+                    let options = ingest::remote_write::V2Options {
+                        limits: labels,
+                        ..inner.v2
+                    };
+                    ingest::append_write_request_v2_admitted(
+                        &tenant.db, body, &options, now_ms, &mut admit,
+                    )
                     .map_err(|e| {
                         ApiError::BadRequest(format!(
                             "cannot decode io.prometheus.write.v2.Request: {e}"
                         ))
-                    }),
+                    })
+                }
             }
         })
     })?;
+    if let Some(e) = refused {
+        inner.metrics.record_rate_limited(version.protocol());
+        return Err(e);
+    }
     inner.metrics.record_ingest(version.protocol(), &report);
     Ok(report)
 }

@@ -33,7 +33,7 @@ pub fn append_write_request(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(db, Exemplars::Skip, body, limits, now_ms)
+    append_v1(db, Exemplars::Skip, body, limits, now_ms, &mut |_| true)
 }
 
 /// [`append_write_request`], also storing and logging the request's
@@ -44,7 +44,21 @@ pub fn append_write_request_with_exemplars(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(db, Exemplars::Store, body, limits, now_ms)
+    append_v1(db, Exemplars::Store, body, limits, now_ms, &mut |_| true)
+}
+
+/// [`append_write_request_with_exemplars`], asking `admit` with the
+/// request's samples and histogram samples, once they are counted and
+/// before anything is stored, whether it may be stored at all (a tenant's
+/// rate limit). Refused, nothing is stored and the report is empty.
+pub fn append_write_request_admitted(
+    db: &Db,
+    body: &[u8],
+    limits: &LabelLimits,
+    now_ms: i64,
+    admit: &mut dyn FnMut(u64) -> bool,
+) -> Result<IngestReport, DecodeError> {
+    append_v1(db, Exemplars::Store, body, limits, now_ms, admit)
 }
 
 /// Whether a 1.0 request's exemplars are stored.
@@ -60,6 +74,7 @@ fn append_v1(
     body: &[u8],
     limits: &LabelLimits,
     now_ms: i64,
+    admit: &mut dyn FnMut(u64) -> bool,
 ) -> Result<IngestReport, DecodeError> {
     let mut app = db.appender(now_ms.saturating_add(MAX_AHEAD_MS));
     let exemplars = exemplars == Exemplars::Store;
@@ -67,10 +82,12 @@ fn append_v1(
         kept.with(|batch| {
             batch.clear();
             let mut report = IngestReport::default();
+            let mut carried = 0u64;
             // 1. Each series with samples, by the hash of its raw label
             // bytes, as the request is checked (nothing is stored until
             // all of it is).
             let checked = decode::decode_each(body, |ts| {
+                carried += u64::from(ts.samples) + u64::from(ts.histograms);
                 let span = ts.span(body);
                 if ts.histograms > 0 {
                     batch.histograms.push(span);
@@ -87,6 +104,9 @@ fn append_v1(
                     None => batch.series.push_unknown(span),
                 }
             })?;
+            if !admit(carried) {
+                return Ok(IngestReport::default());
+            }
             report.metadata = checked.metadata;
             let wire = V1 { body };
             pipeline::append(&mut app, &wire, limits, batch, exemplars, &mut report);
@@ -201,11 +221,29 @@ pub fn append_write_request_v2(
     options: &V2Options,
     now_ms: i64,
 ) -> Result<IngestReport, RequestError> {
+    append_write_request_v2_admitted(db, body, options, now_ms, &mut |_| true)
+}
+
+/// [`append_write_request_v2`], asking `admit` first, as
+/// [`append_write_request_admitted`] does.
+pub fn append_write_request_v2_admitted(
+    db: &Db,
+    body: &[u8],
+    options: &V2Options,
+    now_ms: i64,
+    admit: &mut dyn FnMut(u64) -> bool,
+) -> Result<IngestReport, RequestError> {
     let mut app = db.appender(now_ms.saturating_add(MAX_AHEAD_MS));
     BATCH_V2.with(|kept| {
         kept.with(|(batch, (scratch, refs))| {
             batch.clear();
             v2::check(body, scratch)?;
+            let carried = scratch.series.iter().fold(0u64, |n, s| {
+                n + u64::from(s.samples) + u64::from(s.histograms)
+            });
+            if !admit(carried) {
+                return Ok(IngestReport::default());
+            }
             let mut report = IngestReport::default();
             // 1. Each valid series, by its fingerprint: from its key when
             // the series has been seen, else from its canonical label bytes,

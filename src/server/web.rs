@@ -6,18 +6,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-use tokio::sync::{watch, Notify};
-
+use super::reload::{self, Reloadable};
 use super::tls::{self, TlsHandle};
 use crate::api::auth::Door;
 use crate::config::web::WebConfig;
 use crate::telemetry::WebMetrics;
-
-/// How often the files are looked at for changes.
-const POLL: Duration = Duration::from_secs(2);
 
 /// The loaded file, what it puts in force, and how to notice a change.
 pub struct WebConfigFile {
@@ -57,7 +51,7 @@ impl WebConfigFile {
             );
         }
         door.set(&config);
-        metrics.record_reload(true);
+        metrics.web_config.record(true);
         Ok(Self {
             seen: digest(path, &config),
             path: path.to_owned(),
@@ -93,72 +87,37 @@ impl WebConfigFile {
     fn current(&self) -> [u8; 32] {
         match WebConfig::load(&self.path) {
             Ok(config) => digest(&self.path, &config),
-            Err(_) => raw_digest(&self.path),
+            Err(_) => reload::digest([self.path.as_path()]),
         }
     }
 
-    /// Whether the files differ from when they were last tried, whether
-    /// that load succeeded or not (so a bad file is reported once).
-    fn changed(&self) -> bool {
-        self.current() != self.seen
-    }
-
-    fn reload_and_report(&mut self, why: &'static str) {
+    fn report(&mut self, why: &'static str) {
         self.seen = self.current();
         match self.reload() {
             Ok(()) => {
-                self.metrics.record_reload(true);
+                self.metrics.web_config.record(true);
                 tracing::info!(file = %self.path.display(), why, "web config file reloaded");
             }
             Err(e) => {
-                self.metrics.record_reload(false);
+                self.metrics.web_config.record(false);
                 tracing::error!(file = %self.path.display(), why, error = %e,
                     "web config file not reloaded; the one loaded before stays in force");
             }
         }
     }
+}
 
-    /// Reloads on each `hangup` and when the files change, until `stop`.
-    pub async fn watch(mut self, hangup: Arc<Notify>, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let why = tokio::select! {
-                () = hangup.notified() => "SIGHUP",
-                _ = tick.tick() => "changed",
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            let done = tokio::task::spawn_blocking(move || {
-                if why == "SIGHUP" || self.changed() {
-                    self.reload_and_report(why);
-                }
-                self
-            })
-            .await;
-            match done {
-                Ok(back) => self = back,
-                Err(_) => return,
-            }
-        }
+impl Reloadable for WebConfigFile {
+    fn changed(&self) -> bool {
+        self.current() != self.seen
+    }
+
+    fn reload_and_report(&mut self, why: &'static str) {
+        self.report(why);
     }
 }
 
 /// A digest of the file at `path` and of the files `config` names.
 fn digest(path: &Path, config: &WebConfig) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for f in std::iter::once(path).chain(config.files()) {
-        let bytes = std::fs::read(f).unwrap_or_default();
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(&bytes);
-    }
-    h.finalize().into()
-}
-
-/// A digest of the file alone, when it does not parse.
-fn raw_digest(path: &Path) -> [u8; 32] {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let mut h = Sha256::new();
-    h.update((bytes.len() as u64).to_le_bytes());
-    h.update(&bytes);
-    h.finalize().into()
+    reload::digest(std::iter::once(path).chain(config.files()))
 }

@@ -29,7 +29,7 @@ impl SampleError {
 
 /// The series limit was reached; the series was not created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("series limit of {0} reached")]
+#[error("series limit of {0} reached (max-series, or the tenant's max_global_series_per_user)")]
 pub struct SeriesLimit(pub usize);
 
 /// Outcome counts of appends, accumulated over a request.

@@ -203,6 +203,23 @@ impl Db {
             + self.head.exemplars().bytes()
     }
 
+    /// Sets the most series the head holds (a tenant's
+    /// `max_global_series_per_user`); `None` restores the database's own.
+    pub fn set_max_series(&self, max: Option<usize>) {
+        self.head
+            .set_max_series(max.unwrap_or(self.head.opts().max_series));
+    }
+
+    /// The most series the head holds by its options (`--max-series`).
+    pub fn default_max_series(&self) -> usize {
+        self.head.opts().max_series
+    }
+
+    /// The most series the head holds now.
+    pub fn max_series(&self) -> usize {
+        self.head.max_series()
+    }
+
     /// Refuses a write while the WAL cannot take it: its disk is full
     /// (until space returns) or it failed for good.
     pub fn admit_write(&self) -> Result<(), crate::wal::commit::Refusal> {

@@ -117,6 +117,8 @@ pub struct Head {
     shards: Box<[Padded<ShardCell>]>,
     opts: HeadOptions,
     series: AtomicUsize,
+    /// Most series held: `opts.max_series`, or a tenant's own limit.
+    max_series: AtomicUsize,
     /// The next series reference handed out (WAL and checkpoints).
     next_ref: AtomicU64,
     wal: Option<Arc<GroupCommit>>,
@@ -181,6 +183,7 @@ impl Head {
         Self {
             shards: (0..n).map(|_| Padded(ShardCell::default())).collect(),
             series: AtomicUsize::new(0),
+            max_series: AtomicUsize::new(opts.max_series),
             next_ref: AtomicU64::new(1),
             wal: None,
             wal_dir: None,
@@ -192,6 +195,22 @@ impl Head {
             aliases: Aliases::default(),
             opts,
         }
+    }
+
+    /// Sets the most series held to `max` (new series past it are
+    /// refused; those held stay).
+    pub fn set_max_series(&self, max: usize) {
+        self.max_series.store(max, Ordering::Relaxed);
+    }
+
+    /// The options it was made with.
+    pub fn opts(&self) -> &HeadOptions {
+        &self.opts
+    }
+
+    /// The most series held.
+    pub fn max_series(&self) -> usize {
+        self.max_series.load(Ordering::Relaxed)
     }
 
     /// Other keys for the head's series (remote write 2.0's label keys).

@@ -186,7 +186,7 @@ impl Head {
         if let Some(slot) = shard.find(fp, canonical) {
             return Ok(slot);
         }
-        let max = self.opts.max_series;
+        let max = self.max_series.load(Ordering::Relaxed);
         if self
             .series
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {

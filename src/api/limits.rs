@@ -1,0 +1,137 @@
+//! Per-tenant limits and the bindings of logins to tenants, as the runtime
+//! configuration file (`config::runtime`) puts them in force: each
+//! tenant's rate (its token bucket is `api::bucket`), series, label and
+//! query-sample limits, and which identity may read or write which tenant.
+//! A reload swaps them whole; a request reads them once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::auth::Identity;
+use super::tenant::TenantId;
+use crate::config::runtime::{Access, RuntimeConfig, TenantLimits};
+
+/// The limits and bindings in force.
+#[derive(Debug, Default)]
+pub struct InForce {
+    defaults: TenantLimits,
+    overrides: HashMap<TenantId, TenantLimits>,
+    /// User name to the tenants it may use; `None`: anyone may use any.
+    bindings: Option<HashMap<String, Vec<(TenantId, Access)>>>,
+}
+
+impl InForce {
+    /// What `config` puts in force; the error names a tenant ID that is
+    /// not one.
+    pub fn new(config: &RuntimeConfig) -> Result<Self, String> {
+        let id = |where_: &str, s: &str| {
+            TenantId::parse(s).map_err(|e| format!("{where_}: tenant {s:?}: {e}"))
+        };
+        let defaults = config.defaults();
+        let mut overrides = HashMap::new();
+        for (tenant, patch) in &config.overrides {
+            overrides.insert(id("overrides", tenant)?, defaults.patched(patch));
+        }
+        let bindings = match &config.identities {
+            None => None,
+            Some(ids) => {
+                let mut out = HashMap::new();
+                for (user, list) in ids {
+                    let mut tenants = Vec::with_capacity(list.len());
+                    for b in list {
+                        let (tenant, access) = b.parts();
+                        tenants.push((id(&format!("identities: {user}"), tenant)?, access));
+                    }
+                    out.insert(user.clone(), tenants);
+                }
+                Some(out)
+            }
+        };
+        Ok(Self {
+            defaults,
+            overrides,
+            bindings,
+        })
+    }
+
+    /// The limits of `tenant`.
+    pub fn limits(&self, tenant: &TenantId) -> TenantLimits {
+        self.overrides.get(tenant).copied().unwrap_or(self.defaults)
+    }
+
+    /// Whether identities are bound to tenants.
+    pub fn binds(&self) -> bool {
+        self.bindings.is_some()
+    }
+
+    /// Whether `identity` may read (or, with `write`, write) `tenant`.
+    /// Without bindings, or without logins, anyone may.
+    pub fn allows(&self, identity: &Identity, tenant: &TenantId, write: bool) -> bool {
+        let (Some(bindings), Identity::User(user)) = (&self.bindings, identity) else {
+            return true;
+        };
+        bindings.get(&**user).is_some_and(|tenants| {
+            tenants
+                .iter()
+                .any(|(t, access)| t == tenant && access.allows(write))
+        })
+    }
+}
+
+/// The limits in force, swapped whole by a reload.
+#[derive(Debug, Default)]
+pub struct Limits {
+    current: RwLock<Arc<InForce>>,
+}
+
+impl Limits {
+    /// What is in force now.
+    pub fn current(&self) -> Arc<InForce> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// Puts `next` in force.
+    pub fn set(&self, next: InForce) {
+        *self.current.write() = Arc::new(next);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bindings_scope_users_to_tenants_and_their_access() {
+        let c = RuntimeConfig::parse(
+            "identities:\n  alice: [team-a]\n  grafana: [{tenant: team-b, access: read}]\n",
+        )
+        .expect("parses");
+        let f = InForce::new(&c).expect("in force");
+        let (a, b) = (
+            TenantId::parse("team-a").expect("id"),
+            TenantId::parse("team-b").expect("id"),
+        );
+        let alice = Identity::User("alice".into());
+        let grafana = Identity::User("grafana".into());
+        let mallory = Identity::User("mallory".into());
+        assert!(f.allows(&alice, &a, true) && f.allows(&alice, &a, false));
+        assert!(!f.allows(&alice, &b, false));
+        assert!(f.allows(&grafana, &b, false) && !f.allows(&grafana, &b, true));
+        assert!(!f.allows(&mallory, &a, false));
+        // Without logins configured there is no identity to bind.
+        assert!(f.allows(&Identity::Anyone, &b, true));
+        // Without bindings, any login may use any tenant.
+        let open = InForce::new(&RuntimeConfig::default()).expect("in force");
+        assert!(open.allows(&mallory, &a, true));
+    }
+
+    #[test]
+    fn tenant_ids_in_the_file_are_checked() {
+        let c =
+            RuntimeConfig::parse("overrides:\n  'a/b':\n    ingestion_rate: 1\n").expect("parses");
+        let err = InForce::new(&c).expect_err("a/b is no tenant ID");
+        assert!(err.contains("overrides") && err.contains("a/b"), "{err}");
+    }
+}

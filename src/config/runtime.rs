@@ -1,0 +1,276 @@
+//! The runtime configuration file (`--runtime-config.file`, Mimir's
+//! `-runtime-config.file`): per-tenant limits under Mimir's names, so
+//! existing overrides port, and which logins may use which tenants.
+//!
+//! ```yaml
+//! limits:                      # every tenant's, unless overridden
+//!   ingestion_rate: 50000      # samples and histograms per second
+//!   ingestion_burst_size: 500000
+//! overrides:
+//!   team-a:
+//!     max_global_series_per_user: 200000
+//! identities:                  # basic-auth user: tenants it may use
+//!   alice: [team-a]
+//!   grafana: [{tenant: team-a, access: read}, {tenant: team-b, access: read}]
+//! ```
+//!
+//! Unknown keys are errors, so a misspelt limit is never silently
+//! ignored. This module reads and checks the file; tenant IDs are checked
+//! and the limits enforced in `api::limits`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The runtime configuration file, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Every tenant's limits, where `overrides` says nothing.
+    #[serde(default)]
+    pub limits: LimitsPatch,
+    /// Per tenant: the limits that differ from `limits`.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, LimitsPatch>,
+    /// Basic-auth user name to the tenants it may use. Absent: any
+    /// identity may use any tenant.
+    #[serde(default)]
+    pub identities: Option<BTreeMap<String, Vec<Binding>>>,
+}
+
+/// Limits as written: each one set or left to what is under it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsPatch {
+    /// Samples and histogram samples per second (0: no limit).
+    pub ingestion_rate: Option<f64>,
+    /// The most a tenant may send at once; a request larger than this can
+    /// never pass.
+    pub ingestion_burst_size: Option<u64>,
+    /// Most series the tenant holds in memory (0: `--max-series`).
+    pub max_global_series_per_user: Option<u64>,
+    /// Most labels per series, `__name__` included (0:
+    /// `--max-labels-per-series`).
+    pub max_label_names_per_series: Option<u64>,
+    /// Most samples one query may hold (0: `--query-max-samples`).
+    pub max_query_samples: Option<u64>,
+}
+
+/// One tenant's limits in force. Zero means "no limit beyond the server's
+/// flags".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TenantLimits {
+    /// Samples and histogram samples per second.
+    pub ingestion_rate: f64,
+    /// The token bucket's size.
+    pub ingestion_burst_size: u64,
+    /// Most series held.
+    pub max_global_series_per_user: u64,
+    /// Most labels per series.
+    pub max_label_names_per_series: u64,
+    /// Most samples per query.
+    pub max_query_samples: u64,
+}
+
+impl Default for TenantLimits {
+    /// No limits but the flags'; the burst is Mimir's default, used once a
+    /// rate is set.
+    fn default() -> Self {
+        Self {
+            ingestion_rate: 0.0,
+            ingestion_burst_size: 200_000,
+            max_global_series_per_user: 0,
+            max_label_names_per_series: 0,
+            max_query_samples: 0,
+        }
+    }
+}
+
+impl TenantLimits {
+    /// These limits with `patch`'s set values over them.
+    pub fn patched(self, patch: &LimitsPatch) -> Self {
+        Self {
+            ingestion_rate: patch.ingestion_rate.unwrap_or(self.ingestion_rate),
+            ingestion_burst_size: patch
+                .ingestion_burst_size
+                .unwrap_or(self.ingestion_burst_size),
+            max_global_series_per_user: patch
+                .max_global_series_per_user
+                .unwrap_or(self.max_global_series_per_user),
+            max_label_names_per_series: patch
+                .max_label_names_per_series
+                .unwrap_or(self.max_label_names_per_series),
+            max_query_samples: patch.max_query_samples.unwrap_or(self.max_query_samples),
+        }
+    }
+
+    /// Why these limits cannot be enforced, if they cannot.
+    fn check(&self) -> Result<(), String> {
+        if !self.ingestion_rate.is_finite() || self.ingestion_rate < 0.0 {
+            return Err(format!(
+                "ingestion_rate must be a number of samples per second, 0 or more, not {}",
+                self.ingestion_rate
+            ));
+        }
+        if self.ingestion_rate > 0.0 && self.ingestion_burst_size == 0 {
+            return Err(
+                "ingestion_burst_size must be above 0 when ingestion_rate is set: \
+                 no request could ever pass"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What an identity may do in a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Queries and every other read.
+    Read,
+    /// Remote write and OTLP.
+    Write,
+    /// Both.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether this access allows a write (`write`) or a read.
+    pub fn allows(self, write: bool) -> bool {
+        match self {
+            Access::ReadWrite => true,
+            Access::Write => write,
+            Access::Read => !write,
+        }
+    }
+}
+
+/// A tenant an identity may use: its ID alone (read and write), or with
+/// an access.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Binding {
+    /// Read and write.
+    Tenant(String),
+    /// As `access` says.
+    Scoped {
+        /// The tenant ID.
+        tenant: String,
+        /// What the identity may do there.
+        #[serde(default = "read_write")]
+        access: Access,
+    },
+}
+
+fn read_write() -> Access {
+    Access::ReadWrite
+}
+
+impl Binding {
+    /// The tenant ID and the access.
+    pub fn parts(&self) -> (&str, Access) {
+        match self {
+            Binding::Tenant(t) => (t, Access::ReadWrite),
+            Binding::Scoped { tenant, access } => (tenant, *access),
+        }
+    }
+}
+
+/// Why a runtime configuration file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("runtime config file {path}: {message}")]
+pub struct RuntimeConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl RuntimeConfig {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<Self, RuntimeConfigError> {
+        let fail = |message: String| RuntimeConfigError {
+            path: path.to_owned(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        Self::parse(&text).map_err(fail)
+    }
+
+    /// Parses and checks `text`. An empty file is no limits and no
+    /// bindings.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let config: Self = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        config
+            .defaults()
+            .check()
+            .map_err(|e| format!("limits: {e}"))?;
+        for (tenant, patch) in &config.overrides {
+            config
+                .defaults()
+                .patched(patch)
+                .check()
+                .map_err(|e| format!("overrides: {tenant}: {e}"))?;
+        }
+        Ok(config)
+    }
+
+    /// The limits of a tenant without overrides.
+    pub fn defaults(&self) -> TenantLimits {
+        TenantLimits::default().patched(&self.limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mimir_names_parse_and_overrides_patch_the_defaults() {
+        let c = RuntimeConfig::parse(
+            "limits:\n  ingestion_rate: 1000\noverrides:\n  team-a:\n    ingestion_burst_size: 5000\n    max_global_series_per_user: 10\n\
+             identities:\n  alice: [team-a]\n  bob: [{tenant: team-b, access: read}, {tenant: team-a}]\n",
+        )
+        .expect("parses");
+        assert_eq!(c.defaults().ingestion_rate, 1000.0);
+        assert_eq!(c.defaults().ingestion_burst_size, 200_000);
+        let a = c.defaults().patched(&c.overrides["team-a"]);
+        assert_eq!(
+            (
+                a.ingestion_rate,
+                a.ingestion_burst_size,
+                a.max_global_series_per_user
+            ),
+            (1000.0, 5000, 10)
+        );
+        let ids = c.identities.expect("identities");
+        assert_eq!(ids["alice"][0].parts(), ("team-a", Access::ReadWrite));
+        assert_eq!(ids["bob"][0].parts(), ("team-b", Access::Read));
+        assert_eq!(ids["bob"][1].parts(), ("team-a", Access::ReadWrite));
+        assert!(Access::Read.allows(false) && !Access::Read.allows(true));
+        assert!(Access::Write.allows(true) && !Access::Write.allows(false));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (text, says) in [
+            ("limits:\n  ingestion_rat: 5\n", "ingestion_rat"),
+            ("limits:\n  ingestion_rate: -1\n", "ingestion_rate"),
+            (
+                "overrides:\n  t:\n    ingestion_rate: 5\n    ingestion_burst_size: 0\n",
+                "overrides: t: ingestion_burst_size",
+            ),
+            ("identities:\n  alice: [{tenant: a, access: admin}]\n", ""),
+            ("nonsense: 1\n", "nonsense"),
+        ] {
+            let err = RuntimeConfig::parse(text).expect_err(text);
+            assert!(err.contains(says), "{text}: {err}");
+        }
+        assert_eq!(RuntimeConfig::parse("\n"), Ok(RuntimeConfig::default()));
+    }
+}

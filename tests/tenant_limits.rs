@@ -1,0 +1,386 @@
+//! Per-tenant limits and bindings from the runtime configuration file
+//! (`--runtime-config-file`, Mimir's names): a tenant over its ingestion
+//! rate is pushed back with 503 and `Retry-After` while another writes on;
+//! a request larger than its burst is a 400 that names the limit; series,
+//! label and query-sample limits hold per tenant; logins bound to tenants
+//! get 403 elsewhere; the file is reloaded when it changes, and a bad one
+//! keeps the limits in force.
+
+mod common;
+#[path = "common/otlp_requests.rs"]
+mod otlp_requests;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use sluice::config::Config;
+
+const HEADER: &str = "X-Scope-OrgID";
+
+fn with_runtime(dir: &Path, yaml: &str) -> Config {
+    let path = dir.join("runtime.yaml");
+    std::fs::write(&path, yaml).expect("write runtime config");
+    Config {
+        multitenancy: true,
+        runtime_config_file: path,
+        ..Config::default()
+    }
+}
+
+/// A request of `n` series of `name`, one sample each at `t`, with
+/// `labels` more on each.
+fn batch(name: &str, n: usize, t: i64, labels: &[(&str, &str)]) -> Vec<u8> {
+    common::body(
+        (0..n)
+            .map(|i| {
+                let i = i.to_string();
+                let mut l = vec![("__name__", name), ("i", i.as_str())];
+                l.extend_from_slice(labels);
+                common::series(&l, &[(t, 1.0)])
+            })
+            .collect(),
+    )
+}
+
+async fn push_as(addr: SocketAddr, tenant: &str, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/write"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .header(HEADER, tenant)
+        .body(body)
+        .send()
+        .await
+        .expect("answered")
+}
+
+/// How many series of `name` tenant `tenant` holds.
+async fn count(addr: SocketAddr, tenant: &str, name: &str) -> usize {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{addr}/api/v1/series"))
+        .query(&[("match[]", name)])
+        .header(HEADER, tenant)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value =
+        serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    v["data"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One sample a second: a refusal here cannot turn into a pass on a
+    // slow machine.
+    let srv = common::start(with_runtime(
+        dir.path(),
+        "overrides:\n  slow:\n    ingestion_rate: 1\n    ingestion_burst_size: 1000\n",
+    ))
+    .await;
+    let t = common::now_ms();
+    // The bucket starts full: one burst passes.
+    let r = push_as(srv.addr, "slow", batch("a", 1000, t, &[])).await;
+    assert_eq!(r.status(), 204);
+    // The next waits; nothing of it is stored.
+    let r = push_as(srv.addr, "slow", batch("b", 500, t, &[])).await;
+    assert_eq!(r.status(), 503);
+    let wait: u64 = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!(wait >= 400, "500 samples at 1/s: {wait}");
+    let text = r.text().await.expect("body");
+    assert!(
+        text.contains("tenant slow") && text.contains("ingestion rate limit"),
+        "{text}"
+    );
+    assert_eq!(count(srv.addr, "slow", "b").await, 0);
+    // Larger than the burst: never, said as a 400.
+    let r = push_as(srv.addr, "slow", batch("c", 1001, t, &[])).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("ingestion_burst_size of 1000"), "{text}");
+    // Another tenant, without limits, writes on meanwhile.
+    for k in 0..20 {
+        let r = push_as(srv.addr, "fast", batch("a", 2000, t + k, &[])).await;
+        assert_eq!(r.status(), 204, "{}", r.text().await.unwrap_or_default());
+    }
+    assert_eq!(count(srv.addr, "fast", "a").await, 2000);
+    assert_eq!(count(srv.addr, "slow", "a").await, 1000);
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert_eq!(
+        common::metric_value(
+            &metrics,
+            "sluice_write_rate_limited_requests_total{protocol=\"remote_write\"}"
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn otlp_is_charged_after_it_is_stored_and_an_overdraft_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(with_runtime(
+        dir.path(),
+        "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 3000\n",
+    ))
+    .await;
+    let post = |t: i64| {
+        let body = otlp_requests::request(t).encode_to_vec();
+        reqwest::Client::new()
+            .post(format!("http://{}/v1/metrics", srv.addr))
+            .header("content-type", "application/x-protobuf")
+            .header(HEADER, "otel")
+            .body(body)
+            .send()
+    };
+    let t = common::now_ms();
+    // 2,200 samples a request: the first two pass (the second overdraws
+    // the bucket), the third waits.
+    assert_eq!(post(t - 2000).await.expect("answered").status(), 200);
+    assert_eq!(post(t - 1000).await.expect("answered").status(), 200);
+    let r = post(t).await.expect("answered");
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn rate_limit_status_429_is_for_senders_set_up_to_retry_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(Config {
+        rate_limit_status: 429,
+        ..with_runtime(
+            dir.path(),
+            "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 10\n",
+        )
+    })
+    .await;
+    let t = common::now_ms();
+    assert_eq!(
+        push_as(srv.addr, "t", batch("a", 10, t, &[]))
+            .await
+            .status(),
+        204
+    );
+    let r = push_as(srv.addr, "t", batch("a", 10, t + 1, &[])).await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn series_label_and_query_limits_hold_per_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(with_runtime(
+        dir.path(),
+        "overrides:\n  small:\n    max_global_series_per_user: 3\n    max_label_names_per_series: 3\n    max_query_samples: 10\n",
+    ))
+    .await;
+    let t = common::now_ms();
+    // Series past the tenant's limit are refused with a 400 that names
+    // it; the rest of the request is stored.
+    let r = push_as(srv.addr, "small", batch("s", 5, t, &[])).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("max_global_series_per_user"), "{text}");
+    assert_eq!(count(srv.addr, "small", "s").await, 3);
+    let r = push_as(srv.addr, "big", batch("s", 5, t, &[])).await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(count(srv.addr, "big", "s").await, 5);
+    // Four labels: one too many for `small` only.
+    let four = [("x", "1"), ("y", "2")];
+    let r = push_as(srv.addr, "small", batch("l", 1, t, &four)).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.expect("body").contains("labels"));
+    let r = push_as(srv.addr, "big", batch("l", 1, t, &four)).await;
+    assert_eq!(r.status(), 204);
+    // A query over more samples than `small` may hold.
+    let ask = |tenant: &'static str| {
+        reqwest::Client::new()
+            .get(format!("http://{}/api/v1/query_range", srv.addr))
+            .query(&[
+                ("query", "sum(s) + sum(s)"),
+                ("start", &(t / 1000).to_string()),
+                ("end", &((t / 1000) + 60).to_string()),
+                ("step", "1"),
+            ])
+            .header(HEADER, tenant)
+            .send()
+    };
+    let r = ask("small").await.expect("answered");
+    assert_eq!(r.status(), 422);
+    assert!(r.text().await.expect("body").contains("too many samples"));
+    assert_eq!(ask("big").await.expect("answered").status(), 200);
+}
+
+#[tokio::test]
+async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hash = bcrypt::hash("pw", 4).expect("bcrypt");
+    let web = dir.path().join("web.yaml");
+    std::fs::write(
+        &web,
+        format!("basic_auth_users:\n  alice: {hash}\n  grafana: {hash}\n  mallory: {hash}\n"),
+    )
+    .expect("write web config");
+    let srv = common::start(Config {
+        web_config_file: web,
+        ..with_runtime(
+            dir.path(),
+            "identities:\n  alice: [team-a]\n  grafana: [{tenant: team-a, access: read}, {tenant: team-b, access: read}]\n",
+        )
+    })
+    .await;
+    let t = common::now_ms();
+    let write = |user: &'static str, tenant: &'static str| {
+        reqwest::Client::new()
+            .post(format!("http://{}/api/v1/write", srv.addr))
+            .basic_auth(user, Some("pw"))
+            .header("content-type", "application/x-protobuf")
+            .header(HEADER, tenant)
+            .body(batch("w", 1, t, &[]))
+            .send()
+    };
+    let read = |user: &'static str, tenant: &'static str| {
+        reqwest::Client::new()
+            .get(format!("http://{}/api/v1/query", srv.addr))
+            .query(&[("query", "w")])
+            .basic_auth(user, Some("pw"))
+            .header(HEADER, tenant)
+            .send()
+    };
+    let status = |r: Result<reqwest::Response, reqwest::Error>| r.expect("answered").status();
+    assert_eq!(status(write("alice", "team-a").await), 204);
+    assert_eq!(status(read("alice", "team-a").await), 200);
+    assert_eq!(status(read("grafana", "team-a").await), 200);
+    assert_eq!(status(read("grafana", "team-b").await), 200);
+    for (refused, why) in [
+        (write("alice", "team-b").await, "alice writes team-b"),
+        (write("grafana", "team-a").await, "grafana may only read"),
+        (
+            write("mallory", "team-a").await,
+            "mallory is bound to nothing",
+        ),
+    ] {
+        let r = refused.expect("answered");
+        assert_eq!(r.status(), 403, "{why}");
+        let text = r.text().await.expect("body");
+        assert!(text.contains("may not write tenant"), "{why}: {text}");
+    }
+    assert_eq!(status(read("alice", "team-b").await), 403);
+    assert_eq!(status(read("mallory", "team-a").await), 403);
+    // A refused write opened nothing: team-b holds nothing.
+    assert_eq!(srv.state.tenants().all().len(), 2, "anonymous and team-a");
+    // A wrong password is still 401, before any binding is asked.
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/api/v1/query", srv.addr))
+        .query(&[("query", "w")])
+        .basic_auth("alice", Some("nope"))
+        .header(HEADER, "team-a")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 401);
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", srv.addr))
+        .basic_auth("mallory", Some("pw"))
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_http_forbidden_requests_total"),
+        Some(5.0),
+        "{metrics}"
+    );
+}
+
+/// Polls `ok` until it holds, for at most a minute (the file is looked at
+/// every 2 s).
+async fn until(mut ok: impl AsyncFnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ok().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_file_is_reloaded_when_it_changes_and_a_bad_one_keeps_the_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = with_runtime(dir.path(), "");
+    let path = config.runtime_config_file.clone();
+    let srv = common::start(config).await;
+    let t = common::now_ms();
+    assert_eq!(
+        push_as(srv.addr, "t", batch("a", 5, t, &[])).await.status(),
+        204
+    );
+    std::fs::write(
+        &path,
+        "overrides:\n  t:\n    ingestion_rate: 1\n    ingestion_burst_size: 2\n",
+    )
+    .expect("rewrite");
+    let mut k = 0;
+    until(
+        async || {
+            k += 1;
+            push_as(srv.addr, "t", batch("a", 5, t + k, &[]))
+                .await
+                .status()
+                == 400
+        },
+        "the new burst refuses 5 samples",
+    )
+    .await;
+    std::fs::write(&path, "overrides:\n  t:\n    ingestion_rat: 1\n").expect("rewrite");
+    until(
+        async || {
+            common::self_metric(srv.addr, "sluice_runtime_config_last_reload_successful").await
+                == Some(0.0)
+        },
+        "the bad file is reported",
+    )
+    .await;
+    // The limits loaded before stay in force.
+    assert_eq!(
+        push_as(srv.addr, "t", batch("a", 5, t + 1000, &[]))
+            .await
+            .status(),
+        400
+    );
+}
+
+#[tokio::test]
+async fn a_bad_file_stops_the_start_and_says_where() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (yaml, says) in [
+        ("limits:\n  ingestion_rat: 1\n", "ingestion_rat"),
+        (
+            "overrides:\n  'a/b':\n    ingestion_rate: 1\n",
+            "overrides: tenant \"a/b\"",
+        ),
+    ] {
+        let config = Config {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().join("data"),
+            ..with_runtime(dir.path(), yaml)
+        };
+        let err = sluice::server::Server::bind(&config)
+            .await
+            .expect_err("a bad runtime config file stops the start")
+            .to_string();
+        assert!(
+            err.contains("runtime.yaml") && err.contains(says),
+            "{yaml}: {err}"
+        );
+    }
+}
