@@ -15,6 +15,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{
     exponential_buckets, Histogram, NativeHistogramConfig,
 };
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::ingest::{IngestReport, Reason};
@@ -1011,5 +1012,103 @@ mod tests {
             openmetrics_to_text(om),
             "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\na_requests_total{x=\"1\"} 2\n# HELP b Gauge.\n# TYPE b gauge\nb 1\n"
         );
+    }
+}
+
+/// One tenant's figures, read at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct TenantFigures {
+    /// The tenant ID.
+    pub tenant: Arc<str>,
+    /// Series in its head.
+    pub series: u64,
+    /// Bytes it holds against the memory limit.
+    pub memory_bytes: u64,
+    /// Samples stored.
+    pub ingested: u64,
+    /// Samples refused, by reason (nonzero ones only).
+    pub rejected: Vec<(&'static str, u64)>,
+    /// Write requests refused by its rate limit.
+    pub rate_limited: u64,
+}
+
+/// Where per-tenant figures come from (the tenant registry).
+pub trait TenantSource: Send + Sync + std::fmt::Debug {
+    /// Every open tenant's figures.
+    fn figures(&self) -> Vec<TenantFigures>;
+}
+
+/// Per-tenant figures, one series per tenant (bounded by
+/// `--max-tenants`).
+#[derive(Debug)]
+struct TenantCollector(Arc<dyn TenantSource>);
+
+impl Collector for TenantCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let all = self.0.figures();
+        gauge(
+            &mut encoder,
+            "sluice_tenants",
+            "Tenants open, anonymous included (at most max-tenants)",
+            all.len() as i64,
+        )?;
+        type Pick = fn(&TenantFigures) -> u64;
+        let gauges: [(&str, &str, Pick); 2] = [
+            ("sluice_tenant_series", "Series in each tenant's head", |f| {
+                f.series
+            }),
+            (
+                "sluice_tenant_memory_bytes",
+                "Bytes each tenant holds against the memory limit (head, block indexes, aliases, metadata, exemplars, OTLP delta totals)",
+                |f| f.memory_bytes,
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for f in &all {
+                let v = i64::try_from(pick(f)).unwrap_or(i64::MAX);
+                ConstGauge::new(v).encode(family.encode_family(&[("tenant", &*f.tenant)])?)?;
+            }
+        }
+        let counters: [(&str, &str, Pick); 2] = [
+            (
+                "sluice_tenant_ingested_samples",
+                "Samples (and histogram samples) stored, by tenant",
+                |f| f.ingested,
+            ),
+            (
+                "sluice_tenant_rate_limited_requests",
+                "Write requests refused by the tenant's ingestion rate limit",
+                |f| f.rate_limited,
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for f in &all {
+                ConstCounter::new(pick(f) as f64)
+                    .encode(family.encode_family(&[("tenant", &*f.tenant)])?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "sluice_tenant_rejected_samples",
+            "Samples not stored, by tenant and reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for f in &all {
+            for &(reason, n) in &f.rejected {
+                ConstCounter::new(n as f64)
+                    .encode(family.encode_family(&[("tenant", &*f.tenant), ("reason", reason)])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Metrics {
+    /// Reports each tenant's figures from `source` (with multitenancy).
+    pub fn add_tenants(&mut self, source: Arc<dyn TenantSource>) {
+        self.registry
+            .register_collector(Box::new(TenantCollector(source)));
     }
 }

@@ -122,6 +122,33 @@ async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
         Some(2.0),
         "{metrics}"
     );
+    // Per tenant: what each stored and what was refused.
+    for (series, want) in [
+        (
+            "sluice_tenant_rate_limited_requests_total{tenant=\"slow\"}",
+            2.0,
+        ),
+        (
+            "sluice_tenant_rate_limited_requests_total{tenant=\"fast\"}",
+            0.0,
+        ),
+        (
+            "sluice_tenant_ingested_samples_total{tenant=\"fast\"}",
+            40_000.0,
+        ),
+        (
+            "sluice_tenant_ingested_samples_total{tenant=\"slow\"}",
+            1000.0,
+        ),
+        ("sluice_tenant_series{tenant=\"fast\"}", 2000.0),
+        ("sluice_tenants", 3.0),
+    ] {
+        assert_eq!(
+            common::metric_value(&metrics, series),
+            Some(want),
+            "{series}: {metrics}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -190,6 +217,14 @@ async fn series_label_and_query_limits_hold_per_tenant() {
     let text = r.text().await.expect("body");
     assert!(text.contains("max_global_series_per_user"), "{text}");
     assert_eq!(count(srv.addr, "small", "s").await, 3);
+    assert_eq!(
+        common::self_metric(
+            srv.addr,
+            "sluice_tenant_rejected_samples_total{tenant=\"small\",reason=\"series_limit\"}"
+        )
+        .await,
+        Some(2.0)
+    );
     let r = push_as(srv.addr, "big", batch("s", 5, t, &[])).await;
     assert_eq!(r.status(), 204);
     assert_eq!(count(srv.addr, "big", "s").await, 5);

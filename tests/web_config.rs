@@ -139,16 +139,19 @@ struct Door {
 
 impl Door {
     fn start(pki: &Pki, web: &str) -> Self {
+        Self::start_with(pki, web, &[])
+    }
+
+    /// [`Door::start`] with `args` more.
+    fn start_with(pki: &Pki, web: &str, args: &[&str]) -> Self {
         let data = tempfile::tempdir().expect("tempdir");
         let file = pki.path("web.yml");
         std::fs::write(&file, web).expect("web config");
         let file_arg = file.display().to_string();
-        let (child, addr) = common::spawn_sluice(
-            env!("CARGO_BIN_EXE_sluice"),
-            data.path(),
-            "info",
-            &["--web-config-file", &file_arg],
-        );
+        let mut all = vec!["--web-config-file", &file_arg];
+        all.extend_from_slice(args);
+        let (child, addr) =
+            common::spawn_sluice(env!("CARGO_BIN_EXE_sluice"), data.path(), "info", &all);
         Self {
             child: common::KillOnDrop(child),
             addr,
@@ -549,4 +552,170 @@ remote_write:
         said.contains("401") || said.contains("Unauthorized"),
         "{said}"
     );
+}
+
+/// Two teams' Prometheus 3.5.3 servers share one Sluice over https, each
+/// with its own login bound to its own tenant. Team B is held to a rate
+/// below what it sends: it is pushed back with 503 and `Retry-After`,
+/// retries, and once the limit is raised (the runtime config file, reloaded
+/// on SIGHUP) catches up having lost nothing; team A is never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_prometheus_tenants_share_one_sluice_and_one_over_its_rate_loses_nothing() {
+    let pki = Pki::new();
+    let runtime = pki.path("runtime.yml");
+    let bound = "identities:\n  team-a-prom: [team-a]\n  team-b-prom: [team-b]\n  \
+                 grafana: [{tenant: team-a, access: read}, {tenant: team-b, access: read}]\n";
+    std::fs::write(
+        &runtime,
+        format!("{bound}overrides:\n  team-b:\n    ingestion_rate: 200\n    ingestion_burst_size: 600\n"),
+    )
+    .expect("runtime config");
+    let runtime_arg = runtime.display().to_string();
+    let door = Door::start_with(
+        &pki,
+        &web_config(
+            &[
+                ("team-a-prom", PASSWORD),
+                ("team-b-prom", PASSWORD),
+                ("grafana", PASSWORD),
+            ],
+            "",
+        ),
+        &[
+            "--multitenancy",
+            "true",
+            "--runtime-config-file",
+            &runtime_arg,
+        ],
+    );
+    let ca = pki.path("ca.crt").display().to_string();
+    let config = |team: &str| {
+        format!(
+            r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ["127.0.0.1:{{port}}"]
+remote_write:
+  - url: {}
+    headers:
+      X-Scope-OrgID: team-{team}
+    basic_auth:
+      username: team-{team}-prom
+      password: {PASSWORD}
+    tls_config:
+      ca_file: {ca}
+    queue_config:
+      batch_send_deadline: 500ms
+      max_samples_per_send: 500
+      min_backoff: 50ms
+      max_backoff: 1s
+"#,
+            door.url("/api/v1/write")
+        )
+    };
+    let (a, b) = (
+        common::Prometheus::start3(&config("a"), &[]),
+        common::Prometheus::start3(&config("b"), &[]),
+    );
+    a.ready().await;
+    b.ready().await;
+    let c = client(&pki, None);
+    let login = Some(("grafana", PASSWORD));
+    let figures = async |p: &common::Prometheus, tenant: &str| {
+        let addr: std::net::SocketAddr = p.addr().parse().expect("addr");
+        let (_, pm) = common::get(addr, "/metrics").await;
+        let sm = get(&c, &door.url("/metrics"), login).await.body;
+        let sent = common::metric_total(&pm, "prometheus_remote_storage_samples_total");
+        let failed = common::metric_total(&pm, "prometheus_remote_storage_samples_failed_total")
+            + common::metric_total(&pm, "prometheus_remote_storage_samples_dropped_total");
+        let retried = common::metric_total(&pm, "prometheus_remote_storage_samples_retried_total");
+        let ingested = metric(
+            &sm,
+            &format!("sluice_tenant_ingested_samples_total{{tenant=\"{tenant}\"}}"),
+        );
+        let limited = metric(
+            &sm,
+            &format!("sluice_tenant_rate_limited_requests_total{{tenant=\"{tenant}\"}}"),
+        );
+        (sent, failed, retried, ingested, limited)
+    };
+    // Team B sends more than 200 samples a second (Prometheus' own
+    // metrics each second): it is pushed back, and retries.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, failed, retried, _, limited) = figures(&b, "team-b").await;
+        assert_eq!(
+            failed,
+            0.0,
+            "team B's Prometheus gave up samples: {}",
+            b.log()
+        );
+        if limited > 0.0 && retried > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "team B was never pushed back: {}",
+            b.log()
+        );
+    }
+    // The limit is raised: team B catches up, having lost nothing.
+    std::fs::write(&runtime, bound).expect("runtime config");
+    door.hangup();
+    for (p, tenant) in [(&a, "team-a"), (&b, "team-b")] {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Prometheus counts every try as sent, and each refused try
+            // as retried: what it delivered is the difference.
+            let (tried, failed, retried, ingested, limited) = figures(p, tenant).await;
+            let sent = tried - retried;
+            assert_eq!(
+                failed,
+                0.0,
+                "{tenant}'s Prometheus gave up samples: {}",
+                p.log()
+            );
+            if tenant == "team-a" {
+                assert_eq!(limited, 0.0, "team A was never over a limit");
+            }
+            if sent > 1000.0 && ingested >= sent {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{tenant}: sent {sent}, ingested {ingested}; log: {}",
+                p.log()
+            );
+        }
+    }
+    // Each login sees only its own tenant; grafana reads both, writes none.
+    let ask = |user: &'static str, tenant: &'static str| {
+        let url = door.url("/api/v1/query?query=count(up)");
+        let c = &c;
+        async move {
+            let req = http::Request::get(url)
+                .header("X-Scope-OrgID", tenant)
+                .header(
+                    "authorization",
+                    format!(
+                        "Basic {}",
+                        base64::Engine::encode(
+                            &base64::engine::general_purpose::STANDARD,
+                            format!("{user}:{PASSWORD}")
+                        )
+                    ),
+                )
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+            c.request(req).await.expect("answered").status().as_u16()
+        }
+    };
+    assert_eq!(ask("team-a-prom", "team-a").await, 200);
+    assert_eq!(ask("team-a-prom", "team-b").await, 403);
+    assert_eq!(ask("team-b-prom", "team-a").await, 403);
+    assert_eq!(ask("grafana", "team-b").await, 200);
 }

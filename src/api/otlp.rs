@@ -134,6 +134,7 @@ fn handle(
     let checked = tenant.bucket.lock().check_debt(&limits, Instant::now());
     if let Err(refused) = checked {
         inner.metrics.record_rate_limited("otlp");
+        tenant.stats.record_rate_limited();
         return Err(state.rate_refusal(tenant, refused));
     }
     let limit = inner.max_decompressed_bytes;
@@ -174,6 +175,7 @@ fn handle(
         .lock()
         .charge(report.samples.accepted, &limits, Instant::now());
     inner.metrics.record_ingest("otlp", &report.samples);
+    tenant.stats.record(&report.samples);
     inner
         .metrics
         .record_rejected_points("otlp", &report.rejected_points);

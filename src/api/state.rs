@@ -99,7 +99,11 @@ impl AppState {
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, db: Arc<Db>, clock: Clock) -> Self {
         let query = config.query_options();
-        let metrics = Metrics::new(Arc::clone(&db), query.shared.clone());
+        let mut metrics = Metrics::new(Arc::clone(&db), query.shared.clone());
+        let tenants = Tenants::new(config.tenant_setup(), Arc::clone(&db));
+        if config.multitenancy {
+            metrics.add_tenants(tenants.source());
+        }
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,
@@ -121,7 +125,7 @@ impl AppState {
                 door: Arc::default(),
                 tenant_limits: Arc::default(),
                 rate_limit_status: config.rate_limit_status(),
-                tenants: Tenants::new(config.tenant_setup(), Arc::clone(&db)),
+                tenants,
                 db,
                 query,
                 limits: config.label_limits(),
@@ -259,6 +263,7 @@ impl AppState {
             .lock()
             .take(samples, limits, Instant::now())
             .map_err(|refused| self.rate_refusal(tenant, refused))
+            .inspect_err(|_| tenant.stats.record_rate_limited())
     }
 
     /// The answer to a write refused by `tenant`'s rate limit.

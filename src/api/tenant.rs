@@ -11,8 +11,12 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::ingest::otlp::{Otlp, OtlpOptions};
+use crate::ingest::{IngestReport, Reason};
 use crate::storage::{Clock, Db, DbOptions};
+use crate::telemetry::{TenantFigures, TenantSource};
 
 /// The tenant of every request when multitenancy is off (Mimir's name).
 pub const ANONYMOUS: &str = "anonymous";
@@ -105,6 +109,84 @@ pub struct Tenant {
     pub(crate) otlp: Otlp,
     /// Its ingestion rate limit's tokens.
     pub(crate) bucket: Mutex<super::bucket::Bucket>,
+    /// What it wrote and what was refused, for its self-metrics.
+    pub(crate) stats: TenantStats,
+}
+
+/// A tenant's write counts, reported per tenant in `/metrics`.
+#[derive(Debug)]
+pub(crate) struct TenantStats {
+    ingested: AtomicU64,
+    rejected: [AtomicU64; Reason::COUNT],
+    rate_limited: AtomicU64,
+}
+
+impl Default for TenantStats {
+    fn default() -> Self {
+        Self {
+            ingested: AtomicU64::new(0),
+            rejected: std::array::from_fn(|_| AtomicU64::new(0)),
+            rate_limited: AtomicU64::new(0),
+        }
+    }
+}
+
+impl TenantStats {
+    /// Counts one request's outcome (per request, not per sample).
+    pub(crate) fn record(&self, report: &IngestReport) {
+        self.ingested.fetch_add(report.accepted, Ordering::Relaxed);
+        for (slot, &n) in self.rejected.iter().zip(&report.rejected) {
+            if n > 0 {
+                slot.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Counts one request refused by the rate limit.
+    pub(crate) fn record_rate_limited(&self) {
+        self.rate_limited.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Tenant {
+    fn figures(&self) -> TenantFigures {
+        let stats = &self.stats;
+        TenantFigures {
+            tenant: Arc::clone(&self.id.0),
+            series: self.db.head_stats().series as u64,
+            memory_bytes: (self.db.held_bytes() + self.otlp.delta.bytes()) as u64,
+            ingested: stats.ingested.load(Ordering::Relaxed),
+            rejected: Reason::all()
+                .map(|r| {
+                    (
+                        r.as_str(),
+                        stats.rejected[r.index()].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+            rate_limited: stats.rate_limited.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The open tenants, as `/metrics` reads them.
+#[derive(Debug)]
+struct Directory {
+    anonymous: Arc<Tenant>,
+    others: Arc<RwLock<HashMap<TenantId, Arc<Tenant>>>>,
+}
+
+impl TenantSource for Directory {
+    fn figures(&self) -> Vec<TenantFigures> {
+        let others: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
+        let mut out: Vec<TenantFigures> = std::iter::once(&self.anonymous)
+            .chain(&others)
+            .map(|t| t.figures())
+            .collect();
+        out.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        out
+    }
 }
 
 /// What a new tenant's database and state are made from.
@@ -137,7 +219,7 @@ struct Upkeep {
 pub struct Tenants {
     setup: TenantSetup,
     anonymous: Arc<Tenant>,
-    others: RwLock<HashMap<TenantId, Arc<Tenant>>>,
+    others: Arc<RwLock<HashMap<TenantId, Arc<Tenant>>>>,
     /// What a read of a tenant that never wrote sees: nothing.
     empty: Arc<Tenant>,
     /// One tenant opened at a time, so two first writes open it once.
@@ -170,6 +252,7 @@ impl Tenants {
                 db,
                 otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
                 bucket: Mutex::default(),
+                stats: TenantStats::default(),
             })
         };
         let empty_opts = DbOptions {
@@ -179,13 +262,21 @@ impl Tenants {
         Self {
             anonymous: tenant(TenantId::anonymous(), root),
             empty: tenant(TenantId::anonymous(), Arc::new(Db::in_memory(empty_opts))),
-            others: RwLock::default(),
+            others: Arc::default(),
             opening: tokio::sync::Mutex::new(false),
             upkeep: Mutex::new(None),
             held: Mutex::new((0, Vec::new())),
             started: std::time::Instant::now(),
             setup,
         }
+    }
+
+    /// The open tenants' figures, for `/metrics`.
+    pub fn source(&self) -> Arc<dyn TenantSource> {
+        Arc::new(Directory {
+            anonymous: Arc::clone(&self.anonymous),
+            others: Arc::clone(&self.others),
+        })
     }
 
     /// Whether requests name their tenant.
@@ -274,6 +365,7 @@ impl Tenants {
             db,
             otlp: Otlp::new(self.setup.otlp.0.clone(), self.setup.otlp.1),
             bucket: Mutex::default(),
+            stats: TenantStats::default(),
         });
         if let Some(u) = self.upkeep.lock().as_mut() {
             u.running.push(tokio::spawn(

@@ -226,6 +226,7 @@ fn append(
         return Err(e);
     }
     inner.metrics.record_ingest(version.protocol(), &report);
+    tenant.stats.record(&report);
     Ok(report)
 }
 
