@@ -18,7 +18,7 @@ pub use remote_write::{
     append_write_request, append_write_request_admitted, append_write_request_v2,
     append_write_request_v2_admitted, append_write_request_with_exemplars,
 };
-use validate::{LabelError, NameValidation};
+use validate::LabelError;
 
 /// Samples more than this far ahead of the receiver's clock are rejected.
 pub const MAX_AHEAD_MS: i64 = 10 * 60 * 1000;
@@ -223,7 +223,8 @@ pub(crate) fn summary(
     m
 }
 
-pub(crate) fn label_problem(e: LabelError, names: NameValidation) -> String {
+pub(crate) fn label_problem(e: LabelError, limits: &validate::LabelLimits) -> String {
+    let names = limits.names;
     match e {
         LabelError::MissingMetricName => "missing metric name (__name__)",
         LabelError::InvalidMetricName => {
@@ -240,9 +241,25 @@ pub(crate) fn label_problem(e: LabelError, names: NameValidation) -> String {
         }
         LabelError::InvalidUtf8 => "label name or value is not valid UTF-8",
         LabelError::DuplicateLabelName => "duplicate label name",
-        LabelError::TooManyLabels => "too many labels",
-        LabelError::LabelNameTooLong => "label name too long",
-        LabelError::LabelValueTooLong => "label value too long",
+        LabelError::TooManyLabels => {
+            return format!(
+                "too many labels (more than {}: --max-labels-per-series, or the tenant's \
+                 max_label_names_per_series)",
+                limits.max_labels
+            )
+        }
+        LabelError::LabelNameTooLong => {
+            return format!(
+                "label name too long (over {} bytes: --max-label-name-length)",
+                limits.max_name_len
+            )
+        }
+        LabelError::LabelValueTooLong => {
+            return format!(
+                "label value too long (over {} bytes: --max-label-value-length)",
+                limits.max_value_len
+            )
+        }
     }
     .to_owned()
 }

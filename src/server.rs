@@ -64,6 +64,8 @@ pub struct Server {
     web: Option<web::WebConfigFile>,
     runtime: Option<runtime::RuntimeConfigFile>,
     hangup: reload::Hangup,
+    /// Hangups since the server was bound, for the file watchers.
+    hangups: watch::Receiver<u64>,
 }
 
 impl Server {
@@ -135,6 +137,7 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
+        let hangup = reload::Hangup::default();
         let mut http = config.http_limits();
         let cap = http::connection_cap(http.max_connections, http::raise_open_files_limit());
         if cap < http.max_connections {
@@ -158,7 +161,8 @@ impl Server {
                 .then_some(config.forward_shard_by_series_replicas),
             web,
             runtime,
-            hangup: reload::Hangup::default(),
+            hangups: hangup.subscribe(),
+            hangup,
         })
     }
 
@@ -218,9 +222,9 @@ impl Server {
         };
         let watchers: Vec<_> = [
             self.web
-                .map(|w| tokio::spawn(reload::watch(w, self.hangup.clone(), stop_rx.clone()))),
+                .map(|w| tokio::spawn(reload::watch(w, self.hangups.clone(), stop_rx.clone()))),
             self.runtime
-                .map(|r| tokio::spawn(reload::watch(r, self.hangup.clone(), stop_rx.clone()))),
+                .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
         ]
         .into_iter()
         .flatten()

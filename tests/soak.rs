@@ -174,17 +174,30 @@ async fn writer(
     }
 }
 
-/// Samples stored per series with times in `(at - 1 min, at]`.
-/// A refusal a retry can fix (503: the queries' shared memory is held
-/// by hostile ones, or a slot is busy) is retried, as a client told
-/// `Retry-After` would, for up to a minute.
+/// Samples stored per series with times in `(at - 1 min, at]`, asked in
+/// five parts (by the series number's last digit) so that each query
+/// stays well inside its memory budget (an eighth of `--max-memory`): a
+/// minute of every series is 18 M samples.
 async fn stored_per_series(addr: SocketAddr, at_ms: i64) -> Vec<u64> {
+    let mut out = vec![0u64; SERIES];
+    for digits in ["01", "23", "45", "67", "89"] {
+        stored_part(addr, at_ms, digits, &mut out).await;
+    }
+    out
+}
+
+/// [`stored_per_series`] for the series whose number ends in one of
+/// `digits`. A refusal a retry can fix (503: the queries' shared memory is
+/// held by hostile ones, or a slot is busy) is retried, as a client told
+/// `Retry-After` would, for up to a minute.
+async fn stored_part(addr: SocketAddr, at_ms: i64, digits: &str, out: &mut [u64]) {
     let mut tries = 0;
+    let query = format!("count_over_time(soak_samples{{series=~\".*[{digits}]\"}}[1m])");
     let v = loop {
         let v = common::api_json(
             &format!("http://{addr}/api/v1/query"),
             &[
-                ("query", "count_over_time(soak_samples[1m])".to_owned()),
+                ("query", query.clone()),
                 ("time", format!("{:.3}", at_ms as f64 / 1000.0)),
             ],
         )
@@ -196,7 +209,6 @@ async fn stored_per_series(addr: SocketAddr, at_ms: i64) -> Vec<u64> {
         tries += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let mut out = vec![0u64; SERIES];
     let result = v["data"]["result"].as_array();
     for r in result.unwrap_or_else(|| panic!("not a vector: {v}")) {
         let i: usize = r["metric"]["series"]
@@ -208,7 +220,6 @@ async fn stored_per_series(addr: SocketAddr, at_ms: i64) -> Vec<u64> {
             .and_then(|s| s.parse().ok())
             .expect("a count");
     }
-    out
 }
 
 /// Every series holds, in every minute so far, at least what was

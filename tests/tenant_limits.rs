@@ -94,7 +94,8 @@ async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .expect("Retry-After in seconds");
-    assert!(wait >= 400, "500 samples at 1/s: {wait}");
+    // 500 samples at 1/s is more than the longest Retry-After given.
+    assert_eq!(wait, 300, "500 samples at 1/s");
     let text = r.text().await.expect("body");
     assert!(
         text.contains("tenant slow") && text.contains("ingestion rate limit"),
@@ -152,30 +153,37 @@ async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
 }
 
 #[tokio::test]
-async fn otlp_is_charged_after_it_is_stored_and_an_overdraft_waits() {
+async fn otlp_points_take_tokens_before_they_are_stored_and_their_samples_after() {
     let dir = tempfile::tempdir().expect("tempdir");
     let srv = common::start(with_runtime(
         dir.path(),
-        "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 3000\n",
+        "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 3000\noverrides:\n  tiny:\n    ingestion_burst_size: 500\n",
     ))
     .await;
-    let post = |t: i64| {
+    let post = |tenant: &'static str, t: i64| {
         let body = otlp_requests::request(t).encode_to_vec();
         reqwest::Client::new()
             .post(format!("http://{}/v1/metrics", srv.addr))
             .header("content-type", "application/x-protobuf")
-            .header(HEADER, "otel")
+            .header(HEADER, tenant)
             .body(body)
             .send()
     };
     let t = common::now_ms();
-    // 2,200 samples a request: the first two pass (the second overdraws
-    // the bucket), the third waits.
-    assert_eq!(post(t - 2000).await.expect("answered").status(), 200);
-    assert_eq!(post(t - 1000).await.expect("answered").status(), 200);
-    let r = post(t).await.expect("answered");
+    // 1,000 points become 2,200 samples: the first request takes 1,000
+    // tokens and is charged 1,200 more, so 800 are left: the second waits.
+    assert_eq!(
+        post("otel", t - 1000).await.expect("answered").status(),
+        200
+    );
+    let r = post("otel", t).await.expect("answered");
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
+    // 1,000 points could never fit a burst of 500.
+    let r = post("tiny", t).await.expect("answered");
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("ingestion_burst_size of 500"), "{text}");
 }
 
 #[tokio::test]

@@ -6,6 +6,10 @@ use std::time::Instant;
 
 use crate::config::runtime::TenantLimits;
 
+/// The longest `Retry-After` given: a sender held longer (a tiny rate) is
+/// told again when it comes back.
+pub const MAX_RETRY_AFTER_SECS: u64 = 300;
+
 /// A tenant's ingestion token bucket: `ingestion_rate` tokens a second up
 /// to `ingestion_burst_size`, one per sample or histogram sample. It starts
 /// full.
@@ -67,7 +71,7 @@ impl Bucket {
             samples,
             rate,
             burst,
-            wait_secs: (wait as u64).max(1),
+            wait_secs: (wait as u64).clamp(1, MAX_RETRY_AFTER_SECS),
         })
     }
 
@@ -98,7 +102,8 @@ impl Bucket {
             samples: 0,
             rate: limits.ingestion_rate,
             burst: limits.ingestion_burst_size,
-            wait_secs: ((-self.tokens / limits.ingestion_rate).ceil() as u64).max(1),
+            wait_secs: ((-self.tokens / limits.ingestion_rate).ceil() as u64)
+                .clamp(1, MAX_RETRY_AFTER_SECS),
         })
     }
 

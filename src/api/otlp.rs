@@ -127,9 +127,10 @@ fn handle(
 ) -> Result<OtlpReport, ApiError> {
     let inner = &state.inner;
     state.check_writable(tenant, "otlp")?;
-    // Points become samples only as they are translated, so an OTLP
-    // request is charged to its tenant's rate limit after it is stored,
-    // and one that overdraws it makes the next wait.
+    // Each data point takes a token before anything is stored, as remote
+    // write's samples do; the samples the points become beyond one each
+    // (a histogram's buckets) are charged after, and an overdraft makes
+    // the next requests wait.
     let (limits, labels) = state.write_limits(tenant);
     let checked = tenant.bucket.lock().check_debt(&limits, Instant::now());
     if let Err(refused) = checked {
@@ -137,6 +138,18 @@ fn handle(
         tenant.stats.record_rate_limited();
         return Err(state.rate_refusal(tenant, refused));
     }
+    let mut refused = None;
+    let mut points = 0;
+    let mut admit = |n: u64| {
+        points = n;
+        match state.take_rate(tenant, &limits, n) {
+            Ok(()) => true,
+            Err(e) => {
+                refused = Some(e);
+                false
+            }
+        }
+    };
     let limit = inner.max_decompressed_bytes;
     let now_ms = state.now_ms();
     let report = BUFS.with(|kept| {
@@ -160,20 +173,28 @@ fn handle(
                 json::to_protobuf(bytes, transcoded).map_err(|e| ApiError::BadRequest(e.0))?;
                 bytes = transcoded;
             }
-            let result =
-                otlp::append_export_request(&tenant.db, &tenant.otlp, &labels, bytes, now_ms)
-                    .map_err(|e| {
-                        ApiError::BadRequest(format!(
-                            "cannot decode ExportMetricsServiceRequest: {e}"
-                        ))
-                    });
+            let result = otlp::append_export_request_admitted(
+                &tenant.db,
+                &tenant.otlp,
+                &labels,
+                bytes,
+                now_ms,
+                &mut admit,
+            )
+            .map_err(|e| {
+                ApiError::BadRequest(format!("cannot decode ExportMetricsServiceRequest: {e}"))
+            });
             result
         })
     })?;
-    tenant
-        .bucket
-        .lock()
-        .charge(report.samples.accepted, &limits, Instant::now());
+    if let Some(e) = refused {
+        inner.metrics.record_rate_limited("otlp");
+        return Err(e);
+    }
+    let beyond = report.samples.accepted.saturating_sub(points);
+    if beyond > 0 {
+        tenant.bucket.lock().charge(beyond, &limits, Instant::now());
+    }
     inner.metrics.record_ingest("otlp", &report.samples);
     tenant.stats.record(&report.samples);
     inner

@@ -153,7 +153,7 @@ impl Tenant {
         let stats = &self.stats;
         TenantFigures {
             tenant: Arc::clone(&self.id.0),
-            series: self.db.head_stats().series as u64,
+            series: self.db.series_count() as u64,
             memory_bytes: (self.db.held_bytes() + self.otlp.delta.bytes()) as u64,
             ingested: stats.ingested.load(Ordering::Relaxed),
             rejected: Reason::all()
@@ -598,7 +598,8 @@ impl Tenants {
         } else {
             Resolved::Read(Scoped(self.for_read(&id)))
         };
-        Ok((Some(id), resolved))
+        // A path that needs no tenant is bound to none, header or not.
+        Ok(((!free).then_some(id), resolved))
     }
 
     /// The tenant `id`, if it is open.

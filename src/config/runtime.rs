@@ -34,8 +34,9 @@ pub struct RuntimeConfig {
     #[serde(default)]
     pub overrides: BTreeMap<String, LimitsPatch>,
     /// Basic-auth user name to the tenants it may use. Absent: any
-    /// identity may use any tenant.
-    #[serde(default)]
+    /// identity may use any tenant. Present but empty (`identities:` or
+    /// `{}`), it binds no one to anything: never read as "open to all".
+    #[serde(default, deserialize_with = "some_map")]
     pub identities: Option<BTreeMap<String, Vec<Binding>>>,
 }
 
@@ -164,6 +165,12 @@ pub enum Binding {
     },
 }
 
+fn some_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, Vec<Binding>>>, D::Error> {
+    BTreeMap::deserialize(d).map(Some)
+}
+
 fn read_write() -> Access {
     Access::ReadWrite
 }
@@ -272,5 +279,9 @@ mod tests {
             assert!(err.contains(says), "{text}: {err}");
         }
         assert_eq!(RuntimeConfig::parse("\n"), Ok(RuntimeConfig::default()));
+        // An empty `identities:` binds no one to anything; it never opens
+        // every tenant to every login.
+        let empty = RuntimeConfig::parse("identities:\n").expect("parses");
+        assert_eq!(empty.identities, Some(BTreeMap::new()));
     }
 }

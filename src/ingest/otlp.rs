@@ -247,7 +247,25 @@ pub fn append_export_request(
     body: &[u8],
     now_ms: i64,
 ) -> Result<OtlpReport, DecodeError> {
-    schema::check(body, &schema::REQUEST)?;
+    append_export_request_admitted(db, otlp, limits, body, now_ms, &mut |_| true)
+}
+
+/// [`append_export_request`], asking `admit` with the request's data
+/// points, once the request is checked and before anything is stored,
+/// whether it may be stored at all (a tenant's rate limit). Refused,
+/// nothing is stored and the report is empty.
+pub fn append_export_request_admitted(
+    db: &Db,
+    otlp: &Otlp,
+    limits: &LabelLimits,
+    body: &[u8],
+    now_ms: i64,
+    admit: &mut dyn FnMut(u64) -> bool,
+) -> Result<OtlpReport, DecodeError> {
+    let points = schema::check(body, &schema::REQUEST)?;
+    if !admit(points) {
+        return Ok(OtlpReport::default());
+    }
     SCRATCH.with(|kept| {
         kept.with(|scratch| {
             let mut w = Walk {

@@ -130,7 +130,7 @@ fn append_series<W: Wire>(
                 report.reject(Reason::Label(e), samples, || {
                     format!(
                         "{} for series {}",
-                        label_problem(e, limits.names),
+                        label_problem(e, limits),
                         wire.describe(span)
                     )
                 });
@@ -269,7 +269,7 @@ pub(super) fn create_series(
 ) -> Result<(), Refused> {
     let mut valid = Vec::with_capacity(raw.len());
     validate::validate(raw, limits, &mut valid)
-        .map_err(|e| (Reason::Label(e), label_problem(e, limits.names)))?;
+        .map_err(|e| (Reason::Label(e), label_problem(e, limits)))?;
     app.append_new(&valid, canonical, samples, counts)
         .map(|_| ())
         .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))
@@ -297,7 +297,7 @@ pub(super) fn append_histograms<'a>(
     canonical: Canonical<'_>,
 ) -> Result<bool, Refused> {
     let resorted = validate::validate(raw, limits, valid)
-        .map_err(|e| (Reason::Label(e), label_problem(e, limits.names)))?;
+        .map_err(|e| (Reason::Label(e), label_problem(e, limits)))?;
     let canonical: &[u8] = match canonical {
         Canonical::Given(bytes) => bytes,
         Canonical::Build(buf) => {

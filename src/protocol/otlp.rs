@@ -732,12 +732,28 @@ pub const MAX_DEPTH: usize = 32;
 /// Checks that `body` is a well-formed `msg`: every known field has its
 /// declared wire type (or is a packed repeated scalar), packed runs hold
 /// whole values, and nested messages are themselves well-formed. After
-/// this, the walk that appends can trust the structure.
-pub fn check(body: &[u8], msg: &Msg) -> Result<(), DecodeError> {
-    check_at(body, 0, msg, 0)
+/// this, the walk that appends can trust the structure. The number of
+/// data points it holds (of every kind), counted on the way.
+pub fn check(body: &[u8], msg: &Msg) -> Result<u64, DecodeError> {
+    let mut points = 0;
+    check_at(body, 0, msg, 0, &mut points)?;
+    Ok(points)
 }
 
-fn check_at(buf: &[u8], base: usize, msg: &Msg, depth: usize) -> Result<(), DecodeError> {
+/// Whether `msg` is a data point.
+fn is_point(msg: &Msg) -> bool {
+    [&NUMBER_POINT, &HISTOGRAM_POINT, &EXP_POINT, &SUMMARY_POINT]
+        .into_iter()
+        .any(|p| std::ptr::eq(p, msg))
+}
+
+fn check_at(
+    buf: &[u8],
+    base: usize,
+    msg: &Msg,
+    depth: usize,
+    points: &mut u64,
+) -> Result<(), DecodeError> {
     if depth > MAX_DEPTH {
         return Err(DecodeError {
             what: "messages nested too deeply",
@@ -751,7 +767,8 @@ fn check_at(buf: &[u8], base: usize, msg: &Msg, depth: usize) -> Result<(), Deco
         };
         let ok = match (field.ty, value) {
             (Ty::Msg(inner), Value::Bytes(b)) => {
-                check_at(b, at + len_prefix(b.len()), inner, depth + 1)?;
+                check_at(b, at + len_prefix(b.len()), inner, depth + 1, points)?;
+                *points += u64::from(is_point(inner));
                 true
             }
             (Ty::Str | Ty::Bytes | Ty::HexBytes, Value::Bytes(_)) => true,

@@ -29,6 +29,7 @@ impl Hangup {
         self.0.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// A receiver of the hangups from now on.
     pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
         self.0.subscribe()
     }
@@ -44,14 +45,14 @@ pub(super) trait Reloadable: Send + 'static {
     fn reload_and_report(&mut self, why: &'static str);
 }
 
-/// Reloads `file` on each hangup and when it changes, until `stop`.
+/// Reloads `file` on each hangup `hangups` sees (those since it was
+/// subscribed, so none sent before the watcher starts is lost) and when
+/// the file changes, until `stop`.
 pub(super) async fn watch<R: Reloadable>(
     mut file: R,
-    hangup: Hangup,
+    mut hangups: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut hangups = hangup.subscribe();
-    hangups.mark_unchanged();
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -64,8 +64,23 @@ impl Reloadable for RuntimeConfigFile {
 
     fn reload_and_report(&mut self, why: &'static str) {
         self.seen = reload::digest([self.path.as_path()]);
-        match read(&self.path) {
+        // An empty file at reload is most likely one being rewritten: it
+        // would lift every limit and binding, so it is refused.
+        let read = match std::fs::read_to_string(&self.path) {
+            Ok(text) if text.trim().is_empty() => Err(format!(
+                "runtime config file {} is empty (being rewritten?); to lift every limit and \
+                 binding, write `limits: {{}}`",
+                self.path.display()
+            )),
+            _ => read(&self.path),
+        };
+        let was_binding = self.limits.current().binds();
+        match read {
             Ok(in_force) => {
+                if was_binding && !in_force.binds() {
+                    tracing::warn!(file = %self.path.display(),
+                        "identities are gone from the runtime config file: any login may now use any tenant");
+                }
                 self.limits.set(in_force);
                 self.metrics.record(true);
                 tracing::info!(file = %self.path.display(), why, "runtime config file reloaded");

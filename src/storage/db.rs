@@ -210,6 +210,11 @@ impl Db {
             .set_max_series(max.unwrap_or(self.head.opts().max_series));
     }
 
+    /// Series in the head now (one atomic read, no shard lock).
+    pub fn series_count(&self) -> usize {
+        self.head.series_count()
+    }
+
     /// The most series the head holds by its options (`--max-series`).
     pub fn default_max_series(&self) -> usize {
         self.head.opts().max_series

@@ -203,6 +203,11 @@ impl Head {
         self.max_series.store(max, Ordering::Relaxed);
     }
 
+    /// Series held now.
+    pub fn series_count(&self) -> usize {
+        self.series.load(Ordering::Relaxed)
+    }
+
     /// The options it was made with.
     pub fn opts(&self) -> &HeadOptions {
         &self.opts

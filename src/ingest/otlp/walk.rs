@@ -364,7 +364,7 @@ impl Walk<'_> {
                     self.reject(Reason::Label(e), samples, || {
                         format!(
                             "{} in attribute {key:?} of a data point of metric {name:?}",
-                            crate::ingest::label_problem(e, self.limits.names)
+                            crate::ingest::label_problem(e, self.limits)
                         )
                     });
                     return Ok(false);
