@@ -231,6 +231,11 @@ pub struct Tenants {
     started: std::time::Instant,
 }
 
+/// The most disk each tenant's WAL holds back for a full disk: every
+/// tenant has its own, so `--wal-reserve-bytes` (8 MiB) for each of 1,000
+/// tenants would be 8 GB.
+const TENANT_WAL_RESERVE: u64 = 1 << 20;
+
 /// How stale the sum of tenants' held bytes may be.
 const HELD_REFRESH_MS: u64 = 100;
 
@@ -312,6 +317,19 @@ impl Tenants {
             .map(|d| d.dir.join("tenants").join(id.as_str()))
     }
 
+    /// A tenant's database options: the root's, living in `dir`, with a
+    /// smaller WAL space reserve (at most [`TENANT_WAL_RESERVE`]).
+    fn options(&self, dir: Option<PathBuf>) -> DbOptions {
+        DbOptions {
+            durability: self.setup.db.durability.clone().map(|mut d| {
+                d.dir = dir.unwrap_or(d.dir);
+                d.wal.reserve_bytes = d.wal.reserve_bytes.min(TENANT_WAL_RESERVE);
+                d
+            }),
+            ..self.setup.db.clone()
+        }
+    }
+
     /// The tenant `id` for a read: its database, or an empty one if it
     /// never wrote (a read creates nothing).
     pub fn for_read(&self, id: &TenantId) -> Arc<Tenant> {
@@ -345,13 +363,7 @@ impl Tenants {
         if self.others.read().len() + 1 >= self.setup.max_tenants {
             return Err(OpenError::TooMany(self.setup.max_tenants));
         }
-        let opts = DbOptions {
-            durability: self.setup.db.durability.clone().map(|mut d| {
-                d.dir = self.dir(id).unwrap_or(d.dir);
-                d
-            }),
-            ..self.setup.db.clone()
-        };
+        let opts = self.options(self.dir(id));
         let db = tokio::task::spawn_blocking(move || Db::open(opts))
             .await
             .map_err(|e| OpenError::Failed(e.to_string()))?
@@ -405,13 +417,7 @@ impl Tenants {
             if id.as_str() == ANONYMOUS || !entry.path().is_dir() {
                 continue;
             }
-            let opts = DbOptions {
-                durability: self.setup.db.durability.clone().map(|mut d| {
-                    d.dir = entry.path();
-                    d
-                }),
-                ..self.setup.db.clone()
-            };
+            let opts = self.options(Some(entry.path()));
             // One tenant's damage does not keep the others from starting:
             // it is left closed (its writes are refused while it cannot
             // open) and said so.
