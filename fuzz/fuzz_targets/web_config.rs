@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
             let mut bucket = Bucket::default();
             let _ = bucket.take(data.len() as u64, &l, now);
             bucket.charge(u64::MAX, &l, now);
-            let _ = bucket.check_debt(&l, now);
+            let _ = bucket.check_open(&l, now);
         }
     }
     if let Ok(v) = http::HeaderValue::from_bytes(data) {

@@ -69,6 +69,9 @@ struct Cli {
     /// --tenant-header: N tenants with --series series each.
     #[arg(long, value_name = "N")]
     tenants: Option<usize>,
+    /// The tenants' names before their number (t0, t1, ...).
+    #[arg(long, default_value = "t")]
+    tenant_prefix: String,
     /// The header that names the tenant.
     #[arg(long, default_value = "X-Scope-OrgID")]
     tenant_header: String,
@@ -148,7 +151,7 @@ fn main() -> anyhow::Result<()> {
         let name = http::HeaderName::from_bytes(cli.tenant_header.as_bytes())
             .context("--tenant-header is not a header name")?;
         let ids = (0..n)
-            .map(|i| http::HeaderValue::from_str(&format!("t{i}")))
+            .map(|i| http::HeaderValue::from_str(&format!("{}{i}", cli.tenant_prefix)))
             .collect::<Result<Vec<_>, _>>()
             .context("tenant ID")?;
         dial.tenants = Some((name, ids));

@@ -88,21 +88,22 @@ impl Bucket {
         self.tokens = (self.tokens - samples as f64).max(floor);
     }
 
-    /// Refuses a request while the bucket is in debt at `now` (a charged
-    /// request overdrew it).
-    pub fn check_debt(&mut self, limits: &TenantLimits, now: Instant) -> Result<(), RateRefusal> {
+    /// Refuses a request while the bucket holds less than one token at
+    /// `now` (it is spent, or a charged request overdrew it): no request
+    /// could pass, so it is refused before its body is decoded.
+    pub fn check_open(&mut self, limits: &TenantLimits, now: Instant) -> Result<(), RateRefusal> {
         if limits.ingestion_rate <= 0.0 {
             return Ok(());
         }
         self.refill(limits, now);
-        if self.tokens >= 0.0 {
+        if self.tokens >= 1.0 {
             return Ok(());
         }
         Err(RateRefusal::Wait {
             samples: 0,
             rate: limits.ingestion_rate,
             burst: limits.ingestion_burst_size,
-            wait_secs: ((-self.tokens / limits.ingestion_rate).ceil() as u64)
+            wait_secs: (((1.0 - self.tokens) / limits.ingestion_rate).ceil() as u64)
                 .clamp(1, MAX_RETRY_AFTER_SECS),
         })
     }
@@ -194,14 +195,15 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Bucket::default();
         b.charge(1000, &l, t0);
-        // Debt is capped at one burst: 100 below zero, 10 s at 10/s.
-        let wait = |b: &mut Bucket, at| match b.check_debt(&l, at) {
+        // Debt is capped at one burst: 100 below zero, and one token is
+        // needed, so 101 tokens: 11 s at 10/s.
+        let wait = |b: &mut Bucket, at| match b.check_open(&l, at) {
             Ok(()) => None,
             Err(RateRefusal::Wait { wait_secs, .. }) => Some(wait_secs),
             Err(e) => panic!("{e:?}"),
         };
-        assert_eq!(wait(&mut b, t0), Some(10));
-        assert_eq!(wait(&mut b, t0 + Duration::from_secs(5)), Some(5));
+        assert_eq!(wait(&mut b, t0), Some(11));
+        assert_eq!(wait(&mut b, t0 + Duration::from_secs(5)), Some(6));
         assert_eq!(wait(&mut b, t0 + Duration::from_secs(11)), None);
     }
 }

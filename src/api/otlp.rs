@@ -132,12 +132,7 @@ fn handle(
     // (a histogram's buckets) are charged after, and an overdraft makes
     // the next requests wait.
     let (limits, labels) = state.write_limits(tenant);
-    let checked = tenant.bucket.lock().check_debt(&limits, Instant::now());
-    if let Err(refused) = checked {
-        inner.metrics.record_rate_limited("otlp");
-        tenant.stats.record_rate_limited();
-        return Err(state.rate_refusal(tenant, refused));
-    }
+    state.check_rate_open(tenant, &limits, "otlp")?;
     let mut refused = None;
     let mut points = 0;
     let mut admit = |n: u64| {

@@ -251,6 +251,23 @@ impl AppState {
         (limits, labels)
     }
 
+    /// Refuses a write to `tenant` before its body is decoded while its
+    /// rate limit has no token left: a tenant far over its rate costs
+    /// little more than reading its requests.
+    pub(super) fn check_rate_open(
+        &self,
+        tenant: &Tenant,
+        limits: &TenantLimits,
+        protocol: &'static str,
+    ) -> Result<(), ApiError> {
+        let checked = tenant.bucket.lock().check_open(limits, Instant::now());
+        checked.map_err(|refused| {
+            self.inner.metrics.record_rate_limited(protocol);
+            tenant.stats.record_rate_limited();
+            self.rate_refusal(tenant, refused)
+        })
+    }
+
     /// Takes `samples` from `tenant`'s rate limit, or the refusal.
     pub(super) fn take_rate(
         &self,

@@ -177,6 +177,7 @@ fn append(
     let inner = &state.inner;
     state.check_writable(tenant, version.protocol())?;
     let (limits, labels) = state.write_limits(tenant);
+    state.check_rate_open(tenant, &limits, version.protocol())?;
     // The rate limit is asked once the request's samples are counted,
     // before anything of it is stored.
     let mut refused = None;
