@@ -251,6 +251,31 @@ fn metric(text: &str, name: &str) -> f64 {
     common::metric_value(text, name).unwrap_or(0.0)
 }
 
+/// A Prometheus that scrapes itself every second and remote-writes to
+/// `url` over https trusting `ca`, as `user` (password [`PASSWORD`]), with
+/// `remote_write` lines and `queue` lines more.
+fn prometheus_config(url: &str, ca: &str, user: &str, remote_write: &str, queue: &str) -> String {
+    format!(
+        r#"global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ["127.0.0.1:{{port}}"]
+remote_write:
+  - url: {url}
+{remote_write}    basic_auth:
+      username: {user}
+      password: {PASSWORD}
+    tls_config:
+      ca_file: {ca}
+    queue_config:
+      batch_send_deadline: 500ms
+      min_backoff: 50ms
+{queue}"#
+    )
+}
+
 fn web_config(users: &[(&str, &str)], extra_tls: &str) -> String {
     let users: String = users
         .iter()
@@ -472,26 +497,7 @@ async fn prometheus_writes_and_promtool_reads_over_https_with_a_login() {
     let pki = Pki::new();
     let door = Door::start(&pki, &web_config(&[("fleet", PASSWORD)], ""));
     let ca = pki.path("ca.crt").display().to_string();
-    let config = format!(
-        r#"global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: prometheus
-    static_configs:
-      - targets: ["127.0.0.1:{{port}}"]
-remote_write:
-  - url: {}
-    basic_auth:
-      username: fleet
-      password: {PASSWORD}
-    tls_config:
-      ca_file: {ca}
-    queue_config:
-      batch_send_deadline: 500ms
-      min_backoff: 50ms
-"#,
-        door.url("/api/v1/write")
-    );
+    let config = prometheus_config(&door.url("/api/v1/write"), &ca, "fleet", "", "");
     let prom = common::Prometheus::start3(&config, &[]);
     prom.ready().await;
     let paddr: std::net::SocketAddr = prom.addr().parse().expect("addr");
@@ -590,29 +596,12 @@ async fn two_prometheus_tenants_share_one_sluice_and_one_over_its_rate_loses_not
     );
     let ca = pki.path("ca.crt").display().to_string();
     let config = |team: &str| {
-        format!(
-            r#"global:
-  scrape_interval: 1s
-scrape_configs:
-  - job_name: prometheus
-    static_configs:
-      - targets: ["127.0.0.1:{{port}}"]
-remote_write:
-  - url: {}
-    headers:
-      X-Scope-OrgID: team-{team}
-    basic_auth:
-      username: team-{team}-prom
-      password: {PASSWORD}
-    tls_config:
-      ca_file: {ca}
-    queue_config:
-      batch_send_deadline: 500ms
-      max_samples_per_send: 500
-      min_backoff: 50ms
-      max_backoff: 1s
-"#,
-            door.url("/api/v1/write")
+        prometheus_config(
+            &door.url("/api/v1/write"),
+            &ca,
+            &format!("team-{team}-prom"),
+            &format!("    headers:\n      X-Scope-OrgID: team-{team}\n"),
+            "      max_samples_per_send: 500\n      max_backoff: 1s\n",
         )
     };
     let (a, b) = (

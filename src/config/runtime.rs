@@ -268,6 +268,16 @@ mod tests {
         for (text, says) in [
             ("limits:\n  ingestion_rat: 5\n", "ingestion_rat"),
             ("limits:\n  ingestion_rate: -1\n", "ingestion_rate"),
+            ("limits:\n  ingestion_rate: .nan\n", "ingestion_rate"),
+            ("limits:\n  ingestion_rate: .inf\n", "ingestion_rate"),
+            (
+                "limits:\n  ingestion_burst_size: -5\n",
+                "ingestion_burst_size",
+            ),
+            (
+                "limits:\n  max_global_series_per_user: 1e30\n",
+                "max_global_series_per_user",
+            ),
             (
                 "overrides:\n  t:\n    ingestion_rate: 5\n    ingestion_burst_size: 0\n",
                 "overrides: t: ingestion_burst_size",
@@ -279,6 +289,13 @@ mod tests {
             assert!(err.contains(says), "{text}: {err}");
         }
         assert_eq!(RuntimeConfig::parse("\n"), Ok(RuntimeConfig::default()));
+        // Absurd but meaningful values are taken: a rate no one reaches, a
+        // burst of every sample there is.
+        let huge = RuntimeConfig::parse(
+            "limits:\n  ingestion_rate: 1e30\n  ingestion_burst_size: 18446744073709551615\n",
+        )
+        .expect("parses");
+        assert_eq!(huge.defaults().ingestion_burst_size, u64::MAX);
         // An empty `identities:` binds no one to anything; it never opens
         // every tenant to every login.
         let empty = RuntimeConfig::parse("identities:\n").expect("parses");
