@@ -356,7 +356,9 @@ settings! {
     /// bearer-token-file, timeout, max-samples-per-send,
     /// batch-send-deadline, shards (fixed), min-shards, max-shards, and for
     /// https tls-ca-file, tls-cert-file, tls-key-file, tls-server-name and
-    /// tls-insecure-skip-verify; in a config file, a list of maps with the
+    /// tls-insecure-skip-verify; with multitenancy tenant-header (e.g.
+    /// X-Scope-OrgID, set to each sample's tenant) and/or tenants=a|b (only
+    /// those tenants' samples); in a config file, a list of maps with the
     /// same keys (TLS under tls_config, as Prometheus). Needs the WAL
     /// [default: none].
     #[arg(value_name = "DESTINATION")]
@@ -642,10 +644,24 @@ impl Config {
                 self.rate_limit_status
             )));
         }
-        if self.multitenancy && !self.forward.is_empty() {
-            return Err(ConfigError::Invalid(
-                "forward with multitenancy is not supported yet: each tenant has its own WAL, and forwarding reads only the root one".into(),
-            ));
+        for d in &self.forward {
+            let name = d.resolved_name();
+            for t in &d.tenants {
+                crate::api::tenant::TenantId::parse(t)
+                    .map_err(|e| ConfigError::Invalid(format!("forward {name}: tenants: {e}")))?;
+            }
+            if !self.multitenancy && !d.tenants.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "forward {name}: tenants needs --multitenancy (without it every sample is tenant anonymous)"
+                )));
+            }
+            // Without either, every tenant's samples would arrive mixed
+            // into one stream downstream, undoing the separation here.
+            if self.multitenancy && d.tenant_header.is_none() && d.tenants.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "forward {name}: with multitenancy, set tenant-header (e.g. X-Scope-OrgID: each tenant's samples carry its ID) or tenants (only those tenants' samples are sent), or both"
+                )));
+            }
         }
         Ok(())
     }

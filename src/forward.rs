@@ -120,10 +120,16 @@ impl Forwarders {
         Ok(Self { stop, threads })
     }
 
+    /// Tells the forwarders to stop, without waiting: many tenants'
+    /// forwarders stop together when each is told before any is waited for.
+    pub fn signal(&self) {
+        let _ = self.stop.send(true);
+    }
+
     /// Stops reading and sending, saves each position, and waits for the
     /// threads. Batches not yet acknowledged are sent after the next start.
     pub fn stop(self) {
-        let _ = self.stop.send(true);
+        self.signal();
         for t in self.threads {
             let _ = t.join();
         }

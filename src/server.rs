@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -56,11 +55,7 @@ pub enum ServerError {
 pub struct Server {
     listener: TcpListener,
     state: AppState,
-    data_dir: PathBuf,
     http: http::HttpLimits,
-    forward: Vec<crate::forward::Destination>,
-    forward_max_lag_bytes: u64,
-    forward_shard_by_series: Option<usize>,
     web: Option<web::WebConfigFile>,
     runtime: Option<runtime::RuntimeConfigFile>,
     hangup: reload::Hangup,
@@ -152,13 +147,7 @@ impl Server {
         Ok(Self {
             listener,
             state,
-            data_dir: config.data_dir.clone(),
             http,
-            forward: config.forward.clone(),
-            forward_max_lag_bytes: config.forward_max_lag_bytes,
-            forward_shard_by_series: config
-                .forward_shard_by_series
-                .then_some(config.forward_shard_by_series_replicas),
             web,
             runtime,
             hangups: hangup.subscribe(),
@@ -202,24 +191,6 @@ impl Server {
             .tenants()
             .start_upkeep(self.state.clock(), stop_rx.clone());
         let tenants = self.state.clone();
-        let forwarders = match db.wal_progress() {
-            Some(progress) if !self.forward.is_empty() => {
-                let destinations = self
-                    .forward
-                    .iter()
-                    .map(|d| (d.clone(), self.state.forward_stats(&d.resolved_name())))
-                    .collect();
-                Some(crate::forward::Forwarders::start(crate::forward::Setup {
-                    destinations,
-                    wal_dir: self.data_dir.join("wal"),
-                    data_dir: self.data_dir.clone(),
-                    progress,
-                    max_lag_bytes: self.forward_max_lag_bytes,
-                    shard_by_series: self.forward_shard_by_series,
-                })?)
-            }
-            _ => None,
-        };
         let watchers: Vec<_> = [
             self.web
                 .map(|w| tokio::spawn(reload::watch(w, self.hangups.clone(), stop_rx.clone()))),
@@ -256,11 +227,6 @@ impl Server {
         tenants.tenants().close().await;
         for w in watchers {
             let _ = w.await;
-        }
-        if let Some(f) = forwarders {
-            tokio::task::spawn_blocking(move || f.stop())
-                .await
-                .map_err(std::io::Error::other)?;
         }
         tokio::task::spawn_blocking(move || db.close(Close::Checkpoint))
             .await

@@ -55,24 +55,53 @@ pub struct HandlerLabels {
 }
 
 /// Labels of forwarding metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DestinationLabels {
     /// The destination's name (from the config: a closed set).
     pub destination: String,
+    /// With multitenancy, the tenant whose samples these are (bounded by
+    /// `--max-tenants`); without it the label is left out.
+    pub tenant: Option<Arc<str>>,
+}
+
+impl EncodeLabelSet for DestinationLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel;
+        ("destination", self.destination.as_str()).encode(encoder.encode_label())?;
+        if let Some(t) = &self.tenant {
+            ("tenant", &**t).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 /// Labels of forwarding drop counters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DropLabels {
-    /// The destination's name.
-    pub destination: String,
+    /// The destination and tenant.
+    pub of: DestinationLabels,
     /// `lag` or `unknown_series`.
     pub reason: &'static str,
 }
 
-/// The forwarding families, one series per destination.
-#[derive(Debug)]
-struct ForwardFamilies {
+impl EncodeLabelSet for DropLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel;
+        self.of.encode(encoder)?;
+        ("reason", self.reason).encode(encoder.encode_label())
+    }
+}
+
+/// The forwarding families, one series per destination (and tenant):
+/// a handle that shares them.
+#[derive(Debug, Clone)]
+pub struct ForwardFamilies {
     sent: Family<DestinationLabels, Counter>,
     failed: Family<DestinationLabels, Counter>,
     retried: Family<DestinationLabels, Counter>,
@@ -149,12 +178,14 @@ impl ForwardFamilies {
         f
     }
 
-    fn stats(&self, name: &str) -> crate::forward::Stats {
+    /// The self-metrics of destination `name` for `tenant`'s samples.
+    pub fn stats(&self, name: &str, tenant: Option<&str>) -> crate::forward::Stats {
         let l = DestinationLabels {
             destination: name.to_owned(),
+            tenant: tenant.map(Arc::from),
         };
         let drop = |reason| DropLabels {
-            destination: name.to_owned(),
+            of: l.clone(),
             reason,
         };
         // One statement per series: a family's guard lives to the end of
@@ -464,9 +495,9 @@ impl Metrics {
         }
     }
 
-    /// The self-metrics of forward destination `name`.
-    pub fn forward_stats(&self, name: &str) -> crate::forward::Stats {
-        self.forward.stats(name)
+    /// The forwarding families, for each tenant's destinations.
+    pub fn forward_families(&self) -> ForwardFamilies {
+        self.forward.clone()
     }
 
     /// The gauge of read requests evaluating now, for the query slots.

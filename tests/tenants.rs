@@ -371,3 +371,135 @@ async fn every_tenant_survives_kill_9() {
         );
     }
 }
+
+/// Forwarding with multitenancy: a destination with `tenant-header`
+/// (another Sluice, which keeps tenants apart by `X-Scope-OrgID`) gets
+/// each tenant's samples under that tenant's ID; one bound to `tenants`
+/// (VictoriaMetrics 1.79) gets only those tenants' samples; each tenant's
+/// forwarding is counted under its own `tenant` label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forwarding_carries_each_tenant_on_or_sends_only_the_bound_ones() {
+    let vm = common::downstream::VictoriaMetrics::start();
+    vm.ready().await;
+    let down = common::start(multitenant()).await;
+    let forward = [
+        format!(
+            "http://{}/api/v1/write,name=down,tenant-header={HEADER},batch-send-deadline=100ms",
+            down.addr
+        ),
+        format!(
+            "{},name=vm,tenants=team-a,batch-send-deadline=100ms",
+            vm.write_url()
+        ),
+    ];
+    let up = common::start(Config {
+        forward: forward
+            .iter()
+            .map(|f| f.parse().expect("destination"))
+            .collect(),
+        ..multitenant()
+    })
+    .await;
+    let now = common::now_ms();
+    let team = |name: &str| -> Vec<(String, i64, f64)> {
+        (0..5)
+            .map(|i| (name.to_owned(), now - 1000 * (4 - i), i as f64))
+            .collect()
+    };
+    for (tenant, name) in [("team-a", "a_only"), ("team-b", "b_only")] {
+        let (code, text) = write(up.addr, Some(tenant), &team(name)).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    // Downstream, each tenant sees its own samples, and only them.
+    let t = format!("{}", now as f64 / 1000.0);
+    let names_as = |tenant: &'static str| {
+        let t = t.clone();
+        async move {
+            let v = json_as(
+                down.addr,
+                tenant,
+                "/api/v1/query",
+                &[("query", "{job=\"j\"}[1m]"), ("time", &t)],
+            )
+            .await;
+            v["data"]["result"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|s| {
+                            (
+                                s["metric"]["__name__"].as_str().unwrap_or("?").to_owned(),
+                                s["values"].as_array().map_or(0, Vec::len),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        }
+    };
+    let mut seen = (Vec::new(), Vec::new());
+    for _ in 0..150 {
+        seen = (names_as("team-a").await, names_as("team-b").await);
+        if !seen.0.is_empty() && !seen.1.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen.0, vec![("a_only".to_owned(), 5)]);
+    assert_eq!(seen.1, vec![("b_only".to_owned(), 5)]);
+    // VictoriaMetrics, bound to team-a, has a_only and never b_only.
+    let base = format!("http://{}", vm.addr());
+    let mut got = Vec::new();
+    for _ in 0..150 {
+        got =
+            common::downstream::raw_samples(&base, "{job=\"j\"}", "1m", now as f64 / 1000.0).await;
+        if got.len() >= 5 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(got.iter().all(|(l, _, _)| l.contains("a_only")), "{got:?}");
+    // Each tenant's forwarding is its own series in /metrics.
+    for (dest, tenant) in [("down", "team-a"), ("down", "team-b"), ("vm", "team-a")] {
+        let series = format!(
+            "sluice_forward_samples_sent_total{{destination=\"{dest}\",tenant=\"{tenant}\"}}"
+        );
+        let sent = common::wait_for_metric(up.addr, &series, |v| v == 5.0).await;
+        assert_eq!(sent, 5.0, "{series}");
+    }
+    let (_, metrics) = common::get(up.addr, "/metrics").await;
+    assert!(
+        !metrics
+            .contains("sluice_forward_samples_sent_total{destination=\"vm\",tenant=\"team-b\"}"),
+        "team-b has no forwarder to vm"
+    );
+}
+
+/// Forward destinations that would mix tenants downstream, or bind
+/// tenants without multitenancy, are refused at start by name.
+#[test]
+fn forwarding_that_would_mix_tenants_is_refused() {
+    for (multitenancy, spec, says) in [
+        (true, "http://a:1/w", "set tenant-header"),
+        (
+            false,
+            "http://a:1/w,tenants=x",
+            "tenants needs --multitenancy",
+        ),
+        (true, "http://a:1/w,tenants=a/b", "tenants: tenant ID"),
+        (
+            true,
+            "http://a:1/w,tenant-header=X-Scope-OrgID,header=x-scope-orgid:t",
+            "also a fixed header",
+        ),
+    ] {
+        let config = Config {
+            multitenancy,
+            forward: vec![spec.parse().expect("destination")],
+            ..Config::default()
+        };
+        let e = config.validate().expect_err(spec).to_string();
+        assert!(e.contains(says), "{spec}: {e}");
+    }
+}

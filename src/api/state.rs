@@ -91,16 +91,23 @@ impl AppState {
         self.inner.metrics.connections()
     }
 
-    /// The self-metrics of forward destination `name`.
-    pub fn forward_stats(&self, name: &str) -> crate::forward::Stats {
-        self.inner.metrics.forward_stats(name)
-    }
-
     /// Like [`AppState::new`], reading time from `clock`.
     pub fn with_clock(config: &Config, db: Arc<Db>, clock: Clock) -> Self {
         let query = config.query_options();
         let mut metrics = Metrics::new(Arc::clone(&db), query.shared.clone());
-        let tenants = Tenants::new(config.tenant_setup(), Arc::clone(&db));
+        let families = metrics.forward_families();
+        let tenants = Tenants::new(
+            config.tenant_setup(),
+            Arc::clone(&db),
+            super::tenant::ForwardSetup {
+                destinations: config.forward.clone(),
+                max_lag_bytes: config.forward_max_lag_bytes,
+                shard_by_series: config
+                    .forward_shard_by_series
+                    .then_some(config.forward_shard_by_series_replicas),
+                stats: Arc::new(move |name, tenant| families.stats(name, tenant)),
+            },
+        );
         if config.multitenancy {
             metrics.add_tenants(tenants.source());
         }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::forward::{Destination, Forwarders};
 use crate::ingest::otlp::{Otlp, OtlpOptions};
 use crate::ingest::{IngestReport, Reason};
 use crate::storage::{Clock, Db, DbOptions};
@@ -111,6 +112,8 @@ pub struct Tenant {
     pub(crate) bucket: Mutex<super::bucket::Bucket>,
     /// What it wrote and what was refused, for its self-metrics.
     pub(crate) stats: TenantStats,
+    /// Its forwarders, reading its own WAL, once the server runs.
+    forwarders: Mutex<Option<Forwarders>>,
 }
 
 /// A tenant's write counts, reported per tenant in `/metrics`.
@@ -205,6 +208,33 @@ pub struct TenantSetup {
     pub otlp: (OtlpOptions, usize),
 }
 
+/// What each tenant's forwarding is made from.
+#[derive(Clone)]
+pub struct ForwardSetup {
+    /// The destinations as configured; each tenant forwards to those
+    /// [`Destination::for_tenant`] gives it.
+    pub destinations: Vec<Destination>,
+    /// `--forward-max-lag-bytes`.
+    pub max_lag_bytes: u64,
+    /// `--forward-shard-by-series` with its replicas.
+    pub shard_by_series: Option<usize>,
+    /// A destination's self-metrics for one tenant's samples (the tenant
+    /// is `None` without multitenancy).
+    pub stats: StatsOf,
+}
+
+/// A destination's self-metrics for a tenant: name, tenant (`None`
+/// without multitenancy).
+pub type StatsOf = Arc<dyn Fn(&str, Option<&str>) -> crate::forward::Stats + Send + Sync>;
+
+impl std::fmt::Debug for ForwardSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardSetup")
+            .field("destinations", &self.destinations)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Background work a tenant's database needs, once the server runs.
 struct Upkeep {
     clock: Clock,
@@ -229,6 +259,7 @@ pub struct Tenants {
     /// `started`): summed at most every [`HELD_REFRESH_MS`], not per write.
     held: Mutex<(u64, Vec<(TenantId, usize)>)>,
     started: std::time::Instant,
+    forward: ForwardSetup,
 }
 
 /// The most disk each tenant's WAL holds back for a full disk: every
@@ -249,8 +280,9 @@ impl std::fmt::Debug for Tenants {
 }
 
 impl Tenants {
-    /// The registry over the root database `root`.
-    pub fn new(setup: TenantSetup, root: Arc<Db>) -> Self {
+    /// The registry over the root database `root`; each tenant forwards
+    /// its own WAL by `forward`.
+    pub fn new(setup: TenantSetup, root: Arc<Db>, forward: ForwardSetup) -> Self {
         let tenant = |id, db| {
             Arc::new(Tenant {
                 id,
@@ -258,6 +290,7 @@ impl Tenants {
                 otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
                 bucket: Mutex::default(),
                 stats: TenantStats::default(),
+                forwarders: Mutex::new(None),
             })
         };
         let empty_opts = DbOptions {
@@ -273,6 +306,7 @@ impl Tenants {
             held: Mutex::new((0, Vec::new())),
             started: std::time::Instant::now(),
             setup,
+            forward,
         }
     }
 
@@ -378,11 +412,13 @@ impl Tenants {
             otlp: Otlp::new(self.setup.otlp.0.clone(), self.setup.otlp.1),
             bucket: Mutex::default(),
             stats: TenantStats::default(),
+            forwarders: Mutex::new(None),
         });
         if let Some(u) = self.upkeep.lock().as_mut() {
             u.running.push(tokio::spawn(
                 Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
             ));
+            self.start_forwarding(&t);
         }
         self.others.write().insert(id, Arc::clone(&t));
         tracing::info!(tenant = %t.id, "tenant opened");
@@ -436,23 +472,73 @@ impl Tenants {
 
     /// Runs each tenant's upkeep (cuts, compaction, retention,
     /// checkpoints) until `stop`, for those open now and those opened
-    /// later. The root database's is the server's.
+    /// later, and starts every tenant's forwarding (the root database's
+    /// too). The root database's upkeep is the server's.
     pub fn start_upkeep(&self, clock: Clock, stop: watch::Receiver<bool>) {
         let mut u = Upkeep {
             clock,
             stop,
             running: Vec::new(),
         };
-        for t in self.others.read().values() {
+        let others: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
+        for t in &others {
             u.running.push(tokio::spawn(
                 Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
             ));
         }
         *self.upkeep.lock() = Some(u);
+        self.start_forwarding(&self.anonymous);
+        for t in &others {
+            self.start_forwarding(t);
+        }
     }
 
-    /// Waits for the tenants' upkeep to stop (after `stop`), then closes
-    /// their databases with a last checkpoint. The root database is the
+    /// Starts `t`'s forwarders over its WAL: the destinations bound to it,
+    /// each carrying its ID when it has a tenant header. Started even with
+    /// none, so the saved positions of destinations no longer configured
+    /// (or no longer bound to it) are released and hold no segments.
+    fn start_forwarding(&self, t: &Tenant) {
+        let (Some(progress), Some(dir)) = (
+            t.db.wal_progress(),
+            self.setup.db.durability.as_ref().map(|d| {
+                if t.id.as_str() == ANONYMOUS {
+                    d.dir.clone()
+                } else {
+                    d.dir.join("tenants").join(t.id.as_str())
+                }
+            }),
+        ) else {
+            return;
+        };
+        let label = self.setup.multitenancy.then(|| t.id.as_str());
+        let destinations = self
+            .forward
+            .destinations
+            .iter()
+            .filter_map(|d| d.for_tenant(t.id.as_str()))
+            .map(|d| {
+                let stats = (self.forward.stats)(&d.resolved_name(), label);
+                (d, stats)
+            })
+            .collect();
+        match Forwarders::start(crate::forward::Setup {
+            destinations,
+            wal_dir: dir.join("wal"),
+            data_dir: dir,
+            progress,
+            max_lag_bytes: self.forward.max_lag_bytes,
+            shard_by_series: self.forward.shard_by_series,
+        }) {
+            Ok(f) => *t.forwarders.lock() = Some(f),
+            Err(e) => {
+                tracing::error!(tenant = %t.id, error = %e, "cannot start forwarding; this tenant's samples are kept but not forwarded")
+            }
+        }
+    }
+
+    /// Waits for the tenants' upkeep to stop (after `stop`), stops every
+    /// tenant's forwarding (the root database's too), then closes the
+    /// tenants' databases with a last checkpoint. The root database is the
     /// server's to close.
     pub async fn close(&self) {
         // No tenant opens after this: a write still in flight at the
@@ -463,7 +549,18 @@ impl Tenants {
             let _ = h.await;
         }
         let open: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
+        let anonymous = Arc::clone(&self.anonymous);
         let _ = tokio::task::spawn_blocking(move || {
+            let forwarders: Vec<Forwarders> = std::iter::once(&anonymous)
+                .chain(&open)
+                .filter_map(|t| t.forwarders.lock().take())
+                .collect();
+            for f in &forwarders {
+                f.signal();
+            }
+            for f in forwarders {
+                f.stop();
+            }
             for t in open {
                 t.db.close(crate::storage::Close::Checkpoint);
             }

@@ -86,6 +86,16 @@ pub struct Destination {
     /// TLS settings for an https URL, in Prometheus' `tls_config` keys.
     #[serde(alias = "tls_config")]
     pub tls_config: super::tls::TlsConfig,
+    /// With multitenancy: the header that carries each sample's tenant ID
+    /// to the destination (`X-Scope-OrgID` for Mimir, Cortex or another
+    /// Sluice, `THANOS-TENANT` for Thanos Receive), so every tenant stays
+    /// apart downstream.
+    #[serde(alias = "tenant_header")]
+    pub tenant_header: Option<String>,
+    /// With multitenancy: only these tenants' samples go to the
+    /// destination (all tenants when empty). In a `--forward` flag,
+    /// `tenants=a|b`.
+    pub tenants: Vec<String>,
 }
 
 impl std::fmt::Debug for Destination {
@@ -112,6 +122,8 @@ impl std::fmt::Debug for Destination {
             .field("max_shards", &self.max_shards)
             .field("write_relabel_configs", &self.write_relabel_configs.len())
             .field("tls_config", &self.tls_config)
+            .field("tenant_header", &self.tenant_header)
+            .field("tenants", &self.tenants)
             .finish()
     }
 }
@@ -136,6 +148,8 @@ impl Default for Destination {
             max_shards: 16,
             write_relabel_configs: Vec::new(),
             tls_config: super::tls::TlsConfig::default(),
+            tenant_header: None,
+            tenants: Vec::new(),
         }
     }
 }
@@ -214,6 +228,14 @@ impl std::str::FromStr for Destination {
                             ))
                         }
                     }
+                }
+                "tenant-header" => d.tenant_header = Some(value.to_owned()),
+                "tenants" => {
+                    d.tenants = value
+                        .split('|')
+                        .map(|t| t.trim().to_owned())
+                        .filter(|t| !t.is_empty())
+                        .collect()
                 }
                 other => return Err(format!("forward: unknown key {other:?}")),
             }
@@ -359,7 +381,31 @@ impl Destination {
                 return Err(format!("forward {name}: invalid header {k:?}"));
             }
         }
+        if let Some(h) = &self.tenant_header {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                return Err(format!("forward {name}: invalid tenant-header {h:?}"));
+            }
+            if self.headers.keys().any(|k| k.eq_ignore_ascii_case(h)) {
+                return Err(format!(
+                    "forward {name}: tenant-header {h:?} is also a fixed header; keep one"
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// What this destination is for tenant `tenant`'s samples: none when it
+    /// is bound to other tenants; else itself, with the tenant header set
+    /// to `tenant` when it has one.
+    pub fn for_tenant(&self, tenant: &str) -> Option<Destination> {
+        if !self.tenants.is_empty() && !self.tenants.iter().any(|t| t == tenant) {
+            return None;
+        }
+        let mut d = self.clone();
+        if let Some(h) = &self.tenant_header {
+            d.headers.insert(h.clone(), tenant.to_owned());
+        }
+        Some(d)
     }
 }
 
