@@ -35,6 +35,8 @@ pub enum Reason {
     Sample(SampleError),
     /// The head holds its maximum number of series.
     SeriesLimit,
+    /// The head holds its maximum number of series of this metric name.
+    PerMetricSeriesLimit,
     /// A native histogram that does not decode or breaks Prometheus'
     /// validation rules.
     InvalidHistogram,
@@ -50,8 +52,16 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason for a series refused by `limit`.
+    pub fn of_limit(limit: &crate::storage::SeriesLimit) -> Self {
+        match limit {
+            crate::storage::SeriesLimit::Total(_) => Reason::SeriesLimit,
+            crate::storage::SeriesLimit::PerMetric(_) => Reason::PerMetricSeriesLimit,
+        }
+    }
+
     /// Number of distinct reasons.
-    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 5;
+    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 6;
 
     /// Every reason, in index order.
     pub fn all() -> impl Iterator<Item = Reason> {
@@ -65,6 +75,7 @@ impl Reason {
                 Reason::UnsupportedTemporality,
                 Reason::InvalidDataPoint,
                 Reason::InvalidSeries,
+                Reason::PerMetricSeriesLimit,
             ])
     }
 
@@ -79,6 +90,7 @@ impl Reason {
             Reason::UnsupportedTemporality => other + 2,
             Reason::InvalidDataPoint => other + 3,
             Reason::InvalidSeries => other + 4,
+            Reason::PerMetricSeriesLimit => other + 5,
         }
     }
 
@@ -88,6 +100,7 @@ impl Reason {
             Reason::Label(e) => e.reason(),
             Reason::Sample(e) => e.reason(),
             Reason::SeriesLimit => "series_limit",
+            Reason::PerMetricSeriesLimit => "per_metric_series_limit",
             Reason::InvalidHistogram => "invalid_native_histogram",
             Reason::UnsupportedTemporality => "unsupported_temporality",
             Reason::InvalidDataPoint => "invalid_data_point",

@@ -223,7 +223,7 @@ async fn series_label_and_query_limits_hold_per_tenant() {
     let dir = tempfile::tempdir().expect("tempdir");
     let srv = common::start(with_runtime(
         dir.path(),
-        "overrides:\n  small:\n    max_global_series_per_user: 3\n    max_label_names_per_series: 3\n    max_query_samples: 10\n",
+        "overrides:\n  small:\n    max_global_series_per_user: 3\n    max_label_names_per_series: 3\n    max_query_samples: 10\n    max_query_concurrency: 1\n",
     ))
     .await;
     let t = common::now_ms();
@@ -269,6 +269,113 @@ async fn series_label_and_query_limits_hold_per_tenant() {
     assert_eq!(r.status(), 422);
     assert!(r.text().await.expect("body").contains("too many samples"));
     assert_eq!(ask("big").await.expect("answered").status(), 200);
+    // With max_query_concurrency 1, a failed query gave its turn back: the
+    // next of `small`'s queries runs (a turn kept would time it out).
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/api/v1/query", srv.addr))
+        .query(&[("query", "count(s)"), ("timeout", "5s")])
+        .header(HEADER, "small")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+}
+
+#[tokio::test]
+async fn the_per_metric_series_limit_holds_per_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(with_runtime(
+        dir.path(),
+        "overrides:\n  small:\n    max_global_series_per_metric: 3\n",
+    ))
+    .await;
+    let t = common::now_ms();
+    // Five series of m and two of n in one request: two of m are refused
+    // by name, the rest is stored.
+    let mut body = pb_series("m", 5, t);
+    body.extend(pb_series("n", 2, t));
+    let r = push_as(srv.addr, "small", common::body(body)).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(
+        text.contains("per-metric series limit of 3")
+            && text.contains("max_global_series_per_metric"),
+        "{text}"
+    );
+    assert_eq!(count(srv.addr, "small", "m").await, 3);
+    assert_eq!(count(srv.addr, "small", "n").await, 2);
+    assert_eq!(
+        common::self_metric(
+            srv.addr,
+            "sluice_tenant_rejected_samples_total{tenant=\"small\",reason=\"per_metric_series_limit\"}"
+        )
+        .await,
+        Some(2.0)
+    );
+    // Another tenant is not limited.
+    let r = push_as(srv.addr, "big", batch("m", 5, t, &[])).await;
+    assert_eq!(r.status(), 204);
+}
+
+/// `max_global_exemplars_per_user` (or `max_exemplars`) bounds each
+/// tenant's exemplars, newest kept; 0 keeps none; a tenant without an
+/// override keeps `--max-exemplars`.
+#[tokio::test]
+async fn the_exemplar_limit_holds_per_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(with_runtime(
+        dir.path(),
+        "overrides:\n  small:\n    max_exemplars: 2\n  none:\n    max_global_exemplars_per_user: 0\n",
+    ))
+    .await;
+    let t = common::now_ms();
+    let held = |tenant: &'static str| async move {
+        let resp = reqwest::Client::new()
+            .get(format!("http://{}/api/v1/query_exemplars", srv.addr))
+            .query(&[
+                ("query", "rpc_total"),
+                ("start", &format!("{}", (t - 60_000) as f64 / 1000.0)),
+                ("end", &format!("{}", (t + 60_000) as f64 / 1000.0)),
+            ])
+            .header(HEADER, tenant)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), 200);
+        let v: serde_json::Value =
+            serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+        v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["exemplars"].as_array().cloned().unwrap_or_default())
+            .map(|e| e["labels"]["trace_id"].as_str().unwrap_or("?").to_owned())
+            .collect::<Vec<_>>()
+    };
+    for tenant in ["small", "none", "big"] {
+        for k in 0..5 {
+            let mut ts = common::series(&[("__name__", "rpc_total")], &[(t + k * 1000, 1.0)]);
+            ts.exemplars.push(sluice::proto::prometheus::Exemplar {
+                labels: vec![sluice::proto::prometheus::Label {
+                    name: "trace_id".into(),
+                    value: format!("t{k}"),
+                }],
+                value: 1.0,
+                timestamp: t + k * 1000,
+            });
+            let r = push_as(srv.addr, tenant, common::body(vec![ts])).await;
+            assert_eq!(r.status(), 204, "{tenant}");
+        }
+    }
+    assert_eq!(held("small").await, ["t3", "t4"]);
+    assert!(held("none").await.is_empty());
+    assert_eq!(held("big").await, ["t0", "t1", "t2", "t3", "t4"]);
+}
+
+fn pb_series(name: &str, n: usize, t: i64) -> Vec<sluice::proto::prometheus::TimeSeries> {
+    (0..n)
+        .map(|i| common::series(&[("__name__", name), ("i", &i.to_string())], &[(t, 1.0)]))
+        .collect()
 }
 
 #[tokio::test]

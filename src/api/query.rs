@@ -51,17 +51,30 @@ async fn run<T: Send + 'static>(
     mut opts: QueryOptions,
     f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let limit = state
-        .tenant_limits()
-        .current()
-        .limits(&tenant.0.id)
-        .max_query_samples;
-    if limit > 0 {
-        opts.max_samples = usize::try_from(limit).unwrap_or(usize::MAX);
+    let limits = state.tenant_limits().current().limits(&tenant.0.id);
+    if limits.max_query_samples > 0 {
+        opts.max_samples = usize::try_from(limits.max_query_samples).unwrap_or(usize::MAX);
     }
+    // A tenant at its concurrency waits for its own queries, within the
+    // query's timeout, before it takes a server slot.
+    let deadline = tokio::time::Instant::now() + opts.timeout;
+    let turn = match limits.max_query_concurrency {
+        0 => None,
+        n => Some(
+            tenant
+                .0
+                .queries
+                .enter(usize::try_from(n).unwrap_or(usize::MAX), deadline)
+                .await
+                .ok_or_else(|| super::slots::no_turn(tenant.0.id.as_str(), n))?,
+        ),
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     let db = Arc::clone(&tenant.0.db);
     state
-        .read(opts.timeout, move |stop| {
+        .read(left, move |stop| {
+            // Held until the evaluation ends, even if the client left.
+            let _turn = turn;
             Ok(f(Engine::new(db.querier(), opts).with_cancel(stop))?)
         })
         .await

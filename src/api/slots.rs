@@ -152,6 +152,67 @@ impl Slots {
     }
 }
 
+/// One tenant's queries running at once, bounded by its
+/// `max_query_concurrency`: a tenant past it waits for one of its own to
+/// end, without taking a server slot meanwhile, so it cannot hold every
+/// slot while other tenants wait.
+#[derive(Debug, Default)]
+pub(crate) struct QueryGate {
+    running: parking_lot::Mutex<usize>,
+    freed: tokio::sync::Notify,
+}
+
+/// A tenant's turn to run a query; its end frees it.
+#[derive(Debug)]
+pub(crate) struct Turn(Arc<QueryGate>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        *self.0.running.lock() -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl QueryGate {
+    /// Waits until fewer than `limit` of the tenant's queries run, up to
+    /// `deadline`; the turn, or `None` when the deadline passed first.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        limit: usize,
+        deadline: tokio::time::Instant,
+    ) -> Option<Turn> {
+        loop {
+            // Registered before the count is read, so a query ending
+            // between the two still wakes this one.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut running = self.running.lock();
+                if *running < limit.max(1) {
+                    *running += 1;
+                    return Some(Turn(Arc::clone(self)));
+                }
+            }
+            tokio::time::timeout_at(deadline, freed).await.ok()?;
+        }
+    }
+
+    /// The tenant's queries running now.
+    #[cfg(test)]
+    fn running(&self) -> usize {
+        *self.running.lock()
+    }
+}
+
+/// The timeout of a query that waited for its tenant's turn in vain.
+pub(crate) fn no_turn(tenant: &str, limit: u64) -> ApiError {
+    timed_out(format!(
+        "query timed out waiting for one of tenant {tenant}'s {limit} query slots \
+         (max_query_concurrency)"
+    ))
+}
+
 fn spawn(stack_bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<(), ApiError> {
     std::thread::Builder::new()
         .name("sluice-query".to_owned())
@@ -237,6 +298,35 @@ mod tests {
         }
         assert_eq!(slots.busy(), 0);
         assert!(slots.run(Duration::from_secs(10), |_| Ok(())).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_past_its_concurrency_waits_for_its_own_queries() {
+        let gate = Arc::new(QueryGate::default());
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(50);
+        let later = || tokio::time::Instant::now() + Duration::from_secs(30);
+        let first = gate.enter(2, soon()).await.expect("first");
+        let second = gate.enter(2, soon()).await.expect("second");
+        assert!(
+            gate.enter(2, soon()).await.is_none(),
+            "a third waits in vain"
+        );
+        assert_eq!(gate.running(), 2);
+        // A waiter gets its turn when one ends.
+        let waiting = tokio::spawn({
+            let gate = Arc::clone(&gate);
+            async move { gate.enter(2, later()).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        drop(first);
+        assert!(waiting.await.expect("joined").is_some());
+        drop(second);
+        assert_eq!(gate.running(), 0);
+        // A lowered limit holds for new queries.
+        let one = gate.enter(1, soon()).await.expect("one");
+        assert!(gate.enter(1, soon()).await.is_none());
+        drop(one);
+        assert!(gate.enter(1, soon()).await.is_some());
     }
 
     #[test]

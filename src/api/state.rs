@@ -250,6 +250,14 @@ impl AppState {
         if series.unwrap_or(tenant.db.default_max_series()) != tenant.db.max_series() {
             tenant.db.set_max_series(series);
         }
+        tenant.db.set_max_series_per_metric(
+            usize::try_from(limits.max_global_series_per_metric).unwrap_or(usize::MAX),
+        );
+        tenant.db.set_max_exemplars(
+            limits
+                .max_global_exemplars_per_user
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        );
         let mut labels = self.inner.limits;
         if limits.max_label_names_per_series > 0 {
             labels.max_labels =

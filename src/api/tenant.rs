@@ -114,6 +114,8 @@ pub struct Tenant {
     pub(crate) stats: TenantStats,
     /// Its forwarders, reading its own WAL, once the server runs.
     forwarders: Mutex<Option<Forwarders>>,
+    /// Its queries running, for its `max_query_concurrency`.
+    pub(crate) queries: Arc<super::slots::QueryGate>,
 }
 
 /// A tenant's write counts, reported per tenant in `/metrics`.
@@ -291,6 +293,7 @@ impl Tenants {
                 bucket: Mutex::default(),
                 stats: TenantStats::default(),
                 forwarders: Mutex::new(None),
+                queries: Arc::default(),
             })
         };
         let empty_opts = DbOptions {
@@ -413,6 +416,7 @@ impl Tenants {
             bucket: Mutex::default(),
             stats: TenantStats::default(),
             forwarders: Mutex::new(None),
+            queries: Arc::default(),
         });
         if let Some(u) = self.upkeep.lock().as_mut() {
             u.running.push(tokio::spawn(

@@ -51,11 +51,20 @@ pub struct LimitsPatch {
     pub ingestion_burst_size: Option<u64>,
     /// Most series the tenant holds in memory (0: `--max-series`).
     pub max_global_series_per_user: Option<u64>,
+    /// Most series of one metric name the tenant holds (0: no limit).
+    pub max_global_series_per_metric: Option<u64>,
+    /// Most exemplars the tenant holds, newest kept (0: none, as Mimir;
+    /// unset: `--max-exemplars`). `max_exemplars` is taken too.
+    #[serde(alias = "max_exemplars")]
+    pub max_global_exemplars_per_user: Option<u64>,
     /// Most labels per series, `__name__` included (0:
     /// `--max-labels-per-series`).
     pub max_label_names_per_series: Option<u64>,
     /// Most samples one query may hold (0: `--query-max-samples`).
     pub max_query_samples: Option<u64>,
+    /// Most of the tenant's queries evaluated at once; more wait for one
+    /// of its own to end (0: only `--query-max-concurrency` bounds them).
+    pub max_query_concurrency: Option<u64>,
 }
 
 /// One tenant's limits in force. Zero means "no limit beyond the server's
@@ -68,10 +77,16 @@ pub struct TenantLimits {
     pub ingestion_burst_size: u64,
     /// Most series held.
     pub max_global_series_per_user: u64,
+    /// Most series of one metric name held.
+    pub max_global_series_per_metric: u64,
+    /// Most exemplars held; `None`: the server's `--max-exemplars`.
+    pub max_global_exemplars_per_user: Option<u64>,
     /// Most labels per series.
     pub max_label_names_per_series: u64,
     /// Most samples per query.
     pub max_query_samples: u64,
+    /// Most queries at once.
+    pub max_query_concurrency: u64,
 }
 
 impl Default for TenantLimits {
@@ -82,8 +97,11 @@ impl Default for TenantLimits {
             ingestion_rate: 0.0,
             ingestion_burst_size: 200_000,
             max_global_series_per_user: 0,
+            max_global_series_per_metric: 0,
+            max_global_exemplars_per_user: None,
             max_label_names_per_series: 0,
             max_query_samples: 0,
+            max_query_concurrency: 0,
         }
     }
 }
@@ -99,10 +117,19 @@ impl TenantLimits {
             max_global_series_per_user: patch
                 .max_global_series_per_user
                 .unwrap_or(self.max_global_series_per_user),
+            max_global_series_per_metric: patch
+                .max_global_series_per_metric
+                .unwrap_or(self.max_global_series_per_metric),
+            max_global_exemplars_per_user: patch
+                .max_global_exemplars_per_user
+                .or(self.max_global_exemplars_per_user),
             max_label_names_per_series: patch
                 .max_label_names_per_series
                 .unwrap_or(self.max_label_names_per_series),
             max_query_samples: patch.max_query_samples.unwrap_or(self.max_query_samples),
+            max_query_concurrency: patch
+                .max_query_concurrency
+                .unwrap_or(self.max_query_concurrency),
         }
     }
 
@@ -254,6 +281,26 @@ mod tests {
                 a.max_global_series_per_user
             ),
             (1000.0, 5000, 10)
+        );
+        let more = RuntimeConfig::parse(
+            "limits:\n  max_global_series_per_metric: 7\n  max_exemplars: 3\n\
+             overrides:\n  t:\n    max_global_exemplars_per_user: 0\n",
+        )
+        .expect("parses");
+        let d = more.defaults();
+        assert_eq!(
+            (
+                d.max_global_series_per_metric,
+                d.max_global_exemplars_per_user
+            ),
+            (7, Some(3))
+        );
+        let t = d.patched(&more.overrides["t"]);
+        assert_eq!(t.max_global_exemplars_per_user, Some(0));
+        assert_eq!(
+            TenantLimits::default().max_global_exemplars_per_user,
+            None,
+            "unset: the server's --max-exemplars"
         );
         let ids = c.identities.expect("identities");
         assert_eq!(ids["alice"][0].parts(), ("team-a", Access::ReadWrite));

@@ -154,7 +154,7 @@ fn append_series<W: Wire>(
         };
         match made {
             Err(limit) => {
-                report.reject(Reason::SeriesLimit, samples, || {
+                report.reject(Reason::of_limit(&limit), samples, || {
                     format!("{limit}; new series {} not created", wire.describe(span))
                 });
                 continue;
@@ -239,7 +239,7 @@ fn store_histograms<W: Wire>(
             Ok(resorted) => report.resorted_series += u64::from(resorted),
             Err((reason, why)) => {
                 report.reject(reason, samples.len() as u64, || match reason {
-                    Reason::SeriesLimit => {
+                    Reason::SeriesLimit | Reason::PerMetricSeriesLimit => {
                         format!("{why}; new series {} not created", wire.describe(span))
                     }
                     _ => format!("{why} for series {}", wire.describe(span)),
@@ -272,7 +272,7 @@ pub(super) fn create_series(
         .map_err(|e| (Reason::Label(e), label_problem(e, limits)))?;
     app.append_new(&valid, canonical, samples, counts)
         .map(|_| ())
-        .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))
+        .map_err(|limit| (Reason::of_limit(&limit), limit.to_string()))
 }
 
 /// A series' canonical label bytes: built by the caller already, or to be
@@ -308,7 +308,7 @@ pub(super) fn append_histograms<'a>(
     };
     counts.first = None;
     app.append_histograms(valid, canonical, samples, counts)
-        .map_err(|limit| (Reason::SeriesLimit, limit.to_string()))?;
+        .map_err(|limit| (Reason::of_limit(&limit), limit.to_string()))?;
     Ok(resorted)
 }
 

@@ -27,10 +27,18 @@ impl SampleError {
     }
 }
 
-/// The series limit was reached; the series was not created.
+/// A series limit was reached; the series was not created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("series limit of {0} reached (max-series, or the tenant's max_global_series_per_user)")]
-pub struct SeriesLimit(pub usize);
+pub enum SeriesLimit {
+    /// The most series held in all.
+    #[error(
+        "series limit of {0} reached (max-series, or the tenant's max_global_series_per_user)"
+    )]
+    Total(usize),
+    /// The most series of one metric name.
+    #[error("per-metric series limit of {0} reached (the tenant's max_global_series_per_metric)")]
+    PerMetric(usize),
+}
 
 /// Outcome counts of appends, accumulated over a request.
 #[derive(Debug, Default, Clone)]

@@ -210,6 +210,29 @@ impl Db {
             .set_max_series(max.unwrap_or(self.head.opts().max_series));
     }
 
+    /// Sets the most exemplars held (a tenant's
+    /// `max_global_exemplars_per_user`; 0 stores none); `None` restores the
+    /// database's own (`--max-exemplars`).
+    pub fn set_max_exemplars(&self, max: Option<usize>) {
+        let max = max.unwrap_or(self.head.opts().max_exemplars);
+        if self.head.exemplars().max() != max {
+            self.head.exemplars().set_max(max);
+        }
+    }
+
+    /// Sets the most series of one metric name the head holds (a tenant's
+    /// `max_global_series_per_metric`; 0: no limit).
+    pub fn set_max_series_per_metric(&self, max: usize) {
+        if self.head.max_series_per_metric() != max {
+            self.head.set_max_series_per_metric(max);
+        }
+    }
+
+    /// Series of metric `name` in the head now.
+    pub fn metric_series_count(&self, name: &str) -> usize {
+        self.head.metric_series_count(name)
+    }
+
     /// Series in the head now (one atomic read, no shard lock).
     pub fn series_count(&self) -> usize {
         self.head.series_count()
@@ -556,6 +579,12 @@ mod tests {
         assert_eq!(read(&a), vec![("a".to_owned(), vec![(1_000, 1.0)])]);
         assert_eq!(read(&b), vec![("b".to_owned(), vec![(2_000, 2.0)])]);
         assert!(a.recovery().is_some() && b.recovery().is_some());
+        // Series per metric are counted again, from a checkpoint and from
+        // the log alone, so a per-metric limit holds across a restart.
+        assert_eq!(
+            (a.metric_series_count("up"), b.metric_series_count("up")),
+            (1, 1)
+        );
     }
 
     #[test]

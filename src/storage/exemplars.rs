@@ -114,7 +114,8 @@ struct Ring {
 /// The exemplar store: bounded, shared by every ingest path and the API.
 #[derive(Debug)]
 pub struct ExemplarStore {
-    max: usize,
+    /// The most held; changed (and the ring rebuilt) under the ring's lock.
+    max: std::sync::atomic::AtomicUsize,
     ring: Mutex<Ring>,
 }
 
@@ -122,9 +123,40 @@ impl ExemplarStore {
     /// A store of at most `max` exemplars; 0 stores none.
     pub fn new(max: usize) -> Self {
         Self {
-            max: max.min(NONE as usize - 1),
+            max: std::sync::atomic::AtomicUsize::new(max.min(NONE as usize - 1)),
             ring: Mutex::new(Ring::default()),
         }
+    }
+
+    /// The most exemplars held.
+    pub fn max(&self) -> usize {
+        self.max.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Holds at most `max` exemplars from now on (0: none), keeping the
+    /// newest of those held. Rebuilds the ring when the bound changes, so
+    /// it costs a pass over the store then, and nothing otherwise.
+    pub fn set_max(&self, max: usize) {
+        use std::sync::atomic::Ordering;
+        let max = max.min(NONE as usize - 1);
+        let mut ring = self.ring.lock();
+        let old = self.max.load(Ordering::Relaxed);
+        if old == max {
+            return;
+        }
+        let mut entries = std::mem::take(&mut ring.entries);
+        let n = entries.len();
+        if n > 0 && n >= old {
+            // Full: the oldest is where the next one would go.
+            entries.rotate_left(ring.next % n);
+        }
+        *ring = Ring::default();
+        if max > 0 {
+            for e in entries.into_iter().skip(n.saturating_sub(max)) {
+                ring.push(max, e.series, e.labels, e.value, e.t);
+            }
+        }
+        self.max.store(max, Ordering::Relaxed);
     }
 
     /// Exemplars held.
@@ -168,7 +200,7 @@ impl ExemplarStore {
         t: i64,
         log: Option<&mut Vec<u8>>,
     ) -> Result<(), ExemplarError> {
-        if self.max == 0 {
+        if self.max() == 0 {
             return Err(ExemplarError::Disabled);
         }
         let mut chars = 0;
@@ -195,6 +227,11 @@ impl ExemplarStore {
         encode_canonical(pairs.iter().copied(), &mut encoded);
 
         let mut ring = self.ring.lock();
+        // Read under the lock: `set_max` rebuilds the ring under it.
+        let max = self.max();
+        if max == 0 {
+            return Err(ExemplarError::Disabled);
+        }
         let key = match ring.series.get_key_value(series) {
             Some((key, chain)) => {
                 let newest = &ring.entries[chain.newest as usize];
@@ -214,7 +251,7 @@ impl ExemplarStore {
         if let Some(log) = log {
             crate::wal::record::put_exemplar(log, series, &encoded, t, value);
         }
-        ring.push(self.max, key, encoded.into_boxed_slice(), value, t);
+        ring.push(max, key, encoded.into_boxed_slice(), value, t);
         Ok(())
     }
 
@@ -225,7 +262,7 @@ impl ExemplarStore {
         let mut buf = Vec::new();
         let ring = self.ring.lock();
         let n = ring.entries.len();
-        let first = if n < self.max { 0 } else { ring.next };
+        let first = if n < self.max() { 0 } else { ring.next };
         for k in 0..n {
             let e = &ring.entries[(first + k) % n];
             crate::wal::record::put_exemplar(&mut buf, &e.series, &e.labels, e.t, e.value);
@@ -429,6 +466,45 @@ mod tests {
             Matcher::new(MatchOp::Equal, "__name__", "a").expect("m")
         ]];
         assert!(s.select(&none, i64::MIN, i64::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_new_bound_keeps_the_newest_exemplars_and_zero_keeps_none() {
+        let ts = |s: &ExemplarStore| -> Vec<i64> {
+            let mut t: Vec<i64> = s
+                .select(&all(), i64::MIN, i64::MAX)
+                .iter()
+                .flat_map(|x| x.exemplars.iter().map(|e| e.t))
+                .collect();
+            t.sort();
+            t
+        };
+        let s = ExemplarStore::new(4);
+        let (a, b) = (series(&[("__name__", "a")]), series(&[("__name__", "b")]));
+        // Six into four: the ring has wrapped, so its oldest is mid-vector.
+        for t in 1..=6 {
+            let which = if t % 2 == 0 { &a } else { &b };
+            s.add(which, &trace(&t.to_string()), 1.0, t)
+                .expect("stored");
+        }
+        assert_eq!(ts(&s), vec![3, 4, 5, 6]);
+        s.set_max(2);
+        assert_eq!(ts(&s), vec![5, 6]);
+        // Room again: newer ones are added, and the oldest go first.
+        s.set_max(3);
+        s.add(&a, &trace("7"), 1.0, 8).expect("stored");
+        s.add(&b, &trace("8"), 1.0, 9).expect("stored");
+        assert_eq!(ts(&s), vec![6, 8, 9]);
+        assert_eq!(s.len(), 3);
+        s.set_max(0);
+        assert!(s.is_empty());
+        assert_eq!(
+            s.add(&a, &trace("9"), 1.0, 10),
+            Err(ExemplarError::Disabled)
+        );
+        s.set_max(10);
+        s.add(&a, &trace("9"), 1.0, 10).expect("enabled again");
+        assert_eq!(ts(&s), vec![10]);
     }
 
     #[test]

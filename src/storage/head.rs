@@ -119,6 +119,11 @@ pub struct Head {
     series: AtomicUsize,
     /// Most series held: `opts.max_series`, or a tenant's own limit.
     max_series: AtomicUsize,
+    /// Series held per metric name, for the per-metric limit: counted as
+    /// series are made and removed (per new series, not per sample).
+    per_metric: Mutex<std::collections::HashMap<Box<str>, usize>>,
+    /// Most series of one metric name (0: no limit).
+    max_series_per_metric: AtomicUsize,
     /// The next series reference handed out (WAL and checkpoints).
     next_ref: AtomicU64,
     wal: Option<Arc<GroupCommit>>,
@@ -184,6 +189,8 @@ impl Head {
             shards: (0..n).map(|_| Padded(ShardCell::default())).collect(),
             series: AtomicUsize::new(0),
             max_series: AtomicUsize::new(opts.max_series),
+            per_metric: Mutex::default(),
+            max_series_per_metric: AtomicUsize::new(0),
             next_ref: AtomicU64::new(1),
             wal: None,
             wal_dir: None,
@@ -201,6 +208,48 @@ impl Head {
     /// refused; those held stay).
     pub fn set_max_series(&self, max: usize) {
         self.max_series.store(max, Ordering::Relaxed);
+    }
+
+    /// Sets the most series of one metric name to `max` (0: no limit;
+    /// new series past it are refused, those held stay).
+    pub fn set_max_series_per_metric(&self, max: usize) {
+        self.max_series_per_metric.store(max, Ordering::Relaxed);
+    }
+
+    /// The most series of one metric name (0: no limit).
+    pub fn max_series_per_metric(&self) -> usize {
+        self.max_series_per_metric.load(Ordering::Relaxed)
+    }
+
+    /// Series held of metric `name`.
+    pub fn metric_series_count(&self, name: &str) -> usize {
+        self.per_metric.lock().get(name).copied().unwrap_or(0)
+    }
+
+    /// Counts one more series of the metric named in `labels` (the
+    /// per-metric limit checked, unless `limited` is false), or refuses it.
+    pub(super) fn count_metric_series(
+        &self,
+        labels: &[(&str, &str)],
+        limited: bool,
+    ) -> Result<(), SeriesLimit> {
+        let Some(&(_, name)) = labels.iter().find(|(n, _)| *n == "__name__") else {
+            return Ok(());
+        };
+        let max = if limited {
+            self.max_series_per_metric.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let mut counts = self.per_metric.lock();
+        match counts.get_mut(name) {
+            Some(n) if max > 0 && *n >= max => return Err(SeriesLimit::PerMetric(max)),
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(name.into(), 1);
+            }
+        }
+        Ok(())
     }
 
     /// Series held now.
@@ -280,14 +329,26 @@ impl Head {
     pub(super) fn truncate(&self, cutoff_ms: i64) -> RetentionReport {
         self.min_valid_ms.fetch_max(cutoff_ms, Ordering::Relaxed);
         let mut r = RetentionReport::default();
+        let mut removed = Vec::new();
         for Padded(cell) in self.shards.iter() {
             let mut shard = cell.lock();
-            let (chunks, series) = shard.retain(cutoff_ms);
+            let (chunks, series) = shard.retain(cutoff_ms, &mut removed);
             cell.publish(&shard);
             r.chunks += chunks;
             r.series += series;
         }
         self.series.fetch_sub(r.series, Ordering::Relaxed);
+        if !removed.is_empty() {
+            let mut counts = self.per_metric.lock();
+            for name in removed {
+                if let Some(n) = counts.get_mut(&*name) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        counts.remove(&*name);
+                    }
+                }
+            }
+        }
         if r.series > 0 {
             // The shards that lost series were rebuilt: slots moved.
             self.aliases.clear();
@@ -401,12 +462,40 @@ mod tests {
             .expect("first fits");
         assert_eq!(
             head.append_labels(&b, &canon(&b), std::iter::empty(), 0, &mut c),
-            Err(SeriesLimit(1))
+            Err(SeriesLimit::Total(1))
         );
         // An existing series still takes samples at the limit.
         head.append_labels(&a, &canon(&a), [(5, 1.0)].into_iter(), 10, &mut c)
             .expect("exists");
         assert_eq!(c.appended, 1);
+    }
+
+    #[test]
+    fn the_per_metric_limit_counts_series_made_and_removed() {
+        let head = Head::new(HeadOptions::default());
+        head.set_max_series_per_metric(2);
+        let mut c = AppendCounts::default();
+        let add = |name: &str, i: &str, t: i64, c: &mut AppendCounts| {
+            let l = [("__name__", name), ("i", i)];
+            head.append_labels(&l, &canon(&l), [(t, 1.0)].into_iter(), t, c)
+                .map(|_| ())
+        };
+        add("m", "1", 10, &mut c).expect("first");
+        add("m", "2", 100, &mut c).expect("second");
+        assert_eq!(add("m", "3", 100, &mut c), Err(SeriesLimit::PerMetric(2)));
+        // Another metric is counted apart; the refused series took no room.
+        add("n", "1", 100, &mut c).expect("other metric");
+        assert_eq!(head.series_count(), 3);
+        assert_eq!(head.metric_series_count("m"), 2);
+        // Retention removes m{i="1"} (its only sample is at 10): room for one.
+        head.truncate(50);
+        assert_eq!(head.metric_series_count("m"), 1);
+        add("m", "3", 100, &mut c).expect("room again");
+        assert_eq!(add("m", "4", 100, &mut c), Err(SeriesLimit::PerMetric(2)));
+        // Without the limit, the count goes on.
+        head.set_max_series_per_metric(0);
+        add("m", "4", 100, &mut c).expect("no limit");
+        assert_eq!(head.metric_series_count("m"), 3);
     }
 
     #[test]

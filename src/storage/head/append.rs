@@ -194,7 +194,11 @@ impl Head {
             })
             .is_err()
         {
-            return Err(SeriesLimit(max));
+            return Err(SeriesLimit::Total(max));
+        }
+        if let Err(e) = self.count_metric_series(labels, true) {
+            self.series.fetch_sub(1, Ordering::Relaxed);
+            return Err(e);
         }
         Ok(shard.create(self.new_ref(), fp, labels, canonical))
     }

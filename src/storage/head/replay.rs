@@ -138,6 +138,8 @@ impl Head {
             Some(slot) => slot,
             None => {
                 self.series.fetch_add(1, Ordering::Relaxed);
+                // Unlimited: what was acknowledged comes back.
+                let _ = self.count_metric_series(&labels, false);
                 self.next_ref.fetch_max(id + 1, Ordering::Relaxed);
                 shard.create(id, fp, &labels, canonical)
             }

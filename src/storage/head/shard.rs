@@ -686,8 +686,9 @@ impl Shard {
     /// no sample at or after it. Removing series rebuilds the shard's
     /// table, strings and postings (slots are dense), so it costs a pass
     /// over the shard; it runs rarely, from the retention task.
-    /// Returns (chunks dropped, series removed).
-    pub(crate) fn retain(&mut self, cutoff: i64) -> (usize, usize) {
+    /// Returns (chunks dropped, series removed); the metric names of the
+    /// series removed are added to `removed`.
+    pub(crate) fn retain(&mut self, cutoff: i64, removed: &mut Vec<Box<str>>) -> (usize, usize) {
         let mut dropped = 0;
         let mut hist_dropped = 0;
         let mut freed = 0;
@@ -735,6 +736,13 @@ impl Shard {
         let mut labels = Vec::new();
         for s in series {
             if newest_of(&s, &hists).is_none_or(|t| t < cutoff) {
+                if let Some(&(_, v)) = s
+                    .label_run(&old_ids)
+                    .iter()
+                    .find(|&&(n, _)| strings.get(n) == "__name__")
+                {
+                    removed.push(strings.get(v).into());
+                }
                 // Its sealed chunks went above; the open one goes with it.
                 dropped += s.sealed.len() + usize::from(s.head.is_some());
                 if let Some(h) = hists.remove(&s.id) {
