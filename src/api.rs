@@ -84,20 +84,16 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
     } else {
         auth::Identity::Anyone
     };
-    let (id, tenant) = state
+    let (ids, tenant) = state
         .inner
         .tenants
         .resolve(req.uri().path(), req.headers())
         .await
         .map_err(IntoResponse::into_response)?;
     let write = matches!(tenant, tenant::Resolved::Write(_));
-    if let Some(id) = id.filter(|id| {
-        !state
-            .inner
-            .tenant_limits
-            .current()
-            .allows(&identity, id, write)
-    }) {
+    // A federated read needs each of its tenants.
+    let limits = state.inner.tenant_limits.current();
+    if let Some(id) = ids.iter().find(|id| !limits.allows(&identity, id, write)) {
         state.inner.metrics.web().record_forbidden();
         let user = match &identity {
             auth::Identity::User(u) => u.to_string(),
@@ -113,6 +109,9 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
     match tenant {
         tenant::Resolved::Read(scoped) => {
             req.extensions_mut().insert(scoped);
+        }
+        tenant::Resolved::Federated(federation) => {
+            req.extensions_mut().insert(federation);
         }
         tenant::Resolved::Write(writer) => {
             req.extensions_mut().insert(writer);

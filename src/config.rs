@@ -108,10 +108,25 @@ settings! {
     /// writes past it get 503 [default: 1000].
     #[arg(value_name = "N")]
     max_tenants: usize = 1000;
+    /// Let a read name several tenants, `a|b` (Mimir's tenant
+    /// federation): the answer is their union, each series labelled
+    /// __tenant_id__ with its tenant, and matchers on __tenant_id__ choose
+    /// the tenants read. The login must be allowed to read each one
+    /// [default: false].
+    #[serde(alias = "tenant-federation.enabled")]
+    #[arg(value_name = "BOOL", visible_alias = "tenant-federation.enabled")]
+    tenant_federation_enabled: bool = false;
+    /// Most tenants one federated read may name; 0: no limit
+    /// [default: 0].
+    #[serde(alias = "tenant-federation.max-tenants")]
+    #[arg(value_name = "N", visible_alias = "tenant-federation.max-tenants")]
+    tenant_federation_max_tenants: usize = 0;
     /// Mimir's runtime configuration file: per-tenant limits (limits:
     /// and overrides:, under Mimir's names: ingestion_rate,
     /// ingestion_burst_size, max_global_series_per_user,
-    /// max_label_names_per_series, max_query_samples) and which logins may
+    /// max_global_series_per_metric, max_label_names_per_series,
+    /// max_global_exemplars_per_user, max_query_samples,
+    /// max_query_concurrency) and which logins may
     /// use which tenants (identities:). Read again on SIGHUP and when it
     /// changes; a bad file then keeps the one in force. Empty: no limits
     /// but the flags', any login may use any tenant [default: none].
@@ -644,6 +659,12 @@ impl Config {
                 self.rate_limit_status
             )));
         }
+        if self.tenant_federation_enabled && !self.multitenancy {
+            return Err(ConfigError::Invalid(
+                "tenant-federation-enabled needs --multitenancy: without it there is one tenant"
+                    .into(),
+            ));
+        }
         for d in &self.forward {
             let name = d.resolved_name();
             for t in &d.tenants {
@@ -862,6 +883,9 @@ impl Config {
             max_tenants: self.max_tenants.max(1),
             db: self.db_options(),
             otlp: (self.otlp_options(), self.max_series),
+            federation: self
+                .tenant_federation_enabled
+                .then_some(self.tenant_federation_max_tenants),
         }
     }
 

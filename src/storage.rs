@@ -13,6 +13,7 @@ pub mod chunk;
 mod cut;
 pub mod db;
 pub mod exemplars;
+pub mod federated;
 mod head;
 pub mod index;
 pub mod labels;

@@ -390,6 +390,7 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
     .expect("write web config");
     let srv = common::start(Config {
         web_config_file: web,
+        tenant_federation_enabled: true,
         ..with_runtime(
             dir.path(),
             "identities:\n  alice: [team-a]\n  grafana: [{tenant: team-a, access: read}, {tenant: team-b, access: read}]\n",
@@ -434,6 +435,12 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
     }
     assert_eq!(status(read("alice", "team-b").await), 403);
     assert_eq!(status(read("mallory", "team-a").await), 403);
+    // A federated read needs every one of its tenants.
+    assert_eq!(status(read("grafana", "team-a|team-b").await), 200);
+    let r = read("alice", "team-a|team-b").await.expect("answered");
+    assert_eq!(r.status(), 403);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("may not read tenant team-b"), "{text}");
     // A refused write opened nothing: team-b holds nothing.
     assert_eq!(srv.state.tenants().all().len(), 2, "anonymous and team-a");
     // A wrong password is still 401, before any binding is asked.
@@ -457,7 +464,7 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
         .expect("body");
     assert_eq!(
         common::metric_value(&metrics, "sluice_http_forbidden_requests_total"),
-        Some(5.0),
+        Some(6.0),
         "{metrics}"
     );
 }

@@ -503,3 +503,174 @@ fn forwarding_that_would_mix_tenants_is_refused() {
         assert!(e.contains(says), "{spec}: {e}");
     }
 }
+
+/// With --tenant-federation-enabled a read may name several tenants,
+/// `a|b`: every read endpoint answers their union, each series labelled
+/// `__tenant_id__`; matchers on that label choose tenants; a write, or a
+/// read of an endpoint that takes one tenant, still needs one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn federated_reads_answer_the_union_labelled_by_tenant() {
+    let srv = common::start(Config {
+        tenant_federation_enabled: true,
+        tenant_federation_max_tenants: 2,
+        ..multitenant()
+    })
+    .await;
+    let now = common::now_ms();
+    for (tenant, names) in [
+        ("team-a", ["a_only", "both"]),
+        ("team-b", ["b_only", "both"]),
+        ("team-c", ["c_only", "c_too"]),
+    ] {
+        let series: Vec<(String, i64, f64)> =
+            names.iter().map(|n| ((*n).to_owned(), now, 1.0)).collect();
+        let (code, text) = write(srv.addr, Some(tenant), &series).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    let union: BTreeSet<String> = ["a_only", "b_only", "both"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    // Unsorted and repeated IDs name the same two tenants.
+    for (endpoint, names) in seen_by(srv.addr, "team-b|team-a|team-b", now).await {
+        assert_eq!(names, union, "{endpoint}");
+    }
+    let t = format!("{}", now as f64 / 1000.0);
+    let tenants_of = |v: &Value| -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = v["data"]["result"]
+            .as_array()
+            .expect("a vector")
+            .iter()
+            .map(|s| {
+                (
+                    s["metric"]["__name__"].as_str().unwrap_or("").to_owned(),
+                    s["metric"]["__tenant_id__"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let v = json_as(
+        srv.addr,
+        "team-a|team-b",
+        "/api/v1/query",
+        &[("query", "both"), ("time", &t)],
+    )
+    .await;
+    assert_eq!(
+        tenants_of(&v),
+        [
+            ("both".to_owned(), "team-a".to_owned()),
+            ("both".to_owned(), "team-b".to_owned())
+        ]
+    );
+    let v = json_as(
+        srv.addr,
+        "team-a|team-b",
+        "/api/v1/query",
+        &[
+            ("query", "{job=\"j\", __tenant_id__=\"team-b\"}"),
+            ("time", &t),
+        ],
+    )
+    .await;
+    assert_eq!(
+        tenants_of(&v),
+        [
+            ("b_only".to_owned(), "team-b".to_owned()),
+            ("both".to_owned(), "team-b".to_owned())
+        ]
+    );
+    let v = json_as(
+        srv.addr,
+        "team-a|team-b",
+        "/api/v1/label/__tenant_id__/values",
+        &[],
+    )
+    .await;
+    assert_eq!(v["data"], serde_json::json!(["team-a", "team-b"]));
+    let v = json_as(srv.addr, "team-a|team-b", "/api/v1/labels", &[]).await;
+    assert!(
+        v["data"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|n| n == "__tenant_id__")),
+        "{v}"
+    );
+    // One tenant named twice is one tenant: no tenant label.
+    let v = json_as(
+        srv.addr,
+        "team-a|team-a",
+        "/api/v1/query",
+        &[("query", "both"), ("time", &t)],
+    )
+    .await;
+    assert_eq!(tenants_of(&v), [("both".to_owned(), String::new())]);
+    // Past --tenant-federation-max-tenants, a write, or an endpoint that
+    // reads one tenant: refused by name.
+    let (code, text) = get_as(
+        srv.addr,
+        Some("team-a|team-b|team-c"),
+        "/api/v1/query",
+        &[("query", "both")],
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(text.contains("max: 2 actual: 3"), "{text}");
+    let (code, text) = write(srv.addr, Some("team-a|team-b"), &[("x".into(), now, 1.0)]).await;
+    assert_eq!(code, 400);
+    assert!(text.contains("not several"), "{text}");
+    let (code, text) = get_as(srv.addr, Some("team-a|team-b"), "/api/v1/metadata", &[]).await;
+    assert_eq!(code, 400);
+    assert!(text.contains("not several"), "{text}");
+    // Exemplars too: each tenant's, labelled with it.
+    for tenant in ["team-a", "team-b"] {
+        let mut ts = common::series(&[("__name__", "traced"), ("job", "j")], &[(now, 1.0)]);
+        ts.exemplars.push(pb::Exemplar {
+            labels: vec![pb::Label {
+                name: "trace_id".into(),
+                value: tenant.into(),
+            }],
+            value: 1.0,
+            timestamp: now,
+        });
+        let (code, text) =
+            common::push_with(srv.addr, common::body(vec![ts]), &[(HEADER, tenant)]).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    let from = format!("{}", (now - 60_000) as f64 / 1000.0);
+    let v = json_as(
+        srv.addr,
+        "team-a|team-b",
+        "/api/v1/query_exemplars",
+        &[("query", "traced"), ("start", &from), ("end", &t)],
+    )
+    .await;
+    let got: Vec<(String, String)> = v["data"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| {
+            (
+                s["seriesLabels"]["__tenant_id__"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+                s["exemplars"][0]["labels"]["trace_id"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("team-a".to_owned(), "team-a".to_owned()),
+            ("team-b".to_owned(), "team-b".to_owned())
+        ]
+    );
+}

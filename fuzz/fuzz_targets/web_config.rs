@@ -1,7 +1,7 @@
 //! The door's untrusted text: a web configuration file (Prometheus'
 //! `--web.config.file` format), a runtime configuration file (Mimir's
 //! limits and overrides, identities), an `Authorization` header and a
-//! tenant header. None may panic; a file that parses must have passed
+//! tenant header (one ID, or several for a federated read). None may panic; a file that parses must have passed
 //! every check (a bcrypt hash for each user, a key with a certificate; a
 //! rate a token bucket can run on), and an accepted tenant ID is one safe
 //! path segment.
@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice::api::auth::basic_credentials;
-use sluice::api::tenant::{TenantId, MAX_LENGTH};
+use sluice::api::tenant::{parse_federated, TenantId, MAX_LENGTH};
 use sluice::api::bucket::Bucket;
 use sluice::api::limits::InForce;
 use sluice::config::runtime::RuntimeConfig;
@@ -49,5 +49,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(!s.is_empty() && s.len() <= MAX_LENGTH);
         assert!(s != "." && s != "..");
         assert!(!s.contains(['/', '\\', '\0', '|']));
+    }
+    if let Ok(ids) = parse_federated(text, 3) {
+        assert!(!ids.is_empty() && ids.len() <= 3);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "sorted, once each");
+        assert!(ids.iter().all(|id| TenantId::parse(id.as_str()).as_ref() == Ok(id)));
     }
 });

@@ -21,7 +21,7 @@ use super::escaping::Escaping;
 use super::params::Params;
 use super::prom::ErrorType;
 use super::state::AppState;
-use super::tenant::Scoped;
+use super::tenant::Reads;
 use crate::promql::value::format_float;
 use crate::storage::labels::{is_valid_label_name, is_valid_metric_name, Label};
 use crate::storage::{Stop, STALE_NAN};
@@ -31,7 +31,7 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(super) async fn federate(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     headers: HeaderMap,
     p: Params,
 ) -> Result<Response, ApiError> {
@@ -45,7 +45,6 @@ pub(super) async fn federate(
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = state.now_ms();
     let mint = now - state.query_options().lookback_ms;
-    let db = std::sync::Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     let out = state
         .read(state.query_options().timeout, move |flag| {
@@ -56,18 +55,21 @@ pub(super) async fn federate(
             };
             // Keyed by metric name, then labels: families in name order.
             let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
-            for matchers in &selectors {
-                for s in db.querier().select_until(matchers, mint, now, &stop)? {
-                    let Some(last) = s.samples(mint, now).last() else {
-                        continue;
-                    };
-                    if last.1.to_bits() != STALE_NAN {
-                        let name = s.label("__name__").unwrap_or("").to_owned();
-                        // A series matched by several selectors is written once.
-                        newest.entry((name, s.labels)).or_insert(last);
+            reads.with_querier(|q| -> Result<(), crate::storage::Stopped> {
+                for matchers in &selectors {
+                    for s in q.select_until(matchers, mint, now, &stop)? {
+                        let Some(last) = s.samples(mint, now).last() else {
+                            continue;
+                        };
+                        if last.1.to_bits() != STALE_NAN {
+                            let name = s.label("__name__").unwrap_or("").to_owned();
+                            // A series matched by several selectors is written once.
+                            newest.entry((name, s.labels)).or_insert(last);
+                        }
                     }
                 }
-            }
+                Ok(())
+            })?;
             let mut out = String::with_capacity(newest.len() * 96);
             let mut family = None;
             for ((name, labels), (t, v)) in &newest {

@@ -3,7 +3,6 @@
 //! exemplars.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -14,6 +13,7 @@ use super::escaping::unescape_values;
 use super::params::Params;
 use super::prom::{success, success_within};
 use super::state::AppState;
+use super::tenant::Reads;
 use super::tenant::Scoped;
 use crate::storage::labels::Label;
 use crate::storage::Stop;
@@ -29,7 +29,7 @@ fn truncated(n: usize, limit: usize) -> Vec<String> {
 /// `GET|POST /api/v1/series?match[]=…&start=&end=&limit=`
 pub(super) async fn series(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     p: Params,
 ) -> Result<Response, ApiError> {
     let selectors = p.selectors(&state.query_options().parse)?;
@@ -38,13 +38,15 @@ pub(super) async fn series(
     }
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut sets: BTreeSet<Vec<Label>> = BTreeSet::new();
-        for m in &selectors {
-            sets.extend(db.querier().series_labels(m, start, end, stop)?);
-        }
+        reads.with_querier(|q| -> Result<(), crate::storage::Stopped> {
+            for m in &selectors {
+                sets.extend(q.series_labels(m, start, end, stop)?);
+            }
+            Ok(())
+        })?;
         let warnings = truncated(sets.len(), limit);
         let take = if limit == 0 { usize::MAX } else { limit };
         let data: Vec<BTreeMap<&str, &str>> = sets
@@ -64,22 +66,24 @@ pub(super) async fn series(
 /// `GET|POST /api/v1/labels?match[]=…&start=&end=&limit=`
 pub(super) async fn labels(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     p: Params,
 ) -> Result<Response, ApiError> {
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut names = BTreeSet::new();
-        if selectors.is_empty() {
-            names = db.querier().label_names(&[], start, end, stop)?;
-        }
-        for m in &selectors {
-            names.extend(db.querier().label_names(m, start, end, stop)?);
-        }
+        reads.with_querier(|q| -> Result<(), crate::storage::Stopped> {
+            if selectors.is_empty() {
+                names = q.label_names(&[], start, end, stop)?;
+            }
+            for m in &selectors {
+                names.extend(q.label_names(m, start, end, stop)?);
+            }
+            Ok(())
+        })?;
         limited(names, limit, max)
     })
     .await
@@ -88,7 +92,7 @@ pub(super) async fn labels(
 /// `GET /api/v1/label/<name>/values?match[]=…&start=&end=&limit=`
 pub(super) async fn label_values(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     Path(name): Path<String>,
     p: Params,
 ) -> Result<Response, ApiError> {
@@ -101,16 +105,18 @@ pub(super) async fn label_values(
     let selectors = p.selectors(&state.query_options().parse)?;
     let (start, end) = p.time_range()?;
     let limit = p.limit("limit")?;
-    let db = Arc::clone(&tenant.db);
     let max = state.max_response_bytes();
     read(&state, move |stop| {
         let mut values = BTreeSet::new();
-        if selectors.is_empty() {
-            values = db.querier().label_values(&name, &[], start, end, stop)?;
-        }
-        for m in &selectors {
-            values.extend(db.querier().label_values(&name, m, start, end, stop)?);
-        }
+        reads.with_querier(|q| -> Result<(), crate::storage::Stopped> {
+            if selectors.is_empty() {
+                values = q.label_values(&name, &[], start, end, stop)?;
+            }
+            for m in &selectors {
+                values.extend(q.label_values(&name, m, start, end, stop)?);
+            }
+            Ok(())
+        })?;
         limited(values, limit, max)
     })
     .await
@@ -208,7 +214,7 @@ pub(super) async fn buildinfo() -> Response {
 /// Prometheus' shape (`seriesLabels`, `exemplars[{labels,value,timestamp}]`).
 pub(super) async fn query_exemplars(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     p: Params,
 ) -> Result<Response, ApiError> {
     let Some(query) = p.get("query") else {
@@ -223,7 +229,30 @@ pub(super) async fn query_exemplars(
             crate::promql::selector_matchers(vs).map_err(|e| ApiError::bad_param("query", e))?,
         );
     }
-    let found = tenant.db.exemplars().select(&sets, start, end);
+    let found = match &reads {
+        Reads::One(tenant) => tenant.db.exemplars().select(&sets, start, end),
+        // Federated: each tenant's, chosen and labelled as its series are.
+        Reads::Many(list) => {
+            use crate::storage::querier::{tag_pairs, tenant_chosen, tenant_down};
+            let mut all = Vec::new();
+            for (id, tenant) in list.iter() {
+                let asked: Vec<Vec<_>> = sets
+                    .iter()
+                    .filter(|m| tenant_chosen(m, id.as_str()))
+                    .map(|m| tenant_down(m, true))
+                    .collect();
+                if asked.is_empty() {
+                    continue;
+                }
+                for mut s in tenant.db.exemplars().select(&asked, start, end) {
+                    tag_pairs(&mut s.series, id.as_str());
+                    all.push(s);
+                }
+            }
+            all.sort_by(|a, b| a.series.cmp(&b.series));
+            all
+        }
+    };
     let pairs = |l: &[(String, String)]| -> serde_json::Map<String, serde_json::Value> {
         l.iter()
             .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))

@@ -2,7 +2,6 @@
 //! Prometheus' JSON shapes (timestamps as numbers with up to 3 decimals,
 //! values as Go-formatted strings, matrices sorted by labels).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -12,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::params::{parse_duration, Params};
 use super::state::AppState;
-use super::tenant::Scoped;
+use super::tenant::Reads;
 use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotations;
 use crate::promql::guard;
@@ -47,35 +46,44 @@ fn options(state: &AppState, p: &Params) -> Result<QueryOptions, ApiError> {
 /// stops when the answer is no longer wanted.
 async fn run<T: Send + 'static>(
     state: &AppState,
-    tenant: &Scoped,
+    reads: &Reads,
     mut opts: QueryOptions,
     f: impl FnOnce(Engine<'_>) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let limits = state.tenant_limits().current().limits(&tenant.0.id);
-    if limits.max_query_samples > 0 {
-        opts.max_samples = usize::try_from(limits.max_query_samples).unwrap_or(usize::MAX);
+    // A federated read takes the smallest limit of its tenants (0: none),
+    // as Mimir does.
+    let in_force = state.tenant_limits().current();
+    let tenants = reads.tenants();
+    let limits: Vec<_> = tenants.iter().map(|(id, _)| in_force.limits(id)).collect();
+    if let Some(max) = limits
+        .iter()
+        .map(|l| l.max_query_samples)
+        .filter(|&n| n > 0)
+        .min()
+    {
+        opts.max_samples = usize::try_from(max).unwrap_or(usize::MAX);
     }
     // A tenant at its concurrency waits for its own queries, within the
-    // query's timeout, before it takes a server slot.
+    // query's timeout, before it takes a server slot; a federated read
+    // takes a turn of each of its tenants, in their sorted order.
     let deadline = tokio::time::Instant::now() + opts.timeout;
-    let turn = match limits.max_query_concurrency {
-        0 => None,
-        n => Some(
-            tenant
-                .0
-                .queries
-                .enter(usize::try_from(n).unwrap_or(usize::MAX), deadline)
-                .await
-                .ok_or_else(|| super::slots::no_turn(tenant.0.id.as_str(), n))?,
-        ),
-    };
+    let mut turns = Vec::new();
+    for ((id, tenant), l) in tenants.iter().zip(&limits) {
+        if l.max_query_concurrency == 0 {
+            continue;
+        }
+        let n = usize::try_from(l.max_query_concurrency).unwrap_or(usize::MAX);
+        let turn = tenant.queries.enter(n, deadline).await;
+        turns
+            .push(turn.ok_or_else(|| super::slots::no_turn(id.as_str(), l.max_query_concurrency))?);
+    }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let db = Arc::clone(&tenant.0.db);
+    let reads = reads.clone();
     state
         .read(left, move |stop| {
             // Held until the evaluation ends, even if the client left.
-            let _turn = turn;
-            Ok(f(Engine::new(db.querier(), opts).with_cancel(stop))?)
+            let _turns = turns;
+            reads.with_querier(|q| Ok(f(Engine::new(q, opts).with_cancel(stop))?))
         })
         .await
 }
@@ -83,7 +91,7 @@ async fn run<T: Send + 'static>(
 /// `GET|POST /api/v1/query?query=&time=&timeout=&lookback_delta=`
 pub(super) async fn instant(
     State(state): State<AppState>,
-    tenant: Scoped,
+    reads: Reads,
     p: Params,
 ) -> Result<Response, ApiError> {
     let query = p
@@ -95,7 +103,7 @@ pub(super) async fn instant(
     let max = state.max_response_bytes();
     // The answer is written on the query thread too: it is CPU work as
     // large as the result, and bounded by `max`.
-    let out = run(&state, &tenant, opts, move |e| {
+    let out = run(&state, &reads, opts, move |e| {
         let answer = e.instant(&query, t)?;
         let mut out = instant_body(&answer.value, t, max)?;
         annotations(&mut out, &answer.annotations);
@@ -165,7 +173,7 @@ fn instant_body(value: &Value, t: i64, max: usize) -> Result<String, QueryError>
 /// `GET|POST /api/v1/query_range?query=&start=&end=&step=`
 pub(super) async fn range(
     State(state): State<AppState>,
-    tenant: Scoped,
+    reads: Reads,
     p: Params,
 ) -> Result<Response, ApiError> {
     let query = p
@@ -203,7 +211,7 @@ pub(super) async fn range(
     }
     let opts = options(&state, &p)?;
     let max = state.max_response_bytes();
-    let out = run(&state, &tenant, opts, move |e| {
+    let out = run(&state, &reads, opts, move |e| {
         let answer = e.range(&query, start, end, step)?;
         let mut out = String::with_capacity(256 + answer.value.len() * 64);
         out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);

@@ -16,7 +16,7 @@ use prost::Message;
 
 use super::error::ApiError;
 use super::state::AppState;
-use super::tenant::Scoped;
+use super::tenant::Reads;
 use crate::proto::prometheus as pb;
 use crate::protocol::histogram;
 use crate::protocol::remote_write::field;
@@ -28,11 +28,11 @@ const STREAMED: &str = "application/x-streamed-protobuf; proto=prometheus.Chunke
 
 pub(super) async fn remote_read(
     State(state): State<AppState>,
-    Scoped(tenant): Scoped,
+    reads: Reads,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let st = state.clone();
-    let answer = tokio::task::spawn_blocking(move || handle(&st, &tenant.db, body)).await;
+    let answer = tokio::task::spawn_blocking(move || handle(&st, &reads, body)).await;
     match answer {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => e.into_response(),
@@ -42,7 +42,7 @@ pub(super) async fn remote_read(
 
 fn handle(
     state: &AppState,
-    db: &crate::storage::Db,
+    reads: &Reads,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let inner = &state.inner;
@@ -95,9 +95,8 @@ fn handle(
             ));
         }
         let (mint, maxt) = (q.start_timestamp_ms, q.end_timestamp_ms);
-        let mut selected = db
-            .querier()
-            .select_until(&matchers, mint, maxt, &stop)
+        let mut selected = reads
+            .with_querier(|q| q.select_until(&matchers, mint, maxt, &stop))
             .map_err(|_| ApiError::Overloaded("remote read timed out".into()))?;
         selected.sort_by(|a, b| a.labels.cmp(&b.labels));
         selections.push(selected);

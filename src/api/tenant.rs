@@ -50,8 +50,16 @@ pub enum TenantError {
     #[error("tenant ID is '.' or '..'")]
     Unsafe,
     /// Several tenants (`a|b`) where one is needed (400).
-    #[error("this request takes one tenant ID, not several")]
+    #[error("this request takes one tenant ID, not several (reads over several need --tenant-federation-enabled)")]
     Several,
+    /// More tenants than `--tenant-federation-max-tenants` (400).
+    #[error("too many tenant IDs present in the request. max: {max} actual: {actual}")]
+    TooManyTenants {
+        /// The most one read may name.
+        max: usize,
+        /// How many it named.
+        actual: usize,
+    },
 }
 
 /// Whether Mimir allows `c` in a tenant ID.
@@ -208,6 +216,9 @@ pub struct TenantSetup {
     pub db: DbOptions,
     /// OTLP translation, and the series bound of its delta totals.
     pub otlp: (OtlpOptions, usize),
+    /// Whether a read may name several tenants (`--tenant-federation-enabled`),
+    /// and how many at most (0: any number).
+    pub federation: Option<usize>,
 }
 
 /// What each tenant's forwarding is made from.
@@ -620,6 +631,27 @@ const TENANT_FREE: [&str; 7] = [
     "/api/v1/format_query",
 ];
 
+/// Paths whose reads may name several tenants, with federation on.
+const FEDERATED: [&str; 8] = [
+    "/api/v1/query",
+    "/api/v1/query_range",
+    "/api/v1/series",
+    "/api/v1/labels",
+    "/api/v1/query_exemplars",
+    "/api/v1/read",
+    "/federate",
+    "/api/v1/label/",
+];
+
+/// Whether a read of `path` may name several tenants.
+fn federable(path: &str) -> bool {
+    FEDERATED.iter().any(|p| match p.strip_suffix('/') {
+        // `/api/v1/label/<name>/values`
+        Some(_) => path.starts_with(p) && path.ends_with("/values"),
+        None => path == *p,
+    })
+}
+
 /// Paths that write: the first write of a tenant opens its database.
 const WRITES: [&str; 3] = ["/api/v1/write", "/v1/metrics", "/api/v1/otlp/v1/metrics"];
 
@@ -668,7 +700,7 @@ impl Tenants {
         &self,
         path: &str,
         headers: &http::HeaderMap,
-    ) -> Result<(Option<TenantId>, Resolved), Unscoped> {
+    ) -> Result<(Vec<TenantId>, Resolved), Unscoped> {
         let write = WRITES.contains(&path);
         let free = TENANT_FREE.contains(&path);
         let anonymous = || {
@@ -677,13 +709,18 @@ impl Tenants {
             } else {
                 Resolved::Read(Scoped(self.anonymous()))
             };
-            ((!free).then(TenantId::anonymous), r)
+            let ids = if free {
+                Vec::new()
+            } else {
+                vec![TenantId::anonymous()]
+            };
+            (ids, r)
         };
         if !self.setup.multitenancy {
             return Ok(anonymous());
         }
         let value = headers.get(&self.setup.header).map(|v| v.to_str());
-        let id = match value {
+        let raw = match value {
             None | Some(Ok("")) if free => return Ok(anonymous()),
             None | Some(Ok("")) => {
                 return Err(TenantError::Missing(header_name(&self.setup.header)).into())
@@ -695,18 +732,29 @@ impl Tenants {
                 }
                 .into())
             }
-            Some(Ok(v)) => TenantId::parse(v.trim())?,
+            Some(Ok(v)) => v.trim(),
         };
-        let resolved = if write {
-            Resolved::Write(match self.open(&id) {
-                Some(t) => Writer::Open(t),
-                None => Writer::New(id.clone()),
-            })
-        } else {
-            Resolved::Read(Scoped(self.for_read(&id)))
+        let ids = match self.setup.federation {
+            Some(max) if raw.contains('|') && !write => parse_federated(raw, max)?,
+            _ => vec![TenantId::parse(raw)?],
         };
         // A path that needs no tenant is bound to none, header or not.
-        Ok(((!free).then_some(id), resolved))
+        let bound = if free { Vec::new() } else { ids.clone() };
+        let resolved = match &ids[..] {
+            [id] if write => Resolved::Write(match self.open(id) {
+                Some(t) => Writer::Open(t),
+                None => Writer::New(id.clone()),
+            }),
+            [id] => Resolved::Read(Scoped(self.for_read(id))),
+            _ if free => Resolved::Read(Scoped(self.anonymous())),
+            _ if !federable(path) => return Err(TenantError::Several.into()),
+            many => Resolved::Federated(Federation(
+                many.iter()
+                    .map(|id| (id.clone(), self.for_read(id)))
+                    .collect(),
+            )),
+        };
+        Ok((bound, resolved))
     }
 
     /// The tenant `id`, if it is open.
@@ -718,14 +766,98 @@ impl Tenants {
     }
 }
 
-/// What the door gives a request: the tenant it reads, or the one it
-/// writes (not opened before its body has been checked).
+/// Several tenant IDs of a federated read, `a|b`: each checked, sorted,
+/// once each (as Mimir), at most `max` (0: any number).
+pub fn parse_federated(raw: &str, max: usize) -> Result<Vec<TenantId>, TenantError> {
+    let mut ids = raw
+        .split('|')
+        .map(|s| TenantId::parse(s.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    ids.sort();
+    ids.dedup();
+    if max > 0 && ids.len() > max {
+        return Err(TenantError::TooManyTenants {
+            max,
+            actual: ids.len(),
+        });
+    }
+    Ok(ids)
+}
+
+/// What the door gives a request: the tenant it reads, the tenants of a
+/// federated read, or the one it writes (not opened before its body has
+/// been checked).
 #[derive(Debug, Clone)]
 pub enum Resolved {
     /// A read's tenant.
     Read(Scoped),
+    /// A federated read's tenants.
+    Federated(Federation),
     /// A write's tenant.
     Write(Writer),
+}
+
+/// The tenants of a federated read, sorted, each with its database (an
+/// empty one for a tenant that never wrote).
+#[derive(Debug, Clone)]
+pub struct Federation(pub Arc<[(TenantId, Arc<Tenant>)]>);
+
+/// What a read endpoint that takes federated reads reads: one tenant, or
+/// several.
+#[derive(Debug, Clone)]
+pub enum Reads {
+    /// One tenant.
+    One(Arc<Tenant>),
+    /// Several (`a|b`): their union, each series labelled with its tenant.
+    Many(Arc<[(TenantId, Arc<Tenant>)]>),
+}
+
+impl Reads {
+    /// Runs `f` over the read's databases: one tenant's, or a federated
+    /// querier over all of them.
+    pub fn with_querier<R>(&self, f: impl FnOnce(crate::storage::Querier<'_>) -> R) -> R {
+        match self {
+            Reads::One(t) => f(t.db.querier()),
+            Reads::Many(list) => {
+                let members: Vec<crate::storage::querier::Member<'_>> = list
+                    .iter()
+                    .map(|(id, t)| crate::storage::querier::Member {
+                        tenant: id.as_str(),
+                        querier: t.db.querier(),
+                    })
+                    .collect();
+                f(crate::storage::Querier::federated(&members))
+            }
+        }
+    }
+
+    /// The tenants read, each with its ID as asked.
+    pub fn tenants(&self) -> Vec<(TenantId, Arc<Tenant>)> {
+        match self {
+            Reads::One(t) => vec![(t.id.clone(), Arc::clone(t))],
+            Reads::Many(list) => list.to_vec(),
+        }
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Reads {
+    type Rejection = super::error::ApiError;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        if let Some(Federation(list)) = parts.extensions.get::<Federation>() {
+            return Ok(Reads::Many(Arc::clone(list)));
+        }
+        parts
+            .extensions
+            .get::<Scoped>()
+            .map(|Scoped(t)| Reads::One(Arc::clone(t)))
+            .ok_or_else(|| {
+                super::error::ApiError::Internal("the request's tenant was not resolved".into())
+            })
+    }
 }
 
 /// A write's tenant: open already, or to be opened once the write's body
@@ -829,7 +961,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn federated_ids_are_sorted_once_each_and_bounded() {
+        let ids = |raw, max| {
+            parse_federated(raw, max).map(|v| v.iter().map(|t| t.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(ids("b|a|b", 0), Ok(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(ids("a|a", 1), Ok(vec!["a".to_owned()]));
+        assert_eq!(
+            ids("a|b|c", 2),
+            Err(TenantError::TooManyTenants { max: 2, actual: 3 })
+        );
+        assert_eq!(ids("a||b", 0), Err(TenantError::Missing("tenant")));
+        assert!(matches!(
+            ids("a|../x", 0),
+            Err(TenantError::Unsupported { .. })
+        ));
+    }
+
     proptest! {
+        /// Whatever is sent, a federated read names valid IDs, sorted, once each.
+        #[test]
+        fn federated_ids_are_each_valid(s in "[a-c|./]{0,12}") {
+            if let Ok(ids) = parse_federated(&s, 0) {
+                prop_assert!(!ids.is_empty());
+                prop_assert!(ids.windows(2).all(|w| w[0] < w[1]));
+                for id in &ids {
+                    let again = TenantId::parse(id.as_str());
+                    prop_assert_eq!(again.as_ref(), Ok(id));
+                }
+            }
+        }
+
         /// Whatever is sent, an accepted ID is one safe path segment.
         #[test]
         fn accepted_ids_are_one_path_segment(s in "\\PC{0,160}") {

@@ -7,6 +7,9 @@ use std::collections::BTreeSet;
 
 use super::blocks::{merge, BlockSet, Blocks};
 pub use super::chunk::ChunkRef;
+use super::federated::{chooses, down, tag};
+pub use super::federated::{chooses as tenant_chosen, down as tenant_down, tag_pairs};
+pub use super::federated::{ORIGINAL_TENANT_LABEL, TENANT_LABEL};
 use super::head::shard::{MemSeries, Shard};
 use super::head::{Head, SeriesSamples};
 use super::index::Matcher;
@@ -15,17 +18,36 @@ pub use super::selected::SelectedSeries;
 use super::{Stop, Stopped};
 
 /// The read door: series, label names and values over the head and the
-/// blocks for a time range, merged so that every sample is answered once.
-/// Cheap to copy; holds no lock between calls.
+/// blocks for a time range, merged so that every sample is answered once;
+/// or over several databases at once, each series labelled with the
+/// tenant it came from ([`super::federated`]). Cheap to copy; holds no
+/// lock between calls.
 #[derive(Debug, Clone, Copy)]
-pub struct Querier<'d> {
+pub struct Querier<'d>(Over<'d>);
+
+#[derive(Debug, Clone, Copy)]
+enum Over<'d> {
+    One(Single<'d>),
+    Federated(&'d [Member<'d>]),
+}
+
+/// One database's reads: its head and blocks.
+#[derive(Debug, Clone, Copy)]
+struct Single<'d> {
     head: &'d Head,
     blocks: &'d Blocks,
 }
 
 impl<'d> Querier<'d> {
     pub(super) fn new(head: &'d Head, blocks: &'d Blocks) -> Self {
-        Self { head, blocks }
+        Self(Over::One(Single { head, blocks }))
+    }
+
+    /// Reads over every one of `members` (tenant federation): each series
+    /// carries a `__tenant_id__` label naming its tenant, and matchers on
+    /// that label choose the members asked.
+    pub fn federated(members: &'d [Member<'d>]) -> Self {
+        Self(Over::Federated(members))
     }
 
     /// Copies out the series matching all `matchers` with their samples in
@@ -48,9 +70,85 @@ impl<'d> Querier<'d> {
             .unwrap_or_default()
     }
 
-    /// [`Querier::select`], giving up when `stop` says so. Blocks answer for
-    /// times before the floor, the head from it on.
+    /// [`Querier::select`], giving up when `stop` says so.
     pub fn select_until(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
+        match self.0 {
+            Over::One(q) => q.select_until(matchers, mint, maxt, stop),
+            Over::Federated(members) => over_members::select(members, matchers, mint, maxt, stop),
+        }
+    }
+
+    /// Label sets (no samples) of the series matching `matchers` with
+    /// samples in `[mint, maxt]`, sorted.
+    pub fn series_labels(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        match self.0 {
+            Over::One(q) => q.series_labels(matchers, mint, maxt, stop),
+            Over::Federated(members) => {
+                over_members::series_labels(members, matchers, mint, maxt, stop)
+            }
+        }
+    }
+
+    /// Label names used by series matching `matchers` (all series when
+    /// empty) with samples in `[mint, maxt]`.
+    pub fn label_names(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        match self.0 {
+            Over::One(q) => q.label_names(matchers, mint, maxt, stop),
+            Over::Federated(members) => {
+                over_members::label_names(members, matchers, mint, maxt, stop)
+            }
+        }
+    }
+
+    /// Values of label `name` among series matching `matchers` (all series
+    /// when empty) with samples in `[mint, maxt]`.
+    pub fn label_values(
+        &self,
+        name: &str,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        match self.0 {
+            Over::One(q) => q.label_values(name, matchers, mint, maxt, stop),
+            Over::Federated(members) => {
+                over_members::label_values(members, name, matchers, mint, maxt, stop)
+            }
+        }
+    }
+}
+
+/// One database of a federated read, and its tenant's ID.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'d> {
+    /// The tenant's ID: the value of its series' `__tenant_id__`.
+    pub tenant: &'d str,
+    /// Its database's reads.
+    pub querier: Querier<'d>,
+}
+
+impl<'d> Single<'d> {
+    /// Blocks answer for times before the floor, the head from it on.
+    fn select_until(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -106,9 +204,7 @@ impl<'d> Querier<'d> {
         Ok(())
     }
 
-    /// Label sets (no samples) of the series matching `matchers` with
-    /// samples in `[mint, maxt]`, sorted.
-    pub fn series_labels(
+    fn series_labels(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -134,9 +230,7 @@ impl<'d> Querier<'d> {
         Ok(out)
     }
 
-    /// Label names used by series matching `matchers` (all series when
-    /// empty) with samples in `[mint, maxt]`.
-    pub fn label_names(
+    fn label_names(
         &self,
         matchers: &[Matcher],
         mint: i64,
@@ -181,9 +275,7 @@ impl<'d> Querier<'d> {
         Ok(out.into_inner())
     }
 
-    /// Values of label `name` among series matching `matchers` (all series
-    /// when empty) with samples in `[mint, maxt]`.
-    pub fn label_values(
+    fn label_values(
         &self,
         name: &str,
         matchers: &[Matcher],
@@ -224,6 +316,121 @@ impl<'d> Querier<'d> {
             },
         )?;
         Ok(out.into_inner())
+    }
+}
+
+/// Reads over several databases (tenant federation): the rules of the
+/// tenant label are in [`super::federated`].
+mod over_members {
+    use std::collections::BTreeSet;
+
+    use super::{
+        chooses, down, tag, Label, Matcher, Member, SelectedSeries, Stop, Stopped,
+        ORIGINAL_TENANT_LABEL, TENANT_LABEL,
+    };
+
+    /// The members that `matchers` on the tenant label choose, and the
+    /// other matchers, to ask them with.
+    fn plan<'a, 'd>(
+        members: &'a [Member<'d>],
+        matchers: &[Matcher],
+    ) -> (Vec<&'a Member<'d>>, Vec<Matcher>) {
+        let chosen = members
+            .iter()
+            .filter(|m| chooses(matchers, m.tenant))
+            .collect();
+        (chosen, down(matchers, true))
+    }
+
+    /// [`Querier::select_until`] over `members`.
+    pub(super) fn select(
+        members: &[Member<'_>],
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
+        let (chosen, down) = plan(members, matchers);
+        let mut out = Vec::new();
+        for m in chosen {
+            for mut s in m.querier.select_until(&down, mint, maxt, stop)? {
+                tag(&mut s.labels, m.tenant);
+                out.push(s);
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+
+    /// [`Querier::series_labels`] over `members`.
+    pub(super) fn series_labels(
+        members: &[Member<'_>],
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        let (chosen, down) = plan(members, matchers);
+        let mut out = Vec::new();
+        for m in chosen {
+            for mut labels in m.querier.series_labels(&down, mint, maxt, stop)? {
+                tag(&mut labels, m.tenant);
+                out.push(labels);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// [`Querier::label_names`] over `members`: theirs, and `__tenant_id__`
+    /// (a series' own `__tenant_id__` is `original___tenant_id__`).
+    pub(super) fn label_names(
+        members: &[Member<'_>],
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        let (chosen, down) = plan(members, matchers);
+        let mut out = BTreeSet::new();
+        for m in chosen {
+            for name in m.querier.label_names(&down, mint, maxt, stop)? {
+                if name == TENANT_LABEL {
+                    out.insert(ORIGINAL_TENANT_LABEL.to_owned());
+                } else {
+                    out.insert(name);
+                }
+            }
+        }
+        out.insert(TENANT_LABEL.to_owned());
+        Ok(out)
+    }
+
+    /// [`Querier::label_values`] over `members`. The values of
+    /// `__tenant_id__` are the tenants its matchers choose (no database is
+    /// asked).
+    pub(super) fn label_values(
+        members: &[Member<'_>],
+        name: &str,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<BTreeSet<String>, Stopped> {
+        let (chosen, down) = plan(members, matchers);
+        if name == TENANT_LABEL {
+            return Ok(chosen.iter().map(|m| m.tenant.to_owned()).collect());
+        }
+        let asked = if name == ORIGINAL_TENANT_LABEL {
+            TENANT_LABEL
+        } else {
+            name
+        };
+        let mut out = BTreeSet::new();
+        for m in chosen {
+            out.extend(m.querier.label_values(asked, &down, mint, maxt, stop)?);
+        }
+        Ok(out)
     }
 }
 
