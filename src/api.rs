@@ -81,6 +81,10 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
                 return Err(auth::refused(refusal));
             }
         }
+    } else if let Some(auth::ClientCert(cn)) = req.extensions().get::<auth::ClientCert>() {
+        // No login asked for: a verified client certificate names who
+        // this is.
+        auth::Identity::Certificate(std::sync::Arc::clone(cn))
     } else {
         auth::Identity::Anyone
     };
@@ -95,10 +99,7 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
     let limits = state.inner.tenant_limits.current();
     if let Some(id) = ids.iter().find(|id| !limits.allows(&identity, id, write)) {
         state.inner.metrics.web().record_forbidden();
-        let user = match &identity {
-            auth::Identity::User(u) => u.to_string(),
-            auth::Identity::Anyone => String::new(),
-        };
+        let user = identity.name();
         let what = if write { "write" } else { "read" };
         return Err(ApiError::Forbidden(format!(
             "user {user:?} may not {what} tenant {id} (identities in the runtime config file)"

@@ -116,7 +116,12 @@ impl Server {
                     state.tenant_limits(),
                     state.web_metrics().runtime_config,
                 );
-                let logins = state.door().needs_login();
+                // Logins, or client certificates checked against CAs.
+                let logins = state.door().needs_login()
+                    || web
+                        .as_ref()
+                        .and_then(web::WebConfigFile::tls)
+                        .is_some_and(|t| t.current().verifies_clients);
                 let loaded = tokio::task::spawn_blocking(move || {
                     runtime::RuntimeConfigFile::load(&path, limits, metrics, logins)
                 })

@@ -442,6 +442,102 @@ async fn client_certificates_are_required_and_checked() {
     }
 }
 
+/// A verified client certificate's subject common name is an identity:
+/// `CN=<name>` in the runtime config's `identities` binds it to tenants,
+/// as a login would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_subjects_are_bound_to_tenants() {
+    let pki = Pki::new();
+    let runtime = pki.path("runtime.yml");
+    std::fs::write(
+        &runtime,
+        "identities:\n  CN=client: [team-a]\n  CN=other: [{tenant: team-b, access: read}]\n",
+    )
+    .expect("runtime config");
+    let runtime_arg = runtime.display().to_string();
+    let door = Door::start_with(
+        &pki,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        &[
+            "--multitenancy",
+            "true",
+            "--runtime-config-file",
+            &runtime_arg,
+        ],
+    );
+    let (client, other) = (client(&pki, Some("client")), client(&pki, Some("other")));
+    let body = || {
+        common::body(vec![common::series(
+            &[("__name__", "up")],
+            &[(common::now_ms(), 1.0)],
+        )])
+    };
+    let as_tenant = |c: &Https, method: &str, tenant: &str, body: Vec<u8>| {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(door.url(if method == "POST" {
+                "/api/v1/write"
+            } else {
+                "/api/v1/query?query=up"
+            }))
+            .header("X-Scope-OrgID", tenant);
+        if method == "POST" {
+            req = req
+                .header("content-type", "application/x-protobuf")
+                .header("content-encoding", "snappy");
+        }
+        c.request(req.body(Full::new(Bytes::from(body))).expect("request"))
+    };
+    let answer = |r: Result<http::Response<hyper::body::Incoming>, _>| async move {
+        let r: http::Response<hyper::body::Incoming> = r.expect("answered");
+        let status = r.status().as_u16();
+        let body = r.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    let (code, text) = answer(as_tenant(&client, "POST", "team-a", body()).await).await;
+    assert_eq!(code, 204, "{text}");
+    let (code, _) = answer(as_tenant(&client, "GET", "team-a", Vec::new()).await).await;
+    assert_eq!(code, 200);
+    let (code, text) = answer(as_tenant(&client, "POST", "team-b", body()).await).await;
+    assert_eq!(code, 403, "{text}");
+    assert!(
+        text.contains("CN=client") && text.contains("team-b"),
+        "{text}"
+    );
+    let (code, _) = answer(as_tenant(&other, "GET", "team-b", Vec::new()).await).await;
+    assert_eq!(code, 200, "other may read team-b");
+    let (code, text) = answer(as_tenant(&other, "POST", "team-b", body()).await).await;
+    assert_eq!(code, 403, "other may only read: {text}");
+    let (code, _) = answer(as_tenant(&other, "GET", "team-a", Vec::new()).await).await;
+    assert_eq!(code, 403);
+    // Where a certificate is checked only if given, a client without one
+    // is no one the bindings take: it does not slip past them.
+    let lenient = Door::start_with(
+        &pki,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n",
+        &[
+            "--multitenancy",
+            "true",
+            "--runtime-config-file",
+            &runtime_arg,
+        ],
+    );
+    let anonymous = self::client(&pki, None);
+    let r = anonymous
+        .request(
+            http::Request::builder()
+                .uri(lenient.url("/api/v1/query?query=up"))
+                .header("X-Scope-OrgID", "team-a")
+                .body(Full::new(Bytes::new()))
+                .expect("request"),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 403);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_web_config_file_stops_the_start() {
     let pki = Pki::new();

@@ -1,4 +1,4 @@
-//! The door's untrusted text: a web configuration file (Prometheus'
+//! The door's untrusted input: a client certificate's subject, a web configuration file (Prometheus'
 //! `--web.config.file` format), a runtime configuration file (Mimir's
 //! limits and overrides, identities), an `Authorization` header and a
 //! tenant header (one ID, or several for a federated read). None may panic; a file that parses must have passed
@@ -16,6 +16,11 @@ use sluice::config::runtime::RuntimeConfig;
 use sluice::config::web::{bcrypt_cost, WebConfig};
 
 fuzz_target!(|data: &[u8]| {
+    // A client certificate's subject (bytes a client sends; with
+    // RequestClientCert they are not even checked by a CA).
+    if let Some(name) = sluice::server::tls::common_name(data) {
+        assert!(name.len() < data.len());
+    }
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

@@ -32,11 +32,31 @@ const MAX_WAITING: usize = 256;
 /// Who a request proved to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
-    /// No login is configured.
+    /// No login is configured, and no client certificate was checked.
     Anyone,
     /// A `basic_auth_users` user.
     User(Arc<str>),
+    /// The subject common name of a client certificate checked against
+    /// the client CAs (empty when it has none); `CN=<name>` in the
+    /// runtime config's `identities`.
+    Certificate(Arc<str>),
 }
+
+impl Identity {
+    /// How `identities` names it, and how refusals name it.
+    pub fn name(&self) -> String {
+        match self {
+            Identity::Anyone => String::new(),
+            Identity::User(u) => u.to_string(),
+            Identity::Certificate(cn) => format!("CN={cn}"),
+        }
+    }
+}
+
+/// The subject common name of the verified client certificate of a
+/// request's connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert(pub Arc<str>);
 
 /// The login rules and headers in force; a reload swaps them.
 #[derive(Debug, Default)]

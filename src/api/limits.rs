@@ -69,10 +69,15 @@ impl InForce {
     /// Whether `identity` may read (or, with `write`, write) `tenant`.
     /// Without bindings, or without logins, anyone may.
     pub fn allows(&self, identity: &Identity, tenant: &TenantId, write: bool) -> bool {
-        let (Some(bindings), Identity::User(user)) = (&self.bindings, identity) else {
+        let Some(bindings) = &self.bindings else {
             return true;
         };
-        bindings.get(&**user).is_some_and(|tenants| {
+        let found = match identity {
+            Identity::Anyone => return true,
+            Identity::User(user) => bindings.get(&**user),
+            Identity::Certificate(_) => bindings.get(&identity.name()),
+        };
+        found.is_some_and(|tenants| {
             tenants
                 .iter()
                 .any(|(t, access)| t == tenant && access.allows(write))
@@ -122,6 +127,17 @@ mod tests {
         assert!(!f.allows(&mallory, &a, false));
         // Without logins configured there is no identity to bind.
         assert!(f.allows(&Identity::Anyone, &b, true));
+        // A verified certificate's common name is bound as `CN=<name>`.
+        let c = RuntimeConfig::parse("identities:\n  CN=prom-eu: [team-a]\n  prom-eu: [team-b]\n")
+            .expect("parses");
+        let f2 = InForce::new(&c).expect("in force");
+        let cert = Identity::Certificate("prom-eu".into());
+        assert!(f2.allows(&cert, &a, true));
+        assert!(
+            !f2.allows(&cert, &b, true),
+            "a login of the same name is another identity"
+        );
+        assert!(!f2.allows(&Identity::Certificate("".into()), &a, false));
         // Without bindings, any login may use any tenant.
         let open = InForce::new(&RuntimeConfig::default()).expect("in force");
         assert!(open.allows(&mallory, &a, true));

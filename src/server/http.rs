@@ -267,6 +267,9 @@ struct ConnService {
     max_header_bytes: usize,
     ordinary_cap: usize,
     metrics: ConnectionMetrics,
+    /// The name a verified client certificate proved, for every request
+    /// on this connection.
+    client: Option<crate::api::auth::ClientCert>,
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
@@ -286,7 +289,10 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        if let Some(c) = &self.client {
+            req.extensions_mut().insert(c.clone());
+        }
         let priority = is_priority(req.uri().path());
         if !self.table.begin(&self.conn, priority, self.ordinary_cap) {
             self.metrics.reserve_refusals.inc();
@@ -444,6 +450,7 @@ pub async fn serve(
             max_header_bytes: limits.max_header_bytes,
             ordinary_cap,
             metrics: metrics.clone(),
+            client: None,
         };
         let mut closing = closing.clone();
         let table = Arc::clone(&table);
@@ -459,7 +466,8 @@ pub async fn serve(
                 Some(tls) => {
                     // The handshake has the head's deadline, and is given
                     // up when the connection is shed or the server stops.
-                    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.current());
+                    let in_force = tls.config.current();
+                    let acceptor = tokio_rustls::TlsAcceptor::from(in_force.config);
                     let accepted = tokio::select! {
                         r = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => match r {
                             Ok(Ok(s)) => Some(s),
@@ -477,6 +485,21 @@ pub async fn serve(
                         _ = closing.wait_for(|c| *c) => None,
                     };
                     if let Some(s) = accepted {
+                        // Only a certificate checked against the client
+                        // CAs names anyone; where they are checked, a
+                        // connection without one (VerifyClientCertIfGiven)
+                        // is named "", which no binding takes.
+                        let client = in_force.verifies_clients.then(|| {
+                            let name = s
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|chain| chain.first())
+                                .and_then(super::tls::certificate_name)
+                                .unwrap_or_default();
+                            crate::api::auth::ClientCert(name.into())
+                        });
+                        let service = ConnService { client, ..service };
                         drive(&builder, TokioIo::new(s), service, closing).await;
                     }
                 }

@@ -43,7 +43,8 @@ impl RuntimeConfigFile {
             tracing::warn!(
                 file = %path.display(),
                 "identities are bound to tenants, but no logins are configured \
-                 (basic_auth_users in --web-config-file): the bindings have no one to bind"
+                 (basic_auth_users in --web-config-file) and no client certificates are \
+                 verified (client_auth_type): the bindings have no one to bind"
             );
         }
         limits.set(in_force);

@@ -20,7 +20,17 @@ use crate::config::web::{ClientAuth, TlsServerConfig, TlsVersion};
 /// The server configuration in force; connections take it when they are
 /// accepted.
 #[derive(Clone)]
-pub struct TlsHandle(Arc<RwLock<Arc<ServerConfig>>>);
+pub struct TlsHandle(Arc<RwLock<InForce>>);
+
+/// A server configuration, and whether it checks client certificates
+/// against client CAs (only then is a certificate's name an identity).
+#[derive(Clone)]
+pub struct InForce {
+    /// The configuration.
+    pub config: Arc<ServerConfig>,
+    /// Whether client certificates are verified.
+    pub verifies_clients: bool,
+}
 
 impl std::fmt::Debug for TlsHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -29,20 +39,95 @@ impl std::fmt::Debug for TlsHandle {
 }
 
 impl TlsHandle {
-    /// A handle holding `config`.
-    pub fn new(config: ServerConfig) -> Self {
-        Self(Arc::new(RwLock::new(Arc::new(config))))
+    /// A handle holding `config`, made from `t`.
+    pub fn new(config: ServerConfig, t: &TlsServerConfig) -> Self {
+        Self(Arc::new(RwLock::new(InForce {
+            config: Arc::new(config),
+            verifies_clients: verifies_clients(t),
+        })))
     }
 
     /// The configuration for a new connection.
-    pub fn current(&self) -> Arc<ServerConfig> {
-        Arc::clone(&self.0.read())
+    pub fn current(&self) -> InForce {
+        self.0.read().clone()
     }
 
-    /// Puts `config` in force for connections accepted from now on.
-    pub fn set(&self, config: ServerConfig) {
-        *self.0.write() = Arc::new(config);
+    /// Puts `config`, made from `t`, in force for connections accepted
+    /// from now on.
+    pub fn set(&self, config: ServerConfig, t: &TlsServerConfig) {
+        *self.0.write() = InForce {
+            config: Arc::new(config),
+            verifies_clients: verifies_clients(t),
+        };
     }
+}
+
+/// Whether `t` checks client certificates against client CAs.
+pub fn verifies_clients(t: &TlsServerConfig) -> bool {
+    matches!(
+        t.client_auth_type,
+        ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
+    )
+}
+
+/// The name a verified client certificate proves: its subject's common
+/// name (the last, if several), or `""` when it has none (a name no
+/// binding matches). `None` if the certificate does not parse.
+pub fn certificate_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+    Some(common_name(cert.subject()).unwrap_or_default())
+}
+
+/// The common name (OID 2.5.4.3) in a certificate subject, given as the
+/// contents of its `Name` SEQUENCE (DER): the last one, if several; `None`
+/// if there is none or the bytes are not a `Name`.
+pub fn common_name(subject: &[u8]) -> Option<String> {
+    const CN: [u8; 3] = [0x55, 0x04, 0x03];
+    let mut found = None;
+    let mut rdns = subject;
+    while !rdns.is_empty() {
+        let (0x31, set, rest) = tlv(rdns)? else {
+            return None;
+        };
+        rdns = rest;
+        let mut atvs = set;
+        while !atvs.is_empty() {
+            let (0x30, atv, rest) = tlv(atvs)? else {
+                return None;
+            };
+            atvs = rest;
+            let (0x06, oid, value) = tlv(atv)? else {
+                return None;
+            };
+            if oid == CN {
+                // UTF8String, PrintableString, TeletexString, IA5String.
+                let (0x0c | 0x13 | 0x14 | 0x16, text, _) = tlv(value)? else {
+                    return None;
+                };
+                found = Some(std::str::from_utf8(text).ok()?.to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// One DER element: its tag, its contents and what follows it.
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = b.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |len, &b| (len << 8) | usize::from(b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
 }
 
 /// The rustls server configuration for `t`, reading its files now; the
@@ -357,5 +442,60 @@ impl ClientCertVerifier for AllowedSans {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cert(names: &[(rcgen::DnType, &str)]) -> CertificateDer<'static> {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["client.example".to_owned()]).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (t, v) in names {
+            params.distinguished_name.push(t.clone(), *v);
+        }
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().clone()
+    }
+
+    #[test]
+    fn a_certificate_names_its_subject_common_name() {
+        use rcgen::DnType;
+        assert_eq!(
+            certificate_name(&cert(&[(DnType::CommonName, "prometheus-eu")])).as_deref(),
+            Some("prometheus-eu")
+        );
+        assert_eq!(
+            certificate_name(&cert(&[
+                (DnType::OrganizationName, "team-a"),
+                (DnType::CommonName, "prom-1"),
+                (DnType::CountryName, "DE"),
+            ]))
+            .as_deref(),
+            Some("prom-1")
+        );
+        // No common name: a name no binding matches.
+        assert_eq!(
+            certificate_name(&cert(&[(DnType::OrganizationName, "team-a")])).as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            certificate_name(&CertificateDer::from(vec![0x30, 0x03])),
+            None
+        );
+    }
+
+    proptest! {
+        /// Any bytes: an answer or none, never a panic; a name found is
+        /// shorter than the bytes it came from.
+        #[test]
+        fn any_subject_bytes_are_safe(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Some(name) = common_name(&bytes) {
+                prop_assert!(name.len() < bytes.len());
+            }
+        }
     }
 }

@@ -41,6 +41,7 @@ impl WebConfigFile {
             true => Some(TlsHandle::new(
                 tls::server_config(&config.tls_server_config)
                     .map_err(|e| format!("web config file {}: {e}", path.display()))?,
+                &config.tls_server_config,
             )),
             false => None,
         };
@@ -77,7 +78,7 @@ impl WebConfigFile {
         };
         self.door.set(&config);
         if let (Some(handle), Some(server)) = (&self.tls, server) {
-            handle.set(server);
+            handle.set(server, &config.tls_server_config);
         }
         Ok(())
     }
