@@ -192,9 +192,21 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let background =
             tokio::spawn(Arc::clone(&db).run_upkeep(self.state.clock(), stop_rx.clone()));
-        self.state
-            .tenants()
-            .start_upkeep(self.state.clock(), stop_rx.clone());
+        self.state.tenants().start_upkeep(self.state.clock());
+        // Tenants that hold nothing after retention are closed now and
+        // then, until the server stops.
+        let idle = {
+            let (state, mut stopping) = (self.state.clone(), stop_rx.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stopping.changed() => return,
+                        () = tokio::time::sleep(api::tenant::IDLE_CHECK) => {}
+                    }
+                    state.tenants().close_idle().await;
+                }
+            })
+        };
         let tenants = self.state.clone();
         let watchers: Vec<_> = [
             self.web
@@ -229,6 +241,7 @@ impl Server {
         // WAL flushed).
         let _ = stop_tx.send(true);
         let _ = background.await;
+        let _ = idle.await;
         tenants.tenants().close().await;
         for w in watchers {
             let _ = w.await;

@@ -674,3 +674,51 @@ async fn federated_reads_answer_the_union_labelled_by_tenant() {
         ]
     );
 }
+
+/// A tenant that holds nothing after retention is closed: it leaves the
+/// open tenants and `/metrics`, its directory is removed, and its next
+/// write opens it anew. A tenant that holds data, or one a request is
+/// using, stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_holds_nothing_is_closed_and_opens_again() {
+    let srv = common::start(multitenant()).await;
+    let now = common::now_ms();
+    for tenant in ["gone", "kept"] {
+        let (code, text) = write(srv.addr, Some(tenant), &[("up".into(), now, 1.0)]).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    let tenants = srv.state.tenants();
+    let dir = srv.data_dir().join("tenants").join("gone");
+    assert!(dir.is_dir());
+    // Nothing to close while both hold a series.
+    assert_eq!(tenants.close_idle().await, 0);
+    // Retention takes everything `gone` holds.
+    let gone = tenants
+        .all()
+        .into_iter()
+        .find(|t| t.id.as_str() == "gone")
+        .expect("open");
+    gone.db.apply_retention(now + 1);
+    // While a request holds it, it stays.
+    assert_eq!(tenants.close_idle().await, 0);
+    drop(gone);
+    assert_eq!(tenants.close_idle().await, 1);
+    let open: Vec<String> = tenants.all().iter().map(|t| t.id.to_string()).collect();
+    assert_eq!(open, ["anonymous", "kept"]);
+    assert!(!dir.exists(), "its directory is removed");
+    let (_, metrics) = common::get(srv.addr, "/metrics").await;
+    assert!(!metrics.contains("tenant=\"gone\""), "{metrics}");
+    assert!(
+        metrics.contains("sluice_tenant_series{tenant=\"kept\"} 1"),
+        "{metrics}"
+    );
+    // Its next write opens it again, empty but for the write.
+    let (code, text) = write(srv.addr, Some("gone"), &[("again".into(), now, 2.0)]).await;
+    assert_eq!(code, 204, "{text}");
+    assert!(dir.is_dir());
+    let seen = seen_by(srv.addr, "gone", now).await;
+    assert_eq!(
+        seen["series"],
+        ["again".to_owned()].into_iter().collect::<BTreeSet<_>>()
+    );
+}

@@ -124,6 +124,8 @@ pub struct Tenant {
     forwarders: Mutex<Option<Forwarders>>,
     /// Its queries running, for its `max_query_concurrency`.
     pub(crate) queries: Arc<super::slots::QueryGate>,
+    /// Its upkeep task and what stops it, once the server runs.
+    upkeep: Mutex<Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>>,
 }
 
 /// A tenant's write counts, reported per tenant in `/metrics`.
@@ -248,11 +250,20 @@ impl std::fmt::Debug for ForwardSetup {
     }
 }
 
-/// Background work a tenant's database needs, once the server runs.
+/// What a tenant's background work needs, once the server runs.
 struct Upkeep {
     clock: Clock,
-    stop: watch::Receiver<bool>,
-    running: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// How often tenants that hold nothing are looked for.
+pub const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts `t`'s upkeep (cuts, compaction, retention, checkpoints), with a
+/// stop of its own.
+fn start_tenant_upkeep(t: &Tenant, clock: Clock) {
+    let (stop, stopped) = watch::channel(false);
+    let running = tokio::spawn(Arc::clone(&t.db).run_upkeep(clock, stopped));
+    *t.upkeep.lock() = Some((stop, running));
 }
 
 /// Every tenant's database: `anonymous` is the root database (today's
@@ -305,6 +316,7 @@ impl Tenants {
                 stats: TenantStats::default(),
                 forwarders: Mutex::new(None),
                 queries: Arc::default(),
+                upkeep: Mutex::new(None),
             })
         };
         let empty_opts = DbOptions {
@@ -428,11 +440,11 @@ impl Tenants {
             stats: TenantStats::default(),
             forwarders: Mutex::new(None),
             queries: Arc::default(),
+            upkeep: Mutex::new(None),
         });
-        if let Some(u) = self.upkeep.lock().as_mut() {
-            u.running.push(tokio::spawn(
-                Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
-            ));
+        let clock = self.upkeep.lock().as_ref().map(|u| u.clock.clone());
+        if let Some(clock) = clock {
+            start_tenant_upkeep(&t, clock);
             self.start_forwarding(&t);
         }
         self.others.write().insert(id, Arc::clone(&t));
@@ -489,23 +501,77 @@ impl Tenants {
     /// checkpoints) until `stop`, for those open now and those opened
     /// later, and starts every tenant's forwarding (the root database's
     /// too). The root database's upkeep is the server's.
-    pub fn start_upkeep(&self, clock: Clock, stop: watch::Receiver<bool>) {
-        let mut u = Upkeep {
-            clock,
-            stop,
-            running: Vec::new(),
-        };
+    pub fn start_upkeep(&self, clock: Clock) {
         let others: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
         for t in &others {
-            u.running.push(tokio::spawn(
-                Arc::clone(&t.db).run_upkeep(u.clock.clone(), u.stop.clone()),
-            ));
+            start_tenant_upkeep(t, clock.clone());
         }
-        *self.upkeep.lock() = Some(u);
+        *self.upkeep.lock() = Some(Upkeep { clock });
         self.start_forwarding(&self.anonymous);
         for t in &others {
             self.start_forwarding(t);
         }
+    }
+
+    /// Closes every tenant that holds nothing (no series in its head, no
+    /// block: retention took it all) and no request is using: its upkeep
+    /// and forwarding stop, its memory is freed and its directory removed.
+    /// Its next write opens it anew. Returns how many were closed.
+    pub async fn close_idle(&self) -> usize {
+        // No tenant opens meanwhile, so a write that finds one closed
+        // waits and opens it again afterwards.
+        let closed = self.opening.lock().await;
+        if *closed {
+            return 0;
+        }
+        let idle: Vec<Arc<Tenant>> = {
+            let mut others = self.others.write();
+            let ids: Vec<TenantId> = others
+                .iter()
+                // Only the directory holds it: no request has it now, and
+                // none can get it while the lock is held.
+                .filter(|(_, t)| Arc::strong_count(t) == 1 && t.db.holds_nothing())
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| others.remove(id)).collect()
+        };
+        for t in &idle {
+            let upkeep = t.upkeep.lock().take();
+            if let Some((stop, running)) = upkeep {
+                let _ = stop.send(true);
+                let _ = running.await;
+            }
+            let forwarders = t.forwarders.lock().take();
+            let (t2, dir) = (Arc::clone(t), self.dir(&t.id));
+            let removed = tokio::task::spawn_blocking(move || {
+                if let Some(f) = forwarders {
+                    f.stop();
+                }
+                t2.db.close(crate::storage::Close::WalOnly);
+                match dir {
+                    Some(dir) => std::fs::remove_dir_all(&dir).map_err(|e| e.to_string()),
+                    None => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            match removed {
+                Ok(()) => {
+                    tracing::info!(tenant = %t.id, "tenant holds nothing after retention; closed")
+                }
+                Err(e) => {
+                    tracing::warn!(tenant = %t.id, error = %e, "tenant closed, but its directory could not be removed; it is opened again at the next start")
+                }
+            }
+        }
+        drop(closed);
+        let n = idle.len();
+        if n > 0 {
+            drop(idle);
+            crate::heap::release_free_memory();
+        }
+        n
     }
 
     /// Starts `t`'s forwarders over its WAL: the destinations bound to it,
@@ -551,19 +617,26 @@ impl Tenants {
         }
     }
 
-    /// Waits for the tenants' upkeep to stop (after `stop`), stops every
-    /// tenant's forwarding (the root database's too), then closes the
-    /// tenants' databases with a last checkpoint. The root database is the
-    /// server's to close.
+    /// Stops the tenants' upkeep and waits for it, stops every tenant's
+    /// forwarding (the root database's too), then closes the tenants'
+    /// databases with a last checkpoint. The root database is the server's
+    /// to close.
     pub async fn close(&self) {
         // No tenant opens after this: a write still in flight at the
         // shutdown timeout cannot leave one without its last checkpoint.
         *self.opening.lock().await = true;
-        let running = self.upkeep.lock().take().map(|u| u.running);
-        for h in running.into_iter().flatten() {
+        let open: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
+        let running: Vec<_> = open
+            .iter()
+            .filter_map(|t| t.upkeep.lock().take())
+            .map(|(stop, running)| {
+                let _ = stop.send(true);
+                running
+            })
+            .collect();
+        for h in running {
             let _ = h.await;
         }
-        let open: Vec<Arc<Tenant>> = self.others.read().values().cloned().collect();
         let anonymous = Arc::clone(&self.anonymous);
         let _ = tokio::task::spawn_blocking(move || {
             let forwarders: Vec<Forwarders> = std::iter::once(&anonymous)

@@ -233,6 +233,11 @@ impl Db {
         self.head.metric_series_count(name)
     }
 
+    /// Whether it holds nothing: no series in the head, no block.
+    pub fn holds_nothing(&self) -> bool {
+        self.series_count() == 0 && self.blocks.stats().blocks == 0
+    }
+
     /// Series in the head now (one atomic read, no shard lock).
     pub fn series_count(&self) -> usize {
         self.head.series_count()
