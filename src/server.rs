@@ -228,8 +228,9 @@ impl Server {
         };
         let limits = self.http;
         let connections = self.state.connection_metrics();
+        let door = self.state.door();
         let app = api::router(self.state);
-        if !http::serve(self.listener, app, limits, connections, tls, shutdown).await {
+        if !http::serve(self.listener, app, limits, connections, tls, door, shutdown).await {
             tracing::warn!(
                 timeout = ?limits.shutdown_timeout,
                 "requests still in flight at the shutdown timeout; stopping without them"

@@ -192,7 +192,8 @@ proptest! {
 
     /// Random tenants write random series; asked as each tenant, every read
     /// endpoint shows exactly that tenant's series, and a tenant that never
-    /// wrote sees nothing.
+    /// wrote sees nothing; asked as two tenants at once (federation on),
+    /// exactly the two tenants' series.
     #[test]
     fn no_read_crosses_tenants(
         writes in prop::collection::btree_map(
@@ -203,7 +204,7 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         rt.block_on(async move {
-            let srv = common::start(multitenant()).await;
+            let srv = common::start(Config { tenant_federation_enabled: true, ..multitenant() }).await;
             let now = common::now_ms();
             for (tenant, names) in &writes {
                 // Names carry their tenant, so a crossing is visible.
@@ -221,6 +222,19 @@ proptest! {
                 for (endpoint, got) in seen_by(srv.addr, tenant, now).await {
                     assert_eq!(got, want, "{endpoint} as {tenant}");
                 }
+            }
+            let own = |tenant: &str| -> BTreeSet<String> {
+                writes
+                    .get(tenant)
+                    .map(|names| names.iter().map(|n| format!("{n}_{}", tenant.replace(['.', '-'], "_"))).collect())
+                    .unwrap_or_default()
+            };
+            let ids: Vec<&str> = writes.keys().map(String::as_str).collect();
+            let (first, last) = (ids[0], ids[ids.len() - 1]);
+            let pair = format!("{last}|{first}|never-wrote");
+            let want: BTreeSet<String> = own(first).union(&own(last)).cloned().collect();
+            for (endpoint, got) in seen_by(srv.addr, &pair, now).await {
+                assert_eq!(got, want, "{endpoint} as {pair}");
             }
         });
     }

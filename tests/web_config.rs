@@ -292,7 +292,11 @@ fn web_config(users: &[(&str, &str)], extra_tls: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_over_https_are_checked_and_reloaded() {
     let pki = Pki::new();
-    let door = Door::start(&pki, &web_config(&[("alice", PASSWORD)], ""));
+    let door = Door::start_with(
+        &pki,
+        &web_config(&[("alice", PASSWORD)], ""),
+        &["--http-max-header-bytes", "4096"],
+    );
     let c = client(&pki, None);
     let alice = Some(("alice", PASSWORD));
 
@@ -335,6 +339,16 @@ async fn logins_over_https_are_checked_and_reloaded() {
     assert_eq!(w.status, 204, "{}", w.body);
     let a = get(&c, &door.url("/api/v1/query?query=count(door_test)"), alice).await;
     assert!(a.body.contains(r#""1""#), "one series stored: {}", a.body);
+    // An answer the connection gives itself (a head over
+    // http-max-header-bytes) carries the configured headers too.
+    let big = http::Request::builder()
+        .uri(door.url("/-/healthy"))
+        .header("x-padding", "p".repeat(6000))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let r = c.request(big).await.expect("answered");
+    assert_eq!(r.status(), 431);
+    assert_eq!(r.headers()["x-frame-options"], "deny");
 
     // Plain http to the https port gets no answer, and counts as a
     // failed handshake.

@@ -79,6 +79,14 @@ impl Door {
     pub fn needs_login(&self) -> bool {
         self.rules.read().needs_login()
     }
+
+    /// Adds the configured `http_server_config.headers` to `headers`, for
+    /// answers given before a request reaches the application.
+    pub fn add_headers(&self, headers: &mut http::HeaderMap) {
+        for (name, value) in &self.rules.read().headers {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
 }
 
 /// One configuration's logins and headers, with its verdict cache.

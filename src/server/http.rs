@@ -270,6 +270,8 @@ struct ConnService {
     /// The name a verified client certificate proved, for every request
     /// on this connection.
     client: Option<crate::api::auth::ClientCert>,
+    /// The configured response headers, for the answers given here.
+    door: Arc<crate::api::auth::Door>,
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
@@ -303,6 +305,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             );
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            self.door.add_headers(r.headers_mut());
             return Box::pin(std::future::ready(Ok(r)));
         }
         let in_flight = InFlight {
@@ -311,10 +314,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             priority,
         };
         if head_bytes(&req) > self.max_header_bytes {
-            let r = plain(
+            let mut r = plain(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "request head larger than http-max-header-bytes\n",
             );
+            self.door.add_headers(r.headers_mut());
             return Box::pin(std::future::ready(Ok(r.map(|b| {
                 Body::new(Tracked {
                     inner: b,
@@ -385,6 +389,7 @@ pub async fn serve(
     limits: HttpLimits,
     metrics: ConnectionMetrics,
     tls: Option<TlsDoor>,
+    door: Arc<crate::api::auth::Door>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> bool {
     let cap = limits.max_connections.max(1);
@@ -451,6 +456,7 @@ pub async fn serve(
             ordinary_cap,
             metrics: metrics.clone(),
             client: None,
+            door: Arc::clone(&door),
         };
         let mut closing = closing.clone();
         let table = Arc::clone(&table);
