@@ -3,6 +3,8 @@
 //! owns its own series so per-series order holds, as with real senders.
 //! The `logged` variants run with a WAL (written, never fsynced here), and
 //! hand the shards' records over every 500 appends, as a request does.
+//! `new_series` times making series (one sample each, no WAL): the lookup
+//! miss, the slot, the postings and the per-metric count.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,6 +116,38 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+    let mut g = c.benchmark_group("head_new_series");
+    let all: Vec<(Vec<u8>, Vec<(String, String)>)> = (0..4)
+        .flat_map(keys)
+        .map(|k| {
+            let labels = sluice_labels(&k);
+            (k, labels)
+        })
+        .collect();
+    g.throughput(Throughput::Elements(all.len() as u64));
+    g.bench_function(BenchmarkId::new("series", all.len()), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let db = Db::new(HeadOptions::default());
+                let mut counts = AppendCounts::default();
+                let start = Instant::now();
+                let mut app = db.appender(i64::MAX);
+                for (k, labels) in &all {
+                    let pairs: Vec<(&str, &str)> = labels
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect();
+                    app.append_new(&pairs, k, std::iter::once((1000, 1.0)), &mut counts)
+                        .expect("fits");
+                }
+                app.commit();
+                total += start.elapsed();
+            }
+            total
+        })
+    });
     g.finish();
 }
 
