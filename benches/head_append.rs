@@ -118,7 +118,7 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
     let mut g = c.benchmark_group("head_new_series");
-    let all: Vec<(Vec<u8>, Vec<(String, String)>)> = (0..4)
+    let all: Vec<Keyed> = (0..4)
         .flat_map(keys)
         .map(|k| {
             let labels = sluice_labels(&k);
@@ -150,6 +150,9 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 }
+
+/// A series' canonical bytes and its labels.
+type Keyed = (Vec<u8>, Vec<(String, String)>);
 
 /// Recovers (name, value) pairs from canonical bytes (setup only).
 fn sluice_labels(raw: &[u8]) -> Vec<(String, String)> {
