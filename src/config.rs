@@ -678,9 +678,9 @@ impl Config {
             }
             // Without either, every tenant's samples would arrive mixed
             // into one stream downstream, undoing the separation here.
-            if self.multitenancy && d.tenant_header.is_none() && d.tenants.is_empty() {
+            if self.multitenancy && d.tenant_header.is_none() && d.tenants.len() != 1 {
                 return Err(ConfigError::Invalid(format!(
-                    "forward {name}: with multitenancy, set tenant-header (e.g. X-Scope-OrgID: each tenant's samples carry its ID) or tenants (only those tenants' samples are sent), or both"
+                    "forward {name}: with multitenancy, set tenant-header (e.g. X-Scope-OrgID: each tenant's samples carry its ID), or bind it to one tenant (tenants=<id>): several tenants without a header would arrive mixed"
                 )));
             }
         }

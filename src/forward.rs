@@ -61,6 +61,8 @@ pub struct Setup {
 pub struct Forwarders {
     stop: watch::Sender<bool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Each destination's unsent WAL bytes.
+    pending: Vec<prometheus_client::metrics::gauge::Gauge>,
 }
 
 impl Forwarders {
@@ -86,9 +88,14 @@ impl Forwarders {
         }
         let (stop, stop_rx) = watch::channel(false);
         let runtime = tokio::runtime::Handle::current();
-        let mut threads = Vec::new();
+        let mut started = Self {
+            stop,
+            threads: Vec::new(),
+            pending: Vec::new(),
+        };
         let count = setup.destinations.len();
         for (index, (dest, stats)) in setup.destinations.into_iter().enumerate() {
+            started.pending.push(stats.pending_bytes.clone());
             let q = queue::Queue {
                 filter: queue::Filter {
                     split: setup.shard_by_series.map(|replicas| Split {
@@ -111,13 +118,26 @@ impl Forwarders {
                 stop: stop_rx.clone(),
                 runtime: runtime.clone(),
             };
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("sluice-forward-{}", q.name))
-                    .spawn(move || q.run())?,
-            );
+            match std::thread::Builder::new()
+                .name(format!("sluice-forward-{}", q.name))
+                .spawn(move || q.run())
+            {
+                Ok(t) => started.threads.push(t),
+                Err(e) => {
+                    // Those already running stop, rather than run on with
+                    // no one to stop them.
+                    started.stop();
+                    return Err(e);
+                }
+            }
         }
-        Ok(Self { stop, threads })
+        Ok(started)
+    }
+
+    /// Whether every destination has been sent all of the log (as of the
+    /// last look, at most a second ago).
+    pub fn caught_up(&self) -> bool {
+        self.pending.iter().all(|g| g.get() == 0)
     }
 
     /// Tells the forwarders to stop, without waiting: many tenants'

@@ -178,6 +178,29 @@ impl ForwardFamilies {
         f
     }
 
+    /// Drops destination `name`'s self-metrics for `tenant` (closed).
+    pub fn forget(&self, name: &str, tenant: &str) {
+        let l = DestinationLabels {
+            destination: name.to_owned(),
+            tenant: Some(Arc::from(tenant)),
+        };
+        for reason in ["lag", "unknown_series"] {
+            self.dropped.remove(&DropLabels {
+                of: l.clone(),
+                reason,
+            });
+        }
+        self.sent.remove(&l);
+        self.failed.remove(&l);
+        self.retried.remove(&l);
+        self.pending_bytes.remove(&l);
+        self.lag_seconds.remove(&l);
+        self.highest_sent.remove(&l);
+        self.shards.remove(&l);
+        self.series.remove(&l);
+        self.send_seconds.remove(&l);
+    }
+
     /// The self-metrics of destination `name` for `tenant`'s samples.
     pub fn stats(&self, name: &str, tenant: Option<&str>) -> crate::forward::Stats {
         let l = DestinationLabels {

@@ -372,6 +372,29 @@ async fn the_exemplar_limit_holds_per_tenant() {
     assert_eq!(held("big").await, ["t0", "t1", "t2", "t3", "t4"]);
 }
 
+/// Tenants that never wrote take no query turns: a federated query naming
+/// several of them, under a concurrency of one each, runs at once (they
+/// once shared one stand-in's turn, and the query waited on itself).
+#[tokio::test]
+async fn a_federated_query_over_tenants_that_never_wrote_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(Config {
+        tenant_federation_enabled: true,
+        ..with_runtime(dir.path(), "limits:\n  max_query_concurrency: 1\n")
+    })
+    .await;
+    let r = push_as(srv.addr, "big", batch("m", 2, common::now_ms(), &[])).await;
+    assert_eq!(r.status(), 204);
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/api/v1/query", srv.addr))
+        .query(&[("query", "count(m)"), ("timeout", "5s")])
+        .header(HEADER, "big|nobody-1|nobody-2")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+}
+
 fn pb_series(name: &str, n: usize, t: i64) -> Vec<sluice::proto::prometheus::TimeSeries> {
     (0..n)
         .map(|i| common::series(&[("__name__", name), ("i", &i.to_string())], &[(t, 1.0)]))

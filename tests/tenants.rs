@@ -496,6 +496,7 @@ async fn forwarding_carries_each_tenant_on_or_sends_only_the_bound_ones() {
 fn forwarding_that_would_mix_tenants_is_refused() {
     for (multitenancy, spec, says) in [
         (true, "http://a:1/w", "set tenant-header"),
+        (true, "http://a:1/w,tenants=a|b", "would arrive mixed"),
         (
             false,
             "http://a:1/w,tenants=x",
@@ -690,35 +691,68 @@ async fn federated_reads_answer_the_union_labelled_by_tenant() {
 }
 
 /// A tenant that holds nothing after retention is closed: it leaves the
-/// open tenants and `/metrics`, its directory is removed, and its next
-/// write opens it anew. A tenant that holds data, or one a request is
-/// using, stays open.
+/// open tenants and `/metrics` (its forwarding metrics too), its directory
+/// is removed, and its next write opens it anew. A tenant that holds
+/// data, one a request is using, or one whose log a destination has not
+/// been sent yet stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_that_holds_nothing_is_closed_and_opens_again() {
-    let srv = common::start(multitenant()).await;
+    let down = common::start(multitenant()).await;
+    let forward = [
+        format!(
+            "http://{}/api/v1/write,name=down,tenant-header={HEADER},batch-send-deadline=100ms",
+            down.addr
+        ),
+        // Nothing listens on port 1: `stuck`'s samples stay unsent.
+        "http://127.0.0.1:1/api/v1/write,name=dead,tenants=stuck".to_owned(),
+    ];
+    let srv = common::start(Config {
+        forward: forward
+            .iter()
+            .map(|f| f.parse().expect("destination"))
+            .collect(),
+        ..multitenant()
+    })
+    .await;
     let now = common::now_ms();
-    for tenant in ["gone", "kept"] {
+    for tenant in ["gone", "kept", "stuck"] {
         let (code, text) = write(srv.addr, Some(tenant), &[("up".into(), now, 1.0)]).await;
         assert_eq!(code, 204, "{text}");
     }
+    let sent = "sluice_forward_samples_sent_total{destination=\"down\",tenant=\"gone\"}";
+    assert_eq!(
+        common::wait_for_metric(srv.addr, sent, |v| v == 1.0).await,
+        1.0
+    );
+    let pending = |dest: &str, tenant: &str| {
+        format!("sluice_forward_pending_bytes{{destination=\"{dest}\",tenant=\"{tenant}\"}}")
+    };
+    let gone_pending = pending("down", "gone");
+    assert_eq!(
+        common::wait_for_metric(srv.addr, &gone_pending, |v| v == 0.0).await,
+        0.0
+    );
+    let stuck_pending = pending("dead", "stuck");
+    assert!(common::wait_for_metric(srv.addr, &stuck_pending, |v| v > 0.0).await > 0.0);
     let tenants = srv.state.tenants();
     let dir = srv.data_dir().join("tenants").join("gone");
     assert!(dir.is_dir());
-    // Nothing to close while both hold a series.
+    // Nothing to close while all hold a series.
     assert_eq!(tenants.close_idle().await, 0);
-    // Retention takes everything `gone` holds.
-    let gone = tenants
-        .all()
-        .into_iter()
-        .find(|t| t.id.as_str() == "gone")
-        .expect("open");
-    gone.db.apply_retention(now + 1);
+    // Retention takes everything `gone` and `stuck` hold.
+    let open = tenants.all();
+    for t in open
+        .iter()
+        .filter(|t| ["gone", "stuck"].contains(&t.id.as_str()))
+    {
+        t.db.apply_retention(now + 1);
+    }
     // While a request holds it, it stays.
     assert_eq!(tenants.close_idle().await, 0);
-    drop(gone);
-    assert_eq!(tenants.close_idle().await, 1);
+    drop(open);
+    assert_eq!(tenants.close_idle().await, 1, "gone, not stuck");
     let open: Vec<String> = tenants.all().iter().map(|t| t.id.to_string()).collect();
-    assert_eq!(open, ["anonymous", "kept"]);
+    assert_eq!(open, ["anonymous", "kept", "stuck"]);
     assert!(!dir.exists(), "its directory is removed");
     let (_, metrics) = common::get(srv.addr, "/metrics").await;
     assert!(!metrics.contains("tenant=\"gone\""), "{metrics}");

@@ -53,7 +53,7 @@ async fn run<T: Send + 'static>(
     // A federated read takes the smallest limit of its tenants (0: none),
     // as Mimir does.
     let in_force = state.tenant_limits().current();
-    let tenants = reads.tenants();
+    let tenants = reads.open_tenants();
     let limits: Vec<_> = tenants.iter().map(|(id, _)| in_force.limits(id)).collect();
     if let Some(max) = limits
         .iter()

@@ -105,7 +105,11 @@ impl AppState {
                 shard_by_series: config
                     .forward_shard_by_series
                     .then_some(config.forward_shard_by_series_replicas),
-                stats: Arc::new(move |name, tenant| families.stats(name, tenant)),
+                stats: {
+                    let families = families.clone();
+                    Arc::new(move |name, tenant| families.stats(name, tenant))
+                },
+                forget: Arc::new(move |name, tenant| families.forget(name, tenant)),
             },
         );
         if config.multitenancy {

@@ -126,6 +126,10 @@ pub struct Tenant {
     pub(crate) queries: Arc<super::slots::QueryGate>,
     /// Its upkeep task and what stops it, once the server runs.
     upkeep: Mutex<Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>>,
+    /// Whether it stands in for every tenant that is not open (an empty
+    /// database read in their place): its ID is not theirs, and it has no
+    /// limits or query turns of its own.
+    pub(crate) stand_in: bool,
 }
 
 /// A tenant's write counts, reported per tenant in `/metrics`.
@@ -236,7 +240,12 @@ pub struct ForwardSetup {
     /// A destination's self-metrics for one tenant's samples (the tenant
     /// is `None` without multitenancy).
     pub stats: StatsOf,
+    /// Drops a destination's self-metrics for a closed tenant.
+    pub forget: ForgetOf,
 }
+
+/// Drops a destination's self-metrics for a tenant: name, tenant.
+pub type ForgetOf = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 /// A destination's self-metrics for a tenant: name, tenant (`None`
 /// without multitenancy).
@@ -317,15 +326,24 @@ impl Tenants {
                 forwarders: Mutex::new(None),
                 queries: Arc::default(),
                 upkeep: Mutex::new(None),
+                stand_in: false,
             })
         };
         let empty_opts = DbOptions {
             durability: None,
             ..setup.db.clone()
         };
+        let empty = Tenant {
+            stand_in: true,
+            ..Arc::into_inner(tenant(
+                TenantId::anonymous(),
+                Arc::new(Db::in_memory(empty_opts)),
+            ))
+            .expect("made here, held nowhere else")
+        };
         Self {
             anonymous: tenant(TenantId::anonymous(), root),
-            empty: tenant(TenantId::anonymous(), Arc::new(Db::in_memory(empty_opts))),
+            empty: Arc::new(empty),
             others: Arc::default(),
             opening: tokio::sync::Mutex::new(false),
             upkeep: Mutex::new(None),
@@ -441,6 +459,7 @@ impl Tenants {
             forwarders: Mutex::new(None),
             queries: Arc::default(),
             upkeep: Mutex::new(None),
+            stand_in: false,
         });
         let clock = self.upkeep.lock().as_ref().map(|u| u.clock.clone());
         if let Some(clock) = clock {
@@ -530,7 +549,12 @@ impl Tenants {
                 .iter()
                 // Only the directory holds it: no request has it now, and
                 // none can get it while the lock is held.
-                .filter(|(_, t)| Arc::strong_count(t) == 1 && t.db.holds_nothing())
+                .filter(|(_, t)| {
+                    Arc::strong_count(t) == 1
+                        && t.db.holds_nothing()
+                        // Its log is sent everywhere: closing removes it.
+                        && t.forwarders.lock().as_ref().is_none_or(Forwarders::caught_up)
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             ids.iter().filter_map(|id| others.remove(id)).collect()
@@ -542,6 +566,9 @@ impl Tenants {
                 let _ = running.await;
             }
             let forwarders = t.forwarders.lock().take();
+            for d in &self.forward.destinations {
+                (self.forward.forget)(&d.resolved_name(), t.id.as_str());
+            }
             let (t2, dir) = (Arc::clone(t), self.dir(&t.id));
             let removed = tokio::task::spawn_blocking(move || {
                 if let Some(f) = forwarders {
@@ -904,11 +931,13 @@ impl Reads {
         }
     }
 
-    /// The tenants read, each with its ID as asked.
-    pub fn tenants(&self) -> Vec<(TenantId, Arc<Tenant>)> {
+    /// The open tenants read, each with its ID (a tenant that is not open
+    /// reads as empty: it has no limits or query turns to take).
+    pub fn open_tenants(&self) -> Vec<(TenantId, Arc<Tenant>)> {
         match self {
+            Reads::One(t) if t.stand_in => Vec::new(),
             Reads::One(t) => vec![(t.id.clone(), Arc::clone(t))],
-            Reads::Many(list) => list.to_vec(),
+            Reads::Many(list) => list.iter().filter(|(_, t)| !t.stand_in).cloned().collect(),
         }
     }
 }

@@ -62,12 +62,14 @@ impl TlsHandle {
     }
 }
 
-/// Whether `t` checks client certificates against client CAs.
+/// Whether `t` checks client certificates against client CAs it names:
+/// without `client_ca_file` (or `client_ca`) the system's roots are
+/// trusted, and any publicly issued certificate would name someone.
 pub fn verifies_clients(t: &TlsServerConfig) -> bool {
     matches!(
         t.client_auth_type,
         ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
-    )
+    ) && (t.client_ca_file.is_some() || t.client_ca.is_some())
 }
 
 /// The name a verified client certificate proves: its subject's common
@@ -486,6 +488,32 @@ mod tests {
             certificate_name(&CertificateDer::from(vec![0x30, 0x03])),
             None
         );
+    }
+
+    #[test]
+    fn only_a_certificate_checked_against_named_cas_names_anyone() {
+        let with = |auth, ca: Option<&str>| TlsServerConfig {
+            client_auth_type: auth,
+            client_ca_file: ca.map(Into::into),
+            ..TlsServerConfig::default()
+        };
+        assert!(verifies_clients(&with(
+            ClientAuth::RequireAndVerifyClientCert,
+            Some("ca.crt")
+        )));
+        assert!(verifies_clients(&with(
+            ClientAuth::VerifyClientCertIfGiven,
+            Some("ca.crt")
+        )));
+        // The system's roots: any public certificate would name someone.
+        assert!(!verifies_clients(&with(
+            ClientAuth::RequireAndVerifyClientCert,
+            None
+        )));
+        assert!(!verifies_clients(&with(
+            ClientAuth::RequireAnyClientCert,
+            Some("ca.crt")
+        )));
     }
 
     proptest! {

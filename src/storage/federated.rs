@@ -68,6 +68,9 @@ fn insert_sorted(labels: &mut Vec<Label>, label: Label) {
 pub fn tag(labels: &mut Vec<Label>, tenant: &str) {
     if let Ok(i) = labels.binary_search_by(|l| l.name.as_str().cmp(TENANT_LABEL)) {
         let own = labels.remove(i);
+        // One name, one label: an `original___tenant_id__` it had already
+        // is replaced, as Mimir's label builder sets it.
+        labels.retain(|l| l.name != ORIGINAL_TENANT_LABEL);
         insert_sorted(
             labels,
             Label {
@@ -148,6 +151,25 @@ mod tests {
                 "__name__=up,__tenant_id__=b,job=x",
                 "__name__=up,__tenant_id__=b,job=y,original___tenant_id__=spoof",
             ]
+        );
+        // A series with both labels keeps one of each name.
+        let c = db(&[&[
+            ("__name__", "both"),
+            ("__tenant_id__", "x"),
+            ("original___tenant_id__", "y"),
+        ]]);
+        let one = [Member {
+            tenant: "c",
+            querier: c.querier(),
+        }];
+        let got: Vec<String> = Querier::federated(&one)
+            .select(&[m(MatchOp::Equal, "__name__", "both")], 0, 2000)
+            .iter()
+            .map(|s| text(&s.labels))
+            .collect();
+        assert_eq!(
+            got,
+            ["__name__=both,__tenant_id__=c,original___tenant_id__=x"]
         );
         // A matcher on the tenant label picks tenants; it is not asked of
         // them (their series have no such label).
