@@ -29,6 +29,14 @@ fn with_runtime(dir: &Path, yaml: &str) -> Config {
     }
 }
 
+/// Sluice with multitenancy and the runtime config `yaml` (kept in the
+/// directory returned).
+async fn limited(yaml: &str) -> (tempfile::TempDir, common::TestServer) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(with_runtime(dir.path(), yaml)).await;
+    (dir, srv)
+}
+
 /// A request of `n` series of `name`, one sample each at `t`, with
 /// `labels` more on each.
 fn batch(name: &str, n: usize, t: i64, labels: &[(&str, &str)]) -> Vec<u8> {
@@ -71,16 +79,32 @@ async fn count(addr: SocketAddr, tenant: &str, name: &str) -> usize {
     v["data"].as_array().map_or(0, Vec::len)
 }
 
+/// Writes `body` as `tenant`, which must be refused with a 400 saying
+/// each of `says`, and counted as `refused` samples of `reason`.
+async fn refused_by_name(
+    addr: SocketAddr,
+    tenant: &str,
+    body: Vec<u8>,
+    says: &[&str],
+    reason: &str,
+    refused: f64,
+) {
+    let r = push_as(addr, tenant, body).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(says.iter().all(|s| text.contains(s)), "{text}");
+    let series =
+        format!("sluice_tenant_rejected_samples_total{{tenant=\"{tenant}\",reason=\"{reason}\"}}");
+    assert_eq!(common::self_metric(addr, &series).await, Some(refused));
+}
+
 #[tokio::test]
 async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
-    let dir = tempfile::tempdir().expect("tempdir");
     // One sample a second: a refusal here cannot turn into a pass on a
     // slow machine.
-    let srv = common::start(with_runtime(
-        dir.path(),
-        "overrides:\n  slow:\n    ingestion_rate: 1\n    ingestion_burst_size: 1000\n",
-    ))
-    .await;
+    let (_dir, srv) =
+        limited("overrides:\n  slow:\n    ingestion_rate: 1\n    ingestion_burst_size: 1000\n")
+            .await;
     let t = common::now_ms();
     // The bucket starts full: 600 of its 1,000 pass.
     let r = push_as(srv.addr, "slow", batch("a", 600, t, &[])).await;
@@ -163,12 +187,7 @@ async fn a_tenant_over_its_rate_is_pushed_back_and_the_others_write_on() {
 
 #[tokio::test]
 async fn otlp_points_take_tokens_before_they_are_stored_and_their_samples_after() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let srv = common::start(with_runtime(
-        dir.path(),
-        "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 3000\noverrides:\n  tiny:\n    ingestion_burst_size: 500\n",
-    ))
-    .await;
+    let (_dir, srv) = limited("limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 3000\noverrides:\n  tiny:\n    ingestion_burst_size: 500\n").await;
     let post = |tenant: &'static str, t: i64| {
         let body = otlp_requests::request(t).encode_to_vec();
         reqwest::Client::new()
@@ -220,28 +239,20 @@ async fn rate_limit_status_429_is_for_senders_set_up_to_retry_it() {
 
 #[tokio::test]
 async fn series_label_and_query_limits_hold_per_tenant() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let srv = common::start(with_runtime(
-        dir.path(),
-        "overrides:\n  small:\n    max_global_series_per_user: 3\n    max_label_names_per_series: 3\n    max_query_samples: 10\n    max_query_concurrency: 1\n",
-    ))
-    .await;
+    let (_dir, srv) = limited("overrides:\n  small:\n    max_global_series_per_user: 3\n    max_label_names_per_series: 3\n    max_query_samples: 10\n    max_query_concurrency: 1\n").await;
     let t = common::now_ms();
     // Series past the tenant's limit are refused with a 400 that names
     // it; the rest of the request is stored.
-    let r = push_as(srv.addr, "small", batch("s", 5, t, &[])).await;
-    assert_eq!(r.status(), 400);
-    let text = r.text().await.expect("body");
-    assert!(text.contains("max_global_series_per_user"), "{text}");
+    refused_by_name(
+        srv.addr,
+        "small",
+        batch("s", 5, t, &[]),
+        &["max_global_series_per_user"],
+        "series_limit",
+        2.0,
+    )
+    .await;
     assert_eq!(count(srv.addr, "small", "s").await, 3);
-    assert_eq!(
-        common::self_metric(
-            srv.addr,
-            "sluice_tenant_rejected_samples_total{tenant=\"small\",reason=\"series_limit\"}"
-        )
-        .await,
-        Some(2.0)
-    );
     let r = push_as(srv.addr, "big", batch("s", 5, t, &[])).await;
     assert_eq!(r.status(), 204);
     assert_eq!(count(srv.addr, "big", "s").await, 5);
@@ -271,10 +282,15 @@ async fn series_label_and_query_limits_hold_per_tenant() {
     assert_eq!(ask("big").await.expect("answered").status(), 200);
     // With max_query_concurrency 1, a failed query gave its turn back: the
     // next of `small`'s queries runs (a turn kept would time it out).
+    answers(srv.addr, "small", "count(s)").await;
+}
+
+/// Queries `query` as `tenant` (within 5 s), which must answer 200.
+async fn answers(addr: SocketAddr, tenant: &str, query: &str) {
     let r = reqwest::Client::new()
-        .get(format!("http://{}/api/v1/query", srv.addr))
-        .query(&[("query", "count(s)"), ("timeout", "5s")])
-        .header(HEADER, "small")
+        .get(format!("http://{addr}/api/v1/query"))
+        .query(&[("query", query), ("timeout", "5s")])
+        .header(HEADER, tenant)
         .send()
         .await
         .expect("answered");
@@ -283,35 +299,26 @@ async fn series_label_and_query_limits_hold_per_tenant() {
 
 #[tokio::test]
 async fn the_per_metric_series_limit_holds_per_tenant() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let srv = common::start(with_runtime(
-        dir.path(),
-        "overrides:\n  small:\n    max_global_series_per_metric: 3\n",
-    ))
-    .await;
+    let (_dir, srv) = limited("overrides:\n  small:\n    max_global_series_per_metric: 3\n").await;
     let t = common::now_ms();
     // Five series of m and two of n in one request: two of m are refused
     // by name, the rest is stored.
     let mut body = pb_series("m", 5, t);
     body.extend(pb_series("n", 2, t));
-    let r = push_as(srv.addr, "small", common::body(body)).await;
-    assert_eq!(r.status(), 400);
-    let text = r.text().await.expect("body");
-    assert!(
-        text.contains("per-metric series limit of 3")
-            && text.contains("max_global_series_per_metric"),
-        "{text}"
-    );
+    refused_by_name(
+        srv.addr,
+        "small",
+        common::body(body),
+        &[
+            "per-metric series limit of 3",
+            "max_global_series_per_metric",
+        ],
+        "per_metric_series_limit",
+        2.0,
+    )
+    .await;
     assert_eq!(count(srv.addr, "small", "m").await, 3);
     assert_eq!(count(srv.addr, "small", "n").await, 2);
-    assert_eq!(
-        common::self_metric(
-            srv.addr,
-            "sluice_tenant_rejected_samples_total{tenant=\"small\",reason=\"per_metric_series_limit\"}"
-        )
-        .await,
-        Some(2.0)
-    );
     // Another tenant is not limited.
     let r = push_as(srv.addr, "big", batch("m", 5, t, &[])).await;
     assert_eq!(r.status(), 204);
@@ -322,12 +329,7 @@ async fn the_per_metric_series_limit_holds_per_tenant() {
 /// override keeps `--max-exemplars`.
 #[tokio::test]
 async fn the_exemplar_limit_holds_per_tenant() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let srv = common::start(with_runtime(
-        dir.path(),
-        "overrides:\n  small:\n    max_exemplars: 2\n  none:\n    max_global_exemplars_per_user: 0\n",
-    ))
-    .await;
+    let (_dir, srv) = limited("overrides:\n  small:\n    max_exemplars: 2\n  none:\n    max_global_exemplars_per_user: 0\n").await;
     let t = common::now_ms();
     let held = |tenant: &'static str| async move {
         let resp = reqwest::Client::new()
@@ -385,14 +387,7 @@ async fn a_federated_query_over_tenants_that_never_wrote_runs() {
     .await;
     let r = push_as(srv.addr, "big", batch("m", 2, common::now_ms(), &[])).await;
     assert_eq!(r.status(), 204);
-    let r = reqwest::Client::new()
-        .get(format!("http://{}/api/v1/query", srv.addr))
-        .query(&[("query", "count(m)"), ("timeout", "5s")])
-        .header(HEADER, "big|nobody-1|nobody-2")
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    answers(srv.addr, "big|nobody-1|nobody-2", "count(m)").await;
 }
 
 fn pb_series(name: &str, n: usize, t: i64) -> Vec<sluice::proto::prometheus::TimeSeries> {

@@ -386,6 +386,19 @@ async fn every_tenant_survives_kill_9() {
     }
 }
 
+/// Sluice with multitenancy, forwarding to the destinations `specs`
+/// (`--forward` flags).
+async fn forwarding(specs: &[String]) -> common::TestServer {
+    common::start(Config {
+        forward: specs
+            .iter()
+            .map(|f| f.parse().expect("destination"))
+            .collect(),
+        ..multitenant()
+    })
+    .await
+}
+
 /// Forwarding with multitenancy: a destination with `tenant-header`
 /// (another Sluice, which keeps tenants apart by `X-Scope-OrgID`) gets
 /// each tenant's samples under that tenant's ID; one bound to `tenants`
@@ -406,14 +419,7 @@ async fn forwarding_carries_each_tenant_on_or_sends_only_the_bound_ones() {
             vm.write_url()
         ),
     ];
-    let up = common::start(Config {
-        forward: forward
-            .iter()
-            .map(|f| f.parse().expect("destination"))
-            .collect(),
-        ..multitenant()
-    })
-    .await;
+    let up = forwarding(&forward).await;
     let now = common::now_ms();
     let team = |name: &str| -> Vec<(String, i64, f64)> {
         (0..5)
@@ -569,37 +575,26 @@ async fn federated_reads_answer_the_union_labelled_by_tenant() {
         out.sort();
         out
     };
-    let v = json_as(
-        srv.addr,
-        "team-a|team-b",
-        "/api/v1/query",
-        &[("query", "both"), ("time", &t)],
-    )
-    .await;
-    assert_eq!(
-        tenants_of(&v),
-        [
-            ("both".to_owned(), "team-a".to_owned()),
-            ("both".to_owned(), "team-b".to_owned())
-        ]
-    );
-    let v = json_as(
-        srv.addr,
-        "team-a|team-b",
-        "/api/v1/query",
-        &[
-            ("query", "{job=\"j\", __tenant_id__=\"team-b\"}"),
-            ("time", &t),
-        ],
-    )
-    .await;
-    assert_eq!(
-        tenants_of(&v),
-        [
-            ("b_only".to_owned(), "team-b".to_owned()),
-            ("both".to_owned(), "team-b".to_owned())
-        ]
-    );
+    for (query, want) in [
+        ("both", [("both", "team-a"), ("both", "team-b")]),
+        (
+            "{job=\"j\", __tenant_id__=\"team-b\"}",
+            [("b_only", "team-b"), ("both", "team-b")],
+        ),
+    ] {
+        let v = json_as(
+            srv.addr,
+            "team-a|team-b",
+            "/api/v1/query",
+            &[("query", query), ("time", &t)],
+        )
+        .await;
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+            .collect();
+        assert_eq!(tenants_of(&v), want, "{query}");
+    }
     let v = json_as(
         srv.addr,
         "team-a|team-b",
@@ -706,14 +701,7 @@ async fn a_tenant_that_holds_nothing_is_closed_and_opens_again() {
         // Nothing listens on port 1: `stuck`'s samples stay unsent.
         "http://127.0.0.1:1/api/v1/write,name=dead,tenants=stuck".to_owned(),
     ];
-    let srv = common::start(Config {
-        forward: forward
-            .iter()
-            .map(|f| f.parse().expect("destination"))
-            .collect(),
-        ..multitenant()
-    })
-    .await;
+    let srv = forwarding(&forward).await;
     let now = common::now_ms();
     for tenant in ["gone", "kept", "stuck"] {
         let (code, text) = write(srv.addr, Some(tenant), &[("up".into(), now, 1.0)]).await;

@@ -469,17 +469,22 @@ async fn certificate_subjects_are_bound_to_tenants() {
     )
     .expect("runtime config");
     let runtime_arg = runtime.display().to_string();
-    let door = Door::start_with(
-        &pki,
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
-         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
-        &[
-            "--multitenancy",
-            "true",
-            "--runtime-config-file",
-            &runtime_arg,
-        ],
-    );
+    let start = |client_auth_type: &str| {
+        Door::start_with(
+            &pki,
+            &format!(
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+                 client_auth_type: {client_auth_type}\n  client_ca_file: ca.crt\n"
+            ),
+            &[
+                "--multitenancy",
+                "true",
+                "--runtime-config-file",
+                &runtime_arg,
+            ],
+        )
+    };
+    let door = start("RequireAndVerifyClientCert");
     let (client, other) = (client(&pki, Some("client")), client(&pki, Some("other")));
     let body = || {
         common::body(vec![common::series(
@@ -527,17 +532,7 @@ async fn certificate_subjects_are_bound_to_tenants() {
     assert_eq!(code, 403);
     // Where a certificate is checked only if given, a client without one
     // is no one the bindings take: it does not slip past them.
-    let lenient = Door::start_with(
-        &pki,
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
-         client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n",
-        &[
-            "--multitenancy",
-            "true",
-            "--runtime-config-file",
-            &runtime_arg,
-        ],
-    );
+    let lenient = start("VerifyClientCertIfGiven");
     let anonymous = self::client(&pki, None);
     let r = anonymous
         .request(
