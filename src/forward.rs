@@ -21,7 +21,6 @@
 
 pub mod destination;
 mod queue;
-pub mod relabel;
 mod send;
 pub mod stats;
 pub mod tls;
@@ -32,6 +31,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+pub use crate::relabel;
 pub use destination::{Destination, Protocol, Split};
 pub use stats::Stats;
 pub use tls::TlsConfig;

@@ -16,6 +16,8 @@
 //! - [`promql`]: the PromQL evaluator over the storage `Querier`.
 //! - [`forward`]: hands what the WAL holds on to remote-write receivers,
 //!   from a saved position per destination.
+//! - [`relabel`]: Prometheus' relabelling rules, every action, one engine
+//!   for every place Sluice relabels.
 //! - [`telemetry`]: self-metrics (prometheus-client) and tracing setup.
 //! - [`config`]: the one typed configuration tree with its defaults.
 //! - [`storage`]: one `Db`: the sharded head, blocks on disk, the WAL's use,
@@ -56,6 +58,7 @@ pub mod ingest;
 pub mod promql;
 pub mod proto;
 pub mod protocol;
+pub mod relabel;
 pub mod reuse;
 pub mod server;
 pub mod storage;

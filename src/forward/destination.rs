@@ -82,7 +82,7 @@ pub struct Destination {
     /// Prometheus' own keys (config file only): replace, keep, drop,
     /// hashmod, labeldrop, labelkeep, labelmap.
     #[serde(alias = "write_relabel_configs")]
-    pub write_relabel_configs: Vec<super::relabel::RelabelConfig>,
+    pub write_relabel_configs: Vec<crate::relabel::RelabelConfig>,
     /// TLS settings for an https URL, in Prometheus' `tls_config` keys.
     #[serde(alias = "tls_config")]
     pub tls_config: super::tls::TlsConfig,
@@ -372,7 +372,7 @@ impl Destination {
         } else if self.tls_config.is_set() {
             return Err(format!("forward {name}: tls settings need an https:// url"));
         }
-        super::relabel::Relabeler::new(&self.write_relabel_configs)
+        crate::relabel::Relabeler::new(&self.write_relabel_configs)
             .map_err(|e| format!("forward {name}: {e}"))?;
         for (k, v) in &self.headers {
             if http::HeaderName::from_bytes(k.as_bytes()).is_err()

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::destination::{Destination, Split};
-use super::relabel::Relabeler;
 use super::send::{self, Sample};
 use super::stats::Stats;
 use super::tracker::Tracker;
+use crate::relabel::Relabeler;
 use crate::wal::commit::Progress;
 use crate::wal::reader::{self, Position, Reader};
 use crate::wal::record::Record;

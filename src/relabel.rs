@@ -1,8 +1,10 @@
-//! Prometheus' `write_relabel_configs`, the subset forwarding users need
-//! most: `replace`, `keep`, `drop`, `hashmod`, `labeldrop`, `labelkeep`
-//! and `labelmap`, with Prometheus' defaults (separator `;`, regex `(.*)`
-//! anchored at both ends, replacement `$1`). A forward destination applies
-//! them once per series, when it first reads the series' labels.
+//! Prometheus' relabelling (`relabel_configs`, `metric_relabel_configs`,
+//! `write_relabel_configs`), every action Prometheus 3.5.3 has: `replace`,
+//! `keep`, `drop`, `keepequal`, `dropequal`, `hashmod`, `labelmap`,
+//! `labeldrop`, `labelkeep`, `lowercase` and `uppercase`, with its defaults
+//! (separator `;`, regex `(.*)` anchored at both ends, replacement `$1`).
+//! One engine for every place Sluice relabels: a forward destination
+//! applies it once per series, when it first reads the series' labels.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +33,35 @@ pub enum Action {
     /// Copies each label whose name matches `regex` to the name
     /// `replacement` expands to.
     Labelmap,
+    /// Keeps only series whose joined `source_labels` equal the value of
+    /// `target_label`.
+    Keepequal,
+    /// Drops series whose joined `source_labels` equal the value of
+    /// `target_label`.
+    Dropequal,
+    /// Sets `target_label` to the joined `source_labels`, lowercased.
+    Lowercase,
+    /// Sets `target_label` to the joined `source_labels`, uppercased.
+    Uppercase,
+}
+
+impl Action {
+    /// Its name in a config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Replace => "replace",
+            Action::Keep => "keep",
+            Action::Drop => "drop",
+            Action::Hashmod => "hashmod",
+            Action::Labeldrop => "labeldrop",
+            Action::Labelkeep => "labelkeep",
+            Action::Labelmap => "labelmap",
+            Action::Keepequal => "keepequal",
+            Action::Dropequal => "dropequal",
+            Action::Lowercase => "lowercase",
+            Action::Uppercase => "uppercase",
+        }
+    }
 }
 
 /// One rule, in Prometheus' own keys (`source_labels`, `target_label`, …),
@@ -78,18 +109,36 @@ impl Relabeler {
     /// Compiles `rules`; an error names the rule and what is wrong.
     pub fn new(rules: &[RelabelConfig]) -> Result<Self, String> {
         let mut out = Vec::with_capacity(rules.len());
+        let defaults = RelabelConfig::default();
         for (i, r) in rules.iter().enumerate() {
             let re = regex::Regex::new(&format!("^(?s:{})$", r.regex))
-                .map_err(|e| format!("write-relabel-configs[{i}]: bad regex: {e}"))?;
-            match r.action {
-                Action::Replace if r.target_label.is_empty() => {
+                .map_err(|e| format!("relabel rule {i}: bad regex: {e}"))?;
+            let action = r.action;
+            match action {
+                Action::Replace
+                | Action::Lowercase
+                | Action::Uppercase
+                | Action::Keepequal
+                | Action::Dropequal
+                    if r.target_label.is_empty() =>
+                {
                     return Err(format!(
-                        "write-relabel-configs[{i}]: replace needs a target_label"
+                        "relabel rule {i}: {} needs a target_label",
+                        action.as_str()
                     ))
+                }
+                Action::Keepequal | Action::Dropequal
+                    if r.regex != defaults.regex || r.replacement != defaults.replacement =>
+                {
+                    // As Prometheus: these compare values, with no regex.
+                    return Err(format!(
+                        "relabel rule {i}: {} takes source_labels and target_label only, not regex or replacement",
+                        action.as_str()
+                    ));
                 }
                 Action::Hashmod if r.target_label.is_empty() || r.modulus == 0 => {
                     return Err(format!(
-                        "write-relabel-configs[{i}]: hashmod needs a target_label and a modulus"
+                        "relabel rule {i}: hashmod needs a target_label and a modulus"
                     ))
                 }
                 _ => {}
@@ -125,6 +174,24 @@ impl Relabeler {
                     if re.is_match(&joined()) {
                         return false;
                     }
+                }
+                Action::Keepequal => {
+                    if labels.get(&r.target_label).map_or("", String::as_str) != joined() {
+                        return false;
+                    }
+                }
+                Action::Dropequal => {
+                    if labels.get(&r.target_label).map_or("", String::as_str) == joined() {
+                        return false;
+                    }
+                }
+                Action::Lowercase => {
+                    let v = joined().to_lowercase();
+                    labels.insert(r.target_label.clone(), v);
+                }
+                Action::Uppercase => {
+                    let v = joined().to_uppercase();
+                    labels.insert(r.target_label.clone(), v);
                 }
                 Action::Replace => {
                     let value = joined();
@@ -253,6 +320,32 @@ mod tests {
     }
 
     #[test]
+    fn keepequal_dropequal_lowercase_and_uppercase_as_prometheus() {
+        let r = rules(
+            "- {source_labels: [__name__], target_label: name_lower, action: lowercase}\n\
+             - {source_labels: [job, env], separator: '-', target_label: key, action: uppercase}\n\
+             - {source_labels: [port], target_label: expected_port, action: keepequal}",
+        );
+        let mut l = labels(&[
+            ("__name__", "HTTP_Requests"),
+            ("job", "api"),
+            ("env", "prod"),
+            ("port", "80"),
+            ("expected_port", "80"),
+        ]);
+        assert!(r.apply(&mut l));
+        assert_eq!(l["name_lower"], "http_requests");
+        assert_eq!(l["key"], "API-PROD");
+        let mut other = labels(&[("__name__", "x"), ("port", "81"), ("expected_port", "80")]);
+        assert!(!r.apply(&mut other), "keepequal drops a mismatch");
+        // An absent label is the empty value, for both sides.
+        let r = rules("- {source_labels: [a], target_label: b, action: dropequal}");
+        assert!(!r.apply(&mut labels(&[("__name__", "x")])));
+        assert!(r.apply(&mut labels(&[("__name__", "x"), ("a", "1")])));
+        assert!(!r.apply(&mut labels(&[("__name__", "x"), ("a", "1"), ("b", "1")])));
+    }
+
+    #[test]
     fn mistakes_are_named() {
         for (yaml, says) in [
             ("- {regex: '(', action: keep}", "bad regex"),
@@ -260,6 +353,14 @@ mod tests {
             (
                 "- {source_labels: [a], target_label: t, action: hashmod}",
                 "modulus",
+            ),
+            (
+                "- {source_labels: [a], action: lowercase}",
+                "lowercase needs a target_label",
+            ),
+            (
+                "- {source_labels: [a], target_label: b, regex: 'x', action: keepequal}",
+                "not regex or replacement",
             ),
         ] {
             let configs: Vec<RelabelConfig> = serde_yaml_ng::from_str(yaml).expect("yaml");

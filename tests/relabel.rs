@@ -1,0 +1,154 @@
+//! Sluice's relabel engine against Prometheus 3.5.3's own: Prometheus
+//! scrapes one fixed target twice, as job `raw` and as job `relabelled`
+//! with `metric_relabel_configs` using every action; the engine applied to
+//! the `raw` series gives exactly the `relabelled` ones.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sluice::relabel::{RelabelConfig, Relabeler};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Every action Prometheus 3.5.3 has, on labels the target's series carry.
+const RULES: &str = r#"
+- {source_labels: [__name__], regex: 'drop_me_.*', action: drop}
+- {source_labels: [__name__, kind], separator: ':', regex: '(keep|also)_.*:.*', action: keep}
+- {source_labels: [a], target_label: b, action: dropequal}
+- {source_labels: [port], target_label: want_port, action: keepequal}
+- {source_labels: [instance], regex: '([^:]+):.*', target_label: host, replacement: '${1}'}
+- {source_labels: [secret], regex: '.*', target_label: secret, replacement: ''}
+- {source_labels: [Mixed], target_label: mixed_lower, action: lowercase}
+- {source_labels: [Mixed], target_label: MIXED_UPPER, action: uppercase}
+- {source_labels: [__name__, kind], modulus: 7, target_label: shard, action: hashmod}
+- {regex: 'pod_(.+)', action: labelmap, replacement: 'k8s_$1'}
+- {regex: 'pod_.*', action: labeldrop}
+- {regex: '__name__|job|instance|host|k8s_.*|kind|mixed_lower|MIXED_UPPER|shard|port|want_port|a|b', action: labelkeep}
+"#;
+
+/// The target's series: some dropped by each filtering action, the others
+/// rewritten by the rest.
+const EXPOSITION: &str = "\
+keep_a{kind=\"x\",a=\"1\",b=\"2\",port=\"80\",want_port=\"80\",pod_name=\"p1\",Mixed=\"HeLLo\",secret=\"s\"} 1
+keep_a{kind=\"y\",a=\"1\",b=\"1\"} 1
+keep_b{port=\"81\",want_port=\"80\"} 1
+keep_c{pod_ns=\"n\",extra=\"gone\",Mixed=\"Ünïcode\",a=\"1\"} 1
+also_d 1
+also_e{kind=\"\",a=\"\",b=\"x\"} 1
+drop_me_total{kind=\"x\"} 1
+other_f{kind=\"z\"} 1
+";
+
+/// Serves `EXPOSITION` to every request on 127.0.0.1; its address.
+async fn target() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{EXPOSITION}",
+                    EXPOSITION.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// The label sets Prometheus holds for `job`, without the series a scrape
+/// makes of itself (`up`, `scrape_*`).
+async fn series_of(prom: &common::Prometheus, job: &str) -> BTreeSet<BTreeMap<String, String>> {
+    let v = common::api_json(
+        &format!("http://{}/api/v1/series", prom.addr()),
+        &[("match[]", format!("{{job=\"{job}\"}}"))],
+    )
+    .await;
+    v["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let labels: BTreeMap<String, String> = s
+                .as_object()?
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
+            let name = labels.get("__name__")?;
+            (name != "up" && !name.starts_with("scrape_")).then_some(labels)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_action_relabels_as_prometheus_3_5_3_does() {
+    let addr = target().await;
+    let rules: String = RULES
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| format!("      {l}\n"))
+        .collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n\
+         \x20 - job_name: raw\n    static_configs: [{{targets: ['{addr}']}}]\n\
+         \x20 - job_name: relabelled\n    static_configs: [{{targets: ['{addr}']}}]\n    metric_relabel_configs:\n{rules}"
+    );
+    let prom = common::Prometheus::start3(&config, &[]);
+    prom.ready().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (raw, relabelled) = loop {
+        let raw = series_of(&prom, "raw").await;
+        let relabelled = series_of(&prom, "relabelled").await;
+        if (!raw.is_empty() && !relabelled.is_empty()) || std::time::Instant::now() > deadline {
+            break (raw, relabelled);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert_eq!(
+        raw.len(),
+        8,
+        "every series of the target: {raw:?}\n{}",
+        prom.log()
+    );
+    let configs: Vec<RelabelConfig> = serde_yaml_ng::from_str(RULES).expect("rules");
+    let engine = Relabeler::new(&configs).expect("valid rules");
+    let ours: BTreeSet<BTreeMap<String, String>> = raw
+        .iter()
+        .filter_map(|labels| {
+            let mut l = labels.clone();
+            l.insert("job".into(), "relabelled".into());
+            engine.apply(&mut l).then_some(l)
+        })
+        .collect();
+    assert_eq!(ours, relabelled);
+    // Each filtering action dropped something, and each rewriting one
+    // wrote something: the comparison covered them all.
+    // keep_a{kind="x"}, keep_c and also_e; also_d goes by `dropequal`, as
+    // its absent `a` and `b` are both the empty value.
+    assert_eq!(relabelled.len(), 3, "{relabelled:?}");
+    for label in [
+        "host",
+        "mixed_lower",
+        "MIXED_UPPER",
+        "shard",
+        "k8s_name",
+        "k8s_ns",
+    ] {
+        assert!(
+            relabelled.iter().any(|l| l.contains_key(label)),
+            "{label}: {relabelled:?}"
+        );
+    }
+}
