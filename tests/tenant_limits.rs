@@ -64,18 +64,27 @@ async fn push_as(addr: SocketAddr, tenant: &str, body: Vec<u8>) -> reqwest::Resp
         .expect("answered")
 }
 
-/// How many series of `name` tenant `tenant` holds.
-async fn count(addr: SocketAddr, tenant: &str, name: &str) -> usize {
+/// GET `path` with `query` as `tenant`, which must answer 200: its JSON.
+async fn json_as(
+    addr: SocketAddr,
+    tenant: &str,
+    path: &str,
+    query: &[(&str, &str)],
+) -> serde_json::Value {
     let resp = reqwest::Client::new()
-        .get(format!("http://{addr}/api/v1/series"))
-        .query(&[("match[]", name)])
+        .get(format!("http://{addr}{path}"))
+        .query(query)
         .header(HEADER, tenant)
         .send()
         .await
         .expect("answered");
     assert_eq!(resp.status(), 200);
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+    serde_json::from_str(&resp.text().await.expect("body")).expect("json")
+}
+
+/// How many series of `name` tenant `tenant` holds.
+async fn count(addr: SocketAddr, tenant: &str, name: &str) -> usize {
+    let v = json_as(addr, tenant, "/api/v1/series", &[("match[]", name)]).await;
     v["data"].as_array().map_or(0, Vec::len)
 }
 
@@ -332,20 +341,12 @@ async fn the_exemplar_limit_holds_per_tenant() {
     let (_dir, srv) = limited("overrides:\n  small:\n    max_exemplars: 2\n  none:\n    max_global_exemplars_per_user: 0\n").await;
     let t = common::now_ms();
     let held = |tenant: &'static str| async move {
-        let resp = reqwest::Client::new()
-            .get(format!("http://{}/api/v1/query_exemplars", srv.addr))
-            .query(&[
-                ("query", "rpc_total"),
-                ("start", &format!("{}", (t - 60_000) as f64 / 1000.0)),
-                ("end", &format!("{}", (t + 60_000) as f64 / 1000.0)),
-            ])
-            .header(HEADER, tenant)
-            .send()
-            .await
-            .expect("answered");
-        assert_eq!(resp.status(), 200);
-        let v: serde_json::Value =
-            serde_json::from_str(&resp.text().await.expect("body")).expect("json");
+        let (start, end) = (
+            format!("{}", (t - 60_000) as f64 / 1000.0),
+            format!("{}", (t + 60_000) as f64 / 1000.0),
+        );
+        let query = [("query", "rpc_total"), ("start", &start), ("end", &end)];
+        let v = json_as(srv.addr, tenant, "/api/v1/query_exemplars", &query).await;
         v["data"]
             .as_array()
             .into_iter()
@@ -388,6 +389,48 @@ async fn a_federated_query_over_tenants_that_never_wrote_runs() {
     let r = push_as(srv.addr, "big", batch("m", 2, common::now_ms(), &[])).await;
     assert_eq!(r.status(), 204);
     answers(srv.addr, "big|nobody-1|nobody-2", "count(m)").await;
+}
+
+/// Sluice with multitenancy and federation of at most `max` tenants (0:
+/// any number).
+async fn federating(max: usize) -> (tempfile::TempDir, common::TestServer) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srv = common::start(Config {
+        tenant_federation_enabled: true,
+        tenant_federation_max_tenants: max,
+        ..with_runtime(dir.path(), "")
+    })
+    .await;
+    (dir, srv)
+}
+
+/// A federated read naming thousands of tenants (within the head size
+/// limit) is answered, not refused by the door or left hanging; past
+/// `--tenant-federation-max-tenants` it is a 400 that names the count.
+#[tokio::test]
+async fn a_federated_read_naming_thousands_of_tenants_is_answered_or_refused_by_name() {
+    let many: Vec<String> = (0..5000).map(|i| format!("t{i}")).collect();
+    let header = many.join("|");
+    let ask = |addr: SocketAddr| {
+        reqwest::Client::new()
+            .get(format!("http://{addr}/api/v1/query"))
+            .query(&[("query", "count(m)")])
+            .header(HEADER, header.as_str())
+            .send()
+    };
+    let (_dir, open) = limited("").await;
+    let (_dir2, bounded) = federating(100).await;
+    let r = ask(open.addr).await.expect("answered");
+    // Federation is off there: several tenants are refused by name.
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.expect("body").contains("not several"));
+    let r = ask(bounded.addr).await.expect("answered");
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("max: 100 actual: 5000"), "{text}");
+    let (_dir3, unbounded) = federating(0).await;
+    let r = ask(unbounded.addr).await.expect("answered");
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
 }
 
 fn pb_series(name: &str, n: usize, t: i64) -> Vec<sluice::proto::prometheus::TimeSeries> {
