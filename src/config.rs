@@ -133,6 +133,15 @@ settings! {
     #[serde(alias = "runtime-config.file")]
     #[arg(value_name = "FILE", visible_alias = "runtime-config.file")]
     runtime_config_file: PathBuf = PathBuf::new();
+    /// A YAML list of Prometheus relabel_configs (every action Prometheus
+    /// 3.5.3 has) applied to every series as it arrives, before the
+    /// tenant's own metric_relabel_configs from the runtime configuration
+    /// file; a series they drop is answered 2xx and counted in
+    /// sluice_dropped_samples_total{reason="relabel"}. Read again on
+    /// SIGHUP and when it changes; a bad file then keeps the rules in
+    /// force. Empty: no rules [default: none].
+    #[arg(value_name = "FILE")]
+    ingest_relabel_config: PathBuf = PathBuf::new();
     /// The status of a write refused by its tenant's ingestion rate limit:
     /// 503 (every sender retries it) or 429 (for senders set up to retry
     /// it, as Prometheus with retry_on_http_429) [default: 503].

@@ -6,6 +6,7 @@
 
 pub mod otlp;
 mod pipeline;
+pub mod relabel;
 pub mod remote_write;
 pub mod validate;
 
@@ -14,6 +15,7 @@ use std::fmt::Write as _;
 pub use crate::protocol::wire::DecodeError;
 use crate::storage::exemplars::ExemplarError;
 use crate::storage::{Commit, SampleError};
+pub use pipeline::Door;
 pub use remote_write::{
     append_write_request, append_write_request_admitted, append_write_request_v2,
     append_write_request_v2_admitted, append_write_request_with_exemplars,
@@ -109,6 +111,29 @@ impl Reason {
     }
 }
 
+/// Why samples were left out on purpose: the sender did nothing wrong,
+/// the request is answered 2xx. A closed set, used as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// A relabel rule at the door dropped the series.
+    Relabel,
+    /// The replica of an HA pair that is not elected sent them.
+    HaDedupe,
+}
+
+impl Dropped {
+    /// Every one, in index order.
+    pub const ALL: [Dropped; 2] = [Dropped::Relabel, Dropped::HaDedupe];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::Relabel => "relabel",
+            Dropped::HaDedupe => "ha_dedupe",
+        }
+    }
+}
+
 /// What one request did.
 #[derive(Debug, Clone)]
 pub struct IngestReport {
@@ -136,6 +161,9 @@ pub struct IngestReport {
     /// Exemplars not stored, by [`ExemplarError`] (as Prometheus, these do
     /// not fail the request; they are counted).
     pub exemplars_rejected: [u64; ExemplarError::ALL.len()],
+    /// Samples (and histogram samples) left out on purpose, by
+    /// [`Dropped`]: not stored, not an error.
+    pub dropped: [u64; Dropped::ALL.len()],
 }
 
 impl Default for IngestReport {
@@ -152,6 +180,7 @@ impl Default for IngestReport {
             exemplars_written: 0,
             histograms_written: 0,
             exemplars_rejected: [0; ExemplarError::ALL.len()],
+            dropped: [0; Dropped::ALL.len()],
         }
     }
 }
@@ -160,6 +189,11 @@ impl IngestReport {
     /// Total samples not stored.
     pub fn rejected_total(&self) -> u64 {
         self.rejected.iter().sum()
+    }
+
+    /// Notes `n` samples left out on purpose.
+    pub(crate) fn drop_samples(&mut self, why: Dropped, n: u64) {
+        self.dropped[why as usize] += n;
     }
 
     pub(crate) fn reject(&mut self, reason: Reason, n: u64, detail: impl FnOnce() -> String) {

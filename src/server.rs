@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub mod http;
+pub mod relabel;
 pub mod reload;
 pub mod runtime;
 pub mod tls;
@@ -58,6 +59,7 @@ pub struct Server {
     http: http::HttpLimits,
     web: Option<web::WebConfigFile>,
     runtime: Option<runtime::RuntimeConfigFile>,
+    relabel: Option<relabel::RelabelFile>,
     hangup: reload::Hangup,
     /// Hangups since the server was bound, for the file watchers.
     hangups: watch::Receiver<u64>,
@@ -130,6 +132,22 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        let relabel = match config.ingest_relabel_config.as_os_str().is_empty() {
+            true => None,
+            false => {
+                let (path, limits, metrics) = (
+                    config.ingest_relabel_config.clone(),
+                    state.tenant_limits(),
+                    state.web_metrics().ingest_relabel_config,
+                );
+                let loaded = tokio::task::spawn_blocking(move || {
+                    relabel::RelabelFile::load(path, limits, metrics)
+                })
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -155,6 +173,7 @@ impl Server {
             http,
             web,
             runtime,
+            relabel,
             hangups: hangup.subscribe(),
             hangup,
         })
@@ -212,6 +231,8 @@ impl Server {
             self.web
                 .map(|w| tokio::spawn(reload::watch(w, self.hangups.clone(), stop_rx.clone()))),
             self.runtime
+                .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
+            self.relabel
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
         ]
         .into_iter()

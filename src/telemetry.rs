@@ -244,6 +244,7 @@ pub struct Metrics {
     rejected: Family<RejectLabels, Counter>,
     rejected_points: Family<RejectLabels, Counter>,
     resorted: Family<ProtocolLabels, Counter>,
+    dropped: Family<RejectLabels, Counter>,
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
     throttled: Family<ProtocolLabels, Counter>,
@@ -312,6 +313,8 @@ pub struct WebMetrics {
     pub web_config: Reloads,
     /// The runtime configuration file's loads.
     pub runtime_config: Reloads,
+    /// The ingest relabel configuration file's loads.
+    pub ingest_relabel_config: Reloads,
     /// TLS handshakes that failed.
     pub handshake_failures: Counter,
     unauthorized: Family<ReasonLabels, Counter>,
@@ -373,6 +376,12 @@ impl Metrics {
             "sluice_rejected_data_points",
             "OTLP data points not (wholly) stored, by protocol and first reason; a histogram point is one data point and many samples",
             rejected_points.clone(),
+        );
+        let dropped = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "sluice_dropped_samples",
+            "Samples left out on purpose and answered 2xx, by ingest protocol and reason: relabel (a rule of --ingest-relabel-config or metric_relabel_configs dropped the series), ha_dedupe (sent by the replica of an HA pair that is not elected)",
+            dropped.clone(),
         );
         let resorted = Family::<ProtocolLabels, Counter>::default();
         registry.register(
@@ -452,6 +461,11 @@ impl Metrics {
             "runtime_config",
             "runtime configuration file (--runtime-config-file)",
         );
+        web.ingest_relabel_config.register(
+            &mut registry,
+            "ingest_relabel_config",
+            "ingest relabel configuration file (--ingest-relabel-config)",
+        );
         registry.register(
             "sluice_http_forbidden_requests",
             "Requests refused because their login may not use their tenant (identities in the runtime configuration file)",
@@ -504,6 +518,7 @@ impl Metrics {
             rejected,
             rejected_points,
             resorted,
+            dropped,
             requests,
             durations,
             throttled,
@@ -586,6 +601,16 @@ impl Metrics {
                     .get_or_create(&RejectLabels {
                         protocol,
                         reason: reason.as_str(),
+                    })
+                    .inc_by(n);
+            }
+        }
+        for (why, &n) in crate::ingest::Dropped::ALL.iter().zip(&report.dropped) {
+            if n > 0 {
+                self.dropped
+                    .get_or_create(&RejectLabels {
+                        protocol,
+                        reason: why.as_str(),
                     })
                     .inc_by(n);
             }
@@ -1082,6 +1107,8 @@ pub struct TenantFigures {
     pub ingested: u64,
     /// Samples refused, by reason (nonzero ones only).
     pub rejected: Vec<(&'static str, u64)>,
+    /// Samples left out on purpose, by reason (nonzero ones only).
+    pub dropped: Vec<(&'static str, u64)>,
     /// Write requests refused by its rate limit.
     pub rate_limited: u64,
 }
@@ -1151,6 +1178,19 @@ impl Collector for TenantCollector {
         )?;
         for f in &all {
             for &(reason, n) in &f.rejected {
+                ConstCounter::new(n as f64)
+                    .encode(family.encode_family(&[("tenant", &*f.tenant), ("reason", reason)])?)?;
+            }
+        }
+        drop(family);
+        let mut family = encoder.encode_descriptor(
+            "sluice_tenant_dropped_samples",
+            "Samples left out on purpose (relabel, ha_dedupe), by tenant and reason",
+            None,
+            MetricType::Counter,
+        )?;
+        for f in &all {
+            for &(reason, n) in &f.dropped {
                 ConstCounter::new(n as f64)
                     .encode(family.encode_family(&[("tenant", &*f.tenant), ("reason", reason)])?)?;
             }

@@ -1,7 +1,10 @@
 //! Sluice's relabel engine against Prometheus 3.5.3's own: Prometheus
 //! scrapes one fixed target twice, as job `raw` and as job `relabelled`
 //! with `metric_relabel_configs` using every action; the engine applied to
-//! the `raw` series gives exactly the `relabelled` ones.
+//! the `raw` series gives exactly the `relabelled` ones. And at the door:
+//! Prometheus remote-writes the `raw` scrape to a Sluice started with the
+//! same rules in `--ingest-relabel-config`, which stores exactly the
+//! series Prometheus' own relabelling kept.
 
 mod common;
 
@@ -105,6 +108,23 @@ async fn every_action_relabels_as_prometheus_3_5_3_does() {
          \x20 - job_name: raw\n    static_configs: [{{targets: ['{addr}']}}]\n\
          \x20 - job_name: relabelled\n    static_configs: [{{targets: ['{addr}']}}]\n    metric_relabel_configs:\n{rules}"
     );
+    // Sluice relabels at the door what Prometheus sends it of job `raw`
+    // (named `relabelled` on the way, to compare label sets whole).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules_file = dir.path().join("relabel.yaml");
+    std::fs::write(&rules_file, RULES).expect("rules");
+    let sluice = common::start(sluice::config::Config {
+        ingest_relabel_config: rules_file,
+        ..sluice::config::Config::default()
+    })
+    .await;
+    let config = format!(
+        "{config}remote_write:\n  - url: http://{}/api/v1/write\n    \
+         queue_config: {{batch_send_deadline: 100ms}}\n    write_relabel_configs:\n      \
+         - {{source_labels: [job], regex: raw, action: keep}}\n      \
+         - {{target_label: job, replacement: relabelled}}\n",
+        sluice.addr
+    );
     let prom = common::Prometheus::start3(&config, &[]);
     prom.ready().await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -151,4 +171,27 @@ async fn every_action_relabels_as_prometheus_3_5_3_does() {
             "{label}: {relabelled:?}"
         );
     }
+
+    // What Sluice stored of the remote-written `raw` scrape, without the
+    // scrape's own series (those the rules keep are dropped by `keep`).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let stored = loop {
+        let v = common::api_json(
+            &format!("http://{}/api/v1/series", sluice.addr),
+            &[("match[]", r#"{job="relabelled"}"#.to_owned())],
+        )
+        .await;
+        let stored: BTreeSet<BTreeMap<String, String>> =
+            serde_json::from_value(v["data"].clone()).unwrap_or_default();
+        if stored.len() >= relabelled.len() || std::time::Instant::now() > deadline {
+            break stored;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert_eq!(stored, relabelled, "{}", prom.log());
+    let (_, metrics) = common::get(sluice.addr, "/metrics").await;
+    assert!(
+        common::metric_total(&metrics, "sluice_dropped_samples_total") > 0.0,
+        "the rules dropped series, counted: {metrics}"
+    );
 }

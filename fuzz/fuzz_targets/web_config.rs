@@ -1,6 +1,7 @@
 //! The door's untrusted input: a client certificate's subject, a web configuration file (Prometheus'
 //! `--web.config.file` format), a runtime configuration file (Mimir's
-//! limits and overrides, identities), an `Authorization` header and a
+//! limits and overrides, identities, metric_relabel_configs), an ingest
+//! relabel file and labels run through it, an `Authorization` header and a
 //! tenant header (one ID, or several for a federated read). None may panic; a file that parses must have passed
 //! every check (a bcrypt hash for each user, a key with a certificate; a
 //! rate a token bucket can run on), and an accepted tenant ID is one safe
@@ -14,6 +15,7 @@ use sluice::api::bucket::Bucket;
 use sluice::api::limits::InForce;
 use sluice::config::runtime::RuntimeConfig;
 use sluice::config::web::{bcrypt_cost, WebConfig};
+use sluice::ingest::relabel::{Relabel, Rules};
 
 fuzz_target!(|data: &[u8]| {
     // A client certificate's subject (bytes a client sends; with
@@ -41,6 +43,19 @@ fuzz_target!(|data: &[u8]| {
             let _ = bucket.take(data.len() as u64, &l, now);
             bucket.charge(u64::MAX, &l, now);
             let _ = bucket.check_open(&l, now);
+            let _ = limits.relabel(&anonymous);
+        }
+    }
+    if let Ok(rules) = Rules::parse(text) {
+        // Rules that compiled, on labels from the same bytes: a result
+        // is sorted, each name once, no empty value.
+        let r = Relabel::new(rules, None);
+        let (a, b) = data.split_at(data.len() / 2);
+        for sent in [[(b"__name__".as_slice(), a), (b, a)], [(a, b), (b, b"x".as_slice())]] {
+            if let Ok(Some(out)) = r.apply(&sent) {
+                assert!(out.windows(2).all(|w| w[0].0 < w[1].0));
+                assert!(out.iter().all(|(_, v)| !v.is_empty()));
+            }
         }
     }
     if let Ok(v) = http::HeaderValue::from_bytes(data) {

@@ -11,13 +11,18 @@ use parking_lot::RwLock;
 
 use super::auth::Identity;
 use super::tenant::TenantId;
-use crate::config::runtime::{Access, RuntimeConfig, TenantLimits};
+use crate::config::runtime::{Access, LimitsPatch, RuntimeConfig, TenantLimits};
+use crate::ingest::relabel::{Relabel, Rules};
 
 /// The limits and bindings in force.
 #[derive(Debug, Default)]
 pub struct InForce {
     defaults: TenantLimits,
     overrides: HashMap<TenantId, TenantLimits>,
+    /// Every tenant's `metric_relabel_configs`, compiled.
+    relabel_default: Option<Arc<Rules>>,
+    /// Those of tenants whose overrides give their own.
+    relabel_overrides: HashMap<TenantId, Option<Arc<Rules>>>,
     /// User name to the tenants it may use; `None`: anyone may use any.
     bindings: Option<HashMap<String, Vec<(TenantId, Access)>>>,
 }
@@ -30,9 +35,20 @@ impl InForce {
             TenantId::parse(s).map_err(|e| format!("{where_}: tenant {s:?}: {e}"))
         };
         let defaults = config.defaults();
+        let rules = |where_: &str, patch: &LimitsPatch| {
+            Rules::compile(patch.metric_relabel_configs.as_deref().unwrap_or_default())
+                .map_err(|e| format!("{where_}: metric_relabel_configs: {e}"))
+        };
+        let relabel_default = rules("limits", &config.limits)?;
         let mut overrides = HashMap::new();
+        let mut relabel_overrides = HashMap::new();
         for (tenant, patch) in &config.overrides {
-            overrides.insert(id("overrides", tenant)?, defaults.patched(patch));
+            let tenant_id = id("overrides", tenant)?;
+            if patch.metric_relabel_configs.is_some() {
+                let compiled = rules(&format!("overrides: {tenant}"), patch)?;
+                relabel_overrides.insert(tenant_id.clone(), compiled);
+            }
+            overrides.insert(tenant_id, defaults.patched(patch));
         }
         let bindings = match &config.identities {
             None => None,
@@ -52,8 +68,18 @@ impl InForce {
         Ok(Self {
             defaults,
             overrides,
+            relabel_default,
+            relabel_overrides,
             bindings,
         })
+    }
+
+    /// `tenant`'s own relabel rules (`metric_relabel_configs`), if any.
+    pub fn relabel(&self, tenant: &TenantId) -> Option<Arc<Rules>> {
+        match self.relabel_overrides.get(tenant) {
+            Some(own) => own.clone(),
+            None => self.relabel_default.clone(),
+        }
     }
 
     /// The limits of `tenant`.
@@ -85,13 +111,25 @@ impl InForce {
     }
 }
 
-/// The limits in force, swapped whole by a reload.
+/// The limits in force, swapped whole by a reload, and the server's
+/// relabel rules (`--ingest-relabel-config`), swapped by theirs.
 #[derive(Debug, Default)]
 pub struct Limits {
     current: RwLock<Arc<InForce>>,
+    server_relabel: RwLock<Option<Arc<Rules>>>,
 }
 
 impl Limits {
+    /// The server's relabel rules, then `tenant`'s own, in force now.
+    pub fn relabel(&self, in_force: &InForce, tenant: &TenantId) -> Relabel {
+        Relabel::new(self.server_relabel.read().clone(), in_force.relabel(tenant))
+    }
+
+    /// Puts the server's relabel rules `rules` in force.
+    pub fn set_server_relabel(&self, rules: Option<Arc<Rules>>) {
+        *self.server_relabel.write() = rules;
+    }
+
     /// What is in force now.
     pub fn current(&self) -> Arc<InForce> {
         Arc::clone(&self.current.read())

@@ -131,7 +131,7 @@ fn handle(
     // write's samples do; the samples the points become beyond one each
     // (a histogram's buckets) are charged after, and an overdraft makes
     // the next requests wait.
-    let (limits, labels) = state.write_limits(tenant);
+    let (limits, labels, relabel) = state.write_limits(tenant);
     state.check_rate_open(tenant, &limits, "otlp")?;
     let mut refused = None;
     let mut points = 0;
@@ -171,7 +171,10 @@ fn handle(
             let result = otlp::append_export_request_admitted(
                 &tenant.db,
                 &tenant.otlp,
-                &labels,
+                &crate::ingest::Door {
+                    limits: &labels,
+                    relabel: &relabel,
+                },
                 bytes,
                 now_ms,
                 &mut admit,

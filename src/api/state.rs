@@ -11,6 +11,7 @@ use super::slots;
 use super::tenant::{Tenant, Tenants};
 use crate::config::runtime::TenantLimits;
 use crate::config::Config;
+use crate::ingest::relabel::Relabel;
 use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
 use crate::promql::QueryOptions;
@@ -142,6 +143,7 @@ impl AppState {
                 limits: config.label_limits(),
                 v2: V2Options {
                     limits: config.label_limits(),
+                    relabel: Relabel::default(),
                     created_timestamp_zero_ingestion: config.created_timestamp_zero_ingestion,
                 },
                 max_body_bytes: config.max_body_bytes,
@@ -246,9 +248,12 @@ impl AppState {
 
 impl AppState {
     /// `tenant`'s limits in force for one write: its series limit set on
-    /// its database, and the label limits of its series.
-    pub(super) fn write_limits(&self, tenant: &Tenant) -> (TenantLimits, LabelLimits) {
-        let limits = self.inner.tenant_limits.current().limits(&tenant.id);
+    /// its database, the label limits of its series, and the relabel
+    /// rules they pass through.
+    pub(super) fn write_limits(&self, tenant: &Tenant) -> (TenantLimits, LabelLimits, Relabel) {
+        let in_force = self.inner.tenant_limits.current();
+        let limits = in_force.limits(&tenant.id);
+        let relabel = self.inner.tenant_limits.relabel(&in_force, &tenant.id);
         let series = usize::try_from(limits.max_global_series_per_user).unwrap_or(usize::MAX);
         let series = (series > 0).then_some(series);
         if series.unwrap_or(tenant.db.default_max_series()) != tenant.db.max_series() {
@@ -267,7 +272,7 @@ impl AppState {
             labels.max_labels =
                 usize::try_from(limits.max_label_names_per_series).unwrap_or(usize::MAX);
         }
-        (limits, labels)
+        (limits, labels, relabel)
     }
 
     /// Refuses a write to `tenant` before its body is decoded while its

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::forward::{Destination, Forwarders};
 use crate::ingest::otlp::{Otlp, OtlpOptions};
-use crate::ingest::{IngestReport, Reason};
+use crate::ingest::{Dropped, IngestReport, Reason};
 use crate::storage::{Clock, Db, DbOptions};
 use crate::telemetry::{TenantFigures, TenantSource};
 
@@ -137,6 +137,7 @@ pub struct Tenant {
 pub(crate) struct TenantStats {
     ingested: AtomicU64,
     rejected: [AtomicU64; Reason::COUNT],
+    dropped: [AtomicU64; Dropped::ALL.len()],
     rate_limited: AtomicU64,
 }
 
@@ -145,6 +146,7 @@ impl Default for TenantStats {
         Self {
             ingested: AtomicU64::new(0),
             rejected: std::array::from_fn(|_| AtomicU64::new(0)),
+            dropped: std::array::from_fn(|_| AtomicU64::new(0)),
             rate_limited: AtomicU64::new(0),
         }
     }
@@ -154,7 +156,8 @@ impl TenantStats {
     /// Counts one request's outcome (per request, not per sample).
     pub(crate) fn record(&self, report: &IngestReport) {
         self.ingested.fetch_add(report.accepted, Ordering::Relaxed);
-        for (slot, &n) in self.rejected.iter().zip(&report.rejected) {
+        let counts = self.rejected.iter().zip(&report.rejected);
+        for (slot, &n) in counts.chain(self.dropped.iter().zip(&report.dropped)) {
             if n > 0 {
                 slot.fetch_add(n, Ordering::Relaxed);
             }
@@ -180,6 +183,16 @@ impl Tenant {
                     (
                         r.as_str(),
                         stats.rejected[r.index()].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|&(_, n)| n > 0)
+                .collect(),
+            dropped: Dropped::ALL
+                .iter()
+                .map(|&d| {
+                    (
+                        d.as_str(),
+                        stats.dropped[d as usize].load(Ordering::Relaxed),
                     )
                 })
                 .filter(|&(_, n)| n > 0)

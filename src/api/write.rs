@@ -176,7 +176,7 @@ fn append(
 ) -> Result<ingest::IngestReport, ApiError> {
     let inner = &state.inner;
     state.check_writable(tenant, version.protocol())?;
-    let (limits, labels) = state.write_limits(tenant);
+    let (limits, labels, relabel) = state.write_limits(tenant);
     state.check_rate_open(tenant, &limits, version.protocol())?;
     // The rate limit is asked once the request's samples are counted,
     // before anything of it is stored.
@@ -202,12 +202,20 @@ fn append(
             let body = &buf[..n];
             match version {
                 Version::V1 => ingest::append_write_request_admitted(
-                    &tenant.db, body, &labels, now_ms, &mut admit,
+                    &tenant.db,
+                    body,
+                    &ingest::Door {
+                        limits: &labels,
+                        relabel: &relabel,
+                    },
+                    now_ms,
+                    &mut admit,
                 )
                 .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
                 Version::V2 => {
                     let options = ingest::remote_write::V2Options {
                         limits: labels,
+                        relabel: relabel.clone(),
                         ..inner.v2
                     };
                     ingest::append_write_request_v2_admitted(

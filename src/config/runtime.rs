@@ -41,7 +41,7 @@ pub struct RuntimeConfig {
 }
 
 /// Limits as written: each one set or left to what is under it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsPatch {
     /// Samples and histogram samples per second (0: no limit).
@@ -65,6 +65,10 @@ pub struct LimitsPatch {
     /// Most of the tenant's queries evaluated at once; more wait for one
     /// of its own to end (0: only `--query-max-concurrency` bounds them).
     pub max_query_concurrency: Option<u64>,
+    /// Prometheus `relabel_configs` applied to the tenant's series as they
+    /// arrive, after the server's `--ingest-relabel-config`. A tenant's
+    /// list replaces the one in `limits`, as Mimir's does.
+    pub metric_relabel_configs: Option<Vec<crate::relabel::RelabelConfig>>,
 }
 
 /// One tenant's limits in force. Zero means "no limit beyond the server's
@@ -244,12 +248,21 @@ impl RuntimeConfig {
             .defaults()
             .check()
             .map_err(|e| format!("limits: {e}"))?;
+        let rules = |patch: &LimitsPatch| {
+            patch
+                .metric_relabel_configs
+                .as_deref()
+                .map_or(Ok(()), |r| crate::relabel::Relabeler::new(r).map(|_| ()))
+        };
+        rules(&config.limits).map_err(|e| format!("limits: metric_relabel_configs: {e}"))?;
         for (tenant, patch) in &config.overrides {
             config
                 .defaults()
                 .patched(patch)
                 .check()
                 .map_err(|e| format!("overrides: {tenant}: {e}"))?;
+            rules(patch)
+                .map_err(|e| format!("overrides: {tenant}: metric_relabel_configs: {e}"))?;
         }
         Ok(config)
     }

@@ -42,9 +42,10 @@ pub use crate::protocol::otlp as schema;
 
 use std::fmt::Write as _;
 
-use super::pipeline;
+use super::pipeline::{self, Door};
+use super::relabel::Relabel;
 use super::validate::{LabelError, LabelLimits};
-use super::{IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
+use super::{Dropped, IngestReport, Reason, MAX_AHEAD_MS, MAX_PROBLEMS};
 use crate::protocol::otlp::{len_prefix, temporality, DataKind, PackedVarints};
 use crate::protocol::wire::{DecodeError, Reader, Value};
 use crate::reuse::{Buffer, Reused};
@@ -197,6 +198,9 @@ struct Scratch {
     target: LabelSet,
     point: LabelSet,
     canonical: Vec<u8>,
+    /// With relabel rules: the canonical bytes of the series the point's
+    /// labels became, which its exemplars go to.
+    relabelled: Vec<u8>,
     text: String,
     bufs: PointBufs,
     names: NameCache,
@@ -209,6 +213,7 @@ impl Buffer for Scratch {
             .map(|l| l.heap_bytes())
             .sum::<usize>()
             + self.canonical.heap_bytes()
+            + self.relabelled.heap_bytes()
             + self.text.heap_bytes()
     }
 
@@ -247,17 +252,22 @@ pub fn append_export_request(
     body: &[u8],
     now_ms: i64,
 ) -> Result<OtlpReport, DecodeError> {
-    append_export_request_admitted(db, otlp, limits, body, now_ms, &mut |_| true)
+    let door = Door {
+        limits,
+        relabel: &Relabel::default(),
+    };
+    append_export_request_admitted(db, otlp, &door, body, now_ms, &mut |_| true)
 }
 
 /// [`append_export_request`], asking `admit` with the request's data
 /// points, once the request is checked and before anything is stored,
 /// whether it may be stored at all (a tenant's rate limit). Refused,
-/// nothing is stored and the report is empty.
+/// nothing is stored and the report is empty. Series pass through the
+/// door's relabel rules and label limits.
 pub fn append_export_request_admitted(
     db: &Db,
     otlp: &Otlp,
-    limits: &LabelLimits,
+    door: &Door<'_>,
     body: &[u8],
     now_ms: i64,
     admit: &mut dyn FnMut(u64) -> bool,
@@ -271,7 +281,9 @@ pub fn append_export_request_admitted(
             let mut w = Walk {
                 app: db.appender(now_ms.saturating_add(MAX_AHEAD_MS)),
                 otlp,
-                limits,
+                limits: door.limits,
+                door: *door,
+                learned: Vec::new(),
                 report: OtlpReport::default(),
                 counts: AppendCounts::default(),
                 target_counts: AppendCounts::default(),
@@ -291,6 +303,7 @@ pub fn append_export_request_admitted(
                 set.set_translation(t);
             }
             let walked = w.request(body);
+            w.app.remember_refs(&w.learned);
             let mut report = w.report;
             pipeline::tally(&mut report.samples, &w.counts);
             report.samples.accepted += w.target_counts.appended;
@@ -314,6 +327,11 @@ struct Walk<'a> {
     app: Appender<'a>,
     otlp: &'a Otlp,
     limits: &'a LabelLimits,
+    /// The relabel rules and label limits new series pass.
+    door: Door<'a>,
+    /// Keys of series found or made through relabel rules, and their
+    /// series, remembered once the request is walked.
+    learned: Vec<(u128, crate::storage::SeriesRef)>,
     report: OtlpReport,
     counts: AppendCounts,
     /// `target_info` appends: stored ones count, refused ones (a resource

@@ -6,8 +6,9 @@
 //! whose series are built from nested attributes); everything is written
 //! through the storage [`Appender`], which owns the shards and the WAL.
 
+use super::relabel::{self, Relabel};
 use super::validate::{self, LabelLimits};
-use super::{label_problem, sample_problem, IngestReport, Reason, MAX_PROBLEMS};
+use super::{label_problem, sample_problem, Dropped, IngestReport, Reason, MAX_PROBLEMS};
 use crate::histogram::HistSample;
 use crate::protocol::histogram;
 use crate::reuse::Buffer;
@@ -84,18 +85,79 @@ impl<S> Buffer for Batch<S> {
 /// put them there): float samples, then native histograms, then, with
 /// `exemplars`, exemplars. Fills in the report's counts; the caller
 /// commits.
+/// With `relabel` rules, series the head does not know by their key are
+/// relabelled before they are checked; what the rules drop is counted as
+/// dropped, not refused.
 pub(super) fn append<W: Wire>(
     app: &mut Appender<'_>,
     wire: &W,
-    limits: &LabelLimits,
+    door: &Door<'_>,
     batch: &mut Batch<W::Span>,
     exemplars: bool,
     report: &mut IngestReport,
 ) {
-    append_series(app, wire, limits, &mut batch.series, report);
-    store_histograms(app, wire, &batch.histograms, limits, report);
+    append_series(app, wire, door, &mut batch.series, report);
+    store_histograms(app, wire, &batch.histograms, door, report);
     if exemplars {
-        store_exemplars(app, wire, &batch.exemplars, limits, report);
+        store_exemplars(app, wire, &batch.exemplars, door, report);
+    }
+}
+
+/// What a request's new series go through: the relabel rules, then the
+/// label limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Door<'a> {
+    /// Limits on a series' labels, checked after the rules.
+    pub limits: &'a LabelLimits,
+    /// The rules.
+    pub relabel: &'a Relabel,
+}
+
+/// A series' labels after the door's rules: kept (relabelled, or `None`
+/// as sent when there are no rules), or dropped.
+enum Passed {
+    Kept(Option<Vec<(String, String)>>),
+    Dropped,
+}
+
+impl Door<'_> {
+    /// Runs `sent` through the relabel rules; labels the rules cannot
+    /// read are refused in `report` (with `samples` lost) and `None`.
+    fn pass(
+        &self,
+        sent: &[(&[u8], &[u8])],
+        samples: u64,
+        report: &mut IngestReport,
+        describe: impl FnOnce() -> String,
+    ) -> Option<Passed> {
+        if self.relabel.is_empty() {
+            return Some(Passed::Kept(None));
+        }
+        match self.relabel.apply(sent) {
+            Ok(Some(labels)) => Some(Passed::Kept(Some(labels))),
+            Ok(None) => Some(Passed::Dropped),
+            Err(e) => {
+                report.reject(Reason::Label(e), samples, || {
+                    format!(
+                        "{} for series {}",
+                        label_problem(e, self.limits),
+                        describe()
+                    )
+                });
+                None
+            }
+        }
+    }
+}
+
+/// The labels to check and store: `sent`, or the relabelled ones.
+fn after_rules<'s>(
+    sent: &'s [(&'s [u8], &'s [u8])],
+    relabelled: &'s Option<Vec<(String, String)>>,
+) -> std::borrow::Cow<'s, [(&'s [u8], &'s [u8])]> {
+    match relabelled {
+        None => std::borrow::Cow::Borrowed(sent),
+        Some(labels) => std::borrow::Cow::Owned(relabel::as_raw(labels)),
     }
 }
 
@@ -104,10 +166,11 @@ pub(super) fn append<W: Wire>(
 fn append_series<W: Wire>(
     app: &mut Appender<'_>,
     wire: &W,
-    limits: &LabelLimits,
+    door: &Door<'_>,
     batch: &mut SeriesBatch<W::Span>,
     report: &mut IngestReport,
 ) {
+    let limits = door.limits;
     let max_t = app.max_t();
     let mut counts = AppendCounts::default();
     app.append_batch(wire, batch, &mut counts, |span, counts| {
@@ -117,7 +180,6 @@ fn append_series<W: Wire>(
     // New series (and any whose labels are not one run of bytes):
     // validated, sorted, interned and indexed.
     let mut raw_labels = Vec::new();
-    let mut labels = Vec::new();
     let mut canonical = Vec::new();
     let mut learned = Vec::new();
     for span in batch.unknown() {
@@ -125,7 +187,21 @@ fn append_series<W: Wire>(
         counts.first = None;
         raw_labels.clear();
         wire.labels(span, &mut raw_labels);
-        let resorted = match validate::validate(&raw_labels, limits, &mut labels) {
+        let passed = door.pass(&raw_labels, samples, report, || wire.describe(span));
+        let relabelled = match passed {
+            None => continue,
+            Some(Passed::Kept(relabelled)) => relabelled,
+            Some(Passed::Dropped) => {
+                report.drop_samples(Dropped::Relabel, samples);
+                if batch.learning() {
+                    learned.push((*span, SeriesRef::NOT_STORED));
+                }
+                continue;
+            }
+        };
+        let sent = after_rules(&raw_labels, &relabelled);
+        let mut labels = Vec::new();
+        let resorted = match validate::validate(&sent, limits, &mut labels) {
             Err(e) => {
                 report.reject(Reason::Label(e), samples, || {
                     format!(
@@ -159,9 +235,13 @@ fn append_series<W: Wire>(
                 });
                 continue;
             }
-            // Labels sent as stored (in order, none empty): the sent form's
-            // key names this series.
-            Ok(r) if batch.learning() && !resorted && labels.len() == raw_labels.len() => {
+            // Labels sent as stored (in order, none empty), or relabelled:
+            // the sent form's key names this series.
+            Ok(r)
+                if batch.learning()
+                    && (relabelled.is_some()
+                        || (!resorted && labels.len() == raw_labels.len())) =>
+            {
                 learned.push((*span, r));
             }
             Ok(_) => {}
@@ -190,16 +270,17 @@ fn store_histograms<W: Wire>(
     app: &mut Appender<'_>,
     wire: &W,
     spans: &[W::Span],
-    limits: &LabelLimits,
+    door: &Door<'_>,
     report: &mut IngestReport,
 ) {
     if spans.is_empty() {
         return;
     }
+    let limits = door.limits;
     let max_t = app.max_t();
     let mut counts = AppendCounts::default();
     let mut raw_labels = Vec::new();
-    let (mut labels, mut canonical) = (Vec::new(), Vec::new());
+    let mut canonical = Vec::new();
     let mut samples = Vec::new();
     for span in spans {
         samples.clear();
@@ -226,10 +307,21 @@ fn store_histograms<W: Wire>(
         }
         raw_labels.clear();
         wire.labels(span, &mut raw_labels);
+        let lost = samples.len() as u64;
+        let relabelled = match door.pass(&raw_labels, lost, report, || wire.describe(span)) {
+            None => continue,
+            Some(Passed::Kept(relabelled)) => relabelled,
+            Some(Passed::Dropped) => {
+                report.drop_samples(Dropped::Relabel, lost);
+                continue;
+            }
+        };
+        let sent = after_rules(&raw_labels, &relabelled);
         let before = counts.appended;
+        let mut labels = Vec::new();
         match append_histograms(
             app,
-            &raw_labels,
+            &sent,
             limits,
             &samples,
             &mut counts,
@@ -275,6 +367,51 @@ pub(super) fn create_series(
         .map_err(|limit| (Reason::of_limit(&limit), limit.to_string()))
 }
 
+/// Runs the labels `sent` of a series the head does not know by its key
+/// through `door`'s relabel rules, checks what is left and appends
+/// `samples` to that series, creating it; `Ok(None)` when the rules drop
+/// it. Its canonical bytes are left in `canonical`.
+pub(super) fn create_relabelled(
+    app: &mut Appender<'_>,
+    sent: &[(&[u8], &[u8])],
+    door: &Door<'_>,
+    samples: impl Iterator<Item = (i64, f64)>,
+    counts: &mut AppendCounts,
+    canonical: &mut Vec<u8>,
+) -> Result<Option<SeriesRef>, Refused> {
+    let refused = |e| (Reason::Label(e), label_problem(e, door.limits));
+    let Some(labels) = door.relabel.apply(sent).map_err(refused)? else {
+        return Ok(None);
+    };
+    let raw = relabel::as_raw(&labels);
+    let mut valid = Vec::with_capacity(raw.len());
+    validate::validate(&raw, door.limits, &mut valid).map_err(refused)?;
+    canonical.clear();
+    encode_canonical(valid.iter().copied(), canonical);
+    app.append_new(&valid, canonical, samples, counts)
+        .map(Some)
+        .map_err(|limit| (Reason::of_limit(&limit), limit.to_string()))
+}
+
+/// The canonical bytes, into `canonical`, of the series the labels `sent`
+/// become through `door`; `false` when the rules drop them or what is
+/// left breaks a rule.
+pub(super) fn relabelled_canonical(
+    sent: &[(&[u8], &[u8])],
+    door: &Door<'_>,
+    canonical: &mut Vec<u8>,
+) -> bool {
+    match door.relabel.apply(sent) {
+        Ok(Some(labels)) => canonical_of(
+            &relabel::as_raw(&labels),
+            door.limits,
+            &mut Vec::new(),
+            canonical,
+        ),
+        _ => false,
+    }
+}
+
 /// A series' canonical label bytes: built by the caller already, or to be
 /// built here from its validated labels (into a reused buffer).
 pub(super) enum Canonical<'c> {
@@ -318,7 +455,7 @@ fn store_exemplars<W: Wire>(
     app: &mut Appender<'_>,
     wire: &W,
     spans: &[W::Span],
-    limits: &LabelLimits,
+    door: &Door<'_>,
     report: &mut IngestReport,
 ) {
     let mut raw_labels = Vec::new();
@@ -328,17 +465,35 @@ fn store_exemplars<W: Wire>(
     for span in spans {
         raw_labels.clear();
         wire.labels(span, &mut raw_labels);
-        // A series refused for its labels was counted there; its
-        // exemplars have no series to belong to.
-        if validate::validate(&raw_labels, limits, &mut labels).is_err() {
+        // A series refused for its labels (or dropped by a rule) was
+        // counted there; its exemplars have no series to belong to.
+        let valid = match door.relabel.is_empty() {
+            true => canonical_of(&raw_labels, door.limits, &mut labels, &mut canonical),
+            false => relabelled_canonical(&raw_labels, door, &mut canonical),
+        };
+        if !valid {
             continue;
         }
-        canonical.clear();
-        encode_canonical(labels.iter().copied(), &mut canonical);
         wire.exemplars(span, &mut exemplar_labels, &mut |l, value, t| {
             store_exemplar(app, report, &canonical, l, value, t);
         });
     }
+}
+
+/// Checks `raw` and writes its canonical bytes into `canonical`; `false`
+/// when the labels break a rule.
+fn canonical_of<'a>(
+    raw: &[(&'a [u8], &'a [u8])],
+    limits: &LabelLimits,
+    labels: &mut Vec<(&'a str, &'a str)>,
+    canonical: &mut Vec<u8>,
+) -> bool {
+    if validate::validate(raw, limits, labels).is_err() {
+        return false;
+    }
+    canonical.clear();
+    encode_canonical(labels.iter().copied(), canonical);
+    true
 }
 
 /// Stores one exemplar of the series `series` (canonical labels) and

@@ -16,9 +16,10 @@ pub use decode::{
     TimeSeriesView,
 };
 
-use super::pipeline::{self, Batch, ExemplarSink, Wire};
+use super::pipeline::{self, Batch, Door, ExemplarSink, Wire};
+use super::relabel::Relabel;
 use super::validate::LabelLimits;
-use super::{DecodeError, IngestReport, MAX_AHEAD_MS};
+use super::{DecodeError, Dropped, IngestReport, MAX_AHEAD_MS};
 use crate::reuse::{Buffer, Reused};
 use crate::storage::metadata::type_name;
 use crate::storage::{Appender, Db, SeriesRef, SeriesSource};
@@ -33,7 +34,11 @@ pub fn append_write_request(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(db, Exemplars::Skip, body, limits, now_ms, &mut |_| true)
+    let door = Door {
+        limits,
+        relabel: &Relabel::default(),
+    };
+    append_v1(db, Exemplars::Skip, body, &door, now_ms, &mut |_| true)
 }
 
 /// [`append_write_request`], also storing and logging the request's
@@ -44,21 +49,26 @@ pub fn append_write_request_with_exemplars(
     limits: &LabelLimits,
     now_ms: i64,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(db, Exemplars::Store, body, limits, now_ms, &mut |_| true)
+    let door = Door {
+        limits,
+        relabel: &Relabel::default(),
+    };
+    append_v1(db, Exemplars::Store, body, &door, now_ms, &mut |_| true)
 }
 
 /// [`append_write_request_with_exemplars`], asking `admit` with the
 /// request's samples and histogram samples, once they are counted and
 /// before anything is stored, whether it may be stored at all (a tenant's
-/// rate limit). Refused, nothing is stored and the report is empty.
+/// rate limit). Refused, nothing is stored and the report is empty. New
+/// series pass through `relabel` first.
 pub fn append_write_request_admitted(
     db: &Db,
     body: &[u8],
-    limits: &LabelLimits,
+    door: &Door<'_>,
     now_ms: i64,
     admit: &mut dyn FnMut(u64) -> bool,
 ) -> Result<IngestReport, DecodeError> {
-    append_v1(db, Exemplars::Store, body, limits, now_ms, admit)
+    append_v1(db, Exemplars::Store, body, door, now_ms, admit)
 }
 
 /// Whether a 1.0 request's exemplars are stored.
@@ -72,15 +82,17 @@ fn append_v1(
     db: &Db,
     exemplars: Exemplars,
     body: &[u8],
-    limits: &LabelLimits,
+    door: &Door<'_>,
     now_ms: i64,
     admit: &mut dyn FnMut(u64) -> bool,
 ) -> Result<IngestReport, DecodeError> {
     let mut app = db.appender(now_ms.saturating_add(MAX_AHEAD_MS));
     let exemplars = exemplars == Exemplars::Store;
+    let relabel = door.relabel;
     BATCH.with(|kept| {
-        kept.with(|batch| {
+        kept.with(|(batch, keyed)| {
             batch.clear();
+            keyed.clear();
             let mut report = IngestReport::default();
             let mut carried = 0u64;
             // 1. Each series with samples, by the hash of its raw label
@@ -100,6 +112,11 @@ fn append_v1(
                     return;
                 }
                 match ts.labels_raw {
+                    // With rules, a series is found by its key: its sent
+                    // labels name another series, or none.
+                    Some(raw) if !relabel.is_empty() => {
+                        keyed.spans.push((span, relabel.key_of_bytes(raw)));
+                    }
                     Some(raw) => batch.series.push(&app, raw, None, span),
                     None => batch.series.push_unknown(span),
                 }
@@ -108,8 +125,32 @@ fn append_v1(
                 return Ok(IngestReport::default());
             }
             report.metadata = checked.metadata;
-            let wire = V1 { body };
-            pipeline::append(&mut app, &wire, limits, batch, exemplars, &mut report);
+            if !keyed.spans.is_empty() {
+                let KeyedV1 { spans, refs } = &mut *keyed;
+                app.lookup_refs(spans.iter().map(|&(_, key)| key), &mut refs.known);
+                batch.series.learn();
+                for (&(span, _), known) in spans.iter().zip(&refs.known) {
+                    match known {
+                        Some(r) if r.is_not_stored() => report
+                            .drop_samples(Dropped::Relabel, u64::from(span.view(body).samples)),
+                        Some(r) => batch.series.push_ref(&app, *r, span),
+                        None => batch.series.push_unknown(span),
+                    }
+                }
+            }
+            let wire = V1 {
+                body,
+                relabelled: !relabel.is_empty(),
+            };
+            pipeline::append(&mut app, &wire, door, batch, exemplars, &mut report);
+            if batch.series.learning() {
+                pipeline::remember_learned(
+                    &app,
+                    &batch.series,
+                    |span| Some(relabel.key_of_bytes(span.view(body).labels_raw?)),
+                    &mut keyed.refs.learned,
+                );
+            }
             if checked.metadata {
                 record_metadata(&mut app, body);
             }
@@ -122,6 +163,8 @@ fn append_v1(
 /// A remote-write 1.0 request: each series' labels are its raw bytes.
 struct V1<'a> {
     body: &'a [u8],
+    /// Whether relabel rules apply: the sent labels name another series.
+    relabelled: bool,
 }
 
 impl SeriesSource for V1<'_> {
@@ -137,6 +180,10 @@ impl SeriesSource for V1<'_> {
 
     fn samples(&self, span: &SeriesSpan) -> SampleIter<'_> {
         span.view(self.body).samples()
+    }
+
+    fn sent_as_stored(&self) -> bool {
+        !self.relabelled
     }
 }
 
@@ -168,7 +215,7 @@ impl Wire for V1<'_> {
 }
 
 thread_local! {
-    static BATCH: Reused<Batch<SeriesSpan>> = Reused::default();
+    static BATCH: Reused<(Batch<SeriesSpan>, KeyedV1)> = Reused::default();
     static BATCH_V2: Reused<(Batch<u32>, (v2::Scratch, KnownRefs))> = Reused::default();
 }
 
@@ -197,6 +244,31 @@ impl Buffer for KnownRefs {
 
     fn release(&mut self) {
         *self = KnownRefs::default();
+    }
+}
+
+/// A 1.0 request's series keyed for relabelling rules: each with its key,
+/// and where the keys were last seen.
+#[derive(Debug, Default)]
+struct KeyedV1 {
+    spans: Vec<(SeriesSpan, u128)>,
+    refs: KnownRefs,
+}
+
+impl KeyedV1 {
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.refs.clear();
+    }
+}
+
+impl Buffer for KeyedV1 {
+    fn heap_bytes(&self) -> usize {
+        self.spans.heap_bytes() + self.refs.heap_bytes()
+    }
+
+    fn release(&mut self) {
+        *self = KeyedV1::default();
     }
 }
 
@@ -257,7 +329,7 @@ pub fn append_write_request_v2_admitted(
                     batch.exemplars.push(i as u32);
                 }
                 let key = match scratch.key(body, i) {
-                    Ok(key) => key,
+                    Ok(key) => options.relabel.key_of_key(key),
                     Err(problem) => {
                         let lost = u64::from(span.samples) + u64::from(span.histograms);
                         report.refuse_series(lost, || {
@@ -277,11 +349,20 @@ pub fn append_write_request_v2_admitted(
             refs.clear();
             app.lookup_refs(scratch.keys.iter().map(|&(_, key)| key), &mut refs.known);
             batch.series.learn();
+            let relabelled = !options.relabel.is_empty();
             for k in 0..scratch.keys.len() {
                 let ((i, _), known) = (scratch.keys[k], refs.known[k]);
                 // Debug builds check every reference against the bytes.
                 match known {
-                    Some(r) if !cfg!(debug_assertions) => batch.series.push_ref(&app, r, i),
+                    Some(r) if r.is_not_stored() => {
+                        let lost = u64::from(scratch.series[i as usize].samples);
+                        report.drop_samples(Dropped::Relabel, lost);
+                    }
+                    Some(r) if relabelled || !cfg!(debug_assertions) => {
+                        batch.series.push_ref(&app, r, i)
+                    }
+                    // With rules, the sent labels name another series.
+                    None if relabelled => batch.series.push_unknown(i),
                     _ => {
                         // Its references were checked by `key`.
                         let built = scratch.resolve(body, i as usize).unwrap_or(false);
@@ -297,8 +378,13 @@ pub fn append_write_request_v2_admitted(
                 body,
                 scratch,
                 zero_samples: options.created_timestamp_zero_ingestion,
+                relabelled,
             };
-            pipeline::append(&mut app, &wire, &options.limits, batch, true, &mut report);
+            let door = Door {
+                limits: &options.limits,
+                relabel: &options.relabel,
+            };
+            pipeline::append(&mut app, &wire, &door, batch, true, &mut report);
             record_metadata_v2(&mut app, body, scratch);
             // Where the series found without (or away from) their
             // reference are, for the next request.
@@ -323,6 +409,8 @@ pub fn append_write_request_v2_admitted(
 pub struct V2Options {
     /// Limits on a new series' labels.
     pub limits: LabelLimits,
+    /// What new series pass through first.
+    pub relabel: Relabel,
     /// Store a zero sample at a series' start timestamp when that is
     /// before its first sample and newer than what the series holds, as
     /// Prometheus' `created-timestamp-zero-ingestion` (off by default).
@@ -335,6 +423,8 @@ struct V2<'a> {
     scratch: &'a v2::Scratch,
     /// Whether start timestamps become zero samples.
     zero_samples: bool,
+    /// Whether relabel rules apply: the sent labels name another series.
+    relabelled: bool,
 }
 
 impl V2<'_> {
@@ -368,6 +458,10 @@ impl SeriesSource for V2<'_> {
         }
         let (first, _) = self.samples(&i).next()?;
         (span.start < first).then_some(span.start)
+    }
+
+    fn sent_as_stored(&self) -> bool {
+        !self.relabelled
     }
 }
 

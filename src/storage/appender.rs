@@ -43,6 +43,12 @@ pub trait SeriesSource {
     fn zero_sample_at(&self, _span: &Self::Span) -> Option<i64> {
         None
     }
+    /// Whether [`SeriesSource::canonical`] gives the bytes of the series
+    /// stored: not when relabel rules turn the sent labels into another
+    /// series, found by its fingerprint alone.
+    fn sent_as_stored(&self) -> bool {
+        true
+    }
 }
 
 /// Resolves once a committed batch is durable by the WAL's fsync mode (at
@@ -135,6 +141,26 @@ impl<'d> Appender<'d> {
         found
     }
 
+    /// Appends to the series `r` names (from [`Appender::lookup_refs`] or
+    /// an append); `false`, touching nothing, when it is not where `r`
+    /// says (its slot moved) or `r` names no stored series.
+    #[inline]
+    pub fn append_ref(
+        &mut self,
+        r: SeriesRef,
+        samples: impl Iterator<Item = (i64, f64)>,
+        counts: &mut AppendCounts,
+    ) -> bool {
+        if r.is_not_stored() {
+            return false;
+        }
+        let found = self
+            .head
+            .append_at(r.fp, r.slot, samples, self.max_t, counts);
+        self.note(counts);
+        found
+    }
+
     /// Appends to the series with these valid, sorted `labels` (canonical
     /// bytes `canonical`), creating it within the series limit.
     pub fn append_new(
@@ -194,6 +220,11 @@ impl<'d> Appender<'d> {
         out.extend(keys.map(|k| aliases.get(k)));
     }
 
+    /// Where the series of `key` was last seen, if known.
+    pub fn lookup_ref(&self, key: u128) -> Option<SeriesRef> {
+        self.head.aliases().read().get(key)
+    }
+
     /// Remembers where series were found, under their keys (bounded by
     /// the head's series count).
     pub fn remember_refs(&self, new: &[(u128, SeriesRef)]) {
@@ -241,11 +272,11 @@ impl<'d> Appender<'d> {
             let group = &sorted[starts[shard]..starts[shard + 1]];
             // Every lookup first, then every append (see `ShardGuard::find_warm`).
             slots.clear();
-            slots.extend(
-                group
-                    .iter()
-                    .map(|e| guard.find_warm(e.fp, e.hint, wire.canonical(&e.span))),
-            );
+            let as_stored = wire.sent_as_stored();
+            slots.extend(group.iter().map(|e| {
+                let raw = as_stored.then(|| wire.canonical(&e.span));
+                guard.find_warm(e.fp, e.hint, raw)
+            }));
             for (e, &slot) in group.iter().zip(slots.iter()) {
                 let Some(slot) = slot else {
                     rest.push(e.span);

@@ -15,7 +15,10 @@ impl Walk<'_> {
             return;
         }
         let stored = self.last_stored;
-        let series = self.scratch.canonical.as_slice();
+        let series = match self.door.relabel.is_empty() {
+            true => self.scratch.canonical.as_slice(),
+            false => self.scratch.relabelled.as_slice(),
+        };
         let report = &mut self.report.samples;
         let app = &mut self.app;
         self.exemplars.retain(|e| {

@@ -433,15 +433,40 @@ impl Walk<'_> {
         let raw: Vec<(&[u8], &[u8])> = merge(scratch.point.iter(), &extras)
             .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
             .collect();
-        let mut valid = Vec::with_capacity(raw.len());
+        let relabelled = match self.door.relabel.is_empty() {
+            true => None,
+            false => match self.door.relabel.apply(&raw) {
+                Ok(Some(labels)) => Some(labels),
+                Ok(None) => {
+                    self.report.samples.drop_samples(Dropped::Relabel, 1);
+                    return;
+                }
+                Err(e) => {
+                    let why = crate::ingest::label_problem(e, self.limits);
+                    self.refuse_sample(Reason::Label(e), &why, name);
+                    return;
+                }
+            },
+        };
+        let (sent, canonical) = match &relabelled {
+            None => (
+                raw,
+                pipeline::Canonical::Given(scratch.canonical.as_slice()),
+            ),
+            Some(labels) => (
+                crate::ingest::relabel::as_raw(labels),
+                pipeline::Canonical::Build(&mut scratch.relabelled),
+            ),
+        };
+        let mut valid = Vec::with_capacity(sent.len());
         let outcome = pipeline::append_histograms(
             &mut self.app,
-            &raw,
+            &sent,
             self.limits,
             &[(t, h)],
             &mut self.counts,
             &mut valid,
-            pipeline::Canonical::Given(&scratch.canonical),
+            canonical,
         );
         if let Err((reason, why)) = outcome {
             self.refuse_sample(reason, &why, name);
@@ -515,20 +540,69 @@ impl Walk<'_> {
         };
         counts.first = None;
         let sample = std::iter::once((t, value));
-        let stored = match self.app.append_existing(canonical, sample.clone(), counts) {
-            true => Ok(()),
-            false => {
-                let raw: Vec<(&[u8], &[u8])> = merge(labels.iter(), extras)
-                    .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
-                    .collect();
-                pipeline::create_series(&mut self.app, &raw, canonical, self.limits, sample, counts)
-            }
+        let raw = || -> Vec<(&[u8], &[u8])> {
+            merge(labels.iter(), extras)
+                .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+                .collect()
         };
-        if let Err((reason, why)) = stored {
-            if emitted == Emitted::DataPoint {
-                self.refuse_sample(reason, &why, name);
+        // With relabel rules, the sent labels' key finds the series they
+        // become (or that they are dropped); the exemplars of the point
+        // go to that series.
+        let mut kept = Ok(true);
+        let relabel = self.door.relabel;
+        if relabel.is_empty() {
+            if !self.app.append_existing(canonical, sample.clone(), counts) {
+                kept = pipeline::create_series(
+                    &mut self.app,
+                    &raw(),
+                    canonical,
+                    self.limits,
+                    sample,
+                    counts,
+                )
+                .map(|()| true);
             }
-            return;
+        } else {
+            let key = relabel.key_of_bytes(canonical);
+            let stored = &mut scratch.relabelled;
+            kept = match self.app.lookup_ref(key) {
+                Some(r) if r.is_not_stored() => Ok(false),
+                Some(r) if self.app.append_ref(r, sample.clone(), counts) => {
+                    if !self.exemplars.is_empty() {
+                        stored.clear();
+                        pipeline::relabelled_canonical(&raw(), &self.door, stored);
+                    }
+                    Ok(true)
+                }
+                _ => pipeline::create_relabelled(
+                    &mut self.app,
+                    &raw(),
+                    &self.door,
+                    sample,
+                    counts,
+                    stored,
+                )
+                .map(|made| {
+                    self.learned
+                        .push((key, made.unwrap_or(crate::storage::SeriesRef::NOT_STORED)));
+                    made.is_some()
+                }),
+            };
+        }
+        match kept {
+            Ok(true) => {}
+            Ok(false) => {
+                if emitted == Emitted::DataPoint {
+                    self.report.samples.drop_samples(Dropped::Relabel, 1);
+                }
+                return;
+            }
+            Err((reason, why)) => {
+                if emitted == Emitted::DataPoint {
+                    self.refuse_sample(reason, &why, name);
+                }
+                return;
+            }
         }
         self.last_stored = true;
         if let (Some(next), None) = (pending, counts.first) {

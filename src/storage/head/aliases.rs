@@ -53,6 +53,19 @@ pub struct Alias {
 }
 
 impl Alias {
+    /// What a key names when its series is not stored at all (the ingest
+    /// door drops it): no series has this fingerprint at this slot, so
+    /// used by mistake it finds nothing.
+    pub const NOT_STORED: Alias = Alias {
+        fp: Fingerprint { hash: 0, check: 0 },
+        slot: u32::MAX,
+    };
+
+    /// Whether this is [`Alias::NOT_STORED`].
+    pub fn is_not_stored(&self) -> bool {
+        *self == Self::NOT_STORED
+    }
+
     /// Whether this names the series with canonical label bytes `canonical`.
     pub fn is_of(&self, canonical: &[u8]) -> bool {
         super::shard::fingerprint(canonical) == self.fp

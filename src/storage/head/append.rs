@@ -33,14 +33,15 @@ impl ShardGuard<'_> {
         &self,
         fp: Fingerprint,
         hint: u32,
-        raw: &[u8],
+        raw: Option<&[u8]>,
     ) -> Option<u32> {
-        let slot = match self.shard.holds(hint, fp) {
-            true => {
-                debug_assert_eq!(self.shard.find(fp, raw), Some(hint));
+        let slot = match (self.shard.holds(hint, fp), raw) {
+            (true, raw) => {
+                debug_assert!(raw.is_none_or(|raw| self.shard.find(fp, raw) == Some(hint)));
                 hint
             }
-            false => self.shard.find(fp, raw)?,
+            (false, Some(raw)) => self.shard.find(fp, raw)?,
+            (false, None) => self.shard.find_fingerprint(fp)?,
         };
         self.shard.warm(slot);
         Some(slot)
@@ -150,6 +151,25 @@ impl Head {
         let Some(slot) = shard.find(fp, raw) else {
             return false;
         };
+        shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
+        home.publish(&shard);
+        true
+    }
+
+    /// Appends to the series last seen at `slot` with fingerprint `fp`;
+    /// `false`, touching nothing, when it is not there now.
+    pub(in crate::storage) fn append_at(
+        &self,
+        fp: Fingerprint,
+        slot: u32,
+        samples: impl Iterator<Item = (i64, f64)>,
+        max_t: i64,
+        counts: &mut AppendCounts,
+    ) -> bool {
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
+        if !shard.holds(slot, fp) {
+            return false;
+        }
         shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
         home.publish(&shard);
         true

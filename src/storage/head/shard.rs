@@ -541,17 +541,23 @@ impl Shard {
     /// near 10^-25. Debug builds (the test suite) still compare the bytes.
     #[inline]
     pub(crate) fn find(&self, fp: Fingerprint, raw: &[u8]) -> Option<u32> {
-        let found = self
-            .by_labels
-            .find(fp.hash, |&slot| {
-                let s = &self.series[slot as usize];
-                s.hash == fp.hash && s.check == fp.check
-            })
-            .copied();
+        let found = self.find_fingerprint(fp);
         debug_assert!(found.is_none_or(|slot| {
             matches_canonical(self.labels(&self.series[slot as usize]), &self.strings, raw)
         }));
         found
+    }
+
+    /// The slot of the series with fingerprint `fp`, when its label bytes
+    /// are not at hand (a series found by a key of other labels).
+    #[inline]
+    pub(crate) fn find_fingerprint(&self, fp: Fingerprint) -> Option<u32> {
+        self.by_labels
+            .find(fp.hash, |&slot| {
+                let s = &self.series[slot as usize];
+                s.hash == fp.hash && s.check == fp.check
+            })
+            .copied()
     }
 
     /// Reads the bytes the next append to `slot` touches (the open chunk's
