@@ -104,6 +104,7 @@ fn bench(c: &mut Criterion) {
                     let door = ingest::Door {
                         limits: &limits,
                         relabel: &relabel,
+                        ha: None,
                     };
                     ingest::append_write_request_admitted(
                         head,

@@ -142,6 +142,34 @@ settings! {
     /// force. Empty: no rules [default: none].
     #[arg(value_name = "FILE")]
     ingest_relabel_config: PathBuf = PathBuf::new();
+    /// Deduplicate HA pairs, as Mimir's HA tracker: of the Prometheus
+    /// servers writing with the same cluster label and different replica
+    /// labels (from their external_labels), one is elected per cluster;
+    /// the others' requests are answered 202 and not stored, and the
+    /// replica label is removed from what is stored. Per tenant:
+    /// accept_ha_samples in the runtime configuration file
+    /// [default: false].
+    #[serde(alias = "distributor.ha-tracker.enable")]
+    #[arg(value_name = "BOOL", visible_alias = "distributor.ha-tracker.enable")]
+    ha_tracker: bool = false;
+    /// The label naming a request's cluster (checked in its first series);
+    /// per tenant: ha_cluster_label [default: cluster].
+    #[arg(value_name = "NAME")]
+    ha_cluster_label: String = "cluster".to_owned();
+    /// The label naming a request's replica, removed before storage; per
+    /// tenant: ha_replica_label [default: __replica__].
+    #[arg(value_name = "NAME")]
+    ha_replica_label: String = "__replica__".to_owned();
+    /// How long the elected replica of a cluster may send nothing before
+    /// the next replica that writes is elected [default: 30s].
+    #[serde(with = "humantime_serde")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    ha_failover_timeout: Duration = Duration::from_secs(30);
+    /// Most HA clusters tracked per tenant; a request naming one more is
+    /// refused (400, too_many_ha_clusters); per tenant: ha_max_clusters
+    /// [default: 100].
+    #[arg(value_name = "N")]
+    ha_max_clusters: usize = 100;
     /// The status of a write refused by its tenant's ingestion rate limit:
     /// 503 (every sender retries it) or 429 (for senders set up to retry
     /// it, as Prometheus with retry_on_http_429) [default: 503].
@@ -662,6 +690,11 @@ impl Config {
                 self.tenant_header
             )));
         }
+        if self.ha_cluster_label.is_empty() || self.ha_replica_label.is_empty() {
+            return Err(ConfigError::Invalid(
+                "ha-cluster-label and ha-replica-label must name a label".into(),
+            ));
+        }
         if !matches!(self.rate_limit_status, 429 | 503) {
             return Err(ConfigError::Invalid(format!(
                 "rate-limit-status must be 429 or 503, not {}",
@@ -702,6 +735,21 @@ impl Config {
             429 => http::StatusCode::TOO_MANY_REQUESTS,
             _ => http::StatusCode::SERVICE_UNAVAILABLE,
         }
+    }
+
+    /// How HA pairs are deduplicated by default: whether they are, and
+    /// the tracker's settings.
+    pub fn ha(&self) -> (bool, crate::ingest::ha::HaConfig) {
+        (
+            self.ha_tracker,
+            crate::ingest::ha::HaConfig {
+                cluster_label: self.ha_cluster_label.as_str().into(),
+                replica_label: self.ha_replica_label.as_str().into(),
+                failover_ms: i64::try_from(self.ha_failover_timeout.as_millis())
+                    .unwrap_or(i64::MAX),
+                max_clusters: self.ha_max_clusters,
+            },
+        )
     }
 
     /// The HTTP listener's limits.

@@ -4,6 +4,7 @@
 //! what they share: why samples were refused ([`Reason`]), what a request
 //! did ([`IngestReport`]) and how problems are worded.
 
+pub mod ha;
 pub mod otlp;
 mod pipeline;
 pub mod relabel;
@@ -51,6 +52,9 @@ pub enum Reason {
     /// An OTLP data point that cannot be stored as it is: no timestamp, no
     /// value, too many buckets, an exponential scale out of range.
     InvalidDataPoint,
+    /// An HA pair's request naming a cluster past the tenant's
+    /// `ha_max_clusters`.
+    TooManyHaClusters,
 }
 
 impl Reason {
@@ -63,7 +67,7 @@ impl Reason {
     }
 
     /// Number of distinct reasons.
-    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 6;
+    pub const COUNT: usize = LabelError::ALL.len() + SampleError::ALL.len() + 7;
 
     /// Every reason, in index order.
     pub fn all() -> impl Iterator<Item = Reason> {
@@ -78,6 +82,7 @@ impl Reason {
                 Reason::InvalidDataPoint,
                 Reason::InvalidSeries,
                 Reason::PerMetricSeriesLimit,
+                Reason::TooManyHaClusters,
             ])
     }
 
@@ -93,6 +98,7 @@ impl Reason {
             Reason::InvalidDataPoint => other + 3,
             Reason::InvalidSeries => other + 4,
             Reason::PerMetricSeriesLimit => other + 5,
+            Reason::TooManyHaClusters => other + 6,
         }
     }
 
@@ -107,6 +113,7 @@ impl Reason {
             Reason::UnsupportedTemporality => "unsupported_temporality",
             Reason::InvalidDataPoint => "invalid_data_point",
             Reason::InvalidSeries => "invalid_series",
+            Reason::TooManyHaClusters => "too_many_ha_clusters",
         }
     }
 }
@@ -164,6 +171,9 @@ pub struct IngestReport {
     /// Samples (and histogram samples) left out on purpose, by
     /// [`Dropped`]: not stored, not an error.
     pub dropped: [u64; Dropped::ALL.len()],
+    /// Set when the request came from the replica of an HA pair that is
+    /// not elected: nothing was stored, and this says why (answered 202).
+    pub deduplicated: Option<String>,
 }
 
 impl Default for IngestReport {
@@ -181,6 +191,7 @@ impl Default for IngestReport {
             histograms_written: 0,
             exemplars_rejected: [0; ExemplarError::ALL.len()],
             dropped: [0; Dropped::ALL.len()],
+            deduplicated: None,
         }
     }
 }

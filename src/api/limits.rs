@@ -12,6 +12,7 @@ use parking_lot::RwLock;
 use super::auth::Identity;
 use super::tenant::TenantId;
 use crate::config::runtime::{Access, LimitsPatch, RuntimeConfig, TenantLimits};
+use crate::ingest::ha::HaConfig;
 use crate::ingest::relabel::{Relabel, Rules};
 
 /// The limits and bindings in force.
@@ -23,6 +24,10 @@ pub struct InForce {
     relabel_default: Option<Arc<Rules>>,
     /// Those of tenants whose overrides give their own.
     relabel_overrides: HashMap<TenantId, Option<Arc<Rules>>>,
+    /// Every tenant's HA tracker settings, where set.
+    ha_default: HaPatch,
+    /// Those of tenants with overrides, over `ha_default`.
+    ha_overrides: HashMap<TenantId, HaPatch>,
     /// User name to the tenants it may use; `None`: anyone may use any.
     bindings: Option<HashMap<String, Vec<(TenantId, Access)>>>,
 }
@@ -40,10 +45,13 @@ impl InForce {
                 .map_err(|e| format!("{where_}: metric_relabel_configs: {e}"))
         };
         let relabel_default = rules("limits", &config.limits)?;
+        let ha_default = HaPatch::of(&config.limits, &HaPatch::default());
         let mut overrides = HashMap::new();
         let mut relabel_overrides = HashMap::new();
+        let mut ha_overrides = HashMap::new();
         for (tenant, patch) in &config.overrides {
             let tenant_id = id("overrides", tenant)?;
+            ha_overrides.insert(tenant_id.clone(), HaPatch::of(patch, &ha_default));
             if patch.metric_relabel_configs.is_some() {
                 let compiled = rules(&format!("overrides: {tenant}"), patch)?;
                 relabel_overrides.insert(tenant_id.clone(), compiled);
@@ -70,8 +78,15 @@ impl InForce {
             overrides,
             relabel_default,
             relabel_overrides,
+            ha_default,
+            ha_overrides,
             bindings,
         })
+    }
+
+    /// `tenant`'s HA tracker settings, where the file sets them.
+    pub fn ha(&self, tenant: &TenantId) -> &HaPatch {
+        self.ha_overrides.get(tenant).unwrap_or(&self.ha_default)
     }
 
     /// `tenant`'s own relabel rules (`metric_relabel_configs`), if any.
@@ -107,6 +122,52 @@ impl InForce {
             tenants
                 .iter()
                 .any(|(t, access)| t == tenant && access.allows(write))
+        })
+    }
+}
+
+/// A tenant's HA tracker settings as the runtime configuration sets them;
+/// what it leaves unset comes from the flags.
+#[derive(Debug, Clone, Default)]
+pub struct HaPatch {
+    accept: Option<bool>,
+    cluster_label: Option<Arc<str>>,
+    replica_label: Option<Arc<str>>,
+    max_clusters: Option<usize>,
+}
+
+impl HaPatch {
+    /// `patch`'s settings over `under`'s.
+    fn of(patch: &LimitsPatch, under: &HaPatch) -> Self {
+        let label = |l: &Option<String>| l.as_deref().map(Arc::from);
+        Self {
+            accept: patch.accept_ha_samples.or(under.accept),
+            cluster_label: label(&patch.ha_cluster_label).or(under.cluster_label.clone()),
+            replica_label: label(&patch.ha_replica_label).or(under.replica_label.clone()),
+            max_clusters: patch
+                .ha_max_clusters
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .or(under.max_clusters),
+        }
+    }
+
+    /// The tracker's settings for a write, over the flags' `enabled` and
+    /// `flags`; `None` when HA pairs are not deduplicated.
+    pub fn resolve(&self, enabled: bool, flags: &HaConfig) -> Option<HaConfig> {
+        if !self.accept.unwrap_or(enabled) {
+            return None;
+        }
+        Some(HaConfig {
+            cluster_label: self
+                .cluster_label
+                .clone()
+                .unwrap_or_else(|| Arc::clone(&flags.cluster_label)),
+            replica_label: self
+                .replica_label
+                .clone()
+                .unwrap_or_else(|| Arc::clone(&flags.replica_label)),
+            failover_ms: flags.failover_ms,
+            max_clusters: self.max_clusters.unwrap_or(flags.max_clusters),
         })
     }
 }

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use prost::Message as _;
 
 use super::error::ApiError;
-use super::state::AppState;
+use super::state::{AppState, WriteRules};
 use super::tenant::{Tenant, Writer};
 use crate::ingest::otlp::{self, json, OtlpReport};
 use crate::proto::google::rpc::Status;
@@ -131,7 +131,14 @@ fn handle(
     // write's samples do; the samples the points become beyond one each
     // (a histogram's buckets) are charged after, and an overdraft makes
     // the next requests wait.
-    let (limits, labels, relabel) = state.write_limits(tenant);
+    // HA pairs are Prometheus servers writing remote write; OTLP requests
+    // are not deduplicated.
+    let WriteRules {
+        limits,
+        labels,
+        relabel,
+        ..
+    } = state.write_limits(tenant);
     state.check_rate_open(tenant, &limits, "otlp")?;
     let mut refused = None;
     let mut points = 0;
@@ -174,6 +181,7 @@ fn handle(
                 &crate::ingest::Door {
                     limits: &labels,
                     relabel: &relabel,
+                    ha: None,
                 },
                 bytes,
                 now_ms,

@@ -11,6 +11,7 @@ use super::slots;
 use super::tenant::{Tenant, Tenants};
 use crate::config::runtime::TenantLimits;
 use crate::config::Config;
+use crate::ingest::ha::HaConfig;
 use crate::ingest::relabel::Relabel;
 use crate::ingest::remote_write::V2Options;
 use crate::ingest::validate::LabelLimits;
@@ -36,6 +37,8 @@ pub(super) struct Inner {
     pub(super) metrics: Metrics,
     pub(super) limits: LabelLimits,
     pub(super) v2: V2Options,
+    /// Whether HA pairs are deduplicated by default, and how.
+    pub(super) ha: (bool, HaConfig),
     pub(super) max_body_bytes: usize,
     pub(super) max_decompressed_bytes: usize,
     pub(super) max_form_bytes: usize,
@@ -146,6 +149,7 @@ impl AppState {
                     relabel: Relabel::default(),
                     created_timestamp_zero_ingestion: config.created_timestamp_zero_ingestion,
                 },
+                ha: config.ha(),
                 max_body_bytes: config.max_body_bytes,
                 max_decompressed_bytes: config.max_decompressed_bytes,
                 max_form_bytes: config.query_max_form_bytes,
@@ -246,14 +250,29 @@ impl AppState {
     }
 }
 
+/// What one write to a tenant is held to.
+#[derive(Debug)]
+pub(super) struct WriteRules {
+    /// Its rate and series limits.
+    pub(super) limits: TenantLimits,
+    /// The label limits of its series.
+    pub(super) labels: LabelLimits,
+    /// The relabel rules its series pass through.
+    pub(super) relabel: Relabel,
+    /// How its HA pairs are deduplicated, if they are.
+    pub(super) ha: Option<HaConfig>,
+}
+
 impl AppState {
     /// `tenant`'s limits in force for one write: its series limit set on
     /// its database, the label limits of its series, and the relabel
     /// rules they pass through.
-    pub(super) fn write_limits(&self, tenant: &Tenant) -> (TenantLimits, LabelLimits, Relabel) {
+    pub(super) fn write_limits(&self, tenant: &Tenant) -> WriteRules {
         let in_force = self.inner.tenant_limits.current();
         let limits = in_force.limits(&tenant.id);
         let relabel = self.inner.tenant_limits.relabel(&in_force, &tenant.id);
+        let (enabled, flags) = &self.inner.ha;
+        let ha = in_force.ha(&tenant.id).resolve(*enabled, flags);
         let series = usize::try_from(limits.max_global_series_per_user).unwrap_or(usize::MAX);
         let series = (series > 0).then_some(series);
         if series.unwrap_or(tenant.db.default_max_series()) != tenant.db.max_series() {
@@ -272,7 +291,12 @@ impl AppState {
             labels.max_labels =
                 usize::try_from(limits.max_label_names_per_series).unwrap_or(usize::MAX);
         }
-        (limits, labels, relabel)
+        WriteRules {
+            limits,
+            labels,
+            relabel,
+            ha,
+        }
     }
 
     /// Refuses a write to `tenant` before its body is decoded while its

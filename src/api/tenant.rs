@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::forward::{Destination, Forwarders};
+use crate::ingest::ha::HaTracker;
 use crate::ingest::otlp::{Otlp, OtlpOptions};
 use crate::ingest::{Dropped, IngestReport, Reason};
 use crate::storage::{Clock, Db, DbOptions};
@@ -120,6 +121,8 @@ pub struct Tenant {
     pub(crate) bucket: Mutex<super::bucket::Bucket>,
     /// What it wrote and what was refused, for its self-metrics.
     pub(crate) stats: TenantStats,
+    /// Its HA pairs' elected replicas.
+    pub(crate) ha: HaTracker,
     /// Its forwarders, reading its own WAL, once the server runs.
     forwarders: Mutex<Option<Forwarders>>,
     /// Its queries running, for its `max_query_concurrency`.
@@ -171,6 +174,27 @@ impl TenantStats {
 }
 
 impl Tenant {
+    /// Tenant `id` over its database `db`, with nothing counted yet and
+    /// its HA elections read back from its directory.
+    fn new(setup: &TenantSetup, id: TenantId, db: Arc<Db>) -> Self {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let ha = HaTracker::open(db.dir().map(|d| d.join(crate::ingest::ha::FILE)), now_ms);
+        Tenant {
+            id,
+            db,
+            otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
+            bucket: Mutex::default(),
+            stats: TenantStats::default(),
+            ha,
+            forwarders: Mutex::new(None),
+            queries: Arc::default(),
+            upkeep: Mutex::new(None),
+            stand_in: false,
+        }
+    }
+
     fn figures(&self) -> TenantFigures {
         let stats = &self.stats;
         TenantFigures {
@@ -329,19 +353,7 @@ impl Tenants {
     /// The registry over the root database `root`; each tenant forwards
     /// its own WAL by `forward`.
     pub fn new(setup: TenantSetup, root: Arc<Db>, forward: ForwardSetup) -> Self {
-        let tenant = |id, db| {
-            Arc::new(Tenant {
-                id,
-                db,
-                otlp: Otlp::new(setup.otlp.0.clone(), setup.otlp.1),
-                bucket: Mutex::default(),
-                stats: TenantStats::default(),
-                forwarders: Mutex::new(None),
-                queries: Arc::default(),
-                upkeep: Mutex::new(None),
-                stand_in: false,
-            })
-        };
+        let tenant = |id, db| Arc::new(Tenant::new(&setup, id, db));
         let empty_opts = DbOptions {
             durability: None,
             ..setup.db.clone()
@@ -463,17 +475,7 @@ impl Tenants {
     }
 
     fn add(&self, id: TenantId, db: Arc<Db>) -> Arc<Tenant> {
-        let t = Arc::new(Tenant {
-            id: id.clone(),
-            db,
-            otlp: Otlp::new(self.setup.otlp.0.clone(), self.setup.otlp.1),
-            bucket: Mutex::default(),
-            stats: TenantStats::default(),
-            forwarders: Mutex::new(None),
-            queries: Arc::default(),
-            upkeep: Mutex::new(None),
-            stand_in: false,
-        });
+        let t = Arc::new(Tenant::new(&self.setup, id.clone(), db));
         let clock = self.upkeep.lock().as_ref().map(|u| u.clock.clone());
         if let Some(clock) = clock {
             start_tenant_upkeep(&t, clock);

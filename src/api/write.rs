@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::state::AppState;
+use super::state::{AppState, WriteRules};
 use super::tenant::{Tenant, Writer};
 use crate::ingest;
 use crate::reuse::Reused;
@@ -100,7 +100,7 @@ pub(super) async fn remote_write(
                 if report.is_partial() {
                     Err(ApiError::BadRequest(report.message()))
                 } else {
-                    Ok(())
+                    Ok(report.deduplicated)
                 }
             }
             Err(e) => Err(ApiError::from(e)),
@@ -108,7 +108,10 @@ pub(super) async fn remote_write(
         Err(e) => Err(e),
     };
     let mut resp = match result {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        // The replica of an HA pair that is not elected: accepted, not
+        // stored (Mimir's 202), so its sender moves on.
+        Ok(Some(why)) => (StatusCode::ACCEPTED, why).into_response(),
         Err(e) => e.into_response(),
     };
     let version = replied_as;
@@ -176,7 +179,17 @@ fn append(
 ) -> Result<ingest::IngestReport, ApiError> {
     let inner = &state.inner;
     state.check_writable(tenant, version.protocol())?;
-    let (limits, labels, relabel) = state.write_limits(tenant);
+    let WriteRules {
+        limits,
+        labels,
+        relabel,
+        ha,
+    } = state.write_limits(tenant);
+    let door = ingest::Door {
+        limits: &labels,
+        relabel: &relabel,
+        ha: ha.as_ref().map(|config| (&tenant.ha, config)),
+    };
     state.check_rate_open(tenant, &limits, version.protocol())?;
     // The rate limit is asked once the request's samples are counted,
     // before anything of it is stored.
@@ -201,32 +214,25 @@ fn append(
                 })?;
             let body = &buf[..n];
             match version {
-                Version::V1 => ingest::append_write_request_admitted(
+                Version::V1 => {
+                    ingest::append_write_request_admitted(
+                        &tenant.db, body, &door, now_ms, &mut admit,
+                    )
+                }
+                .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
+                Version::V2 => ingest::append_write_request_v2_admitted(
                     &tenant.db,
                     body,
-                    &ingest::Door {
-                        limits: &labels,
-                        relabel: &relabel,
-                    },
+                    &door,
+                    inner.v2.created_timestamp_zero_ingestion,
                     now_ms,
                     &mut admit,
                 )
-                .map_err(|e| ApiError::BadRequest(format!("cannot decode WriteRequest: {e}"))),
-                Version::V2 => {
-                    let options = ingest::remote_write::V2Options {
-                        limits: labels,
-                        relabel: relabel.clone(),
-                        ..inner.v2
-                    };
-                    ingest::append_write_request_v2_admitted(
-                        &tenant.db, body, &options, now_ms, &mut admit,
-                    )
-                    .map_err(|e| {
-                        ApiError::BadRequest(format!(
-                            "cannot decode io.prometheus.write.v2.Request: {e}"
-                        ))
-                    })
-                }
+                .map_err(|e| {
+                    ApiError::BadRequest(format!(
+                        "cannot decode io.prometheus.write.v2.Request: {e}"
+                    ))
+                }),
             }
         })
     })?;

@@ -69,6 +69,14 @@ pub struct LimitsPatch {
     /// arrive, after the server's `--ingest-relabel-config`. A tenant's
     /// list replaces the one in `limits`, as Mimir's does.
     pub metric_relabel_configs: Option<Vec<crate::relabel::RelabelConfig>>,
+    /// Deduplicate the tenant's HA pairs (unset: `--ha-tracker`).
+    pub accept_ha_samples: Option<bool>,
+    /// The label naming an HA pair's cluster (unset: `--ha-cluster-label`).
+    pub ha_cluster_label: Option<String>,
+    /// The label naming its replica (unset: `--ha-replica-label`).
+    pub ha_replica_label: Option<String>,
+    /// Most HA clusters tracked (unset: `--ha-max-clusters`).
+    pub ha_max_clusters: Option<u64>,
 }
 
 /// One tenant's limits in force. Zero means "no limit beyond the server's
@@ -255,6 +263,14 @@ impl RuntimeConfig {
                 .map_or(Ok(()), |r| crate::relabel::Relabeler::new(r).map(|_| ()))
         };
         rules(&config.limits).map_err(|e| format!("limits: metric_relabel_configs: {e}"))?;
+        let names = |patch: &LimitsPatch| {
+            let empty = |n: &Option<String>| n.as_deref().is_some_and(str::is_empty);
+            match empty(&patch.ha_cluster_label) || empty(&patch.ha_replica_label) {
+                true => Err("ha_cluster_label and ha_replica_label must name a label"),
+                false => Ok(()),
+            }
+        };
+        names(&config.limits).map_err(|e| format!("limits: {e}"))?;
         for (tenant, patch) in &config.overrides {
             config
                 .defaults()
@@ -263,6 +279,7 @@ impl RuntimeConfig {
                 .map_err(|e| format!("overrides: {tenant}: {e}"))?;
             rules(patch)
                 .map_err(|e| format!("overrides: {tenant}: metric_relabel_configs: {e}"))?;
+            names(patch).map_err(|e| format!("overrides: {tenant}: {e}"))?;
         }
         Ok(config)
     }

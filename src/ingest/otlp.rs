@@ -255,6 +255,7 @@ pub fn append_export_request(
     let door = Door {
         limits,
         relabel: &Relabel::default(),
+        ha: None,
     };
     append_export_request_admitted(db, otlp, &door, body, now_ms, &mut |_| true)
 }

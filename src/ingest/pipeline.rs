@@ -6,6 +6,7 @@
 //! whose series are built from nested attributes); everything is written
 //! through the storage [`Appender`], which owns the shards and the WAL.
 
+use super::ha::{HaConfig, HaTracker, Verdict};
 use super::relabel::{self, Relabel};
 use super::validate::{self, LabelLimits};
 use super::{label_problem, sample_problem, Dropped, IngestReport, Reason, MAX_PROBLEMS};
@@ -111,6 +112,54 @@ pub struct Door<'a> {
     pub limits: &'a LabelLimits,
     /// The rules.
     pub relabel: &'a Relabel,
+    /// The tenant's HA tracker, when HA pairs are deduplicated.
+    pub ha: Option<(&'a HaTracker, &'a HaConfig)>,
+}
+
+/// What the HA tracker made of a request, from its first series' labels.
+pub(super) enum HaGate {
+    /// Stored with the door's rules.
+    Pass,
+    /// From the elected replica: stored with these rules, which remove
+    /// the replica label first.
+    Strip(Relabel),
+    /// From a replica that is not elected: not stored, answered 202.
+    Dedupe(String),
+    /// Naming a cluster past the tenant's limit: refused.
+    Refuse(String),
+}
+
+impl HaGate {
+    /// Notes in `report` a request of `samples` samples this gate stopped.
+    pub(super) fn note_stopped(self, samples: u64, report: &mut IngestReport) {
+        match self {
+            HaGate::Pass | HaGate::Strip(_) => {}
+            HaGate::Dedupe(why) => {
+                report.drop_samples(Dropped::HaDedupe, samples);
+                report.deduplicated = Some(why);
+            }
+            HaGate::Refuse(why) => report.reject(Reason::TooManyHaClusters, samples, || why),
+        }
+    }
+}
+
+impl Door<'_> {
+    /// Asks the HA tracker about a request whose first series has the
+    /// labels `first`, at `now_ms`.
+    pub(super) fn ha_gate(&self, first: &[(&[u8], &[u8])], now_ms: i64) -> HaGate {
+        let Some((tracker, config)) = self.ha else {
+            return HaGate::Pass;
+        };
+        match tracker.check(first, config, now_ms) {
+            Verdict::NotHa => HaGate::Pass,
+            Verdict::Accept => match tracker.strip_rule(&config.replica_label) {
+                Some(rule) => HaGate::Strip(self.relabel.first(rule)),
+                None => HaGate::Pass,
+            },
+            Verdict::Dedupe(why) => HaGate::Dedupe(why),
+            Verdict::TooManyClusters(why) => HaGate::Refuse(why),
+        }
+    }
 }
 
 /// A series' labels after the door's rules: kept (relabelled, or `None`

@@ -70,8 +70,9 @@ fn fresh_salt() -> u128 {
 /// tenant's. Cheap to clone; the default changes nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Relabel {
-    server: Option<Arc<Rules>>,
-    tenant: Option<Arc<Rules>>,
+    /// The HA tracker's removal of the replica label, the server's rules,
+    /// the tenant's, in the order they run.
+    stages: [Option<Arc<Rules>>; 3],
     salt: u128,
 }
 
@@ -81,8 +82,18 @@ impl Relabel {
         let salt = server.as_ref().map_or(0, |r| r.salt)
             ^ tenant.as_ref().map_or(0, |r| r.salt.rotate_left(64));
         Self {
-            server,
-            tenant,
+            stages: [None, server, tenant],
+            salt,
+        }
+    }
+
+    /// These rules with `first` run before them (the HA tracker's removal
+    /// of the replica label, which Mimir also does before relabelling).
+    pub fn first(&self, first: Arc<Rules>) -> Self {
+        let salt = self.salt ^ first.salt.rotate_left(32);
+        let [_, server, tenant] = self.stages.clone();
+        Self {
+            stages: [Some(first), server, tenant],
             salt,
         }
     }
@@ -90,7 +101,7 @@ impl Relabel {
     /// Whether no rule applies: series are stored as sent.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.server.is_none() && self.tenant.is_none()
+        self.stages.iter().all(Option::is_none)
     }
 
     /// The key of a series whose label bytes, as sent, are `sent`.
@@ -124,7 +135,7 @@ impl Relabel {
                 return Err(LabelError::DuplicateLabelName);
             }
         }
-        for rules in [&self.server, &self.tenant].into_iter().flatten() {
+        for rules in self.stages.iter().flatten() {
             if !rules.relabeler.apply(&mut labels) {
                 return Ok(None);
             }

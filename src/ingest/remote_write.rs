@@ -16,7 +16,7 @@ pub use decode::{
     TimeSeriesView,
 };
 
-use super::pipeline::{self, Batch, Door, ExemplarSink, Wire};
+use super::pipeline::{self, Batch, Door, ExemplarSink, HaGate, Wire};
 use super::relabel::Relabel;
 use super::validate::LabelLimits;
 use super::{DecodeError, Dropped, IngestReport, MAX_AHEAD_MS};
@@ -37,6 +37,7 @@ pub fn append_write_request(
     let door = Door {
         limits,
         relabel: &Relabel::default(),
+        ha: None,
     };
     append_v1(db, Exemplars::Skip, body, &door, now_ms, &mut |_| true)
 }
@@ -52,6 +53,7 @@ pub fn append_write_request_with_exemplars(
     let door = Door {
         limits,
         relabel: &Relabel::default(),
+        ha: None,
     };
     append_v1(db, Exemplars::Store, body, &door, now_ms, &mut |_| true)
 }
@@ -86,6 +88,35 @@ fn append_v1(
     now_ms: i64,
     admit: &mut dyn FnMut(u64) -> bool,
 ) -> Result<IngestReport, DecodeError> {
+    // An HA pair's request: from the elected replica, its replica label
+    // goes; from the other, nothing of it is stored.
+    let gate = match door.ha {
+        None => HaGate::Pass,
+        Some(_) => decode::first_series(body).map_or(HaGate::Pass, |ts| {
+            let first: Vec<_> = ts.labels().collect();
+            door.ha_gate(&first, now_ms)
+        }),
+    };
+    let stripping;
+    let door = &match gate {
+        HaGate::Pass => *door,
+        HaGate::Strip(relabel) => {
+            stripping = relabel;
+            Door {
+                relabel: &stripping,
+                ..*door
+            }
+        }
+        stopped => {
+            let mut carried = 0u64;
+            decode::decode_each(body, |ts| {
+                carried += u64::from(ts.samples) + u64::from(ts.histograms);
+            })?;
+            let mut report = IngestReport::default();
+            stopped.note_stopped(carried, &mut report);
+            return Ok(report);
+        }
+    };
     let mut app = db.appender(now_ms.saturating_add(MAX_AHEAD_MS));
     let exemplars = exemplars == Exemplars::Store;
     let relabel = door.relabel;
@@ -293,15 +324,30 @@ pub fn append_write_request_v2(
     options: &V2Options,
     now_ms: i64,
 ) -> Result<IngestReport, RequestError> {
-    append_write_request_v2_admitted(db, body, options, now_ms, &mut |_| true)
+    let door = Door {
+        limits: &options.limits,
+        relabel: &options.relabel,
+        ha: None,
+    };
+    append_write_request_v2_admitted(
+        db,
+        body,
+        &door,
+        options.created_timestamp_zero_ingestion,
+        now_ms,
+        &mut |_| true,
+    )
 }
 
 /// [`append_write_request_v2`], asking `admit` first, as
-/// [`append_write_request_admitted`] does.
+/// [`append_write_request_admitted`] does, with new series through
+/// `door`; `zero_samples`: a series' start timestamp becomes a zero
+/// sample (see [`V2Options`]).
 pub fn append_write_request_v2_admitted(
     db: &Db,
     body: &[u8],
-    options: &V2Options,
+    door: &Door<'_>,
+    zero_samples: bool,
     now_ms: i64,
     admit: &mut dyn FnMut(u64) -> bool,
 ) -> Result<IngestReport, RequestError> {
@@ -313,6 +359,30 @@ pub fn append_write_request_v2_admitted(
             let carried = scratch.series.iter().fold(0u64, |n, s| {
                 n + u64::from(s.samples) + u64::from(s.histograms)
             });
+            // An HA pair's request, as for 1.0.
+            let gate = match (door.ha, scratch.series.first()) {
+                (Some(_), Some(span)) => {
+                    let first: Vec<_> = scratch.labels(body, span).collect();
+                    door.ha_gate(&first, now_ms)
+                }
+                _ => HaGate::Pass,
+            };
+            let stripping;
+            let door = &match gate {
+                HaGate::Pass => *door,
+                HaGate::Strip(relabel) => {
+                    stripping = relabel;
+                    Door {
+                        relabel: &stripping,
+                        ..*door
+                    }
+                }
+                stopped => {
+                    let mut report = IngestReport::default();
+                    stopped.note_stopped(carried, &mut report);
+                    return Ok(report);
+                }
+            };
             if !admit(carried) {
                 return Ok(IngestReport::default());
             }
@@ -329,7 +399,7 @@ pub fn append_write_request_v2_admitted(
                     batch.exemplars.push(i as u32);
                 }
                 let key = match scratch.key(body, i) {
-                    Ok(key) => options.relabel.key_of_key(key),
+                    Ok(key) => door.relabel.key_of_key(key),
                     Err(problem) => {
                         let lost = u64::from(span.samples) + u64::from(span.histograms);
                         report.refuse_series(lost, || {
@@ -349,7 +419,7 @@ pub fn append_write_request_v2_admitted(
             refs.clear();
             app.lookup_refs(scratch.keys.iter().map(|&(_, key)| key), &mut refs.known);
             batch.series.learn();
-            let relabelled = !options.relabel.is_empty();
+            let relabelled = !door.relabel.is_empty();
             for k in 0..scratch.keys.len() {
                 let ((i, _), known) = (scratch.keys[k], refs.known[k]);
                 // Debug builds check every reference against the bytes.
@@ -377,14 +447,10 @@ pub fn append_write_request_v2_admitted(
             let wire = V2 {
                 body,
                 scratch,
-                zero_samples: options.created_timestamp_zero_ingestion,
+                zero_samples,
                 relabelled,
             };
-            let door = Door {
-                limits: &options.limits,
-                relabel: &options.relabel,
-            };
-            pipeline::append(&mut app, &wire, &door, batch, true, &mut report);
+            pipeline::append(&mut app, &wire, door, batch, true, &mut report);
             record_metadata_v2(&mut app, body, scratch);
             // Where the series found without (or away from) their
             // reference are, for the next request.

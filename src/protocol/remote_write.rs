@@ -83,6 +83,16 @@ pub fn decode(buf: &[u8]) -> Result<Series<'_>, DecodeError> {
     })
 }
 
+/// The first series of a request, the rest neither read nor checked (what
+/// the HA tracker looks at before the request is walked); `None` if there
+/// is none or it does not decode.
+pub fn first_series(buf: &[u8]) -> Option<TimeSeriesView<'_>> {
+    Series {
+        r: Reader::new(buf),
+    }
+    .next()
+}
+
 /// What a checked request holds besides its series.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Checked {

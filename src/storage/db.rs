@@ -233,6 +233,11 @@ impl Db {
         self.head.metric_series_count(name)
     }
 
+    /// Its directory; `None` in memory.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// Whether it holds nothing: no series in the head, no block.
     pub fn holds_nothing(&self) -> bool {
         self.series_count() == 0 && self.blocks.stats().blocks == 0
