@@ -423,3 +423,46 @@ async fn bad_rules_stop_the_start_with_the_rule_named() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_samples_do_not_spend_the_rate_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = dir.path().join("runtime.yaml");
+    std::fs::write(
+        &runtime,
+        "limits:\n  ingestion_rate: 1\n  ingestion_burst_size: 100\n",
+    )
+    .expect("write");
+    let srv = common::start(Config {
+        multitenancy: true,
+        runtime_config_file: runtime,
+        ..with_rules(
+            dir.path(),
+            "- {source_labels: [__name__], regex: 'noisy', action: drop}\n",
+        )
+    })
+    .await;
+    let addr = srv.addr;
+    let t = common::now_ms() - 600_000;
+    let request = |name: &str, from: i64| {
+        let samples: Vec<(i64, f64)> = (0..90).map(|i| (from + i * 1_000, 1.0)).collect();
+        common::body(vec![common::series(&[("__name__", name)], &samples)])
+    };
+    // Far more than the bucket holds, all dropped: each request is
+    // charged and then refunded, so none is pushed back.
+    for round in 0..5 {
+        let (status, text) = common::push_with(
+            addr,
+            request("noisy", t + round * 100_000),
+            &[(HEADER, "a")],
+        )
+        .await;
+        assert_eq!(status, 204, "round {round}: {text}");
+    }
+    // Stored samples do spend it: the second such request is over.
+    let (status, _) = common::push_with(addr, request("kept", t), &[(HEADER, "a")]).await;
+    assert_eq!(status, 204);
+    let (status, text) =
+        common::push_with(addr, request("kept", t + 100_000), &[(HEADER, "a")]).await;
+    assert_eq!(status, 503, "{text}");
+}

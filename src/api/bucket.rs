@@ -88,6 +88,17 @@ impl Bucket {
         self.tokens = (self.tokens - samples as f64).max(floor);
     }
 
+    /// Gives back `samples` tokens taken for samples that were not
+    /// stored after all (dropped by relabel rules: Mimir counts its rate
+    /// after relabelling), up to a full bucket.
+    pub fn refund(&mut self, samples: u64, limits: &TenantLimits, now: Instant) {
+        if limits.ingestion_rate <= 0.0 {
+            return;
+        }
+        self.refill(limits, now);
+        self.tokens = (self.tokens + samples as f64).min(limits.ingestion_burst_size as f64);
+    }
+
     /// Refuses a request while the bucket holds less than one token at
     /// `now` (it is spent, or a charged request overdrew it): no request
     /// could pass, so it is refused before its body is decoded.

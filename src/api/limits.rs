@@ -36,15 +36,23 @@ impl InForce {
     /// What `config` puts in force; the error names a tenant ID that is
     /// not one.
     pub fn new(config: &RuntimeConfig) -> Result<Self, String> {
+        Self::after(config, &InForce::default())
+    }
+
+    /// [`InForce::new`], keeping `previous`' compiled relabel rules where
+    /// they are the same: a reload that leaves a tenant's rules alone
+    /// keeps what they decided.
+    pub fn after(config: &RuntimeConfig, previous: &InForce) -> Result<Self, String> {
         let id = |where_: &str, s: &str| {
             TenantId::parse(s).map_err(|e| format!("{where_}: tenant {s:?}: {e}"))
         };
         let defaults = config.defaults();
-        let rules = |where_: &str, patch: &LimitsPatch| {
-            Rules::compile(patch.metric_relabel_configs.as_deref().unwrap_or_default())
+        let rules = |where_: &str, patch: &LimitsPatch, old: Option<&Arc<Rules>>| {
+            let configs = patch.metric_relabel_configs.as_deref().unwrap_or_default();
+            Rules::compile_over(configs, old)
                 .map_err(|e| format!("{where_}: metric_relabel_configs: {e}"))
         };
-        let relabel_default = rules("limits", &config.limits)?;
+        let relabel_default = rules("limits", &config.limits, previous.relabel_default.as_ref())?;
         let ha_default = HaPatch::of(&config.limits, &HaPatch::default());
         let mut overrides = HashMap::new();
         let mut relabel_overrides = HashMap::new();
@@ -53,7 +61,11 @@ impl InForce {
             let tenant_id = id("overrides", tenant)?;
             ha_overrides.insert(tenant_id.clone(), HaPatch::of(patch, &ha_default));
             if patch.metric_relabel_configs.is_some() {
-                let compiled = rules(&format!("overrides: {tenant}"), patch)?;
+                let old = previous
+                    .relabel_overrides
+                    .get(&tenant_id)
+                    .and_then(Option::as_ref);
+                let compiled = rules(&format!("overrides: {tenant}"), patch, old)?;
                 relabel_overrides.insert(tenant_id.clone(), compiled);
             }
             overrides.insert(tenant_id, defaults.patched(patch));
@@ -186,6 +198,11 @@ impl Limits {
         Relabel::new(self.server_relabel.read().clone(), in_force.relabel(tenant))
     }
 
+    /// The server's relabel rules in force.
+    pub fn server_relabel(&self) -> Option<Arc<Rules>> {
+        self.server_relabel.read().clone()
+    }
+
     /// Puts the server's relabel rules `rules` in force.
     pub fn set_server_relabel(&self, rules: Option<Arc<Rules>>) {
         *self.server_relabel.write() = rules;
@@ -205,6 +222,30 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_keeps_rules_that_did_not_change() {
+        let yaml = |rule: &str| {
+            format!(
+                "limits:\n  ingestion_rate: 5\n  metric_relabel_configs: [{{regex: a, action: labeldrop}}]\n\
+                 overrides:\n  t:\n    metric_relabel_configs: [{{regex: {rule}, action: labeldrop}}]\n"
+            )
+        };
+        let t = TenantId::parse("t").expect("id");
+        let other = TenantId::parse("u").expect("id");
+        let first = InForce::new(&RuntimeConfig::parse(&yaml("b")).expect("parses")).expect("ok");
+        let again =
+            InForce::after(&RuntimeConfig::parse(&yaml("b")).expect("parses"), &first).expect("ok");
+        let same = |a: &InForce, b: &InForce, id: &TenantId| match (a.relabel(id), b.relabel(id)) {
+            (Some(x), Some(y)) => Arc::ptr_eq(&x, &y),
+            _ => false,
+        };
+        assert!(same(&first, &again, &t) && same(&first, &again, &other));
+        let changed =
+            InForce::after(&RuntimeConfig::parse(&yaml("c")).expect("parses"), &again).expect("ok");
+        assert!(!same(&again, &changed, &t), "new rules, new salt");
+        assert!(same(&again, &changed, &other), "the default is unchanged");
+    }
 
     #[test]
     fn bindings_scope_users_to_tenants_and_their_access() {

@@ -201,6 +201,15 @@ fn handle(
     if beyond > 0 {
         tenant.bucket.lock().charge(beyond, &limits, Instant::now());
     }
+    // Points the relabel rules dropped are not charged (Mimir counts its
+    // rate after relabelling).
+    let dropped = report.samples.dropped[crate::ingest::Dropped::Relabel as usize];
+    if dropped > 0 {
+        tenant
+            .bucket
+            .lock()
+            .refund(dropped, &limits, Instant::now());
+    }
     inner.metrics.record_ingest("otlp", &report.samples);
     tenant.stats.record(&report.samples);
     inner

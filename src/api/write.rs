@@ -240,6 +240,13 @@ fn append(
         inner.metrics.record_rate_limited(version.protocol());
         return Err(e);
     }
+    let dropped = report.dropped[ingest::Dropped::Relabel as usize];
+    if dropped > 0 {
+        tenant
+            .bucket
+            .lock()
+            .refund(dropped, &limits, std::time::Instant::now());
+    }
     inner.metrics.record_ingest(version.protocol(), &report);
     tenant.stats.record(&report);
     Ok(report)

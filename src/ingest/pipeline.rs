@@ -329,9 +329,22 @@ fn store_histograms<W: Wire>(
     let max_t = app.max_t();
     let mut counts = AppendCounts::default();
     let mut raw_labels = Vec::new();
-    let mut canonical = Vec::new();
+    let (mut labels, mut canonical) = (Vec::new(), Vec::new());
     let mut samples = Vec::new();
     for span in spans {
+        // The rules first: a series they drop is dropped whole, valid
+        // histograms or not.
+        raw_labels.clear();
+        wire.labels(span, &mut raw_labels);
+        let sent_count = wire.histograms(span).count() as u64;
+        let relabelled = match door.pass(&raw_labels, sent_count, report, || wire.describe(span)) {
+            None => continue,
+            Some(Passed::Kept(relabelled)) => relabelled,
+            Some(Passed::Dropped) => {
+                report.drop_samples(Dropped::Relabel, sent_count);
+                continue;
+            }
+        };
         samples.clear();
         for msg in wire.histograms(span) {
             match histogram::decode(msg)
@@ -354,29 +367,29 @@ fn store_histograms<W: Wire>(
         if samples.is_empty() {
             continue;
         }
-        raw_labels.clear();
-        wire.labels(span, &mut raw_labels);
-        let lost = samples.len() as u64;
-        let relabelled = match door.pass(&raw_labels, lost, report, || wire.describe(span)) {
-            None => continue,
-            Some(Passed::Kept(relabelled)) => relabelled,
-            Some(Passed::Dropped) => {
-                report.drop_samples(Dropped::Relabel, lost);
-                continue;
-            }
-        };
-        let sent = after_rules(&raw_labels, &relabelled);
         let before = counts.appended;
-        let mut labels = Vec::new();
-        match append_histograms(
-            app,
-            &sent,
-            limits,
-            &samples,
-            &mut counts,
-            &mut labels,
-            Canonical::Build(&mut canonical),
-        ) {
+        let canonical = Canonical::Build(&mut canonical);
+        let appended = match &relabelled {
+            None => append_histograms(
+                app,
+                &raw_labels,
+                limits,
+                &samples,
+                &mut counts,
+                &mut labels,
+                canonical,
+            ),
+            Some(relabelled) => append_histograms(
+                app,
+                &relabel::as_raw(relabelled),
+                limits,
+                &samples,
+                &mut counts,
+                &mut Vec::new(),
+                canonical,
+            ),
+        };
+        match appended {
             Ok(resorted) => report.resorted_series += u64::from(resorted),
             Err((reason, why)) => {
                 report.reject(reason, samples.len() as u64, || match reason {

@@ -21,6 +21,7 @@ use crate::relabel::{RelabelConfig, Relabeler};
 /// One list of rules, compiled, and the salt that keys what it decided.
 #[derive(Debug)]
 pub struct Rules {
+    configs: Vec<RelabelConfig>,
     relabeler: Relabeler,
     salt: u128,
 }
@@ -34,27 +35,45 @@ impl Rules {
         }
         let relabeler = Relabeler::new(configs)?;
         Ok(Some(Arc::new(Self {
+            configs: configs.to_vec(),
             relabeler,
             salt: fresh_salt(),
         })))
     }
 
+    /// [`Rules::compile`], keeping `old` when it holds the same rules: a
+    /// reload that changes nothing keeps what the rules decided before.
+    pub fn compile_over(
+        configs: &[RelabelConfig],
+        old: Option<&Arc<Self>>,
+    ) -> Result<Option<Arc<Self>>, String> {
+        match old {
+            Some(old) if old.configs == configs => Ok(Some(Arc::clone(old))),
+            _ => Self::compile(configs),
+        }
+    }
+
     /// Reads a file holding a YAML list of Prometheus `relabel_configs`
-    /// (an empty file has none).
-    pub fn load(path: &std::path::Path) -> Result<Option<Arc<Self>>, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("relabel config file {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("relabel config file {}: {e}", path.display()))
+    /// (an empty file has none), keeping `old` if it holds the same.
+    pub fn load(
+        path: &std::path::Path,
+        old: Option<&Arc<Self>>,
+    ) -> Result<Option<Arc<Self>>, String> {
+        let fail = |e: String| format!("relabel config file {}: {e}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        Self::compile_over(&Self::configs(&text).map_err(fail)?, old).map_err(fail)
     }
 
     /// Parses and compiles a YAML list of `relabel_configs`.
     pub fn parse(text: &str) -> Result<Option<Arc<Self>>, String> {
+        Self::compile(&Self::configs(text)?)
+    }
+
+    fn configs(text: &str) -> Result<Vec<RelabelConfig>, String> {
         if text.trim().is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let configs: Vec<RelabelConfig> = serde_yaml_ng::from_str(text)
-            .map_err(|e| format!("not a list of relabel_configs: {e}"))?;
-        Self::compile(&configs)
+        serde_yaml_ng::from_str(text).map_err(|e| format!("not a list of relabel_configs: {e}"))
     }
 }
 

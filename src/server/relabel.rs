@@ -27,7 +27,7 @@ impl RelabelFile {
     /// says what is wrong with it. Blocking.
     pub fn load(path: PathBuf, limits: Arc<Limits>, metrics: Reloads) -> Result<Self, String> {
         let seen = reload::digest([path.as_path()]);
-        limits.set_server_relabel(Rules::load(&path)?);
+        limits.set_server_relabel(Rules::load(&path, None)?);
         metrics.record(true);
         Ok(Self {
             path,
@@ -45,7 +45,7 @@ impl Reloadable for RelabelFile {
 
     fn reload_and_report(&mut self, why: &'static str) {
         self.seen = reload::digest([self.path.as_path()]);
-        match Rules::load(&self.path) {
+        match Rules::load(&self.path, self.limits.server_relabel().as_ref()) {
             Ok(rules) => {
                 self.limits.set_server_relabel(rules);
                 self.metrics.record(true);

@@ -22,10 +22,12 @@ pub struct RuntimeConfigFile {
     seen: [u8; 32],
 }
 
-/// What the file at `path` puts in force, or why it cannot.
-fn read(path: &Path) -> Result<InForce, String> {
+/// What the file at `path` puts in force after `previous`, or why it
+/// cannot.
+fn read(path: &Path, previous: &InForce) -> Result<InForce, String> {
     let config = RuntimeConfig::load(path).map_err(|e| e.to_string())?;
-    InForce::new(&config).map_err(|e| format!("runtime config file {}: {e}", path.display()))
+    InForce::after(&config, previous)
+        .map_err(|e| format!("runtime config file {}: {e}", path.display()))
 }
 
 impl RuntimeConfigFile {
@@ -38,7 +40,7 @@ impl RuntimeConfigFile {
         logins: bool,
     ) -> Result<Self, String> {
         let seen = reload::digest([path]);
-        let in_force = read(path)?;
+        let in_force = read(path, &InForce::default())?;
         if in_force.binds() && !logins {
             tracing::warn!(
                 file = %path.display(),
@@ -73,7 +75,7 @@ impl Reloadable for RuntimeConfigFile {
                  binding, write `limits: {{}}`",
                 self.path.display()
             )),
-            _ => read(&self.path),
+            _ => read(&self.path, &self.limits.current()),
         };
         let was_binding = self.limits.current().binds();
         match read {

@@ -568,9 +568,12 @@ impl Walk<'_> {
             kept = match self.app.lookup_ref(key) {
                 Some(r) if r.is_not_stored() => Ok(false),
                 Some(r) if self.app.append_ref(r, sample.clone(), counts) => {
-                    if !self.exemplars.is_empty() {
-                        stored.clear();
-                        pipeline::relabelled_canonical(&raw(), &self.door, stored);
+                    // The series is there, so its labels pass; if the
+                    // limits changed since, its exemplars have no key.
+                    if !self.exemplars.is_empty()
+                        && !pipeline::relabelled_canonical(&raw(), &self.door, stored)
+                    {
+                        self.exemplars.clear();
                     }
                     Ok(true)
                 }

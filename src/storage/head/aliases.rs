@@ -23,6 +23,12 @@ use super::shard::Fingerprint;
 /// Entries never cleared for size: a small head's aliases stay put.
 const FLOOR: usize = 1 << 16;
 
+/// Keys of series not stored (dropped at the door) kept beyond the bound
+/// of the head's series: a tenant that drops far more series than it
+/// keeps still finds each one's outcome (32 MiB at most, counted in the
+/// head's memory like the rest of the map).
+const MOST_NOT_STORED: usize = 1 << 20;
+
 /// One entry: 96 bits of the key (a false match among a million series
 /// has odds of 1 in 10^22), the slot, the fingerprint. Key 0 marks an empty
 /// one (a key that is 0 is not kept). 32 bytes, aligned, so an entry never
@@ -77,6 +83,8 @@ impl Alias {
 struct Table {
     entries: Vec<Entry>,
     len: usize,
+    /// Entries that are [`Alias::NOT_STORED`].
+    not_stored: usize,
 }
 
 impl Table {
@@ -120,6 +128,10 @@ impl Table {
             let e = &mut self.entries[i];
             let empty = e.key == 0;
             if empty || e.is(key) {
+                let was =
+                    !empty && e.fp == Alias::NOT_STORED.fp && e.slot == Alias::NOT_STORED.slot;
+                self.not_stored =
+                    self.not_stored + usize::from(alias.is_not_stored()) - usize::from(was);
                 *e = Entry {
                     key: key as u64,
                     key_high: (key >> 64) as u32,
@@ -137,6 +149,7 @@ impl Table {
         let size = (self.entries.len() * 2).max(1024);
         let old = std::mem::replace(&mut self.entries, vec![Entry::default(); size]);
         self.len = 0;
+        self.not_stored = 0;
         for e in old.into_iter().filter(|e| e.key != 0) {
             let key = u128::from(e.key) | u128::from(e.key_high) << 64;
             self.insert(
@@ -181,7 +194,8 @@ impl Aliases {
             return;
         }
         let mut table = self.table.write();
-        if table.len + new.len() > FLOOR.max(series.saturating_mul(2)) {
+        let bound = FLOOR.max(series.saturating_mul(2)) + table.not_stored.min(MOST_NOT_STORED);
+        if table.len + new.len() > bound {
             *table = Table::default();
         }
         for &(key, alias) in new {
@@ -219,6 +233,39 @@ mod tests {
             fp: Fingerprint { hash: i, check: !i },
             slot: i as u32,
         }
+    }
+
+    /// A key as a protocol makes one: bits spread (sequential keys would
+    /// make one long probe run).
+    fn spread(i: u64) -> u128 {
+        (u128::from(i) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1
+    }
+
+    #[test]
+    fn keys_of_dropped_series_stay_beyond_the_series_bound() {
+        let a = Aliases::default();
+        // A head of 10 series, and the outcomes of 3 x FLOOR dropped ones.
+        for chunk in 0..3u64 {
+            let new: Vec<(u128, Alias)> = (0..FLOOR as u64)
+                .map(|i| (spread(chunk << 32 | i), Alias::NOT_STORED))
+                .collect();
+            a.remember(&new, 10);
+        }
+        let r = a.read();
+        assert_eq!(
+            r.get(spread(0)),
+            Some(Alias::NOT_STORED),
+            "the first ones are kept"
+        );
+        assert_eq!(a.table.read().not_stored, 3 * FLOOR);
+        drop(r);
+        // Kept series past the bound still clear the map.
+        let kept: Vec<(u128, Alias)> = (0..(4 * FLOOR) as u64)
+            .map(|i| (spread(1 << 40 | i), alias(i)))
+            .collect();
+        a.remember(&kept, 10);
+        a.remember(&kept[..1], 10);
+        assert!(a.len() < 4 * FLOOR, "bounded: {}", a.len());
     }
 
     #[test]
