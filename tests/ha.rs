@@ -354,7 +354,12 @@ async fn two_prometheus_3_5_3_replicas_are_stored_once_and_fail_over() {
     let r2 = prometheus(target, addr, "r2");
     r2.ready().await;
     // Both write for a while; one series, no replica label, r2 refused.
-    let deduped = common::wait_for_metric(addr, "sluice_dropped_samples_total", |v| v > 0.0).await;
+    let deduped = common::wait_for_metric(
+        addr,
+        r#"sluice_dropped_samples_total{protocol="remote_write",reason="ha_dedupe"}"#,
+        |v| v > 0.0,
+    )
+    .await;
     assert!(deduped > 0.0, "r2's samples were deduplicated");
     let both = wait_past(addr, common::now_ms() as f64 / 1000.0).await;
     assert_eq!(both.len(), 1, "one series for both replicas: {both:?}");
