@@ -142,6 +142,18 @@ settings! {
     /// force. Empty: no rules [default: none].
     #[arg(value_name = "FILE")]
     ingest_relabel_config: PathBuf = PathBuf::new();
+    /// Take samples older than their series' newest when they are at
+    /// most this far behind the newest sample of the head, as Prometheus'
+    /// storage.tsdb.out_of_order_time_window (Mimir's
+    /// out_of_order_time_window, also per tenant in the runtime
+    /// configuration file); older ones are out_of_bounds. They are logged
+    /// like any sample, merged into queries and into the blocks cut, and
+    /// counted in sluice_out_of_order_samples_total. Samples older than the
+    /// last block cut are out_of_bounds whatever the window. 0: refused as
+    /// out_of_order [default: 0s].
+    #[serde(with = "humantime_serde")]
+    #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
+    out_of_order_time_window: Duration = Duration::ZERO;
     /// Deduplicate HA pairs, as Mimir's HA tracker: of the Prometheus
     /// servers writing with the same cluster label and different replica
     /// labels (from their external_labels), one is elected per cluster;
@@ -961,6 +973,7 @@ impl Config {
             max_exemplars: self.max_exemplars,
             chunk_range_ms: ms(min),
             max_block_range_ms: ms(max),
+            ooo_window_ms: ms(self.out_of_order_time_window),
             ..HeadOptions::default()
         }
     }

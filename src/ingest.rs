@@ -171,6 +171,8 @@ pub struct IngestReport {
     /// Samples (and histogram samples) left out on purpose, by
     /// [`Dropped`]: not stored, not an error.
     pub dropped: [u64; Dropped::ALL.len()],
+    /// Of `accepted`, samples stored out of order (within the window).
+    pub out_of_order: u64,
     /// Set when the request came from the replica of an HA pair that is
     /// not elected: nothing was stored, and this says why (answered 202).
     pub deduplicated: Option<String>,
@@ -192,6 +194,7 @@ impl Default for IngestReport {
             exemplars_rejected: [0; ExemplarError::ALL.len()],
             dropped: [0; Dropped::ALL.len()],
             deduplicated: None,
+            out_of_order: 0,
         }
     }
 }

@@ -245,6 +245,7 @@ pub struct Metrics {
     rejected_points: Family<RejectLabels, Counter>,
     resorted: Family<ProtocolLabels, Counter>,
     dropped: Family<RejectLabels, Counter>,
+    out_of_order: Family<ProtocolLabels, Counter>,
     requests: Family<HttpLabels, Counter>,
     durations: Family<HandlerLabels, Histogram>,
     throttled: Family<ProtocolLabels, Counter>,
@@ -383,6 +384,12 @@ impl Metrics {
             "Samples left out on purpose and answered 2xx, by ingest protocol and reason: relabel (a rule of --ingest-relabel-config or metric_relabel_configs dropped the series), ha_dedupe (sent by the replica of an HA pair that is not elected)",
             dropped.clone(),
         );
+        let out_of_order = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "sluice_out_of_order_samples",
+            "Samples stored out of order (older than their series' newest, within --out-of-order-time-window), by ingest protocol; also in sluice_ingested_samples_total",
+            out_of_order.clone(),
+        );
         let resorted = Family::<ProtocolLabels, Counter>::default();
         registry.register(
             "sluice_ingest_unsorted_series",
@@ -519,6 +526,7 @@ impl Metrics {
             rejected_points,
             resorted,
             dropped,
+            out_of_order,
             requests,
             durations,
             throttled,
@@ -589,6 +597,11 @@ impl Metrics {
         self.ingested
             .get_or_create(&ProtocolLabels { protocol })
             .inc_by(report.accepted);
+        if report.out_of_order > 0 {
+            self.out_of_order
+                .get_or_create(&ProtocolLabels { protocol })
+                .inc_by(report.out_of_order);
+        }
         if report.resorted_series > 0 {
             self.resorted
                 .get_or_create(&ProtocolLabels { protocol })

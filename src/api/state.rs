@@ -281,6 +281,11 @@ impl AppState {
         tenant.db.set_max_series_per_metric(
             usize::try_from(limits.max_global_series_per_metric).unwrap_or(usize::MAX),
         );
+        tenant.db.set_ooo_window(
+            limits
+                .out_of_order_time_window
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        );
         tenant.db.set_max_exemplars(
             limits
                 .max_global_exemplars_per_user

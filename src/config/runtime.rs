@@ -69,6 +69,10 @@ pub struct LimitsPatch {
     /// arrive, after the server's `--ingest-relabel-config`. A tenant's
     /// list replaces the one in `limits`, as Mimir's does.
     pub metric_relabel_configs: Option<Vec<crate::relabel::RelabelConfig>>,
+    /// How far behind the tenant's newest sample a late one is still
+    /// taken (unset: `--out-of-order-time-window`), e.g. `10m`.
+    #[serde(default, with = "humantime_serde")]
+    pub out_of_order_time_window: Option<std::time::Duration>,
     /// Deduplicate the tenant's HA pairs (unset: `--ha-tracker`).
     pub accept_ha_samples: Option<bool>,
     /// The label naming an HA pair's cluster (unset: `--ha-cluster-label`).
@@ -99,6 +103,8 @@ pub struct TenantLimits {
     pub max_query_samples: u64,
     /// Most queries at once.
     pub max_query_concurrency: u64,
+    /// The out-of-order window; `None`: the flag's.
+    pub out_of_order_time_window: Option<std::time::Duration>,
 }
 
 impl Default for TenantLimits {
@@ -114,6 +120,7 @@ impl Default for TenantLimits {
             max_label_names_per_series: 0,
             max_query_samples: 0,
             max_query_concurrency: 0,
+            out_of_order_time_window: None,
         }
     }
 }
@@ -142,6 +149,9 @@ impl TenantLimits {
             max_query_concurrency: patch
                 .max_query_concurrency
                 .unwrap_or(self.max_query_concurrency),
+            out_of_order_time_window: patch
+                .out_of_order_time_window
+                .or(self.out_of_order_time_window),
         }
     }
 

@@ -306,6 +306,7 @@ fn append_series<W: Wire>(
 /// Adds what `counts` stored and refused to the report.
 pub(super) fn tally(report: &mut IngestReport, counts: &AppendCounts) {
     report.accepted += counts.appended;
+    report.out_of_order += counts.out_of_order;
     for e in SampleError::ALL {
         report.rejected[Reason::Sample(e).index()] += counts.rejected[e as usize];
     }

@@ -52,6 +52,21 @@ pub struct AppendCounts {
     /// Shards appended to (bit `i % 64` for shard `i`), whose log buffers
     /// `Head::log_appended` hands to the WAL.
     pub touched: u64,
+    /// Of `appended`, samples stored out of order (within the window).
+    pub out_of_order: u64,
+    /// The newest timestamp stored in order (0 before any): the head's
+    /// newest moves to it, and the out-of-order window with it.
+    pub newest: i64,
+}
+
+/// The times an append takes: `[min_t, max_t]`, and from `ooo_from` on a
+/// sample older than its series' newest goes out of order (`i64::MAX`:
+/// never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    pub(crate) min_t: i64,
+    pub(crate) max_t: i64,
+    pub(crate) ooo_from: i64,
 }
 
 impl AppendCounts {
@@ -85,6 +100,12 @@ pub struct HeadOptions {
     pub samples_per_chunk: u16,
     /// Exemplars kept, over all series (0: none).
     pub max_exemplars: usize,
+    /// How far behind the head's newest sample a sample older than its
+    /// series' newest is still taken, out of order (0: never).
+    pub ooo_window_ms: i64,
+    /// Samples of a series' out-of-order buffer before it is sealed into
+    /// a chunk (Prometheus' `out_of_order_cap_max`, 32).
+    pub ooo_cap: usize,
 }
 
 impl Default for HeadOptions {
@@ -96,6 +117,8 @@ impl Default for HeadOptions {
             max_block_range_ms: 36 * 3600 * 1000,
             samples_per_chunk: 120,
             max_exemplars: 100_000,
+            ooo_window_ms: 0,
+            ooo_cap: 32,
         }
     }
 }

@@ -123,6 +123,7 @@ impl<'d> Appender<'d> {
     #[inline]
     fn note(&mut self, counts: &mut AppendCounts) {
         self.touched |= std::mem::take(&mut counts.touched);
+        self.head.note_newest(counts.newest);
     }
 
     /// Appends to the series whose canonical label bytes are exactly

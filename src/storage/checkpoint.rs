@@ -22,7 +22,9 @@
 //! `next_at: i64 | sealed chunks: count, then (mint, maxt, encoding: u8
 //! (2 integer, 3 float, as Prometheus numbers them), bytes) each | open
 //! chunk: 0, or 1 then the same`. A series without histograms ends after
-//! its open chunk, as before histograms were stored.
+//! its open chunk, as before histograms were stored. Each shard's series
+//! are followed by a samples record (the WAL's) of their out-of-order
+//! samples, if they have any, which the load appends as replay does.
 
 use std::fs::{self, File};
 use std::io::{self, Write as _};
@@ -259,6 +261,15 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
                 encode_series(&mut buf, shard, s, &mut scratch);
                 report.series += 1;
             }
+            // Out-of-order samples as a samples record after the shard's
+            // series, appended again at load as the log's are.
+            let mut frame = record::SamplesFrame::default();
+            for s in &shard.series {
+                for (t, v) in shard.ooo_of(s).map(|o| o.all()).unwrap_or_default() {
+                    frame.push(&mut buf, s.id, t, v);
+                }
+            }
+            frame.close(&mut buf);
         });
         report.bytes += buf.len() as u64;
         file.write_all(&buf).map_err(io_err(&tmp))?;
@@ -343,7 +354,7 @@ pub fn load(
     dir: &Path,
     repair: crate::wal::Repair,
     mut restore: impl FnMut(&SeriesImage<'_>) -> bool,
-    mut exemplars: impl FnMut(record::Exemplars<'_>),
+    mut records: impl FnMut(Record<'_>),
 ) -> Result<CheckpointLoad, WalError> {
     let Some(&segment) = list(dir)?.last() else {
         return Ok(CheckpointLoad::default());
@@ -368,8 +379,8 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
-            Ok((Record::Exemplars(e), len)) => {
-                exemplars(e);
+            Ok((rec @ (Record::Exemplars(_) | Record::Samples(_)), len)) => {
+                records(rec);
                 pos += len;
                 continue;
             }

@@ -210,6 +210,16 @@ impl Db {
             .set_max_series(max.unwrap_or(self.head.opts().max_series));
     }
 
+    /// Sets the out-of-order window (a tenant's
+    /// `out_of_order_time_window`); `None` restores the database's own
+    /// (`--out-of-order-time-window`).
+    pub fn set_ooo_window(&self, ms: Option<i64>) {
+        let ms = ms.unwrap_or(self.head.opts().ooo_window_ms);
+        if self.head.ooo_window() != ms {
+            self.head.set_ooo_window(ms);
+        }
+    }
+
     /// Sets the most exemplars held (a tenant's
     /// `max_global_exemplars_per_user`; 0 stores none); `None` restores the
     /// database's own (`--max-exemplars`).

@@ -29,6 +29,7 @@ pub(super) use append::NO_SLOT;
 pub(super) mod aliases;
 pub(super) mod hist_series;
 mod log;
+pub(super) mod ooo;
 mod read;
 mod replay;
 pub(super) mod shard;
@@ -138,6 +139,11 @@ pub struct Head {
     exemplars: Arc<ExemplarStore>,
     /// Protocol keys of series, to their fingerprints (see [`Aliases`]).
     aliases: Aliases,
+    /// The out-of-order window: `opts.ooo_window_ms`, or a tenant's own.
+    ooo_window_ms: AtomicI64,
+    /// The newest sample time stored in order, over every series (the
+    /// out-of-order window ends here).
+    max_t: AtomicI64,
 }
 
 /// Checkpoints taken since start.
@@ -200,8 +206,21 @@ impl Head {
             min_valid_ms: AtomicI64::new(i64::MIN),
             exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
             aliases: Aliases::default(),
+            ooo_window_ms: AtomicI64::new(opts.ooo_window_ms),
+            max_t: AtomicI64::new(i64::MIN),
             opts,
         }
+    }
+
+    /// Sets the out-of-order window (0: samples older than their
+    /// series' newest are refused).
+    pub fn set_ooo_window(&self, ms: i64) {
+        self.ooo_window_ms.store(ms.max(0), Ordering::Relaxed);
+    }
+
+    /// The out-of-order window in force.
+    pub fn ooo_window(&self) -> i64 {
+        self.ooo_window_ms.load(Ordering::Relaxed)
     }
 
     /// Sets the most series held to `max` (new series past it are

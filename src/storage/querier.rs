@@ -164,7 +164,7 @@ impl<'d> Single<'d> {
                 .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
                     out.push(SelectedSeries {
                         labels: shard.labels_of(series),
-                        chunks: series.snapshot_chunks(mint, maxt, until),
+                        chunks: shard.chunks_for_query(series, mint, maxt, until),
                         histograms: shard.histograms_of(series, mint, maxt, until),
                     });
                 })?;

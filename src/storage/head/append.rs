@@ -8,6 +8,7 @@ use super::aliases::Alias;
 use super::shard::{fingerprint, Fingerprint, Shard};
 use super::{AppendCounts, Head, SeriesLimit, ShardCell};
 use crate::histogram::HistSample;
+use crate::storage::append::Bounds;
 
 /// No slot hint: look the series up.
 pub(in crate::storage) const NO_SLOT: u32 = u32::MAX;
@@ -87,9 +88,32 @@ impl Head {
         (cell, self.lock_caught_up(cell))
     }
 
-    /// The times an append accepts: from the retention cutoff to `max_t`.
-    pub(super) fn time_bounds(&self, max_t: i64) -> (i64, i64) {
-        (self.min_valid_ms(), max_t)
+    /// The times an append accepts: from the retention cutoff to `max_t`,
+    /// and out of order from the head's newest less the window.
+    pub(super) fn time_bounds(&self, max_t: i64) -> Bounds {
+        let min_t = self.min_valid_ms();
+        let window = self.ooo_window_ms.load(Ordering::Relaxed);
+        let ooo_from = match window > 0 {
+            true => self
+                .max_t
+                .load(Ordering::Relaxed)
+                .saturating_sub(window)
+                .max(min_t),
+            false => i64::MAX,
+        };
+        Bounds {
+            min_t,
+            max_t,
+            ooo_from,
+        }
+    }
+
+    /// Moves the head's newest time to `t` if it is later.
+    #[inline]
+    pub(in crate::storage) fn note_newest(&self, t: i64) {
+        if t > self.max_t.load(Ordering::Relaxed) {
+            self.max_t.fetch_max(t, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn new_ref(&self) -> u64 {

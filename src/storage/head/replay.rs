@@ -31,14 +31,16 @@ impl Head {
         let mut head = Self::new(opts);
         head.raise_min_valid(floor);
         let wal_dir = durable.dir.join("wal");
-        let mut replayer = Replayer::new(&head);
-        let exemplars = std::sync::Arc::clone(head.exemplars());
+        let replaying = std::cell::RefCell::new(Replayer::new(&head));
+        // Series images, then the records after them (exemplars, and the
+        // out-of-order samples, appended as the log's are).
         let loaded = checkpoint::load(
             &durable.dir,
             durable.wal.repair,
-            |image| replayer.restore(image),
-            |e| exemplars.restore(e),
+            |image| replaying.borrow_mut().restore(image),
+            |rec| replaying.borrow_mut().apply(rec),
         )?;
+        let mut replayer = replaying.into_inner();
         if loaded.segment > 0 {
             tracing::info!(
                 checkpoint = loaded.segment,
@@ -62,6 +64,7 @@ impl Head {
             );
         }
         let (samples, refused) = replayer.samples();
+        head.note_newest(replayer.counts.newest);
         if replayer.bad_series + replayer.unknown_refs > 0 {
             tracing::warn!(
                 bad_series = replayer.bad_series,
@@ -186,6 +189,9 @@ impl<'h> Replayer<'h> {
             return false;
         };
         self.refs.insert(image.id, (shard, slot));
+        if let Some(maxt) = image.open.map(|c| c.1).or(image.sealed.last().map(|c| c.1)) {
+            self.head.note_newest(maxt);
+        }
         let mut guard = self.head.lock_shard_for_replay(shard as usize);
         guard.restore_chunks(slot, &image.sealed, image.open, image.next_at)
             && image
@@ -218,7 +224,7 @@ impl<'h> Replayer<'h> {
                         .append_histograms(
                             slot,
                             std::iter::once((t, &h)),
-                            (self.head.min_valid_ms(), i64::MAX),
+                            self.bounds(),
                             self.head.options(),
                             &mut self.counts,
                         );
@@ -243,12 +249,25 @@ impl<'h> Replayer<'h> {
                     guard.append(
                         slot,
                         std::iter::once((t, v)),
-                        (self.head.min_valid_ms(), i64::MAX),
+                        self.bounds(),
                         self.head.options(),
                         &mut self.counts,
                     );
                 }
             }
+        }
+    }
+
+    /// What replay takes: anything from the floor on, and out of order
+    /// whatever the window is now (a sample the log holds was taken, and
+    /// a tenant's own window may be wider than the flag's, which is in
+    /// force while it opens).
+    fn bounds(&self) -> crate::storage::append::Bounds {
+        let min_t = self.head.min_valid_ms();
+        crate::storage::append::Bounds {
+            min_t,
+            max_t: i64::MAX,
+            ooo_from: min_t,
         }
     }
 

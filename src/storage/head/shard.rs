@@ -7,8 +7,9 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::hist_series::{HistSample, HistSeries};
+use super::ooo::{encode_chunks, merge_samples, OooSeries};
 use crate::storage::append::{
-    chunk_end_time, range_for_timestamp, AppendCounts, HeadOptions, SampleError,
+    chunk_end_time, range_for_timestamp, AppendCounts, Bounds, HeadOptions, SampleError,
 };
 use crate::storage::block::{BlockChunk, Encoding};
 use crate::storage::chunk::ChunkRef;
@@ -16,6 +17,10 @@ use crate::storage::chunk::{HistogramKind, XorAppender, XorIter, HEADER_BYTES};
 use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
+
+/// Samples per chunk when in-order and out-of-order samples are merged
+/// into new chunks (Prometheus' target).
+const MERGED_CHUNK_SAMPLES: usize = 120;
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
 const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
@@ -83,12 +88,19 @@ pub(crate) struct MemSeries {
 /// so that float-only series pay nothing for histograms.
 const HIST_FLAG: u32 = 1 << 31;
 
+/// The next bit: the series holds out-of-order samples (in its shard's
+/// `ooo`, by series id).
+const OOO_FLAG: u32 = 1 << 30;
+
+/// Both flags.
+const FLAGS: u32 = HIST_FLAG | OOO_FLAG;
+
 impl MemSeries {
     /// This series' run in its shard's `label_ids`.
     #[inline]
     fn label_run<'a>(&self, ids: &'a [(StrId, StrId)]) -> &'a [(StrId, StrId)] {
         let at = self.labels_at as usize;
-        ids.get(at..at + (self.labels_len & !HIST_FLAG) as usize)
+        ids.get(at..at + (self.labels_len & !FLAGS) as usize)
             .unwrap_or_default()
     }
 
@@ -265,6 +277,31 @@ impl MemSeries {
     #[inline]
     pub(crate) fn has_hist(&self) -> bool {
         self.labels_len & HIST_FLAG != 0
+    }
+
+    /// Whether the series holds out-of-order samples (in its shard's
+    /// `ooo`).
+    #[inline]
+    pub(crate) fn has_ooo(&self) -> bool {
+        self.labels_len & OOO_FLAG != 0
+    }
+
+    /// The in-order value at `t`, if a chunk holds one.
+    fn value_at(&self, t: i64) -> Option<f64> {
+        let in_chunk = |bytes: &[u8]| {
+            XorIter::new(bytes)
+                .find(|&(st, _)| st >= t)
+                .filter(|&(st, _)| st == t)
+                .map(|(_, v)| v)
+        };
+        if let Some(h) = self.head.as_ref().filter(|h| h.mint <= t && t <= h.maxt()) {
+            return in_chunk(h.app.bytes());
+        }
+        let i = self.sealed.partition_point(|c| c.maxt < t);
+        self.sealed
+            .get(i)
+            .filter(|c| c.mint <= t)
+            .and_then(|c| in_chunk(&c.bytes))
     }
 
     /// The oldest float sample's timestamp.
@@ -462,6 +499,10 @@ pub(crate) struct Shard {
     pub(crate) hist_chunks: usize,
     /// The histogram side of the series that have one, by series id.
     pub(crate) hists: hashbrown::HashMap<u64, HistSeries>,
+    /// The out-of-order samples of the series that have some, by series
+    /// id, and the bytes they hold.
+    pub(crate) ooo: hashbrown::HashMap<u64, OooSeries>,
+    pub(crate) ooo_bytes: usize,
     /// Every series' (name, value) ids, one run per series: one block
     /// for the shard instead of one per series, which cost a pointer,
     /// a length and the allocator's header and rounding each.
@@ -507,7 +548,9 @@ impl Shard {
                 + self.open_chunks * MALLOC_OVERHEAD
                 + self.hist_bytes
                 + self.hist_chunks * PER_SEALED
-                + self.hists.capacity() * PER_HIST_SERIES,
+                + self.hists.capacity() * PER_HIST_SERIES
+                + self.ooo_bytes
+                + self.ooo.capacity() * (std::mem::size_of::<(u64, OooSeries)>() + 1),
             series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
             labels: self.label_ids.capacity() * std::mem::size_of::<(StrId, StrId)>()
                 + self.strings.heap_bytes(),
@@ -615,7 +658,7 @@ impl Shard {
             self.label_ids.push(ids);
         }
         series.labels_at = at as u32;
-        series.labels_len = labels.len() as u32 | (series.labels_len & HIST_FLAG);
+        series.labels_len = labels.len() as u32 | (series.labels_len & FLAGS);
         let slot = self.series.len() as u32;
         self.postings.add(slot, &self.label_ids[at..]);
         let hash = series.hash;
@@ -719,6 +762,15 @@ impl Shard {
                 self.samples -= samples;
                 hist_dropped += chunks;
             }
+            if let Some(o) = s.has_ooo().then(|| self.ooo.get_mut(&s.id)).flatten() {
+                let (samples, bytes) = o.retain(cutoff);
+                self.samples -= samples;
+                self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(bytes);
+                if o.is_empty() {
+                    self.ooo.remove(&s.id);
+                    s.labels_len &= !OOO_FLAG;
+                }
+            }
             let newest = newest_of(s, &self.hists);
             dead += usize::from(newest.is_none_or(|t| t < cutoff));
         }
@@ -736,6 +788,7 @@ impl Shard {
             series,
             label_ids: old_ids,
             mut hists,
+            mut ooo,
             ..
         } = old;
         self.log = log;
@@ -754,7 +807,13 @@ impl Shard {
                 if let Some(h) = hists.remove(&s.id) {
                     dropped += h.footprint().1;
                 }
+                ooo.remove(&s.id);
                 continue;
+            }
+            if let Some(o) = s.has_ooo().then(|| ooo.remove(&s.id)).flatten() {
+                self.samples += o.len();
+                self.ooo_bytes += o.bytes();
+                self.ooo.insert(s.id, o);
             }
             if let Some(h) = s.has_hist().then(|| hists.remove(&s.id)).flatten() {
                 let (bytes, chunks) = h.footprint();
@@ -794,10 +853,11 @@ impl Shard {
         &mut self,
         slot: u32,
         samples: impl Iterator<Item = (i64, f64)>,
-        (min_t, max_t): (i64, i64),
+        bounds: Bounds,
         opts: &HeadOptions,
         counts: &mut AppendCounts,
     ) {
+        let Bounds { min_t, max_t, .. } = bounds;
         let Some(series) = self.series.get_mut(slot as usize) else {
             return;
         };
@@ -824,6 +884,7 @@ impl Shard {
                 Ok(Some((delta, created))) => {
                     self.open_slack = (self.open_slack + series.open_slack()) - slack;
                     counts.appended += 1;
+                    counts.newest = counts.newest.max(t);
                     self.samples += 1;
                     self.chunk_bytes = self.chunk_bytes.wrapping_add_signed(delta);
                     self.chunks += usize::from(created != NewChunk::No);
@@ -834,6 +895,36 @@ impl Shard {
                     }
                 }
                 Ok(None) => counts.appended += 1,
+                // Older than the series' newest, within the window: out
+                // of order, unless a sample is at `t` already.
+                Err(SampleError::OutOfOrder) if t >= bounds.ooo_from => {
+                    let ooo = &mut self.ooo;
+                    let held = series
+                        .value_at(t)
+                        .or_else(|| ooo.get(&series.id).and_then(|o| o.get(t)));
+                    match held {
+                        Some(h) if h.to_bits() == v.to_bits() => counts.appended += 1,
+                        Some(_) => counts.reject(SampleError::Duplicate, t),
+                        None => {
+                            let o = ooo.entry(series.id).or_default();
+                            let delta = o.insert(t, v, opts.ooo_cap);
+                            series.labels_len |= OOO_FLAG;
+                            self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(delta);
+                            self.samples += 1;
+                            counts.appended += 1;
+                            counts.out_of_order += 1;
+                            if let Some(log) = &mut self.log {
+                                log.samples.push(&mut log.frames, series.id, t, v);
+                                o.note_unlogged(t, log.gen, log.durable_gen);
+                            }
+                        }
+                    }
+                }
+                // Too old for the window: as Prometheus' "too old sample",
+                // out of bounds.
+                Err(SampleError::OutOfOrder) if bounds.ooo_from != i64::MAX => {
+                    counts.reject(SampleError::OutOfBounds, t)
+                }
                 Err(e) => counts.reject(e, t),
             }
         }
@@ -860,12 +951,50 @@ impl Shard {
         s.has_hist().then(|| self.hists.get(&s.id)).flatten()
     }
 
-    /// The oldest timestamp of `s`, floats and histograms.
+    /// The oldest timestamp of `s`, floats (in order or not) and
+    /// histograms.
     pub(crate) fn min_time_of(&self, s: &MemSeries) -> Option<i64> {
-        match (s.min_time(), self.hist_of(s).and_then(HistSeries::mint)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [
+            s.min_time(),
+            self.hist_of(s).and_then(HistSeries::mint),
+            self.ooo_of(s).and_then(OooSeries::min_time),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The series' out-of-order samples, if it has some.
+    #[inline]
+    pub(crate) fn ooo_of(&self, s: &MemSeries) -> Option<&OooSeries> {
+        s.has_ooo().then(|| self.ooo.get(&s.id)).flatten()
+    }
+
+    /// The float chunks of `s` overlapping `[mint, maxt]` for a query,
+    /// up to `until` (see [`MemSeries::visible_until`]); with
+    /// out-of-order samples in the range, its samples there merged into
+    /// new chunks, in time order and each time once.
+    pub(crate) fn chunks_for_query(
+        &self,
+        s: &MemSeries,
+        mint: i64,
+        maxt: i64,
+        until: i64,
+    ) -> Vec<ChunkRef> {
+        let chunks = s.snapshot_chunks(mint, maxt, until);
+        let Some(o) = self.ooo_of(s) else {
+            return chunks;
+        };
+        let durable = self.log.as_ref().map_or(u64::MAX, |l| l.durable_gen);
+        let extra = o.samples_in(mint, maxt, durable);
+        if extra.is_empty() {
+            return chunks;
         }
+        let merged = merge_samples(chunks.iter().map(|c| &*c.bytes), &extra, i64::MIN, i64::MAX);
+        encode_chunks(&merged, MERGED_CHUNK_SAMPLES)
+            .into_iter()
+            .map(|(mint, maxt, bytes)| ChunkRef { mint, maxt, bytes })
+            .collect()
     }
 
     /// The newest timestamp of `s`, floats and histograms.
@@ -899,6 +1028,24 @@ impl Shard {
                 encoding: Encoding::Xor,
                 data: Arc::from(bytes),
             });
+        }
+        // Out-of-order samples in the range join the in-order ones there:
+        // the block holds them merged, in chunks of its own.
+        let extra = self
+            .ooo_of(s)
+            .map(|o| o.samples_in(lo, hi - 1, u64::MAX))
+            .unwrap_or_default();
+        if !extra.is_empty() {
+            let merged = merge_samples(out.iter().map(|c| &*c.data), &extra, lo, hi - 1);
+            out = encode_chunks(&merged, MERGED_CHUNK_SAMPLES)
+                .into_iter()
+                .map(|(mint, maxt, data)| BlockChunk {
+                    mint,
+                    maxt,
+                    encoding: Encoding::Xor,
+                    data,
+                })
+                .collect();
         }
         if let Some(h) = self.hist_of(s) {
             for (mint, maxt, kind, bytes) in h.chunks() {
@@ -976,7 +1123,7 @@ impl Shard {
         &mut self,
         slot: u32,
         samples: impl Iterator<Item = (i64, &'h HistSample)>,
-        (min_t, max_t): (i64, i64),
+        Bounds { min_t, max_t, .. }: Bounds,
         opts: &HeadOptions,
         counts: &mut AppendCounts,
     ) {
@@ -1137,7 +1284,11 @@ mod tests {
         shard.append(
             0,
             std::iter::once((t, t as f64)),
-            (i64::MIN, i64::MAX),
+            Bounds {
+                min_t: i64::MIN,
+                max_t: i64::MAX,
+                ooo_from: i64::MAX,
+            },
             &opts(),
             &mut c,
         );

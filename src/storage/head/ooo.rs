@@ -1,0 +1,277 @@
+//! Out-of-order samples of one series, as Prometheus' out-of-order head
+//! chunks keep them: a sample older than its series' newest, but within
+//! the out-of-order window of the head's newest, goes into a small sorted
+//! buffer of at most `cap` samples (Prometheus' `out_of_order_cap_max`,
+//! 32); a full buffer is sealed into an XOR chunk of its own. Sealed
+//! chunks are each in time order but may overlap one another and the
+//! series' in-order chunks: reads and block cuts merge them with those,
+//! each timestamp once.
+//!
+//! A series without out-of-order samples pays nothing: these live in a
+//! map of its shard by series id, as native histograms do.
+
+use std::sync::Arc;
+
+use super::shard::SealedChunk;
+use crate::storage::chunk::{XorAppender, XorIter};
+
+/// The out-of-order samples of one series.
+#[derive(Debug, Default)]
+pub(crate) struct OooSeries {
+    /// Full buffers, sealed: each in time order.
+    sealed: Vec<SealedChunk>,
+    /// The buffer being filled, in time order.
+    open: Vec<(i64, f64)>,
+    /// Samples whose log generation may not be durable yet: (time,
+    /// generation). Readers leave them out until it is.
+    unlogged: Vec<(i64, u64)>,
+}
+
+/// Bytes a sample of the open buffer takes.
+const OPEN_SAMPLE_BYTES: usize = std::mem::size_of::<(i64, f64)>();
+
+impl OooSeries {
+    /// The value held at `t`, if any.
+    pub(crate) fn get(&self, t: i64) -> Option<f64> {
+        if let Ok(i) = self.open.binary_search_by_key(&t, |&(st, _)| st) {
+            return Some(self.open[i].1);
+        }
+        self.sealed
+            .iter()
+            .filter(|c| c.mint <= t && t <= c.maxt)
+            .find_map(|c| {
+                XorIter::new(&c.bytes)
+                    .find(|&(st, _)| st >= t)
+                    .filter(|&(st, _)| st == t)
+                    .map(|(_, v)| v)
+            })
+    }
+
+    /// Inserts a sample not held yet (see [`OooSeries::get`]), sealing the
+    /// open buffer first when it holds `cap` samples. Returns the change
+    /// in bytes held.
+    pub(crate) fn insert(&mut self, t: i64, v: f64, cap: usize) -> isize {
+        let before = self.bytes();
+        if self.open.len() >= cap.max(1) {
+            let mut app = XorAppender::default();
+            for &(st, sv) in &self.open {
+                app.append(st, sv);
+            }
+            if let (Some(&(mint, _)), Some(&(maxt, _))) = (self.open.first(), self.open.last()) {
+                self.sealed.push(SealedChunk {
+                    mint,
+                    maxt,
+                    bytes: Arc::from(app.bytes()),
+                });
+            }
+            self.open.clear();
+        }
+        let at = self.open.partition_point(|&(st, _)| st < t);
+        self.open.insert(at, (t, v));
+        self.bytes() as isize - before as isize
+    }
+
+    /// Notes that the sample at `t` went to the log in generation `gen`;
+    /// forgets those of generations below `durable`.
+    pub(crate) fn note_unlogged(&mut self, t: i64, gen: u64, durable: u64) {
+        self.unlogged.retain(|&(_, g)| g >= durable);
+        self.unlogged.push((t, gen));
+    }
+
+    /// Its samples in `[mint, maxt]`, in time order, each time once,
+    /// without those whose generation is `durable` or later.
+    pub(crate) fn samples_in(&self, mint: i64, maxt: i64, durable: u64) -> Vec<(i64, f64)> {
+        let hidden = |t: i64| self.unlogged.iter().any(|&(ut, g)| ut == t && g >= durable);
+        let mut out: Vec<(i64, f64)> = self
+            .sealed
+            .iter()
+            .filter(|c| c.maxt >= mint && c.mint <= maxt)
+            .flat_map(|c| XorIter::new(&c.bytes))
+            .chain(self.open.iter().copied())
+            .filter(|&(t, _)| mint <= t && t <= maxt && !hidden(t))
+            .collect();
+        out.sort_by_key(|&(t, _)| t);
+        out.dedup_by_key(|&mut (t, _)| t);
+        out
+    }
+
+    /// The oldest sample's time.
+    pub(crate) fn min_time(&self) -> Option<i64> {
+        let sealed = self.sealed.iter().map(|c| c.mint).min();
+        let open = self.open.first().map(|&(t, _)| t);
+        match (sealed, open) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Samples held.
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+            + self
+                .sealed
+                .iter()
+                .map(|c| XorIter::new(&c.bytes).count())
+                .sum::<usize>()
+    }
+
+    /// Whether it holds nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.open.is_empty() && self.sealed.is_empty()
+    }
+
+    /// Bytes held: sealed chunks (with their list entries) and the open
+    /// buffer.
+    pub(crate) fn bytes(&self) -> usize {
+        self.sealed
+            .iter()
+            .map(|c| c.bytes.len() + std::mem::size_of::<SealedChunk>())
+            .sum::<usize>()
+            + self.open.capacity() * OPEN_SAMPLE_BYTES
+            + self.unlogged.capacity() * std::mem::size_of::<(i64, u64)>()
+    }
+
+    /// Drops samples before `cutoff` (a block holds them now, or retention
+    /// let them go). Returns (samples dropped, change in bytes).
+    pub(crate) fn retain(&mut self, cutoff: i64) -> (usize, isize) {
+        let (before_bytes, before) = (self.bytes(), self.len());
+        self.open.retain(|&(t, _)| t >= cutoff);
+        let mut sealed = std::mem::take(&mut self.sealed);
+        for c in sealed.iter_mut().filter(|c| c.mint < cutoff) {
+            let mut app = XorAppender::default();
+            let mut span = None;
+            for (t, v) in XorIter::new(&c.bytes).filter(|&(t, _)| t >= cutoff) {
+                app.append(t, v);
+                span = Some(span.map_or((t, t), |(lo, _): (i64, i64)| (lo, t)));
+            }
+            match span {
+                Some((mint, maxt)) => {
+                    *c = SealedChunk {
+                        mint,
+                        maxt,
+                        bytes: Arc::from(app.bytes()),
+                    }
+                }
+                None => c.maxt = i64::MIN,
+            }
+        }
+        sealed.retain(|c| c.maxt != i64::MIN);
+        self.sealed = sealed;
+        self.unlogged.retain(|&(t, _)| t >= cutoff);
+        if self.is_empty() {
+            self.open = Vec::new();
+            self.unlogged = Vec::new();
+        }
+        (
+            before - self.len(),
+            self.bytes() as isize - before_bytes as isize,
+        )
+    }
+
+    /// Every sample, in time order, each time once (for a checkpoint).
+    pub(crate) fn all(&self) -> Vec<(i64, f64)> {
+        self.samples_in(i64::MIN, i64::MAX, u64::MAX)
+    }
+}
+
+/// Merges in-order `chunks` (each in time order, one after another) with
+/// `extra` samples (in time order) over `[mint, maxt]`: samples in time
+/// order, each time once, an in-order sample winning over an extra one at
+/// the same time.
+pub(crate) fn merge_samples<'a>(
+    chunks: impl Iterator<Item = &'a [u8]>,
+    extra: &[(i64, f64)],
+    mint: i64,
+    maxt: i64,
+) -> Vec<(i64, f64)> {
+    let mut out = Vec::with_capacity(extra.len() + 128);
+    let mut rest = extra.iter().copied().peekable();
+    for (t, v) in chunks
+        .flat_map(XorIter::new)
+        .filter(|&(t, _)| mint <= t && t <= maxt)
+    {
+        while let Some(&(et, ev)) = rest.peek() {
+            if et >= t {
+                break;
+            }
+            out.push((et, ev));
+            rest.next();
+        }
+        if rest.peek().is_some_and(|&(et, _)| et == t) {
+            rest.next();
+        }
+        out.push((t, v));
+    }
+    out.extend(rest);
+    out
+}
+
+/// Encodes samples in time order as XOR chunks of at most `per_chunk`
+/// samples: (mint, maxt, bytes) each.
+pub(crate) fn encode_chunks(
+    samples: &[(i64, f64)],
+    per_chunk: usize,
+) -> Vec<(i64, i64, Arc<[u8]>)> {
+    samples
+        .chunks(per_chunk.max(1))
+        .filter_map(|part| {
+            let mut app = XorAppender::default();
+            for &(t, v) in part {
+                app.append(t, v);
+            }
+            Some((part.first()?.0, part.last()?.0, Arc::from(app.bytes())))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_seal_at_the_cap_and_reads_merge_each_time_once() {
+        let mut o = OooSeries::default();
+        for t in [50, 10, 30, 20, 40] {
+            o.insert(t, t as f64, 2);
+        }
+        assert_eq!(o.sealed.len(), 2);
+        assert_eq!(o.get(30), Some(30.0));
+        assert_eq!(o.get(35), None);
+        assert_eq!(o.min_time(), Some(10));
+        assert_eq!(o.len(), 5);
+        assert_eq!(
+            o.samples_in(15, 45, u64::MAX),
+            [(20, 20.0), (30, 30.0), (40, 40.0)]
+        );
+        // A sample logged in a generation not yet durable is not read.
+        o.note_unlogged(40, 7, 7);
+        assert_eq!(o.samples_in(15, 45, 7), [(20, 20.0), (30, 30.0)]);
+        assert_eq!(o.samples_in(15, 45, 8).len(), 3);
+        let (dropped, _) = o.retain(25);
+        assert_eq!(dropped, 2);
+        assert_eq!(o.all(), [(30, 30.0), (40, 40.0), (50, 50.0)]);
+    }
+
+    #[test]
+    fn merging_keeps_in_order_samples_and_fills_between() {
+        let chunks = encode_chunks(&[(10, 1.0), (30, 3.0), (50, 5.0)], 2);
+        assert_eq!(chunks.len(), 2);
+        let merged = merge_samples(
+            chunks.iter().map(|c| &*c.2),
+            &[(5, 0.5), (30, 9.0), (40, 4.0), (60, 6.0)],
+            0,
+            55,
+        );
+        assert_eq!(
+            merged,
+            [
+                (5, 0.5),
+                (10, 1.0),
+                (30, 3.0),
+                (40, 4.0),
+                (50, 5.0),
+                (60, 6.0)
+            ]
+        );
+    }
+}
