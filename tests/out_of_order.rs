@@ -1,0 +1,246 @@
+//! Out-of-order samples against Prometheus 3.5.3: the same samples, sent
+//! newest part first and each part shuffled, to Sluice with
+//! `--out-of-order-time-window 2h` and to Prometheus with
+//! `storage.tsdb.out_of_order_time_window: 2h`. Every sample and a set of
+//! range queries answer identically; again after `kill -9` and a restart;
+//! again once the head is cut into blocks, which promtool reads and which
+//! Prometheus, started on a copy of them, answers the same from.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{prometheus3, KillOnDrop, Prometheus};
+use sluice::storage::block::Ulid;
+
+const SERIES: usize = 12;
+const STEP: i64 = 15_000;
+const POINTS: i64 = 240;
+/// Parts of each series' hour, sent in this order: newest first, then
+/// older ones, each later than what the series holds.
+const ORDER: [i64; 6] = [5, 0, 3, 1, 4, 2];
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+fn value(k: usize, i: i64) -> f64 {
+    (k as f64) * 1000.0 + ((i * 7919) % 1009) as f64 / 4.0
+}
+
+/// The requests: for each part in `ORDER`, one request with each series'
+/// samples of that part, shuffled.
+fn requests(t0: i64) -> Vec<Vec<u8>> {
+    let per = POINTS / ORDER.len() as i64;
+    ORDER
+        .iter()
+        .map(|&part| {
+            let series = (0..SERIES)
+                .map(|k| {
+                    let mut idx: Vec<i64> = (part * per..(part + 1) * per).collect();
+                    // A fixed shuffle: a stride coprime with the length.
+                    let n = idx.len();
+                    idx = (0..n).map(|j| idx[(j * 17 + k) % n]).collect();
+                    let samples: Vec<(i64, f64)> =
+                        idx.iter().map(|&i| (t0 + i * STEP, value(k, i))).collect();
+                    let k = k.to_string();
+                    let g = if k.len() % 2 == 0 { "even" } else { "odd" };
+                    common::series(
+                        &[("__name__", "ooo_m"), ("k", k.as_str()), ("g", g)],
+                        &samples,
+                    )
+                })
+                .collect();
+            common::body(series)
+        })
+        .collect()
+}
+
+/// A query's result (range when `step` is given, else instant at `end`).
+async fn ask(addr: &str, q: &str, start: i64, end: i64, step: Option<i64>) -> serde_json::Value {
+    let secs = |ms: i64| format!("{:.3}", ms as f64 / 1000.0);
+    let v = match step {
+        Some(step) => {
+            common::api_json(
+                &format!("http://{addr}/api/v1/query_range"),
+                &[
+                    ("query", q.to_owned()),
+                    ("start", secs(start)),
+                    ("end", secs(end)),
+                    ("step", format!("{}", step / 1000)),
+                ],
+            )
+            .await
+        }
+        None => {
+            common::api_json(
+                &format!("http://{addr}/api/v1/query"),
+                &[("query", q.to_owned()), ("time", secs(end))],
+            )
+            .await
+        }
+    };
+    assert_eq!(v["status"], "success", "{q}: {v}");
+    let mut r = v["data"]["result"].as_array().cloned().unwrap_or_default();
+    r.sort_by_key(|s| s["metric"].to_string());
+    serde_json::Value::Array(r)
+}
+
+const QUERIES: [(&str, Option<i64>); 5] = [
+    ("ooo_m[1h]", None),
+    ("ooo_m", Some(STEP)),
+    ("count_over_time(ooo_m[1m])", Some(STEP)),
+    ("sum by (g) (rate(ooo_m[2m]))", Some(60_000)),
+    (
+        "max_over_time(ooo_m[7m]) - min_over_time(ooo_m[3m])",
+        Some(30_000),
+    ),
+];
+
+/// Every query's answer from `addr` over `[start, end]`.
+async fn answers(addr: &str, start: i64, end: i64) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for (q, step) in QUERIES {
+        out.push(ask(addr, q, start, end, step).await);
+    }
+    out
+}
+
+fn assert_same(ours: &[serde_json::Value], theirs: &[serde_json::Value], when: &str) {
+    for ((q, _), (a, b)) in QUERIES.iter().zip(ours.iter().zip(theirs)) {
+        assert!(
+            b.as_array().is_some_and(|r| !r.is_empty()),
+            "{when}: {q}: Prometheus answered nothing"
+        );
+        assert_eq!(a, b, "{when}: {q}");
+    }
+}
+
+fn blocks_in(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("data dir")
+        .filter_map(Result::ok)
+        .filter(|e| Ulid::parse(&e.file_name().to_string_lossy()).is_some())
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+const PROM_CONFIG: &str =
+    "global:\n  scrape_interval: 1h\nstorage:\n  tsdb:\n    out_of_order_time_window: 2h\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() {
+    let end = common::now_ms() / 60_000 * 60_000 - 60_000;
+    let t0 = end - (POINTS - 1) * STEP;
+    let prom = Prometheus::start3(PROM_CONFIG, &["--web.enable-remote-write-receiver"]);
+    prom.ready().await;
+    let data = tempfile::tempdir().expect("tempdir");
+    let (child, addr) = common::spawn_sluice(
+        bin(),
+        data.path(),
+        "info",
+        &["--out-of-order-time-window", "2h"],
+    );
+    let mut child = KillOnDrop(child);
+    for body in requests(t0) {
+        prom.remote_write(body.clone()).await;
+        let (status, text) = common::push(addr, body).await;
+        assert_eq!(status, 204, "{text}");
+    }
+    let theirs = answers(&prom.addr(), t0, end).await;
+    let ours = answers(&addr.to_string(), t0, end).await;
+    assert_same(&ours, &theirs, "as sent");
+    let stored = theirs[0].as_array().map_or(0, |r| {
+        r.iter()
+            .map(|s| s["values"].as_array().map_or(0, Vec::len))
+            .sum::<usize>()
+    });
+    assert_eq!(stored, SERIES * POINTS as usize, "every sample, once");
+    let (_, metrics) = common::get(addr, "/metrics").await;
+    let late = common::metric_value(
+        &metrics,
+        r#"sluice_out_of_order_samples_total{protocol="remote_write"}"#,
+    );
+    assert!(late.is_some_and(|n| n > 1_000.0), "{late:?}");
+
+    // kill -9, then a start that cuts the head into 20-minute blocks.
+    child.kill();
+    let (child, addr) = common::spawn_sluice(
+        bin(),
+        data.path(),
+        "info",
+        &[
+            "--out-of-order-time-window",
+            "2h",
+            "--storage-min-block-duration",
+            "20m",
+            "--storage-max-block-duration",
+            "1h",
+        ],
+    );
+    let _child = KillOnDrop(child);
+    let ours = answers(&addr.to_string(), t0, end).await;
+    assert_same(&ours, &theirs, "after kill -9");
+    let cut = common::wait_for_metric(addr, "sluice_blocks", |v| v >= 1.0).await;
+    assert!(cut >= 1.0, "blocks cut");
+    // Until the cut is done (it may write more than one block).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(data.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ours = answers(&addr.to_string(), t0, end).await;
+    assert_same(&ours, &theirs, "from blocks and head");
+
+    // promtool reads the blocks, and Prometheus answers from a copy of
+    // them as Sluice does over the time they hold.
+    let blocks = blocks_in(data.path());
+    assert!(!blocks.is_empty());
+    let copy = tempfile::tempdir().expect("tempdir");
+    for b in &blocks {
+        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
+    }
+    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let path = copy.path().to_str().expect("utf-8");
+    let list = common::promtool3(&["tsdb", "list", path]);
+    assert_eq!(list.lines().count(), blocks.len() + 1, "{list}");
+    let floor = blocks
+        .iter()
+        .map(|b| {
+            let meta: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
+                    .expect("json");
+            meta["maxTime"].as_i64().expect("maxTime")
+        })
+        .max()
+        .expect("a block");
+    let dump = common::promtool3(&["tsdb", "dump", path]);
+    let in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor).count();
+    assert_eq!(dump.lines().count(), SERIES * in_blocks, "{dump:.2000}");
+    let reader = Prometheus::start_bin_on(
+        &prometheus3("prometheus"),
+        "global:\n  scrape_interval: 1h\n",
+        &[
+            "--storage.tsdb.retention.time=100y",
+            "--storage.tsdb.min-block-duration=20m",
+            "--storage.tsdb.max-block-duration=1h",
+        ],
+        |dir| {
+            for b in &blocks {
+                common::copy_block(b, &dir.join(b.file_name().expect("name")));
+            }
+        },
+    );
+    reader.ready().await;
+    let last = floor - 1 - (floor - 1 - t0) % 60_000;
+    let from_copy = answers(&reader.addr(), t0 + 10 * 60_000, last).await;
+    let ours = answers(&addr.to_string(), t0 + 10 * 60_000, last).await;
+    assert_same(&ours, &from_copy, "Prometheus on Sluice's blocks");
+}
