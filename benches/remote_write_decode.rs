@@ -84,6 +84,77 @@ fn bench(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("existing_series_v2", SERIES), |b| {
         b.iter_custom(|iters| timed_ingest_v2(iters, &bodies_v2[..1], &bodies_v2[1..], &limits))
     });
+    // The same in-order load with an out-of-order window of 1 h: what
+    // the window costs samples that never use it.
+    let windowed = HeadOptions {
+        ooo_window_ms: 3_600_000,
+        ..HeadOptions::default()
+    };
+    let v1 = |head: &Db, body: &[u8]| {
+        ingest::append_write_request(head, body, &limits, i64::MAX / 2).expect("valid")
+    };
+    g.bench_function(
+        BenchmarkId::new("existing_series_ooo_window", SERIES),
+        |b| b.iter_custom(|iters| timed_on(&windowed, iters, &bodies[..1], &bodies[1..], v1)),
+    );
+    // A tenth of each request's samples late: each series skips its
+    // sample one round in ten and sends one 7.5 s before its newest
+    // instead, stored out of order.
+    let late: Vec<Vec<u8>> = (0..240)
+        .map(|i| {
+            let mut req = requests::request(SERIES, t0 + i as i64 * 15_000);
+            if i > 1 {
+                for (j, ts) in req.timeseries.iter_mut().enumerate() {
+                    if (j + i) % 10 == 0 {
+                        ts.samples[0].timestamp = t0 + (i as i64 - 1) * 15_000 - 7_500;
+                    }
+                }
+            }
+            req.encode_to_vec()
+        })
+        .collect();
+    g.bench_function(
+        BenchmarkId::new("existing_series_10pct_late", SERIES),
+        |b| b.iter_custom(|iters| timed_on(&windowed, iters, &late[..1], &late[1..], v1)),
+    );
+    g.finish();
+
+    // Reading back: every series' samples over the hour, from a head
+    // that took the in-order load, and from one that took a tenth late.
+    let mut g = c.benchmark_group("read");
+    g.throughput(Throughput::Elements((SERIES * 240) as u64));
+    for (name, load) in [("in_order", &bodies), ("10pct_late", &late)] {
+        let db = Db::new(windowed.clone());
+        for body in load.iter() {
+            v1(&db, body);
+        }
+        eprintln!(
+            "head after the {name} load: {} bytes held, {} samples",
+            db.held_bytes(),
+            db.head_stats().samples
+        );
+        let all = sluice::storage::index::Matcher::new(
+            sluice::storage::index::MatchOp::Regex,
+            "__name__",
+            ".+",
+        )
+        .expect("matcher");
+        g.bench_function(BenchmarkId::new(name, SERIES), |b| {
+            b.iter(|| {
+                let selected = db
+                    .querier()
+                    .select(std::slice::from_ref(&all), i64::MIN, i64::MAX);
+                let n: usize = selected
+                    .iter()
+                    .map(|s| s.samples(i64::MIN, i64::MAX).count())
+                    .sum();
+                black_box(n)
+            })
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("ingest");
+    g.throughput(Throughput::Elements(SERIES as u64));
     // The same with relabel rules at the door (`--ingest-relabel-config`)
     // that keep every series: what the rules cost a known series is its
     // key and one alias lookup, not the rules.
@@ -244,10 +315,21 @@ fn timed_with(
     timed: &[Vec<u8>],
     ingest: impl Fn(&Db, &[u8]) -> ingest::IngestReport,
 ) -> std::time::Duration {
+    timed_on(&HeadOptions::default(), iters, setup, timed, ingest)
+}
+
+/// [`timed_with`] on heads made with `opts`.
+fn timed_on(
+    opts: &HeadOptions,
+    iters: u64,
+    setup: &[Vec<u8>],
+    timed: &[Vec<u8>],
+    ingest: impl Fn(&Db, &[u8]) -> ingest::IngestReport,
+) -> std::time::Duration {
     let mut total = std::time::Duration::ZERO;
     let mut done = 0u64;
     while done < iters {
-        let head = Db::new(HeadOptions::default());
+        let head = Db::new(opts.clone());
         for body in setup {
             ingest(&head, body);
         }

@@ -334,8 +334,7 @@ pub(crate) fn sample_problem(e: SampleError, t: i64, max_t: i64) -> String {
         SampleError::OutOfBounds if t > max_t => {
             format!("out of bounds: timestamp is too far in the future (limit {max_t})")
         }
-        SampleError::OutOfBounds => {
-            "out of bounds: timestamp is older than the retention cutoff".to_owned()
-        }
+        SampleError::OutOfBounds => "out of bounds: timestamp is older than the retention cutoff,              the last block cut, or the out-of-order window"
+            .to_owned(),
     }
 }

@@ -290,8 +290,7 @@ impl<'d> Appender<'d> {
                 if let Some(st) = wire.zero_sample_at(&e.span) {
                     // Refused when the series is already past it: that is
                     // expected, not the sender's problem, and not counted.
-                    let mut side = AppendCounts::default();
-                    guard.append_to(slot, std::iter::once((st, 0.0)), max_t, &mut side);
+                    guard.append_zero(slot, st, max_t);
                 }
                 guard.append_to(slot, wire.samples(&e.span), max_t, counts);
                 each(&e.span, counts);

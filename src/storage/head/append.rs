@@ -48,6 +48,25 @@ impl ShardGuard<'_> {
         Some(slot)
     }
 
+    /// Appends a created timestamp's zero sample to the series in `slot`:
+    /// in order or not at all (Prometheus refuses one out of order; a late
+    /// zero would read as a counter reset).
+    #[inline]
+    pub(in crate::storage) fn append_zero(&mut self, slot: u32, t: i64, max_t: i64) {
+        let bounds = Bounds {
+            ooo_from: i64::MAX,
+            ..self.head.time_bounds(max_t)
+        };
+        let mut side = AppendCounts::default();
+        self.shard.append(
+            slot,
+            std::iter::once((t, 0.0)),
+            bounds,
+            &self.head.opts,
+            &mut side,
+        );
+    }
+
     /// Appends to the series in `slot` (from [`ShardGuard::find_warm`]).
     #[inline]
     pub(in crate::storage) fn append_to(

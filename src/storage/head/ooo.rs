@@ -23,9 +23,17 @@ pub(crate) struct OooSeries {
     /// The buffer being filled, in time order.
     open: Vec<(i64, f64)>,
     /// Samples whose log generation may not be durable yet: (time,
-    /// generation). Readers leave them out until it is.
+    /// generation), generations rising. Readers leave them out until it
+    /// is.
     unlogged: Vec<(i64, u64)>,
 }
+
+/// Sealed chunks kept before they are merged into runs that do not
+/// overlap (so that a lookup decodes one chunk, not all of them).
+const MAX_OVERLAPPING: usize = 8;
+
+/// Samples per chunk of the runs sealed chunks are merged into.
+const MERGED_RUN: usize = 120;
 
 /// Bytes a sample of the open buffer takes.
 const OPEN_SAMPLE_BYTES: usize = std::mem::size_of::<(i64, f64)>();
@@ -53,35 +61,53 @@ impl OooSeries {
     pub(crate) fn insert(&mut self, t: i64, v: f64, cap: usize) -> isize {
         let before = self.bytes();
         if self.open.len() >= cap.max(1) {
-            let mut app = XorAppender::default();
-            for &(st, sv) in &self.open {
-                app.append(st, sv);
-            }
-            if let (Some(&(mint, _)), Some(&(maxt, _))) = (self.open.first(), self.open.last()) {
-                self.sealed.push(SealedChunk {
-                    mint,
-                    maxt,
-                    bytes: Arc::from(app.bytes()),
-                });
-            }
+            self.sealed.extend(
+                encode_chunks(&self.open, self.open.len())
+                    .into_iter()
+                    .map(|(mint, maxt, bytes)| SealedChunk { mint, maxt, bytes }),
+            );
             self.open.clear();
+            if self.sealed.len() >= MAX_OVERLAPPING && self.overlapping() {
+                let mut all: Vec<(i64, f64)> = self
+                    .sealed
+                    .iter()
+                    .flat_map(|c| XorIter::new(&c.bytes))
+                    .collect();
+                all.sort_by_key(|&(st, _)| st);
+                self.sealed = encode_chunks(&all, MERGED_RUN)
+                    .into_iter()
+                    .map(|(mint, maxt, bytes)| SealedChunk { mint, maxt, bytes })
+                    .collect();
+            }
         }
         let at = self.open.partition_point(|&(st, _)| st < t);
         self.open.insert(at, (t, v));
         self.bytes() as isize - before as isize
     }
 
+    /// Whether sealed chunks overlap one another.
+    fn overlapping(&self) -> bool {
+        let mut spans: Vec<(i64, i64)> = self.sealed.iter().map(|c| (c.mint, c.maxt)).collect();
+        spans.sort_unstable();
+        spans.windows(2).any(|w| w[1].0 <= w[0].1)
+    }
+
     /// Notes that the sample at `t` went to the log in generation `gen`;
-    /// forgets those of generations below `durable`.
+    /// forgets those of generations below `durable` (generations rise, so
+    /// they are a prefix).
     pub(crate) fn note_unlogged(&mut self, t: i64, gen: u64, durable: u64) {
-        self.unlogged.retain(|&(_, g)| g >= durable);
+        let done = self.unlogged.partition_point(|&(_, g)| g < durable);
+        self.unlogged.drain(..done);
         self.unlogged.push((t, gen));
     }
 
     /// Its samples in `[mint, maxt]`, in time order, each time once,
     /// without those whose generation is `durable` or later.
     pub(crate) fn samples_in(&self, mint: i64, maxt: i64, durable: u64) -> Vec<(i64, f64)> {
-        let hidden = |t: i64| self.unlogged.iter().any(|&(ut, g)| ut == t && g >= durable);
+        let from = self.unlogged.partition_point(|&(_, g)| g < durable);
+        let mut pending: Vec<i64> = self.unlogged[from..].iter().map(|&(t, _)| t).collect();
+        pending.sort_unstable();
+        let hidden = |t: i64| !pending.is_empty() && pending.binary_search(&t).is_ok();
         let mut out: Vec<(i64, f64)> = self
             .sealed
             .iter()
@@ -111,7 +137,7 @@ impl OooSeries {
             + self
                 .sealed
                 .iter()
-                .map(|c| XorIter::new(&c.bytes).count())
+                .map(|c| super::shard::chunk_samples(&c.bytes))
                 .sum::<usize>()
     }
 
@@ -128,12 +154,14 @@ impl OooSeries {
             .map(|c| c.bytes.len() + std::mem::size_of::<SealedChunk>())
             .sum::<usize>()
             + self.open.capacity() * OPEN_SAMPLE_BYTES
-            + self.unlogged.capacity() * std::mem::size_of::<(i64, u64)>()
     }
 
     /// Drops samples before `cutoff` (a block holds them now, or retention
     /// let them go). Returns (samples dropped, change in bytes).
     pub(crate) fn retain(&mut self, cutoff: i64) -> (usize, isize) {
+        if self.min_time().is_none_or(|t| t >= cutoff) {
+            return (0, 0);
+        }
         let (before_bytes, before) = (self.bytes(), self.len());
         self.open.retain(|&(t, _)| t >= cutoff);
         let mut sealed = std::mem::take(&mut self.sealed);
@@ -174,10 +202,11 @@ impl OooSeries {
     }
 }
 
-/// Merges in-order `chunks` (each in time order, one after another) with
-/// `extra` samples (in time order) over `[mint, maxt]`: samples in time
-/// order, each time once, an in-order sample winning over an extra one at
-/// the same time.
+/// Merges in-order `chunks` (each in time order, one after another), of
+/// which the samples in `[mint, maxt]` are taken, with `extra` samples (in
+/// time order, taken whole: the caller chose their range): samples in
+/// time order, each time once, an in-order sample winning over an extra
+/// one at the same time.
 pub(crate) fn merge_samples<'a>(
     chunks: impl Iterator<Item = &'a [u8]>,
     extra: &[(i64, f64)],

@@ -189,7 +189,12 @@ impl<'h> Replayer<'h> {
             return false;
         };
         self.refs.insert(image.id, (shard, slot));
-        if let Some(maxt) = image.open.map(|c| c.1).or(image.sealed.last().map(|c| c.1)) {
+        let floats = image.open.map(|c| c.1).or(image.sealed.last().map(|c| c.1));
+        let hists = image
+            .hist
+            .as_ref()
+            .and_then(|h| h.open.map(|c| c.1).or(h.sealed.last().map(|c| c.1)));
+        if let Some(maxt) = floats.max(hists) {
             self.head.note_newest(maxt);
         }
         let mut guard = self.head.lock_shard_for_replay(shard as usize);

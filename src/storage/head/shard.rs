@@ -406,7 +406,7 @@ impl ShardLog {
 }
 
 /// The sample count in an XOR chunk's two-byte header.
-fn chunk_samples(chunk: &[u8]) -> usize {
+pub(crate) fn chunk_samples(chunk: &[u8]) -> usize {
     chunk
         .get(..2)
         .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
@@ -1143,6 +1143,7 @@ impl Shard {
             match hist.append(t, h, float_maxt, opts) {
                 Ok(Some(delta)) => {
                     counts.appended += 1;
+                    counts.newest = counts.newest.max(t);
                     self.samples += 1;
                     self.hist_bytes = self.hist_bytes.wrapping_add_signed(delta.bytes);
                     self.hist_chunks += delta.chunks;
