@@ -244,3 +244,40 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let ours = answers(&addr.to_string(), t0 + 10 * 60_000, last).await;
     assert_same(&ours, &from_copy, "Prometheus on Sluice's blocks");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_own_window_applies_to_it_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = dir.path().join("runtime.yaml");
+    std::fs::write(
+        &runtime,
+        "overrides:\n  team-a:\n    out_of_order_time_window: 1h\n",
+    )
+    .expect("write");
+    let srv = common::start(sluice::config::Config {
+        multitenancy: true,
+        runtime_config_file: runtime,
+        ..sluice::config::Config::default()
+    })
+    .await;
+    let t = common::now_ms() - 60_000;
+    for (tenant, late_status) in [("team-a", 204), ("team-b", 400)] {
+        let headers = [("X-Scope-OrgID", tenant)];
+        let push = |ts: i64| {
+            common::push_with(
+                srv.addr,
+                common::body(vec![common::series(&[("__name__", "m")], &[(ts, 1.0)])]),
+                &headers,
+            )
+        };
+        assert_eq!(push(t).await.0, 204);
+        let (status, text) = push(t - 600_000).await;
+        assert_eq!(status, late_status, "{tenant}: {text}");
+        if late_status == 400 {
+            assert!(text.contains("out_of_order"), "{text}");
+        }
+        // Beyond team-a's window: out of bounds.
+        let (status, text) = push(t - 7_200_000).await;
+        assert_eq!(status, 400, "{tenant}: {text}");
+    }
+}
