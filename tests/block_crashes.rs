@@ -10,7 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{prometheus3, KillOnDrop, Prometheus};
+use common::KillOnDrop;
 use sluice::storage::block::Ulid;
 
 const HOUR: i64 = 3_600_000;
@@ -334,20 +334,7 @@ async fn a_kill_during_compaction_loses_and_doubles_nothing_and_prometheus_reads
     for q in queries {
         ours.push(range(&ours_addr, q, qs, qe, MIN).await);
     }
-    let prom = Prometheus::start_bin_on(
-        &prometheus3("prometheus"),
-        "global:\n  scrape_interval: 1h\n",
-        &[
-            "--storage.tsdb.retention.time=100y",
-            "--storage.tsdb.min-block-duration=20m",
-            "--storage.tsdb.max-block-duration=1h",
-        ],
-        |dir| {
-            for b in &blocks {
-                common::copy_block(b, &dir.join(b.file_name().expect("name")));
-            }
-        },
-    );
+    let prom = common::prometheus3_on_blocks(&blocks);
     prom.ready().await;
     for (q, want) in queries.iter().zip(&ours) {
         let got = range(&prom.addr(), q, qs, qe, MIN).await;

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use sluice::config::Config;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HEADER: &str = "X-Scope-OrgID";
 
@@ -281,36 +280,6 @@ async fn per_tenant_settings_and_the_cluster_limit() {
     assert_eq!(stored(addr, Some("team-a"), "m").await.len(), 1);
 }
 
-/// Serves a fixed exposition on 127.0.0.1; its address.
-async fn target() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let body = "ha_pair_metric{kind=\"x\"} 1\nha_pair_other 2\n";
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    addr
-}
-
 fn prometheus(target: SocketAddr, sluice: SocketAddr, replica: &str) -> common::Prometheus {
     let config = format!(
         "global:\n  scrape_interval: 1s\n  external_labels: {{cluster: c1, __replica__: {replica}}}\n\
@@ -346,7 +315,7 @@ async fn two_prometheus_3_5_3_replicas_are_stored_once_and_fail_over() {
     })
     .await;
     let addr = srv.addr;
-    let target = target().await;
+    let target = common::serve_exposition("ha_pair_metric{kind=\"x\"} 1\nha_pair_other 2\n").await;
     let r1 = prometheus(target, addr, "r1");
     r1.ready().await;
     let got = wait_past(addr, 0.0).await;

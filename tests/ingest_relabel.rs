@@ -36,27 +36,36 @@ fn with_rules(dir: &Path, rules: &str) -> Config {
     }
 }
 
+/// GET `path` with `query` (as `tenant`, if given): the JSON answer.
+async fn get_json(
+    addr: SocketAddr,
+    tenant: Option<&str>,
+    path: &str,
+    query: &[(&str, &str)],
+) -> serde_json::Value {
+    let mut req = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .query(query);
+    if let Some(t) = tenant {
+        req = req.header(HEADER, t);
+    }
+    let text = req
+        .send()
+        .await
+        .expect("answered")
+        .text()
+        .await
+        .unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"))
+}
+
 /// Every series matching `selector` (as `tenant`, if given), as label maps.
 async fn series(
     addr: SocketAddr,
     tenant: Option<&str>,
     selector: &str,
 ) -> Vec<BTreeMap<String, String>> {
-    let mut req = reqwest::Client::new()
-        .get(format!("http://{addr}/api/v1/series"))
-        .query(&[("match[]", selector)]);
-    if let Some(t) = tenant {
-        req = req.header(HEADER, t);
-    }
-    let v: serde_json::Value = req
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .expect("json");
+    let v = get_json(addr, tenant, "/api/v1/series", &[("match[]", selector)]).await;
     assert_eq!(v["status"], "success", "{v}");
     let mut out: Vec<BTreeMap<String, String>> =
         serde_json::from_value(v["data"].clone()).expect("label sets");
@@ -66,21 +75,8 @@ async fn series(
 
 /// The samples of the one series `selector` selects over the last hour.
 async fn samples(addr: SocketAddr, tenant: Option<&str>, selector: &str) -> Vec<(f64, String)> {
-    let mut req = reqwest::Client::new()
-        .get(format!("http://{addr}/api/v1/query"))
-        .query(&[("query", format!("{selector}[1h]"))]);
-    if let Some(t) = tenant {
-        req = req.header(HEADER, t);
-    }
-    let v: serde_json::Value = req
-        .send()
-        .await
-        .expect("answered")
-        .text()
-        .await
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .expect("json");
+    let query = format!("{selector}[1h]");
+    let v = get_json(addr, tenant, "/api/v1/query", &[("query", &query)]).await;
     let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
     assert_eq!(result.len(), 1, "{selector}: {v}");
     serde_json::from_value(result[0]["values"].clone()).expect("points")

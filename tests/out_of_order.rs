@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{prometheus3, KillOnDrop, Prometheus};
+use common::{KillOnDrop, Prometheus};
 use sluice::storage::block::Ulid;
 
 const SERIES: usize = 12;
@@ -224,20 +224,7 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let dump = common::promtool3(&["tsdb", "dump", path]);
     let in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor).count();
     assert_eq!(dump.lines().count(), SERIES * in_blocks, "{dump:.2000}");
-    let reader = Prometheus::start_bin_on(
-        &prometheus3("prometheus"),
-        "global:\n  scrape_interval: 1h\n",
-        &[
-            "--storage.tsdb.retention.time=100y",
-            "--storage.tsdb.min-block-duration=20m",
-            "--storage.tsdb.max-block-duration=1h",
-        ],
-        |dir| {
-            for b in &blocks {
-                common::copy_block(b, &dir.join(b.file_name().expect("name")));
-            }
-        },
-    );
+    let reader = common::prometheus3_on_blocks(&blocks);
     reader.ready().await;
     let last = floor - 1 - (floor - 1 - t0) % 60_000;
     let from_copy = answers(&reader.addr(), t0 + 10 * 60_000, last).await;

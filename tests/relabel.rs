@@ -11,7 +11,6 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use sluice::relabel::{RelabelConfig, Relabeler};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every action Prometheus 3.5.3 has, on labels the target's series carry.
 const RULES: &str = r#"
@@ -42,35 +41,6 @@ drop_me_total{kind=\"x\"} 1
 other_f{kind=\"z\"} 1
 ";
 
-/// Serves `EXPOSITION` to every request on 127.0.0.1; its address.
-async fn target() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{EXPOSITION}",
-                    EXPOSITION.len()
-                );
-                let _ = conn.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    addr
-}
-
 /// The label sets Prometheus holds for `job`, without the series a scrape
 /// makes of itself (`up`, `scrape_*`).
 async fn series_of(prom: &common::Prometheus, job: &str) -> BTreeSet<BTreeMap<String, String>> {
@@ -97,7 +67,7 @@ async fn series_of(prom: &common::Prometheus, job: &str) -> BTreeSet<BTreeMap<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_action_relabels_as_prometheus_3_5_3_does() {
-    let addr = target().await;
+    let addr = common::serve_exposition(EXPOSITION).await;
     let rules: String = RULES
         .lines()
         .filter(|l| !l.trim().is_empty())

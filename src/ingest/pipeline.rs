@@ -130,6 +130,24 @@ pub(super) enum HaGate {
 }
 
 impl HaGate {
+    /// The door the request goes on through: `door` itself, or one whose
+    /// rules remove the replica label first (kept in `stripping`); the
+    /// gate back when the request stops here.
+    pub(super) fn pass<'s>(
+        self,
+        door: Door<'s>,
+        stripping: &'s mut Option<Relabel>,
+    ) -> Result<Door<'s>, HaGate> {
+        match self {
+            HaGate::Pass => Ok(door),
+            HaGate::Strip(relabel) => Ok(Door {
+                relabel: stripping.insert(relabel),
+                ..door
+            }),
+            stopped => Err(stopped),
+        }
+    }
+
     /// Notes in `report` a request of `samples` samples this gate stopped.
     pub(super) fn note_stopped(self, samples: u64, report: &mut IngestReport) {
         match self {

@@ -97,17 +97,10 @@ fn append_v1(
             door.ha_gate(&first, now_ms)
         }),
     };
-    let stripping;
-    let door = &match gate {
-        HaGate::Pass => *door,
-        HaGate::Strip(relabel) => {
-            stripping = relabel;
-            Door {
-                relabel: &stripping,
-                ..*door
-            }
-        }
-        stopped => {
+    let mut stripping = None;
+    let door = &match gate.pass(*door, &mut stripping) {
+        Ok(door) => door,
+        Err(stopped) => {
             let mut carried = 0u64;
             decode::decode_each(body, |ts| {
                 carried += u64::from(ts.samples) + u64::from(ts.histograms);
@@ -367,17 +360,10 @@ pub fn append_write_request_v2_admitted(
                 }
                 _ => HaGate::Pass,
             };
-            let stripping;
-            let door = &match gate {
-                HaGate::Pass => *door,
-                HaGate::Strip(relabel) => {
-                    stripping = relabel;
-                    Door {
-                        relabel: &stripping,
-                        ..*door
-                    }
-                }
-                stopped => {
+            let mut stripping = None;
+            let door = &match gate.pass(*door, &mut stripping) {
+                Ok(door) => door,
+                Err(stopped) => {
                     let mut report = IngestReport::default();
                     stopped.note_stopped(carried, &mut report);
                     return Ok(report);

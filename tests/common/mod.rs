@@ -565,3 +565,53 @@ pub fn copy_block(from: &std::path::Path, to: &std::path::Path) {
         std::fs::copy(e.path(), to.join("chunks").join(e.file_name())).expect("copy");
     }
 }
+
+/// Serves the exposition `body` (Prometheus' text format) to every request
+/// on 127.0.0.1: a scrape target. Its address.
+pub async fn serve_exposition(body: &'static str) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Prometheus 3.5.3 started on copies of Sluice's `blocks` (20-minute to
+/// 1-hour blocks, kept for ever): a reader of them.
+pub fn prometheus3_on_blocks(blocks: &[std::path::PathBuf]) -> Prometheus {
+    Prometheus::start_bin_on(
+        &prometheus3("prometheus"),
+        "global:\n  scrape_interval: 1h\n",
+        &[
+            "--storage.tsdb.retention.time=100y",
+            "--storage.tsdb.min-block-duration=20m",
+            "--storage.tsdb.max-block-duration=1h",
+        ],
+        |dir| {
+            for b in blocks {
+                copy_block(b, &dir.join(b.file_name().expect("name")));
+            }
+        },
+    )
+}

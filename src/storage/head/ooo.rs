@@ -12,14 +12,28 @@
 
 use std::sync::Arc;
 
-use super::shard::SealedChunk;
 use crate::storage::chunk::{XorAppender, XorIter};
+
+/// A sealed buffer: an XOR chunk and its time span.
+#[derive(Debug)]
+struct OooChunk {
+    mint: i64,
+    maxt: i64,
+    bytes: Arc<[u8]>,
+}
+
+/// The sample count in an XOR chunk's header.
+fn samples_of(chunk: &[u8]) -> usize {
+    chunk
+        .get(..2)
+        .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
+}
 
 /// The out-of-order samples of one series.
 #[derive(Debug, Default)]
 pub(crate) struct OooSeries {
     /// Full buffers, sealed: each in time order.
-    sealed: Vec<SealedChunk>,
+    sealed: Vec<OooChunk>,
     /// The buffer being filled, in time order.
     open: Vec<(i64, f64)>,
     /// Samples whose log generation may not be durable yet: (time,
@@ -64,7 +78,7 @@ impl OooSeries {
             self.sealed.extend(
                 encode_chunks(&self.open, self.open.len())
                     .into_iter()
-                    .map(|(mint, maxt, bytes)| SealedChunk { mint, maxt, bytes }),
+                    .map(|(mint, maxt, bytes)| OooChunk { mint, maxt, bytes }),
             );
             self.open.clear();
             if self.sealed.len() >= MAX_OVERLAPPING && self.overlapping() {
@@ -76,7 +90,7 @@ impl OooSeries {
                 all.sort_by_key(|&(st, _)| st);
                 self.sealed = encode_chunks(&all, MERGED_RUN)
                     .into_iter()
-                    .map(|(mint, maxt, bytes)| SealedChunk { mint, maxt, bytes })
+                    .map(|(mint, maxt, bytes)| OooChunk { mint, maxt, bytes })
                     .collect();
             }
         }
@@ -137,7 +151,7 @@ impl OooSeries {
             + self
                 .sealed
                 .iter()
-                .map(|c| super::shard::chunk_samples(&c.bytes))
+                .map(|c| samples_of(&c.bytes))
                 .sum::<usize>()
     }
 
@@ -151,7 +165,7 @@ impl OooSeries {
     pub(crate) fn bytes(&self) -> usize {
         self.sealed
             .iter()
-            .map(|c| c.bytes.len() + std::mem::size_of::<SealedChunk>())
+            .map(|c| c.bytes.len() + std::mem::size_of::<OooChunk>())
             .sum::<usize>()
             + self.open.capacity() * OPEN_SAMPLE_BYTES
     }
@@ -174,7 +188,7 @@ impl OooSeries {
             }
             match span {
                 Some((mint, maxt)) => {
-                    *c = SealedChunk {
+                    *c = OooChunk {
                         mint,
                         maxt,
                         bytes: Arc::from(app.bytes()),

@@ -406,7 +406,7 @@ impl ShardLog {
 }
 
 /// The sample count in an XOR chunk's two-byte header.
-pub(crate) fn chunk_samples(chunk: &[u8]) -> usize {
+fn chunk_samples(chunk: &[u8]) -> usize {
     chunk
         .get(..2)
         .map_or(0, |h| usize::from(u16::from_be_bytes([h[0], h[1]])))
