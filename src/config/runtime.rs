@@ -371,6 +371,27 @@ mod tests {
             ),
             ("identities:\n  alice: [{tenant: a, access: admin}]\n", ""),
             ("nonsense: 1\n", "nonsense"),
+            // The issue-34 settings: an empty label name, a negative or
+            // unreadable window, a rule that does not compile, a negative
+            // cluster count.
+            ("limits:\n  ha_replica_label: ''\n", "ha_replica_label"),
+            (
+                "overrides:\n  t:\n    ha_cluster_label: ''\n",
+                "overrides: t: ha_cluster_label",
+            ),
+            (
+                "limits:\n  out_of_order_time_window: -5m\n",
+                "out_of_order_time_window",
+            ),
+            (
+                "limits:\n  out_of_order_time_window: soon\n",
+                "out_of_order_time_window",
+            ),
+            (
+                "limits:\n  metric_relabel_configs: [{regex: '(', action: drop}]\n",
+                "limits: metric_relabel_configs",
+            ),
+            ("limits:\n  ha_max_clusters: -1\n", "ha_max_clusters"),
         ] {
             let err = RuntimeConfig::parse(text).expect_err(text);
             assert!(err.contains(says), "{text}: {err}");
@@ -383,6 +404,13 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(huge.defaults().ingestion_burst_size, u64::MAX);
+        // A window of centuries is taken (it saturates in milliseconds).
+        let wide =
+            RuntimeConfig::parse("limits:\n  out_of_order_time_window: 100000y\n").expect("parses");
+        assert!(wide
+            .defaults()
+            .out_of_order_time_window
+            .is_some_and(|d| d.as_secs() > 3_000_000_000_000));
         // An empty `identities:` binds no one to anything; it never opens
         // every tenant to every login.
         let empty = RuntimeConfig::parse("identities:\n").expect("parses");
