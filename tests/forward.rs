@@ -86,13 +86,17 @@ where
     }
 }
 
-/// Polls `selector`'s raw samples until there are at least `n` (for up to
+/// Polls `selector`'s raw samples until at least `n` distinct ones (for up to
 /// 30 s: VictoriaMetrics makes data searchable within a second or so).
 async fn samples_when(base: &str, selector: &str, time: f64, n: usize) -> Vec<Key> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = raw_samples(base, selector, "1h", time).await;
-        if got.len() >= n || Instant::now() > deadline {
+        // Count distinct samples: a destination may hold a batch sent twice
+        // (VictoriaMetrics keeps both copies), and copies must not make the
+        // wait end before every sample is searchable.
+        let distinct = got.iter().collect::<BTreeSet<_>>().len();
+        if distinct >= n || Instant::now() > deadline {
             return got;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
