@@ -15,8 +15,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::block::compact::{self, CompactError, Parent};
-use super::block::{read_meta, BlockError, BlockMeta, ChunkMeta, ChunkReader, IndexReader, Ulid};
-use super::chunk::{decode_histograms, ChunkRef, HistogramKind};
+use super::block::{
+    read_meta, BlockChunk, BlockError, BlockMeta, ChunkMeta, ChunkReader, Encoding, IndexReader,
+    Ulid,
+};
+use super::chunk::{decode_histograms, in_order, merge_overlapping, ChunkRef, HistogramKind};
 use super::index::Matcher;
 use super::labels::Label;
 use super::selected::SelectedSeries;
@@ -460,13 +463,14 @@ impl Blocks {
             drop(blocks);
             let started = std::time::Instant::now();
             let views: Vec<Parent<'_>> = parents.iter().map(|b| b.as_parent()).collect();
-            let written = compact::compact(&dir, &views, now_ms, keep_going).and_then(|m| {
-                m.map(|meta| {
-                    Block::open(&dir.join(meta.ulid.to_string()))
-                        .map_err(|e| CompactError::Read(meta.ulid, e))
-                })
-                .transpose()
-            });
+            let written = compact::compact(&dir, &views, now_ms, keep_going, &untangle_chunks)
+                .and_then(|m| {
+                    m.map(|meta| {
+                        Block::open(&dir.join(meta.ulid.to_string()))
+                            .map_err(|e| CompactError::Read(meta.ulid, e))
+                    })
+                    .transpose()
+                });
             let block = match written {
                 Ok(Some(b)) => b,
                 Ok(None) => return Ok(done),
@@ -665,14 +669,67 @@ pub(crate) fn merge(mut parts: Vec<SelectedSeries>) -> Vec<SelectedSeries> {
     // Stable: a series' parts stay oldest first.
     parts.sort_by(|a, b| a.labels.cmp(&b.labels));
     let mut out: Vec<SelectedSeries> = Vec::with_capacity(parts.len());
+    let mut joined = false;
     for s in parts {
         match out.last_mut() {
             Some(last) if last.labels == s.labels => {
                 last.chunks.extend(s.chunks);
                 last.histograms.extend(s.histograms);
+                joined = true;
             }
-            _ => out.push(s),
+            _ => {
+                if std::mem::take(&mut joined) {
+                    if let Some(last) = out.last_mut() {
+                        untangle(last);
+                    }
+                }
+                out.push(s);
+            }
+        }
+    }
+    if joined {
+        if let Some(last) = out.last_mut() {
+            untangle(last);
         }
     }
     out
+}
+
+/// Puts a series joined from several places in time order, each time
+/// once: blocks may overlap (an out-of-order block beside the in-order
+/// block of its range, before compaction merges them) and the head may
+/// hold late samples older than the newest block. Where two places hold
+/// a time, the one listed first (the older block) wins.
+fn untangle(s: &mut SelectedSeries) {
+    if !in_order(&s.chunks) {
+        s.chunks = merge_overlapping(std::mem::take(&mut s.chunks));
+    }
+    if s.histograms.windows(2).any(|w| w[1].0 <= w[0].0) {
+        s.histograms.sort_by_key(|h| h.0);
+        s.histograms.dedup_by_key(|h| h.0);
+    }
+}
+
+/// Merges a series' float chunks that overlap (parents that overlap in
+/// time: the first parent wins a time both hold); histogram chunks are
+/// kept as they are (late histograms are not taken, so theirs never
+/// overlap).
+fn untangle_chunks(chunks: &mut Vec<BlockChunk>) {
+    let floats: Vec<ChunkRef> = chunks
+        .iter()
+        .filter(|c| c.encoding == Encoding::Xor)
+        .map(|c| ChunkRef {
+            mint: c.mint,
+            maxt: c.maxt,
+            bytes: Arc::clone(&c.data),
+        })
+        .collect();
+    chunks.retain(|c| c.encoding != Encoding::Xor);
+    chunks.extend(merge_overlapping(floats).into_iter().map(|c| BlockChunk {
+        mint: c.mint,
+        maxt: c.maxt,
+        encoding: Encoding::Xor,
+        data: c.bytes,
+    }));
+    chunks.sort_by_key(|c| c.mint);
 }

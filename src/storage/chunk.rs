@@ -9,6 +9,7 @@ mod bstream;
 mod float_histogram;
 mod histogram;
 mod histogram_layout;
+mod merge;
 mod varbit;
 mod xor;
 mod xor_value;
@@ -66,6 +67,7 @@ pub use bstream::{BitWriter, INLINE_BYTES};
 pub use float_histogram::{FloatAppended, FloatHistogramAppender, FloatHistogramIter};
 pub use histogram::{Appended, HistogramAppender, HistogramIter};
 pub use histogram_layout::CounterResetHeader;
+pub use merge::{encode_xor, in_order, merge_overlapping, MERGED_CHUNK_SAMPLES};
 pub use xor::{XorAppender, XorIter};
 
 /// One chunk of a selected series.

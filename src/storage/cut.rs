@@ -622,9 +622,10 @@ mod tests {
             .map(|b| crate::storage::blocks::Block::open(b.dir()).expect("opens"))
             .collect();
         let views: Vec<_> = opened.iter().map(|b| b.as_parent()).collect();
-        let child = crate::storage::block::compact::compact(dir.path(), &views, 2, &|| true)
-            .expect("written")
-            .expect("not stopped");
+        let child =
+            crate::storage::block::compact::compact(dir.path(), &views, 2, &|| true, &|_| {})
+                .expect("written")
+                .expect("not stopped");
         drop(views);
         drop(opened);
         head.close(Close::WalOnly);

@@ -38,16 +38,24 @@ pub fn default_max_block_range(retention_ms: i64, min: i64) -> i64 {
 }
 
 /// The blocks to compact next, as indexes into `metas` (sorted by
-/// `min_time`): Prometheus' choice. The newest block is left alone (it
-/// was just cut, and leaves a window to back it up as it is); then, for
-/// each range above the first, the blocks are grouped by the aligned
-/// range they fall in, and the first group of two or more that fills its
-/// range, or ends before the newest block starts, is chosen. Groups with
-/// blocks that overlap, or with a block in `skip` (a compaction of it
-/// failed), are passed over: Sluice never cuts overlapping blocks, and a
-/// failed merge would only fail again.
+/// `min_time`): Prometheus' choice. Blocks that overlap (out-of-order
+/// blocks beside in-order ones) are merged first, whatever their size;
+/// otherwise the newest block is left alone (it was just cut, and leaves
+/// a window to back it up as it is), and for each range above the first
+/// the blocks are grouped by the aligned range they fall in, and the
+/// first group of two or more that fills its range, or ends before the
+/// newest block starts, is chosen. Groups with a block in `skip` (a
+/// compaction of it failed) are passed over: a failed merge would only
+/// fail again.
 pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) -> Vec<usize> {
-    if ranges.len() < 2 || metas.len() < 2 {
+    if metas.len() < 2 {
+        return Vec::new();
+    }
+    let overlapping = overlapping(metas);
+    if !overlapping.is_empty() && overlapping.iter().all(|&i| !skip.contains(&metas[i].ulid)) {
+        return overlapping;
+    }
+    if ranges.len() < 2 {
         return Vec::new();
     }
     let candidates = &metas[..metas.len() - 1];
@@ -68,6 +76,30 @@ pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) 
         }
     }
     Vec::new()
+}
+
+/// The first run of blocks (sorted by `min_time`) that overlap in time,
+/// the newest included: merged first, as Prometheus' vertical compaction
+/// does, so that reads and the leveled plan meet blocks that do not
+/// overlap. Out-of-order blocks overlap the in-order block of their range.
+fn overlapping(metas: &[&BlockMeta]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let Some(first) = metas.first() else {
+        return out;
+    };
+    let mut reach = first.max_time;
+    for (i, m) in metas.iter().enumerate().skip(1) {
+        if m.min_time < reach {
+            if out.is_empty() {
+                out.push(i - 1);
+            }
+            out.push(i);
+        } else if !out.is_empty() {
+            break;
+        }
+        reach = reach.max(m.max_time);
+    }
+    out
 }
 
 /// Groups the blocks (sorted by `min_time`) by the `range`-aligned window
@@ -135,17 +167,20 @@ impl Cursor<'_> {
     }
 }
 
-/// Merges `parents` (sorted by `min_time`, not overlapping) into one new
+/// Merges `parents` (sorted by `min_time`) into one new
 /// block under `dir`, whose meta says level one above the highest
 /// parent's, the union of their sources, and the parents themselves.
-/// Each series' chunks are copied byte for byte, oldest parent first.
-/// `keep_going` is asked between series; when it says no, the unfinished
-/// block is removed and `Ok(None)` returned.
+/// Each series' chunks are copied byte for byte, oldest parent first;
+/// where parents overlap in time, `untangle` is given them to put in time
+/// order without overlaps (this module copies chunks and does not decode
+/// them). `keep_going` is asked between series; when it says no, the
+/// unfinished block is removed and `Ok(None)` returned.
 pub fn compact(
     dir: &Path,
     parents: &[Parent<'_>],
     now_ms: u64,
     keep_going: &dyn Fn() -> bool,
+    untangle: &dyn Fn(&mut Vec<BlockChunk>),
 ) -> Result<Option<BlockMeta>, CompactError> {
     let (Some(first), Some(last)) = (parents.first(), parents.last()) else {
         return Ok(None);
@@ -177,8 +212,15 @@ pub fn compact(
                 max_time: p.meta.max_time,
             })
             .collect(),
+        // Out-of-order blocks merged with in-order ones are no longer
+        // only out-of-order samples.
+        from_out_of_order: parents.iter().all(|p| p.meta.compaction.from_out_of_order),
     };
-    let min_time = first.meta.min_time;
+    let min_time = parents
+        .iter()
+        .map(|p| p.meta.min_time)
+        .min()
+        .unwrap_or(first.meta.min_time);
     let max_time = parents
         .iter()
         .map(|p| p.meta.max_time)
@@ -245,6 +287,9 @@ pub fn compact(
                 });
             }
             c.advance()?;
+        }
+        if !chunks.windows(2).all(|w| w[1].mint > w[0].maxt) {
+            untangle(&mut chunks);
         }
         w.add_series(&labels, &chunks)?;
     }
@@ -468,7 +513,7 @@ mod tests {
                 .map(|(meta, index, chunks)| Parent { meta, index, chunks })
                 .collect();
             let out = tempfile::tempdir().expect("tempdir");
-            let m = compact(out.path(), &parents, 2, &|| true).expect("compacts").expect("not stopped");
+            let m = compact(out.path(), &parents, 2, &|| true, &|_| {}).expect("compacts").expect("not stopped");
             proptest::prop_assert_eq!((m.min_time, m.max_time), (0, 3 * R));
             proptest::prop_assert_eq!(m.num_series, want.len() as u64);
             proptest::prop_assert_eq!(m.compaction.level, 2);
@@ -478,12 +523,40 @@ mod tests {
         }
     }
 
+    /// Prometheus' vertical compaction: the first run of blocks that
+    /// overlap goes first, newest block included, whatever the ranges.
+    #[test]
+    fn overlapping_blocks_are_merged_first() {
+        let r = [20, 60, 180];
+        assert_eq!(
+            planned(&[(0, 20), (10, 30), (40, 60), (80, 100)], &r),
+            vec![(0, 20), (10, 30)]
+        );
+        // An out-of-order block inside a compacted one, and the newest
+        // block overlapped.
+        assert_eq!(
+            planned(&[(0, 60), (20, 40), (60, 80), (100, 120), (100, 120)], &r),
+            vec![(0, 60), (20, 40)]
+        );
+        assert_eq!(
+            planned(&[(0, 60), (60, 80), (100, 120), (100, 120)], &r),
+            vec![(100, 120), (100, 120)]
+        );
+        // A chain: each overlaps the reach of those before it.
+        assert_eq!(
+            planned(&[(0, 20), (10, 30), (25, 40), (40, 60)], &r),
+            vec![(0, 20), (10, 30), (25, 40)]
+        );
+        assert_eq!(planned(&[(0, 20), (0, 20)], &[20]), vec![(0, 20), (0, 20)]);
+    }
+
     #[test]
     fn overlapping_or_failed_groups_are_passed_over() {
         let r = [20 * H, 60 * H];
         let metas = [meta(0, 20), meta(10, 30), meta(40, 60), meta(80, 100)];
         let refs: Vec<&BlockMeta> = metas.iter().collect();
-        assert!(plan(&refs, &r, &BTreeSet::new()).is_empty());
+        let skip = BTreeSet::from([metas[1].ulid]);
+        assert!(plan(&refs, &r, &skip).is_empty());
         let metas = [meta(0, 20), meta(20, 40), meta(60, 80), meta(80, 100)];
         let refs: Vec<&BlockMeta> = metas.iter().collect();
         let skip = BTreeSet::from([metas[1].ulid]);

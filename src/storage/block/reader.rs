@@ -6,7 +6,10 @@
 
 use std::path::Path;
 
-use super::writer::{BlockDesc, BlockMeta, Compaction, CHUNKS_MAGIC, INDEX_MAGIC, SERIES_ALIGN};
+use super::writer::{
+    BlockDesc, BlockMeta, Compaction, CHUNKS_MAGIC, HINT_FROM_OUT_OF_ORDER, INDEX_MAGIC,
+    SERIES_ALIGN,
+};
 use super::Ulid;
 use crate::encoding::uvarint;
 
@@ -540,6 +543,10 @@ pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
             level,
             sources,
             parents,
+            from_out_of_order: c
+                .and_then(|c| c.get("hints"))
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|h| h.iter().any(|h| h.as_str() == Some(HINT_FROM_OUT_OF_ORDER))),
         },
     })
 }
@@ -807,7 +814,7 @@ mod tests {
             ) {
                 let out = tempfile::tempdir().expect("tempdir");
                 let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks };
-                if let Ok(Some(m)) = crate::storage::block::compact::compact(out.path(), &[parent], 8, &|| true) {
+                if let Ok(Some(m)) = crate::storage::block::compact::compact(out.path(), &[parent], 8, &|| true, &|_| {}) {
                     prop_assert!(read_all(&out.path().join(m.ulid.to_string())).is_ok());
                 }
             }

@@ -83,7 +83,14 @@ pub struct Compaction {
     pub sources: Vec<Ulid>,
     /// The blocks compacted into it.
     pub parents: Vec<BlockDesc>,
+    /// Written from out-of-order samples alone (Prometheus' compaction
+    /// hint `from-out-of-order`).
+    pub from_out_of_order: bool,
 }
+
+/// Prometheus' compaction hint for a block written from out-of-order
+/// samples.
+pub const HINT_FROM_OUT_OF_ORDER: &str = "from-out-of-order";
 
 /// What a block holds, as its `meta.json` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -589,6 +596,9 @@ fn meta_json(m: &BlockMeta) -> String {
         "level": c.level,
         "sources": c.sources.iter().map(ToString::to_string).collect::<Vec<_>>(),
     });
+    if c.from_out_of_order {
+        compaction["hints"] = serde_json::json!([HINT_FROM_OUT_OF_ORDER]);
+    }
     if !c.parents.is_empty() {
         compaction["parents"] = c
             .parents

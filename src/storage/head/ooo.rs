@@ -12,15 +12,10 @@
 
 use std::sync::Arc;
 
-use crate::storage::chunk::{XorAppender, XorIter};
+use crate::storage::chunk::{encode_xor, ChunkRef, XorAppender, XorIter, MERGED_CHUNK_SAMPLES};
 
 /// A sealed buffer: an XOR chunk and its time span.
-#[derive(Debug)]
-struct OooChunk {
-    mint: i64,
-    maxt: i64,
-    bytes: Arc<[u8]>,
-}
+type OooChunk = ChunkRef;
 
 /// The sample count in an XOR chunk's header.
 fn samples_of(chunk: &[u8]) -> usize {
@@ -45,9 +40,6 @@ pub(crate) struct OooSeries {
 /// Sealed chunks kept before they are merged into runs that do not
 /// overlap (so that a lookup decodes one chunk, not all of them).
 const MAX_OVERLAPPING: usize = 8;
-
-/// Samples per chunk of the runs sealed chunks are merged into.
-const MERGED_RUN: usize = 120;
 
 /// Bytes a sample of the open buffer takes.
 const OPEN_SAMPLE_BYTES: usize = std::mem::size_of::<(i64, f64)>();
@@ -75,11 +67,7 @@ impl OooSeries {
     pub(crate) fn insert(&mut self, t: i64, v: f64, cap: usize) -> isize {
         let before = self.bytes();
         if self.open.len() >= cap.max(1) {
-            self.sealed.extend(
-                encode_chunks(&self.open, self.open.len())
-                    .into_iter()
-                    .map(|(mint, maxt, bytes)| OooChunk { mint, maxt, bytes }),
-            );
+            self.sealed.extend(encode_xor(&self.open, self.open.len()));
             self.open.clear();
             if self.sealed.len() >= MAX_OVERLAPPING && self.overlapping() {
                 let mut all: Vec<(i64, f64)> = self
@@ -88,10 +76,7 @@ impl OooSeries {
                     .flat_map(|c| XorIter::new(&c.bytes))
                     .collect();
                 all.sort_by_key(|&(st, _)| st);
-                self.sealed = encode_chunks(&all, MERGED_RUN)
-                    .into_iter()
-                    .map(|(mint, maxt, bytes)| OooChunk { mint, maxt, bytes })
-                    .collect();
+                self.sealed = encode_xor(&all, MERGED_CHUNK_SAMPLES);
             }
         }
         let at = self.open.partition_point(|&(st, _)| st < t);
@@ -249,24 +234,6 @@ pub(crate) fn merge_samples<'a>(
     out
 }
 
-/// Encodes samples in time order as XOR chunks of at most `per_chunk`
-/// samples: (mint, maxt, bytes) each.
-pub(crate) fn encode_chunks(
-    samples: &[(i64, f64)],
-    per_chunk: usize,
-) -> Vec<(i64, i64, Arc<[u8]>)> {
-    samples
-        .chunks(per_chunk.max(1))
-        .filter_map(|part| {
-            let mut app = XorAppender::default();
-            for &(t, v) in part {
-                app.append(t, v);
-            }
-            Some((part.first()?.0, part.last()?.0, Arc::from(app.bytes())))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,10 +264,10 @@ mod tests {
 
     #[test]
     fn merging_keeps_in_order_samples_and_fills_between() {
-        let chunks = encode_chunks(&[(10, 1.0), (30, 3.0), (50, 5.0)], 2);
+        let chunks = encode_xor(&[(10, 1.0), (30, 3.0), (50, 5.0)], 2);
         assert_eq!(chunks.len(), 2);
         let merged = merge_samples(
-            chunks.iter().map(|c| &*c.2),
+            chunks.iter().map(|c| &*c.bytes),
             &[(5, 0.5), (30, 9.0), (40, 4.0), (60, 6.0)],
             0,
             55,

@@ -7,20 +7,17 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::hist_series::{HistSample, HistSeries};
-use super::ooo::{encode_chunks, merge_samples, OooSeries};
+use super::ooo::{merge_samples, OooSeries};
 use crate::storage::append::{
     chunk_end_time, range_for_timestamp, AppendCounts, Bounds, HeadOptions, SampleError,
 };
 use crate::storage::block::{BlockChunk, Encoding};
-use crate::storage::chunk::ChunkRef;
-use crate::storage::chunk::{HistogramKind, XorAppender, XorIter, HEADER_BYTES};
+use crate::storage::chunk::{
+    encode_xor, ChunkRef, HistogramKind, XorAppender, XorIter, HEADER_BYTES, MERGED_CHUNK_SAMPLES,
+};
 use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
-
-/// Samples per chunk when in-order and out-of-order samples are merged
-/// into new chunks (Prometheus' target).
-const MERGED_CHUNK_SAMPLES: usize = 120;
 
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
 const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
@@ -991,10 +988,7 @@ impl Shard {
             return chunks;
         }
         let merged = merge_samples(chunks.iter().map(|c| &*c.bytes), &extra, i64::MIN, i64::MAX);
-        encode_chunks(&merged, MERGED_CHUNK_SAMPLES)
-            .into_iter()
-            .map(|(mint, maxt, bytes)| ChunkRef { mint, maxt, bytes })
-            .collect()
+        encode_xor(&merged, MERGED_CHUNK_SAMPLES)
     }
 
     /// The newest timestamp of `s`, floats and histograms.
@@ -1037,13 +1031,13 @@ impl Shard {
             .unwrap_or_default();
         if !extra.is_empty() {
             let merged = merge_samples(out.iter().map(|c| &*c.data), &extra, lo, hi - 1);
-            out = encode_chunks(&merged, MERGED_CHUNK_SAMPLES)
+            out = encode_xor(&merged, MERGED_CHUNK_SAMPLES)
                 .into_iter()
-                .map(|(mint, maxt, data)| BlockChunk {
-                    mint,
-                    maxt,
+                .map(|c| BlockChunk {
+                    mint: c.mint,
+                    maxt: c.maxt,
                     encoding: Encoding::Xor,
-                    data,
+                    data: c.bytes,
                 })
                 .collect();
         }
