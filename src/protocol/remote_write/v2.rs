@@ -513,8 +513,11 @@ impl Scratch {
         let mut k = 0u32;
         while let (Some(n), Some(v)) = (refs.next(), refs.next()) {
             let (hn, hv) = (hash(n, k)?, hash(v, k + 1)?);
-            a = fold(a ^ hn[0], hv[0] ^ LANE_A);
-            b = fold(b ^ hn[1], hv[1] ^ LANE_B);
+            // Values are mixed with the other lane's constant: with the
+            // same one, `fold` (a product) would give `{x="y"}` and
+            // `{y="x"}` one key.
+            a = fold(a ^ hn[0], hv[0] ^ LANE_B);
+            b = fold(b ^ hn[1], hv[1] ^ LANE_A);
             k += 2;
         }
         let k = u64::from(k);
@@ -1042,6 +1045,12 @@ mod tests {
             prop_assert_eq!(fa, fa2);
             let (kb, _) = key(&b, &order);
             prop_assert_eq!(ka == kb, a == b);
+            // A name and a value swapped are another series.
+            let swapped: Vec<(String, String)> =
+                a.iter().filter(|(_, v)| !v.is_empty()).map(|(n, v)| (v.clone(), n.clone())).collect();
+            if !swapped.is_empty() && swapped != a {
+                prop_assert_ne!(key(&swapped, &[]).0, ka);
+            }
         }
 
         /// Arbitrary bytes never panic the reader.
