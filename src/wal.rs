@@ -615,6 +615,7 @@ mod tests {
                 Record::Checkpoint(_) => got.push("checkpoint".into()),
                 Record::Exemplars(e) => got.extend(e.map(|(_, _, t, v)| format!("e@{t}={v}"))),
                 Record::Histograms(h) => got.extend(h.map(|(r, t, _)| format!("h{r}@{t}"))),
+                Record::Flushed { below, .. } => got.push(format!("flushed<{below}")),
             },
         )?;
         Ok((got, report))

@@ -59,13 +59,15 @@ pub struct AppendCounts {
     pub newest: i64,
 }
 
-/// The times an append takes: `[min_t, max_t]`, and from `ooo_from` on a
-/// sample older than its series' newest goes out of order (`i64::MAX`:
-/// never).
+/// The times an append takes: `[min_t, max_t]`; in order from
+/// `inorder_from` on (older times are in blocks already); and from
+/// `ooo_from` on a sample older than its series' newest, or older than
+/// `inorder_from`, goes out of order (`i64::MAX`: never).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bounds {
     pub(crate) min_t: i64,
     pub(crate) max_t: i64,
+    pub(crate) inorder_from: i64,
     pub(crate) ooo_from: i64,
 }
 

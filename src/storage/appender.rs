@@ -115,9 +115,10 @@ impl<'d> Appender<'d> {
         self.max_t
     }
 
-    /// The oldest timestamp taken: the last retention cutoff.
+    /// The oldest timestamp taken in order: the last retention cutoff or
+    /// the newest block's end.
     pub fn min_valid_ms(&self) -> i64 {
-        self.head.min_valid_ms()
+        self.head.min_valid_ms().max(self.head.cut_floor())
     }
 
     #[inline]

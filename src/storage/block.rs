@@ -15,5 +15,6 @@ mod writer;
 pub use reader::{read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader, Labels};
 pub use ulid::Ulid;
 pub use writer::{
-    write_block, BlockChunk, BlockDesc, BlockMeta, BlockSeries, BlockWriter, Compaction, Encoding,
+    write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta, BlockSeries, BlockWriter,
+    Compaction, Encoding,
 };

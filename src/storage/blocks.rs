@@ -401,6 +401,20 @@ impl Blocks {
         Ok(me)
     }
 
+    /// The ULIDs of the open blocks and of the blocks compacted into them
+    /// (their sources and parents).
+    pub(crate) fn ulids(&self) -> BTreeSet<u128> {
+        let set = self.set.read();
+        let mut out = BTreeSet::new();
+        for b in &set.blocks {
+            let c = &b.meta.compaction;
+            out.insert(b.meta.ulid.0);
+            out.extend(c.sources.iter().map(|u| u.0));
+            out.extend(c.parents.iter().map(|p| p.ulid.0));
+        }
+        out
+    }
+
     /// Where blocks are written, if anywhere.
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
@@ -714,7 +728,7 @@ fn untangle(s: &mut SelectedSeries) {
 /// time: the first parent wins a time both hold); histogram chunks are
 /// kept as they are (late histograms are not taken, so theirs never
 /// overlap).
-fn untangle_chunks(chunks: &mut Vec<BlockChunk>) {
+pub(crate) fn untangle_chunks(chunks: &mut Vec<BlockChunk>) {
     let floats: Vec<ChunkRef> = chunks
         .iter()
         .filter(|c| c.encoding == Encoding::Xor)

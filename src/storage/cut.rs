@@ -7,13 +7,25 @@
 //! removed at start and the head still holds everything (the WAL and the
 //! checkpoint were not touched); a finished block moves the floor, and the
 //! start drops what the checkpoint and WAL replay restore below it.
+//!
+//! Late samples (out of order, within the window) older than the range's
+//! end go to blocks as well: those in the range merged into its block,
+//! older ones into an out-of-order block per range, which compaction later
+//! merges with the block it overlaps. The cut copies them and logs a WAL
+//! record naming the blocks in one step under every shard's lock; replay
+//! drops the late samples logged before that record once all those blocks
+//! exist, and keeps them (for the next cut) when a crash came first.
 
 use std::time::Instant;
 
 use super::block::compact::{block_ranges, CompactError};
-use super::block::{write_block, BlockMeta};
-use super::blocks::{Block, Blocks};
-use super::head::Head;
+use super::block::{
+    write_block_as, BlockChunk, BlockMeta, BlockSeries, Compaction, Encoding, Ulid,
+};
+use super::blocks::{untangle_chunks, Block, Blocks};
+use super::chunk::{encode_xor, MERGED_CHUNK_SAMPLES};
+use super::head::{Head, LateSeries};
+use crate::wal::record::encode_flushed;
 
 /// Why a block could not be cut.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +41,12 @@ pub struct CutError {
 
 /// Writes blocks while `head` spans more than 1.5 block ranges (the
 /// head's chunk range), oldest range first, publishes them in `blocks`
-/// and drops what they hold from the head. Does nothing without a data
-/// directory. `now_ms` names the blocks.
+/// and drops what they hold from the head. Late samples older than the
+/// range's end go with it: those in the range merged into its block,
+/// older ones into a block of their own per range (Prometheus'
+/// out-of-order blocks, which overlap the in-order ones until compaction
+/// merges them). Does nothing without a data directory. `now_ms` names
+/// the blocks.
 pub(super) fn cut_blocks(
     head: &Head,
     blocks: &Blocks,
@@ -59,37 +75,156 @@ pub(super) fn cut_blocks(
                 what,
             }
         };
-        // From here on nothing lands below the block's end: an append
-        // that took its shard's lock before this store is in what
-        // `chunks_between` copies (it locks every shard after it).
-        head.raise_min_valid(max_time);
+        // From here on nothing lands in order below the block's end: an
+        // append that took its shard's lock before this store is in what
+        // `chunks_between` copies (it locks every shard after it); later
+        // ones there go out of order.
+        head.raise_cut_floor(max_time);
         let started = Instant::now();
-        let series = head.chunks_between(min_time, max_time);
-        if series.is_empty() {
+        let in_order = head.chunks_between(min_time, max_time);
+        // The late samples older than the block's end, and a WAL record
+        // naming the blocks that will hold them, logged in one step: at
+        // replay, once those blocks exist, what was logged before it
+        // below the end is theirs.
+        let mut planned: Vec<(i64, Ulid)> = Vec::new();
+        let (late, lsn) = head.seal_late(max_time, |late| {
+            let mut starts: Vec<i64> = late
+                .iter()
+                .flat_map(|l| l.samples.iter().map(|&(t, _)| t.div_euclid(range) * range))
+                .collect();
+            if !in_order.is_empty() {
+                starts.push(min_time);
+            }
+            starts.sort_unstable();
+            starts.dedup();
+            planned = starts.into_iter().map(|s| (s, Ulid::new(now_ms))).collect();
+            let mut frame = Vec::new();
+            if !planned.is_empty() {
+                let names: Vec<u128> = planned.iter().map(|(_, u)| u.0).collect();
+                encode_flushed(&mut frame, max_time, &names);
+            }
+            frame
+        });
+        if planned.is_empty() {
             break;
         }
-        let meta = write_block(&dir, series, min_time, max_time, now_ms)
-            .map_err(|e| fail(e.to_string()))?;
+        if lsn > 0 {
+            if let Some(wal) = head.wal() {
+                wal.rotate()
+                    .map_err(|e| fail(format!("the WAL could not make the cut durable: {e:?}")))?;
+            }
+        }
+        let mut written: Vec<Block> = Vec::with_capacity(planned.len());
+        let mut in_order = Some(in_order);
+        for &(start, ulid) in &planned {
+            let of_range = late_in(&late, start, start + range);
+            let (series, compaction) = match start == min_time {
+                true => (
+                    with_late(in_order.take().unwrap_or_default(), of_range),
+                    Compaction::default(),
+                ),
+                false => (
+                    of_range,
+                    Compaction {
+                        from_out_of_order: true,
+                        ..Compaction::default()
+                    },
+                ),
+            };
+            let done = write_block_as(&dir, series, (start, start + range), ulid, compaction)
+                .map_err(|e| e.to_string())
+                .and_then(|meta| {
+                    Block::open(&dir.join(meta.ulid.to_string()))
+                        .map_err(|e| format!("the block written does not read back: {e}"))
+                });
+            match done {
+                Ok(b) => written.push(b),
+                Err(what) => {
+                    // None of this cut is published: the head keeps it all
+                    // and the next pass tries again; the WAL record names
+                    // blocks that will never exist, so replay ignores it.
+                    for b in &written {
+                        let _ = std::fs::remove_dir_all(b.dir());
+                    }
+                    return Err(fail(what));
+                }
+            }
+        }
         crate::crash::point("block-written");
-        let block = Block::open(&dir.join(meta.ulid.to_string()))
-            .map_err(|e| fail(format!("the block written does not read back: {e}")))?;
-        blocks.publish(block, started.elapsed());
-        let dropped = head.truncate(max_time);
+        let mut metas = Vec::with_capacity(written.len());
+        for b in written {
+            metas.push(b.meta().clone());
+            blocks.publish(b, started.elapsed());
+        }
+        let dropped = head.truncate_in_order(max_time);
+        head.drop_flushed(&late);
         crate::crash::point("head-truncated");
-        tracing::info!(
-            block = %meta.ulid,
-            min_time,
-            max_time,
-            series = meta.num_series,
-            samples = meta.num_samples,
-            head_chunks_dropped = dropped.chunks,
-            head_series_removed = dropped.series,
-            seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
-            "block written from the head"
-        );
-        cut.push(meta);
+        for meta in metas {
+            tracing::info!(
+                block = %meta.ulid,
+                min_time = meta.min_time,
+                max_time = meta.max_time,
+                out_of_order = meta.compaction.from_out_of_order,
+                series = meta.num_series,
+                samples = meta.num_samples,
+                head_chunks_dropped = dropped.chunks,
+                head_series_removed = dropped.series,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "block written from the head"
+            );
+            cut.push(meta);
+        }
     }
     Ok(cut)
+}
+
+/// The late samples of `late` in `[lo, hi)`, as block series of XOR
+/// chunks.
+fn late_in(late: &[LateSeries], lo: i64, hi: i64) -> Vec<BlockSeries> {
+    late.iter()
+        .filter_map(|l| {
+            let from = l.samples.partition_point(|&(t, _)| t < lo);
+            let to = l.samples.partition_point(|&(t, _)| t < hi);
+            (from < to).then(|| BlockSeries {
+                labels: l.labels.clone(),
+                chunks: encode_xor(&l.samples[from..to], MERGED_CHUNK_SAMPLES)
+                    .into_iter()
+                    .map(|c| BlockChunk {
+                        mint: c.mint,
+                        maxt: c.maxt,
+                        encoding: Encoding::Xor,
+                        data: c.bytes,
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// `in_order` series of a range with the `late` ones of that range merged
+/// in: each time once, an in-order sample winning over a late one.
+fn with_late(in_order: Vec<BlockSeries>, late: Vec<BlockSeries>) -> Vec<BlockSeries> {
+    if late.is_empty() {
+        return in_order;
+    }
+    let mut by_labels: std::collections::HashMap<Vec<(String, String)>, Vec<BlockChunk>> =
+        late.into_iter().map(|s| (s.labels, s.chunks)).collect();
+    let mut out: Vec<BlockSeries> = in_order
+        .into_iter()
+        .map(|mut s| {
+            if let Some(extra) = by_labels.remove(&s.labels) {
+                s.chunks.extend(extra);
+                untangle_chunks(&mut s.chunks);
+            }
+            s
+        })
+        .collect();
+    out.extend(
+        by_labels
+            .into_iter()
+            .map(|(labels, chunks)| BlockSeries { labels, chunks }),
+    );
+    out
 }
 
 /// Compacts `blocks`, as Prometheus does, over ranges that step by 3
@@ -330,10 +465,16 @@ mod tests {
         assert_eq!(cut.len(), 1);
         assert_eq!(cut[0].num_samples, 120);
         assert_eq!(got(&head), want);
-        // Older than the cut: out of bounds, whatever the window; and
-        // older than a narrower window.
-        let c = append_each(&head, &[(90_000, 1.0)]);
-        assert_eq!(c.rejected, [0, 0, 1]);
+        // Older than the cut, within the window: late, kept in the head
+        // until a cut writes it into a block of its own. The head cannot
+        // see what blocks hold, so another value at a time a block holds
+        // is taken too (as in Prometheus), and reads keep the block's.
+        // Older than a narrower window: out of bounds.
+        let c = append_each(&head, &[(90_000, 1.5), (120_000, 5.0)]);
+        assert_eq!((c.appended, c.out_of_order, c.rejected), (2, 2, [0, 0, 0]));
+        want.push((90_000, 1.5));
+        want.sort_by_key(|s| s.0);
+        assert_eq!(got(&head), want, "a block and a late sample older than it");
         head.head().set_ooo_window(H);
         let c = append_each(&head, &[(3 * H + 30_000, 1.0), (4 * H + 30_000, 1.0)]);
         assert_eq!((c.rejected, c.out_of_order), ([0, 0, 1], 1));
@@ -357,7 +498,44 @@ mod tests {
         want.push(more[0]);
         want.sort_by_key(|s| s.0);
         assert_eq!(got(&head2), want, "after the log's replay");
+
+        // Two more hours in order: the next cut writes [2h, 4h) and the
+        // late sample older than the first block into an out-of-order
+        // block of [0, 2h); compaction merges the two blocks of [0, 2h).
+        let next: Vec<(i64, f64)> = (150..210).map(|i| (i * 120_000, i as f64)).collect();
+        append_each(&head2, &next);
+        want.extend(&next);
+        want.sort_by_key(|s| s.0);
+        let cut = head2.cut_blocks(2).expect("cut");
+        let ranges: Vec<(i64, i64, bool)> = cut
+            .iter()
+            .map(|m| (m.min_time, m.max_time, m.compaction.from_out_of_order))
+            .collect();
+        assert_eq!(ranges, [(0, 2 * H, true), (2 * H, 4 * H, false)]);
+        assert_eq!(cut[0].num_samples, 2);
+        assert_eq!(got(&head2), want, "overlapping blocks read as one");
         head2.close(Close::WalOnly);
+        drop(head2);
+        // The replay drops what the log says the blocks hold: the late
+        // sample is read once, from its block.
+        let head3 = ooo_db(dir.path(), 0);
+        assert_eq!(got(&head3), want, "after a replay past the cut");
+        let in_head = |db: &Db| {
+            let m = Matcher::new(MatchOp::Equal, "k", "0").expect("m");
+            db.head()
+                .querier()
+                .select_samples(&[m], 0, H)
+                .iter()
+                .map(|s| s.samples.len())
+                .sum::<usize>()
+        };
+        assert_eq!(in_head(&head3), 0, "the head holds nothing blocks hold");
+        let merged = head3.compact_blocks(3, &|| true).expect("compacts");
+        assert_eq!(merged.len(), 1);
+        assert_eq!((merged[0].min_time, merged[0].max_time), (0, 2 * H));
+        assert!(!merged[0].compaction.from_out_of_order);
+        assert_eq!(got(&head3), want, "after vertical compaction");
+        head3.close(Close::WalOnly);
     }
 
     #[test]

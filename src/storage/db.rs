@@ -139,7 +139,10 @@ impl Db {
                 "blocks opened; the head holds what is newer"
             );
         }
-        let head = Head::open_above(opts.head.clone(), d, blocks.floor())?;
+        let known = blocks.ulids();
+        let head = Head::open_above(opts.head.clone(), d, blocks.floor(), &|u| {
+            known.contains(&u)
+        })?;
         Ok(Self::with_head(head, blocks, Some(d.dir.clone()), &opts))
     }
 

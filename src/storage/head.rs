@@ -29,6 +29,7 @@ pub(super) use append::NO_SLOT;
 pub(super) mod aliases;
 pub(super) mod hist_series;
 mod log;
+pub(super) use log::LateSeries;
 pub(super) mod ooo;
 mod read;
 mod replay;
@@ -135,6 +136,9 @@ pub struct Head {
     /// The retention cutoff of the last pass: older samples are out of
     /// bounds, since the next pass would drop them.
     min_valid_ms: AtomicI64,
+    /// The end of the newest block cut: older samples are stored out of
+    /// order (within the window) or refused, never in order.
+    cut_floor: AtomicI64,
     /// Exemplars of every series, logged and checkpointed with the head.
     exemplars: Arc<ExemplarStore>,
     /// Protocol keys of series, to their fingerprints (see [`Aliases`]).
@@ -204,6 +208,7 @@ impl Head {
             checkpoints: Mutex::new(CheckpointStats::default()),
             retained: Mutex::new(RetentionReport::default()),
             min_valid_ms: AtomicI64::new(i64::MIN),
+            cut_floor: AtomicI64::new(i64::MIN),
             exemplars: Arc::new(ExemplarStore::new(opts.max_exemplars)),
             aliases: Aliases::default(),
             ooo_window_ms: AtomicI64::new(opts.ooo_window_ms),
@@ -347,11 +352,22 @@ impl Head {
     /// on.
     pub(super) fn truncate(&self, cutoff_ms: i64) -> RetentionReport {
         self.min_valid_ms.fetch_max(cutoff_ms, Ordering::Relaxed);
+        self.drop_before(cutoff_ms, false)
+    }
+
+    /// Drops what the head holds in order before `cutoff_ms` (a block holds
+    /// it now), keeping its out-of-order samples, which
+    /// [`Head::drop_flushed`] lets go of exactly.
+    pub(super) fn truncate_in_order(&self, cutoff_ms: i64) -> RetentionReport {
+        self.drop_before(cutoff_ms, true)
+    }
+
+    fn drop_before(&self, cutoff_ms: i64, keep_ooo: bool) -> RetentionReport {
         let mut r = RetentionReport::default();
         let mut removed = Vec::new();
         for Padded(cell) in self.shards.iter() {
             let mut shard = cell.lock();
-            let (chunks, series) = shard.retain(cutoff_ms, &mut removed);
+            let (chunks, series) = shard.retain(cutoff_ms, keep_ooo, &mut removed);
             cell.publish(&shard);
             r.chunks += chunks;
             r.series += series;
@@ -375,14 +391,31 @@ impl Head {
         r
     }
 
-    /// Refuses samples older than `t` from now on.
-    pub(super) fn raise_min_valid(&self, t: i64) {
-        self.min_valid_ms.fetch_max(t, Ordering::SeqCst);
+    /// Takes samples older than `t` only out of order from now on (a block
+    /// holds what is in order there): an append that locks a shard after
+    /// this sees it.
+    pub(super) fn raise_cut_floor(&self, t: i64) {
+        self.cut_floor.fetch_max(t, Ordering::SeqCst);
+    }
+
+    /// The end of the newest block cut (`i64::MIN` before any).
+    pub(super) fn cut_floor(&self) -> i64 {
+        self.cut_floor.load(Ordering::SeqCst)
     }
 
     /// The oldest timestamp an append accepts: the last retention cutoff.
     pub fn min_valid_ms(&self) -> i64 {
         self.min_valid_ms.load(Ordering::Relaxed)
+    }
+
+    /// Drops every late sample older than `below` (see
+    /// [`Shard::drop_late_before`]).
+    pub(super) fn drop_late_before(&self, below: i64) {
+        for Padded(cell) in self.shards.iter() {
+            let mut shard = cell.lock();
+            shard.drop_late_before(below);
+            cell.publish(&shard);
+        }
     }
 
     /// What retention removed since start.

@@ -158,17 +158,25 @@ impl<'d> Single<'d> {
         let set = self.blocks.read();
         let mut out = self.blocks.select(&set, matchers, mint, maxt, stop)?;
         let from_blocks = !out.is_empty();
-        let mint = mint.max(set.floor());
-        if mint <= maxt {
-            self.head
-                .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
-                    out.push(SelectedSeries {
-                        labels: shard.labels_of(series),
-                        chunks: shard.chunks_for_query(series, mint, maxt, until),
-                        histograms: shard.histograms_of(series, mint, maxt, until),
-                    });
-                })?;
-        }
+        // The head answers in order from the floor on, and with late
+        // samples older than it that no block holds yet.
+        let floor = set.floor();
+        self.head
+            .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
+                let chunks = shard.chunks_for_query(series, (mint, maxt), until, floor);
+                let histograms = match mint.max(floor) {
+                    from if from <= maxt => shard.histograms_of(series, from, maxt, until),
+                    _ => Vec::new(),
+                };
+                if chunks.is_empty() && histograms.is_empty() && mint < floor {
+                    return;
+                }
+                out.push(SelectedSeries {
+                    labels: shard.labels_of(series),
+                    chunks,
+                    histograms,
+                });
+            })?;
         drop(set);
         if from_blocks {
             return Ok(merge(out));
@@ -197,10 +205,9 @@ impl<'d> Single<'d> {
                 .blocks
                 .for_each_labels(&set, matchers, mint, maxt, stop, &mut blocks)?,
         }
-        let mint = mint.max(set.floor());
-        if mint <= maxt {
-            self.head.for_each_match(matchers, mint, maxt, stop, head)?;
-        }
+        // The whole range: late samples older than the floor may be in the
+        // head alone.
+        self.head.for_each_match(matchers, mint, maxt, stop, head)?;
         Ok(())
     }
 
@@ -241,18 +248,15 @@ impl<'d> Single<'d> {
             let mut out = BTreeSet::new();
             let set = self.blocks.read();
             self.blocks.all_label_names(&set, mint, maxt, &mut out);
-            let mint = mint.max(set.floor());
-            if mint <= maxt {
-                self.head
-                    .for_each_match(&[], mint, maxt, stop, |shard, series, _| {
-                        for &(n, _) in shard.labels(series).iter() {
-                            let name = shard.strings.get(n);
-                            if !out.contains(name) {
-                                out.insert(name.to_owned());
-                            }
+            self.head
+                .for_each_match(&[], mint, maxt, stop, |shard, series, _| {
+                    for &(n, _) in shard.labels(series).iter() {
+                        let name = shard.strings.get(n);
+                        if !out.contains(name) {
+                            out.insert(name.to_owned());
                         }
-                    })?;
-            }
+                    }
+                })?;
             return Ok(out);
         }
         let out = std::cell::RefCell::new(BTreeSet::new());

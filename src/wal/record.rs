@@ -29,6 +29,7 @@ const SAMPLES: u8 = 2;
 const CHECKPOINT: u8 = 3;
 const EXEMPLARS: u8 = 4;
 const HISTOGRAMS: u8 = 5;
+const FLUSHED: u8 = 6;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +50,15 @@ pub enum Record<'a> {
     Exemplars(Exemplars<'a>),
     /// Native histogram samples for series defined earlier.
     Histograms(Histograms<'a>),
+    /// Samples older than `below` logged before this record are in the
+    /// blocks named, once every one of them exists (the head's late
+    /// samples handed to blocks: replay drops them from here on).
+    Flushed {
+        /// The time the samples handed over are older than.
+        below: i64,
+        /// The blocks' ULIDs, 16 big-endian bytes each.
+        blocks: &'a [u8],
+    },
 }
 
 /// The exemplars of an exemplars record, decoded as they are iterated.
@@ -177,6 +187,17 @@ pub fn encode_histograms_frame(out: &mut Vec<u8>, entries: &[u8]) {
     finish(out, at);
 }
 
+/// Appends a flushed record to `out`: samples older than `below` logged
+/// before it are in `blocks` (ULIDs as 128-bit numbers).
+pub fn encode_flushed(out: &mut Vec<u8>, below: i64, blocks: &[u128]) {
+    let at = start(out, FLUSHED);
+    out.extend_from_slice(&below.to_le_bytes());
+    for b in blocks {
+        out.extend_from_slice(&b.to_be_bytes());
+    }
+    finish(out, at);
+}
+
 /// Appends a series record to `out`.
 pub fn encode_series(out: &mut Vec<u8>, series_ref: u64, labels: &[u8]) {
     let at = start(out, SERIES);
@@ -287,6 +308,18 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
         CHECKPOINT => Record::Checkpoint(payload),
         EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
         HISTOGRAMS => Record::Histograms(Histograms { rest: payload }),
+        FLUSHED => {
+            let (below, blocks) = payload
+                .split_first_chunk::<8>()
+                .ok_or(FrameError::BadPayload)?;
+            if blocks.len() % 16 != 0 {
+                return Err(FrameError::BadPayload);
+            }
+            Record::Flushed {
+                below: i64::from_le_bytes(*below),
+                blocks,
+            }
+        }
         _ => return Err(FrameError::BadPayload),
     };
     Ok((record, HEADER + len))
@@ -313,6 +346,26 @@ mod tests {
             panic!("kind {rec:?}");
         };
         assert_eq!(got.collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn flushed_records_round_trip_and_a_torn_list_is_refused() {
+        let mut buf = Vec::new();
+        encode_flushed(&mut buf, -7, &[1, u128::MAX]);
+        let (rec, n) = decode(&buf).expect("flushed");
+        assert_eq!(n, buf.len());
+        let Record::Flushed { below, blocks } = rec else {
+            panic!("kind {rec:?}");
+        };
+        assert_eq!(below, -7);
+        assert_eq!(blocks.len(), 32);
+        assert_eq!(blocks[15], 1);
+        // A ULID cut short is a bad payload, not a panic.
+        let mut bad = Vec::new();
+        let at = start(&mut bad, FLUSHED);
+        bad.extend_from_slice(&[0; 8 + 5]);
+        finish(&mut bad, at);
+        assert_eq!(decode(&bad).err(), Some(FrameError::BadPayload));
     }
 
     #[test]

@@ -121,10 +121,29 @@ fn invalid(why: String) -> io::Error {
 /// order, without overlapping. `now_ms` names the block.
 pub fn write_block(
     parent: &Path,
-    mut series: Vec<BlockSeries>,
+    series: Vec<BlockSeries>,
     min_time: i64,
     max_time: i64,
     now_ms: u64,
+) -> io::Result<BlockMeta> {
+    let ulid = Ulid::new(now_ms);
+    write_block_as(
+        parent,
+        series,
+        (min_time, max_time),
+        ulid,
+        Compaction::default(),
+    )
+}
+
+/// [`write_block`] named `ulid`, with `compaction` (level 1 and itself as
+/// source when left at their defaults).
+pub fn write_block_as(
+    parent: &Path,
+    mut series: Vec<BlockSeries>,
+    (min_time, max_time): (i64, i64),
+    ulid: Ulid,
+    compaction: Compaction,
 ) -> io::Result<BlockMeta> {
     series.sort_by(|a, b| a.labels.cmp(&b.labels));
     let mut symbols = BTreeSet::new();
@@ -134,14 +153,7 @@ pub fn write_block(
             symbols.insert(v.as_str());
         }
     }
-    let mut w = BlockWriter::create(
-        parent,
-        symbols,
-        min_time,
-        max_time,
-        now_ms,
-        Compaction::default(),
-    )?;
+    let mut w = BlockWriter::create_as(parent, symbols, (min_time, max_time), ulid, compaction)?;
     for s in &series {
         w.add_series(&s.labels, &s.chunks)?;
     }
@@ -192,11 +204,23 @@ impl BlockWriter {
         now_ms: u64,
         compaction: Compaction,
     ) -> io::Result<Self> {
+        let ulid = Ulid::new(now_ms);
+        Self::create_as(parent, symbols, (min_time, max_time), ulid, compaction)
+    }
+
+    /// [`BlockWriter::create`] with the block's name chosen beforehand
+    /// (the WAL names the blocks a cut writes before it writes them).
+    pub fn create_as<S: AsRef<str>>(
+        parent: &Path,
+        symbols: impl IntoIterator<Item = S>,
+        (min_time, max_time): (i64, i64),
+        ulid: Ulid,
+        compaction: Compaction,
+    ) -> io::Result<Self> {
         let mut symbols: Vec<Box<str>> = symbols.into_iter().map(|s| s.as_ref().into()).collect();
         symbols.sort_unstable();
         symbols.dedup();
         u32_of(symbols.len(), "symbols")?;
-        let ulid = Ulid::new(now_ms);
         let name = ulid.to_string();
         let tmp = parent.join(format!("{name}.tmp"));
         if tmp.exists() {

@@ -108,7 +108,9 @@ impl Head {
     }
 
     /// The times an append accepts: from the retention cutoff to `max_t`,
-    /// and out of order from the head's newest less the window.
+    /// in order from the newest block's end, and out of order from the
+    /// head's newest less the window (below the newest block's end too:
+    /// those go to blocks of their own at the next cut).
     pub(super) fn time_bounds(&self, max_t: i64) -> Bounds {
         let min_t = self.min_valid_ms();
         let window = self.ooo_window_ms.load(Ordering::Relaxed);
@@ -123,6 +125,7 @@ impl Head {
         Bounds {
             min_t,
             max_t,
+            inorder_from: self.cut_floor.load(Ordering::SeqCst),
             ooo_from,
         }
     }

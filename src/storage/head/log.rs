@@ -111,6 +111,70 @@ impl Head {
         lsn
     }
 
+    /// Copies every late sample older than `below` (what a cut hands to
+    /// blocks) and logs the frames `marker` makes of the copy right after
+    /// every record appended so far, all under every shard's lock: a late
+    /// sample logged before the marker is in the copy, and one logged
+    /// after is not. Returns the copy and the LSN that makes the marker
+    /// durable (0 without a WAL, or when `marker` makes nothing).
+    pub(in crate::storage) fn seal_late(
+        &self,
+        below: i64,
+        marker: impl FnOnce(&[LateSeries]) -> Vec<u8>,
+    ) -> (Vec<LateSeries>, u64) {
+        // Index order, as `log_appended` takes them.
+        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> =
+            self.shards.iter().map(|Padded(cell)| cell.lock()).collect();
+        let mut late = Vec::new();
+        for (i, shard) in guards.iter().enumerate() {
+            shard.late_before(below, |id, labels, samples| {
+                late.push(LateSeries {
+                    shard: i,
+                    id,
+                    labels: labels.into_iter().map(|l| (l.name, l.value)).collect(),
+                    samples,
+                });
+            });
+        }
+        let frame = marker(&late);
+        let Some(wal) = self.wal.as_ref().filter(|_| !frame.is_empty()) else {
+            return (late, 0);
+        };
+        let mut frames = Vec::new();
+        let mut gave = vec![false; guards.len()];
+        for (k, shard) in guards.iter_mut().enumerate() {
+            if let Some(log) = &mut shard.log {
+                log.samples.close(&mut log.frames);
+                gave[k] = !log.frames.is_empty();
+                frames.extend_from_slice(&log.frames);
+                log.frames.clear();
+                reuse::trim(&mut log.frames);
+            }
+        }
+        frames.extend_from_slice(&frame);
+        let lsn = wal.submit(&frames);
+        for (k, shard) in guards.iter_mut().enumerate() {
+            if let (true, Some(log)) = (gave[k], &mut shard.log) {
+                log.handed_over(lsn);
+            }
+        }
+        (late, lsn)
+    }
+
+    /// Drops exactly the late samples of `late` (a cut's copy, now in
+    /// blocks); later ones, at other times, stay.
+    pub(in crate::storage) fn drop_flushed(&self, late: &[LateSeries]) {
+        for l in late {
+            let times: Vec<i64> = l.samples.iter().map(|&(t, _)| t).collect();
+            let Some(Padded(cell)) = self.shards.get(l.shard) else {
+                continue;
+            };
+            let mut shard = cell.lock();
+            shard.remove_late(l.id, &times);
+            cell.publish(&shard);
+        }
+    }
+
     /// Hands every shard's pending records to the WAL; returns the LSN.
     pub(in crate::storage) fn log_all(&self) -> u64 {
         let mut counts = AppendCounts {
@@ -169,6 +233,19 @@ impl Head {
             .block_on(self.durable(lsn))
             .expect("durable");
     }
+}
+
+/// One series' late samples a cut hands to blocks.
+#[derive(Debug, Clone)]
+pub(in crate::storage) struct LateSeries {
+    /// Its shard.
+    pub shard: usize,
+    /// Its WAL reference.
+    pub id: u64,
+    /// Its labels, sorted.
+    pub labels: Vec<(String, String)>,
+    /// The samples, in time order.
+    pub samples: Vec<(i64, f64)>,
 }
 
 thread_local! {

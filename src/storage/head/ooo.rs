@@ -195,6 +195,39 @@ impl OooSeries {
         )
     }
 
+    /// Drops the samples at `times` (sorted): those a cut handed to
+    /// blocks. Returns (samples dropped, change in bytes).
+    pub(crate) fn remove_times(&mut self, times: &[i64]) -> (usize, isize) {
+        let gone = |t: i64| times.binary_search(&t).is_ok();
+        let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+            return (0, 0);
+        };
+        let (before_bytes, before) = (self.bytes(), self.len());
+        self.open.retain(|&(t, _)| !gone(t));
+        let mut sealed = std::mem::take(&mut self.sealed);
+        for c in sealed
+            .iter_mut()
+            .filter(|c| c.maxt >= first && c.mint <= last)
+        {
+            let kept: Vec<(i64, f64)> = XorIter::new(&c.bytes).filter(|&(t, _)| !gone(t)).collect();
+            match encode_xor(&kept, kept.len()).pop() {
+                Some(chunk) => *c = chunk,
+                None => c.maxt = i64::MIN,
+            }
+        }
+        sealed.retain(|c| c.maxt != i64::MIN);
+        self.sealed = sealed;
+        self.unlogged.retain(|&(t, _)| !gone(t));
+        if self.is_empty() {
+            self.open = Vec::new();
+            self.unlogged = Vec::new();
+        }
+        (
+            before - self.len(),
+            self.bytes() as isize - before_bytes as isize,
+        )
+    }
+
     /// Every sample, in time order, each time once (for a checkpoint).
     pub(crate) fn all(&self) -> Vec<(i64, f64)> {
         self.samples_in(i64::MIN, i64::MAX, u64::MAX)
@@ -260,6 +293,13 @@ mod tests {
         let (dropped, _) = o.retain(25);
         assert_eq!(dropped, 2);
         assert_eq!(o.all(), [(30, 30.0), (40, 40.0), (50, 50.0)]);
+        // Exactly the times handed to blocks go, sealed or open.
+        o.insert(35, 35.0, 2);
+        let (dropped, _) = o.remove_times(&[30, 33, 50]);
+        assert_eq!(dropped, 2);
+        assert_eq!(o.all(), [(35, 35.0), (40, 40.0)]);
+        assert_eq!(o.remove_times(&[35, 40]).0, 2);
+        assert!(o.is_empty());
     }
 
     #[test]

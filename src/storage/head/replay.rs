@@ -20,18 +20,23 @@ impl Head {
     /// corruption in the middle of the log unless `repair` is set.
     ///
     /// What blocks hold (before `floor`), the checkpoint and WAL may hold
-    /// too (a crash between a block's write and the next checkpoint): below
-    /// the floor, replay refuses samples, and restored chunks are dropped.
+    /// too (a crash between a block's write and the next checkpoint). Below
+    /// the floor, replayed samples go out of order, and restored in-order
+    /// chunks are dropped at the end; the log's flushed records say which
+    /// late samples blocks hold, and are obeyed when `known` knows every
+    /// block they name (a crash before the blocks were written leaves the
+    /// samples to the next cut).
     pub(in crate::storage) fn open_above(
         opts: HeadOptions,
         durable: &Durability,
         floor: i64,
+        known: &dyn Fn(u128) -> bool,
     ) -> Result<Self, WalError> {
         let started = Instant::now();
         let mut head = Self::new(opts);
-        head.raise_min_valid(floor);
+        head.raise_cut_floor(floor);
         let wal_dir = durable.dir.join("wal");
-        let replaying = std::cell::RefCell::new(Replayer::new(&head));
+        let replaying = std::cell::RefCell::new(Replayer::new(&head, known));
         // Series images, then the records after them (exemplars, and the
         // out-of-order samples, appended as the log's are).
         let loaded = checkpoint::load(
@@ -55,7 +60,7 @@ impl Head {
             replayer.apply(rec)
         })?;
         if floor > i64::MIN {
-            let dropped = head.truncate(floor);
+            let dropped = head.truncate_in_order(floor);
             tracing::info!(
                 floor,
                 restored_chunks_dropped = dropped.chunks,
@@ -105,7 +110,7 @@ impl Head {
         opts: HeadOptions,
         durable: &Durability,
     ) -> Result<Self, WalError> {
-        Self::open_above(opts, durable, i64::MIN)
+        Self::open_above(opts, durable, i64::MIN, &|_| false)
     }
 }
 
@@ -160,9 +165,10 @@ impl Head {
 
 /// Rebuilds a head from WAL records: series records map the log's
 /// references to series, samples records append through that map.
-#[derive(Debug)]
 struct Replayer<'h> {
     head: &'h Head,
+    /// Whether a block of this ULID is open (or was compacted into one).
+    known: &'h dyn Fn(u128) -> bool,
     refs: HashMap<u64, (u32, u32)>,
     counts: AppendCounts,
     /// Series records whose labels could not be decoded.
@@ -173,9 +179,10 @@ struct Replayer<'h> {
 
 impl<'h> Replayer<'h> {
     /// A replayer into `head`, which should not write a WAL yet.
-    fn new(head: &'h Head) -> Self {
+    fn new(head: &'h Head, known: &'h dyn Fn(u128) -> bool) -> Self {
         Self {
             head,
+            known,
             refs: HashMap::new(),
             counts: AppendCounts::default(),
             bad_series: 0,
@@ -217,6 +224,16 @@ impl<'h> Replayer<'h> {
                 }
             }
             Record::Checkpoint(_) => self.bad_series += 1,
+            Record::Flushed { below, blocks } => {
+                let written = blocks.chunks_exact(16).all(|b| {
+                    let mut id = [0u8; 16];
+                    id.copy_from_slice(b);
+                    (self.known)(u128::from_be_bytes(id))
+                });
+                if written {
+                    self.head.drop_late_before(below);
+                }
+            }
             Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
             Record::Histograms(entries) => {
                 for (r, t, h) in entries {
@@ -263,16 +280,16 @@ impl<'h> Replayer<'h> {
         }
     }
 
-    /// What replay takes: anything from the floor on, and out of order
-    /// whatever the window is now (a sample the log holds was taken, and
-    /// a tenant's own window may be wider than the flag's, which is in
-    /// force while it opens).
+    /// What replay takes: anything, in order from the floor on, and out
+    /// of order whatever the window is now (a sample the log holds was
+    /// taken, and a tenant's own window may be wider than the flag's,
+    /// which is in force while it opens).
     fn bounds(&self) -> crate::storage::append::Bounds {
-        let min_t = self.head.min_valid_ms();
         crate::storage::append::Bounds {
-            min_t,
+            min_t: self.head.min_valid_ms(),
             max_t: i64::MAX,
-            ooo_from: min_t,
+            inorder_from: self.head.cut_floor(),
+            ooo_from: i64::MIN,
         }
     }
 

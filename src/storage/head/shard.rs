@@ -734,11 +734,22 @@ impl Shard {
     /// over the shard; it runs rarely, from the retention task.
     /// Returns (chunks dropped, series removed); the metric names of the
     /// series removed are added to `removed`.
-    pub(crate) fn retain(&mut self, cutoff: i64, removed: &mut Vec<Box<str>>) -> (usize, usize) {
+    ///
+    /// With `keep_ooo` (a block cut: blocks hold what is older, except
+    /// late samples that came after the cut took its copy), out-of-order
+    /// samples stay, and a series that holds some is kept without its
+    /// older in-order chunks, open ones included.
+    pub(crate) fn retain(
+        &mut self,
+        cutoff: i64,
+        keep_ooo: bool,
+        removed: &mut Vec<Box<str>>,
+    ) -> (usize, usize) {
         let mut dropped = 0;
         let mut hist_dropped = 0;
         let mut freed = 0;
         let mut dead = 0;
+        let mut stripped = 0;
         for s in &mut self.series {
             let old = s.sealed.iter().take_while(|c| c.maxt < cutoff).count();
             if old > 0 {
@@ -759,23 +770,33 @@ impl Shard {
                 self.samples -= samples;
                 hist_dropped += chunks;
             }
-            if let Some(o) = s.has_ooo().then(|| self.ooo.get_mut(&s.id)).flatten() {
-                let (samples, bytes) = o.retain(cutoff);
-                self.samples -= samples;
-                self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(bytes);
-                if o.is_empty() {
+            if s.has_ooo() {
+                let empty = match self.ooo.get_mut(&s.id) {
+                    Some(o) => {
+                        if !keep_ooo {
+                            let (samples, bytes) = o.retain(cutoff);
+                            self.samples -= samples;
+                            self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(bytes);
+                        }
+                        o.is_empty()
+                    }
+                    None => true,
+                };
+                if empty {
                     self.ooo.remove(&s.id);
                     s.labels_len &= !OOO_FLAG;
                 }
             }
-            let newest = newest_of(s, &self.hists);
-            dead += usize::from(newest.is_none_or(|t| t < cutoff));
+            let old = newest_of(s, &self.hists).is_none_or(|t| t < cutoff);
+            let late = keep_ooo && s.has_ooo();
+            dead += usize::from(old && !late);
+            stripped += usize::from(old && late && (s.head.is_some() || s.has_hist()));
         }
         // Histogram chunks are counted apart (`hist_chunks`).
         self.chunks -= dropped;
         dropped += hist_dropped;
         self.chunk_bytes -= freed;
-        if dead == 0 {
+        if dead + stripped == 0 {
             return (dropped, 0);
         }
         let old = std::mem::take(self);
@@ -790,8 +811,20 @@ impl Shard {
         } = old;
         self.log = log;
         let mut labels = Vec::new();
-        for s in series {
-            if newest_of(&s, &hists).is_none_or(|t| t < cutoff) {
+        for mut s in series {
+            let old = newest_of(&s, &hists).is_none_or(|t| t < cutoff);
+            if old && keep_ooo && s.has_ooo() {
+                // Kept for its late samples: what it held in order is in
+                // the block, and an open chunk left here would grow across
+                // the block's end.
+                dropped += s.sealed.len() + usize::from(s.head.is_some());
+                s.sealed = Box::new([]);
+                s.head = None;
+                if let Some(h) = hists.remove(&s.id) {
+                    dropped += h.footprint().1;
+                }
+                s.labels_len &= !HIST_FLAG;
+            } else if old {
                 if let Some(&(_, v)) = s
                     .label_run(&old_ids)
                     .iter()
@@ -854,7 +887,12 @@ impl Shard {
         opts: &HeadOptions,
         counts: &mut AppendCounts,
     ) {
-        let Bounds { min_t, max_t, .. } = bounds;
+        let Bounds {
+            min_t,
+            max_t,
+            inorder_from,
+            ooo_from,
+        } = bounds;
         let Some(series) = self.series.get_mut(slot as usize) else {
             return;
         };
@@ -876,6 +914,26 @@ impl Shard {
                 counts.reject(e, t);
                 continue;
             }
+            // Older than the newest block's end: out of order (a block
+            // holds what was in order there), or too old.
+            if t < inorder_from {
+                match t >= ooo_from {
+                    true => insert_late(
+                        series,
+                        Late {
+                            ooo: &mut self.ooo,
+                            bytes: &mut self.ooo_bytes,
+                            samples: &mut self.samples,
+                            log: &mut self.log,
+                        },
+                        (t, v),
+                        opts.ooo_cap,
+                        counts,
+                    ),
+                    false => counts.reject(SampleError::OutOfBounds, t),
+                }
+                continue;
+            }
             let slack = series.open_slack();
             match series.append(t, v, opts) {
                 Ok(Some((delta, created))) => {
@@ -894,35 +952,64 @@ impl Shard {
                 Ok(None) => counts.appended += 1,
                 // Older than the series' newest, within the window: out
                 // of order, unless a sample is at `t` already.
-                Err(SampleError::OutOfOrder) if t >= bounds.ooo_from => {
-                    let ooo = &mut self.ooo;
-                    let held = series
-                        .value_at(t)
-                        .or_else(|| ooo.get(&series.id).and_then(|o| o.get(t)));
-                    match held {
-                        Some(h) if h.to_bits() == v.to_bits() => counts.appended += 1,
-                        Some(_) => counts.reject(SampleError::Duplicate, t),
-                        None => {
-                            let o = ooo.entry(series.id).or_default();
-                            let delta = o.insert(t, v, opts.ooo_cap);
-                            series.labels_len |= OOO_FLAG;
-                            self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(delta);
-                            self.samples += 1;
-                            counts.appended += 1;
-                            counts.out_of_order += 1;
-                            if let Some(log) = &mut self.log {
-                                log.samples.push(&mut log.frames, series.id, t, v);
-                                o.note_unlogged(t, log.gen, log.durable_gen);
-                            }
-                        }
-                    }
-                }
+                Err(SampleError::OutOfOrder) if t >= ooo_from => insert_late(
+                    series,
+                    Late {
+                        ooo: &mut self.ooo,
+                        bytes: &mut self.ooo_bytes,
+                        samples: &mut self.samples,
+                        log: &mut self.log,
+                    },
+                    (t, v),
+                    opts.ooo_cap,
+                    counts,
+                ),
                 // Too old for the window: as Prometheus' "too old sample",
                 // out of bounds.
-                Err(SampleError::OutOfOrder) if bounds.ooo_from != i64::MAX => {
+                Err(SampleError::OutOfOrder) if ooo_from != i64::MAX => {
                     counts.reject(SampleError::OutOfBounds, t)
                 }
                 Err(e) => counts.reject(e, t),
+            }
+        }
+    }
+}
+
+/// A shard's out-of-order side, borrowed apart from its series.
+struct Late<'a> {
+    ooo: &'a mut hashbrown::HashMap<u64, OooSeries>,
+    bytes: &'a mut usize,
+    samples: &'a mut usize,
+    log: &'a mut Option<ShardLog>,
+}
+
+/// Stores `(t, v)` out of order in `series`, unless a sample is at `t`
+/// already: the same value is taken once, another is a duplicate.
+#[inline(never)]
+fn insert_late(
+    series: &mut MemSeries,
+    late: Late<'_>,
+    (t, v): (i64, f64),
+    cap: usize,
+    counts: &mut AppendCounts,
+) {
+    let held = series
+        .value_at(t)
+        .or_else(|| late.ooo.get(&series.id).and_then(|o| o.get(t)));
+    match held {
+        Some(h) if h.to_bits() == v.to_bits() => counts.appended += 1,
+        Some(_) => counts.reject(SampleError::Duplicate, t),
+        None => {
+            let o = late.ooo.entry(series.id).or_default();
+            let delta = o.insert(t, v, cap);
+            series.labels_len |= OOO_FLAG;
+            *late.bytes = late.bytes.wrapping_add_signed(delta);
+            *late.samples += 1;
+            counts.appended += 1;
+            counts.out_of_order += 1;
+            if let Some(log) = late.log {
+                log.samples.push(&mut log.frames, series.id, t, v);
+                o.note_unlogged(t, log.gen, log.durable_gen);
             }
         }
     }
@@ -961,6 +1048,59 @@ impl Shard {
         .min()
     }
 
+    /// Calls `f` with each series' late samples older than `below`: its
+    /// id, labels and those samples in time order (for a cut to hand to
+    /// blocks).
+    pub(crate) fn late_before(
+        &self,
+        below: i64,
+        mut f: impl FnMut(u64, Vec<Label>, Vec<(i64, f64)>),
+    ) {
+        for s in self.series.iter().filter(|s| s.has_ooo()) {
+            let Some(o) = self.ooo.get(&s.id) else {
+                continue;
+            };
+            if o.min_time().is_none_or(|t| t >= below) {
+                continue;
+            }
+            f(
+                s.id,
+                self.labels_of(s),
+                o.samples_in(i64::MIN, below - 1, u64::MAX),
+            );
+        }
+    }
+
+    /// Drops the late samples of series `id` at `times` (sorted): those a
+    /// cut handed to blocks.
+    pub(crate) fn remove_late(&mut self, id: u64, times: &[i64]) {
+        let Some(o) = self.ooo.get_mut(&id) else {
+            return;
+        };
+        let (samples, bytes) = o.remove_times(times);
+        self.samples -= samples;
+        self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(bytes);
+        if o.is_empty() {
+            // Its flag is cleared at the next pass of `retain`.
+            self.ooo.remove(&id);
+        }
+    }
+
+    /// Drops every late sample older than `below` (replay: a cut handed
+    /// them to blocks).
+    pub(crate) fn drop_late_before(&mut self, below: i64) {
+        let mut freed = 0isize;
+        let mut samples = 0;
+        self.ooo.retain(|_, o| {
+            let (n, bytes) = o.retain(below);
+            samples += n;
+            freed += bytes;
+            !o.is_empty()
+        });
+        self.samples -= samples;
+        self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(freed);
+    }
+
     /// The series' out-of-order samples, if it has some.
     #[inline]
     pub(crate) fn ooo_of(&self, s: &MemSeries) -> Option<&OooSeries> {
@@ -968,17 +1108,21 @@ impl Shard {
     }
 
     /// The float chunks of `s` overlapping `[mint, maxt]` for a query,
-    /// up to `until` (see [`MemSeries::visible_until`]); with
+    /// up to `until` (see [`MemSeries::visible_until`]), in-order ones
+    /// from `inorder_from` on (blocks answer for older times); with
     /// out-of-order samples in the range, its samples there merged into
     /// new chunks, in time order and each time once.
     pub(crate) fn chunks_for_query(
         &self,
         s: &MemSeries,
-        mint: i64,
-        maxt: i64,
+        (mint, maxt): (i64, i64),
         until: i64,
+        inorder_from: i64,
     ) -> Vec<ChunkRef> {
-        let chunks = s.snapshot_chunks(mint, maxt, until);
+        let chunks = match mint.max(inorder_from) {
+            from if from <= maxt => s.snapshot_chunks(from, maxt, until),
+            _ => Vec::new(),
+        };
         let Some(o) = self.ooo_of(s) else {
             return chunks;
         };
@@ -996,10 +1140,11 @@ impl Shard {
         newest_of(s, &self.hists)
     }
 
-    /// The chunks of `s` (floats and histograms, sealed and open) that lie
-    /// in `[lo, hi)`, in time order, for a block. Chunks never cross a
-    /// chunk-range boundary, and block ranges are whole chunk ranges, so
-    /// each chunk is in or out whole.
+    /// The in-order chunks of `s` (floats and histograms, sealed and open)
+    /// that lie in `[lo, hi)`, in time order, for a block (its late samples
+    /// are handed over apart, see [`Shard::late_before`]). Chunks never
+    /// cross a chunk-range boundary, and block ranges are whole chunk
+    /// ranges, so each chunk is in or out whole.
     pub(crate) fn chunks_in(&self, s: &MemSeries, lo: i64, hi: i64) -> Vec<BlockChunk> {
         let inside = |mint: i64, bytes: &[u8]| {
             mint >= lo && mint < hi && bytes.len() >= 2 && bytes[..2] != [0, 0]
@@ -1022,24 +1167,6 @@ impl Shard {
                 encoding: Encoding::Xor,
                 data: Arc::from(bytes),
             });
-        }
-        // Out-of-order samples in the range join the in-order ones there:
-        // the block holds them merged, in chunks of its own.
-        let extra = self
-            .ooo_of(s)
-            .map(|o| o.samples_in(lo, hi - 1, u64::MAX))
-            .unwrap_or_default();
-        if !extra.is_empty() {
-            let merged = merge_samples(out.iter().map(|c| &*c.data), &extra, lo, hi - 1);
-            out = encode_xor(&merged, MERGED_CHUNK_SAMPLES)
-                .into_iter()
-                .map(|c| BlockChunk {
-                    mint: c.mint,
-                    maxt: c.maxt,
-                    encoding: Encoding::Xor,
-                    data: c.bytes,
-                })
-                .collect();
         }
         if let Some(h) = self.hist_of(s) {
             for (mint, maxt, kind, bytes) in h.chunks() {
@@ -1117,7 +1244,12 @@ impl Shard {
         &mut self,
         slot: u32,
         samples: impl Iterator<Item = (i64, &'h HistSample)>,
-        Bounds { min_t, max_t, .. }: Bounds,
+        Bounds {
+            min_t,
+            max_t,
+            inorder_from,
+            ..
+        }: Bounds,
         opts: &HeadOptions,
         counts: &mut AppendCounts,
     ) {
@@ -1126,6 +1258,9 @@ impl Shard {
         };
         let mut entries = Vec::new();
         let mut newest = None;
+        // Late histograms are not taken: older than the newest block's
+        // end is out of bounds for them.
+        let min_t = min_t.max(inorder_from);
         for (t, h) in samples {
             if t > max_t || t < min_t {
                 counts.reject(SampleError::OutOfBounds, t);
@@ -1282,6 +1417,7 @@ mod tests {
             Bounds {
                 min_t: i64::MIN,
                 max_t: i64::MAX,
+                inorder_from: i64::MIN,
                 ooo_from: i64::MAX,
             },
             &opts(),
