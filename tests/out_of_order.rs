@@ -4,7 +4,9 @@
 //! `storage.tsdb.out_of_order_time_window: 2h`. Every sample and a set of
 //! range queries answer identically; again after `kill -9` and a restart;
 //! again once the head is cut into blocks, which promtool reads and which
-//! Prometheus, started on a copy of them, answers the same from.
+//! Prometheus, started on a copy of them, answers the same from; and with
+//! late samples older than the newest block, before and after a cut
+//! writes them into out-of-order blocks.
 
 mod common;
 
@@ -230,6 +232,111 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let from_copy = answers(&reader.addr(), t0 + 10 * 60_000, last).await;
     let ours = answers(&addr.to_string(), t0 + 10 * 60_000, last).await;
     assert_same(&ours, &from_copy, "Prometheus on Sluice's blocks");
+    drop(reader);
+
+    // Late samples older than the newest block, within the window: both
+    // take them. Sluice keeps them beside its blocks, through a kill -9,
+    // until the next cut writes them into out-of-order blocks (which
+    // compaction merges with the blocks they overlap).
+    let late = common::body(
+        (0..SERIES)
+            .map(|k| {
+                let samples: Vec<(i64, f64)> = (0..POINTS)
+                    .map(|i| (t0 + i * STEP + STEP / 2, value(k, i) + 0.5))
+                    .filter(|&(t, _)| t < floor)
+                    .collect();
+                let k = k.to_string();
+                let g = if k.len() % 2 == 0 { "even" } else { "odd" };
+                common::series(
+                    &[("__name__", "ooo_m"), ("k", k.as_str()), ("g", g)],
+                    &samples,
+                )
+            })
+            .collect(),
+    );
+    let late_count = SERIES * in_blocks;
+    prom.remote_write(late.clone()).await;
+    let (status, text) = common::push(addr, late).await;
+    assert_eq!(status, 204, "{text}");
+    let theirs = answers(&prom.addr(), t0, end).await;
+    let ours = answers(&addr.to_string(), t0, end).await;
+    assert_same(&ours, &theirs, "late samples older than the newest block");
+    let stored = theirs[0].as_array().map_or(0, |r| {
+        r.iter()
+            .map(|s| s["values"].as_array().map_or(0, Vec::len))
+            .sum::<usize>()
+    });
+    assert_eq!(stored, SERIES * POINTS as usize + late_count);
+
+    let mut child = _child;
+    child.kill();
+    let (child, addr) = common::spawn_sluice(
+        bin(),
+        data.path(),
+        "info",
+        &[
+            "--out-of-order-time-window",
+            "2h",
+            "--storage-min-block-duration",
+            "10m",
+            "--storage-max-block-duration",
+            "1h",
+        ],
+    );
+    let _child = KillOnDrop(child);
+    common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= 1.0).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(data.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ours = answers(&addr.to_string(), t0, end).await;
+    assert_same(
+        &ours,
+        &theirs,
+        "after kill -9 and a cut of the late samples",
+    );
+
+    // Every late sample is in a block now: promtool dumps them, and
+    // Prometheus on a copy of the blocks answers as Sluice does.
+    let blocks = blocks_in(data.path());
+    let copy = tempfile::tempdir().expect("tempdir");
+    for b in &blocks {
+        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
+    }
+    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let path = copy.path().to_str().expect("utf-8");
+    let dump = common::promtool3(&["tsdb", "dump", path]);
+    let floor2 = blocks
+        .iter()
+        .map(|b| {
+            let meta: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
+                    .expect("json");
+            meta["maxTime"].as_i64().expect("maxTime")
+        })
+        .max()
+        .expect("a block");
+    assert!(floor2 > floor, "a second cut");
+    let in_order_in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor2).count();
+    let mut dumped: Vec<&str> = dump.lines().collect();
+    dumped.sort_unstable();
+    dumped.dedup();
+    assert_eq!(
+        dumped.len(),
+        SERIES * in_order_in_blocks + late_count,
+        "each sample once in the blocks: {dump:.2000}"
+    );
+    let reader = common::prometheus3_on_blocks(&blocks);
+    reader.ready().await;
+    let last = floor2 - 1 - (floor2 - 1 - t0) % 60_000;
+    let from_copy = answers(&reader.addr(), t0 + 10 * 60_000, last).await;
+    let ours = answers(&addr.to_string(), t0 + 10 * 60_000, last).await;
+    assert_same(&ours, &from_copy, "Prometheus on blocks with late samples");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

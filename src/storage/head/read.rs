@@ -105,7 +105,7 @@ impl Head {
         for i in 0..self.shard_count() {
             self.with_shard(i, |shard| {
                 for s in &shard.series {
-                    let chunks = shard.chunks_in(s, lo, hi);
+                    let chunks = shard.chunks_in(s, lo, hi, &self.opts);
                     if chunks.is_empty() {
                         continue;
                     }

@@ -13,7 +13,8 @@ use crate::storage::append::{
 };
 use crate::storage::block::{BlockChunk, Encoding};
 use crate::storage::chunk::{
-    encode_xor, ChunkRef, HistogramKind, XorAppender, XorIter, HEADER_BYTES, MERGED_CHUNK_SAMPLES,
+    decode_histograms, encode_xor, ChunkRef, HistogramKind, XorAppender, XorIter, HEADER_BYTES,
+    MERGED_CHUNK_SAMPLES,
 };
 use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
@@ -1141,46 +1142,87 @@ impl Shard {
     }
 
     /// The in-order chunks of `s` (floats and histograms, sealed and open)
-    /// that lie in `[lo, hi)`, in time order, for a block (its late samples
-    /// are handed over apart, see [`Shard::late_before`]). Chunks never
-    /// cross a chunk-range boundary, and block ranges are whole chunk
-    /// ranges, so each chunk is in or out whole.
-    pub(crate) fn chunks_in(&self, s: &MemSeries, lo: i64, hi: i64) -> Vec<BlockChunk> {
-        let inside = |mint: i64, bytes: &[u8]| {
-            mint >= lo && mint < hi && bytes.len() >= 2 && bytes[..2] != [0, 0]
+    /// with samples in `[lo, hi)`, in time order, for a block (its late
+    /// samples are handed over apart, see [`Shard::late_before`]). A chunk
+    /// inside the range is copied; one that crosses its edge (cut under
+    /// another block range, before a restart that changed it) gives the
+    /// block its samples in the range, encoded again, and stays in the
+    /// head for the next range.
+    pub(crate) fn chunks_in(
+        &self,
+        s: &MemSeries,
+        lo: i64,
+        hi: i64,
+        opts: &HeadOptions,
+    ) -> Vec<BlockChunk> {
+        let held = |bytes: &[u8]| bytes.len() >= 2 && bytes[..2] != [0, 0];
+        let float = |mint: i64, maxt: i64, data: Arc<[u8]>| BlockChunk {
+            mint,
+            maxt,
+            encoding: Encoding::Xor,
+            data,
         };
-        let mut out: Vec<BlockChunk> = s
+        let mut out: Vec<BlockChunk> = Vec::new();
+        let open = s.open_chunk();
+        let chunks = s
             .sealed
             .iter()
-            .filter(|c| inside(c.mint, &c.bytes))
-            .map(|c| BlockChunk {
-                mint: c.mint,
-                maxt: c.maxt,
-                encoding: Encoding::Xor,
-                data: Arc::clone(&c.bytes),
-            })
-            .collect();
-        if let Some((mint, maxt, bytes)) = s.open_chunk().filter(|c| inside(c.0, c.2)) {
-            out.push(BlockChunk {
-                mint,
-                maxt,
-                encoding: Encoding::Xor,
-                data: Arc::from(bytes),
-            });
+            .map(|c| (c.mint, c.maxt, &*c.bytes, Some(&c.bytes)))
+            .chain(open.map(|(mint, maxt, bytes)| (mint, maxt, bytes, None)));
+        for (mint, maxt, bytes, shared) in chunks {
+            if !held(bytes) || maxt < lo || mint >= hi {
+                continue;
+            }
+            if mint >= lo && maxt < hi {
+                out.push(float(
+                    mint,
+                    maxt,
+                    shared.map_or_else(|| Arc::from(bytes), Arc::clone),
+                ));
+                continue;
+            }
+            let part: Vec<(i64, f64)> = XorIter::new(bytes)
+                .filter(|&(t, _)| lo <= t && t < hi)
+                .collect();
+            out.extend(
+                encode_xor(&part, MERGED_CHUNK_SAMPLES)
+                    .into_iter()
+                    .map(|c| float(c.mint, c.maxt, c.bytes)),
+            );
         }
         if let Some(h) = self.hist_of(s) {
+            let encoding = |kind| match kind {
+                HistogramKind::Float => Encoding::FloatHistogram,
+                HistogramKind::Int => Encoding::Histogram,
+            };
+            let mut crossing = Vec::new();
             for (mint, maxt, kind, bytes) in h.chunks() {
-                if inside(mint, bytes) {
+                if !held(bytes) || maxt < lo || mint >= hi {
+                    continue;
+                }
+                if mint >= lo && maxt < hi {
                     out.push(BlockChunk {
                         mint,
                         maxt,
-                        encoding: match kind {
-                            HistogramKind::Float => Encoding::FloatHistogram,
-                            HistogramKind::Int => Encoding::Histogram,
-                        },
+                        encoding: encoding(kind),
                         data: Arc::from(bytes),
                     });
+                } else {
+                    decode_histograms(kind, bytes, lo, hi - 1, &mut crossing);
                 }
+            }
+            if !crossing.is_empty() {
+                // The head's own encoder, on a scratch series.
+                let mut part = HistSeries::default();
+                for (t, h) in &crossing {
+                    let _ = part.append(*t, h, None, opts);
+                }
+                out.extend(part.chunks().map(|(mint, maxt, kind, bytes)| BlockChunk {
+                    mint,
+                    maxt,
+                    encoding: encoding(kind),
+                    data: Arc::from(bytes),
+                }));
             }
             out.sort_by_key(|c| c.mint);
         }
