@@ -538,6 +538,50 @@ mod tests {
         head3.close(Close::WalOnly);
     }
 
+    /// A crash in the middle of a cut that hands late samples to blocks:
+    /// the out-of-order block is on disk, the in-order one is not. The
+    /// WAL's flushed record names both, so replay keeps the late samples;
+    /// reads show each once, the next cut writes them again, and
+    /// compaction leaves one copy.
+    #[test]
+    fn a_cut_cut_short_keeps_its_late_samples_and_compaction_leaves_one_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = ooo_db(dir.path(), 6 * H);
+        let first: Vec<(i64, f64)> = (0..150).map(|i| (i * 120_000, i as f64)).collect();
+        append_each(&db, &first);
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 1);
+        let late = [(90_000, 0.5), (150_000, 1.5)];
+        let c = append_each(&db, &late);
+        assert_eq!(c.out_of_order, 2);
+        let more: Vec<(i64, f64)> = (150..210).map(|i| (i * 120_000, i as f64)).collect();
+        append_each(&db, &more);
+        let mut want: Vec<(i64, f64)> = first.iter().chain(&late).chain(&more).copied().collect();
+        want.sort_by_key(|s| s.0);
+        let got = |db: &Db| everything(db).pop().map(|s| s.1).unwrap_or_default();
+        let cut = db.cut_blocks(2).expect("cut");
+        assert_eq!(cut.len(), 2);
+        db.close(Close::WalOnly);
+        drop(db);
+        // The crash came before the in-order block was in place.
+        let in_order = cut
+            .iter()
+            .find(|m| !m.compaction.from_out_of_order)
+            .expect("in-order block");
+        std::fs::remove_dir_all(dir.path().join(in_order.ulid.to_string())).expect("remove");
+
+        let db = ooo_db(dir.path(), 6 * H);
+        assert_eq!(got(&db), want, "nothing lost, nothing read twice");
+        let again = db.cut_blocks(3).expect("cut");
+        assert_eq!(again.len(), 2, "the cut is done again: {again:?}");
+        assert_eq!(got(&db), want);
+        let merged = db.compact_blocks(4, &|| true).expect("compacts");
+        let first_range: Vec<_> = merged.iter().filter(|m| m.min_time == 0).collect();
+        assert_eq!(first_range.len(), 1, "{merged:?}");
+        assert_eq!(first_range[0].num_samples, 60 + 2, "one copy of each");
+        assert_eq!(got(&db), want, "after compaction");
+        db.close(Close::WalOnly);
+    }
+
     /// Chunks cut under a 2h range, kept through a checkpoint, then cut
     /// into blocks under a 1h range after a restart: chunks crossing a
     /// block's edge give it their samples in range, the rest follows in
