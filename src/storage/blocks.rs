@@ -19,7 +19,11 @@ use super::block::{
     read_meta, BlockChunk, BlockError, BlockMeta, ChunkMeta, ChunkReader, Encoding, IndexReader,
     Ulid,
 };
-use super::chunk::{decode_histograms, in_order, merge_overlapping, ChunkRef, HistogramKind};
+use super::chunk::{
+    decode_histograms, encode_xor, in_order, merge_overlapping, ChunkRef, HistogramKind,
+    MERGED_CHUNK_SAMPLES,
+};
+use super::head::hist_series;
 use super::index::Matcher;
 use super::labels::Label;
 use super::selected::SelectedSeries;
@@ -217,6 +221,13 @@ impl Block {
     }
 }
 
+/// Where a block goes in the set: by start, an in-order block before an
+/// out-of-order one of the same start (it wins a time both hold, in reads
+/// and in compaction), then by name (ULIDs sort by creation time).
+fn order_key(m: &BlockMeta) -> (i64, bool, Ulid) {
+    (m.min_time, m.compaction.from_out_of_order, m.ulid)
+}
+
 /// Bytes of the files under `dir` (one level of subdirectories).
 fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
@@ -382,7 +393,7 @@ impl Blocks {
             tracing::info!(block = %b.dir.display(), "removing a block already compacted into a newer one");
             std::fs::remove_dir_all(&b.dir)?;
         }
-        blocks.sort_by_key(|b| (b.meta.min_time, b.meta.ulid.to_string()));
+        blocks.sort_by_key(|b| order_key(&b.meta));
         let floor = blocks
             .iter()
             .map(|b| b.meta.max_time)
@@ -436,9 +447,8 @@ impl Blocks {
     pub(crate) fn publish(&self, block: Block, took: std::time::Duration) {
         let mut set = self.set.write();
         set.floor = set.floor.max(block.meta.max_time);
-        let at = set
-            .blocks
-            .partition_point(|b| b.meta.min_time <= block.meta.min_time);
+        let key = order_key(&block.meta);
+        let at = set.blocks.partition_point(|b| order_key(&b.meta) <= key);
         set.blocks.insert(at, Arc::new(block));
         drop(set);
         self.remeasure();
@@ -502,9 +512,8 @@ impl Blocks {
                 let mut set = self.set.write();
                 set.blocks
                     .retain(|b| !parents.iter().any(|p| p.meta.ulid == b.meta.ulid));
-                let at = set
-                    .blocks
-                    .partition_point(|b| b.meta.min_time <= meta.min_time);
+                let key = order_key(&meta);
+                let at = set.blocks.partition_point(|b| order_key(&b.meta) <= key);
                 set.blocks.insert(at, Arc::new(block));
             }
             self.remeasure();
@@ -724,26 +733,131 @@ fn untangle(s: &mut SelectedSeries) {
     }
 }
 
-/// Merges a series' float chunks that overlap (parents that overlap in
-/// time: the first parent wins a time both hold); histogram chunks are
-/// kept as they are (late histograms are not taken, so theirs never
-/// overlap).
+/// Puts a series' chunks for a block (from parents that overlap in time,
+/// or a range's in-order chunks with its late samples) in time order
+/// without overlaps: chunks that overlap no other are kept as they are;
+/// the others are decoded, merged (each time once, the chunk given first
+/// winning a time two hold) and encoded again, floats and histograms each
+/// in runs of their own.
 pub(crate) fn untangle_chunks(chunks: &mut Vec<BlockChunk>) {
-    let floats: Vec<ChunkRef> = chunks
-        .iter()
-        .filter(|c| c.encoding == Encoding::Xor)
-        .map(|c| ChunkRef {
+    let mut order: Vec<usize> = (0..chunks.len()).collect();
+    order.sort_by_key(|&i| chunks[i].mint);
+    if order
+        .windows(2)
+        .all(|w| chunks[w[1]].mint > chunks[w[0]].maxt)
+    {
+        chunks.sort_by_key(|c| c.mint);
+        return;
+    }
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut group: Vec<usize> = Vec::new();
+    let mut reach = i64::MIN;
+    for i in order {
+        if !group.is_empty() && chunks[i].mint > reach {
+            merge_group(chunks, &group, &mut out);
+            group.clear();
+        }
+        reach = if group.is_empty() {
+            chunks[i].maxt
+        } else {
+            reach.max(chunks[i].maxt)
+        };
+        group.push(i);
+    }
+    merge_group(chunks, &group, &mut out);
+    *chunks = out;
+}
+
+/// A sample of a merged group: a float or a native histogram.
+enum Point {
+    Float(f64),
+    Hist(crate::histogram::HistSample),
+}
+
+/// Moves one group of overlapping chunks (indexes into `chunks`, sorted by
+/// `mint`) to `out`: as it is when alone, merged when several.
+fn merge_group(chunks: &[BlockChunk], group: &[usize], out: &mut Vec<BlockChunk>) {
+    if let [one] = group {
+        out.push(chunks[*one].clone());
+        return;
+    }
+    let mut points: Vec<(i64, usize, Point)> = Vec::new();
+    let mut hists = Vec::new();
+    for &i in group {
+        let c = &chunks[i];
+        match c.encoding {
+            Encoding::Xor => points.extend(
+                crate::storage::chunk::XorIter::new(&c.data).map(|(t, v)| (t, i, Point::Float(v))),
+            ),
+            Encoding::Histogram | Encoding::FloatHistogram => {
+                let kind = match c.encoding {
+                    Encoding::FloatHistogram => HistogramKind::Float,
+                    _ => HistogramKind::Int,
+                };
+                hists.clear();
+                decode_histograms(kind, &c.data, i64::MIN, i64::MAX, &mut hists);
+                points.extend(hists.drain(..).map(|(t, h)| (t, i, Point::Hist(h))));
+            }
+        }
+    }
+    points.sort_by_key(|p| (p.0, p.1));
+    points.dedup_by_key(|p| p.0);
+    let opts = crate::storage::HeadOptions::default();
+    let mut floats: Vec<(i64, f64)> = Vec::new();
+    let mut hist_run: Vec<(i64, crate::histogram::HistSample)> = Vec::new();
+    let flush_floats = |floats: &mut Vec<(i64, f64)>, out: &mut Vec<BlockChunk>| {
+        out.extend(merge_overlapping_floats(floats));
+        floats.clear();
+    };
+    for (t, _, p) in points {
+        match p {
+            Point::Float(v) => {
+                if !hist_run.is_empty() {
+                    out.extend(encode_hist_run(&hist_run, &opts));
+                    hist_run.clear();
+                }
+                floats.push((t, v));
+            }
+            Point::Hist(h) => {
+                if !floats.is_empty() {
+                    flush_floats(&mut floats, out);
+                }
+                hist_run.push((t, h));
+            }
+        }
+    }
+    flush_floats(&mut floats, out);
+    out.extend(encode_hist_run(&hist_run, &opts));
+}
+
+/// Floats in time order as XOR block chunks.
+fn merge_overlapping_floats(floats: &[(i64, f64)]) -> Vec<BlockChunk> {
+    encode_xor(floats, MERGED_CHUNK_SAMPLES)
+        .into_iter()
+        .map(|c| BlockChunk {
             mint: c.mint,
             maxt: c.maxt,
-            bytes: Arc::clone(&c.data),
+            encoding: Encoding::Xor,
+            data: c.bytes,
         })
-        .collect();
-    chunks.retain(|c| c.encoding != Encoding::Xor);
-    chunks.extend(merge_overlapping(floats).into_iter().map(|c| BlockChunk {
-        mint: c.mint,
-        maxt: c.maxt,
-        encoding: Encoding::Xor,
-        data: c.bytes,
-    }));
-    chunks.sort_by_key(|c| c.mint);
+        .collect()
+}
+
+/// Histograms in time order as block chunks, encoded as the head does.
+fn encode_hist_run(
+    run: &[(i64, crate::histogram::HistSample)],
+    opts: &crate::storage::HeadOptions,
+) -> Vec<BlockChunk> {
+    hist_series::encode(run, opts)
+        .into_iter()
+        .map(|(mint, maxt, kind, data)| BlockChunk {
+            mint,
+            maxt,
+            encoding: match kind {
+                HistogramKind::Float => Encoding::FloatHistogram,
+                HistogramKind::Int => Encoding::Histogram,
+            },
+            data,
+        })
+        .collect()
 }

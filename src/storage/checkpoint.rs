@@ -23,8 +23,9 @@
 //! (2 integer, 3 float, as Prometheus numbers them), bytes) each | open
 //! chunk: 0, or 1 then the same`. A series without histograms ends after
 //! its open chunk, as before histograms were stored. Each shard's series
-//! are followed by a samples record (the WAL's) of their out-of-order
-//! samples, if they have any, which the load appends as replay does.
+//! are followed by a samples record and a histograms record (the WAL's) of
+//! their out-of-order samples, if they have any, which the load appends as
+//! replay does.
 
 use std::fs::{self, File};
 use std::io::{self, Write as _};
@@ -270,6 +271,13 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
                 }
             }
             frame.close(&mut buf);
+            let mut entries = Vec::new();
+            for s in &shard.series {
+                for (t, h) in shard.ooo_of(s).map(|o| o.all_hists()).unwrap_or_default() {
+                    record::histograms::put_entry(&mut entries, s.id, *t, h);
+                }
+            }
+            record::encode_histograms_frame(&mut buf, &entries);
         });
         report.bytes += buf.len() as u64;
         file.write_all(&buf).map_err(io_err(&tmp))?;
@@ -379,7 +387,10 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
-            Ok((rec @ (Record::Exemplars(_) | Record::Samples(_)), len)) => {
+            Ok((
+                rec @ (Record::Exemplars(_) | Record::Samples(_) | Record::Histograms(_)),
+                len,
+            )) => {
                 records(rec);
                 pos += len;
                 continue;

@@ -23,8 +23,9 @@ use super::block::{
     write_block_as, BlockChunk, BlockMeta, BlockSeries, Compaction, Encoding, Ulid,
 };
 use super::blocks::{untangle_chunks, Block, Blocks};
-use super::chunk::{encode_xor, MERGED_CHUNK_SAMPLES};
-use super::head::{Head, LateSeries};
+use super::chunk::{encode_xor, HistogramKind, MERGED_CHUNK_SAMPLES};
+use super::head::{hist_series, Head, HeadOptions, LateSeries};
+use crate::histogram::HistSample;
 use crate::wal::record::encode_flushed;
 
 /// Why a block could not be cut.
@@ -90,7 +91,11 @@ pub(super) fn cut_blocks(
         let (late, lsn) = head.seal_late(max_time, |late| {
             let mut starts: Vec<i64> = late
                 .iter()
-                .flat_map(|l| l.samples.iter().map(|&(t, _)| t.div_euclid(range) * range))
+                .flat_map(|l| {
+                    let floats = l.samples.iter().map(|&(t, _)| t);
+                    floats.chain(l.hists.iter().map(|(t, _)| *t))
+                })
+                .map(|t| t.div_euclid(range) * range)
                 .collect();
             if !in_order.is_empty() {
                 starts.push(min_time);
@@ -117,7 +122,7 @@ pub(super) fn cut_blocks(
         let mut written: Vec<Block> = Vec::with_capacity(planned.len());
         let mut in_order = Some(in_order);
         for &(start, ulid) in &planned {
-            let of_range = late_in(&late, start, start + range);
+            let of_range = late_in(&late, start, start + range, head.options());
             let (series, compaction) = match start == min_time {
                 true => (
                     with_late(in_order.take().unwrap_or_default(), of_range),
@@ -178,24 +183,41 @@ pub(super) fn cut_blocks(
     Ok(cut)
 }
 
-/// The late samples of `late` in `[lo, hi)`, as block series of XOR
-/// chunks.
-fn late_in(late: &[LateSeries], lo: i64, hi: i64) -> Vec<BlockSeries> {
+/// The late samples of `late` in `[lo, hi)`, as block series: floats in
+/// XOR chunks, histograms encoded as the head encodes them.
+fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<BlockSeries> {
     late.iter()
         .filter_map(|l| {
-            let from = l.samples.partition_point(|&(t, _)| t < lo);
-            let to = l.samples.partition_point(|&(t, _)| t < hi);
-            (from < to).then(|| BlockSeries {
+            let within = |t: i64| lo <= t && t < hi;
+            let floats: Vec<(i64, f64)> =
+                l.samples.iter().filter(|s| within(s.0)).copied().collect();
+            let hists: Vec<(i64, HistSample)> =
+                l.hists.iter().filter(|h| within(h.0)).cloned().collect();
+            let mut chunks: Vec<BlockChunk> = encode_xor(&floats, MERGED_CHUNK_SAMPLES)
+                .into_iter()
+                .map(|c| BlockChunk {
+                    mint: c.mint,
+                    maxt: c.maxt,
+                    encoding: Encoding::Xor,
+                    data: c.bytes,
+                })
+                .collect();
+            chunks.extend(hist_series::encode(&hists, opts).into_iter().map(
+                |(mint, maxt, kind, data)| BlockChunk {
+                    mint,
+                    maxt,
+                    encoding: match kind {
+                        HistogramKind::Float => Encoding::FloatHistogram,
+                        HistogramKind::Int => Encoding::Histogram,
+                    },
+                    data,
+                },
+            ));
+            // Floats and histograms of one series may interleave in time.
+            untangle_chunks(&mut chunks);
+            (!chunks.is_empty()).then(|| BlockSeries {
                 labels: l.labels.clone(),
-                chunks: encode_xor(&l.samples[from..to], MERGED_CHUNK_SAMPLES)
-                    .into_iter()
-                    .map(|c| BlockChunk {
-                        mint: c.mint,
-                        maxt: c.maxt,
-                        encoding: Encoding::Xor,
-                        data: c.bytes,
-                    })
-                    .collect(),
+                chunks,
             })
         })
         .collect()
@@ -536,6 +558,168 @@ mod tests {
         assert!(!merged[0].compaction.from_out_of_order);
         assert_eq!(got(&head3), want, "after vertical compaction");
         head3.close(Close::WalOnly);
+    }
+
+    /// Native histograms late within the window, as floats: newer and
+    /// older than the newest block, merged in reads, through a checkpoint
+    /// and a replay, into blocks, and through vertical compaction; a float
+    /// at a histogram's time (or another histogram there) is a duplicate.
+    #[test]
+    fn late_histograms_are_kept_read_cut_and_compacted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = ooo_db(dir.path(), 6 * H);
+        let labels = [("__name__", "lat"), ("k", "0")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let send = |db: &Db, samples: Vec<(i64, HistSample)>| {
+            let mut c = AppendCounts::default();
+            for s in samples {
+                let mut app = db.appender(i64::MAX);
+                app.append_histograms(&labels, &raw, &[s], &mut c)
+                    .expect("fits");
+                drop(app.commit());
+            }
+            db.head().log_and_wait();
+            c
+        };
+        let at = |i: i64| (i * 120_000, hist(i as u64));
+        // Every other minute in order over 5h, then the minutes between
+        // in the first 4h, newest first.
+        let c = send(&db, (0..150).map(at).collect());
+        assert_eq!((c.appended, c.out_of_order), (150, 0));
+        let late = |i: i64| (i * 120_000 + 60_000, hist(1000 + i as u64));
+        let c = send(&db, (0..120).rev().map(late).collect());
+        assert_eq!((c.appended, c.out_of_order), (120, 120));
+        // The same histogram again is taken once; another is a duplicate,
+        // and so is a float at a histogram's time.
+        let c = send(&db, vec![late(3), (late(4).0, hist(7)), at(5)]);
+        assert_eq!((c.appended, c.rejected, c.out_of_order), (2, [0, 1, 0], 0));
+        let mut float = AppendCounts::default();
+        let mut app = db.appender(i64::MAX);
+        app.append_new(&labels, &raw, std::iter::once((late(6).0, 1.0)), &mut float)
+            .expect("fits");
+        drop(app.commit());
+        assert_eq!(float.rejected, [0, 1, 0]);
+        let mut want: Vec<i64> = (0..150)
+            .map(|i| at(i).0)
+            .chain((0..120).map(|i| late(i).0))
+            .collect();
+        want.sort_unstable();
+        let got = |db: &Db| {
+            let m = Matcher::new(MatchOp::Equal, "__name__", "lat").expect("m");
+            let s = db
+                .querier()
+                .select_until(&[m], i64::MIN, i64::MAX, &Stop::default())
+                .expect("no stop");
+            s.into_iter()
+                .flat_map(|s| s.histograms)
+                .map(|(t, h)| {
+                    let n = match h {
+                        HistSample::Int(h) => h.zero_count as i64,
+                        HistSample::Float(h) => h.zero_count as i64,
+                    };
+                    (t, n)
+                })
+                .collect::<Vec<(i64, i64)>>()
+        };
+        let check = |db: &Db, when: &str| {
+            let g = got(db);
+            assert_eq!(g.iter().map(|s| s.0).collect::<Vec<_>>(), want, "{when}");
+            for (t, n) in g {
+                let i = t / 120_000;
+                let expect = if t % 120_000 == 0 { i } else { 1000 + i };
+                assert_eq!(n, expect, "{when}: value at {t}");
+            }
+        };
+        check(&db, "as sent");
+        // The cut writes [0, 2h) with the late ones in it merged; a late
+        // histogram older than it is taken and kept beside the block.
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 1);
+        check(&db, "after a cut");
+        let c = send(&db, vec![(30_000, hist(30))]);
+        assert_eq!(c.out_of_order, 1);
+        want.push(30_000);
+        want.sort_unstable();
+        let check_with_old = |db: &Db, want: &[i64], when: &str| {
+            let g = got(db);
+            assert_eq!(g.iter().map(|s| s.0).collect::<Vec<_>>(), want, "{when}");
+            assert!(g.contains(&(30_000, 30)), "{when}");
+        };
+        check_with_old(&db, &want, "older than the block");
+        db.close(Close::Checkpoint);
+        drop(db);
+        let db = ooo_db(dir.path(), 0);
+        check_with_old(&db, &want, "after a checkpoint");
+        let more: Vec<(i64, HistSample)> = (150..210).map(at).collect();
+        want.extend(more.iter().map(|s| s.0));
+        want.sort_unstable();
+        db.head().set_ooo_window(6 * H);
+        send(&db, more);
+        let cut = db.cut_blocks(2).expect("cut");
+        assert!(
+            cut.iter().any(|m| m.compaction.from_out_of_order),
+            "{cut:?}"
+        );
+        check_with_old(&db, &want, "after the late histogram's cut");
+        db.close(Close::WalOnly);
+        drop(db);
+        let db = ooo_db(dir.path(), 0);
+        check_with_old(&db, &want, "after a replay");
+        let merged = db.compact_blocks(3, &|| true).expect("compacts");
+        assert!(merged.iter().any(|m| m.min_time == 0), "{merged:?}");
+        check_with_old(&db, &want, "after compaction");
+        db.close(Close::WalOnly);
+    }
+
+    /// A series whose in-order samples are all in blocks, then given a late
+    /// one: it holds nothing else, and retention, reads and the next cut
+    /// still see that sample.
+    #[test]
+    fn a_series_holding_only_late_samples_is_kept_read_and_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = ooo_db(dir.path(), 6 * H);
+        let other = |db: &Db, samples: &[(i64, f64)]| {
+            let labels = [("__name__", "up"), ("k", "1")];
+            let mut raw = Vec::new();
+            encode_canonical(labels.iter().copied(), &mut raw);
+            let mut app = db.appender(i64::MAX);
+            let mut c = AppendCounts::default();
+            app.append_new(&labels, &raw, samples.iter().copied(), &mut c)
+                .expect("fits");
+            drop(app.commit());
+            db.head().log_and_wait();
+            c
+        };
+        other(&db, &[(60_000, 1.0), (120_000, 2.0)]);
+        let main: Vec<(i64, f64)> = (0..150).map(|i| (i * 120_000, i as f64)).collect();
+        append_each(&db, &main);
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 1);
+        let c = other(&db, &[(90_000, 1.5)]);
+        assert_eq!(c.out_of_order, 1);
+        let of_other = |db: &Db| {
+            everything(db)
+                .into_iter()
+                .find(|s| s.0.iter().any(|l| l.value == "1"))
+                .map(|s| s.1)
+                .unwrap_or_default()
+        };
+        let want = vec![(60_000, 1.0), (90_000, 1.5), (120_000, 2.0)];
+        assert_eq!(of_other(&db), want);
+        db.apply_retention(30_000);
+        assert_eq!(of_other(&db), want, "after retention");
+        let more: Vec<(i64, f64)> = (150..210).map(|i| (i * 120_000, i as f64)).collect();
+        append_each(&db, &more);
+        let cut = db.cut_blocks(2).expect("cut");
+        assert!(
+            cut.iter().any(|m| m.compaction.from_out_of_order),
+            "{cut:?}"
+        );
+        assert_eq!(of_other(&db), want, "after the late sample's cut");
+        db.close(Close::WalOnly);
+        drop(db);
+        let db = ooo_db(dir.path(), 0);
+        assert_eq!(of_other(&db), want, "after a restart");
+        db.close(Close::WalOnly);
     }
 
     /// A crash in the middle of a cut that hands late samples to blocks:

@@ -164,10 +164,7 @@ impl<'d> Single<'d> {
         self.head
             .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
                 let chunks = shard.chunks_for_query(series, (mint, maxt), until, floor);
-                let histograms = match mint.max(floor) {
-                    from if from <= maxt => shard.histograms_of(series, from, maxt, until),
-                    _ => Vec::new(),
-                };
+                let histograms = shard.histograms_of(series, (mint, maxt), until, floor);
                 if chunks.is_empty() && histograms.is_empty() && mint < floor {
                     return;
                 }

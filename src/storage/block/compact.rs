@@ -51,8 +51,8 @@ pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) 
     if metas.len() < 2 {
         return Vec::new();
     }
-    let overlapping = overlapping(metas);
-    if !overlapping.is_empty() && overlapping.iter().all(|&i| !skip.contains(&metas[i].ulid)) {
+    let overlapping = overlapping(metas, skip);
+    if !overlapping.is_empty() {
         return overlapping;
     }
     if ranges.len() < 2 {
@@ -79,27 +79,30 @@ pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) 
 }
 
 /// The first run of blocks (sorted by `min_time`) that overlap in time,
-/// the newest included: merged first, as Prometheus' vertical compaction
-/// does, so that reads and the leveled plan meet blocks that do not
-/// overlap. Out-of-order blocks overlap the in-order block of their range.
-fn overlapping(metas: &[&BlockMeta]) -> Vec<usize> {
-    let mut out = Vec::new();
-    let Some(first) = metas.first() else {
-        return out;
-    };
-    let mut reach = first.max_time;
-    for (i, m) in metas.iter().enumerate().skip(1) {
-        if m.min_time < reach {
-            if out.is_empty() {
-                out.push(i - 1);
+/// the newest included, without a block in `skip`: merged first, as
+/// Prometheus' vertical compaction does, so that reads and the leveled
+/// plan meet blocks that do not overlap. Out-of-order blocks overlap the
+/// in-order block of their range. A run with a block whose compaction
+/// failed is passed over for the next.
+fn overlapping(metas: &[&BlockMeta], skip: &BTreeSet<super::Ulid>) -> Vec<usize> {
+    let mut run: Vec<usize> = Vec::new();
+    let mut reach = i64::MIN;
+    let done = |run: &[usize]| run.len() > 1 && run.iter().all(|&i| !skip.contains(&metas[i].ulid));
+    for (i, m) in metas.iter().enumerate() {
+        if m.min_time >= reach {
+            if done(&run) {
+                return run;
             }
-            out.push(i);
-        } else if !out.is_empty() {
-            break;
+            run.clear();
         }
+        run.push(i);
         reach = reach.max(m.max_time);
     }
-    out
+    if done(&run) {
+        run
+    } else {
+        Vec::new()
+    }
 }
 
 /// Groups the blocks (sorted by `min_time`) by the `range`-aligned window
@@ -557,6 +560,11 @@ mod tests {
         let refs: Vec<&BlockMeta> = metas.iter().collect();
         let skip = BTreeSet::from([metas[1].ulid]);
         assert!(plan(&refs, &r, &skip).is_empty());
+        // A failed run of overlapping blocks does not hold back the next.
+        let metas = [meta(0, 20), meta(10, 30), meta(40, 60), meta(40, 60)];
+        let refs: Vec<&BlockMeta> = metas.iter().collect();
+        let skip = BTreeSet::from([metas[1].ulid]);
+        assert_eq!(plan(&refs, &r, &skip), vec![2, 3]);
         let metas = [meta(0, 20), meta(20, 40), meta(60, 80), meta(80, 100)];
         let refs: Vec<&BlockMeta> = metas.iter().collect();
         let skip = BTreeSet::from([metas[1].ulid]);

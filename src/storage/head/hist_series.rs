@@ -85,6 +85,23 @@ struct OpenHist {
     maxt: i64,
 }
 
+/// Histogram samples (in time order, each time once) encoded as the head
+/// encodes them: (mint, maxt, kind, bytes) per chunk.
+pub fn encode(
+    samples: &[(i64, HistSample)],
+    opts: &HeadOptions,
+) -> Vec<(i64, i64, HistogramKind, Arc<[u8]>)> {
+    let mut part = HistSeries::default();
+    for (t, h) in samples {
+        // In time order, each once: nothing is refused.
+        let taken = part.append(*t, h, None, opts);
+        debug_assert!(matches!(taken, Ok(Some(_))), "{t}: {taken:?}");
+    }
+    part.chunks()
+        .map(|(mint, maxt, kind, bytes)| (mint, maxt, kind, Arc::from(bytes)))
+        .collect()
+}
+
 /// A series' histogram chunks.
 #[derive(Debug, Clone, Default)]
 pub struct HistSeries {

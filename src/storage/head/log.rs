@@ -127,12 +127,13 @@ impl Head {
             self.shards.iter().map(|Padded(cell)| cell.lock()).collect();
         let mut late = Vec::new();
         for (i, shard) in guards.iter().enumerate() {
-            shard.late_before(below, |id, labels, samples| {
+            shard.late_before(below, |id, labels, samples, hists| {
                 late.push(LateSeries {
                     shard: i,
                     id,
                     labels: labels.into_iter().map(|l| (l.name, l.value)).collect(),
                     samples,
+                    hists,
                 });
             });
         }
@@ -165,7 +166,9 @@ impl Head {
     /// blocks); later ones, at other times, stay.
     pub(in crate::storage) fn drop_flushed(&self, late: &[LateSeries]) {
         for l in late {
-            let times: Vec<i64> = l.samples.iter().map(|&(t, _)| t).collect();
+            let mut times: Vec<i64> = l.samples.iter().map(|&(t, _)| t).collect();
+            times.extend(l.hists.iter().map(|(t, _)| *t));
+            times.sort_unstable();
             let Some(Padded(cell)) = self.shards.get(l.shard) else {
                 continue;
             };
@@ -244,8 +247,10 @@ pub(in crate::storage) struct LateSeries {
     pub id: u64,
     /// Its labels, sorted.
     pub labels: Vec<(String, String)>,
-    /// The samples, in time order.
+    /// The float samples, in time order.
     pub samples: Vec<(i64, f64)>,
+    /// The native histograms, in time order.
+    pub hists: Vec<(i64, crate::histogram::HistSample)>,
 }
 
 thread_local! {

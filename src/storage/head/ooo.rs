@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use crate::histogram::HistSample;
 use crate::storage::chunk::{encode_xor, ChunkRef, XorAppender, XorIter, MERGED_CHUNK_SAMPLES};
 
 /// A sealed buffer: an XOR chunk and its time span.
@@ -35,6 +36,26 @@ pub(crate) struct OooSeries {
     /// generation), generations rising. Readers leave them out until it
     /// is.
     unlogged: Vec<(i64, u64)>,
+    /// Late native histograms, in time order (kept decoded: they are
+    /// few, and each differs in shape).
+    hists: Vec<(i64, HistSample)>,
+}
+
+/// Bytes a late histogram takes.
+fn hist_bytes(h: &HistSample) -> usize {
+    let heap = match h {
+        HistSample::Int(h) => {
+            (h.positive_spans.capacity() + h.negative_spans.capacity()) * 8
+                + (h.positive_buckets.capacity() + h.negative_buckets.capacity()) * 8
+                + h.custom_values.capacity() * 8
+        }
+        HistSample::Float(h) => {
+            (h.positive_spans.capacity() + h.negative_spans.capacity()) * 8
+                + (h.positive_buckets.capacity() + h.negative_buckets.capacity()) * 8
+                + h.custom_values.capacity() * 8
+        }
+    };
+    std::mem::size_of::<(i64, HistSample)>() + heap
 }
 
 /// Sealed chunks kept before they are merged into runs that do not
@@ -59,6 +80,36 @@ impl OooSeries {
                     .filter(|&(st, _)| st == t)
                     .map(|(_, v)| v)
             })
+    }
+
+    /// The late histogram held at `t`, if any.
+    pub(crate) fn get_hist(&self, t: i64) -> Option<&HistSample> {
+        self.hists
+            .binary_search_by_key(&t, |(ht, _)| *ht)
+            .ok()
+            .map(|i| &self.hists[i].1)
+    }
+
+    /// Inserts a histogram at a time not held yet (float or histogram).
+    /// Returns the change in bytes held.
+    pub(crate) fn insert_hist(&mut self, t: i64, h: &HistSample) -> isize {
+        let at = self.hists.partition_point(|(ht, _)| *ht < t);
+        self.hists.insert(at, (t, h.clone()));
+        hist_bytes(h) as isize
+    }
+
+    /// Its histograms in `[mint, maxt]`, in time order, without those
+    /// whose generation is `durable` or later.
+    pub(crate) fn hists_in(&self, mint: i64, maxt: i64, durable: u64) -> Vec<(i64, HistSample)> {
+        let from = self.unlogged.partition_point(|&(_, g)| g < durable);
+        let pending = &self.unlogged[from..];
+        let lo = self.hists.partition_point(|(t, _)| *t < mint);
+        let hi = self.hists.partition_point(|(t, _)| *t <= maxt);
+        self.hists[lo..hi]
+            .iter()
+            .filter(|(t, _)| !pending.iter().any(|&(p, _)| p == *t))
+            .cloned()
+            .collect()
     }
 
     /// Inserts a sample not held yet (see [`OooSeries::get`]), sealing the
@@ -122,17 +173,32 @@ impl OooSeries {
 
     /// The oldest sample's time.
     pub(crate) fn min_time(&self) -> Option<i64> {
-        let sealed = self.sealed.iter().map(|c| c.mint).min();
-        let open = self.open.first().map(|&(t, _)| t);
-        match (sealed, open) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.sealed.iter().map(|c| c.mint).min(),
+            self.open.first().map(|&(t, _)| t),
+            self.hists.first().map(|&(t, _)| t),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Samples held.
+    /// The newest sample's time.
+    pub(crate) fn max_time(&self) -> Option<i64> {
+        [
+            self.sealed.iter().map(|c| c.maxt).max(),
+            self.open.last().map(|&(t, _)| t),
+            self.hists.last().map(|&(t, _)| t),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+
+    /// Samples held, floats and histograms.
     pub(crate) fn len(&self) -> usize {
         self.open.len()
+            + self.hists.len()
             + self
                 .sealed
                 .iter()
@@ -142,17 +208,18 @@ impl OooSeries {
 
     /// Whether it holds nothing.
     pub(crate) fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.sealed.is_empty()
+        self.open.is_empty() && self.sealed.is_empty() && self.hists.is_empty()
     }
 
-    /// Bytes held: sealed chunks (with their list entries) and the open
-    /// buffer.
+    /// Bytes held: sealed chunks (with their list entries), the open
+    /// buffer and the histograms.
     pub(crate) fn bytes(&self) -> usize {
         self.sealed
             .iter()
             .map(|c| c.bytes.len() + std::mem::size_of::<OooChunk>())
             .sum::<usize>()
             + self.open.capacity() * OPEN_SAMPLE_BYTES
+            + self.hists.iter().map(|(_, h)| hist_bytes(h)).sum::<usize>()
     }
 
     /// Drops samples before `cutoff` (a block holds them now, or retention
@@ -184,6 +251,7 @@ impl OooSeries {
         }
         sealed.retain(|c| c.maxt != i64::MIN);
         self.sealed = sealed;
+        self.hists.retain(|&(t, _)| t >= cutoff);
         self.unlogged.retain(|&(t, _)| t >= cutoff);
         if self.is_empty() {
             self.open = Vec::new();
@@ -217,6 +285,7 @@ impl OooSeries {
         }
         sealed.retain(|c| c.maxt != i64::MIN);
         self.sealed = sealed;
+        self.hists.retain(|&(t, _)| !gone(t));
         self.unlogged.retain(|&(t, _)| !gone(t));
         if self.is_empty() {
             self.open = Vec::new();
@@ -231,6 +300,11 @@ impl OooSeries {
     /// Every sample, in time order, each time once (for a checkpoint).
     pub(crate) fn all(&self) -> Vec<(i64, f64)> {
         self.samples_in(i64::MIN, i64::MAX, u64::MAX)
+    }
+
+    /// Every histogram, in time order (for a checkpoint).
+    pub(crate) fn all_hists(&self) -> &[(i64, HistSample)] {
+        &self.hists
     }
 }
 

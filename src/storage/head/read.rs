@@ -64,11 +64,13 @@ impl Head {
                         continue;
                     };
                     let until = series.visible_until(s.log.as_ref());
-                    let (Some(lo), Some(hi)) = (s.min_time_of(series), s.max_time_of(series))
-                    else {
+                    // Late samples count too: a series may hold nothing
+                    // else (what it held in order is in blocks).
+                    let newest = s.max_time_of(series).map(|t| t.min(until));
+                    let late = s.ooo_of(series).and_then(|o| o.max_time());
+                    let (Some(lo), Some(hi)) = (s.min_time_of(series), newest.max(late)) else {
                         continue;
                     };
-                    let hi = hi.min(until);
                     if hi >= lo && hi >= mint && lo <= maxt {
                         f(&s, series, until);
                     }

@@ -738,8 +738,8 @@ impl Shard {
     ///
     /// With `keep_ooo` (a block cut: blocks hold what is older, except
     /// late samples that came after the cut took its copy), out-of-order
-    /// samples stay, and a series that holds some is kept without its
-    /// older in-order chunks, open ones included.
+    /// samples stay. A series that holds some (after this) is kept without
+    /// its older in-order chunks, open ones included.
     pub(crate) fn retain(
         &mut self,
         cutoff: i64,
@@ -788,8 +788,10 @@ impl Shard {
                     s.labels_len &= !OOO_FLAG;
                 }
             }
+            // A series holding late samples stays (they are not in any
+            // block yet), without what it held in order before `cutoff`.
             let old = newest_of(s, &self.hists).is_none_or(|t| t < cutoff);
-            let late = keep_ooo && s.has_ooo();
+            let late = s.has_ooo();
             dead += usize::from(old && !late);
             stripped += usize::from(old && late && (s.head.is_some() || s.has_hist()));
         }
@@ -814,7 +816,7 @@ impl Shard {
         let mut labels = Vec::new();
         for mut s in series {
             let old = newest_of(&s, &hists).is_none_or(|t| t < cutoff);
-            if old && keep_ooo && s.has_ooo() {
+            if old && s.has_ooo() {
                 // Kept for its late samples: what it held in order is in
                 // the block, and an open chunk left here would grow across
                 // the block's end.
@@ -908,8 +910,22 @@ impl Shard {
                 continue;
             }
             if let Some(ht) = hist_maxt.filter(|&ht| t <= ht) {
+                // Older than a histogram of the series: late within the
+                // window, as against floats.
                 let e = match t == ht {
                     true => SampleError::Duplicate,
+                    false if t >= ooo_from => {
+                        let late = Late {
+                            ooo: &mut self.ooo,
+                            hists: &self.hists,
+                            bytes: &mut self.ooo_bytes,
+                            samples: &mut self.samples,
+                            log: &mut self.log,
+                        };
+                        insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
+                        continue;
+                    }
+                    false if ooo_from != i64::MAX => SampleError::OutOfBounds,
                     false => SampleError::OutOfOrder,
                 };
                 counts.reject(e, t);
@@ -919,18 +935,16 @@ impl Shard {
             // holds what was in order there), or too old.
             if t < inorder_from {
                 match t >= ooo_from {
-                    true => insert_late(
-                        series,
-                        Late {
+                    true => {
+                        let late = Late {
                             ooo: &mut self.ooo,
+                            hists: &self.hists,
                             bytes: &mut self.ooo_bytes,
                             samples: &mut self.samples,
                             log: &mut self.log,
-                        },
-                        (t, v),
-                        opts.ooo_cap,
-                        counts,
-                    ),
+                        };
+                        insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
+                    }
                     false => counts.reject(SampleError::OutOfBounds, t),
                 }
                 continue;
@@ -953,18 +967,16 @@ impl Shard {
                 Ok(None) => counts.appended += 1,
                 // Older than the series' newest, within the window: out
                 // of order, unless a sample is at `t` already.
-                Err(SampleError::OutOfOrder) if t >= ooo_from => insert_late(
-                    series,
-                    Late {
+                Err(SampleError::OutOfOrder) if t >= ooo_from => {
+                    let late = Late {
                         ooo: &mut self.ooo,
+                        hists: &self.hists,
                         bytes: &mut self.ooo_bytes,
                         samples: &mut self.samples,
                         log: &mut self.log,
-                    },
-                    (t, v),
-                    opts.ooo_cap,
-                    counts,
-                ),
+                    };
+                    insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
+                }
                 // Too old for the window: as Prometheus' "too old sample",
                 // out of bounds.
                 Err(SampleError::OutOfOrder) if ooo_from != i64::MAX => {
@@ -979,41 +991,102 @@ impl Shard {
 /// A shard's out-of-order side, borrowed apart from its series.
 struct Late<'a> {
     ooo: &'a mut hashbrown::HashMap<u64, OooSeries>,
+    hists: &'a hashbrown::HashMap<u64, HistSeries>,
     bytes: &'a mut usize,
     samples: &'a mut usize,
     log: &'a mut Option<ShardLog>,
 }
 
-/// Stores `(t, v)` out of order in `series`, unless a sample is at `t`
-/// already: the same value is taken once, another is a duplicate.
+/// A late sample's value.
+#[derive(Clone, Copy)]
+enum LateValue<'h> {
+    Float(f64),
+    Hist(&'h HistSample),
+}
+
+/// Stores a late sample at `t` in `series`, unless a sample (float or
+/// histogram, in order or late) is at `t` already: the same value is
+/// taken once, another is a duplicate. A float is logged here; a
+/// histogram is logged by the caller, in its histograms record, when this
+/// says it was stored.
 #[inline(never)]
 fn insert_late(
     series: &mut MemSeries,
     late: Late<'_>,
-    (t, v): (i64, f64),
+    t: i64,
+    value: LateValue<'_>,
     cap: usize,
     counts: &mut AppendCounts,
-) {
-    let held = series
-        .value_at(t)
-        .or_else(|| late.ooo.get(&series.id).and_then(|o| o.get(t)));
-    match held {
-        Some(h) if h.to_bits() == v.to_bits() => counts.appended += 1,
-        Some(_) => counts.reject(SampleError::Duplicate, t),
+) -> bool {
+    let id = series.id;
+    let held_late = late.ooo.get(&id);
+    let float_at = || {
+        series
+            .value_at(t)
+            .or_else(|| held_late.and_then(|o| o.get(t)))
+    };
+    let hist_held = || {
+        held_late
+            .and_then(|o| o.get_hist(t))
+            .cloned()
+            .or_else(|| hist_at(late.hists, series, t))
+    };
+    let same = match value {
+        LateValue::Float(v) => match float_at() {
+            Some(f) => Some(f.to_bits() == v.to_bits()),
+            None => hist_held().map(|_| false),
+        },
+        LateValue::Hist(h) => match hist_held() {
+            Some(held) => Some(held.same(h)),
+            None => float_at().map(|_| false),
+        },
+    };
+    match same {
+        Some(true) => {
+            counts.appended += 1;
+            false
+        }
+        Some(false) => {
+            counts.reject(SampleError::Duplicate, t);
+            false
+        }
         None => {
-            let o = late.ooo.entry(series.id).or_default();
-            let delta = o.insert(t, v, cap);
+            let o = late.ooo.entry(id).or_default();
+            let delta = match value {
+                LateValue::Float(v) => o.insert(t, v, cap),
+                LateValue::Hist(h) => o.insert_hist(t, h),
+            };
             series.labels_len |= OOO_FLAG;
             *late.bytes = late.bytes.wrapping_add_signed(delta);
             *late.samples += 1;
             counts.appended += 1;
             counts.out_of_order += 1;
             if let Some(log) = late.log {
-                log.samples.push(&mut log.frames, series.id, t, v);
+                if let LateValue::Float(v) = value {
+                    log.samples.push(&mut log.frames, id, t, v);
+                }
                 o.note_unlogged(t, log.gen, log.durable_gen);
             }
+            true
         }
     }
+}
+
+/// The in-order histogram of `series` at `t`, if any.
+fn hist_at(
+    hists: &hashbrown::HashMap<u64, HistSeries>,
+    series: &MemSeries,
+    t: i64,
+) -> Option<HistSample> {
+    if !series.has_hist() {
+        return None;
+    }
+    hists
+        .get(&series.id)?
+        .samples(t, t, i64::MAX)
+        .into_iter()
+        .next()
+        .map(|(_, h)| h)
 }
 
 /// The newest timestamp of `s`, floats and histograms.
@@ -1055,7 +1128,7 @@ impl Shard {
     pub(crate) fn late_before(
         &self,
         below: i64,
-        mut f: impl FnMut(u64, Vec<Label>, Vec<(i64, f64)>),
+        mut f: impl FnMut(u64, Vec<Label>, Vec<(i64, f64)>, Vec<(i64, HistSample)>),
     ) {
         for s in self.series.iter().filter(|s| s.has_ooo()) {
             let Some(o) = self.ooo.get(&s.id) else {
@@ -1068,6 +1141,7 @@ impl Shard {
                 s.id,
                 self.labels_of(s),
                 o.samples_in(i64::MIN, below - 1, u64::MAX),
+                o.hists_in(i64::MIN, below - 1, u64::MAX),
             );
         }
     }
@@ -1212,17 +1286,14 @@ impl Shard {
                 }
             }
             if !crossing.is_empty() {
-                // The head's own encoder, on a scratch series.
-                let mut part = HistSeries::default();
-                for (t, h) in &crossing {
-                    let _ = part.append(*t, h, None, opts);
-                }
-                out.extend(part.chunks().map(|(mint, maxt, kind, bytes)| BlockChunk {
-                    mint,
-                    maxt,
-                    encoding: encoding(kind),
-                    data: Arc::from(bytes),
-                }));
+                out.extend(super::hist_series::encode(&crossing, opts).into_iter().map(
+                    |(mint, maxt, kind, data)| BlockChunk {
+                        mint,
+                        maxt,
+                        encoding: encoding(kind),
+                        data,
+                    },
+                ));
             }
             out.sort_by_key(|c| c.mint);
         }
@@ -1231,16 +1302,32 @@ impl Shard {
 
     /// Histogram samples of `s` with `mint <= t <= maxt`, up to `until`
     /// (see [`MemSeries::visible_until`]).
+    /// In-order ones from `inorder_from` on (blocks answer for older
+    /// times); late ones in the whole range, merged in, each time once.
     pub(crate) fn histograms_of(
         &self,
         s: &MemSeries,
-        mint: i64,
-        maxt: i64,
+        (mint, maxt): (i64, i64),
         until: i64,
+        inorder_from: i64,
     ) -> Vec<(i64, HistSample)> {
-        self.hist_of(s)
-            .map(|h| h.samples(mint, maxt, until))
-            .unwrap_or_default()
+        let from = mint.max(inorder_from);
+        let mut out = match (self.hist_of(s), from <= maxt) {
+            (Some(h), true) => h.samples(from, maxt, until),
+            _ => Vec::new(),
+        };
+        let Some(o) = self.ooo_of(s) else {
+            return out;
+        };
+        let durable = self.log.as_ref().map_or(u64::MAX, |l| l.durable_gen);
+        let late = o.hists_in(mint, maxt, durable);
+        if !late.is_empty() {
+            // In-order first: it wins a time both hold.
+            out.extend(late);
+            out.sort_by_key(|h| h.0);
+            out.dedup_by_key(|h| h.0);
+        }
+        out
     }
 
     /// Gives the series in `slot` the histogram chunks of a checkpoint
@@ -1290,7 +1377,7 @@ impl Shard {
             min_t,
             max_t,
             inorder_from,
-            ..
+            ooo_from,
         }: Bounds,
         opts: &HeadOptions,
         counts: &mut AppendCounts,
@@ -1300,18 +1387,22 @@ impl Shard {
         };
         let mut entries = Vec::new();
         let mut newest = None;
-        // Late histograms are not taken: older than the newest block's
-        // end is out of bounds for them.
-        let min_t = min_t.max(inorder_from);
         for (t, h) in samples {
             if t > max_t || t < min_t {
                 counts.reject(SampleError::OutOfBounds, t);
                 continue;
             }
-            let float_maxt = series.max_time();
-            series.labels_len |= HIST_FLAG;
-            let hist = self.hists.entry(series.id).or_default();
-            match hist.append(t, h, float_maxt, opts) {
+            let result = match t < inorder_from {
+                // Older than the newest block's end: late, or too old.
+                true => Err(SampleError::OutOfOrder),
+                false => {
+                    let float_maxt = series.max_time();
+                    series.labels_len |= HIST_FLAG;
+                    let hist = self.hists.entry(series.id).or_default();
+                    hist.append(t, h, float_maxt, opts)
+                }
+            };
+            match result {
                 Ok(Some(delta)) => {
                     counts.appended += 1;
                     counts.newest = counts.newest.max(t);
@@ -1324,13 +1415,35 @@ impl Shard {
                     }
                 }
                 Ok(None) => counts.appended += 1,
+                // Within the window: late, as floats are.
+                Err(SampleError::OutOfOrder) if t >= ooo_from => {
+                    let late = Late {
+                        ooo: &mut self.ooo,
+                        hists: &self.hists,
+                        bytes: &mut self.ooo_bytes,
+                        samples: &mut self.samples,
+                        log: &mut self.log,
+                    };
+                    let stored =
+                        insert_late(series, late, t, LateValue::Hist(h), opts.ooo_cap, counts);
+                    if stored && self.log.is_some() {
+                        crate::wal::record::histograms::put_entry(&mut entries, series.id, t, h);
+                    }
+                }
+                Err(SampleError::OutOfOrder) if ooo_from != i64::MAX => {
+                    counts.reject(SampleError::OutOfBounds, t)
+                }
                 Err(e) => counts.reject(e, t),
             }
         }
-        if let (Some(log), Some(t)) = (&mut self.log, newest) {
-            log.samples.close(&mut log.frames);
-            crate::wal::record::encode_histograms_frame(&mut log.frames, &entries);
-            series.note_unlogged(log, t);
+        if let Some(log) = &mut self.log {
+            if !entries.is_empty() {
+                log.samples.close(&mut log.frames);
+                crate::wal::record::encode_histograms_frame(&mut log.frames, &entries);
+            }
+            if let Some(t) = newest {
+                series.note_unlogged(log, t);
+            }
         }
     }
 }
