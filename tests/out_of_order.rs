@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{KillOnDrop, Prometheus};
+use sluice::proto::prometheus as pb;
 use sluice::storage::block::Ulid;
 
 const SERIES: usize = 12;
@@ -31,8 +32,39 @@ fn value(k: usize, i: i64) -> f64 {
     (k as f64) * 1000.0 + ((i * 7919) % 1009) as f64 / 4.0
 }
 
+/// An integer native histogram whose buckets hold `a` and `b`.
+fn histogram(t: i64, a: i64, b: i64) -> pb::Histogram {
+    pb::Histogram {
+        count: Some(pb::histogram::Count::CountInt((a + b) as u64)),
+        sum: (a + 2 * b) as f64 * 0.25,
+        schema: 0,
+        zero_threshold: 2f64.powi(-128),
+        positive_spans: vec![pb::BucketSpan {
+            offset: 0,
+            length: 2,
+        }],
+        positive_deltas: vec![a, b - a],
+        timestamp: t,
+        ..Default::default()
+    }
+}
+
+/// `ooo_h`, a native histogram series, at these points: the counts grow
+/// with `i` (a counter), and a half step (`half`) sits between two.
+fn histogram_series(t0: i64, idx: &[i64], half: bool) -> pb::TimeSeries {
+    let mut s = common::series(&[("__name__", "ooo_h")], &[]);
+    s.histograms = idx
+        .iter()
+        .map(|&i| match half {
+            false => histogram(t0 + i * STEP, 2 * i, 4 * i),
+            true => histogram(t0 + i * STEP + STEP / 2, 2 * i + 1, 4 * i + 2),
+        })
+        .collect();
+    s
+}
+
 /// The requests: for each part in `ORDER`, one request with each series'
-/// samples of that part, shuffled.
+/// samples of that part, shuffled, and the histogram series' likewise.
 fn requests(t0: i64) -> Vec<Vec<u8>> {
     let per = POINTS / ORDER.len() as i64;
     ORDER
@@ -53,7 +85,11 @@ fn requests(t0: i64) -> Vec<Vec<u8>> {
                         &samples,
                     )
                 })
-                .collect();
+                .collect::<Vec<_>>();
+            let mut series = series;
+            let n = per as usize;
+            let idx: Vec<i64> = (0..n).map(|j| part * per + ((j * 13) % n) as i64).collect();
+            series.push(histogram_series(t0, &idx, false));
             common::body(series)
         })
         .collect()
@@ -89,8 +125,11 @@ async fn ask(addr: &str, q: &str, start: i64, end: i64, step: Option<i64>) -> se
     serde_json::Value::Array(r)
 }
 
-const QUERIES: [(&str, Option<i64>); 5] = [
+const QUERIES: [(&str, Option<i64>); 8] = [
     ("ooo_m[1h]", None),
+    ("ooo_h[1h]", None),
+    ("histogram_count(rate(ooo_h[2m]))", Some(60_000)),
+    ("histogram_sum(ooo_h)", Some(STEP)),
     ("ooo_m", Some(STEP)),
     ("count_over_time(ooo_m[1m])", Some(STEP)),
     ("sum by (g) (rate(ooo_m[2m]))", Some(60_000)),
@@ -137,7 +176,13 @@ const PROM_CONFIG: &str =
 async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() {
     let end = common::now_ms() / 60_000 * 60_000 - 60_000;
     let t0 = end - (POINTS - 1) * STEP;
-    let prom = Prometheus::start3(PROM_CONFIG, &["--web.enable-remote-write-receiver"]);
+    let prom = Prometheus::start3(
+        PROM_CONFIG,
+        &[
+            "--web.enable-remote-write-receiver",
+            "--enable-feature=native-histograms",
+        ],
+    );
     prom.ready().await;
     let data = tempfile::tempdir().expect("tempdir");
     let (child, addr) = common::spawn_sluice(
@@ -225,7 +270,8 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
         .expect("a block");
     let dump = common::promtool3(&["tsdb", "dump", path]);
     let in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor).count();
-    assert_eq!(dump.lines().count(), SERIES * in_blocks, "{dump:.2000}");
+    let floats = dump.lines().filter(|l| l.contains("ooo_m")).count();
+    assert_eq!(floats, SERIES * in_blocks, "{dump:.2000}");
     let reader = common::prometheus3_on_blocks(&blocks);
     reader.ready().await;
     let last = floor - 1 - (floor - 1 - t0) % 60_000;
@@ -238,6 +284,10 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     // take them. Sluice keeps them beside its blocks, through a kill -9,
     // until the next cut writes them into out-of-order blocks (which
     // compaction merges with the blocks they overlap).
+    let below: Vec<i64> = (0..POINTS)
+        .filter(|i| t0 + i * STEP + STEP / 2 < floor)
+        .rev()
+        .collect();
     let late = common::body(
         (0..SERIES)
             .map(|k| {
@@ -252,6 +302,7 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
                     &samples,
                 )
             })
+            .chain(std::iter::once(histogram_series(t0, &below, true)))
             .collect(),
     );
     let late_count = SERIES * in_blocks;
@@ -326,6 +377,7 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let mut dumped: Vec<&str> = dump.lines().collect();
     dumped.sort_unstable();
     dumped.dedup();
+    dumped.retain(|l| l.contains("ooo_m"));
     assert_eq!(
         dumped.len(),
         SERIES * in_order_in_blocks + late_count,
