@@ -5,8 +5,9 @@
 //! range queries answer identically; again after `kill -9` and a restart;
 //! again once the head is cut into blocks, which promtool reads and which
 //! Prometheus, started on a copy of them, answers the same from; and with
-//! late samples older than the newest block, before and after a cut
-//! writes them into out-of-order blocks.
+//! late samples (floats and native histograms) older than the newest
+//! block, before and after a cut writes them into out-of-order blocks and
+//! compaction merges those with the blocks they overlap.
 
 mod common;
 
@@ -345,11 +346,40 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Compaction merges the out-of-order blocks with those they overlap
+    // (vertical compaction) in the same pass: none overlap after it.
+    let compactions =
+        common::wait_for_metric(addr, "sluice_block_compactions_total", |v| v >= 1.0).await;
+    assert!(compactions >= 1.0, "the out-of-order blocks are compacted");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spans = loop {
+        let mut spans: Vec<(i64, i64)> = blocks_in(data.path())
+            .iter()
+            .map(|b| {
+                let meta: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
+                        .expect("json");
+                (
+                    meta["minTime"].as_i64().expect("minTime"),
+                    meta["maxTime"].as_i64().expect("maxTime"),
+                )
+            })
+            .collect();
+        spans.sort_unstable();
+        if spans.windows(2).all(|w| w[1].0 >= w[0].1) || Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        spans.windows(2).all(|w| w[1].0 >= w[0].1),
+        "overlapping blocks are compacted: {spans:?}"
+    );
     let ours = answers(&addr.to_string(), t0, end).await;
     assert_same(
         &ours,
         &theirs,
-        "after kill -9 and a cut of the late samples",
+        "after kill -9, a cut of the late samples and compaction",
     );
 
     // Every late sample is in a block now: promtool dumps them, and
