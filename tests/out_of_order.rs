@@ -170,6 +170,69 @@ fn blocks_in(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Points answered in a matrix result.
+fn points(v: &serde_json::Value) -> usize {
+    v.as_array().map_or(0, |r| {
+        r.iter()
+            .map(|s| s["values"].as_array().map_or(0, Vec::len))
+            .sum::<usize>()
+    })
+}
+
+/// A block's `[minTime, maxTime)`, from its meta.json.
+fn span_of(block: &Path) -> (i64, i64) {
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(block.join("meta.json")).expect("meta"))
+            .expect("json");
+    (
+        meta["minTime"].as_i64().expect("minTime"),
+        meta["maxTime"].as_i64().expect("maxTime"),
+    )
+}
+
+/// A copy of `blocks` in a directory of their own, as a data directory
+/// promtool reads (with an empty WAL).
+fn copy_of(blocks: &[PathBuf]) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().expect("tempdir");
+    for b in blocks {
+        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
+    }
+    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    copy
+}
+
+/// Sluice on `data` with a 2h window, cutting blocks of `min_block` (up
+/// to 1h).
+fn start_cutting(data: &Path, min_block: &str) -> (KillOnDrop, std::net::SocketAddr) {
+    let (child, addr) = common::spawn_sluice(
+        bin(),
+        data,
+        "info",
+        &[
+            "--out-of-order-time-window",
+            "2h",
+            "--storage-min-block-duration",
+            min_block,
+            "--storage-max-block-duration",
+            "1h",
+        ],
+    );
+    (KillOnDrop(child), addr)
+}
+
+/// Waits (up to 60 s) until no block is being written under `data`.
+async fn cut_done(data: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(data)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 const PROM_CONFIG: &str =
     "global:\n  scrape_interval: 1h\nstorage:\n  tsdb:\n    out_of_order_time_window: 2h\n";
 
@@ -201,11 +264,7 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let theirs = answers(&prom.addr(), t0, end).await;
     let ours = answers(&addr.to_string(), t0, end).await;
     assert_same(&ours, &theirs, "as sent");
-    let stored = theirs[0].as_array().map_or(0, |r| {
-        r.iter()
-            .map(|s| s["values"].as_array().map_or(0, Vec::len))
-            .sum::<usize>()
-    });
+    let stored = points(&theirs[0]);
     assert_eq!(stored, SERIES * POINTS as usize, "every sample, once");
     let (_, metrics) = common::get(addr, "/metrics").await;
     let late = common::metric_value(
@@ -216,34 +275,13 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
 
     // kill -9, then a start that cuts the head into 20-minute blocks.
     child.kill();
-    let (child, addr) = common::spawn_sluice(
-        bin(),
-        data.path(),
-        "info",
-        &[
-            "--out-of-order-time-window",
-            "2h",
-            "--storage-min-block-duration",
-            "20m",
-            "--storage-max-block-duration",
-            "1h",
-        ],
-    );
-    let _child = KillOnDrop(child);
+    let (_child, addr) = start_cutting(data.path(), "20m");
     let ours = answers(&addr.to_string(), t0, end).await;
     assert_same(&ours, &theirs, "after kill -9");
     let cut = common::wait_for_metric(addr, "sluice_blocks", |v| v >= 1.0).await;
     assert!(cut >= 1.0, "blocks cut");
     // Until the cut is done (it may write more than one block).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_dir(data.path())
-        .expect("dir")
-        .filter_map(Result::ok)
-        .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cut_done(data.path()).await;
     let ours = answers(&addr.to_string(), t0, end).await;
     assert_same(&ours, &theirs, "from blocks and head");
 
@@ -251,24 +289,11 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     // them as Sluice does over the time they hold.
     let blocks = blocks_in(data.path());
     assert!(!blocks.is_empty());
-    let copy = tempfile::tempdir().expect("tempdir");
-    for b in &blocks {
-        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
-    }
-    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let copy = copy_of(&blocks);
     let path = copy.path().to_str().expect("utf-8");
     let list = common::promtool3(&["tsdb", "list", path]);
     assert_eq!(list.lines().count(), blocks.len() + 1, "{list}");
-    let floor = blocks
-        .iter()
-        .map(|b| {
-            let meta: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
-                    .expect("json");
-            meta["maxTime"].as_i64().expect("maxTime")
-        })
-        .max()
-        .expect("a block");
+    let floor = blocks.iter().map(|b| span_of(b).1).max().expect("a block");
     let dump = common::promtool3(&["tsdb", "dump", path]);
     let in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor).count();
     let floats = dump.lines().filter(|l| l.contains("ooo_m")).count();
@@ -313,39 +338,14 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     let theirs = answers(&prom.addr(), t0, end).await;
     let ours = answers(&addr.to_string(), t0, end).await;
     assert_same(&ours, &theirs, "late samples older than the newest block");
-    let stored = theirs[0].as_array().map_or(0, |r| {
-        r.iter()
-            .map(|s| s["values"].as_array().map_or(0, Vec::len))
-            .sum::<usize>()
-    });
+    let stored = points(&theirs[0]);
     assert_eq!(stored, SERIES * POINTS as usize + late_count);
 
     let mut child = _child;
     child.kill();
-    let (child, addr) = common::spawn_sluice(
-        bin(),
-        data.path(),
-        "info",
-        &[
-            "--out-of-order-time-window",
-            "2h",
-            "--storage-min-block-duration",
-            "10m",
-            "--storage-max-block-duration",
-            "1h",
-        ],
-    );
-    let _child = KillOnDrop(child);
+    let (_child, addr) = start_cutting(data.path(), "10m");
     common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= 1.0).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_dir(data.path())
-        .expect("dir")
-        .filter_map(Result::ok)
-        .any(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cut_done(data.path()).await;
     // Compaction merges the out-of-order blocks with those they overlap
     // (vertical compaction) in the same pass: none overlap after it.
     let compactions =
@@ -353,18 +353,8 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     assert!(compactions >= 1.0, "the out-of-order blocks are compacted");
     let deadline = Instant::now() + Duration::from_secs(60);
     let spans = loop {
-        let mut spans: Vec<(i64, i64)> = blocks_in(data.path())
-            .iter()
-            .map(|b| {
-                let meta: serde_json::Value =
-                    serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
-                        .expect("json");
-                (
-                    meta["minTime"].as_i64().expect("minTime"),
-                    meta["maxTime"].as_i64().expect("maxTime"),
-                )
-            })
-            .collect();
+        let mut spans: Vec<(i64, i64)> =
+            blocks_in(data.path()).iter().map(|b| span_of(b)).collect();
         spans.sort_unstable();
         if spans.windows(2).all(|w| w[1].0 >= w[0].1) || Instant::now() > deadline {
             break spans;
@@ -385,23 +375,10 @@ async fn late_samples_answer_as_prometheus_3_5_3_through_a_restart_and_blocks() 
     // Every late sample is in a block now: promtool dumps them, and
     // Prometheus on a copy of the blocks answers as Sluice does.
     let blocks = blocks_in(data.path());
-    let copy = tempfile::tempdir().expect("tempdir");
-    for b in &blocks {
-        common::copy_block(b, &copy.path().join(b.file_name().expect("name")));
-    }
-    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let copy = copy_of(&blocks);
     let path = copy.path().to_str().expect("utf-8");
     let dump = common::promtool3(&["tsdb", "dump", path]);
-    let floor2 = blocks
-        .iter()
-        .map(|b| {
-            let meta: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(b.join("meta.json")).expect("meta"))
-                    .expect("json");
-            meta["maxTime"].as_i64().expect("maxTime")
-        })
-        .max()
-        .expect("a block");
+    let floor2 = blocks.iter().map(|b| span_of(b).1).max().expect("a block");
     assert!(floor2 > floor, "a second cut");
     let in_order_in_blocks = (0..POINTS).filter(|i| t0 + i * STEP < floor2).count();
     let mut dumped: Vec<&str> = dump.lines().collect();

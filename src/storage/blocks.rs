@@ -806,14 +806,14 @@ fn merge_group(chunks: &[BlockChunk], group: &[usize], out: &mut Vec<BlockChunk>
     let mut floats: Vec<(i64, f64)> = Vec::new();
     let mut hist_run: Vec<(i64, crate::histogram::HistSample)> = Vec::new();
     let flush_floats = |floats: &mut Vec<(i64, f64)>, out: &mut Vec<BlockChunk>| {
-        out.extend(merge_overlapping_floats(floats));
+        out.extend(float_chunks(floats));
         floats.clear();
     };
     for (t, _, p) in points {
         match p {
             Point::Float(v) => {
                 if !hist_run.is_empty() {
-                    out.extend(encode_hist_run(&hist_run, &opts));
+                    out.extend(hist_chunks(&hist_run, &opts));
                     hist_run.clear();
                 }
                 floats.push((t, v));
@@ -827,11 +827,11 @@ fn merge_group(chunks: &[BlockChunk], group: &[usize], out: &mut Vec<BlockChunk>
         }
     }
     flush_floats(&mut floats, out);
-    out.extend(encode_hist_run(&hist_run, &opts));
+    out.extend(hist_chunks(&hist_run, &opts));
 }
 
 /// Floats in time order as XOR block chunks.
-fn merge_overlapping_floats(floats: &[(i64, f64)]) -> Vec<BlockChunk> {
+pub(crate) fn float_chunks(floats: &[(i64, f64)]) -> Vec<BlockChunk> {
     encode_xor(floats, MERGED_CHUNK_SAMPLES)
         .into_iter()
         .map(|c| BlockChunk {
@@ -844,7 +844,7 @@ fn merge_overlapping_floats(floats: &[(i64, f64)]) -> Vec<BlockChunk> {
 }
 
 /// Histograms in time order as block chunks, encoded as the head does.
-fn encode_hist_run(
+pub(crate) fn hist_chunks(
     run: &[(i64, crate::histogram::HistSample)],
     opts: &crate::storage::HeadOptions,
 ) -> Vec<BlockChunk> {

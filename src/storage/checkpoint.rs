@@ -271,10 +271,16 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
                 }
             }
             frame.close(&mut buf);
+            // In records of about a megabyte, as the log's are (a record
+            // may not pass `MAX_RECORD`).
             let mut entries = Vec::new();
             for s in &shard.series {
                 for (t, h) in shard.ooo_of(s).map(|o| o.all_hists()).unwrap_or_default() {
                     record::histograms::put_entry(&mut entries, s.id, *t, h);
+                    if entries.len() >= 1 << 20 {
+                        record::encode_histograms_frame(&mut buf, &entries);
+                        entries.clear();
+                    }
                 }
             }
             record::encode_histograms_frame(&mut buf, &entries);

@@ -19,12 +19,9 @@
 use std::time::Instant;
 
 use super::block::compact::{block_ranges, CompactError};
-use super::block::{
-    write_block_as, BlockChunk, BlockMeta, BlockSeries, Compaction, Encoding, Ulid,
-};
-use super::blocks::{untangle_chunks, Block, Blocks};
-use super::chunk::{encode_xor, HistogramKind, MERGED_CHUNK_SAMPLES};
-use super::head::{hist_series, Head, HeadOptions, LateSeries};
+use super::block::{write_block_as, BlockChunk, BlockMeta, BlockSeries, Compaction, Ulid};
+use super::blocks::{float_chunks, hist_chunks, untangle_chunks, Block, Blocks};
+use super::head::{Head, HeadOptions, LateSeries};
 use crate::histogram::HistSample;
 use crate::wal::record::encode_flushed;
 
@@ -193,26 +190,8 @@ fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<Blo
                 l.samples.iter().filter(|s| within(s.0)).copied().collect();
             let hists: Vec<(i64, HistSample)> =
                 l.hists.iter().filter(|h| within(h.0)).cloned().collect();
-            let mut chunks: Vec<BlockChunk> = encode_xor(&floats, MERGED_CHUNK_SAMPLES)
-                .into_iter()
-                .map(|c| BlockChunk {
-                    mint: c.mint,
-                    maxt: c.maxt,
-                    encoding: Encoding::Xor,
-                    data: c.bytes,
-                })
-                .collect();
-            chunks.extend(hist_series::encode(&hists, opts).into_iter().map(
-                |(mint, maxt, kind, data)| BlockChunk {
-                    mint,
-                    maxt,
-                    encoding: match kind {
-                        HistogramKind::Float => Encoding::FloatHistogram,
-                        HistogramKind::Int => Encoding::Histogram,
-                    },
-                    data,
-                },
-            ));
+            let mut chunks = float_chunks(&floats);
+            chunks.extend(hist_chunks(&hists, opts));
             // Floats and histograms of one series may interleave in time.
             untangle_chunks(&mut chunks);
             (!chunks.is_empty()).then(|| BlockSeries {
@@ -226,9 +205,6 @@ fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<Blo
 /// `in_order` series of a range with the `late` ones of that range merged
 /// in: each time once, an in-order sample winning over a late one.
 fn with_late(in_order: Vec<BlockSeries>, late: Vec<BlockSeries>) -> Vec<BlockSeries> {
-    if late.is_empty() {
-        return in_order;
-    }
     let mut by_labels: std::collections::HashMap<Vec<(String, String)>, Vec<BlockChunk>> =
         late.into_iter().map(|s| (s.labels, s.chunks)).collect();
     let mut out: Vec<BlockSeries> = in_order
@@ -236,8 +212,11 @@ fn with_late(in_order: Vec<BlockSeries>, late: Vec<BlockSeries>) -> Vec<BlockSer
         .map(|mut s| {
             if let Some(extra) = by_labels.remove(&s.labels) {
                 s.chunks.extend(extra);
-                untangle_chunks(&mut s.chunks);
             }
+            // Also in order alone: a float chunk may span a histogram
+            // of the series (float, histogram, float), which a block's
+            // chunks may not.
+            untangle_chunks(&mut s.chunks);
             s
         })
         .collect();
@@ -668,6 +647,49 @@ mod tests {
         let merged = db.compact_blocks(3, &|| true).expect("compacts");
         assert!(merged.iter().any(|m| m.min_time == 0), "{merged:?}");
         check_with_old(&db, &want, "after compaction");
+        db.close(Close::WalOnly);
+    }
+
+    /// A series that switches between floats and histograms in order
+    /// (float, histogram, float) has a float chunk spanning a histogram:
+    /// the cut writes them as runs of each kind. A histogram older than the
+    /// newest block, without a window, is out of bounds, as a float is.
+    #[test]
+    fn floats_and_histograms_in_turn_are_cut_as_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        let labels = [("__name__", "mixed")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let mut c = AppendCounts::default();
+        for i in 0..300i64 {
+            let t = i * 60_000;
+            let mut app = db.appender(i64::MAX);
+            match i % 3 == 1 {
+                true => app
+                    .append_histograms(&labels, &raw, &[(t, hist(i as u64))], &mut c)
+                    .expect("fits"),
+                false => {
+                    app.append_new(&labels, &raw, std::iter::once((t, i as f64)), &mut c)
+                        .expect("fits");
+                }
+            }
+            drop(app.commit());
+        }
+        db.head().log_and_wait();
+        assert_eq!(c.appended, 300, "{c:?}");
+        let before = everything(&db);
+        assert_eq!((before[0].1.len(), before[0].2), (200, 100));
+        let cut = db.cut_blocks(1).expect("cut");
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].num_samples, 120);
+        assert_eq!(everything(&db), before);
+        let mut app = db.appender(i64::MAX);
+        let mut c = AppendCounts::default();
+        app.append_histograms(&labels, &raw, &[(30_000, hist(1))], &mut c)
+            .expect("fits");
+        drop(app.commit());
+        assert_eq!(c.rejected, [0, 0, 1], "out of bounds");
         db.close(Close::WalOnly);
     }
 

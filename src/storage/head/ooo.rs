@@ -93,9 +93,12 @@ impl OooSeries {
     /// Inserts a histogram at a time not held yet (float or histogram).
     /// Returns the change in bytes held.
     pub(crate) fn insert_hist(&mut self, t: i64, h: &HistSample) -> isize {
+        // Measured on the copy kept: `bytes` measures that one too.
+        let h = h.clone();
+        let bytes = hist_bytes(&h);
         let at = self.hists.partition_point(|(ht, _)| *ht < t);
-        self.hists.insert(at, (t, h.clone()));
-        hist_bytes(h) as isize
+        self.hists.insert(at, (t, h));
+        bytes as isize
     }
 
     /// Its histograms in `[mint, maxt]`, in time order, without those
@@ -181,6 +184,23 @@ impl OooSeries {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// The newest sample's time that readers may see: of the samples
+    /// whose generation is below `durable`.
+    pub(crate) fn visible_max_time(&self, durable: u64) -> Option<i64> {
+        if self.unlogged.iter().all(|&(_, g)| g < durable) {
+            return self.max_time();
+        }
+        let floats = self
+            .samples_in(i64::MIN, i64::MAX, durable)
+            .last()
+            .map(|s| s.0);
+        let hists = self
+            .hists_in(i64::MIN, i64::MAX, durable)
+            .last()
+            .map(|h| h.0);
+        floats.max(hists)
     }
 
     /// The newest sample's time.

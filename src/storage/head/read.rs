@@ -67,7 +67,7 @@ impl Head {
                     // Late samples count too: a series may hold nothing
                     // else (what it held in order is in blocks).
                     let newest = s.max_time_of(series).map(|t| t.min(until));
-                    let late = s.ooo_of(series).and_then(|o| o.max_time());
+                    let late = s.late_newest(series);
                     let (Some(lo), Some(hi)) = (s.min_time_of(series), newest.max(late)) else {
                         continue;
                     };

@@ -20,6 +20,20 @@ use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
 use crate::wal::record::{encode_series, SamplesFrame};
 
+/// A shard's out-of-order side, borrowed field by field (apart from the
+/// series being appended to).
+macro_rules! late {
+    ($shard:ident) => {
+        Late {
+            ooo: &mut $shard.ooo,
+            hists: &$shard.hists,
+            bytes: &mut $shard.ooo_bytes,
+            samples: &mut $shard.samples,
+            log: &mut $shard.log,
+        }
+    };
+}
+
 /// Prometheus' hard cap for an XOR chunk, less the worst case of one sample.
 const MAX_CHUNK_BYTES_BEFORE_APPEND: usize = 1024 - 19;
 
@@ -915,13 +929,7 @@ impl Shard {
                 let e = match t == ht {
                     true => SampleError::Duplicate,
                     false if t >= ooo_from => {
-                        let late = Late {
-                            ooo: &mut self.ooo,
-                            hists: &self.hists,
-                            bytes: &mut self.ooo_bytes,
-                            samples: &mut self.samples,
-                            log: &mut self.log,
-                        };
+                        let late = late!(self);
                         insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
                         continue;
                     }
@@ -936,13 +944,7 @@ impl Shard {
             if t < inorder_from {
                 match t >= ooo_from {
                     true => {
-                        let late = Late {
-                            ooo: &mut self.ooo,
-                            hists: &self.hists,
-                            bytes: &mut self.ooo_bytes,
-                            samples: &mut self.samples,
-                            log: &mut self.log,
-                        };
+                        let late = late!(self);
                         insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
                     }
                     false => counts.reject(SampleError::OutOfBounds, t),
@@ -968,13 +970,7 @@ impl Shard {
                 // Older than the series' newest, within the window: out
                 // of order, unless a sample is at `t` already.
                 Err(SampleError::OutOfOrder) if t >= ooo_from => {
-                    let late = Late {
-                        ooo: &mut self.ooo,
-                        hists: &self.hists,
-                        bytes: &mut self.ooo_bytes,
-                        samples: &mut self.samples,
-                        log: &mut self.log,
-                    };
+                    let late = late!(self);
                     insert_late(series, late, t, LateValue::Float(v), opts.ooo_cap, counts);
                 }
                 // Too old for the window: as Prometheus' "too old sample",
@@ -1174,6 +1170,13 @@ impl Shard {
         });
         self.samples -= samples;
         self.ooo_bytes = self.ooo_bytes.wrapping_add_signed(freed);
+    }
+
+    /// The newest time of the series' late samples that readers may see
+    /// (durable in the log).
+    pub(crate) fn late_newest(&self, s: &MemSeries) -> Option<i64> {
+        let durable = self.log.as_ref().map_or(u64::MAX, |l| l.durable_gen);
+        self.ooo_of(s)?.visible_max_time(durable)
     }
 
     /// The series' out-of-order samples, if it has some.
@@ -1393,7 +1396,9 @@ impl Shard {
                 continue;
             }
             let result = match t < inorder_from {
-                // Older than the newest block's end: late, or too old.
+                // Older than the newest block's end: late, or too old
+                // (out of bounds without a window, as for floats).
+                true if ooo_from == i64::MAX => Err(SampleError::OutOfBounds),
                 true => Err(SampleError::OutOfOrder),
                 false => {
                     let float_maxt = series.max_time();
@@ -1417,13 +1422,7 @@ impl Shard {
                 Ok(None) => counts.appended += 1,
                 // Within the window: late, as floats are.
                 Err(SampleError::OutOfOrder) if t >= ooo_from => {
-                    let late = Late {
-                        ooo: &mut self.ooo,
-                        hists: &self.hists,
-                        bytes: &mut self.ooo_bytes,
-                        samples: &mut self.samples,
-                        log: &mut self.log,
-                    };
+                    let late = late!(self);
                     let stored =
                         insert_late(series, late, t, LateValue::Hist(h), opts.ooo_cap, counts);
                     if stored && self.log.is_some() {
