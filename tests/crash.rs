@@ -90,8 +90,13 @@ fn start(data: &Path) -> Sluice {
 }
 
 /// Timestamps: batch `b` of every writer is at `BASE + b` seconds.
+/// Batches are this far apart in time: small enough that a fast machine's
+/// thousands of batches stay behind the clock (a sample ahead of it is
+/// refused, and not read back at `now`).
+const STEP_MS: i64 = 100;
+
 fn ts(base: i64, b: u64) -> i64 {
-    base + b as i64 * 1000
+    base + b as i64 * STEP_MS
 }
 
 fn value(w: usize, k: usize, b: u64) -> f64 {
@@ -145,7 +150,11 @@ async fn writer(
             .await;
         match sent {
             Ok(r) if r.status().is_success() => ledger.lock().expect("ledger").acked.push(b),
-            Ok(r) => panic!("batch {b} of writer {w} refused: {}", r.status()),
+            Ok(r) => {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                panic!("batch {b} of writer {w} refused: {status}: {text}")
+            }
             Err(_) => return, // killed
         }
     }
@@ -221,9 +230,9 @@ fn check(
                 "round {round}: writer {w} series {k} has a repeated or unordered timestamp"
             );
             for &(t, v) in samples {
-                let b = (t - base) / 1000;
+                let b = (t - base) / STEP_MS;
                 assert!(
-                    (t - base) % 1000 == 0 && b >= 0 && (b as u64) < ledger.next,
+                    (t - base) % STEP_MS == 0 && b >= 0 && (b as u64) < ledger.next,
                     "round {round}: writer {w} series {k} holds a sample at {t} that was never sent"
                 );
                 assert_eq!(
