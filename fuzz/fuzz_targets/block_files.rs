@@ -99,7 +99,7 @@ fuzz_target!(|data: &[u8]| {
         index: &index,
         chunks: &chunks,
     };
-    if let Ok(Some(m)) = compact(out.path(), &[parent], 2, &|| true) {
+    if let Ok(Some(m)) = compact(out.path(), &[parent], 2, &|| true, &|_| {}) {
         let written = out.path().join(m.ulid.to_string());
         assert!(IndexReader::open(&written.join("index")).is_ok());
         assert!(read_meta(&written).is_ok());

@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice::storage::checkpoint::parse;
 use sluice::wal::record::{
-    decode, encode_checkpoint, encode_exemplars, encode_histograms_frame, encode_samples,
+    decode, encode_checkpoint, encode_exemplars, encode_flushed, encode_histograms_frame, encode_samples,
     encode_series, histograms, Record,
 };
 
@@ -24,9 +24,11 @@ fn histogram_bytes(h: &sluice::wal::record::Histograms<'_>) -> Vec<u8> {
 fn samples(rec: &Record<'_>) -> Vec<(u64, i64, u64)> {
     match rec {
         Record::Samples(s) => s.clone().map(|(r, t, v)| (r, t, v.to_bits())).collect(),
-        Record::Series { .. } | Record::Checkpoint(_) | Record::Exemplars(_) | Record::Histograms(_) => {
-            Vec::new()
-        }
+        Record::Series { .. }
+        | Record::Checkpoint(_)
+        | Record::Exemplars(_)
+        | Record::Histograms(_)
+        | Record::Flushed { .. } => Vec::new(),
     }
 }
 
@@ -52,13 +54,21 @@ fuzz_target!(|data: &[u8]| {
             }
             Record::Exemplars(e) => encode_exemplars(&mut again, e.clone()),
             Record::Histograms(h) => encode_histograms_frame(&mut again, &histogram_bytes(h)),
+            Record::Flushed { below, blocks } => {
+                let names: Vec<u128> = blocks
+                    .chunks_exact(16)
+                    .map(|b| u128::from_be_bytes(b.try_into().expect("16 bytes")))
+                    .collect();
+                encode_flushed(&mut again, *below, &names);
+            }
         }
         if !again.is_empty() {
             let (back, n) = decode(&again).expect("our own frame decodes");
             assert_eq!(n, again.len());
             match (&rec, &back) {
                 (Record::Series { .. }, Record::Series { .. })
-                | (Record::Checkpoint(_), Record::Checkpoint(_)) => assert_eq!(rec, back),
+                | (Record::Checkpoint(_), Record::Checkpoint(_))
+                | (Record::Flushed { .. }, Record::Flushed { .. }) => assert_eq!(rec, back),
                 (Record::Exemplars(a), Record::Exemplars(b)) => {
                     let bits = |e: &sluice::wal::record::Exemplars<'_>| -> Vec<_> {
                         e.clone().map(|(s, l, t, v)| (s.to_vec(), l.to_vec(), t, v.to_bits())).collect()
