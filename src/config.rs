@@ -24,8 +24,13 @@ pub mod web;
 /// Prometheus' experimental PromQL functions and aggregations.
 pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
 
+/// Duration expressions in ranges, steps and offsets; on by default as in
+/// Prometheus v3.14, the name accepted for configurations written for
+/// older versions.
+pub const DURATION_EXPR: &str = "promql-duration-expr";
+
 /// The features `--enable-feature` may name.
-pub const FEATURES: [&str; 1] = [EXPERIMENTAL_FUNCTIONS];
+pub const FEATURES: [&str; 2] = [EXPERIMENTAL_FUNCTIONS, DURATION_EXPR];
 
 /// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
 const MAX_WAL_RESERVE_BYTES: u64 = 1 << 30;
@@ -318,8 +323,10 @@ settings! {
     /// Features that are off by default, comma-separated, as Prometheus'
     /// flag of that name: `promql-experimental-functions` (limitk,
     /// limit_ratio, mad_over_time, sort_by_label, sort_by_label_desc,
-    /// double_exponential_smoothing, ts_of_*_over_time, first_over_time)
-    /// [default: none].
+    /// double_exponential_smoothing, ts_of_*_over_time, histogram_quantiles,
+    /// info, start, end, range, step, min_of, max_of, start_timestamp);
+    /// `promql-duration-expr` (on already: `rate(x[5m * 2])`,
+    /// `offset (1h + step())`) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
     /// Labels naming this Sluice to the systems it feeds, `name=value`,
@@ -803,6 +810,7 @@ impl Config {
                 max_length: self.query_max_length,
                 max_depth: self.query_max_depth,
                 experimental_functions: self.feature(EXPERIMENTAL_FUNCTIONS),
+                ..ParseLimits::default()
             },
             max_label_bytes: self.query_max_label_bytes,
         }

@@ -22,6 +22,7 @@ pub mod eval;
 pub mod functions;
 pub mod group;
 pub mod guard;
+pub mod parser;
 pub mod stats;
 pub mod value;
 
@@ -56,12 +57,12 @@ pub enum QueryError {
 /// Every vector selector in `expr` (inside range selectors and subqueries
 /// too), in the order written, as Prometheus' `ExtractSelectors` finds them.
 pub fn vector_selectors(
-    expr: &promql_parser::parser::Expr,
-) -> Vec<&promql_parser::parser::VectorSelector> {
-    use promql_parser::parser::Expr;
-    fn walk<'a>(e: &'a Expr, out: &mut Vec<&'a promql_parser::parser::VectorSelector>) {
+    expr: &crate::promql::parser::Expr,
+) -> Vec<&crate::promql::parser::VectorSelector> {
+    use crate::promql::parser::Expr;
+    fn walk<'a>(e: &'a Expr, out: &mut Vec<&'a crate::promql::parser::VectorSelector>) {
         match e {
-            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
             Expr::Paren(p) => walk(&p.expr, out),
             Expr::Unary(u) => walk(&u.expr, out),
             Expr::Binary(b) => {
@@ -87,10 +88,10 @@ pub fn vector_selectors(
 
 /// The matcher sets of a parsed selector, its metric name included.
 pub fn selector_matchers(
-    vs: &promql_parser::parser::VectorSelector,
+    vs: &crate::promql::parser::VectorSelector,
 ) -> Result<Vec<Vec<Matcher>>, String> {
-    use promql_parser::label::MatchOp as P;
-    let convert = |ms: &[promql_parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
+    use crate::promql::parser::label::MatchOp as P;
+    let convert = |ms: &[crate::promql::parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
         let mut out = Vec::with_capacity(ms.len() + 1);
         if let Some(name) = &vs.name {
             out.push(Matcher::new(MatchOp::Equal, "__name__", name).map_err(|e| e.to_string())?);
@@ -99,8 +100,8 @@ pub fn selector_matchers(
             let op = match m.op {
                 P::Equal => MatchOp::Equal,
                 P::NotEqual => MatchOp::NotEqual,
-                P::Re(_) => MatchOp::Regex,
-                P::NotRe(_) => MatchOp::NotRegex,
+                P::Re => MatchOp::Regex,
+                P::NotRe => MatchOp::NotRegex,
             };
             out.push(Matcher::new(op, &m.name, &m.value).map_err(|e| e.to_string())?);
         }
@@ -111,13 +112,5 @@ pub fn selector_matchers(
         }
         Ok(out)
     };
-    if vs.matchers.or_matchers.is_empty() {
-        Ok(vec![convert(&vs.matchers.matchers)?])
-    } else {
-        vs.matchers
-            .or_matchers
-            .iter()
-            .map(|ms| convert(ms))
-            .collect()
-    }
+    Ok(vec![convert(&vs.matchers.matchers)?])
 }

@@ -57,7 +57,10 @@ impl Runner {
             Target::Sluice => {
                 let config = Config {
                     retention: std::time::Duration::from_secs(100 * 365 * 86_400),
-                    enable_feature: vec![sluice::config::EXPERIMENTAL_FUNCTIONS.to_owned()],
+                    enable_feature: sluice::config::FEATURES
+                        .iter()
+                        .map(|f| f.to_string())
+                        .collect(),
                     ..Config::default()
                 };
                 let clock = sluice::storage::Clock::new(|| CLOCK_MS);
@@ -338,4 +341,48 @@ async fn prometheus_scripts_on_prometheus_3() {
     })
     .await;
     println!("{}", report(&failed));
+}
+
+/// Another Prometheus version's scripts, from the directory named by
+/// `SLUICE_PROMQL_SCRIPTS` (Prometheus v3.14's `promql/promqltest/testdata`,
+/// say), on Sluice with every feature it has enabled: prints the passes and
+/// failures per file. Run by hand:
+/// `SLUICE_PROMQL_SCRIPTS=<dir> cargo test --test promql_scripts -- --ignored other_scripts --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn other_scripts_on_sluice() {
+    let Ok(dir) = std::env::var("SLUICE_PROMQL_SCRIPTS") else {
+        panic!("SLUICE_PROMQL_SCRIPTS names no directory");
+    };
+    let scripts = scripts_in(Path::new(&dir));
+    let (mut all_pass, mut all_fail) = (0, 0);
+    let mut failures = String::new();
+    for (name, text) in &scripts {
+        let (mut pass, mut fail, mut skip) = (0, 0, 0);
+        if let Err(e) = promqltest::parse(text) {
+            // Syntax the runner does not read: every eval fails.
+            let evals = text.lines().filter(|l| l.starts_with("eval")).count();
+            println!("{name}: 0 passed, {evals} failed (the runner cannot read it: {e})");
+            all_fail += evals;
+            continue;
+        }
+        for (line, expr, outcome) in run_script(Target::Sluice, text, &BTreeSet::new()).await {
+            match outcome {
+                Outcome::Pass => pass += 1,
+                Outcome::Skip(_) => skip += 1,
+                Outcome::Fail(m) => {
+                    fail += 1;
+                    failures.push_str(&format!("{name}:{line}: {expr}\n    {m}\n"));
+                }
+            }
+        }
+        println!("{name}: {pass} passed, {fail} failed, {skip} skipped");
+        all_pass += pass;
+        all_fail += fail;
+    }
+    println!("{failures}");
+    println!(
+        "all: {all_pass} passed, {all_fail} failed ({:.1}%)",
+        100.0 * all_pass as f64 / (all_pass + all_fail).max(1) as f64
+    );
 }

@@ -269,7 +269,7 @@ pub fn parse_selector(s: &str, limits: &ParseLimits) -> Result<Vec<Vec<Matcher>>
         ..*limits
     };
     match crate::promql::guard::parse(s, &limits).map_err(|e| e.to_string())? {
-        promql_parser::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
+        crate::promql::parser::Expr::VectorSelector(vs) => crate::promql::selector_matchers(&vs),
         _ => Err(format!("invalid selector {s:?}: not a series selector")),
     }
 }

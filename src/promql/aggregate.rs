@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use promql_parser::parser::token::{
+use crate::promql::parser::token::{
     TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_LIMITK, T_LIMIT_RATIO, T_MAX,
     T_MIN, T_QUANTILE, T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
 };
-use promql_parser::parser::{AggregateExpr, Expr};
+use crate::promql::parser::{AggregateExpr, Expr};
 
 use super::annotations::Annotation;
 use super::eval::{Ctx, RangeTable};

@@ -4,12 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use promql_parser::parser::token::TokenId;
-use promql_parser::parser::token::{
+use crate::promql::parser::token::TokenId;
+use crate::promql::parser::token::{
     T_ADD, T_ATAN2, T_DIV, T_EQLC, T_GTE, T_GTR, T_LAND, T_LOR, T_LSS, T_LTE, T_LUNLESS, T_MOD,
     T_MUL, T_NEQ, T_POW, T_SUB,
 };
-use promql_parser::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
+use crate::promql::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
 use super::annotations::Annotation;
 use super::eval::Ctx;

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use promql_parser::parser::{self, Expr};
+use crate::promql::parser::{self, Expr};
 
 use super::annotations::Annotations;
 use super::eval::{Ctx, MatrixBuilder, HISTOGRAM_BYTES, POINT_BYTES};
@@ -69,8 +69,15 @@ impl<'h> Engine<'h> {
         self
     }
 
-    fn parse(&self, query: &str) -> Result<Expr, QueryError> {
-        guard::parse(query, &self.opts.parse).map_err(|e| QueryError::BadData(e.to_string()))
+    /// Parses `query` for an evaluation over `[start, end]` at `step` (0
+    /// for an instant query): duration expressions and `start()`, `end()`,
+    /// `range()`, `step()` are worked out here, once.
+    fn parse(&self, query: &str, start: i64, end: i64, step: i64) -> Result<Expr, QueryError> {
+        let mut expr = guard::parse(query, &self.opts.parse)
+            .map_err(|e| QueryError::BadData(e.to_string()))?;
+        expr.resolve_durations(start, end, step)
+            .map_err(QueryError::BadData)?;
+        Ok(expr)
     }
 
     fn ctx(&self, start: i64, end: i64, step: i64) -> Ctx<'_> {
@@ -86,7 +93,7 @@ impl<'h> Engine<'h> {
 
     /// Evaluates `query` at time `t` (ms).
     pub fn instant(&self, query: &str, t: i64) -> Result<Evaluated<Value>, QueryError> {
-        let expr = self.parse(query)?;
+        let expr = self.parse(query, t, t, 0)?;
         let ctx = self.ctx(t, t, 0);
         let result = ctx.eval(&expr, t).map(|value| Evaluated {
             value,
@@ -104,7 +111,7 @@ impl<'h> Engine<'h> {
         end: i64,
         step: i64,
     ) -> Result<Evaluated<Vec<Series>>, QueryError> {
-        let expr = self.parse(query)?;
+        let expr = self.parse(query, start, end, step)?;
         match expr.value_type() {
             parser::value::ValueType::Vector | parser::value::ValueType::Scalar => {}
             other => {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use promql_parser::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
+use crate::promql::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
 
 use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
@@ -1036,7 +1036,6 @@ impl<'e> Ctx<'e> {
             Expr::MatrixSelector(m) => Ok(Value::Matrix(self.matrix_selector(&m.vs, &m.range, t)?)),
             Expr::Call(_) | Expr::Aggregate(_) | Expr::Binary(_) => (self.operators)(self, expr, t),
             Expr::Subquery(sq) => Ok(Value::Matrix(self.subquery(sq, t)?)),
-            Expr::Extension(_) => Err(QueryError::Execution("unsupported expression".to_owned())),
         }
     }
 

@@ -11,7 +11,7 @@ mod over_time;
 mod rate;
 mod time;
 
-use promql_parser::parser::Call;
+use crate::promql::parser::Call;
 
 use super::eval::Ctx;
 use super::value::Value;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use promql_parser::parser::LabelModifier;
+use crate::promql::parser::LabelModifier;
 
 use super::value::{keep_labels, no_labels, Labels};
 use crate::storage::labels::Label;

@@ -16,8 +16,8 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use promql_parser::parser::token::{T_LIMITK, T_LIMIT_RATIO};
-use promql_parser::parser::{self, AtModifier, Expr, Offset, VectorSelector};
+use crate::promql::parser::token::{T_LIMITK, T_LIMIT_RATIO};
+use crate::promql::parser::{self, AtModifier, Expr, Offset, VectorSelector};
 
 /// Bounds on a query's text, checked before parsing, and what it may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,12 @@ pub struct ParseLimits {
     /// Whether Prometheus' experimental functions and aggregations may be
     /// used (`--enable-feature=promql-experimental-functions`).
     pub experimental_functions: bool,
+    /// Duration expressions (`promql-duration-expr`, on by default).
+    pub duration_expr: bool,
+    /// `anchored` and `smoothed` (`promql-extended-range-selectors`).
+    pub extended_range_selectors: bool,
+    /// `fill`, `fill_left`, `fill_right` (`promql-binop-fill-modifiers`).
+    pub binop_fill_modifiers: bool,
 }
 
 impl Default for ParseLimits {
@@ -37,6 +43,21 @@ impl Default for ParseLimits {
             max_length: 256 * 1024,
             max_depth: 1000,
             experimental_functions: false,
+            duration_expr: true,
+            extended_range_selectors: false,
+            binop_fill_modifiers: false,
+        }
+    }
+}
+
+impl ParseLimits {
+    /// The parser's options for these limits.
+    pub fn options(&self) -> parser::Options {
+        parser::Options {
+            experimental_functions: self.experimental_functions,
+            duration_expr: self.duration_expr,
+            extended_range_selectors: self.extended_range_selectors,
+            binop_fill_modifiers: self.binop_fill_modifiers,
         }
     }
 }
@@ -90,7 +111,8 @@ pub fn parse(query: &str, limits: &ParseLimits) -> Result<Expr, GuardError> {
     if d > limits.max_depth {
         return Err(GuardError::TooDeep(limits.max_depth));
     }
-    let expr = parser::parse(query).map_err(GuardError::Parse)?;
+    let expr =
+        parser::parse(query, &limits.options()).map_err(|e| GuardError::Parse(e.to_string()))?;
     check(&expr, limits)?;
     Ok(expr)
 }
@@ -261,7 +283,7 @@ fn check_duration_number(token: &str) -> Result<(), GuardError> {
 /// Recursion is bounded by the depth check that came before.
 fn check(expr: &Expr, limits: &ParseLimits) -> Result<(), GuardError> {
     match expr {
-        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => Ok(()),
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) => Ok(()),
         Expr::Paren(p) => check(&p.expr, limits),
         Expr::Unary(u) => check(&u.expr, limits),
         Expr::Binary(b) => {
@@ -372,8 +394,16 @@ mod tests {
             .expect_err("too long")
             .to_string()
             .contains("query-max-length"));
+        // The deepest query let through parses on a stack sized as query
+        // threads are for the default depth (16 KiB a level).
         let ok = format!("{}1{}", "(".repeat(900), ")".repeat(900));
-        assert!(parse(&ok, &limits()).is_ok());
+        let parsed = std::thread::Builder::new()
+            .stack_size(1000 * (16 << 10))
+            .spawn(move || parse(&ok, &limits()).is_ok())
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert!(parsed);
     }
 
     #[test]

@@ -201,8 +201,8 @@ pub fn set_label(labels: &Labels, name: &str, value: String) -> Labels {
 /// Whether a `by`/`on` list (Include) keeps label `name`, or a
 /// `without`/`ignoring` list (Exclude, which always drops `__name__` too)
 /// leaves it. `None` keeps all but `__name__`.
-pub fn keeps_label(name: &str, modifier: &Option<promql_parser::parser::LabelModifier>) -> bool {
-    use promql_parser::parser::LabelModifier;
+pub fn keeps_label(name: &str, modifier: &Option<crate::promql::parser::LabelModifier>) -> bool {
+    use crate::promql::parser::LabelModifier;
     match modifier {
         Some(LabelModifier::Include(on)) => on.labels.iter().any(|n| n == name),
         Some(LabelModifier::Exclude(off)) => {
@@ -215,7 +215,7 @@ pub fn keeps_label(name: &str, modifier: &Option<promql_parser::parser::LabelMod
 /// The labels [`keeps_label`] keeps.
 pub fn keep_labels(
     labels: &[Label],
-    modifier: &Option<promql_parser::parser::LabelModifier>,
+    modifier: &Option<crate::promql::parser::LabelModifier>,
 ) -> Labels {
     labels
         .iter()

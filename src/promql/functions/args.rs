@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use promql_parser::parser::{Call, Expr};
+use crate::promql::parser::{Call, Expr};
 
 use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotation;
@@ -114,7 +114,7 @@ pub(crate) fn over_range_with(
         // In a range query, every step at once (see `Ctx::range_table`),
         // unless a further argument (predict_linear's horizon) can change
         // from step to step: the table would keep the first step's.
-        let fixed = steps == Steps::Together && call.args.args[1..].iter().all(|a| is_constant(a));
+        let fixed = steps == Steps::Together && call.args.args[1..].iter().all(is_constant);
         if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
             if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f)? {
@@ -338,7 +338,7 @@ pub(crate) fn unparen(mut e: &Expr) -> &Expr {
 
 /// Argument `i` of `call`, without parentheses.
 pub(crate) fn arg(call: &Call, i: usize) -> Option<&Expr> {
-    call.args.args.get(i).map(|a| unparen(a))
+    call.args.args.get(i).map(unparen)
 }
 
 pub(crate) fn string_arg(call: &Call, i: usize) -> Result<String, QueryError> {

@@ -1,7 +1,7 @@
 //! `histogram_quantile` and `histogram_fraction` over classic (`le`)
 //! bucket series and native histograms.
 
-use promql_parser::parser::Call;
+use crate::promql::parser::Call;
 
 use super::args::scalar_arg;
 use crate::promql::annotations::Annotation;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use promql_parser::parser::{Call, Expr, VectorSelector};
+use crate::promql::parser::{Call, Expr, VectorSelector};
 
 use super::args::arg;
 use crate::promql::eval::Ctx;
@@ -164,7 +164,7 @@ fn matcher(op: MatchOp, name: &str, value: &str) -> Result<Matcher, QueryError> 
 
 /// The matchers of a label selector, `__name__` among them.
 fn selector_matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, QueryError> {
-    use promql_parser::label::MatchOp as P;
+    use crate::promql::parser::label::MatchOp as P;
     let mut out = Vec::new();
     if let Some(name) = &vs.name {
         out.push(matcher(MatchOp::Equal, "__name__", name)?);
@@ -173,8 +173,8 @@ fn selector_matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, QueryError> {
         let op = match m.op {
             P::Equal => MatchOp::Equal,
             P::NotEqual => MatchOp::NotEqual,
-            P::Re(_) => MatchOp::Regex,
-            P::NotRe(_) => MatchOp::NotRegex,
+            P::Re => MatchOp::Regex,
+            P::NotRe => MatchOp::NotRegex,
         };
         out.push(matcher(op, &m.name, &m.value)?);
     }

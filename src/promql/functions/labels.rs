@@ -1,7 +1,7 @@
 //! Label functions: `label_replace`, `label_join`, `absent`,
 //! `absent_over_time` and `sort_by_label`.
 
-use promql_parser::parser::{Call, Expr};
+use crate::promql::parser::{Call, Expr};
 
 use super::args::{matrix_arg, string_arg};
 use crate::promql::eval::Ctx;
@@ -14,7 +14,7 @@ pub(super) fn absent(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
     if !v.is_empty() {
         return Ok(Value::Vector(Vec::new()));
     }
-    let labels = match call.args.args[0].as_ref() {
+    let labels = match &call.args.args[0] {
         Expr::VectorSelector(vs) => absent_labels(vs),
         _ => Vec::new(),
     };
@@ -30,7 +30,7 @@ pub(super) fn absent_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Val
     if !series.is_empty() {
         return Ok(Value::Vector(Vec::new()));
     }
-    let labels = match call.args.args[0].as_ref() {
+    let labels = match &call.args.args[0] {
         Expr::MatrixSelector(m) => absent_labels(&m.vs),
         _ => Vec::new(),
     };
@@ -199,7 +199,7 @@ impl LabelBudget {
 /// matcher on the same label (a second equality, or any other kind) drops
 /// it, so `{job="a",job="b"}` and `{job="a",job!="b"}` give no `job`. An
 /// empty value sets nothing.
-fn absent_labels(vs: &promql_parser::parser::VectorSelector) -> Vec<Label> {
+fn absent_labels(vs: &crate::promql::parser::VectorSelector) -> Vec<Label> {
     let mut out: Vec<Label> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
     for m in &vs.matchers.matchers {
@@ -208,7 +208,7 @@ fn absent_labels(vs: &promql_parser::parser::VectorSelector) -> Vec<Label> {
         }
         let first = !seen.contains(&m.name.as_str());
         out.retain(|l| l.name != m.name);
-        if matches!(m.op, promql_parser::label::MatchOp::Equal) && first {
+        if matches!(m.op, crate::promql::parser::label::MatchOp::Equal) && first {
             seen.push(&m.name);
             if !m.value.is_empty() {
                 out.push(Label {

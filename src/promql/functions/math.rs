@@ -1,7 +1,7 @@
 //! Math on each element, and the functions that convert, clamp or sort a
 //! vector.
 
-use promql_parser::parser::Call;
+use crate::promql::parser::Call;
 
 use super::args::{map_vector, scalar_arg};
 use crate::promql::eval::Ctx;

@@ -5,7 +5,7 @@
 //! the histogram samples of its vector and drops the float ones and the
 //! metric name.
 
-use promql_parser::parser::Call;
+use crate::promql::parser::Call;
 
 use crate::histogram::{Bucket, FloatHistogram};
 use crate::promql::annotations::Annotation;

@@ -1,6 +1,6 @@
 //! `*_over_time`: statistics of each series over its range.
 
-use promql_parser::parser::Call;
+use crate::promql::parser::Call;
 
 use super::args::{over_range, over_range_mixed, range_arg, scalar_arg, Out, Window};
 use crate::promql::annotations::Annotation;

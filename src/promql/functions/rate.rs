@@ -1,7 +1,7 @@
 //! The rate family: `rate`, `increase`, `delta`, `irate`, `idelta`,
 //! `resets`, `changes`, `deriv` and `predict_linear`.
 
-use promql_parser::parser::{Call, Expr};
+use crate::promql::parser::{Call, Expr};
 
 use super::args::{
     arg, over_range, over_range_mixed, over_range_with, scalar_arg, Out, Steps, Window,

@@ -1,6 +1,6 @@
 //! Time: `time`, `timestamp`, and the calendar fields of a time (UTC).
 
-use promql_parser::parser::{Call, Expr};
+use crate::promql::parser::{Call, Expr};
 
 use super::args::unparen;
 use crate::promql::eval::Ctx;

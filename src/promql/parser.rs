@@ -1,0 +1,346 @@
+//! Sluice's own PromQL parser: the language as Prometheus v3.14 speaks it,
+//! each newer part behind the feature flag Prometheus puts it behind.
+//!
+//! - [`lex`]: tokens with their byte spans.
+//! - [`parse`](mod@parse): precedence climbing into [`ast`], with
+//!   Prometheus' type checks and messages.
+//! - [`printer`]: the tree written back as text (`format_query`).
+//! - [`function`]: the function signatures.
+
+pub mod ast;
+pub mod function;
+pub mod label;
+pub mod lex;
+mod parse;
+pub mod printer;
+pub mod token;
+pub mod value;
+
+pub use ast::*;
+pub use function::Function;
+
+/// The longest duration in seconds: an int64 count of nanoseconds.
+pub const MAX_DURATION_SECS: f64 = 9_223_372_036.854_775;
+
+/// The parts of the language that are behind a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// `promql-experimental-functions`.
+    pub experimental_functions: bool,
+    /// `promql-duration-expr`: `[5m * 2]`, `offset (1h + step())`; on by
+    /// default, as in Prometheus v3.14.
+    pub duration_expr: bool,
+    /// `promql-extended-range-selectors`: `anchored` and `smoothed`.
+    pub extended_range_selectors: bool,
+    /// `promql-binop-fill-modifiers`: `fill`, `fill_left`, `fill_right`.
+    pub binop_fill_modifiers: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            experimental_functions: false,
+            duration_expr: true,
+            extended_range_selectors: false,
+            binop_fill_modifiers: false,
+        }
+    }
+}
+
+/// Why a query does not parse, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// Byte offset of the start of the problem.
+    pub start: usize,
+    /// Byte offset of its end.
+    pub end: usize,
+    /// Line (1-based) of the start.
+    pub line: usize,
+    /// Column (1-based, in characters) of the start.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ParseError {
+    fn new(input: &str, start: usize, end: usize, message: String) -> Self {
+        let start = start.min(input.len());
+        let before = input.get(..start).unwrap_or("");
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        Self {
+            start,
+            end: end.max(start),
+            line,
+            column,
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: parse error: {}",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parses `input` with the language `opts` enables.
+pub fn parse(input: &str, opts: &Options) -> Result<Expr, ParseError> {
+    let e = parse::parse(input, opts)?;
+    check_selectors(&e).map_err(|m| ParseError::new(input, 0, input.len(), m))?;
+    Ok(e)
+}
+
+/// Prometheus' rule that a selector must match something other than the
+/// empty value (an `info()` data-label selector is let off).
+fn check_selectors(e: &Expr) -> Result<(), String> {
+    use label::MatchOp;
+    let check = |vs: &VectorSelector| -> Result<(), String> {
+        if vs.name.is_some() || vs.bypass_empty_matcher_check {
+            return Ok(());
+        }
+        let matches_empty = |m: &label::Matcher| {
+            let op = match m.op {
+                MatchOp::Equal => return m.value.is_empty(),
+                MatchOp::NotEqual => return !m.value.is_empty(),
+                MatchOp::Re => crate::storage::index::MatchOp::Regex,
+                MatchOp::NotRe => crate::storage::index::MatchOp::NotRegex,
+            };
+            crate::storage::index::Matcher::new(op, &m.name, &m.value)
+                .map(|x| x.matches(""))
+                .unwrap_or(true)
+        };
+        if vs.matchers.matchers.iter().all(matches_empty) {
+            return Err(format!(
+                "vector selector must contain at least one non-empty matcher: {vs}"
+            ));
+        }
+        Ok(())
+    };
+    let mut stack = vec![e];
+    while let Some(e) = stack.pop() {
+        match e {
+            Expr::Aggregate(a) => {
+                stack.push(&a.expr);
+                if let Some(p) = &a.param {
+                    stack.push(p);
+                }
+            }
+            Expr::Unary(u) => stack.push(&u.expr),
+            Expr::Binary(b) => {
+                stack.push(&b.lhs);
+                stack.push(&b.rhs);
+            }
+            Expr::Paren(p) => stack.push(&p.expr),
+            Expr::Subquery(sq) => stack.push(&sq.expr),
+            Expr::Call(c) => stack.extend(c.args.args.iter()),
+            Expr::VectorSelector(vs) => check(vs)?,
+            Expr::MatrixSelector(m) => check(&m.vs)?,
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Options {
+        Options {
+            experimental_functions: true,
+            duration_expr: true,
+            extended_range_selectors: true,
+            binop_fill_modifiers: true,
+        }
+    }
+
+    fn p(q: &str) -> Expr {
+        parse(q, &all()).unwrap_or_else(|e| panic!("{q}: {e}"))
+    }
+
+    fn printed(q: &str) -> String {
+        p(q).to_string()
+    }
+
+    #[test]
+    fn operators_bind_as_in_prometheus() {
+        for (q, want) in [
+            ("1 + 2 * 3", "1 + 2 * 3"),
+            ("(1 + 2) * 3", "(1 + 2) * 3"),
+            ("a or b and c", "a or b and c"),
+            ("2 ^ 3 ^ 2", "2 ^ 3 ^ 2"),
+            ("-a ^ 2", "-a ^ 2"),
+            ("a - b - c", "a - b - c"),
+            ("a </ b + 1", "a </ b + 1"),
+            ("sum(x)by(job)", "sum by (job) (x)"),
+            ("topk by (a) (3, x)", "topk by (a) (3, x)"),
+            ("x offset -5m", "x offset -5m"),
+            ("x[5m] @ 100 offset 1m", "x[5m] @ 100.000 offset 1m"),
+            ("rate(x[5m * 2])", "rate(x[5m * 2])"),
+            ("x offset (1h + step())", "x offset (1h + step())"),
+            (
+                "x[min_of(5m, range()):step()]",
+                "x[min_of(5m, range()):step()]",
+            ),
+            (
+                "a + on(b) group_left(c) fill(0) d",
+                "a + on (b) group_left (c) fill (0) d",
+            ),
+            (
+                "a + fill_left(1) fill_right(2) b",
+                "a + fill_left (1) fill_right (2) b",
+            ),
+            ("x[1m] anchored", "x[1m] anchored"),
+            (
+                "{\"my.metric\", a=\"b\"}",
+                "{__name__=\"my.metric\",a=\"b\"}",
+            ),
+        ] {
+            assert_eq!(printed(q), want, "{q}");
+        }
+        // `-a ^ 2` is `-(a ^ 2)`: the sign binds like `*`.
+        assert!(matches!(p("-a ^ 2"), Expr::Unary(u) if matches!(*u.expr, Expr::Binary(_))));
+        // `x offset -2 ^ 2` is `(x offset -2) ^ 2`.
+        assert!(
+            matches!(p("x offset -2 ^ 2"), Expr::Binary(b) if matches!(*b.lhs, Expr::VectorSelector(_)))
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named_with_their_place() {
+        for (q, want) in [
+            ("", "no expression found in input"),
+            ("sum(x", "unexpected end of input"),
+            (
+                "rate(x)",
+                "expected type range vector in call to function \"rate\", got instant vector",
+            ),
+            ("foo(x)", "unknown function with name \"foo\""),
+            (
+                "1 > 2",
+                "comparisons between scalars must use BOOL modifier",
+            ),
+            (
+                "{a=\"\"}",
+                "vector selector must contain at least one non-empty matcher",
+            ),
+            ("x[0s]", "duration must be greater than 0"),
+            ("x[5m / 0]", "division by zero"),
+            ("sum(x) offset 5m", "offset modifier must be preceded by"),
+            (
+                "x offset 1m offset 2m",
+                "offset may not be set multiple times",
+            ),
+            (
+                "x offset 5m [5m]",
+                "no offset modifiers allowed before range",
+            ),
+            (
+                "a and 1",
+                "set operator \"and\" not allowed in binary scalar expression",
+            ),
+            ("x{a=~\"(\"}", "("),
+            ("rate(x[5m],)", "trailing commas not allowed"),
+        ] {
+            let e = parse(q, &all()).expect_err(q).to_string();
+            assert!(e.contains(want), "{q}: {e}");
+        }
+        let e = parse("a +\n  )", &all()).expect_err("paren");
+        assert_eq!((e.line, e.column), (2, 3));
+        // Behind flags.
+        let off = Options::default();
+        assert!(parse("x[1m] anchored", &off).is_err());
+        assert!(parse("a + fill(0) b", &off).is_err());
+        assert!(parse("limitk(1, x)", &off).is_err());
+        assert!(parse(
+            "x[5m * 2]",
+            &Options {
+                duration_expr: false,
+                ..off
+            }
+        )
+        .is_err());
+        assert!(parse("x[5m * 2]", &off).is_ok());
+    }
+
+    fn normal(e: &Expr) -> String {
+        let mut e = e.clone();
+        let mut stack = vec![&mut e];
+        while let Some(x) = stack.pop() {
+            match x {
+                Expr::Aggregate(a) => {
+                    stack.push(&mut a.expr);
+                    if let Some(p) = &mut a.param {
+                        stack.push(p);
+                    }
+                }
+                Expr::Unary(u) => stack.push(&mut u.expr),
+                Expr::Binary(b) => {
+                    stack.push(&mut b.lhs);
+                    stack.push(&mut b.rhs);
+                }
+                Expr::Paren(p) => stack.push(&mut p.expr),
+                Expr::Subquery(sq) => stack.push(&mut sq.expr),
+                Expr::Call(c) => stack.extend(c.args.args.iter_mut()),
+                Expr::VectorSelector(vs) => vs.matchers.matchers.sort_by_key(|m| m.to_string()),
+                Expr::MatrixSelector(m) => m.vs.matchers.matchers.sort_by_key(|m| m.to_string()),
+                Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+            }
+        }
+        format!("{e:?}")
+    }
+
+    /// Every query of the project's scripts prints to text that parses to
+    /// the same tree.
+    #[test]
+    fn printing_round_trips() {
+        // Also another directory of scripts (Prometheus' own), if named.
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/promql")];
+        dirs.extend(std::env::var_os("SLUICE_PROMQL_SCRIPTS").map(std::path::PathBuf::from));
+        let mut checked = 0;
+        let entries = dirs
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).expect("scripts"));
+        for entry in entries {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|x| x != "test") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("script");
+            for line in text.lines() {
+                let Some(rest) = line.strip_prefix("eval") else {
+                    continue;
+                };
+                let q = match rest.split_once(" at ") {
+                    Some((_, r)) => r.split_once(char::is_whitespace).map_or("", |x| x.1),
+                    None => match rest.split_once(" step ") {
+                        Some((_, r)) => r.split_once(char::is_whitespace).map_or("", |x| x.1),
+                        None => continue,
+                    },
+                };
+                let Ok(e) = parse(q, &all()) else {
+                    continue;
+                };
+                // Invalid UTF-8 is kept as a flag, not as its bytes.
+                if format!("{e:?}").contains("valid_utf8: false") {
+                    continue;
+                }
+                let again = parse(&e.to_string(), &all())
+                    .unwrap_or_else(|err| panic!("{q} printed as {e} does not parse: {err}"));
+                // As Debug text (NaN is not equal to itself), with the
+                // matchers in order: printing sorts them, as Prometheus'.
+                assert_eq!(normal(&again), normal(&e), "{q} printed as {e}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "only {checked} queries checked");
+    }
+}
