@@ -29,8 +29,11 @@ pub const EXPERIMENTAL_FUNCTIONS: &str = "promql-experimental-functions";
 /// older versions.
 pub const DURATION_EXPR: &str = "promql-duration-expr";
 
+/// `fill()`, `fill_left()`, `fill_right()` on binary operators.
+pub const BINOP_FILL_MODIFIERS: &str = "promql-binop-fill-modifiers";
+
 /// The features `--enable-feature` may name.
-pub const FEATURES: [&str; 2] = [EXPERIMENTAL_FUNCTIONS, DURATION_EXPR];
+pub const FEATURES: [&str; 3] = [EXPERIMENTAL_FUNCTIONS, DURATION_EXPR, BINOP_FILL_MODIFIERS];
 
 /// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
 const MAX_WAL_RESERVE_BYTES: u64 = 1 << 30;
@@ -326,7 +329,8 @@ settings! {
     /// double_exponential_smoothing, ts_of_*_over_time, histogram_quantiles,
     /// info, start, end, range, step, min_of, max_of, start_timestamp);
     /// `promql-duration-expr` (on already: `rate(x[5m * 2])`,
-    /// `offset (1h + step())`) [default: none].
+    /// `offset (1h + step())`); `promql-binop-fill-modifiers`
+    /// (`a + fill(0) b`, `fill_left`, `fill_right`) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
     /// Labels naming this Sluice to the systems it feeds, `name=value`,
@@ -810,6 +814,7 @@ impl Config {
                 max_length: self.query_max_length,
                 max_depth: self.query_max_depth,
                 experimental_functions: self.feature(EXPERIMENTAL_FUNCTIONS),
+                binop_fill_modifiers: self.feature(BINOP_FILL_MODIFIERS),
                 ..ParseLimits::default()
             },
             max_label_bytes: self.query_max_label_bytes,

@@ -329,9 +329,9 @@ fn count_values_label(agg: &AggregateExpr, op: TokenId) -> Result<Option<String>
     }
     match param {
         // Prometheus 3 takes any UTF-8 name but the empty one.
-        Some(Expr::StringLiteral(s)) if s.val.is_empty() => {
-            Err(QueryError::Execution("invalid label name \"\"".to_owned()))
-        }
+        Some(Expr::StringLiteral(s)) if s.val.is_empty() || !s.valid_utf8() => Err(
+            QueryError::Execution(format!("invalid label name {}", s.go_quoted())),
+        ),
         Some(Expr::StringLiteral(s)) => Ok(Some(s.val.clone())),
         _ => Err(QueryError::BadData(
             "count_values needs a label name".to_owned(),

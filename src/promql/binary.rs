@@ -284,9 +284,15 @@ fn vector_vector(
     m: &BinModifier,
     return_bool: bool,
 ) -> Result<Vec<Sample>, QueryError> {
+    let fill = m.fill_values;
+    if (l.is_empty() || r.is_empty()) && !fill.any() {
+        return Ok(Vec::new());
+    }
     let cmp = is_comparison(op);
     // group_right: the right side is the "many" side; swap so that the
-    // left is always "many" (or one-to-one).
+    // left is always "many" (or one-to-one). The fill values keep their
+    // places, as in Prometheus: `fill_right` stands in for a missing
+    // "one" side, `fill_left` for a missing "many" side.
     let (include, swap) = match &m.card {
         VectorMatchCardinality::ManyToOne(ls) => (ls.labels.clone(), false),
         VectorMatchCardinality::OneToMany(ls) => (ls.labels.clone(), true),
@@ -304,51 +310,48 @@ fn vector_vector(
         let sig = signature(&s.labels, &m.matching);
         if let Some(first) = one_by_sig.get(&sig) {
             let side = if swap { "left" } else { "right" };
+            // The later series first, as Prometheus 3.5.3 writes them
+            // (v3.14 sorts the two).
+            let (a, b) = (labels_string(&s.labels), labels_string(&first.labels));
             return Err(QueryError::Execution(format!(
-                "found duplicate series for the match group {} on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
+                "found duplicate series for the match group {} on the {side} hand-side of the operation: [{a}, {b}];many-to-many matching not allowed: matching labels must be unique on one side",
                 labels_string(&sig),
-                labels_string(&s.labels),
-                labels_string(&first.labels),
             )));
         }
         one_by_sig.insert(sig, s);
     }
-    let mut seen: HashSet<Labels> = HashSet::new();
-    let mut out = Vec::new();
-    for s in &many {
-        let sig = signature(&s.labels, &m.matching);
-        let Some(o) = one_by_sig.get(&sig) else {
-            continue;
-        };
-        let (lv, rv) = if swap { (o.v, s.v) } else { (s.v, o.v) };
+    // Signatures matched (one-to-one), or per signature the result label
+    // sets made (many-to-one): a second match is an error even where the
+    // comparison then drops the element, as in Prometheus.
+    // One element from a "many" side sample (or fill) and a "one" side
+    // sample (or fill) of signature `sig`.
+    type Seen = (
+        HashSet<Labels>,
+        HashMap<Labels, HashSet<Labels>>,
+        Vec<Sample>,
+    );
+    let combine = |s: &Sample, o: &Sample, sig: &Labels, st: &mut Seen| -> Result<(), QueryError> {
+        let (matched, made, out) = st;
+        let (ls, rs) = if swap { (o, s) } else { (s, o) };
         let mut hist = None;
-        let (value, keep) = if s.h.is_some() || o.h.is_some() {
-            let (ls, rs) = if swap { (*o, s) } else { (s, *o) };
-            let Some((v, h, keep)) =
-                apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref()))
-            else {
-                continue;
-            };
-            hist = h.filter(|_| !return_bool);
-            (v, keep)
+        let (value, keep) = if ls.h.is_some() || rs.h.is_some() {
+            match apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref())) {
+                Some((v, h, keep)) => {
+                    hist = h.filter(|_| !return_bool);
+                    (v, keep)
+                }
+                None => return Ok(()),
+            }
         } else {
-            apply(op, lv, rv)
-        };
-        if (cmp || hist.is_some()) && !return_bool && !keep {
-            continue;
-        }
-        let v = if return_bool {
-            f64::from(u8::from(keep))
-        } else {
-            value
+            apply(op, ls.v, rs.v)
         };
         // Result labels come from the "many" side.
-        let mut labels: Labels = if drops_name(op) || return_bool {
+        let base: Labels = if drops_name(op) || return_bool {
             drop_name(&s.labels)
         } else {
             s.labels.clone()
         };
-        let mut built: Vec<Label> = labels.iter().cloned().collect();
+        let mut built: Vec<Label> = base.iter().cloned().collect();
         if one_to_one {
             match &m.matching {
                 Some(LabelModifier::Include(on)) => built.retain(|l| on.labels.contains(&l.name)),
@@ -365,19 +368,54 @@ fn vector_vector(
             }
         }
         built.sort();
-        labels = built.into();
-        if one_to_one && !seen.insert(sig.clone()) {
-            return Err(QueryError::Execution(
-                "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)".to_owned(),
-            ));
-        }
-        if !one_to_one && !seen.insert(labels.clone()) {
+        let labels: Labels = built.into();
+        if one_to_one {
+            if !matched.insert(sig.clone()) {
+                return Err(QueryError::Execution(
+                    "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)".to_owned(),
+                ));
+            }
+        } else if !made.entry(sig.clone()).or_default().insert(labels.clone()) {
             return Err(QueryError::Execution(
                 "multiple matches for labels: grouping labels must ensure unique matches"
                     .to_owned(),
             ));
         }
+        if (cmp || hist.is_some()) && !return_bool && !keep {
+            return Ok(());
+        }
+        let v = if return_bool {
+            f64::from(u8::from(keep))
+        } else {
+            value
+        };
         out.push(Sample { labels, v, h: hist });
+        Ok(())
+    };
+    let mut st: Seen = (HashSet::new(), HashMap::new(), Vec::new());
+    for s in &many {
+        let sig = signature(&s.labels, &m.matching);
+        match one_by_sig.get(&sig) {
+            Some(o) => combine(s, o, &sig, &mut st)?,
+            None => {
+                if let Some(v) = fill.rhs {
+                    combine(s, &Sample::float(sig.clone(), v), &sig, &mut st)?;
+                }
+            }
+        }
     }
-    Ok(out)
+    if let Some(v) = fill.lhs {
+        for o in &one {
+            let sig = signature(&o.labels, &m.matching);
+            let done = if one_to_one {
+                st.0.contains(&sig)
+            } else {
+                st.1.get(&sig).is_some_and(|m| !m.is_empty())
+            };
+            if !done {
+                combine(&Sample::float(sig.clone(), v), o, &sig, &mut st)?;
+            }
+        }
+    }
+    Ok(st.2)
 }

@@ -236,7 +236,8 @@ pub(super) fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value,
         ))
     })?;
     // Prometheus 3 takes any UTF-8 name but the empty one.
-    if dst.is_empty() {
+    let valid = matches!(super::args::arg(call, 1), Some(Expr::StringLiteral(s)) if s.valid_utf8());
+    if dst.is_empty() || !valid {
         return Err(QueryError::BadData(format!(
             "invalid destination label name in label_replace(): {dst}"
         )));

@@ -313,9 +313,34 @@ pub struct NumberLiteral {
 pub struct StringLiteral {
     /// Its value, invalid UTF-8 replaced.
     pub val: String,
-    /// Whether the text it was unquoted from was valid UTF-8 (`"\xff"` is
-    /// not).
-    pub valid_utf8: bool,
+    /// Its bytes, when they are not valid UTF-8 (`"\xff"`).
+    pub raw: Option<Vec<u8>>,
+}
+
+impl StringLiteral {
+    /// Whether its bytes are valid UTF-8.
+    pub fn valid_utf8(&self) -> bool {
+        self.raw.is_none()
+    }
+
+    /// Quoted as Go's `%q` quotes it: invalid bytes as `\xNN`.
+    pub fn go_quoted(&self) -> String {
+        match &self.raw {
+            None => super::printer::quote(&self.val),
+            Some(bytes) => {
+                let mut out = String::from("\"");
+                for chunk in bytes.utf8_chunks() {
+                    let q = super::printer::quote(chunk.valid());
+                    out.push_str(&q[1..q.len() - 1]);
+                    for b in chunk.invalid() {
+                        out.push_str(&format!("\\x{b:02x}"));
+                    }
+                }
+                out.push('"');
+                out
+            }
+        }
+    }
 }
 
 /// `name{matchers}` with its modifiers.

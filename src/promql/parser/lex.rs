@@ -16,8 +16,9 @@ pub enum Tok {
     Number(f64),
     /// A duration literal (`5m`, `1h30m`), in seconds.
     Duration(f64),
-    /// A quoted string, unquoted; whether its bytes were valid UTF-8.
-    Str(String, bool),
+    /// A quoted string, unquoted (invalid UTF-8 replaced), and its bytes
+    /// when they are not valid UTF-8.
+    Str(String, Option<Vec<u8>>),
     /// `(`
     LParen,
     /// `)`
@@ -187,8 +188,8 @@ pub fn lex(input: &str) -> Result<Vec<Spanned>, LexError> {
                 _ => one(Tok::Op(T_GTR)),
             },
             b'"' | b'\'' | b'`' => {
-                let (s, valid, len) = string(input, i)?;
-                (Tok::Str(s, valid), len)
+                let (s, raw, len) = string(input, i)?;
+                (Tok::Str(s, raw), len)
             }
             b'0'..=b'9' => number_or_duration(b, i)?,
             b'.' if b.get(i + 1).is_some_and(u8::is_ascii_digit) => number_or_duration(b, i)?,
@@ -363,8 +364,8 @@ fn lossy(b: &[u8]) -> String {
 
 /// The quoted string at `i`, unquoted as Go unquotes it (`\n`, `\x41`,
 /// `\101`, `\u00e9`, …; a raw string in backquotes is taken as written):
-/// its text, whether its bytes are valid UTF-8, and its length.
-fn string(input: &str, i: usize) -> Result<(String, bool, usize), LexError> {
+/// its text, its bytes if they are not valid UTF-8, and its length.
+fn string(input: &str, i: usize) -> Result<(String, Option<Vec<u8>>, usize), LexError> {
     let b = input.as_bytes();
     let q = b[i];
     let mut out: Vec<u8> = Vec::new();
@@ -457,12 +458,15 @@ fn string(input: &str, i: usize) -> Result<(String, bool, usize), LexError> {
         }
     }
     match String::from_utf8(out) {
-        Ok(s) => Ok((s, true, j - i)),
-        Err(e) => Ok((
-            String::from_utf8_lossy(e.as_bytes()).into_owned(),
-            false,
-            j - i,
-        )),
+        Ok(s) => Ok((s, None, j - i)),
+        Err(e) => {
+            let bytes = e.into_bytes();
+            Ok((
+                String::from_utf8_lossy(&bytes).into_owned(),
+                Some(bytes),
+                j - i,
+            ))
+        }
     }
 }
 
@@ -493,10 +497,13 @@ mod tests {
     fn strings_unquote_as_go_does() {
         assert_eq!(
             toks(r#""a\"b\n\x41\101\u00e9""#)[0],
-            Tok::Str("a\"b\nAAé".into(), true)
+            Tok::Str("a\"b\nAAé".into(), None)
         );
-        assert_eq!(toks(r"`a\n`")[0], Tok::Str("a\\n".into(), true));
-        assert_eq!(toks(r#""\xff""#)[0], Tok::Str("\u{fffd}".into(), false));
+        assert_eq!(toks(r"`a\n`")[0], Tok::Str("a\\n".into(), None));
+        assert_eq!(
+            toks(r#""\xff""#)[0],
+            Tok::Str("\u{fffd}".into(), Some(vec![0xff]))
+        );
         assert!(lex("\"abc").is_err());
         assert!(lex(r#""\q""#).is_err());
     }
@@ -514,7 +521,7 @@ mod tests {
                 Tok::Op(T_NEQ),
                 Tok::Ident("d".into()),
                 Tok::NeqRegex,
-                Tok::Str("x".into(), true),
+                Tok::Str("x".into(), None),
                 Tok::Eof,
             ]
         );

@@ -201,9 +201,9 @@ impl<'a> Parser<'a> {
                 self.next();
                 Ok(Expr::NumberLiteral(NumberLiteral { val: v }))
             }
-            Tok::Str(val, valid_utf8) => {
+            Tok::Str(val, raw) => {
                 self.next();
-                Ok(Expr::StringLiteral(StringLiteral { val, valid_utf8 }))
+                Ok(Expr::StringLiteral(StringLiteral { val, raw }))
             }
             Tok::Ident(word) => {
                 let followed_by_paren = *self.peek_at(1) == Tok::LParen;
@@ -324,8 +324,8 @@ impl<'a> Parser<'a> {
                     self.next();
                     out.push(w);
                 }
-                Tok::Str(s, valid) => {
-                    if !valid || s.is_empty() {
+                Tok::Str(s, raw) => {
+                    if raw.is_some() || s.is_empty() {
                         return Err(self.error(format!("invalid label name for grouping: {s:?}")));
                     }
                     self.next();

@@ -324,7 +324,7 @@ impl fmt::Display for Expr {
             Expr::Paren(p) => write!(f, "({})", p.expr),
             Expr::Subquery(sq) => write!(f, "{}{}", sq.expr, subquery_suffix(sq)),
             Expr::NumberLiteral(n) => f.write_str(&number(n.val)),
-            Expr::StringLiteral(s) => f.write_str(&quote(&s.val)),
+            Expr::StringLiteral(s) => f.write_str(&s.go_quoted()),
             Expr::VectorSelector(vs) => write!(f, "{vs}"),
             Expr::MatrixSelector(m) => write!(f, "{m}"),
             Expr::Call(c) => {
