@@ -88,11 +88,14 @@ fn handle(
                 Matcher::new(op, &m.name, &m.value).map_err(|e| ApiError::BadRequest(e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if matchers.iter().all(|m| m.matches("")) {
-            return Err(ApiError::BadRequest(
-                "a read query needs at least one matcher that does not match the empty value"
-                    .into(),
-            ));
+        // Every matcher set Prometheus' handler takes is taken: one whose
+        // matchers all match the empty value (`__name__=~".*"`, what
+        // vmctl sends by default) selects every series they match; none
+        // at all selects nothing, as Prometheus' postings intersection of
+        // no lists does.
+        if matchers.is_empty() {
+            selections.push(Vec::new());
+            continue;
         }
         let (mint, maxt) = (q.start_timestamp_ms, q.end_timestamp_ms);
         let mut selected = reads
