@@ -120,6 +120,9 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     let op = agg.op.id();
     if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
         if let Some((table, k)) = ctx.tabulated(call, t) {
+            // Read in place, the call's output passes the check it would
+            // pass as a vector.
+            table.check_unique(k)?;
             let mut memos = ctx.group_memos.borrow_mut();
             let memo = memos
                 .entry(agg as *const AggregateExpr as usize)

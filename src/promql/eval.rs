@@ -159,9 +159,42 @@ pub(crate) struct RangeTable {
     /// at step `k` is `k * labels.len() + i`.
     values: Vec<f64>,
     present: Vec<bool>,
+    /// Rows whose label sets are equal (series that differ only by the
+    /// name a function drops), in groups: a step where two rows of a group
+    /// are present breaks the rule that a vector has unique label sets.
+    same_labels: Vec<Vec<usize>>,
 }
 
 impl RangeTable {
+    /// Notes the rows with equal label sets, once the rows are in.
+    fn find_same_labels(&mut self) {
+        let mut by_labels: HashMap<&Labels, Vec<usize>> = HashMap::new();
+        for (i, l) in self.labels.iter().enumerate() {
+            by_labels.entry(l).or_default().push(i);
+        }
+        self.same_labels = by_labels
+            .into_values()
+            .filter(|rows| rows.len() > 1)
+            .collect();
+    }
+
+    /// The check every vector passes ([`check_unique`]), for step `k` read
+    /// in place: the same error where two rows with equal labels are both
+    /// present.
+    pub(crate) fn check_unique(&self, k: usize) -> Result<(), QueryError> {
+        let n = self.labels.len();
+        for rows in &self.same_labels {
+            let here = rows
+                .iter()
+                .filter(|&&i| self.present.get(k * n + i).copied().unwrap_or(false))
+                .count();
+            if here > 1 {
+                return Err(duplicate_labelset());
+            }
+        }
+        Ok(())
+    }
+
     /// Series (rows) in the table.
     pub(crate) fn rows(&self) -> usize {
         self.labels.len()
@@ -1162,6 +1195,7 @@ impl<'e> Ctx<'e> {
             labels: Vec::with_capacity(series.len()),
             values: vec![0.0; cells],
             present: vec![false; cells],
+            same_labels: Vec::new(),
         };
         let mut scratch = Vec::new();
         for (i, s) in series.iter().enumerate() {
@@ -1197,6 +1231,7 @@ impl<'e> Ctx<'e> {
                 }
             }
         }
+        table.find_same_labels();
         let table = Rc::new(table);
         self.range_tables
             .borrow_mut()
