@@ -32,8 +32,16 @@ pub const DURATION_EXPR: &str = "promql-duration-expr";
 /// `fill()`, `fill_left()`, `fill_right()` on binary operators.
 pub const BINOP_FILL_MODIFIERS: &str = "promql-binop-fill-modifiers";
 
+/// `anchored` and `smoothed` on range and instant selectors.
+pub const EXTENDED_RANGE_SELECTORS: &str = "promql-extended-range-selectors";
+
 /// The features `--enable-feature` may name.
-pub const FEATURES: [&str; 3] = [EXPERIMENTAL_FUNCTIONS, DURATION_EXPR, BINOP_FILL_MODIFIERS];
+pub const FEATURES: [&str; 4] = [
+    EXPERIMENTAL_FUNCTIONS,
+    DURATION_EXPR,
+    BINOP_FILL_MODIFIERS,
+    EXTENDED_RANGE_SELECTORS,
+];
 
 /// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
 const MAX_WAL_RESERVE_BYTES: u64 = 1 << 30;
@@ -330,7 +338,9 @@ settings! {
     /// info, start, end, range, step, min_of, max_of, start_timestamp);
     /// `promql-duration-expr` (on already: `rate(x[5m * 2])`,
     /// `offset (1h + step())`); `promql-binop-fill-modifiers`
-    /// (`a + fill(0) b`, `fill_left`, `fill_right`) [default: none].
+    /// (`a + fill(0) b`, `fill_left`, `fill_right`);
+    /// `promql-extended-range-selectors` (`rate(x[5m] anchored)`,
+    /// `increase(x[5m] smoothed)`, `x smoothed`) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
     /// Labels naming this Sluice to the systems it feeds, `name=value`,
@@ -815,6 +825,7 @@ impl Config {
                 max_depth: self.query_max_depth,
                 experimental_functions: self.feature(EXPERIMENTAL_FUNCTIONS),
                 binop_fill_modifiers: self.feature(BINOP_FILL_MODIFIERS),
+                extended_range_selectors: self.feature(EXTENDED_RANGE_SELECTORS),
                 ..ParseLimits::default()
             },
             max_label_bytes: self.query_max_label_bytes,

@@ -133,11 +133,15 @@ impl<'h> Engine<'h> {
         end: i64,
         step: i64,
     ) -> Result<Evaluated<Vec<Series>>, QueryError> {
-        if let Expr::VectorSelector(vs) = expr {
-            return Ok(Evaluated {
-                value: ctx.selector_range(vs, start, end, step)?,
-                annotations: Annotations::default(),
-            });
+        // A plain selector is read in one pass (a smoothed one step by step).
+        match expr {
+            Expr::VectorSelector(vs) if !vs.smoothed => {
+                return Ok(Evaluated {
+                    value: ctx.selector_range(vs, start, end, step)?,
+                    annotations: Annotations::default(),
+                })
+            }
+            _ => {}
         }
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets

@@ -657,6 +657,13 @@ impl<'e> Ctx<'e> {
             .saturating_sub(range);
         let hi = self.selector_time(&vs.at, &vs.offset, self.end);
         let lo = lo.min(hi.saturating_sub(range));
+        // A smoothed selector reads up to a lookback past its time, for
+        // the sample after it.
+        let hi = if vs.smoothed {
+            hi.saturating_add(self.opts.lookback_ms)
+        } else {
+            hi
+        };
         let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
         let mut selected = Vec::new();
         // The chunks copied out of blocks count against the query's bytes
@@ -764,6 +771,87 @@ impl<'e> Ctx<'e> {
         Ok(out)
     }
 
+    /// A `smoothed` instant selector at `t` (Prometheus'
+    /// `promql-extended-range-selectors`): the sample at its time, or the
+    /// line between the samples on either side of it within a lookback,
+    /// or the last one before it when none follows; stamped `t`. Floats
+    /// only: a histogram series gives nothing, a mixed one a warning.
+    fn smoothed_selector(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let (from, upto) = (ts.saturating_sub(lookback), ts.saturating_add(lookback));
+        let mut out = Vec::new();
+        for s in series.iter() {
+            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
+            let hi = s.points.partition_point(|&(pt, _)| pt <= upto).max(lo);
+            let floats: Vec<(i64, f64)> = s.points[lo..hi]
+                .iter()
+                .copied()
+                .filter(|&(_, v)| !is_stale(v))
+                .collect();
+            let hists = s.hist_window(from, upto);
+            if !hists.is_empty() {
+                if !floats.is_empty() {
+                    let name = s.labels.iter().find(|l| l.name == "__name__");
+                    self.annotate(Annotation::MixedFloatsHistograms(
+                        name.map_or("", |l| l.value.as_str()),
+                    ));
+                }
+                continue;
+            }
+            let i = floats.partition_point(|&(pt, _)| pt < ts);
+            let v = match (floats.get(i), i.checked_sub(1).and_then(|k| floats.get(k))) {
+                (Some(&(pt, v)), _) if pt == ts => v,
+                (Some(&next), Some(&prev)) => interpolate(prev, next, ts, false),
+                (None, Some(&(_, v))) => v,
+                _ => continue,
+            };
+            out.push((Sample::float(Arc::clone(&s.labels), v), t));
+        }
+        Ok(out)
+    }
+
+    /// For a range function over an `anchored` or `smoothed` selector at
+    /// `t`: each series' floats and histograms in the window widened by a
+    /// lookback, `(ts - range - lookback, ts]`, and for `smoothed` up to
+    /// `ts + lookback` too, stale markers left out.
+    pub(crate) fn extended_windows(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        t: i64,
+        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
+    ) -> Result<(), QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, range.saturating_add(lookback))?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let from = ts.saturating_sub(range).saturating_sub(lookback);
+        let upto = if vs.smoothed {
+            ts.saturating_add(lookback)
+        } else {
+            ts
+        };
+        for s in series.iter() {
+            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
+            let hi = s.points.partition_point(|&(pt, _)| pt <= upto).max(lo);
+            let floats: Vec<(i64, f64)> = s.points[lo..hi]
+                .iter()
+                .copied()
+                .filter(|&(_, v)| !is_stale(v))
+                .collect();
+            let hists = s.hist_window(from, upto);
+            if !floats.is_empty() || !hists.is_empty() {
+                f(s, &floats, &hists);
+            }
+        }
+        Ok(())
+    }
+
     /// An instant vector selector at evaluation time `t`.
     fn vector_selector(&self, vs: &VectorSelector, t: i64) -> Result<Vec<Sample>, QueryError> {
         Ok(self
@@ -779,6 +867,9 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         t: i64,
     ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        if vs.smoothed {
+            return self.smoothed_selector(vs, t);
+        }
         let lookback = self.opts.lookback_ms;
         let series = self.load(vs, lookback)?;
         let ts = self.selector_time(&vs.at, &vs.offset, t);
@@ -1294,6 +1385,14 @@ impl<'e> Ctx<'e> {
             ))),
         }
     }
+}
+
+/// The value at `t` on the line from `p1` to `p2`; for a counter that
+/// reset between them, the line from 0 (Prometheus' `interpolate`).
+pub(crate) fn interpolate(p1: (i64, f64), p2: (i64, f64), t: i64, is_counter: bool) -> f64 {
+    let (y1, y2) = (p1.1, p2.1);
+    let y1 = if is_counter && y2 < y1 { 0.0 } else { y1 };
+    y1 + (y2 - y1) * (t - p1.0) as f64 / (p2.0 - p1.0) as f64
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! table from a function's name to its implementation.
 
 mod args;
+mod extended;
 mod histogram;
 mod info;
 mod labels;
@@ -113,6 +114,9 @@ static FUNCTIONS: &[(&str, Function)] = &[
 
 /// Evaluates a function call at `t`.
 pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    if let Some(r) = extended::eval(ctx, call, t) {
+        return r;
+    }
     let name = call.func.name;
     match FUNCTIONS.binary_search_by(|(n, _)| n.cmp(&name)) {
         Ok(i) => (FUNCTIONS[i].1)(ctx, call, t),
