@@ -102,6 +102,26 @@ pub(super) fn pi(_: &Ctx<'_>, _: &Call, _: i64) -> Result<Value, QueryError> {
     Ok(Value::Scalar(std::f64::consts::PI))
 }
 
+/// `min_of(a, b)`: the smaller scalar; NaN if either is (Go's `math.Min`).
+pub(super) fn min_of(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let (a, b) = (scalar_arg(ctx, call, 0, t)?, scalar_arg(ctx, call, 1, t)?);
+    Ok(Value::Scalar(if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }))
+}
+
+/// `max_of(a, b)`: the larger scalar; NaN if either is (Go's `math.Max`).
+pub(super) fn max_of(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let (a, b) = (scalar_arg(ctx, call, 0, t)?, scalar_arg(ctx, call, 1, t)?);
+    Ok(Value::Scalar(if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }))
+}
+
 pub(super) fn vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     Ok(Value::Vector(vec![Sample {
         labels: no_labels(),

@@ -204,6 +204,10 @@ pub(super) fn ts_of_min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
 /// median.
 pub(super) fn mad(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     over_range(ctx, call, t, Name::Drop, |p, _, _| {
+        // A NaN makes the median, and so the deviation, undefined.
+        if p.iter().any(|x| x.1.is_nan()) {
+            return Some(f64::NAN);
+        }
         let mut v: Vec<f64> = p.iter().map(|x| x.1).collect();
         let median = quantile(0.5, &mut v);
         let mut dev: Vec<f64> = p.iter().map(|x| (x.1 - median).abs()).collect();
