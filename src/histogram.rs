@@ -11,6 +11,7 @@
 
 pub mod bounds;
 mod ops;
+mod trim;
 
 pub use ops::{go_g, Bucket, Incompatible};
 

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use crate::promql::parser::token::TokenId;
 use crate::promql::parser::token::{
     T_ADD, T_ATAN2, T_DIV, T_EQLC, T_GTE, T_GTR, T_LAND, T_LOR, T_LSS, T_LTE, T_LUNLESS, T_MOD,
-    T_MUL, T_NEQ, T_POW, T_SUB,
+    T_MUL, T_NEQ, T_POW, T_SUB, T_TRIM_LOWER, T_TRIM_UPPER,
 };
 use crate::promql::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
@@ -22,6 +22,11 @@ use crate::storage::labels::Label;
 /// Prometheus 3's `shouldDropMetricName`; 2.x kept it for `atan2`).
 fn drops_name(op: TokenId) -> bool {
     matches!(op, T_ADD | T_SUB | T_MUL | T_DIV | T_MOD | T_POW | T_ATAN2)
+}
+
+/// The trim operators `</` and `>/`, defined for a histogram and a float.
+fn is_trim(op: TokenId) -> bool {
+    matches!(op, T_TRIM_UPPER | T_TRIM_LOWER)
 }
 
 fn is_comparison(op: TokenId) -> bool {
@@ -64,6 +69,8 @@ fn op_name(op: TokenId) -> &'static str {
         T_LSS => "<",
         T_GTE => ">=",
         T_LTE => "<=",
+        T_TRIM_UPPER => "</",
+        T_TRIM_LOWER => ">/",
         _ => "?",
     }
 }
@@ -94,6 +101,11 @@ fn apply_hist(
         (None, Some(h), T_MUL) => return scaled(h, l, false),
         (Some(h), None, T_MUL) => return scaled(h, r, false),
         (Some(h), None, T_DIV) => return scaled(h, r, true),
+        (Some(h), None, T_TRIM_UPPER | T_TRIM_LOWER) => {
+            let mut h = FloatHistogram::clone(h);
+            h.trim_buckets(r, op == T_TRIM_UPPER);
+            return Some((0.0, Some(std::sync::Arc::new(h)), true));
+        }
         (Some(a), Some(b), T_ADD | T_SUB) => {
             let mut res = FloatHistogram::clone(a);
             let done = if op == T_ADD { res.add(b) } else { res.sub(b) };
@@ -128,6 +140,10 @@ pub(crate) fn eval(
     let op = b.op.id();
     let return_bool = b.modifier.as_ref().is_some_and(|m| m.return_bool);
     match (lhs, rhs) {
+        (Value::Scalar(_), Value::Scalar(_)) if is_trim(op) => Err(QueryError::Execution(format!(
+            "operator {:?} not allowed for Scalar operations",
+            op_name(op)
+        ))),
         (Value::Scalar(l), Value::Scalar(r)) => {
             let (v, keep) = apply(op, l, r);
             Ok(Value::Scalar(if is_comparison(op) {
@@ -184,7 +200,9 @@ fn vector_scalar(
     let cmp = is_comparison(op);
     v.into_iter()
         .filter_map(|smp| {
-            if smp.h.is_some() {
+            // Trimming means something for a histogram only; the helper
+            // says so for floats.
+            if smp.h.is_some() || is_trim(op) {
                 let (l, r) = if scalar_left {
                     ((s, None), (smp.v, smp.h.as_ref()))
                 } else {
@@ -334,7 +352,7 @@ fn vector_vector(
         let (matched, made, out) = st;
         let (ls, rs) = if swap { (o, s) } else { (s, o) };
         let mut hist = None;
-        let (value, keep) = if ls.h.is_some() || rs.h.is_some() {
+        let (value, keep) = if ls.h.is_some() || rs.h.is_some() || is_trim(op) {
             match apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref())) {
                 Some((v, h, keep)) => {
                     hist = h.filter(|_| !return_bool);
