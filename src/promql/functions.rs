@@ -61,6 +61,7 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("histogram_count", native::count),
     ("histogram_fraction", histogram::fraction),
     ("histogram_quantile", histogram::quantile),
+    ("histogram_quantiles", histogram::quantiles),
     ("histogram_stddev", native::stddev),
     ("histogram_stdvar", native::stdvar),
     ("histogram_sum", native::sum),

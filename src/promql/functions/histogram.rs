@@ -32,6 +32,61 @@ pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
     Ok(Value::Vector(out))
 }
 
+/// `histogram_quantiles(v, "label", q1, q2, …)` (experimental): for each
+/// quantile, what `histogram_quantile` gives, each result with `label` set
+/// to the quantile as OpenMetrics writes it ("0.5", "1.0").
+pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    let label = super::args::string_arg(call, 1)?;
+    let mut qs = Vec::with_capacity(call.args.args.len().saturating_sub(2));
+    for i in 2..call.args.args.len() {
+        let q = scalar_arg(ctx, call, i, t)?;
+        if !(0.0..=1.0).contains(&q) {
+            ctx.annotate(Annotation::InvalidQuantile(q));
+        }
+        qs.push(q);
+    }
+    let v = ctx.eval_vector(&call.args.args[0], t)?;
+    let (native, classic) = split(ctx, v);
+    let mut out = Vec::new();
+    for q in qs {
+        let text = openmetrics_float(q);
+        let with_label = |mut labels: Vec<Label>| {
+            labels.retain(|l| l.name != label);
+            labels.push(Label {
+                name: label.clone(),
+                value: text.clone(),
+            });
+            labels.sort();
+            labels
+        };
+        for s in &native {
+            let v =
+                s.h.as_deref()
+                    .map_or(f64::NAN, |h| super::native::quantile(ctx, q, h, ""));
+            out.push(Sample::float(
+                without_metadata(with_label(s.labels.to_vec())),
+                v,
+            ));
+        }
+        for s in histogram_quantile(ctx, q, classic.clone()) {
+            out.push(Sample {
+                labels: with_label(s.labels.to_vec()).into(),
+                ..s
+            });
+        }
+    }
+    Ok(Value::Vector(out))
+}
+
+/// A float as OpenMetrics writes one: integers with ".0", `NaN`, `+Inf`.
+fn openmetrics_float(v: f64) -> String {
+    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
+        format!("{v:.1}")
+    } else {
+        crate::promql::parser::printer::number(v)
+    }
+}
+
 /// The native histogram samples of `v` and the classic bucket series.
 /// Where a native histogram and classic buckets have the same labels (but
 /// `le`), neither is read, with Prometheus' warning.
