@@ -12,6 +12,7 @@ use crate::promql::parser::{AggregateExpr, Expr};
 use super::annotations::Annotation;
 use super::eval::{Ctx, RangeTable};
 use super::group::{group_labels, GroupMemo};
+use super::stats::HistogramTotals;
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
 use super::value::{format_float, set_label, Labels, Sample, Value};
 use super::QueryError;
@@ -233,6 +234,7 @@ fn with_histograms(
         hist: Option<FloatHistogram>,
         hists: usize,
         broken: bool,
+        totals: HistogramTotals,
     }
     let mut accs: Vec<Acc> = (0..groups.len()).map(|_| Acc::default()).collect();
     for (s, &g) in input.iter().zip(&of) {
@@ -245,6 +247,7 @@ fn with_histograms(
         if a.broken {
             continue;
         }
+        a.totals.add(h);
         let Some(acc) = a.hist.as_mut() else {
             a.hist = Some(FloatHistogram::clone(h));
             continue;
@@ -280,6 +283,7 @@ fn with_histograms(
             continue;
         }
         if let Some(mut h) = a.hist {
+            a.totals.apply(&mut h, op == T_AVG);
             h.compact();
             out.push(Sample::histogram(g.labels, Arc::new(h)));
         } else {

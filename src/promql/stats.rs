@@ -213,3 +213,36 @@ mod tests {
         assert_eq!(inf.value(), f64::INFINITY);
     }
 }
+
+/// The count and the sum of observations of histograms added together,
+/// with compensated (Kahan) summation, as Prometheus v3.14 adds them in
+/// `sum`, `avg`, `sum_over_time` and `avg_over_time`: `1e100 + 1 - 1e100`
+/// of the sums is 1, not 0. The buckets are added as the histograms are.
+#[derive(Debug, Default)]
+pub(crate) struct HistogramTotals {
+    count: Kahan,
+    sum: Kahan,
+    n: f64,
+}
+
+impl HistogramTotals {
+    /// Adds one histogram's totals.
+    pub(crate) fn add(&mut self, h: &crate::histogram::FloatHistogram) {
+        self.count.add(h.count);
+        self.sum.add(h.sum);
+        self.n += 1.0;
+    }
+
+    /// Puts the compensated totals into `acc`, the histograms' sum (or,
+    /// `mean`, their mean). A total past the float range keeps what `acc`
+    /// holds (a mean taken step by step stays finite).
+    pub(crate) fn apply(&self, acc: &mut crate::histogram::FloatHistogram, mean: bool) {
+        let div = if mean { self.n } else { 1.0 };
+        for (total, field) in [(&self.count, &mut acc.count), (&self.sum, &mut acc.sum)] {
+            let v = total.value();
+            if v.is_finite() || !mean {
+                *field = v / div;
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@ use crate::promql::parser::Call;
 use super::args::{over_range, over_range_mixed, range_arg, scalar_arg, Out, Window};
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
+use crate::promql::stats::HistogramTotals;
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
 use crate::promql::value::{drop_name, Name, Sample, Value};
 use crate::promql::QueryError;
@@ -61,7 +62,10 @@ fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
     }
     let (first, rest) = w.hists.split_first()?;
     let mut acc = crate::histogram::FloatHistogram::clone(&first.1);
+    let mut totals = HistogramTotals::default();
+    totals.add(&first.1);
     for (i, (_, h)) in rest.iter().enumerate() {
+        totals.add(h);
         let step = match fold {
             Fold::Sum => acc.add(h),
             Fold::Mean => {
@@ -78,6 +82,7 @@ fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
             return None;
         }
     }
+    totals.apply(&mut acc, matches!(fold, Fold::Mean));
     Some(Out::H(acc))
 }
 
