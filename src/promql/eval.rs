@@ -774,8 +774,8 @@ impl<'e> Ctx<'e> {
     /// A `smoothed` instant selector at `t` (Prometheus'
     /// `promql-extended-range-selectors`): the sample at its time, or the
     /// line between the samples on either side of it within a lookback,
-    /// or the last one before it when none follows; stamped `t`. Floats
-    /// only: a histogram series gives nothing, a mixed one a warning.
+    /// or the last one before it when none follows; stamped `t`. A window
+    /// mixing floats and histograms gives nothing and a warning.
     fn smoothed_selector(
         &self,
         vs: &VectorSelector,
@@ -795,13 +795,46 @@ impl<'e> Ctx<'e> {
                 .filter(|&(_, v)| !is_stale(v))
                 .collect();
             let hists = s.hist_window(from, upto);
+            let name = s.labels.iter().find(|l| l.name == "__name__");
+            let name = name.map_or("", |l| l.value.as_str());
             if !hists.is_empty() {
                 if !floats.is_empty() {
-                    let name = s.labels.iter().find(|l| l.name == "__name__");
-                    self.annotate(Annotation::MixedFloatsHistograms(
-                        name.map_or("", |l| l.value.as_str()),
-                    ));
+                    self.annotate(Annotation::MixedFloatsHistograms(name));
+                    continue;
                 }
+                let i = hists.partition_point(|(pt, _)| *pt < ts);
+                let h = match (hists.get(i), i.checked_sub(1).and_then(|k| hists.get(k))) {
+                    (Some((pt, h)), _) if *pt == ts => crate::histogram::FloatHistogram::clone(h),
+                    (Some((nt, next)), Some((pt, prev))) => {
+                        if prev.uses_custom_buckets() != next.uses_custom_buckets() {
+                            self.annotate(Annotation::MixedExponentialCustom(name));
+                            continue;
+                        }
+                        let counter = prev.hint != CounterResetHint::Gauge
+                            || next.hint != CounterResetHint::Gauge;
+                        match crate::promql::functions::interpolate_histograms(
+                            (*pt, prev),
+                            (*nt, next),
+                            ts,
+                            counter,
+                        ) {
+                            Ok(h) => h,
+                            Err(e) => {
+                                self.annotate(Annotation::incompatible(e, name));
+                                continue;
+                            }
+                        }
+                    }
+                    (None, Some((_, prev))) => {
+                        // Carried forward: the hint said how it followed
+                        // the sample before it, which no longer holds.
+                        let mut h = crate::histogram::FloatHistogram::clone(prev);
+                        h.hint = CounterResetHint::Unknown;
+                        h
+                    }
+                    _ => continue,
+                };
+                out.push((Sample::histogram(Arc::clone(&s.labels), Arc::new(h)), t));
                 continue;
             }
             let i = floats.partition_point(|&(pt, _)| pt < ts);

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::{interpolate, Ctx};
 use crate::promql::parser::{Call, Expr, MatrixSelector};
@@ -78,9 +79,20 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
             return;
         }
         if !hists.is_empty() {
-            // Native histograms are not read through these modifiers yet: a
-            // window holding one gives nothing, and says so.
-            ctx.annotate(Annotation::MixedFloatsHistograms(metric_name(&s.labels)));
+            if !floats.is_empty() {
+                ctx.annotate(Annotation::MixedFloatsHistograms(metric_name(&s.labels)));
+                return;
+            }
+            let name_of = metric_name(&s.labels);
+            let counter = name != "delta";
+            if let Some(mut h) =
+                extended_histogram_rate(ctx, hists, start, end, smoothed, counter, name_of)
+            {
+                if name == "rate" {
+                    h.div(range as f64 / 1000.0);
+                }
+                out.push(Sample::histogram(Arc::clone(&s.unnamed), Arc::new(h)));
+            }
             return;
         }
         let v = match name {
@@ -104,6 +116,129 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
         }
     })?;
     Ok(Value::Vector(out))
+}
+
+/// The histogram on the line from `a` to `b` at `t`; for a counter that
+/// reset between them, `b` scaled from 0 (Prometheus'
+/// `interpolateHistograms`).
+pub(crate) fn interpolate_histograms(
+    (t1, h1): (i64, &FloatHistogram),
+    (t2, h2): (i64, &FloatHistogram),
+    t: i64,
+    counter: bool,
+) -> Result<FloatHistogram, Incompatible> {
+    if t == t1 {
+        return Ok(h1.clone());
+    }
+    if t == t2 {
+        return Ok(h2.clone());
+    }
+    let fraction = (t - t1) as f64 / (t2 - t1) as f64;
+    let mut r = h2.clone();
+    if counter && h2.detect_reset(h1) {
+        r.mul(fraction);
+        return Ok(r);
+    }
+    r.sub(h1)?;
+    r.mul(fraction);
+    r.add(h1)?;
+    Ok(r)
+}
+
+/// [`extended_rate`] for histograms (Prometheus' `extendedHistogramRate`):
+/// the difference between the edges, resets inside added back for a
+/// counter; `None` (with a warning) where the histograms cannot be
+/// combined.
+fn extended_histogram_rate(
+    ctx: &Ctx<'_>,
+    h: &[(i64, Hist)],
+    start: i64,
+    end: i64,
+    smoothed: bool,
+    counter: bool,
+    name: &str,
+) -> Option<FloatHistogram> {
+    let last = h.len().checked_sub(1)?;
+    let first = h[..last]
+        .partition_point(|x| x.0 <= start)
+        .saturating_sub(1);
+    let last = if smoothed {
+        h[..last].partition_point(|x| x.0 < end)
+    } else {
+        last
+    };
+    if h[last].0 <= start || (smoothed && h[first].0 > end) {
+        return None;
+    }
+    let custom = h[first].1.uses_custom_buckets();
+    for (_, p) in &h[first..=last] {
+        if p.uses_custom_buckets() != custom {
+            ctx.annotate(Annotation::MixedExponentialCustom(name));
+            return None;
+        }
+        if counter && p.hint == CounterResetHint::Gauge {
+            ctx.annotate(Annotation::NativeHistogramNotCounter(name));
+        }
+    }
+    let fail = |e| {
+        ctx.annotate(Annotation::incompatible(e, name));
+    };
+    let at = |i: usize| (h[i].0, h[i].1.as_ref());
+    let left = if smoothed && h[first].0 < start {
+        interpolate_histograms(at(first), at(first + 1), start, counter)
+            .map_err(fail)
+            .ok()?
+    } else {
+        FloatHistogram::clone(&h[first].1)
+    };
+    let right = if smoothed && last > 0 && h[last].0 > end {
+        interpolate_histograms(at(last - 1), at(last), end, counter)
+            .map_err(fail)
+            .ok()?
+    } else {
+        FloatHistogram::clone(&h[last].1)
+    };
+    if !counter && (left.hint != CounterResetHint::Gauge || right.hint != CounterResetHint::Gauge) {
+        ctx.annotate(Annotation::NativeHistogramNotGauge(name));
+    }
+    let mut result = right.clone();
+    result.sub(&left).map_err(fail).ok()?;
+    if counter {
+        // Resets between the edges: each adds back the value before it.
+        let mut from = first + 1;
+        let mut prev: &FloatHistogram = &left;
+        if smoothed && h[first].0 < start && h[first + 1].1.detect_reset(&h[first].1) {
+            prev = &h[first + 1].1;
+            from += 1;
+        }
+        let mut correction: Option<FloatHistogram> = None;
+        let mut add = |c: &FloatHistogram| -> Result<(), Incompatible> {
+            match correction.as_mut() {
+                None => {
+                    correction = Some(c.clone());
+                    Ok(())
+                }
+                Some(acc) => acc.add(c),
+            }
+        };
+        if from < last {
+            for (_, p) in &h[from..last] {
+                if p.detect_reset(prev) {
+                    add(prev).map_err(fail).ok()?;
+                }
+                prev = p;
+            }
+        }
+        if from <= last && right.detect_reset(prev) {
+            add(prev).map_err(fail).ok()?;
+        }
+        if let Some(c) = correction {
+            result.add(&c).map_err(fail).ok()?;
+        }
+    }
+    result.hint = CounterResetHint::Gauge;
+    result.compact();
+    Some(result)
 }
 
 /// The samples from the anchor (the last at or before `start`, if any)
