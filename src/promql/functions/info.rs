@@ -48,12 +48,17 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
             .find(|l| l.name == "__name__")
             .map_or(String::new(), |l| l.value.clone())
     };
-    // Info series themselves are not enriched.
+    // The info metrics read: those the name matchers select, among the
+    // `*_info` metrics when they only exclude names; `target_info` when
+    // there are none.
+    let names = effective_names(names)?;
+    // Info series themselves (a base series whose name every name matcher
+    // takes) are not enriched.
     let ignored: Vec<bool> = base
         .iter()
         .map(|s| {
             let n = name_of(&s.labels);
-            names.iter().any(|m| m.matches(&n))
+            names.iter().all(|m| m.matches(&n))
         })
         .collect();
     // The identifying values the base series carry.
@@ -75,18 +80,15 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
     // The newest info sample per (info metric, identifying labels).
     let mut infos: BTreeMap<(String, Vec<Label>), (Vec<Label>, i64)> = BTreeMap::new();
     if !values.is_empty() {
-        let mut matchers = Vec::new();
-        if names.is_empty() {
-            matchers.push(matcher(MatchOp::Equal, "__name__", TARGET_INFO)?);
-        }
-        matchers.extend(names.iter().cloned());
+        let mut matchers = names.clone();
         for (id, vals) in &values {
             let alternatives: Vec<String> = vals.iter().map(|v| regex::escape(v)).collect();
             matchers.push(matcher(MatchOp::Regex, id, &alternatives.join("|"))?);
         }
         matchers.extend(data.values().flatten().cloned());
-        // Info series are read at the time the first selector reads.
-        let at = first_selector(first).map_or(t, |vs| ctx.selector_time(&vs.at, &vs.offset, t));
+        // Info series are read at the time the first selector reads,
+        // moved by the subqueries around it as Prometheus moves it.
+        let at = info_time(ctx, first, t);
         for (labels, ts) in ctx.latest_matching(&matchers, at)? {
             let key = (name_of(&labels), identifying(&labels));
             match infos.get(&key) {
@@ -117,10 +119,12 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         }
         let id = identifying(&s.labels);
         let mut added: Vec<Label> = Vec::new();
+        let mut matched = false;
         for name in &info_names {
             let Some((labels, _)) = infos.get(&((*name).clone(), id.clone())) else {
                 continue;
             };
+            matched = true;
             for l in labels.iter().filter(|l| l.name != "__name__") {
                 if !data.is_empty() && !data.contains_key(&l.name) {
                     continue;
@@ -140,7 +144,9 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
                 added.push(l.clone());
             }
         }
-        if added.is_empty() && !all_match_empty {
+        // No info series for it: kept only if every data matcher takes the
+        // empty value.
+        if !matched && !all_match_empty {
             continue;
         }
         if added.is_empty() {
@@ -190,7 +196,78 @@ fn identifying(labels: &[Label]) -> Vec<Label> {
         .collect()
 }
 
-/// The first vector selector of `e`, in the order written.
-fn first_selector(e: &Expr) -> Option<&VectorSelector> {
-    crate::promql::vector_selectors(e).into_iter().next()
+/// The name matchers that choose the info metrics (Prometheus'
+/// `effectiveInfoNameMatchers`): as given if one of them selects (`=` or
+/// `=~`); after `__name__=~".+_info"` if they only exclude; `target_info`
+/// when there are none.
+fn effective_names(names: Vec<Matcher>) -> Result<Vec<Matcher>, QueryError> {
+    if names
+        .iter()
+        .any(|m| matches!(m.op, MatchOp::Equal | MatchOp::Regex))
+    {
+        return Ok(names);
+    }
+    if names.is_empty() {
+        return Ok(vec![matcher(MatchOp::Equal, "__name__", TARGET_INFO)?]);
+    }
+    let mut out = vec![matcher(MatchOp::Regex, "__name__", ".+_info")?];
+    out.extend(names);
+    Ok(out)
+}
+
+/// When info series are read for `expr` at `t`: at the first vector
+/// selector's `@` (or `t`) less its `offset`; a selector without `@` takes
+/// the `@` of the nearest subquery around it that has one, and the offsets
+/// of the subqueries on the way (Prometheus' `infoSelectTimestampAndOffset`).
+fn info_time(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> i64 {
+    use crate::promql::parser::{AtModifier, Offset};
+    fn offset_ms(o: &Option<Offset>) -> i64 {
+        match o {
+            Some(Offset::Pos(d)) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            Some(Offset::Neg(d)) => -i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            None => 0,
+        }
+    }
+    // Depth first, in the order written; the subqueries on the path.
+    fn find<'a>(
+        e: &'a Expr,
+        path: &mut Vec<&'a crate::promql::parser::SubqueryExpr>,
+    ) -> Option<&'a VectorSelector> {
+        match e {
+            Expr::VectorSelector(vs) => Some(vs),
+            Expr::MatrixSelector(m) => Some(&m.vs),
+            Expr::Paren(p) => find(&p.expr, path),
+            Expr::Unary(u) => find(&u.expr, path),
+            Expr::Binary(b) => find(&b.lhs, path).or_else(|| find(&b.rhs, path)),
+            Expr::Aggregate(a) => a
+                .param
+                .as_deref()
+                .and_then(|p| find(p, path))
+                .or_else(|| find(&a.expr, path)),
+            Expr::Call(c) => c.args.args.iter().find_map(|a| find(a, path)),
+            Expr::Subquery(sq) => {
+                path.push(sq);
+                let found = find(&sq.expr, path);
+                if found.is_none() {
+                    path.pop();
+                }
+                found
+            }
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => None,
+        }
+    }
+    let mut path = Vec::new();
+    let Some(vs) = find(expr, &mut path) else {
+        return t;
+    };
+    let mut at: Option<AtModifier> = vs.at;
+    let mut offset = offset_ms(&vs.offset);
+    for sq in path.iter().rev() {
+        if at.is_some() {
+            break;
+        }
+        offset = offset.saturating_add(offset_ms(&sq.offset));
+        at = sq.at;
+    }
+    ctx.selector_time(&at, &None, t).saturating_sub(offset)
 }
