@@ -80,7 +80,7 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
     // The newest info sample per (info metric, identifying labels).
     let mut infos: BTreeMap<(String, Vec<Label>), (Vec<Label>, i64)> = BTreeMap::new();
     if !values.is_empty() {
-        let mut matchers = names.clone();
+        let mut matchers = names;
         for (id, vals) in &values {
             let alternatives: Vec<String> = vals.iter().map(|v| regex::escape(v)).collect();
             matchers.push(matcher(MatchOp::Regex, id, &alternatives.join("|"))?);
