@@ -1,6 +1,6 @@
 //! PromQL evaluation over a storage `Querier`, with Prometheus' semantics.
 //!
-//! Parsing is promql-parser's; evaluation is ours. A query first loads, once,
+//! Parsing ([`parser`]) and evaluation are ours. A query first loads, once,
 //! the samples every selector can touch over the whole query range (chunks
 //! are shared, not copied, until decoded into that window); each step then
 //! evaluates the expression tree against those windows by binary search.

@@ -1,8 +1,8 @@
 //! Warnings and infos about a query's answer, with Prometheus' texts: the
 //! API returns them beside the data (`warnings`, `infos`), and Grafana shows
-//! them under the panel. Prometheus also appends the position of the
-//! expression they are about, `(1:6)`; promql-parser keeps no positions,
-//! so Sluice gives the text alone.
+//! them under the panel. Prometheus v3.14 also appends the position of the
+//! expression they are about, `(1:6)`; Prometheus 3.5.3, the reference,
+//! does not, and neither does Sluice.
 
 /// One annotation, before it is written out.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,7 +1,7 @@
-//! The one way into promql-parser: a query is bounded before it is parsed,
+//! The one way into the parser: a query is bounded before it is parsed,
 //! and its durations and times are checked after.
 //!
-//! promql-parser builds and checks its tree by recursion, and so do the
+//! The parser builds and checks its tree by recursion, and so do the
 //! evaluator and `Drop`; a query nested deeper than the stack allows would
 //! end the process. [`parse`] therefore scans the text first, without
 //! recursion, and refuses a query longer than [`ParseLimits::max_length`]
@@ -10,9 +10,9 @@
 //! operator token (binary or unary) in the brackets around the position.
 //!
 //! The same scan refuses a number used as a duration (inside `[…]`, or
-//! after `offset`) that is not finite or too large, which promql-parser
-//! would turn into a panic; the walk after parsing holds every duration and
-//! `@` time to Prometheus' ranges.
+//! after `offset`) that is not finite or too large, as Prometheus refuses
+//! it ("duration out of range"); the walk after parsing holds every
+//! duration and `@` time to Prometheus' ranges.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -255,7 +255,7 @@ fn number_end(b: &[u8], start: usize) -> usize {
     i
 }
 
-/// A number that promql-parser would read as seconds of a duration must be
+/// A number the parser would read as seconds of a duration must be
 /// one Prometheus accepts; unit durations (`5m`) are checked after parsing.
 fn check_duration_number(token: &str) -> Result<(), GuardError> {
     let t: String = token.chars().filter(|&c| c != '_').collect();
