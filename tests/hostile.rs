@@ -242,9 +242,15 @@ async fn hostile_requests_get_prometheus_answers_and_the_process_stays_up() {
         "bad_data",
         "query-max-length",
     );
-    // The deepest query the limit lets through is evaluated.
+    // The deepest query the limit lets through is evaluated, and parsed
+    // wherever a query is taken.
     let ok = nested("abs(", "vector(1)", ")", 999);
     assert_eq!(query(&s, &[("query", &ok)]).await["status"], "success");
+    let parens = nested("(", "up", ")", 999);
+    for path in ["/api/v1/query_exemplars", "/api/v1/format_query"] {
+        let v = api(&s, path, &[("query", &parens)]).await;
+        assert_eq!(v["status"], "success", "{path}: {v}");
+    }
     s.assert_alive("deep queries").await;
 
     // Absurd durations: Prometheus' parse errors, never a panic.

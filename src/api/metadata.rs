@@ -221,14 +221,24 @@ pub(super) async fn query_exemplars(
         return Err(ApiError::bad_param("query", "query must not be empty"));
     };
     let (start, end) = p.time_range()?;
-    let expr = crate::promql::guard::parse(query, &state.query_options().parse)
-        .map_err(|e| ApiError::bad_param("query", e))?;
-    let mut sets = Vec::new();
-    for vs in crate::promql::vector_selectors(&expr) {
-        sets.extend(
-            crate::promql::selector_matchers(vs).map_err(|e| ApiError::bad_param("query", e))?,
-        );
-    }
+    // Parsing recurses: on a query thread, whose stack fits the deepest
+    // query the limits let through.
+    let limits = state.query_options().parse;
+    let query = query.to_owned();
+    let sets = state
+        .read(state.query_options().timeout, move |_| {
+            let expr = crate::promql::guard::parse(&query, &limits)
+                .map_err(|e| ApiError::bad_param("query", e))?;
+            let mut sets = Vec::new();
+            for vs in crate::promql::vector_selectors(&expr) {
+                sets.extend(
+                    crate::promql::selector_matchers(vs)
+                        .map_err(|e| ApiError::bad_param("query", e))?,
+                );
+            }
+            Ok(sets)
+        })
+        .await?;
     let found = match &reads {
         Reads::One(tenant) => tenant.db.exemplars().select(&sets, start, end),
         // Federated: each tenant's, chosen and labelled as its series are.

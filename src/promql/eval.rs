@@ -885,6 +885,71 @@ impl<'e> Ctx<'e> {
         Ok(())
     }
 
+    /// `x[range] anchored` (or `smoothed`) as a range vector: each series'
+    /// samples inside the range with a point added at each end, the
+    /// anchor's value (or the interpolated one) at its start and the last
+    /// (or interpolated) at its end (Prometheus' `extendFloats`). Floats
+    /// only, as in Prometheus.
+    fn extended_matrix(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        t: i64,
+    ) -> Result<Vec<Series>, QueryError> {
+        let word = if vs.anchored { "anchored" } else { "smoothed" };
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let (mint, maxt) = (ts.saturating_sub(range), ts);
+        let mut out = Vec::new();
+        let mut histograms = false;
+        self.extended_windows(vs, range, t, |s, f, hists| {
+            if !hists.is_empty() {
+                histograms = true;
+                return;
+            }
+            let Some(last) = f.len().checked_sub(1) else {
+                return;
+            };
+            let mut first = f[..last].partition_point(|p| p.0 <= mint).saturating_sub(1);
+            let last = if vs.smoothed {
+                f[..last].partition_point(|p| p.0 < maxt)
+            } else {
+                last
+            };
+            if f[last].0 <= mint {
+                return;
+            }
+            let left = if vs.smoothed && f[first].0 < mint {
+                interpolate(f[first], f[first + 1], mint, false)
+            } else {
+                f[first].1
+            };
+            let right = if vs.smoothed && last > 0 && f[last].0 > maxt {
+                interpolate(f[last - 1], f[last], maxt, false)
+            } else {
+                f[last].1
+            };
+            if f[first].0 <= mint {
+                first += 1;
+            }
+            let upto = if f[last].0 >= maxt { last } else { last + 1 };
+            let mut points = Vec::with_capacity(upto.saturating_sub(first) + 2);
+            points.push((mint, left));
+            points.extend_from_slice(f.get(first..upto).unwrap_or_default());
+            points.push((maxt, right));
+            out.push(Series {
+                labels: s.labels.clone(),
+                points,
+                histograms: Vec::new(),
+            });
+        })?;
+        if histograms {
+            return Err(QueryError::Execution(format!(
+                "{word} modifier is not supported with histograms"
+            )));
+        }
+        Ok(out)
+    }
+
     /// An instant vector selector at evaluation time `t`.
     fn vector_selector(&self, vs: &VectorSelector, t: i64) -> Result<Vec<Sample>, QueryError> {
         Ok(self
@@ -1009,6 +1074,9 @@ impl<'e> Ctx<'e> {
         t: i64,
     ) -> Result<Vec<Series>, QueryError> {
         let range = ms(range);
+        if vs.anchored || vs.smoothed {
+            return self.extended_matrix(vs, range, t);
+        }
         let series = self.load(vs, range)?;
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let mut out = Vec::new();

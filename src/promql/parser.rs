@@ -203,6 +203,10 @@ mod tests {
                 "{\"my.metric\", a=\"b\"}",
                 "{__name__=\"my.metric\",a=\"b\"}",
             ),
+            ("foo{NaN=\"bc\"}", "foo{NaN=\"bc\"}"),
+            ("sum by (a:b) (x)", "sum by (\"a:b\") (x)"),
+            ("0755 + 09", "493 + 9"),
+            ("a + fill(1000000) b", "a + fill (1e+06) b"),
         ] {
             assert_eq!(printed(q), want, "{q}");
         }
@@ -249,6 +253,10 @@ mod tests {
             ),
             ("x{a=~\"(\"}", "("),
             ("rate(x[5m],)", "trailing commas not allowed"),
+            ("x[-1]", "duration must be greater than 0"),
+            ("x[5m:-1m]", "duration must be greater than 0"),
+            ("x + 300y", "duration out of range"),
+            ("1e400", "bad number"),
         ] {
             let e = parse(q, &all()).expect_err(q).to_string();
             assert!(e.contains(want), "{q}: {e}");

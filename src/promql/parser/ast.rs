@@ -130,7 +130,9 @@ pub enum Offset {
 impl Offset {
     /// From signed seconds.
     pub fn from_secs(s: f64) -> Self {
-        let d = Duration::from_secs_f64(s.abs().min(super::MAX_DURATION_SECS));
+        // Rounded to nanoseconds, read in whole milliseconds, as Prometheus.
+        let ms = ((s.abs() * 1e9).round() / 1e6).trunc() / 1000.0;
+        let d = Duration::from_secs_f64(ms.min(super::MAX_DURATION_SECS));
         if s < 0.0 {
             Offset::Neg(d)
         } else {

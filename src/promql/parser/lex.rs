@@ -199,7 +199,11 @@ pub fn lex(input: &str) -> Result<Vec<Spanned>, LexError> {
                     j += 1;
                 }
                 let word = &input[i..j];
-                let tok = if word.eq_ignore_ascii_case("inf") {
+                // Inside braces a word is a label name, `NaN` too.
+                let in_braces = open.last() == Some(&b'{');
+                let tok = if in_braces {
+                    Tok::Ident(word.to_owned())
+                } else if word.eq_ignore_ascii_case("inf") {
                     Tok::Number(f64::INFINITY)
                 } else if word.eq_ignore_ascii_case("nan") {
                     Tok::Number(f64::NAN)
@@ -273,6 +277,11 @@ fn number_or_duration(b: &[u8], i: usize) -> Result<(Tok, usize), LexError> {
         units += 1;
     }
     if units > 0 {
+        // As Prometheus' model.ParseDuration: no more than an int64 of
+        // nanoseconds (about 292 years).
+        if secs > super::MAX_DURATION_SECS {
+            return err(i, j, "duration out of range");
+        }
         if j < b.len() && (is_alpha(b[j]) || b[j].is_ascii_digit() || b[j] == b'.') {
             return err(
                 i,
@@ -288,13 +297,24 @@ fn number_or_duration(b: &[u8], i: usize) -> Result<(Tok, usize), LexError> {
     let value = if hex {
         j += 2;
         let mut digits = String::new();
+        let mut ok = true;
         while j < b.len() && (b[j].is_ascii_hexdigit() || b[j] == b'_') {
-            if b[j] != b'_' {
+            if b[j] == b'_' {
+                // One underscore after the prefix or between digits (Go's
+                // rule for `0x_1F` and `0x1_F`).
+                let next_ok = b.get(j + 1).is_some_and(u8::is_ascii_hexdigit);
+                let prev_ok = b[j - 1].is_ascii_hexdigit() || j == i + 2;
+                ok &= next_ok && prev_ok;
+            } else {
                 digits.push(b[j] as char);
             }
             j += 1;
         }
-        u64::from_str_radix(&digits, 16).ok().map(|v| v as f64)
+        // Prometheus reads an integer as an int64 first.
+        i64::from_str_radix(&digits, 16)
+            .ok()
+            .filter(|_| ok)
+            .map(|v| v as f64)
     } else {
         let mut text = String::new();
         let (mut dot, mut exp) = (false, false);
@@ -335,10 +355,21 @@ fn number_or_duration(b: &[u8], i: usize) -> Result<(Tok, usize), LexError> {
             }
             j += 1;
         }
-        if ok {
-            text.parse::<f64>().ok()
-        } else {
+        if !ok {
             None
+        } else if text.len() > 1
+            && text.starts_with('0')
+            && text.bytes().all(|c| c.is_ascii_digit())
+        {
+            // A leading zero makes an octal integer, as Go's ParseInt with
+            // base 0 reads it; with an 8 or 9 it is decimal after all.
+            match i64::from_str_radix(&text[1..], 8) {
+                Ok(v) => Some(v as f64),
+                Err(_) => text.parse::<f64>().ok(),
+            }
+        } else {
+            // Past the float range is an error, as in Go, not infinity.
+            text.parse::<f64>().ok().filter(|v| v.is_finite())
         }
     };
     if j < b.len() && (is_alpha(b[j]) || b[j] == b'.' || b[j] == b'_') {
@@ -488,7 +519,22 @@ mod tests {
         assert_eq!(toks("500ms")[0], Tok::Duration(0.5));
         assert!(matches!(toks("NaN")[0], Tok::Number(v) if v.is_nan()));
         assert_eq!(toks("-Inf")[1], Tok::Number(f64::INFINITY));
-        for bad in ["1m1h", "1_", "1__0", "1a", "5mx", "0x"] {
+        assert_eq!(toks("0755")[0], Tok::Number(493.0));
+        assert_eq!(toks("09")[0], Tok::Number(9.0));
+        assert_eq!(toks("0x_1F")[0], Tok::Number(31.0));
+        assert_eq!(toks("{NaN=\"x\"}")[1], Tok::Ident("NaN".into()));
+        for bad in [
+            "1m1h",
+            "1_",
+            "1__0",
+            "1a",
+            "5mx",
+            "0x",
+            "1e400",
+            "0xFFFFFFFFFFFFFFFFF",
+            "0x1F_",
+            "300y",
+        ] {
             assert!(lex(bad).is_err(), "{bad}");
         }
     }

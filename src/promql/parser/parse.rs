@@ -320,7 +320,7 @@ impl<'a> Parser<'a> {
                     self.next();
                     break;
                 }
-                Tok::Ident(w) if !w.contains(':') => {
+                Tok::Ident(w) => {
                     self.next();
                     out.push(w);
                 }
@@ -907,10 +907,11 @@ impl<'a> Parser<'a> {
         end: usize,
         negative_allowed: bool,
     ) -> Result<(f64, Option<DurationExpr>), ParseError> {
+        // A sign on a number is folded into it, as Prometheus folds it.
         let literal = match &d {
             DurationExpr::Number(v, _) => Some(*v),
             DurationExpr::Unary(neg, x) => match x.as_ref() {
-                DurationExpr::Number(v, _) if negative_allowed => Some(if *neg { -v } else { *v }),
+                DurationExpr::Number(v, _) => Some(if *neg { -v } else { *v }),
                 _ => None,
             },
             _ => None,
@@ -1107,8 +1108,12 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// A literal's seconds as Prometheus keeps them: rounded to nanoseconds,
+/// then read in whole milliseconds (truncated).
 fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(((s * 1000.0).round() / 1000.0).clamp(0.0, MAX_DURATION_SECS))
+    let ns = (s * 1e9).round();
+    let ms = (ns / 1e6).trunc();
+    Duration::from_secs_f64((ms / 1000.0).clamp(0.0, MAX_DURATION_SECS))
 }
 
 fn check_zero_divisors(d: &DurationExpr) -> Result<(), String> {

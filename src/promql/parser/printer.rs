@@ -291,17 +291,19 @@ fn matching_str(b: &BinaryExpr) -> String {
             }
         }
     }
+    // Fill values as Go's `%v` writes a float (`1e+06`).
     let fv = m.fill_values;
+    let g = crate::histogram::go_g;
     match (fv.lhs, fv.rhs) {
-        (Some(l), Some(r)) if l == r || (l.is_nan() && r.is_nan()) => {
-            let _ = write!(s, " fill ({})", number(l));
+        (Some(l), Some(r)) if l == r => {
+            let _ = write!(s, " fill ({})", g(l));
         }
         (l, r) => {
             if let Some(l) = l {
-                let _ = write!(s, " fill_left ({})", number(l));
+                let _ = write!(s, " fill_left ({})", g(l));
             }
             if let Some(r) = r {
-                let _ = write!(s, " fill_right ({})", number(r));
+                let _ = write!(s, " fill_right ({})", g(r));
             }
         }
     }
