@@ -32,5 +32,29 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// Parsing alone: the panel queries, and a hard case, a sum of 500
+/// rates of selectors with a regex matcher each (about 30 KiB).
+fn parse(c: &mut Criterion) {
+    let limits = sluice::promql::guard::ParseLimits::default();
+    let long = (0..500)
+        .map(|i| format!("rate(http_requests_total{{job=\"j{i}\",code=~\"5..\"}}[5m])"))
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let mut g = c.benchmark_group("promql_parse");
+    for (name, q) in QUERIES
+        .iter()
+        .copied()
+        .chain([("sum_of_500", long.as_str())])
+    {
+        g.throughput(Throughput::Bytes(q.len() as u64));
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                black_box(sluice::promql::guard::parse(black_box(q), &limits).expect("valid"))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, parse);
 criterion_main!(benches);

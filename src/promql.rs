@@ -90,21 +90,14 @@ pub fn vector_selectors(
 pub fn selector_matchers(
     vs: &crate::promql::parser::VectorSelector,
 ) -> Result<Vec<Vec<Matcher>>, String> {
-    use crate::promql::parser::label::MatchOp as P;
+    // The matchers were built (their regexes compiled) when the query was
+    // parsed: cloned here, not compiled again.
     let convert = |ms: &[crate::promql::parser::label::Matcher]| -> Result<Vec<Matcher>, String> {
         let mut out = Vec::with_capacity(ms.len() + 1);
         if let Some(name) = &vs.name {
             out.push(Matcher::new(MatchOp::Equal, "__name__", name).map_err(|e| e.to_string())?);
         }
-        for m in ms {
-            let op = match m.op {
-                P::Equal => MatchOp::Equal,
-                P::NotEqual => MatchOp::NotEqual,
-                P::Re => MatchOp::Regex,
-                P::NotRe => MatchOp::NotRegex,
-            };
-            out.push(Matcher::new(op, &m.name, &m.value).map_err(|e| e.to_string())?);
-        }
+        out.extend(ms.iter().map(|m| m.compiled.clone()));
         if out.iter().all(|m| m.matches("")) {
             return Err(format!(
                 "vector selector must contain at least one non-empty matcher: {vs}"

@@ -101,23 +101,11 @@ pub fn parse(input: &str, opts: &Options) -> Result<Expr, ParseError> {
 /// Prometheus' rule that a selector must match something other than the
 /// empty value (an `info()` data-label selector is let off).
 fn check_selectors(e: &Expr) -> Result<(), String> {
-    use label::MatchOp;
     let check = |vs: &VectorSelector| -> Result<(), String> {
         if vs.name.is_some() || vs.bypass_empty_matcher_check {
             return Ok(());
         }
-        let matches_empty = |m: &label::Matcher| {
-            let op = match m.op {
-                MatchOp::Equal => return m.value.is_empty(),
-                MatchOp::NotEqual => return !m.value.is_empty(),
-                MatchOp::Re => crate::storage::index::MatchOp::Regex,
-                MatchOp::NotRe => crate::storage::index::MatchOp::NotRegex,
-            };
-            crate::storage::index::Matcher::new(op, &m.name, &m.value)
-                .map(|x| x.matches(""))
-                .unwrap_or(true)
-        };
-        if vs.matchers.matchers.iter().all(matches_empty) {
+        if vs.matchers.matchers.iter().all(|m| m.compiled.matches("")) {
             return Err(format!(
                 "vector selector must contain at least one non-empty matcher: {vs}"
             ));

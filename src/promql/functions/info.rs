@@ -170,20 +170,11 @@ fn matcher(op: MatchOp, name: &str, value: &str) -> Result<Matcher, QueryError> 
 
 /// The matchers of a label selector, `__name__` among them.
 fn selector_matchers(vs: &VectorSelector) -> Result<Vec<Matcher>, QueryError> {
-    use crate::promql::parser::label::MatchOp as P;
     let mut out = Vec::new();
     if let Some(name) = &vs.name {
         out.push(matcher(MatchOp::Equal, "__name__", name)?);
     }
-    for m in &vs.matchers.matchers {
-        let op = match m.op {
-            P::Equal => MatchOp::Equal,
-            P::NotEqual => MatchOp::NotEqual,
-            P::Re => MatchOp::Regex,
-            P::NotRe => MatchOp::NotRegex,
-        };
-        out.push(matcher(op, &m.name, &m.value)?);
-    }
+    out.extend(vs.matchers.matchers.iter().map(|m| m.compiled.clone()));
     Ok(out)
 }
 

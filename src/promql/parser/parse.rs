@@ -28,6 +28,7 @@ pub fn parse(input: &str, opts: &Options) -> Result<Expr, ParseError> {
         toks,
         at: 0,
         opts,
+        regexes: std::collections::HashMap::new(),
     };
     if p.peek() == &Tok::Eof {
         return Err(p.error_at(0, 0, "no expression found in input"));
@@ -44,6 +45,8 @@ struct Parser<'a> {
     toks: Vec<Spanned>,
     at: usize,
     opts: &'a Options,
+    /// Regex matchers compiled so far, by operator and pattern.
+    regexes: std::collections::HashMap<(MatchOp, String), crate::storage::index::Matcher>,
 }
 
 /// The binding strength of a binary operator; higher binds tighter.
@@ -244,11 +247,9 @@ impl<'a> Parser<'a> {
                 Tok::Str(s, _) => {
                     // A quoted name alone is the metric name.
                     if matches!(self.peek(), Tok::Comma | Tok::RBrace) {
-                        out.push(Matcher {
-                            op: MatchOp::Equal,
-                            name: "__name__".into(),
-                            value: s,
-                        });
+                        let m = Matcher::new(MatchOp::Equal, "__name__".into(), s)
+                            .map_err(|e| self.error_at(start, start, e))?;
+                        out.push(m);
                         if *self.peek() == Tok::Comma {
                             self.next();
                         }
@@ -273,13 +274,29 @@ impl<'a> Parser<'a> {
                 Tok::Str(s, _) => (s, self.next().end),
                 _ => return Err(self.unexpected("label matching", "string")),
             };
-            if matches!(op, MatchOp::Re | MatchOp::NotRe) {
-                let sop = crate::storage::index::MatchOp::Regex;
-                if let Err(e) = crate::storage::index::Matcher::new(sop, &name, &value) {
-                    return Err(self.error_at(start, end, e.to_string()));
+            // A pattern used again is compiled once per query.
+            let m = match self.regexes.get(&(op, value.clone())) {
+                Some(done) => {
+                    let mut compiled = done.clone();
+                    compiled.name.clone_from(&name);
+                    Matcher {
+                        op,
+                        name,
+                        value,
+                        compiled,
+                    }
                 }
-            }
-            out.push(Matcher { op, name, value });
+                None => {
+                    let m =
+                        Matcher::new(op, name, value).map_err(|e| self.error_at(start, end, e))?;
+                    if matches!(op, MatchOp::Re | MatchOp::NotRe) {
+                        self.regexes
+                            .insert((op, m.value.clone()), m.compiled.clone());
+                    }
+                    m
+                }
+            };
+            out.push(m);
             match self.peek() {
                 Tok::Comma => {
                     self.next();
