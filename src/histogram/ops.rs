@@ -167,6 +167,33 @@ impl FloatHistogram {
         bounds::upper(idx, self.schema, &self.custom_values)
     }
 
+    /// The histogram on the line from `a` to `b` at `t` (times in ms); for
+    /// a counter that reset between them, `b` scaled from 0 (Prometheus'
+    /// `interpolateHistograms`).
+    pub fn interpolate(
+        (t1, h1): (i64, &FloatHistogram),
+        (t2, h2): (i64, &FloatHistogram),
+        t: i64,
+        counter: bool,
+    ) -> Result<FloatHistogram, Incompatible> {
+        if t == t1 {
+            return Ok(h1.clone());
+        }
+        if t == t2 {
+            return Ok(h2.clone());
+        }
+        let fraction = (t - t1) as f64 / (t2 - t1) as f64;
+        let mut r = h2.clone();
+        if counter && h2.detect_reset(h1) {
+            r.mul(fraction);
+            return Ok(r);
+        }
+        r.sub(h1)?;
+        r.mul(fraction);
+        r.add(h1)?;
+        Ok(r)
+    }
+
     /// Every count scaled by `factor` (Prometheus' `Mul`).
     pub fn mul(&mut self, factor: f64) {
         self.zero_count *= factor;

@@ -812,7 +812,7 @@ impl<'e> Ctx<'e> {
                         }
                         let counter = prev.hint != CounterResetHint::Gauge
                             || next.hint != CounterResetHint::Gauge;
-                        match crate::promql::functions::interpolate_histograms(
+                        match crate::histogram::FloatHistogram::interpolate(
                             (*pt, prev),
                             (*nt, next),
                             ts,

@@ -18,7 +18,6 @@ use super::eval::Ctx;
 use super::value::Value;
 use super::QueryError;
 
-pub(crate) use extended::interpolate_histograms;
 pub use rate::{extrapolated_rate, Change};
 
 /// A function: its call (for the arguments) evaluated at a time.

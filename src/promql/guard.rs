@@ -265,6 +265,13 @@ fn check_duration_number(token: &str) -> Result<(), GuardError> {
             Err(_) if hex.bytes().all(|c| c.is_ascii_hexdigit()) => f64::INFINITY,
             Err(_) => return Ok(()),
         }
+    } else if t.len() > 1 && t.starts_with('0') && t.bytes().all(|c| c.is_ascii_digit()) {
+        // Octal, as the parser (and Go's ParseInt) reads a leading zero;
+        // decimal when it has an 8 or 9.
+        match i64::from_str_radix(&t[1..], 8) {
+            Ok(v) => v as f64,
+            Err(_) => t.parse::<f64>().unwrap_or(f64::INFINITY),
+        }
     } else {
         match t.parse::<f64>() {
             Ok(v) => v,

@@ -223,6 +223,9 @@ pub(crate) struct HistogramTotals {
     count: Kahan,
     sum: Kahan,
     n: f64,
+    /// Whether an input's count or sum was itself infinite (an observed
+    /// infinity), where the total is right and the running mean NaN.
+    infinite_input: bool,
 }
 
 impl HistogramTotals {
@@ -231,6 +234,7 @@ impl HistogramTotals {
         self.count.add(h.count);
         self.sum.add(h.sum);
         self.n += 1.0;
+        self.infinite_input |= h.count.is_infinite() || h.sum.is_infinite();
     }
 
     /// Puts the compensated totals into `acc`, the histograms' sum (or,
@@ -239,8 +243,11 @@ impl HistogramTotals {
     pub(crate) fn apply(&self, acc: &mut crate::histogram::FloatHistogram, mean: bool) {
         let div = if mean { self.n } else { 1.0 };
         for (total, field) in [(&self.count, &mut acc.count), (&self.sum, &mut acc.sum)] {
+            // Past the float range from finite inputs, the running mean
+            // stays (it does not overflow); from an infinite input the
+            // total is the answer.
             let v = total.value();
-            if v.is_finite() || !mean {
+            if v.is_finite() || !mean || self.infinite_input {
                 *field = v / div;
             }
         }

@@ -118,33 +118,6 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
     Ok(Value::Vector(out))
 }
 
-/// The histogram on the line from `a` to `b` at `t`; for a counter that
-/// reset between them, `b` scaled from 0 (Prometheus'
-/// `interpolateHistograms`).
-pub(crate) fn interpolate_histograms(
-    (t1, h1): (i64, &FloatHistogram),
-    (t2, h2): (i64, &FloatHistogram),
-    t: i64,
-    counter: bool,
-) -> Result<FloatHistogram, Incompatible> {
-    if t == t1 {
-        return Ok(h1.clone());
-    }
-    if t == t2 {
-        return Ok(h2.clone());
-    }
-    let fraction = (t - t1) as f64 / (t2 - t1) as f64;
-    let mut r = h2.clone();
-    if counter && h2.detect_reset(h1) {
-        r.mul(fraction);
-        return Ok(r);
-    }
-    r.sub(h1)?;
-    r.mul(fraction);
-    r.add(h1)?;
-    Ok(r)
-}
-
 /// [`extended_rate`] for histograms (Prometheus' `extendedHistogramRate`):
 /// the difference between the edges, resets inside added back for a
 /// counter; `None` (with a warning) where the histograms cannot be
@@ -185,14 +158,14 @@ fn extended_histogram_rate(
     };
     let at = |i: usize| (h[i].0, h[i].1.as_ref());
     let left = if smoothed && h[first].0 < start {
-        interpolate_histograms(at(first), at(first + 1), start, counter)
+        FloatHistogram::interpolate(at(first), at(first + 1), start, counter)
             .map_err(fail)
             .ok()?
     } else {
         FloatHistogram::clone(&h[first].1)
     };
     let right = if smoothed && last > 0 && h[last].0 > end {
-        interpolate_histograms(at(last - 1), at(last), end, counter)
+        FloatHistogram::interpolate(at(last - 1), at(last), end, counter)
             .map_err(fail)
             .ok()?
     } else {

@@ -64,7 +64,7 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
                 s.h.as_deref()
                     .map_or(f64::NAN, |h| super::native::quantile(ctx, q, h, ""));
             out.push(Sample::float(
-                without_metadata(with_label(s.labels.to_vec())),
+                with_label(without_metadata(s.labels.to_vec()).to_vec()).into(),
                 v,
             ));
         }
@@ -78,12 +78,18 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
     Ok(Value::Vector(out))
 }
 
-/// A float as OpenMetrics writes one: integers with ".0", `NaN`, `+Inf`.
+/// A float as OpenMetrics writes one (Prometheus'
+/// `FormatOpenMetricsFloat`): Go's shortest `%g`, with ".0" added to a
+/// whole number (`1.0`, `1e+06`, `1e-05`, `NaN`, `+Inf`).
 fn openmetrics_float(v: f64) -> String {
-    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
-        format!("{v:.1}")
+    if v == 0.0 {
+        return "0.0".to_owned();
+    }
+    let g = crate::histogram::go_g(v);
+    if v.is_finite() && !g.contains(['.', 'e']) {
+        format!("{g}.0")
     } else {
-        crate::promql::parser::printer::number(v)
+        g
     }
 }
 
@@ -373,6 +379,21 @@ fn bucket_quantile(q: f64, mut buckets: Vec<(f64, f64)>) -> (f64, bool) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn quantile_labels_are_written_as_openmetrics_writes_floats() {
+        for (q, want) in [
+            (0.5, "0.5"),
+            (1.0, "1.0"),
+            (0.0, "0.0"),
+            (-0.0, "0.0"),
+            (0.00001, "1e-05"),
+            (1e6, "1e+06"),
+            (f64::NAN, "NaN"),
+        ] {
+            assert_eq!(super::openmetrics_float(q), want, "{q}");
+        }
+    }
     use super::*;
 
     #[test]

@@ -230,11 +230,11 @@ fn info_time(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> i64 {
             Expr::Paren(p) => find(&p.expr, path),
             Expr::Unary(u) => find(&u.expr, path),
             Expr::Binary(b) => find(&b.lhs, path).or_else(|| find(&b.rhs, path)),
-            Expr::Aggregate(a) => a
-                .param
-                .as_deref()
-                .and_then(|p| find(p, path))
-                .or_else(|| find(&a.expr, path)),
+            // The aggregated expression before the parameter, in
+            // Prometheus' order of children.
+            Expr::Aggregate(a) => {
+                find(&a.expr, path).or_else(|| a.param.as_deref().and_then(|p| find(p, path)))
+            }
             Expr::Call(c) => c.args.args.iter().find_map(|a| find(a, path)),
             Expr::Subquery(sq) => {
                 path.push(sq);

@@ -132,7 +132,7 @@ impl Offset {
     pub fn from_secs(s: f64) -> Self {
         // Rounded to nanoseconds, read in whole milliseconds, as Prometheus.
         let ms = ((s.abs() * 1e9).round() / 1e6).trunc() / 1000.0;
-        let d = Duration::from_secs_f64(ms.min(super::MAX_DURATION_SECS));
+        let d = Duration::from_secs_f64(ms.min(super::options::MAX_DURATION_SECS));
         if s < 0.0 {
             Offset::Neg(d)
         } else {
@@ -228,7 +228,7 @@ pub fn duration_of(
     if v <= 0.0 && !negative_allowed {
         return Err("duration must be greater than 0".into());
     }
-    if v.abs() > super::MAX_DURATION_SECS {
+    if v.abs() > super::options::MAX_DURATION_SECS {
         return Err("duration is out of range".into());
     }
     // Whole milliseconds, as Prometheus rounds them.
@@ -328,11 +328,11 @@ impl StringLiteral {
     /// Quoted as Go's `%q` quotes it: invalid bytes as `\xNN`.
     pub fn go_quoted(&self) -> String {
         match &self.raw {
-            None => super::printer::quote(&self.val),
+            None => super::text::quote(&self.val),
             Some(bytes) => {
                 let mut out = String::from("\"");
                 for chunk in bytes.utf8_chunks() {
-                    let q = super::printer::quote(chunk.valid());
+                    let q = super::text::quote(chunk.valid());
                     out.push_str(&q[1..q.len() - 1]);
                     for b in chunk.invalid() {
                         out.push_str(&format!("\\x{b:02x}"));

@@ -279,7 +279,7 @@ fn number_or_duration(b: &[u8], i: usize) -> Result<(Tok, usize), LexError> {
     if units > 0 {
         // As Prometheus' model.ParseDuration: no more than an int64 of
         // nanoseconds (about 292 years).
-        if secs > super::MAX_DURATION_SECS {
+        if secs > super::options::MAX_DURATION_SECS {
             return err(i, j, "duration out of range");
         }
         if j < b.len() && (is_alpha(b[j]) || b[j].is_ascii_digit() || b[j] == b'.') {

@@ -16,9 +16,9 @@ use super::ast::*;
 use super::function;
 use super::label::{MatchOp, Matcher, Matchers};
 use super::lex::{lex, Spanned, Tok};
+use super::options::{Options, ParseError, MAX_DURATION_SECS};
 use super::token::*;
 use super::value::ValueType;
-use super::{Options, ParseError, MAX_DURATION_SECS};
 
 /// Parses `input` with the features `opts` enables.
 pub fn parse(input: &str, opts: &Options) -> Result<Expr, ParseError> {
