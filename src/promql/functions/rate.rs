@@ -132,12 +132,7 @@ fn hist_extrapolated(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Ou
         range_start: w.end - w.range,
         range_end: w.end,
     };
-    // A counter histogram is not extrapolated below a zero count either
-    // (Prometheus v3.14; 3.5.3 let it go below).
-    let first_count = w.hists[0].1.count;
-    let zero_point =
-        (change.counter() && h.count > 0.0 && first_count >= 0.0).then(|| first_count / h.count);
-    h.mul(span.factor(zero_point, change, w.range));
+    h.mul(span.factor(None, change, w.range));
     Some(Out::H(h))
 }
 
