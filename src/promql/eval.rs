@@ -786,21 +786,13 @@ impl<'e> Ctx<'e> {
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let (from, upto) = (ts.saturating_sub(lookback), ts.saturating_add(lookback));
         let mut out = Vec::new();
-        for s in series.iter() {
-            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
-            let hi = s.points.partition_point(|&(pt, _)| pt <= upto).max(lo);
-            let floats: Vec<(i64, f64)> = s.points[lo..hi]
-                .iter()
-                .copied()
-                .filter(|&(_, v)| !is_stale(v))
-                .collect();
-            let hists = s.hist_window(from, upto);
+        each_window(&series, from, upto, |s, floats, hists| {
             let name = s.labels.iter().find(|l| l.name == "__name__");
             let name = name.map_or("", |l| l.value.as_str());
             if !hists.is_empty() {
                 if !floats.is_empty() {
                     self.annotate(Annotation::MixedFloatsHistograms(name));
-                    continue;
+                    return;
                 }
                 let i = hists.partition_point(|(pt, _)| *pt < ts);
                 let h = match (hists.get(i), i.checked_sub(1).and_then(|k| hists.get(k))) {
@@ -808,7 +800,7 @@ impl<'e> Ctx<'e> {
                     (Some((nt, next)), Some((pt, prev))) => {
                         if prev.uses_custom_buckets() != next.uses_custom_buckets() {
                             self.annotate(Annotation::MixedExponentialCustom(name));
-                            continue;
+                            return;
                         }
                         let counter = prev.hint != CounterResetHint::Gauge
                             || next.hint != CounterResetHint::Gauge;
@@ -821,7 +813,7 @@ impl<'e> Ctx<'e> {
                             Ok(h) => h,
                             Err(e) => {
                                 self.annotate(Annotation::incompatible(e, name));
-                                continue;
+                                return;
                             }
                         }
                     }
@@ -832,20 +824,20 @@ impl<'e> Ctx<'e> {
                         h.hint = CounterResetHint::Unknown;
                         h
                     }
-                    _ => continue,
+                    _ => return,
                 };
                 out.push((Sample::histogram(Arc::clone(&s.labels), Arc::new(h)), t));
-                continue;
+                return;
             }
             let i = floats.partition_point(|&(pt, _)| pt < ts);
             let v = match (floats.get(i), i.checked_sub(1).and_then(|k| floats.get(k))) {
                 (Some(&(pt, v)), _) if pt == ts => v,
                 (Some(&next), Some(&prev)) => interpolate(prev, next, ts, false),
                 (None, Some(&(_, v))) => v,
-                _ => continue,
+                _ => return,
             };
             out.push((Sample::float(Arc::clone(&s.labels), v), t));
-        }
+        });
         Ok(out)
     }
 
@@ -858,7 +850,7 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         range: i64,
         t: i64,
-        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
+        f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
     ) -> Result<(), QueryError> {
         let lookback = self.opts.lookback_ms;
         let series = self.load(vs, range.saturating_add(lookback))?;
@@ -869,19 +861,7 @@ impl<'e> Ctx<'e> {
         } else {
             ts
         };
-        for s in series.iter() {
-            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
-            let hi = s.points.partition_point(|&(pt, _)| pt <= upto).max(lo);
-            let floats: Vec<(i64, f64)> = s.points[lo..hi]
-                .iter()
-                .copied()
-                .filter(|&(_, v)| !is_stale(v))
-                .collect();
-            let hists = s.hist_window(from, upto);
-            if !floats.is_empty() || !hists.is_empty() {
-                f(s, &floats, &hists);
-            }
-        }
+        each_window(&series, from, upto, f);
         Ok(())
     }
 
@@ -1150,25 +1130,12 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         range: &Duration,
         t: i64,
-        mut f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
+        f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
     ) -> Result<(), QueryError> {
         let range = ms(range);
         let series = self.load(vs, range)?;
         let ts = self.selector_time(&vs.at, &vs.offset, t);
-        let from = ts.saturating_sub(range);
-        for s in series.iter() {
-            let lo = s.points.partition_point(|&(pt, _)| pt <= from);
-            let hi = s.points.partition_point(|&(pt, _)| pt <= ts).max(lo);
-            let floats: Vec<(i64, f64)> = s.points[lo..hi]
-                .iter()
-                .copied()
-                .filter(|&(_, v)| !is_stale(v))
-                .collect();
-            let hists = s.hist_window(from, ts);
-            if !floats.is_empty() || !hists.is_empty() {
-                f(s, &floats, &hists);
-            }
-        }
+        each_window(&series, ts.saturating_sub(range), ts, f);
         Ok(())
     }
 
@@ -1484,6 +1451,29 @@ impl<'e> Ctx<'e> {
                 "expected scalar, got {}",
                 other.type_name()
             ))),
+        }
+    }
+}
+
+/// Calls `f` with each series' floats and histograms in `(from, upto]`
+/// (stale markers left out), where it has any.
+fn each_window(
+    series: &[SeriesPoints],
+    from: i64,
+    upto: i64,
+    mut f: impl FnMut(&SeriesPoints, &[(i64, f64)], &[(i64, Hist)]),
+) {
+    for s in series {
+        let lo = s.points.partition_point(|&(pt, _)| pt <= from);
+        let hi = s.points.partition_point(|&(pt, _)| pt <= upto).max(lo);
+        let floats: Vec<(i64, f64)> = s.points[lo..hi]
+            .iter()
+            .copied()
+            .filter(|&(_, v)| !is_stale(v))
+            .collect();
+        let hists = s.hist_window(from, upto);
+        if !floats.is_empty() || !hists.is_empty() {
+            f(s, &floats, &hists);
         }
     }
 }

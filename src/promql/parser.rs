@@ -46,23 +46,9 @@ fn check_selectors(e: &Expr) -> Result<(), String> {
     let mut stack = vec![e];
     while let Some(e) = stack.pop() {
         match e {
-            Expr::Aggregate(a) => {
-                stack.push(&a.expr);
-                if let Some(p) = &a.param {
-                    stack.push(p);
-                }
-            }
-            Expr::Unary(u) => stack.push(&u.expr),
-            Expr::Binary(b) => {
-                stack.push(&b.lhs);
-                stack.push(&b.rhs);
-            }
-            Expr::Paren(p) => stack.push(&p.expr),
-            Expr::Subquery(sq) => stack.push(&sq.expr),
-            Expr::Call(c) => stack.extend(c.args.args.iter()),
             Expr::VectorSelector(vs) => check(vs)?,
             Expr::MatrixSelector(m) => check(&m.vs)?,
-            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+            other => stack.extend(other.children()),
         }
     }
     Ok(())
@@ -203,23 +189,9 @@ mod tests {
         let mut stack = vec![&mut e];
         while let Some(x) = stack.pop() {
             match x {
-                Expr::Aggregate(a) => {
-                    stack.push(&mut a.expr);
-                    if let Some(p) = &mut a.param {
-                        stack.push(p);
-                    }
-                }
-                Expr::Unary(u) => stack.push(&mut u.expr),
-                Expr::Binary(b) => {
-                    stack.push(&mut b.lhs);
-                    stack.push(&mut b.rhs);
-                }
-                Expr::Paren(p) => stack.push(&mut p.expr),
-                Expr::Subquery(sq) => stack.push(&mut sq.expr),
-                Expr::Call(c) => stack.extend(c.args.args.iter_mut()),
                 Expr::VectorSelector(vs) => vs.matchers.matchers.sort_by_key(|m| m.to_string()),
                 Expr::MatrixSelector(m) => m.vs.matchers.matchers.sort_by_key(|m| m.to_string()),
-                Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+                other => stack.extend(other.children_mut()),
             }
         }
         format!("{e:?}")

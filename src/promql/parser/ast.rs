@@ -435,6 +435,48 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// Its direct subexpressions, in the order written.
+    pub fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Aggregate(a) => {
+                let mut out = Vec::with_capacity(2);
+                out.extend(a.param.as_deref());
+                out.push(&a.expr);
+                out
+            }
+            Expr::Unary(u) => vec![&u.expr],
+            Expr::Binary(b) => vec![&b.lhs, &b.rhs],
+            Expr::Paren(p) => vec![&p.expr],
+            Expr::Subquery(sq) => vec![&sq.expr],
+            Expr::Call(c) => c.args.args.iter().collect(),
+            Expr::NumberLiteral(_)
+            | Expr::StringLiteral(_)
+            | Expr::VectorSelector(_)
+            | Expr::MatrixSelector(_) => Vec::new(),
+        }
+    }
+
+    /// [`Expr::children`], to change them.
+    pub fn children_mut(&mut self) -> Vec<&mut Expr> {
+        match self {
+            Expr::Aggregate(a) => {
+                let mut out = Vec::with_capacity(2);
+                out.extend(a.param.as_deref_mut());
+                out.push(&mut *a.expr);
+                out
+            }
+            Expr::Unary(u) => vec![&mut u.expr],
+            Expr::Binary(b) => vec![&mut b.lhs, &mut b.rhs],
+            Expr::Paren(p) => vec![&mut p.expr],
+            Expr::Subquery(sq) => vec![&mut sq.expr],
+            Expr::Call(c) => c.args.args.iter_mut().collect(),
+            Expr::NumberLiteral(_)
+            | Expr::StringLiteral(_)
+            | Expr::VectorSelector(_)
+            | Expr::MatrixSelector(_) => Vec::new(),
+        }
+    }
+
     /// The type of value it evaluates to.
     pub fn value_type(&self) -> ValueType {
         match self {
@@ -487,19 +529,6 @@ impl Expr {
                 }
             }
             match e {
-                Expr::Aggregate(a) => {
-                    stack.push(&mut a.expr);
-                    if let Some(p) = &mut a.param {
-                        stack.push(p);
-                    }
-                }
-                Expr::Unary(u) => stack.push(&mut u.expr),
-                Expr::Binary(b) => {
-                    stack.push(&mut b.lhs);
-                    stack.push(&mut b.rhs);
-                }
-                Expr::Paren(p) => stack.push(&mut p.expr),
-                Expr::Call(c) => c.args.args.iter_mut().for_each(|a| stack.push(a)),
                 Expr::VectorSelector(vs) => {
                     resolve_offset(vs.offset_expr.as_ref(), &mut vs.offset, dstep, range_s)?
                 }
@@ -521,7 +550,7 @@ impl Expr {
                     }
                     stack.push(&mut sq.expr);
                 }
-                Expr::NumberLiteral(_) | Expr::StringLiteral(_) => {}
+                other => stack.extend(other.children_mut()),
             }
         }
         Ok(())

@@ -424,33 +424,19 @@ impl<'a> Parser<'a> {
                 .unwrap_or(Expr::NumberLiteral(NumberLiteral { val: 0.0 })),
         );
         let param = args.pop().map(Box::new);
-        if expr.value_type() != ValueType::Vector {
-            return Err(self.error_at(
-                start,
-                end,
-                format!(
-                    "expected type instant vector in aggregation expression, got {}",
-                    expr.value_type().documented()
-                ),
-            ));
-        }
+        self.expect_type(
+            &expr,
+            ValueType::Vector,
+            "aggregation expression",
+            (start, end),
+        )?;
         if let Some(p) = &param {
             let want = if op == T_COUNT_VALUES {
                 ValueType::String
             } else {
                 ValueType::Scalar
             };
-            if p.value_type() != want {
-                return Err(self.error_at(
-                    start,
-                    end,
-                    format!(
-                        "expected type {} in aggregation parameter, got {}",
-                        want.documented(),
-                        p.value_type().documented()
-                    ),
-                ));
-            }
+            self.expect_type(p, want, "aggregation parameter", (start, end))?;
         }
         Ok(Expr::Aggregate(AggregateExpr {
             op: TokenType::new(op),
@@ -458,6 +444,40 @@ impl<'a> Parser<'a> {
             param,
             modifier,
         }))
+    }
+
+    /// A `-` (`Some(true)`) or `+` (`Some(false)`) next, taken.
+    fn sign(&mut self) -> Option<bool> {
+        let neg = match self.peek() {
+            Tok::Op(T_SUB) => true,
+            Tok::Op(T_ADD) => false,
+            _ => return None,
+        };
+        self.next();
+        Some(neg)
+    }
+
+    /// Prometheus' `expectType`: "expected type X in <context>, got Y".
+    fn expect_type(
+        &self,
+        e: &Expr,
+        want: ValueType,
+        context: &str,
+        (start, end): (usize, usize),
+    ) -> Result<(), ParseError> {
+        let got = e.value_type();
+        if got == want {
+            return Ok(());
+        }
+        Err(self.error_at(
+            start,
+            end,
+            format!(
+                "expected type {} in {context}, got {}",
+                want.documented(),
+                got.documented()
+            ),
+        ))
     }
 
     /// `(a, b, …)`: `(` is next.
@@ -569,18 +589,8 @@ impl<'a> Parser<'a> {
             } else {
                 i
             };
-            let want = func.arg_types[i];
-            if a.value_type() != want {
-                return Err(self.error_at(
-                    start,
-                    end,
-                    format!(
-                        "expected type {} in call to function {name:?}, got {}",
-                        want.documented(),
-                        a.value_type().documented()
-                    ),
-                ));
-            }
+            let context = format!("call to function {name:?}");
+            self.expect_type(a, func.arg_types[i], &context, (start, end))?;
         }
         Ok(Expr::Call(Call {
             func,
@@ -653,17 +663,7 @@ impl<'a> Parser<'a> {
             }
             self.next();
             self.next();
-            let neg = match self.peek() {
-                Tok::Op(T_SUB) => {
-                    self.next();
-                    true
-                }
-                Tok::Op(T_ADD) => {
-                    self.next();
-                    false
-                }
-                _ => false,
-            };
+            let neg = self.sign() == Some(true);
             let v = match self.next().tok {
                 Tok::Number(v) | Tok::Duration(v) => {
                     if neg {
@@ -1049,17 +1049,7 @@ impl<'a> Parser<'a> {
     /// optional sign. Returns the literal's seconds or the expression.
     fn offset_duration(&mut self) -> Result<(f64, Option<DurationExpr>), ParseError> {
         let (start, _) = self.span();
-        let neg = match self.peek() {
-            Tok::Op(T_SUB) => {
-                self.next();
-                Some(true)
-            }
-            Tok::Op(T_ADD) => {
-                self.next();
-                Some(false)
-            }
-            _ => None,
-        };
+        let neg = self.sign();
         let ok_start = matches!(self.peek(), Tok::Number(_) | Tok::Duration(_) | Tok::LParen)
             || matches!(self.peek(), Tok::Ident(w) if ["step", "range", "min_of", "max_of"].iter().any(|k| is_keyword(w, k)) && *self.peek_at(1) == Tok::LParen);
         if !ok_start {
@@ -1090,17 +1080,7 @@ impl<'a> Parser<'a> {
                 });
             }
         }
-        let neg = match self.peek() {
-            Tok::Op(T_SUB) => {
-                self.next();
-                true
-            }
-            Tok::Op(T_ADD) => {
-                self.next();
-                false
-            }
-            _ => false,
-        };
+        let neg = self.sign() == Some(true);
         let v = match self.peek() {
             Tok::Number(v) | Tok::Duration(v) => *v,
             _ => return Err(self.unexpected("@", "timestamp")),
