@@ -197,6 +197,177 @@ mod tests {
         format!("{e:?}")
     }
 
+    /// Instant-vector expressions over the whole grammar: selectors with
+    /// matchers and modifiers, range functions over ranges written as
+    /// duration expressions and over subqueries, aggregations, binary
+    /// operators with every modifier.
+    fn vector() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let name = prop::sample::select(&["up", "x", "offset", "a:b", "nan_total"][..]);
+        let matchers = prop::sample::select(
+            &[
+                "",
+                "{job=~\"a|b\"}",
+                "{\"my.label\"=\"v\\n\", NaN!=\"\"}",
+                "{a!~\"x.*\",}",
+            ][..],
+        );
+        let dur = prop::sample::select(
+            &[
+                "5m",
+                "1h30m",
+                "90",
+                "0755",
+                "5m * 2",
+                "(1h + step())",
+                "min_of(5m, range())",
+            ][..],
+        );
+        let modifier = prop::sample::select(
+            &[
+                "",
+                " offset 5m",
+                " offset -1h",
+                " @ 100",
+                " @ end()",
+                " offset (1h / 2)",
+            ][..],
+        );
+        let selector =
+            (name, matchers, modifier.clone()).prop_map(|(n, m, o)| format!("{n}{m}{o}"));
+        let range_fn = (
+            prop::sample::select(&["rate", "increase", "delta", "max_over_time"][..]),
+            prop::sample::select(&["x", "up{a=\"b\"}"][..]),
+            dur.clone(),
+            prop::sample::select(&["", " anchored", " smoothed"][..]),
+        )
+            .prop_map(|(f, s, d, ext)| {
+                // The modifiers only with the functions that take them.
+                let ext = if f == "max_over_time" { "" } else { ext };
+                let ext = if ext == " smoothed" && f == "rate" {
+                    " smoothed"
+                } else {
+                    ext
+                };
+                format!("{f}({s}[{d}]{ext})")
+            });
+        let leaf = prop_oneof![selector, range_fn];
+        leaf.prop_recursive(5, 40, 3, move |inner| {
+            let op = prop::sample::select(
+                &[
+                    "+",
+                    "- on (job)",
+                    "* ignoring (a) group_left (b)",
+                    "/ on (job) group_right",
+                    "== bool",
+                    "> on (a)",
+                    "and",
+                    "or ignoring (job)",
+                    "unless",
+                    "atan2",
+                    "+ fill (0)",
+                    "- fill_left (1) fill_right (2)",
+                    "^",
+                    "%",
+                ][..],
+            );
+            prop_oneof![
+                (inner.clone(), op, inner.clone()).prop_map(|(a, o, b)| format!("{a} {o} {b}")),
+                (
+                    inner.clone(),
+                    prop::sample::select(&["2", "-1.5", "0x1F", "Inf"][..])
+                )
+                    .prop_map(|(a, n)| format!("({a}) * {n}")),
+                (inner.clone(), prop::sample::select(&["</", ">/"][..]))
+                    .prop_map(|(a, o)| format!("{a} {o} 0.5")),
+                (
+                    prop::sample::select(&["sum", "avg", "max", "count", "group"][..]),
+                    prop::sample::select(&["", " by (job)", " without (a, \"b.c\")"][..]),
+                    inner.clone(),
+                )
+                    .prop_map(|(a, g, e)| format!("{a}{g} ({e})")),
+                (
+                    prop::sample::select(&["topk", "limitk", "quantile"][..]),
+                    inner.clone()
+                )
+                    .prop_map(|(a, e)| format!("{a}(0.5, {e})")),
+                inner.clone().prop_map(|e| format!("-({e})")),
+                inner.clone().prop_map(|e| format!("abs({e})")),
+                (inner.clone(), dur.clone())
+                    .prop_map(|(e, d)| format!("max_over_time(({e})[{d}:1m])")),
+                inner.clone().prop_map(|e| format!(
+                    "label_replace({e}, \"dst\", \"$1\", \"src\", \"(.*)\")"
+                )),
+                inner.prop_map(|e| format!("histogram_quantiles({e}, \"q\", 0.5, 0.9)")),
+            ]
+        })
+    }
+
+    /// Most generated queries parse (else the round trip tests little).
+    #[test]
+    fn most_generated_queries_parse() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut ok, mut all_) = (0, 0);
+        let mut failures = Vec::new();
+        for _ in 0..200 {
+            let q = vector().new_tree(&mut runner).expect("tree").current();
+            all_ += 1;
+            let q2 = q.clone();
+            let parsed = std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn(move || parse(&q2, &all()).map(|_| ()).map_err(|e| e.to_string()))
+                .expect("thread")
+                .join()
+                .expect("no panic");
+            match parsed {
+                Ok(()) => ok += 1,
+                Err(e) => failures.push(format!("{q}: {e}")),
+            }
+        }
+        assert!(
+            ok * 10 >= all_ * 7,
+            "{ok} of {all_} parse: {:?}",
+            &failures[..failures.len().min(5)]
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+        /// What parses prints to text that parses to the same tree, and
+        /// printing that again changes nothing.
+        #[test]
+        fn generated_queries_round_trip_through_printing(q in vector()) {
+            // Deep trees are parsed on a thread sized as query threads are.
+            let out = std::thread::Builder::new()
+                .stack_size(64 << 20)
+                .spawn(move || -> Result<(), String> {
+                    let Ok(e) = parse(&q, &all()) else { return Ok(()) };
+                    let text = e.to_string();
+                    let again = parse(&text, &all())
+                        .map_err(|err| format!("{q} printed as {text} does not parse: {err}"))?;
+                    if normal(&again) != normal(&e) {
+                        return Err(format!("{q} printed as {text} parses to another tree"));
+                    }
+                    if again.to_string() != text {
+                        return Err(format!("{text} prints as {again}"));
+                    }
+                    Ok(())
+                })
+                .map(|h| h.join());
+            let out = match out {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err("panicked".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            proptest::prop_assert!(out.is_ok(), "{}", out.err().unwrap_or_default());
+        }
+    }
+
     /// Every query of the project's scripts prints to text that parses to
     /// the same tree.
     #[test]
