@@ -761,6 +761,12 @@ impl<'e> Ctx<'e> {
             .map_err(|_| QueryError::Timeout("query execution"))?;
         let mut out = Vec::new();
         for s in selected {
+            // An info series' sample must be a float (Prometheus' error).
+            if s.histograms.iter().any(|(ht, _)| (lo..=t).contains(ht)) {
+                return Err(QueryError::Execution(
+                    "info sample should be float".to_owned(),
+                ));
+            }
             if let Some((pt, v)) = s.samples(lo, t).last() {
                 self.budget.charge(1, POINT_BYTES, "query execution")?;
                 if !is_stale(v) {
