@@ -111,6 +111,8 @@ mod tests {
             ("foo{NaN=\"bc\"}", "foo{NaN=\"bc\"}"),
             ("sum by (a:b) (x)", "sum by (\"a:b\") (x)"),
             ("0755 + 09", "493 + 9"),
+            ("time() - 1h30m", "time() - 1h30m"),
+            ("-5m", "-5m"),
             ("a + fill(1000000) b", "a + fill (1e+06) b"),
         ] {
             assert_eq!(printed(q), want, "{q}");

@@ -308,6 +308,9 @@ pub struct SubqueryExpr {
 pub struct NumberLiteral {
     /// Its value.
     pub val: f64,
+    /// Whether it was written as a duration (`5m`, in seconds), which is
+    /// how it is printed back.
+    pub duration: bool,
 }
 
 /// A string.
@@ -524,7 +527,10 @@ impl Expr {
                     _ => None,
                 };
                 if let Some(val) = folded {
-                    *e = Expr::NumberLiteral(NumberLiteral { val });
+                    *e = Expr::NumberLiteral(NumberLiteral {
+                        val,
+                        duration: false,
+                    });
                     continue;
                 }
             }

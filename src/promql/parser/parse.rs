@@ -176,9 +176,10 @@ impl<'a> Parser<'a> {
                 ));
             }
             return Ok(match (op, operand) {
-                (T_SUB, Expr::NumberLiteral(n)) => {
-                    Expr::NumberLiteral(NumberLiteral { val: -n.val })
-                }
+                (T_SUB, Expr::NumberLiteral(n)) => Expr::NumberLiteral(NumberLiteral {
+                    val: -n.val,
+                    duration: n.duration,
+                }),
                 (T_SUB, e) => Expr::Unary(UnaryExpr { expr: Box::new(e) }),
                 (_, e) => e,
             });
@@ -200,9 +201,19 @@ impl<'a> Parser<'a> {
                 let matchers = self.matchers()?;
                 self.selector(None, matchers, start)
             }
-            Tok::Number(v) | Tok::Duration(v) => {
+            Tok::Number(v) => {
                 self.next();
-                Ok(Expr::NumberLiteral(NumberLiteral { val: v }))
+                Ok(Expr::NumberLiteral(NumberLiteral {
+                    val: v,
+                    duration: false,
+                }))
+            }
+            Tok::Duration(v) => {
+                self.next();
+                Ok(Expr::NumberLiteral(NumberLiteral {
+                    val: v,
+                    duration: true,
+                }))
             }
             Tok::Str(val, raw) => {
                 self.next();
@@ -419,10 +430,10 @@ impl<'a> Parser<'a> {
                 ),
             ));
         }
-        let expr = Box::new(
-            args.pop()
-                .unwrap_or(Expr::NumberLiteral(NumberLiteral { val: 0.0 })),
-        );
+        let expr = Box::new(args.pop().unwrap_or(Expr::NumberLiteral(NumberLiteral {
+            val: 0.0,
+            duration: false,
+        })));
         let param = args.pop().map(Box::new);
         self.expect_type(
             &expr,

@@ -255,6 +255,10 @@ impl fmt::Display for Expr {
             Expr::Binary(b) => write!(f, "{} {}{} {}", b.lhs, b.op, matching_str(b), b.rhs),
             Expr::Paren(p) => write!(f, "({})", p.expr),
             Expr::Subquery(sq) => write!(f, "{}{}", sq.expr, subquery_suffix(sq)),
+            Expr::NumberLiteral(n) if n.duration && n.val < 0.0 => {
+                write!(f, "-{}", duration_secs(-n.val))
+            }
+            Expr::NumberLiteral(n) if n.duration => f.write_str(&duration_secs(n.val)),
             Expr::NumberLiteral(n) => f.write_str(&number(n.val)),
             Expr::StringLiteral(s) => f.write_str(&s.go_quoted()),
             Expr::VectorSelector(vs) => write!(f, "{vs}"),
