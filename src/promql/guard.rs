@@ -450,7 +450,7 @@ mod tests {
 mod properties {
     use proptest::prelude::*;
 
-    use crate::promql::{Engine, QueryOptions};
+    use crate::promql::{Engine, QueryError, QueryOptions};
     use crate::storage::labels::encode_canonical;
     use crate::storage::{AppendCounts, Db, HeadOptions};
 
@@ -588,6 +588,42 @@ mod properties {
                 (inner, num.clone()).prop_map(|(a, n)| format!("{a} @ {n}")),
             ]
         })
+    }
+
+    /// Duration expressions worked out to nothing usable are refused by
+    /// name (400), in instant and range queries alike.
+    #[test]
+    fn absurd_duration_expressions_are_named_errors() {
+        let head = head();
+        let e = Engine::new(head.querier(), QueryOptions::default());
+        for (q, why) in [
+            ("rate(x[9e9 ^ 9e9])", "NaN or infinite"),
+            ("rate(x[1e300])", "duration out of range"),
+            ("rate(x[0 * 5m])", "greater than 0"),
+            ("rate(x[5m - 10m])", "greater than 0"),
+            ("x offset (9e9 ^ 9e9)", "NaN or infinite"),
+            ("x offset (1e10 * 1e3)", "out of range"),
+            ("rate(x[5m % (0 * 1s)])", "modulo by zero"),
+            ("max_over_time(x[5m:(1s - 1s)])", "greater than 0"),
+        ] {
+            let err = e.instant(q, 300_000).expect_err(q);
+            assert!(
+                matches!(&err, QueryError::BadData(m) if m.contains(why)),
+                "{q}: {err:?}"
+            );
+            let err = e.range(q, 0, 600_000, 60_000).err();
+            assert!(err.is_some(), "{q} in a range query");
+        }
+        // step() is 0 in an instant query, the step in a range query.
+        let err = e
+            .instant("rate(x[step()])", 300_000)
+            .expect_err("step() is 0");
+        assert!(
+            matches!(&err, QueryError::BadData(m) if m.contains("greater than 0")),
+            "{err:?}"
+        );
+        let ok = e.range("max_over_time(x[step() * 2])", 0, 600_000, 150_000);
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]
