@@ -106,7 +106,7 @@ pub(super) async fn instant(
     let out = run(&state, &reads, opts, move |e| {
         let answer = e.instant(&query, t)?;
         let mut out = instant_body(&answer.value, t, max)?;
-        annotations(&mut out, &answer.annotations);
+        annotations(&mut out, &answer.annotations, &query);
         Ok(out)
     })
     .await?;
@@ -217,7 +217,7 @@ pub(super) async fn range(
         out.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":"#);
         matrix(&mut out, &answer.value, max)?;
         out.push_str("}}");
-        annotations(&mut out, &answer.annotations);
+        annotations(&mut out, &answer.annotations, &query);
         Ok(out)
     })
     .await?;
@@ -225,13 +225,14 @@ pub(super) async fn range(
 }
 
 /// Adds `"warnings"` and `"infos"` (each only when there are some) to a
-/// finished answer object, before its closing brace.
-fn annotations(out: &mut String, a: &Annotations) {
+/// finished answer object, before its closing brace; each names its place
+/// in `query`.
+fn annotations(out: &mut String, a: &Annotations, query: &str) {
     if a.is_empty() || !out.ends_with('}') {
         return;
     }
     out.pop();
-    for (key, list) in [("warnings", a.warnings()), ("infos", a.infos())] {
+    for (key, list) in [("warnings", a.warnings(query)), ("infos", a.infos(query))] {
         if list.is_empty() {
             continue;
         }

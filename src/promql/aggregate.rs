@@ -119,6 +119,14 @@ fn streamed(op: TokenId, input: &[f64], of: &[u32], groups: usize) -> Option<Vec
 /// Evaluates an aggregation at `t`.
 pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, QueryError> {
     let op = agg.op.id();
+    // Prometheus names the aggregated expression in annotations (the
+    // aggregation itself for `topk`/`bottomk`), the parameter in those
+    // about it.
+    let node = match op {
+        T_TOPK | T_BOTTOMK => agg.pos,
+        _ => agg.expr.pos(),
+    };
+    let _pos = ctx.at_pos(node, agg.param.as_deref().map_or(node, Expr::pos));
     if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
         if let Some((table, k)) = ctx.tabulated(call, t) {
             // Read in place, the call's output passes the check it would

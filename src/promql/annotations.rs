@@ -1,8 +1,9 @@
 //! Warnings and infos about a query's answer, with Prometheus' texts: the
 //! API returns them beside the data (`warnings`, `infos`), and Grafana shows
-//! them under the panel. Prometheus v3.14 also appends the position of the
-//! expression they are about, `(1:6)`; Prometheus 3.5.3, the reference,
-//! does not, and neither does Sluice.
+//! them under the panel. Each ends with the position in the query of the
+//! expression it is about, `(1:6)`, as Prometheus writes them.
+
+use super::parser::ast::Pos;
 
 /// One annotation, before it is written out.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,6 +57,12 @@ pub enum Annotation<'a> {
 }
 
 impl Annotation<'_> {
+    /// Whether it is about a function's or aggregation's parameter rather
+    /// than the expression it works on.
+    pub(crate) fn is_about_param(&self) -> bool {
+        matches!(self, Self::InvalidQuantile(_) | Self::InvalidRatio(..))
+    }
+
     fn is_warning(&self) -> bool {
         matches!(
             self,
@@ -152,8 +159,8 @@ fn go_float(v: f64) -> String {
 /// counted, so a query over many series cannot grow them without bound.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Annotations {
-    warnings: Vec<String>,
-    infos: Vec<String>,
+    warnings: Vec<(String, Pos)>,
+    infos: Vec<(String, Pos)>,
     omitted_warnings: usize,
     omitted_infos: usize,
 }
@@ -162,33 +169,34 @@ impl Annotations {
     /// How many of each kind are kept, as Prometheus' API shows them.
     pub const KEPT: usize = 10;
 
-    /// Adds `a` unless the same text is already there.
-    pub fn add(&mut self, a: Annotation<'_>) {
+    /// Adds `a`, about the expression at `pos`, unless the same text is
+    /// already there (from anywhere in the query: the first is kept).
+    pub fn add(&mut self, a: Annotation<'_>, pos: Pos) {
         let msg = a.message();
         let (list, omitted) = if a.is_warning() {
             (&mut self.warnings, &mut self.omitted_warnings)
         } else {
             (&mut self.infos, &mut self.omitted_infos)
         };
-        if list.contains(&msg) {
+        if list.iter().any(|(m, _)| *m == msg) {
             return;
         }
         if list.len() < Self::KEPT {
-            list.push(msg);
+            list.push((msg, pos));
         } else {
             *omitted += 1;
         }
     }
 
-    /// The warnings as the API writes them, with a last line counting
-    /// those left out.
-    pub fn warnings(&self) -> Vec<String> {
-        with_omitted(&self.warnings, self.omitted_warnings, "warning")
+    /// The warnings as the API writes them for `query`, with a last line
+    /// counting those left out. An empty `query` leaves positions out.
+    pub fn warnings(&self, query: &str) -> Vec<String> {
+        with_omitted(&self.warnings, self.omitted_warnings, "warning", query)
     }
 
-    /// The infos as the API writes them.
-    pub fn infos(&self) -> Vec<String> {
-        with_omitted(&self.infos, self.omitted_infos, "info")
+    /// The infos as the API writes them for `query`.
+    pub fn infos(&self, query: &str) -> Vec<String> {
+        with_omitted(&self.infos, self.omitted_infos, "info", query)
     }
 
     /// Whether there is nothing to report.
@@ -197,8 +205,17 @@ impl Annotations {
     }
 }
 
-fn with_omitted(list: &[String], omitted: usize, kind: &str) -> Vec<String> {
-    let mut out = list.to_vec();
+fn with_omitted(list: &[(String, Pos)], omitted: usize, kind: &str, query: &str) -> Vec<String> {
+    let mut out: Vec<String> = list
+        .iter()
+        .map(|(msg, pos)| {
+            if query.is_empty() {
+                msg.clone()
+            } else {
+                format!("{msg} ({})", pos.line_col(query))
+            }
+        })
+        .collect();
     if omitted > 0 {
         out.push(format!("{omitted} more {kind} annotations omitted"));
     }
@@ -229,19 +246,20 @@ mod tests {
     #[test]
     fn texts_are_prometheus_and_repeats_are_dropped() {
         let mut a = Annotations::default();
-        a.add(Annotation::InvalidQuantile(1.5));
-        a.add(Annotation::InvalidQuantile(1.5));
-        a.add(Annotation::InvalidQuantile(f64::NAN));
-        a.add(Annotation::PossibleNonCounter("up"));
+        a.add(Annotation::InvalidQuantile(1.5), Pos(9));
+        a.add(Annotation::InvalidQuantile(1.5), Pos(0));
+        a.add(Annotation::InvalidQuantile(f64::NAN), Pos(14));
+        a.add(Annotation::PossibleNonCounter("up"), Pos(5));
+        let query = "quantile(1.5,\n x) + rate(up[5m])";
         assert_eq!(
-            a.warnings(),
+            a.warnings(query),
             [
-                "PromQL warning: quantile value should be between 0 and 1, got 1.5",
-                "PromQL warning: quantile value should be between 0 and 1, got NaN"
+                "PromQL warning: quantile value should be between 0 and 1, got 1.5 (1:10)",
+                "PromQL warning: quantile value should be between 0 and 1, got NaN (2:1)"
             ]
         );
         assert_eq!(
-            a.infos(),
+            a.infos(""),
             ["PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: \"up\""]
         );
     }
@@ -250,12 +268,12 @@ mod tests {
     fn only_ten_of_a_kind_are_kept() {
         let mut a = Annotations::default();
         for i in 0..25 {
-            a.add(Annotation::PossibleNonCounter(&format!("m{i}")));
+            a.add(Annotation::PossibleNonCounter(&format!("m{i}")), Pos(0));
         }
-        let infos = a.infos();
+        let infos = a.infos("m");
         assert_eq!(infos.len(), 11);
         assert_eq!(infos[10], "15 more info annotations omitted");
-        assert!(a.warnings().is_empty());
+        assert!(a.warnings("m").is_empty());
     }
 
     #[test]

@@ -38,6 +38,7 @@ fn operators(ctx: &Ctx<'_>, expr: &Expr, t: i64) -> Result<Value, QueryError> {
         Expr::Binary(b) => {
             let lhs = ctx.eval(&b.lhs, t)?;
             let rhs = ctx.eval(&b.rhs, t)?;
+            let _pos = ctx.at_pos(expr.pos(), expr.pos());
             binary::eval(ctx, b, lhs, rhs)?
         }
         _ => {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use crate::promql::parser::{self, AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
+use crate::promql::parser::{self, AtModifier, Expr, Offset, Pos, SubqueryExpr, VectorSelector};
 
 use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
@@ -273,6 +273,22 @@ pub(crate) struct Ctx<'e> {
     checked: RefCell<std::collections::HashSet<usize>>,
     /// Each operator node's duplicate-labels check, by the node's address.
     unique: RefCell<HashMap<usize, UniqueCheck>>,
+    /// Where in the query the node being evaluated starts: the expression
+    /// its annotations name, and the parameter that quantile and ratio
+    /// warnings name (see [`Ctx::at_pos`]).
+    pos: Cell<(Pos, Pos)>,
+}
+
+/// Puts back the position [`Ctx::at_pos`] replaced when dropped.
+pub(crate) struct PosGuard<'c> {
+    cell: &'c Cell<(Pos, Pos)>,
+    before: (Pos, Pos),
+}
+
+impl Drop for PosGuard<'_> {
+    fn drop(&mut self) {
+        self.cell.set(self.before);
+    }
 }
 
 /// Bytes a float point takes where a query keeps it.
@@ -615,6 +631,7 @@ impl<'e> Ctx<'e> {
             annotations: Rc::default(),
             checked: RefCell::default(),
             unique: RefCell::default(),
+            pos: Cell::default(),
         }
     }
 
@@ -791,6 +808,7 @@ impl<'e> Ctx<'e> {
         let series = self.load(vs, lookback)?;
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         let (from, upto) = (ts.saturating_sub(lookback), ts.saturating_add(lookback));
+        let _pos = self.at_pos(vs.pos, vs.pos);
         let mut out = Vec::new();
         each_window(&series, from, upto, |s, floats, hists| {
             let name = s.labels.iter().find(|l| l.name == "__name__");
@@ -1147,7 +1165,20 @@ impl<'e> Ctx<'e> {
 
     /// Reports `a` beside the answer.
     pub(crate) fn annotate(&self, a: Annotation<'_>) {
-        self.annotations.borrow_mut().add(a);
+        let (node, param) = self.pos.get();
+        let pos = if a.is_about_param() { param } else { node };
+        self.annotations.borrow_mut().add(a, pos);
+    }
+
+    /// Names `node` (and `param`, for warnings about a quantile or ratio
+    /// parameter) as where the annotations made until the guard is dropped
+    /// are about, as each Prometheus function and operator names one of
+    /// its arguments.
+    pub(crate) fn at_pos(&self, node: Pos, param: Pos) -> PosGuard<'_> {
+        PosGuard {
+            cell: &self.pos,
+            before: self.pos.replace((node, param)),
+        }
     }
 
     /// What this query holds against its limits.
@@ -1433,6 +1464,7 @@ impl<'e> Ctx<'e> {
             annotations: Rc::clone(&self.annotations),
             checked: RefCell::default(),
             unique: RefCell::default(),
+            pos: Cell::default(),
         });
         self.children.borrow_mut().insert(key, Rc::clone(&child));
         Ok(child)

@@ -12,7 +12,7 @@ mod over_time;
 mod rate;
 mod time;
 
-use crate::promql::parser::Call;
+use crate::promql::parser::{Call, Expr};
 
 use super::eval::Ctx;
 use super::value::Value;
@@ -117,6 +117,17 @@ static FUNCTIONS: &[(&str, Function)] = &[
 
 /// Evaluates a function call at `t`.
 pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
+    // The argument Prometheus names in this function's annotations: the
+    // histograms of `histogram_quantile`/`histogram_fraction`, the first
+    // otherwise; a quantile warning names the first.
+    let args = &call.args.args;
+    let first = args.first().map_or(call.pos, Expr::pos);
+    let node = match call.func.name {
+        "histogram_quantile" => args.get(1).map_or(first, Expr::pos),
+        "histogram_fraction" => args.get(2).map_or(first, Expr::pos),
+        _ => first,
+    };
+    let _pos = ctx.at_pos(node, first);
     if let Some(r) = extended::eval(ctx, call, t) {
         return r;
     }

@@ -12,6 +12,41 @@ use super::label::Matchers;
 use super::token::{self, TokenId, TokenType};
 use super::value::ValueType;
 
+/// Where a node starts in the query, in bytes from its beginning: the
+/// position a warning about it names (`(1:6)`), as Prometheus'
+/// `PositionRange.Start`. Two trees that differ only in where their nodes
+/// were written are the same query, so positions always compare equal.
+#[derive(Debug, Clone, Copy, Default, Eq)]
+pub struct Pos(pub u32);
+
+impl PartialEq for Pos {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Pos {
+    /// The position of byte `offset`.
+    pub fn at(offset: usize) -> Self {
+        Self(u32::try_from(offset).unwrap_or(u32::MAX))
+    }
+
+    /// Prometheus' `StartPosInput`: `line:column` of this position in
+    /// `query`, both from 1, the column in bytes.
+    pub fn line_col(self, query: &str) -> String {
+        let pos = self.0 as usize;
+        let Some(before) = query.as_bytes().get(..pos) else {
+            return "invalid position".to_owned();
+        };
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let col = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(pos + 1, |nl| pos - nl);
+        format!("{line}:{col}")
+    }
+}
+
 /// The label names of a `by`/`without`/`on`/`ignoring`/`group_*` list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Labels {
@@ -238,6 +273,8 @@ pub fn duration_of(
 /// `sum by (job) (x)`, `topk(3, x)` and the like.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregateExpr {
+    /// Where it starts.
+    pub pos: Pos,
     /// The aggregation.
     pub op: TokenType,
     /// What it aggregates.
@@ -251,6 +288,8 @@ pub struct AggregateExpr {
 /// `-x` (`+x` parses to `x`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnaryExpr {
+    /// Where it starts.
+    pub pos: Pos,
     /// The operand.
     pub expr: Box<Expr>,
 }
@@ -278,6 +317,8 @@ impl BinaryExpr {
 /// `(x)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParenExpr {
+    /// Where it starts.
+    pub pos: Pos,
     /// What is inside.
     pub expr: Box<Expr>,
 }
@@ -306,6 +347,8 @@ pub struct SubqueryExpr {
 /// A number.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NumberLiteral {
+    /// Where it starts.
+    pub pos: Pos,
     /// Its value.
     pub val: f64,
     /// Whether it was written as a duration (`5m`, in seconds), which is
@@ -316,6 +359,8 @@ pub struct NumberLiteral {
 /// A string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StringLiteral {
+    /// Where it starts.
+    pub pos: Pos,
     /// Its value, invalid UTF-8 replaced.
     pub val: String,
     /// Its bytes, when they are not valid UTF-8 (`"\xff"`).
@@ -351,6 +396,8 @@ impl StringLiteral {
 /// `name{matchers}` with its modifiers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VectorSelector {
+    /// Where it starts.
+    pub pos: Pos,
     /// The metric name written before the braces.
     pub name: Option<String>,
     /// The matchers inside the braces.
@@ -371,8 +418,9 @@ pub struct VectorSelector {
 
 impl VectorSelector {
     /// A selector of `name` and `matchers`, without modifiers.
-    pub fn new(name: Option<String>, matchers: Matchers) -> Self {
+    pub fn new(name: Option<String>, matchers: Matchers, pos: Pos) -> Self {
         Self {
+            pos,
             name,
             matchers,
             offset: None,
@@ -406,6 +454,8 @@ pub struct FunctionArgs {
 /// `f(args)`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
+    /// Where it starts.
+    pub pos: Pos,
     /// The function.
     pub func: &'static Function,
     /// Its arguments.
@@ -480,6 +530,23 @@ impl Expr {
         }
     }
 
+    /// Where it starts: a binary operation, a range selector and a
+    /// subquery where their first operand does, as in Prometheus.
+    pub fn pos(&self) -> Pos {
+        match self {
+            Expr::Aggregate(a) => a.pos,
+            Expr::Unary(u) => u.pos,
+            Expr::Binary(b) => b.lhs.pos(),
+            Expr::Paren(p) => p.pos,
+            Expr::Subquery(sq) => sq.expr.pos(),
+            Expr::NumberLiteral(n) => n.pos,
+            Expr::StringLiteral(s) => s.pos,
+            Expr::VectorSelector(vs) => vs.pos,
+            Expr::MatrixSelector(m) => m.vs.pos,
+            Expr::Call(c) => c.pos,
+        }
+    }
+
     /// The type of value it evaluates to.
     pub fn value_type(&self) -> ValueType {
         match self {
@@ -528,6 +595,7 @@ impl Expr {
                 };
                 if let Some(val) = folded {
                     *e = Expr::NumberLiteral(NumberLiteral {
+                        pos: c.pos,
                         val,
                         duration: false,
                     });

@@ -177,10 +177,19 @@ impl<'a> Parser<'a> {
             }
             return Ok(match (op, operand) {
                 (T_SUB, Expr::NumberLiteral(n)) => Expr::NumberLiteral(NumberLiteral {
+                    pos: Pos::at(start),
                     val: -n.val,
                     duration: n.duration,
                 }),
-                (T_SUB, e) => Expr::Unary(UnaryExpr { expr: Box::new(e) }),
+                (T_SUB, e) => Expr::Unary(UnaryExpr {
+                    pos: Pos::at(start),
+                    expr: Box::new(e),
+                }),
+                // `+5` starts at its sign, as Prometheus places it.
+                (_, Expr::NumberLiteral(n)) => Expr::NumberLiteral(NumberLiteral {
+                    pos: Pos::at(start),
+                    ..n
+                }),
                 (_, e) => e,
             });
         }
@@ -195,7 +204,10 @@ impl<'a> Parser<'a> {
                 self.next();
                 let e = self.expr(0)?;
                 self.expect(Tok::RParen, "paren expression")?;
-                Ok(Expr::Paren(ParenExpr { expr: Box::new(e) }))
+                Ok(Expr::Paren(ParenExpr {
+                    pos: Pos::at(start),
+                    expr: Box::new(e),
+                }))
             }
             Tok::LBrace => {
                 let matchers = self.matchers()?;
@@ -204,6 +216,7 @@ impl<'a> Parser<'a> {
             Tok::Number(v) => {
                 self.next();
                 Ok(Expr::NumberLiteral(NumberLiteral {
+                    pos: Pos::at(start),
                     val: v,
                     duration: false,
                 }))
@@ -211,13 +224,18 @@ impl<'a> Parser<'a> {
             Tok::Duration(v) => {
                 self.next();
                 Ok(Expr::NumberLiteral(NumberLiteral {
+                    pos: Pos::at(start),
                     val: v,
                     duration: true,
                 }))
             }
             Tok::Str(val, raw) => {
                 self.next();
-                Ok(Expr::StringLiteral(StringLiteral { val, raw }))
+                Ok(Expr::StringLiteral(StringLiteral {
+                    pos: Pos::at(start),
+                    val,
+                    raw,
+                }))
             }
             Tok::Ident(word) => {
                 let followed_by_paren = *self.peek_at(1) == Tok::LParen;
@@ -335,7 +353,11 @@ impl<'a> Parser<'a> {
                 ));
             }
         }
-        Ok(Expr::VectorSelector(VectorSelector::new(name, matchers)))
+        Ok(Expr::VectorSelector(VectorSelector::new(
+            name,
+            matchers,
+            Pos::at(start),
+        )))
     }
 
     /// `(a, b)` or `a, b` of a grouping clause: `(` is next.
@@ -431,6 +453,7 @@ impl<'a> Parser<'a> {
             ));
         }
         let expr = Box::new(args.pop().unwrap_or(Expr::NumberLiteral(NumberLiteral {
+            pos: Pos::at(start),
             val: 0.0,
             duration: false,
         })));
@@ -450,6 +473,7 @@ impl<'a> Parser<'a> {
             self.expect_type(p, want, "aggregation parameter", (start, end))?;
         }
         Ok(Expr::Aggregate(AggregateExpr {
+            pos: Pos::at(start),
             op: TokenType::new(op),
             expr,
             param,
@@ -604,6 +628,7 @@ impl<'a> Parser<'a> {
             self.expect_type(a, func.arg_types[i], &context, (start, end))?;
         }
         Ok(Expr::Call(Call {
+            pos: Pos::at(start),
             func,
             args: FunctionArgs { args },
         }))
