@@ -54,6 +54,8 @@ pub enum Annotation<'a> {
     QuantileNaNSkew(&'a str),
     /// `histogram_fraction` over a histogram with NaN observations.
     FractionNaNs(&'a str),
+    /// `sort` and its kin in a range query, which orders by labels anyway.
+    SortInRangeQuery,
 }
 
 impl Annotation<'_> {
@@ -77,6 +79,7 @@ impl Annotation<'_> {
                 | Self::MixedExponentialCustom(_)
                 | Self::IncompatibleCustomBuckets(_)
                 | Self::IncompatibleBucketLayoutInBinOp(_)
+                | Self::SortInRangeQuery
         )
     }
 
@@ -139,6 +142,7 @@ impl Annotation<'_> {
             Self::QuantileNaNSkew(metric) => format!(
                 "PromQL info: input to histogram_quantile has NaN observations, result is skewed higher for metric name {metric:?}"
             ),
+            Self::SortInRangeQuery => "PromQL warning: sort is ineffective for range queries since results are always ordered by labels".to_owned(),
             Self::FractionNaNs(metric) => format!(
                 "PromQL info: input to histogram_fraction has NaN observations, which are excluded from all fractions for metric name {metric:?}"
             ),

@@ -14,6 +14,7 @@ mod time;
 
 use crate::promql::parser::{Call, Expr};
 
+use super::annotations::Annotation;
 use super::eval::Ctx;
 use super::value::Value;
 use super::QueryError;
@@ -128,6 +129,17 @@ pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         _ => first,
     };
     let _pos = ctx.at_pos(node, first);
+    // A range query (a subquery's too) orders its series by labels
+    // whatever `sort` did at each step; Prometheus v3.14 says so.
+    if ctx.start != ctx.end
+        && matches!(
+            call.func.name,
+            "sort" | "sort_desc" | "sort_by_label" | "sort_by_label_desc"
+        )
+    {
+        let _call = ctx.at_pos(call.pos, call.pos);
+        ctx.annotate(Annotation::SortInRangeQuery);
+    }
     if let Some(r) = extended::eval(ctx, call, t) {
         return r;
     }
