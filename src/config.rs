@@ -35,12 +35,16 @@ pub const BINOP_FILL_MODIFIERS: &str = "promql-binop-fill-modifiers";
 /// `anchored` and `smoothed` on range and instant selectors.
 pub const EXTENDED_RANGE_SELECTORS: &str = "promql-extended-range-selectors";
 
+/// Names dropped by functions and operators kept to the end of the query.
+pub const DELAYED_NAME_REMOVAL: &str = "promql-delayed-name-removal";
+
 /// The features `--enable-feature` may name.
-pub const FEATURES: [&str; 4] = [
+pub const FEATURES: [&str; 5] = [
     EXPERIMENTAL_FUNCTIONS,
     DURATION_EXPR,
     BINOP_FILL_MODIFIERS,
     EXTENDED_RANGE_SELECTORS,
+    DELAYED_NAME_REMOVAL,
 ];
 
 /// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
@@ -340,7 +344,10 @@ settings! {
     /// `offset (1h + step())`); `promql-binop-fill-modifiers`
     /// (`a + fill(0) b`, `fill_left`, `fill_right`);
     /// `promql-extended-range-selectors` (`rate(x[5m] anchored)`,
-    /// `increase(x[5m] smoothed)`, `x smoothed`) [default: none].
+    /// `increase(x[5m] smoothed)`, `x smoothed`);
+    /// `promql-delayed-name-removal` (names that functions and operators
+    /// drop stay until the query ends, for `label_replace` and
+    /// `by (__name__)`) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
     /// Labels naming this Sluice to the systems it feeds, `name=value`,
@@ -829,6 +836,7 @@ impl Config {
                 ..ParseLimits::default()
             },
             max_label_bytes: self.query_max_label_bytes,
+            delayed_name_removal: self.feature(DELAYED_NAME_REMOVAL),
         }
     }
 

@@ -39,14 +39,17 @@ struct Runner {
     target: Target,
     server: Option<Server>,
     client: reqwest::Client,
+    /// Whether servers start with `promql-delayed-name-removal`.
+    delayed_name_removal: bool,
 }
 
 impl Runner {
-    fn new(target: Target) -> Self {
+    fn new(target: Target, delayed_name_removal: bool) -> Self {
         Runner {
             target,
             server: None,
             client: reqwest::Client::new(),
+            delayed_name_removal,
         }
     }
 
@@ -59,6 +62,9 @@ impl Runner {
                     retention: std::time::Duration::from_secs(100 * 365 * 86_400),
                     enable_feature: sluice::config::FEATURES
                         .iter()
+                        .filter(|&&f| {
+                            self.delayed_name_removal || f != sluice::config::DELAYED_NAME_REMOVAL
+                        })
                         .map(|f| f.to_string())
                         .collect(),
                     ..Config::default()
@@ -69,16 +75,16 @@ impl Runner {
             Target::Prometheus3 => {
                 // Loads may add samples older than a series' newest.
                 let config = "storage:\n  tsdb:\n    out_of_order_time_window: 3650d\n";
-                let p = Prometheus::start_bin(
-                    &prometheus3("prometheus"),
-                    config,
-                    &[
-                        "--web.enable-remote-write-receiver",
-                        "--storage.tsdb.retention.time=100y",
-                        "--enable-feature=promql-experimental-functions",
-                        "--enable-feature=native-histograms",
-                    ],
-                );
+                let mut flags = vec![
+                    "--web.enable-remote-write-receiver",
+                    "--storage.tsdb.retention.time=100y",
+                    "--enable-feature=promql-experimental-functions",
+                    "--enable-feature=native-histograms",
+                ];
+                if self.delayed_name_removal {
+                    flags.push("--enable-feature=promql-delayed-name-removal");
+                }
+                let p = Prometheus::start_bin(&prometheus3("prometheus"), config, &flags);
                 wait_ready(&self.client, &format!("http://{}", p.addr()), &p).await;
                 Server::Prometheus(p)
             }
@@ -129,14 +135,22 @@ enum Outcome {
 }
 
 /// Runs one script; returns each eval's line and outcome. `skip_lines`
-/// are evals not to run on this target.
+/// are evals not to run on this target. Prometheus' own scripts are
+/// written for its test engine, which removes names late
+/// (`promql-delayed-name-removal`); the project's run as a server does by
+/// default, but for a script with a line `# with promql-delayed-name-removal`.
 async fn run_script(
     target: Target,
     script: &str,
     skip_lines: &BTreeSet<usize>,
+    prometheus_script: bool,
 ) -> Vec<(usize, String, Outcome)> {
     let cmds = promqltest::parse(script).unwrap_or_else(|e| panic!("script does not parse: {e}"));
-    let mut runner = Runner::new(target);
+    let delayed = prometheus_script
+        || script
+            .lines()
+            .any(|l| l.trim() == "# with promql-delayed-name-removal");
+    let mut runner = Runner::new(target, delayed);
     runner.fresh().await;
     let mut histogram_names = BTreeSet::new();
     let mut out = Vec::new();
@@ -236,11 +250,14 @@ async fn run_all(
     target: Target,
     scripts: &[(String, String)],
     skips: impl Fn(&str) -> BTreeSet<usize>,
+    prometheus_scripts: bool,
 ) -> BTreeMap<String, (String, String)> {
     let mut failed = BTreeMap::new();
     let (mut pass, mut skip) = (0, BTreeMap::<&str, usize>::new());
     for (name, text) in scripts {
-        for (line, expr, outcome) in run_script(target, text, &skips(text)).await {
+        for (line, expr, outcome) in
+            run_script(target, text, &skips(text), prometheus_scripts).await
+        {
             match outcome {
                 Outcome::Pass => pass += 1,
                 Outcome::Skip(why) => *skip.entry(why).or_default() += 1,
@@ -267,7 +284,7 @@ fn report(failed: &BTreeMap<String, (String, String)>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_scripts_pass_on_sluice() {
-    let failed = run_all(Target::Sluice, &own_scripts(), |_| BTreeSet::new()).await;
+    let failed = run_all(Target::Sluice, &own_scripts(), |_| BTreeSet::new(), false).await;
     assert!(
         failed.is_empty(),
         "evals that failed on Sluice:\n{}",
@@ -277,7 +294,13 @@ async fn own_scripts_pass_on_sluice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_scripts_pass_on_prometheus_3() {
-    let failed = run_all(Target::Prometheus3, &own_scripts(), not_in_prometheus3).await;
+    let failed = run_all(
+        Target::Prometheus3,
+        &own_scripts(),
+        not_in_prometheus3,
+        false,
+    )
+    .await;
     assert!(
         failed.is_empty(),
         "evals that failed on Prometheus 3.5.3 (the scripts' facts are wrong, or the eval needs `# not in 3.5.3: <why>`):\n{}",
@@ -312,7 +335,13 @@ fn known_failures() -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scripts_pass_on_sluice_but_the_listed_failures() {
-    let failed = run_all(Target::Sluice, &prometheus_scripts(), |_| BTreeSet::new()).await;
+    let failed = run_all(
+        Target::Sluice,
+        &prometheus_scripts(),
+        |_| BTreeSet::new(),
+        true,
+    )
+    .await;
     let known = known_failures();
     let new: BTreeMap<_, _> = failed
         .iter()
@@ -336,9 +365,12 @@ async fn prometheus_scripts_pass_on_sluice_but_the_listed_failures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn prometheus_scripts_on_prometheus_3() {
-    let failed = run_all(Target::Prometheus3, &prometheus_scripts(), |_| {
-        BTreeSet::new()
-    })
+    let failed = run_all(
+        Target::Prometheus3,
+        &prometheus_scripts(),
+        |_| BTreeSet::new(),
+        true,
+    )
     .await;
     println!("{}", report(&failed));
 }
@@ -366,7 +398,8 @@ async fn other_scripts_on_sluice() {
             all_fail += evals;
             continue;
         }
-        for (line, expr, outcome) in run_script(Target::Sluice, text, &BTreeSet::new()).await {
+        for (line, expr, outcome) in run_script(Target::Sluice, text, &BTreeSet::new(), true).await
+        {
             match outcome {
                 Outcome::Pass => pass += 1,
                 Outcome::Skip(_) => skip += 1,

@@ -21,6 +21,9 @@ use crate::histogram::FloatHistogram;
 struct Group {
     labels: Labels,
     members: Vec<usize>,
+    /// A member's name was to be dropped: so is the group's, if it kept
+    /// one (`by (__name__)`).
+    drop_name: bool,
 }
 
 /// The operators [`streamed`] computes.
@@ -68,7 +71,12 @@ fn from_table(
         labels
             .into_iter()
             .zip(v)
-            .map(|(labels, v)| Sample { labels, v, h: None })
+            .map(|(labels, v)| Sample {
+                labels,
+                v,
+                h: None,
+                drop_name: table.drop_name(),
+            })
             .collect(),
     )
 }
@@ -180,6 +188,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
                     labels: g.labels,
                     v,
                     h: None,
+                    drop_name: g.drop_name,
                 })
                 .collect(),
         ));
@@ -293,11 +302,17 @@ fn with_histograms(
         if let Some(mut h) = a.hist {
             a.totals.apply(&mut h, op == T_AVG);
             h.compact();
-            out.push(Sample::histogram(g.labels, Arc::new(h)));
+            out.push(Sample {
+                drop_name: g.drop_name,
+                ..Sample::histogram(g.labels, Arc::new(h))
+            });
         } else {
             let of = vec![0u32; a.floats.len()];
             if let Some(v) = streamed(op, &a.floats, &of, 1) {
-                out.push(Sample::float(g.labels, v[0]));
+                out.push(Sample {
+                    drop_name: g.drop_name,
+                    ..Sample::float(g.labels, v[0])
+                });
             }
         }
     }
@@ -380,9 +395,11 @@ fn group_input(
                 groups.push(Group {
                     labels: key,
                     members: Vec::new(),
+                    drop_name: false,
                 });
                 groups.len() - 1
             });
+            groups[g].drop_name |= s.drop_name;
             of.push(g as u32);
             continue;
         }
@@ -392,8 +409,10 @@ fn group_input(
             groups.push(Group {
                 labels: Arc::clone(&memo.groups[id as usize]),
                 members: Vec::new(),
+                drop_name: false,
             });
         }
+        groups[at as usize].drop_name |= s.drop_name;
         of.push(at);
     }
     (groups, of)
@@ -491,6 +510,7 @@ fn by_members(
             labels: g.labels,
             v,
             h: None,
+            drop_name: g.drop_name,
         });
     }
     Ok(out)

@@ -209,7 +209,7 @@ fn vector_scalar(
                     ((smp.v, smp.h.as_ref()), (s, None))
                 };
                 let (v, h, keep) = apply_hist(ctx, op, l, r)?;
-                return hist_result(op, smp.labels, v, h, keep, return_bool);
+                return hist_result(ctx, op, smp, v, h, keep, return_bool);
             }
             let (l, r) = if scalar_left { (s, smp.v) } else { (smp.v, s) };
             let (mut value, keep) = apply(op, l, r);
@@ -218,23 +218,25 @@ fn vector_scalar(
                 value = smp.v;
             }
             if cmp && !return_bool {
-                return keep.then_some(Sample {
-                    labels: smp.labels,
-                    v: value,
-                    h: None,
-                });
+                return keep.then_some(Sample { v: value, ..smp });
             }
             let v = if return_bool {
                 f64::from(u8::from(keep))
             } else {
                 value
             };
-            let labels = if drops_name(op) || return_bool {
-                drop_name(&smp.labels)
+            let unnamed = drops_name(op) || return_bool;
+            let labels = if unnamed {
+                ctx.unnamed(&smp.labels)
             } else {
                 smp.labels
             };
-            Some(Sample { labels, v, h: None })
+            Some(Sample {
+                labels,
+                v,
+                h: None,
+                drop_name: smp.drop_name || unnamed,
+            })
         })
         .collect()
 }
@@ -242,22 +244,33 @@ fn vector_scalar(
 /// The element an operation on a histogram leaves, if any: a histogram,
 /// or with `bool` the comparison's 0 or 1.
 fn hist_result(
+    ctx: &Ctx<'_>,
     op: TokenId,
-    labels: Labels,
+    smp: Sample,
     v: f64,
     h: Option<Hist>,
     keep: bool,
     return_bool: bool,
 ) -> Option<Sample> {
-    let labels = if drops_name(op) || return_bool {
-        drop_name(&labels)
+    let unnamed = drops_name(op) || return_bool;
+    let labels = if unnamed {
+        ctx.unnamed(&smp.labels)
     } else {
-        labels
+        smp.labels
     };
+    let drop_name = smp.drop_name || unnamed;
     if return_bool {
-        return Some(Sample::float(labels, f64::from(u8::from(keep))));
+        return Some(Sample {
+            drop_name,
+            ..Sample::float(labels, f64::from(u8::from(keep)))
+        });
     }
-    keep.then_some(Sample { labels, v, h })
+    keep.then_some(Sample {
+        labels,
+        v,
+        h,
+        drop_name,
+    })
 }
 
 /// The matching key of a series' labels.
@@ -363,12 +376,19 @@ fn vector_vector(
         } else {
             apply(op, ls.v, rs.v)
         };
-        // Result labels come from the "many" side.
-        let base: Labels = if drops_name(op) || return_bool {
+        // Result labels come from the "many" side. Arithmetic between
+        // vectors drops the name at once, delayed removal or not; `bool`
+        // marks it to go (at once without delayed removal); a comparison
+        // between vectors clears the mark, so that with delayed removal
+        // `rate(a[5m]) > rate(b[5m])` keeps the name: all as Prometheus.
+        let base: Labels = if drops_name(op) {
             drop_name(&s.labels)
+        } else if return_bool {
+            ctx.unnamed(&s.labels)
         } else {
             s.labels.clone()
         };
+        let drop_name = return_bool;
         let mut built: Vec<Label> = base.iter().cloned().collect();
         if one_to_one {
             match &m.matching {
@@ -407,7 +427,12 @@ fn vector_vector(
         } else {
             value
         };
-        out.push(Sample { labels, v, h: hist });
+        out.push(Sample {
+            labels,
+            v,
+            h: hist,
+            drop_name,
+        });
         Ok(())
     };
     let mut st: Seen = (HashSet::new(), HashMap::new(), Vec::new());

@@ -8,9 +8,9 @@ use std::time::Instant;
 use crate::promql::parser::{self, Expr};
 
 use super::annotations::Annotations;
-use super::eval::{Ctx, MatrixBuilder, HISTOGRAM_BYTES, POINT_BYTES};
+use super::eval::{check_unique, Ctx, MatrixBuilder, HISTOGRAM_BYTES, POINT_BYTES};
 use super::guard;
-use super::value::{no_labels, Series, Value};
+use super::value::{drop_name, no_labels, Sample, Series, Value};
 use super::{aggregate, binary, functions, QueryError};
 use crate::storage::Querier;
 
@@ -96,10 +96,20 @@ impl<'h> Engine<'h> {
     pub fn instant(&self, query: &str, t: i64) -> Result<Evaluated<Value>, QueryError> {
         let expr = self.parse(query, t, t, 0)?;
         let ctx = self.ctx(t, t, 0);
-        let result = ctx.eval(&expr, t).map(|value| Evaluated {
-            value,
-            annotations: ctx.annotations(),
-        });
+        let delayed = self.opts.delayed_name_removal;
+        let result = ctx
+            .eval(&expr, t)
+            .and_then(|value| {
+                if delayed {
+                    drop_marked_names(value)
+                } else {
+                    Ok(value)
+                }
+            })
+            .map(|value| Evaluated {
+                value,
+                annotations: ctx.annotations(),
+            });
         finish(ctx, result)
     }
 
@@ -159,7 +169,10 @@ impl<'h> Engine<'h> {
                         .charge(1, POINT_BYTES, "query range evaluation")?;
                     acc.push(no_labels(), t, v)
                 }
-                Value::Vector(samples) => {
+                Value::Vector(mut samples) => {
+                    if ctx.opts.delayed_name_removal {
+                        samples = drop_marked_sample_names(samples)?;
+                    }
                     let hists = samples.iter().filter(|s| s.h.is_some()).count();
                     ctx.budget().charge(
                         samples.len(),
@@ -187,6 +200,76 @@ impl<'h> Engine<'h> {
             annotations: ctx.annotations(),
         })
     }
+}
+
+/// The end of a query with delayed name removal: the names of the series
+/// marked [`Sample::drop_name`] go, and two series left with the same
+/// labels are an error where they have points at the same time (series
+/// apart in time merge), as Prometheus' `cleanupMetricLabels`.
+fn drop_marked_names(value: Value) -> Result<Value, QueryError> {
+    Ok(match value {
+        Value::Vector(v) => Value::Vector(drop_marked_sample_names(v)?),
+        Value::Matrix(m) => Value::Matrix(drop_marked_series_names(m)?),
+        other => other,
+    })
+}
+
+/// [`drop_marked_names`] for one step's vector.
+fn drop_marked_sample_names(mut v: Vec<Sample>) -> Result<Vec<Sample>, QueryError> {
+    let mut any = false;
+    for s in v.iter_mut().filter(|s| s.drop_name) {
+        s.labels = drop_name(&s.labels);
+        s.drop_name = false;
+        any = true;
+    }
+    if any {
+        check_unique(&v)?;
+    }
+    Ok(v)
+}
+
+/// [`drop_marked_names`] for a range vector.
+fn drop_marked_series_names(m: Vec<Series>) -> Result<Vec<Series>, QueryError> {
+    if !m.iter().any(|s| s.drop_name) {
+        return Ok(m);
+    }
+    let mut out: Vec<Series> = Vec::with_capacity(m.len());
+    let mut index: std::collections::HashMap<super::value::Labels, usize> =
+        std::collections::HashMap::new();
+    for mut s in m {
+        if s.drop_name {
+            s.labels = drop_name(&s.labels);
+            s.drop_name = false;
+        }
+        match index.get(&s.labels) {
+            None => {
+                index.insert(s.labels.clone(), out.len());
+                out.push(s);
+            }
+            Some(&i) => {
+                let into = &mut out[i];
+                let times = |x: &Series| -> Vec<i64> {
+                    x.points
+                        .iter()
+                        .map(|p| p.0)
+                        .chain(x.histograms.iter().map(|h| h.0))
+                        .collect()
+                };
+                let had: std::collections::HashSet<i64> = times(into).into_iter().collect();
+                if times(&s).iter().any(|t| had.contains(t)) {
+                    return Err(QueryError::Execution(
+                        "vector cannot contain metrics with the same labelset".to_owned(),
+                    ));
+                }
+                into.points.extend(s.points);
+                into.points.sort_by_key(|p| p.0);
+                into.histograms.extend(s.histograms);
+                into.histograms.sort_by_key(|h| h.0);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(out)
 }
 
 /// A query that held at least this much gives the freed heap back to the

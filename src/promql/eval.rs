@@ -53,6 +53,10 @@ pub struct QueryOptions {
     /// Most bytes of label values one `label_replace` or `label_join` call
     /// may make.
     pub max_label_bytes: usize,
+    /// `promql-delayed-name-removal`: operations that change what a value
+    /// means mark its series, and the names go when the query ends, so
+    /// `label_replace` and `by (__name__)` still see them.
+    pub delayed_name_removal: bool,
 }
 
 impl Default for QueryOptions {
@@ -65,6 +69,7 @@ impl Default for QueryOptions {
             timeout: Duration::from_secs(120),
             parse: ParseLimits::default(),
             max_label_bytes: 64 << 20,
+            delayed_name_removal: false,
         }
     }
 }
@@ -155,6 +160,9 @@ pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + '
 /// A range function's results for every series at every step.
 pub(crate) struct RangeTable {
     labels: Vec<Labels>,
+    /// Whether the function dropped the series' names (see
+    /// [`Sample::drop_name`]).
+    drop_name: bool,
     /// Step-major, so a step's results are read in one sweep: series `i`
     /// at step `k` is `k * labels.len() + i`.
     values: Vec<f64>,
@@ -195,6 +203,11 @@ impl RangeTable {
         Ok(())
     }
 
+    /// Whether its rows' names are to be dropped ([`Sample::drop_name`]).
+    pub(crate) fn drop_name(&self) -> bool {
+        self.drop_name
+    }
+
     /// Series (rows) in the table.
     pub(crate) fn rows(&self) -> usize {
         self.labels.len()
@@ -230,6 +243,7 @@ impl RangeTable {
                     labels: Arc::clone(labels),
                     v,
                     h: None,
+                    drop_name: self.drop_name,
                 });
             }
         }
@@ -482,6 +496,7 @@ impl MatrixBuilder {
     /// Adds a sample, float or histogram.
     pub(crate) fn push_sample(&mut self, s: Sample, t: i64) {
         let i = self.series_of(s.labels);
+        self.series[i].drop_name |= s.drop_name;
         match s.h {
             Some(h) => self.series[i].histograms.push((t, h)),
             None => self.series[i].points.push((t, s.v)),
@@ -499,11 +514,7 @@ impl MatrixBuilder {
                     .by_content
                     .entry(Arc::clone(&labels))
                     .or_insert_with(|| {
-                        series.push(Series {
-                            labels: Arc::clone(&labels),
-                            points: Vec::new(),
-                            histograms: Vec::new(),
-                        });
+                        series.push(Series::floats(Arc::clone(&labels), Vec::new()));
                         series.len() - 1
                     });
                 // Remember the address of a set made once (a selector's),
@@ -743,7 +754,7 @@ impl<'e> Ctx<'e> {
             )?;
             let labels: Labels = s.labels.into();
             out.push(SeriesPoints {
-                unnamed: drop_name(&labels),
+                unnamed: self.unnamed(&labels),
                 labels,
                 has_stale: points.iter().any(|&(_, v)| is_stale(v))
                     || hists.iter().any(|(_, h)| is_stale(h.sum)),
@@ -940,11 +951,7 @@ impl<'e> Ctx<'e> {
             points.push((mint, left));
             points.extend_from_slice(f.get(first..upto).unwrap_or_default());
             points.push((maxt, right));
-            out.push(Series {
-                labels: s.labels.clone(),
-                points,
-                histograms: Vec::new(),
-            });
+            out.push(Series::floats(s.labels.clone(), points));
         })?;
         if histograms {
             return Err(QueryError::Execution(format!(
@@ -1062,6 +1069,7 @@ impl<'e> Ctx<'e> {
                     labels: s.labels.clone(),
                     points,
                     histograms: hists,
+                    drop_name: false,
                 });
             }
         }
@@ -1100,6 +1108,7 @@ impl<'e> Ctx<'e> {
                     labels: s.labels.clone(),
                     points,
                     histograms,
+                    drop_name: false,
                 });
             }
         }
@@ -1186,6 +1195,18 @@ impl<'e> Ctx<'e> {
         &self.budget
     }
 
+    /// `labels` as an operation that changes what the value means leaves
+    /// them: without `__name__`, `__type__` and `__unit__`; or, with
+    /// delayed name removal (`promql-delayed-name-removal`), unchanged until
+    /// the end of the query, the sample marked [`Sample::drop_name`].
+    pub(crate) fn unnamed(&self, labels: &Labels) -> Labels {
+        if self.opts.delayed_name_removal {
+            Arc::clone(labels)
+        } else {
+            drop_name(labels)
+        }
+    }
+
     /// What has been reported so far.
     pub(crate) fn annotations(&self) -> Annotations {
         self.annotations.borrow().clone()
@@ -1194,6 +1215,11 @@ impl<'e> Ctx<'e> {
     /// Errors when `v`, the output of `node` at one step, holds two
     /// elements with the same labels (see [`UniqueCheck`]).
     pub(crate) fn check_unique_at(&self, node: &Expr, v: &[Sample]) -> Result<(), QueryError> {
+        // With delayed name removal, names still tell series apart here;
+        // the check runs once they are gone, on the answer.
+        if self.opts.delayed_name_removal {
+            return Ok(());
+        }
         if self.step == 0 {
             return check_unique(v);
         }
@@ -1242,7 +1268,8 @@ impl<'e> Ctx<'e> {
                     let v: Vec<Sample> = v
                         .into_iter()
                         .map(|s| Sample {
-                            labels: drop_name(&s.labels),
+                            labels: self.unnamed(&s.labels),
+                            drop_name: true,
                             v: -s.v,
                             h: s.h.map(|h| {
                                 let mut h = Arc::unwrap_or_clone(h);
@@ -1389,6 +1416,7 @@ impl<'e> Ctx<'e> {
         let n = series.len();
         let mut table = RangeTable {
             labels: Vec::with_capacity(series.len()),
+            drop_name: name == Name::Drop,
             values: vec![0.0; cells],
             present: vec![false; cells],
             same_labels: Vec::new(),

@@ -19,6 +19,12 @@ pub struct Sample {
     pub v: f64,
     /// The native histogram, when the sample is one.
     pub h: Option<Hist>,
+    /// An operation that changes what the value means went over it, so its
+    /// metric name goes at the end of the query. Only with delayed name
+    /// removal does the name stay until then (see [`Ctx::unnamed`]).
+    ///
+    /// [`Ctx::unnamed`]: super::eval::Ctx::unnamed
+    pub drop_name: bool,
 }
 
 /// A native histogram in a query's values; shared, as the stored sample
@@ -28,7 +34,12 @@ pub type Hist = Arc<FloatHistogram>;
 impl Sample {
     /// A float sample.
     pub fn float(labels: Labels, v: f64) -> Self {
-        Sample { labels, v, h: None }
+        Sample {
+            labels,
+            v,
+            h: None,
+            drop_name: false,
+        }
     }
 
     /// A histogram sample.
@@ -37,6 +48,7 @@ impl Sample {
             labels,
             v: 0.0,
             h: Some(h),
+            drop_name: false,
         }
     }
 }
@@ -50,6 +62,8 @@ pub struct Series {
     pub points: Vec<(i64, f64)>,
     /// (timestamp ms, histogram) in time order.
     pub histograms: Vec<(i64, Hist)>,
+    /// As [`Sample::drop_name`]: its name goes at the end of the query.
+    pub drop_name: bool,
 }
 
 impl Series {
@@ -59,6 +73,7 @@ impl Series {
             labels,
             points,
             histograms: Vec::new(),
+            drop_name: false,
         }
     }
 }

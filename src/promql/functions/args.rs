@@ -8,7 +8,7 @@ use crate::promql::parser::{Call, Expr};
 use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
-use crate::promql::value::{drop_name, Hist, Labels, Name, Sample, Series, Value};
+use crate::promql::value::{Hist, Labels, Name, Sample, Series, Value};
 use crate::promql::QueryError;
 
 /// The range-vector argument of `call`: its series at `t`, its range (ms)
@@ -106,7 +106,10 @@ pub(crate) fn over_range_with(
                         Name::Keep => &s.labels,
                         Name::Drop => &s.unnamed,
                     };
-                    out.push(Sample::float(Arc::clone(labels), v));
+                    out.push(Sample {
+                        drop_name: name == Name::Drop,
+                        ..Sample::float(Arc::clone(labels), v)
+                    });
                 }
             })?;
             return Ok(Value::Vector(out));
@@ -133,6 +136,7 @@ pub(crate) fn over_range_with(
                     labels: Arc::clone(labels),
                     v,
                     h: None,
+                    drop_name: name == Name::Drop,
                 });
             }
         })?;
@@ -148,11 +152,18 @@ pub(crate) fn over_range_with(
                 )));
             }
             if let Some(v) = f(&s.points, range, at) {
+                // A subquery's series may already be marked to lose its
+                // name (`last_over_time(abs(x)[5m:])`).
                 let labels = match name {
                     Name::Keep => s.labels,
-                    Name::Drop => drop_name(&s.labels),
+                    Name::Drop => ctx.unnamed(&s.labels),
                 };
-                out.push(Sample { labels, v, h: None });
+                out.push(Sample {
+                    labels,
+                    v,
+                    h: None,
+                    drop_name: name == Name::Drop || s.drop_name,
+                });
             }
         }
     }
@@ -222,15 +233,22 @@ pub(crate) fn over_range_mixed(
     mixed: impl Fn(&Window<'_>) -> Option<Out>,
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();
-    let mut emit = |labels: &Labels, unnamed: Option<&Labels>, r: Option<Out>| {
+    let mut emit = |labels: &Labels, unnamed: Option<&Labels>, marked: bool, r: Option<Out>| {
         let labels = match (name, unnamed) {
             (Name::Keep, _) => Arc::clone(labels),
             (Name::Drop, Some(u)) => Arc::clone(u),
-            (Name::Drop, None) => drop_name(labels),
+            (Name::Drop, None) => ctx.unnamed(labels),
         };
+        let drop_name = name == Name::Drop || marked;
         match r {
-            Some(Out::F(v)) => out.push(Sample::float(labels, v)),
-            Some(Out::H(h)) => out.push(Sample::histogram(labels, Arc::new(h))),
+            Some(Out::F(v)) => out.push(Sample {
+                drop_name,
+                ..Sample::float(labels, v)
+            }),
+            Some(Out::H(h)) => out.push(Sample {
+                drop_name,
+                ..Sample::histogram(labels, Arc::new(h))
+            }),
             None => {}
         }
     };
@@ -252,7 +270,7 @@ pub(crate) fn over_range_mixed(
                     labels: &s.labels,
                 })
             };
-            emit(&s.labels, Some(&s.unnamed), r);
+            emit(&s.labels, Some(&s.unnamed), false, r);
         })?;
     } else {
         let (series, range, at) = matrix_arg(ctx, call, t)?;
@@ -268,7 +286,7 @@ pub(crate) fn over_range_mixed(
                     labels: &s.labels,
                 })
             };
-            emit(&s.labels, None, r);
+            emit(&s.labels, None, s.drop_name, r);
         }
     }
     Ok(Value::Vector(out))
@@ -286,9 +304,10 @@ pub(crate) fn map_vector(
         v.into_iter()
             .filter(|s| s.h.is_none())
             .map(|s| Sample {
-                labels: drop_name(&s.labels),
+                labels: ctx.unnamed(&s.labels),
                 v: f(s.v),
                 h: None,
+                drop_name: true,
             })
             .collect(),
     ))

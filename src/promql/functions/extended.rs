@@ -75,7 +75,10 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
                 (Ok(a), Ok(b)) => b.detect_reset(a),
                 _ => true,
             });
-            out.push(Sample::float(Arc::clone(&s.unnamed), n.count() as f64));
+            out.push(Sample {
+                drop_name: true,
+                ..Sample::float(Arc::clone(&s.unnamed), n.count() as f64)
+            });
             return;
         }
         if !hists.is_empty() {
@@ -91,7 +94,10 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
                 if name == "rate" {
                     h.div(range as f64 / 1000.0);
                 }
-                out.push(Sample::histogram(Arc::clone(&s.unnamed), Arc::new(h)));
+                out.push(Sample {
+                    drop_name: true,
+                    ..Sample::histogram(Arc::clone(&s.unnamed), Arc::new(h))
+                });
             }
             return;
         }
@@ -112,7 +118,10 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
                 .map(|w| w.windows(2).filter(|p| p[1].1 < p[0].1).count() as f64),
         };
         if let Some(v) = v {
-            out.push(Sample::float(Arc::clone(&s.unnamed), v));
+            out.push(Sample {
+                drop_name: true,
+                ..Sample::float(Arc::clone(&s.unnamed), v)
+            });
         }
     })?;
     Ok(Value::Vector(out))

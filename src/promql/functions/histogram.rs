@@ -21,11 +21,11 @@ pub(super) fn quantile(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         .into_iter()
         .map(|s| {
             let h = s.h.as_deref().map_or(f64::NAN, |h| {
-                // A Prometheus server (without delayed name removal) has
-                // dropped the name before it names the metric: "".
-                super::native::quantile(ctx, q, h, "")
+                // Prometheus (without delayed name removal) has dropped the
+                // name before it names the metric: "".
+                super::native::quantile(ctx, q, h, named(ctx, &s.labels))
             });
-            Sample::float(without_metadata(s.labels.to_vec()), h)
+            float_unnamed(ctx, s.labels.to_vec(), h)
         })
         .collect();
     out.extend(histogram_quantile(ctx, q, classic));
@@ -60,13 +60,10 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
             labels
         };
         for s in &native {
-            let v =
-                s.h.as_deref()
-                    .map_or(f64::NAN, |h| super::native::quantile(ctx, q, h, ""));
-            out.push(Sample::float(
-                with_label(without_metadata(s.labels.to_vec()).to_vec()).into(),
-                v,
-            ));
+            let v = s.h.as_deref().map_or(f64::NAN, |h| {
+                super::native::quantile(ctx, q, h, named(ctx, &s.labels))
+            });
+            out.push(float_unnamed(ctx, with_label(s.labels.to_vec()), v));
         }
         for s in histogram_quantile(ctx, q, classic.clone()) {
             out.push(Sample {
@@ -140,19 +137,16 @@ pub(super) fn fraction(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         .into_iter()
         .map(|s| {
             let f = s.h.as_deref().map_or(f64::NAN, |h| {
-                super::native::fraction(ctx, lower, upper, h, "")
+                super::native::fraction(ctx, lower, upper, h, named(ctx, &s.labels))
             });
-            Sample::float(without_metadata(s.labels.to_vec()), f)
+            float_unnamed(ctx, s.labels.to_vec(), f)
         })
         .collect();
     out.extend(
         classic_histograms(ctx, classic)
             .into_iter()
             .map(|(labels, buckets)| {
-                Sample::float(
-                    without_metadata(labels),
-                    bucket_fraction(lower, upper, buckets),
-                )
+                float_unnamed(ctx, labels, bucket_fraction(lower, upper, buckets))
             }),
     );
     Ok(Value::Vector(out))
@@ -168,11 +162,7 @@ fn histogram_quantile(ctx: &Ctx<'_>, q: f64, v: Vec<Sample>) -> Vec<Sample> {
             if forced {
                 ctx.annotate(Annotation::ForcedMonotonicity(metric_name(&labels)));
             }
-            Sample {
-                labels: without_metadata(labels),
-                v,
-                h: None,
-            }
+            float_unnamed(ctx, labels, v)
         })
         .collect()
 }
@@ -217,11 +207,26 @@ fn classic_histograms(ctx: &Ctx<'_>, v: Vec<Sample>) -> Vec<ClassicHistogram> {
     groups
 }
 
-fn without_metadata(labels: Vec<Label>) -> crate::promql::value::Labels {
-    labels
-        .into_iter()
-        .filter(|l| !is_metadata_label(&l.name))
-        .collect()
+/// A result that drops its input's name: at once, or with delayed name
+/// removal at the end of the query (see [`Ctx::unnamed`]).
+fn float_unnamed(ctx: &Ctx<'_>, mut labels: Vec<Label>, v: f64) -> Sample {
+    if !ctx.opts.delayed_name_removal {
+        labels.retain(|l| !is_metadata_label(&l.name));
+    }
+    Sample {
+        drop_name: true,
+        ..Sample::float(labels.into(), v)
+    }
+}
+
+/// The metric name annotations about a native histogram name: none
+/// without delayed name removal, where Prometheus has dropped it first.
+fn named<'l>(ctx: &Ctx<'_>, labels: &'l [Label]) -> &'l str {
+    if ctx.opts.delayed_name_removal {
+        super::args::metric_name(labels)
+    } else {
+        ""
+    }
 }
 
 /// Sorts buckets by upper bound and merges equal bounds.

@@ -159,6 +159,7 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
             labels: labels.into(),
             v: s.v,
             h: s.h.clone(),
+            drop_name: s.drop_name,
         });
     }
     Ok(Value::Vector(out))

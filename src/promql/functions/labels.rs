@@ -22,6 +22,7 @@ pub(super) fn absent(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
         labels: labels.into(),
         v: 1.0,
         h: None,
+        drop_name: false,
     }]))
 }
 
@@ -38,6 +39,7 @@ pub(super) fn absent_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Val
         labels: labels.into(),
         v: 1.0,
         h: None,
+        drop_name: false,
     }]))
 }
 
@@ -157,9 +159,26 @@ pub(super) fn label_join(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Qu
         budget.take(parts.iter().map(|p| p.len() + sep.len()).sum())?;
         let value = parts.join(&sep);
         s.labels = set_label(&s.labels, &dst, value);
+        // A name written here is kept, whatever came before.
+        s.drop_name &= dst != "__name__";
         out.push(s);
     }
+    unique_with_names(ctx, &out)?;
     Ok(Value::Vector(out))
+}
+
+/// Label functions may give two series the same labels even while names
+/// are kept to the end (delayed name removal, where the evaluator leaves the
+/// check to the answer): that is an error here, as in Prometheus. Without
+/// delayed removal the evaluator checks every function's output.
+fn unique_with_names(
+    ctx: &Ctx<'_>,
+    out: &[crate::promql::value::Sample],
+) -> Result<(), QueryError> {
+    if ctx.opts.delayed_name_removal {
+        crate::promql::eval::check_unique(out)?;
+    }
+    Ok(())
 }
 
 /// The bytes of label values one call of `label_replace` or `label_join`
@@ -261,9 +280,11 @@ pub(super) fn label_replace(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value,
             let mut value = String::new();
             caps.expand(&repl, &mut value);
             s.labels = set_label(&s.labels, &dst, value);
+            s.drop_name &= dst != "__name__";
         }
         out.push(s);
     }
+    unique_with_names(ctx, &out)?;
     Ok(Value::Vector(out))
 }
 

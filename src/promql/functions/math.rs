@@ -127,6 +127,7 @@ pub(super) fn vector(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
         labels: no_labels(),
         v: scalar_arg(ctx, call, 0, t)?,
         h: None,
+        drop_name: false,
     }]))
 }
 

@@ -11,7 +11,7 @@ use crate::histogram::{Bucket, FloatHistogram};
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::stats::Kahan;
-use crate::promql::value::{drop_name, Sample, Value};
+use crate::promql::value::{Sample, Value};
 use crate::promql::QueryError;
 
 /// A function of each histogram sample, to a float.
@@ -26,7 +26,10 @@ fn per_histogram(
         v.into_iter()
             .filter_map(|s| {
                 let h = s.h.as_ref()?;
-                Some(Sample::float(drop_name(&s.labels), f(h)))
+                Some(Sample {
+                    drop_name: true,
+                    ..Sample::float(ctx.unnamed(&s.labels), f(h))
+                })
             })
             .collect(),
     ))

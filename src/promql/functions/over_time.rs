@@ -7,7 +7,7 @@ use crate::promql::annotations::Annotation;
 use crate::promql::eval::Ctx;
 use crate::promql::stats::HistogramTotals;
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
-use crate::promql::value::{drop_name, Name, Sample, Value};
+use crate::promql::value::{Name, Sample, Value};
 use crate::promql::QueryError;
 
 fn avg_over_time(points: &[(i64, f64)]) -> f64 {
@@ -308,9 +308,10 @@ pub(super) fn quantile_over_time(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<V
                 }
                 let mut vals: Vec<f64> = s.points.iter().map(|x| x.1).collect();
                 Sample {
-                    labels: drop_name(&s.labels),
+                    labels: ctx.unnamed(&s.labels),
                     v: quantile(q, &mut vals),
                     h: None,
+                    drop_name: true,
                 }
             })
             .collect(),

@@ -4,7 +4,7 @@ use crate::promql::parser::{Call, Expr};
 
 use super::args::unparen;
 use crate::promql::eval::Ctx;
-use crate::promql::value::{drop_name, no_labels, Sample, Value};
+use crate::promql::value::{no_labels, Sample, Value};
 use crate::promql::QueryError;
 
 pub(super) fn time(_: &Ctx<'_>, _: &Call, t: i64) -> Result<Value, QueryError> {
@@ -22,9 +22,10 @@ pub(super) fn timestamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
         timed
             .into_iter()
             .map(|(s, ts)| Sample {
-                labels: drop_name(&s.labels),
+                labels: ctx.unnamed(&s.labels),
                 v: ts as f64 / 1000.0,
                 h: None,
+                drop_name: true,
             })
             .collect(),
     ))
@@ -34,20 +35,17 @@ pub(super) fn timestamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
 /// evaluation time when there is no argument.
 fn calendar(ctx: &Ctx<'_>, call: &Call, t: i64, field: &str) -> Result<Value, QueryError> {
     let v = match call.args.args.first() {
-        None => vec![Sample {
-            labels: no_labels(),
-            v: t as f64 / 1000.0,
-            h: None,
-        }],
+        None => vec![Sample::float(no_labels(), t as f64 / 1000.0)],
         Some(e) => ctx.eval_vector(e, t)?,
     };
     Ok(Value::Vector(
         v.into_iter()
             .filter(|s| s.h.is_none())
             .map(|s| Sample {
-                labels: drop_name(&s.labels),
+                labels: ctx.unnamed(&s.labels),
                 v: date_part(field, s.v),
                 h: None,
+                drop_name: true,
             })
             .collect(),
     ))
