@@ -24,7 +24,7 @@
 //! in by remote write 1.0, so both servers store exactly the loaded samples.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -672,6 +672,126 @@ fn quoted(s: &str) -> Result<(String, &str), String> {
 /// The remote-write requests that load `series` at `step_ms`, split so
 /// that none is large. A series given twice in one load is the later one,
 /// as in Prometheus' runner.
+/// What `load_with_nhcb` adds to a load: each classic histogram (its
+/// `_bucket` series by `le`, `_count` and `_sum`, same other labels) also as
+/// a native histogram with custom buckets under the base name, at every
+/// time one of its series has a float, as Prometheus' test engine converts
+/// them (`util/convertnhcb`): a missing `_count` is the highest bucket's, a
+/// missing `+Inf` bucket is the count, and the buckets are the differences
+/// of the cumulative counts with empty ones left out. A histogram those
+/// rules refuse (counts not cumulative, a count that is not the `+Inf`
+/// bucket's, a NaN) is left out, where Prometheus would refuse the load.
+pub fn nhcb_series(series: &[Series]) -> Vec<Series> {
+    #[derive(Default)]
+    struct Temp {
+        buckets: Vec<(f64, f64)>,
+        count: Option<f64>,
+        sum: f64,
+    }
+    // Base labels -> time step -> the histogram's parts. The last
+    // definition of a series wins, as in the load itself.
+    let last: BTreeMap<&Labels, usize> = series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (&s.labels, i))
+        .collect();
+    let mut by_base: BTreeMap<Labels, BTreeMap<usize, Temp>> = BTreeMap::new();
+    for (i, s) in series.iter().enumerate() {
+        if last.get(&s.labels) != Some(&i) {
+            continue;
+        }
+        let Some(name) = s.labels.get("__name__") else {
+            continue;
+        };
+        let (base, part) = if let Some(b) = name.strip_suffix("_bucket") {
+            let Some(le) = s.labels.get("le").and_then(|v| number(v)) else {
+                continue;
+            };
+            if le.is_nan() {
+                continue;
+            }
+            (b, Some(le))
+        } else if let Some(b) = name.strip_suffix("_count") {
+            (b, None)
+        } else if let Some(b) = name.strip_suffix("_sum") {
+            (b, None)
+        } else {
+            continue;
+        };
+        let mut labels = s.labels.clone();
+        labels.insert("__name__".into(), base.to_owned());
+        labels.remove("le");
+        let steps = by_base.entry(labels).or_default();
+        for (k, p) in s.points.iter().enumerate() {
+            let Point::Float(v) = p else { continue };
+            let t = steps.entry(k).or_default();
+            match part {
+                Some(le) => {
+                    if !t.buckets.iter().any(|b| b.0 == le) {
+                        t.buckets.push((le, *v));
+                    }
+                }
+                None if name.ends_with("_count") => t.count = Some(*v),
+                None => t.sum = *v,
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (labels, steps) in by_base {
+        let mut points = Vec::new();
+        for (k, mut t) in steps {
+            t.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let count = match t.count {
+                Some(c) => c,
+                None => match t.buckets.last() {
+                    Some(b) => b.1,
+                    None => continue,
+                },
+            };
+            if t.buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
+                t.buckets.push((f64::INFINITY, count));
+            }
+            let cumulative = t.buckets.windows(2).all(|w| w[0].1 <= w[1].1);
+            let last = t.buckets.last().map_or(f64::NAN, |b| b.1);
+            if !cumulative || last != count || t.buckets.iter().any(|b| b.1.is_nan() || b.1 < 0.0) {
+                continue;
+            }
+            let mut h = FloatHistogram {
+                schema: sluice::histogram::CUSTOM_BUCKETS_SCHEMA,
+                count,
+                sum: t.sum,
+                positive_spans: vec![Span {
+                    offset: 0,
+                    length: t.buckets.len() as u32,
+                }],
+                positive_buckets: t
+                    .buckets
+                    .iter()
+                    .scan(0.0, |prev, b| {
+                        let d = b.1 - *prev;
+                        *prev = b.1;
+                        Some(d)
+                    })
+                    .collect(),
+                custom_values: t.buckets[..t.buckets.len() - 1]
+                    .iter()
+                    .map(|b| b.0)
+                    .collect(),
+                ..FloatHistogram::default()
+            };
+            h.compact();
+            if points.len() <= k {
+                points.resize(k + 1, Point::Omitted);
+            }
+            points[k] = Point::Histogram(Box::new(h));
+        }
+        if !points.is_empty() {
+            out.push(Series { labels, points });
+        }
+    }
+    out
+}
+
 pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
     let mut bodies = Vec::new();
     let mut batch = Vec::new();
@@ -1240,27 +1360,4 @@ pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<
             compare_vector(e, &at_t, scalar).map_err(|m| format!("range mode: {m}"))
         }
     }
-}
-
-/// Why an eval is not run: it needs what this runner or the server under
-/// test leaves aside. `histogram_names` are the metric names that
-/// Prometheus' test engine would also hold as native histograms with
-/// custom buckets (a `load_with_nhcb` of classic buckets, which a server
-/// does not convert) since the last `clear`: an eval that names one, or
-/// selects by `__name__`, reads them.
-pub fn skip_reason(e: &Eval, histogram_names: &BTreeSet<String>) -> Option<&'static str> {
-    if let Some(why) = e.unsupported {
-        return Some(why);
-    }
-    // A selector without a metric name (`{job="a"}`) may match them too.
-    let nameless = regex::Regex::new(r"(^|[^a-zA-Z0-9_:\s])\s*\{").expect("valid regex");
-    let names_one = !histogram_names.is_empty()
-        && (e.expr.contains("__name__") || nameless.is_match(&e.expr))
-        || e.expr
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-            .any(|w| histogram_names.contains(w));
-    if names_one {
-        return Some("classic histograms converted to native (load_with_nhcb)");
-    }
-    None
 }
