@@ -132,9 +132,10 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     // about it.
     let node = match op {
         T_TOPK | T_BOTTOMK => agg.pos,
-        _ => agg.expr.pos(),
+        _ => agg.expr.unparen().pos(),
     };
-    let _pos = ctx.at_pos(node, agg.param.as_deref().map_or(node, Expr::pos));
+    let param = agg.param.as_deref().map_or(node, |p| p.unparen().pos());
+    let _pos = ctx.at_pos(node, param);
     if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
         if let Some((table, k)) = ctx.tabulated(call, t) {
             // Read in place, the call's output passes the check it would
@@ -399,7 +400,7 @@ fn group_input(
                 });
                 groups.len() - 1
             });
-            groups[g].drop_name |= s.drop_name;
+            // count_values' groups are never marked, as in Prometheus.
             of.push(g as u32);
             continue;
         }

@@ -169,10 +169,7 @@ impl<'h> Engine<'h> {
                         .charge(1, POINT_BYTES, "query range evaluation")?;
                     acc.push(no_labels(), t, v)
                 }
-                Value::Vector(mut samples) => {
-                    if ctx.opts.delayed_name_removal {
-                        samples = drop_marked_sample_names(samples)?;
-                    }
+                Value::Vector(samples) => {
                     let hists = samples.iter().filter(|s| s.h.is_some()).count();
                     ctx.budget().charge(
                         samples.len(),
@@ -195,8 +192,12 @@ impl<'h> Engine<'h> {
                 None => break,
             };
         }
+        let mut value = acc.finish();
+        if ctx.opts.delayed_name_removal {
+            value = drop_marked_series_names(value)?;
+        }
         Ok(Evaluated {
-            value: acc.finish(),
+            value,
             annotations: ctx.annotations(),
         })
     }
@@ -228,7 +229,8 @@ fn drop_marked_sample_names(mut v: Vec<Sample>) -> Result<Vec<Sample>, QueryErro
     Ok(v)
 }
 
-/// [`drop_marked_names`] for a range vector.
+/// [`drop_marked_names`] for a range vector, or a range query's answer,
+/// whose series were marked as their first samples were.
 fn drop_marked_series_names(m: Vec<Series>) -> Result<Vec<Series>, QueryError> {
     if !m.iter().any(|s| s.drop_name) {
         return Ok(m);

@@ -264,6 +264,9 @@ pub(crate) struct Ctx<'e> {
     /// First and last evaluation time, and the step (ms).
     pub(crate) start: i64,
     pub(crate) end: i64,
+    /// The first time it evaluates at: `start`, or a subquery's first
+    /// step after its range begins (`start` is aligned below it).
+    first_eval: i64,
     /// What `@ start()` and `@ end()` stand for: the query's own start and
     /// end, in subqueries too.
     at_start: i64,
@@ -493,10 +496,14 @@ impl MatrixBuilder {
         self.series[i].points.push((t, v));
     }
 
-    /// Adds a sample, float or histogram.
+    /// Adds a sample, float or histogram. A series is marked to lose its
+    /// name as its first sample is, as Prometheus' `rangeEval` marks it.
     pub(crate) fn push_sample(&mut self, s: Sample, t: i64) {
+        let known = self.series.len();
         let i = self.series_of(s.labels);
-        self.series[i].drop_name |= s.drop_name;
+        if i == known {
+            self.series[i].drop_name = s.drop_name;
+        }
         match s.h {
             Some(h) => self.series[i].histograms.push((t, h)),
             None => self.series[i].points.push((t, s.v)),
@@ -629,6 +636,7 @@ impl<'e> Ctx<'e> {
             opts,
             start,
             end,
+            first_eval: start,
             at_start: start,
             at_end: end,
             deadline,
@@ -1207,6 +1215,13 @@ impl<'e> Ctx<'e> {
         }
     }
 
+    /// Whether it evaluates at one time only (an instant query, or a
+    /// subquery of one step), as Prometheus' evaluator with equal start and
+    /// end.
+    pub(crate) fn evaluates_once(&self) -> bool {
+        self.first_eval >= self.end
+    }
+
     /// What has been reported so far.
     pub(crate) fn annotations(&self) -> Annotations {
         self.annotations.borrow().clone()
@@ -1473,12 +1488,17 @@ impl<'e> Ctx<'e> {
             .selector_time(&sq.at, &sq.offset, self.start)
             .saturating_sub(range);
         let hi = self.selector_time(&sq.at, &sq.offset, self.end);
+        let mut first_eval = step * (lo / step);
+        if first_eval <= lo {
+            first_eval += step;
+        }
         let child = Rc::new(Ctx {
             querier: self.querier,
             operators: self.operators,
             opts: self.opts,
             start: step * (lo / step),
             end: hi,
+            first_eval,
             at_start: self.at_start,
             at_end: self.at_end,
             deadline: self.deadline,

@@ -120,18 +120,21 @@ static FUNCTIONS: &[(&str, Function)] = &[
 pub(crate) fn call(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     // The argument Prometheus names in this function's annotations: the
     // histograms of `histogram_quantile`/`histogram_fraction`, the first
-    // otherwise; a quantile warning names the first.
-    let args = &call.args.args;
-    let first = args.first().map_or(call.pos, Expr::pos);
+    // otherwise; a quantile warning names the first. Parentheses around an
+    // argument are not part of it, as Prometheus strips them.
+    let at = |i: usize| args::arg(call, i).map(Expr::pos);
+    let first = at(0).unwrap_or(call.pos);
     let node = match call.func.name {
-        "histogram_quantile" => args.get(1).map_or(first, Expr::pos),
-        "histogram_fraction" => args.get(2).map_or(first, Expr::pos),
+        "histogram_quantile" => at(1).unwrap_or(first),
+        "histogram_fraction" => at(2).unwrap_or(first),
         _ => first,
     };
     let _pos = ctx.at_pos(node, first);
     // A range query (a subquery's too) orders its series by labels
-    // whatever `sort` did at each step; Prometheus v3.14 says so.
-    if ctx.start != ctx.end
+    // whatever `sort` did at each step; Prometheus v3.14 says so, unless
+    // the call is evaluated once (step invariant: `sort(x @ 100)`).
+    if !ctx.evaluates_once()
+        && !call.step_invariant()
         && matches!(
             call.func.name,
             "sort" | "sort_desc" | "sort_by_label" | "sort_by_label_desc"

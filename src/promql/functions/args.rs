@@ -345,19 +345,11 @@ pub(crate) fn scalar_arg(ctx: &Ctx<'_>, call: &Call, i: usize, t: i64) -> Result
     }
 }
 
-/// `e` without the parentheses around it, as Prometheus' `unwrapParenExpr`
-/// sees a function's range, selector and string arguments:
-/// `changes((x[5m]))` is `changes(x[5m])`.
-pub(crate) fn unparen(mut e: &Expr) -> &Expr {
-    while let Expr::Paren(p) = e {
-        e = &p.expr;
-    }
-    e
-}
-
-/// Argument `i` of `call`, without parentheses.
+/// Argument `i` of `call`, without the parentheses around it, as
+/// Prometheus' `unwrapParenExpr` sees a function's range, selector and
+/// string arguments: `changes((x[5m]))` is `changes(x[5m])`.
 pub(crate) fn arg(call: &Call, i: usize) -> Option<&Expr> {
-    call.args.args.get(i).map(unparen)
+    call.args.args.get(i).map(Expr::unparen)
 }
 
 pub(crate) fn string_arg(call: &Call, i: usize) -> Result<String, QueryError> {

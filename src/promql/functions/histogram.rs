@@ -41,6 +41,9 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
     for i in 2..call.args.args.len() {
         let q = scalar_arg(ctx, call, i, t)?;
         if !(0.0..=1.0).contains(&q) {
+            // Named at the quantile given, as Prometheus v3.14.
+            let at = call.args.args[i].unparen().pos();
+            let _pos = ctx.at_pos(at, at);
             ctx.annotate(Annotation::InvalidQuantile(q));
         }
         qs.push(q);
@@ -63,7 +66,13 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
             let v = s.h.as_deref().map_or(f64::NAN, |h| {
                 super::native::quantile(ctx, q, h, named(ctx, &s.labels))
             });
-            out.push(float_unnamed(ctx, with_label(s.labels.to_vec()), v));
+            // The name goes (or is marked to) before the label is set,
+            // which may be `__name__` itself.
+            let unnamed = float_unnamed(ctx, s.labels.to_vec(), v);
+            out.push(Sample {
+                labels: with_label(unnamed.labels.to_vec()).into(),
+                ..unnamed
+            });
         }
         for s in histogram_quantile(ctx, q, classic.clone()) {
             out.push(Sample {

@@ -2,7 +2,6 @@
 
 use crate::promql::parser::{Call, Expr};
 
-use super::args::unparen;
 use crate::promql::eval::Ctx;
 use crate::promql::value::{no_labels, Sample, Value};
 use crate::promql::QueryError;
@@ -14,7 +13,7 @@ pub(super) fn time(_: &Ctx<'_>, _: &Call, t: i64) -> Result<Value, QueryError> {
 pub(super) fn timestamp(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
     // A plain selector gives each sample's own time; anything else
     // was computed at the evaluation time.
-    let timed = match unparen(&call.args.args[0]) {
+    let timed = match call.args.args[0].unparen() {
         Expr::VectorSelector(vs) => ctx.vector_selector_timed(vs, t)?,
         e => ctx.eval_vector(e, t)?.into_iter().map(|s| (s, t)).collect(),
     };

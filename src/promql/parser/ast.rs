@@ -462,6 +462,37 @@ pub struct Call {
     pub args: FunctionArgs,
 }
 
+impl Call {
+    /// [`Expr::step_invariant`] of the call.
+    pub fn step_invariant(&self) -> bool {
+        let args = || self.args.args.iter();
+        const TIME_DEPENDENT: [&str; 15] = [
+            "days_in_month",
+            "day_of_month",
+            "day_of_week",
+            "day_of_year",
+            "end",
+            "hour",
+            "minute",
+            "month",
+            "year",
+            "predict_linear",
+            "range",
+            "start",
+            "step",
+            "time",
+            "timestamp",
+        ];
+        if !TIME_DEPENDENT.contains(&self.func.name) {
+            args().all(Expr::step_invariant)
+        } else {
+            self.func.name == "timestamp"
+                && args()
+                    .all(|a| matches!(a.unparen(), Expr::VectorSelector(vs) if vs.at.is_some()))
+        }
+    }
+}
+
 /// A PromQL expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -528,6 +559,34 @@ impl Expr {
             | Expr::VectorSelector(_)
             | Expr::MatrixSelector(_) => Vec::new(),
         }
+    }
+
+    /// Whether it gives the same at every step of a range query, so that
+    /// Prometheus evaluates it once (`preprocessExprHelper`): selectors and
+    /// subqueries with `@`, literals, and operators and functions over
+    /// those but the functions of the evaluation time (`time()`,
+    /// `hour()`, `timestamp()` but of a selector with `@`, …).
+    pub fn step_invariant(&self) -> bool {
+        match self {
+            Expr::NumberLiteral(_) | Expr::StringLiteral(_) => true,
+            Expr::VectorSelector(vs) => vs.at.is_some(),
+            Expr::MatrixSelector(m) => m.vs.at.is_some(),
+            Expr::Subquery(sq) => sq.at.is_some(),
+            Expr::Paren(p) => p.expr.step_invariant(),
+            Expr::Unary(u) => u.expr.step_invariant(),
+            Expr::Aggregate(a) => a.expr.step_invariant(),
+            Expr::Binary(b) => b.lhs.step_invariant() && b.rhs.step_invariant(),
+            Expr::Call(c) => c.step_invariant(),
+        }
+    }
+
+    /// What is inside any parentheses around it.
+    pub fn unparen(&self) -> &Expr {
+        let mut e = self;
+        while let Expr::Paren(p) = e {
+            e = &p.expr;
+        }
+        e
     }
 
     /// Where it starts: a binary operation, a range selector and a
