@@ -112,6 +112,10 @@ pub struct Eval {
     pub expected: Expected,
     /// Why the runner cannot check this eval, if it cannot.
     pub unsupported: Option<&'static str>,
+    /// `expect range vector from <t> to <t> step <d>`: an instant query
+    /// whose answer is a range vector, its points from the first time on
+    /// every step (ms).
+    pub range_vector: Option<(i64, i64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -247,6 +251,7 @@ fn parse_eval(lines: &[&str], at: usize) -> Result<(Eval, usize), String> {
         no_info: false,
         expected: Expected::Series(Vec::new()),
         unsupported: None,
+        range_vector: None,
     };
     let expect_re = regex::Regex::new(
         r"^expect\s+(ordered|fail|warn|no_warn|info|no_info)(?:\s+(regex|msg):(.+))?$",
@@ -270,14 +275,22 @@ fn parse_eval(lines: &[&str], at: usize) -> Result<(Eval, usize), String> {
                 break;
             }
         }
-        if d.trim().starts_with("expect range vector") {
-            // A range vector from an instant query: the runner compares
-            // vectors and scalars only.
-            eval.unsupported = Some("expect range vector");
-            while i < lines.len() && !lines[i].trim().is_empty() {
-                i += 1;
-            }
-            break;
+        if let Some(r) = d.trim().strip_prefix("expect range vector") {
+            let w: Vec<&str> = r.split_whitespace().collect();
+            let [("from", from), ("to", _), ("step", step)] = [
+                (w.first(), w.get(1)),
+                (w.get(2), w.get(3)),
+                (w.get(4), w.get(5)),
+            ]
+            .map(|(k, v)| (k.copied().unwrap_or(""), v.copied().unwrap_or(""))) else {
+                return Err(err(format!("invalid expect range vector line {d:?}")));
+            };
+            eval.range_vector = Some((
+                duration_ms(from).map_err(err)?,
+                duration_ms(step).map_err(err)?,
+            ));
+            eval.expected = Expected::Series(Vec::new());
+            continue;
         }
         if let Some(q) = d.trim().strip_prefix("expect string ") {
             let q = q.trim();
@@ -1204,11 +1217,15 @@ fn matrix(data: &Value) -> Result<Matrix, String> {
 }
 
 fn compare_matrix(e: &Eval, got: &[(Labels, Vec<(i64, Got)>)]) -> Result<(), String> {
-    let Kind::Range {
-        start_ms, step_ms, ..
-    } = e.kind
-    else {
-        return Err("not a range eval".into());
+    let (start_ms, step_ms) = match (e.kind.clone(), e.range_vector) {
+        (_, Some(r)) => r,
+        (
+            Kind::Range {
+                start_ms, step_ms, ..
+            },
+            None,
+        ) => (start_ms, step_ms),
+        _ => return Err("not a range eval".into()),
     };
     let Expected::Series(want) = &e.expected else {
         return Err("expected a scalar, got a matrix".into());
@@ -1326,6 +1343,9 @@ pub async fn run_eval(client: &reqwest::Client, base: &str, e: &Eval) -> Result<
         } else {
             Err(format!("expected string {want:?}, got {data}"))
         };
+    }
+    if e.range_vector.is_some() {
+        return compare_matrix(e, &matrix(data)?);
     }
     match e.kind {
         Kind::Range { .. } => compare_matrix(e, &matrix(data)?),
