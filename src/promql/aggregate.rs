@@ -472,17 +472,8 @@ fn by_members(
             k as usize
         };
         for g in &groups {
-            let mut members: Vec<&Sample> = g.members.iter().map(|&i| &input[i]).collect();
-            // NaN sorts last for both.
-            members.sort_by(|a, b| {
-                let ord = if op == T_TOPK {
-                    b.v.partial_cmp(&a.v)
-                } else {
-                    a.v.partial_cmp(&b.v)
-                };
-                ord.unwrap_or_else(|| a.v.is_nan().cmp(&b.v.is_nan()))
-            });
-            out.extend(members.into_iter().take(k).cloned());
+            let kept = top_k(op == T_TOPK, k, g.members.iter().map(|&i| &input[i]));
+            out.extend(kept.into_iter().cloned());
         }
         return Ok(out);
     }
@@ -515,6 +506,71 @@ fn by_members(
         });
     }
     Ok(out)
+}
+
+/// The `k` largest (`topk`) or smallest of `members`, chosen and ordered
+/// as Prometheus 3.5.3 does, so that ties between equal values keep the
+/// same series: a binary heap of up to `k` (Go's `container/heap`) with
+/// the one to go at its root, which a later member replaces only if
+/// strictly better; NaN is worse than any number. The kept are then put in
+/// order by Go's insertion sort, best first.
+fn top_k<'s>(top: bool, k: usize, members: impl Iterator<Item = &'s Sample>) -> Vec<&'s Sample> {
+    // Prometheus' heap order: `less(a, b)` puts `a` nearer the root.
+    let less = |a: f64, b: f64| a.is_nan() || if top { a < b } else { a > b };
+    let mut heap: Vec<&Sample> = Vec::with_capacity(k.min(1024));
+    let up = |heap: &mut Vec<&Sample>, mut j: usize| {
+        while j > 0 {
+            let i = (j - 1) / 2;
+            if !less(heap[j].v, heap[i].v) {
+                break;
+            }
+            heap.swap(i, j);
+            j = i;
+        }
+    };
+    let down = |heap: &mut Vec<&Sample>, mut i: usize| {
+        let n = heap.len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let mut j = left;
+            if left + 1 < n && less(heap[left + 1].v, heap[left].v) {
+                j = left + 1;
+            }
+            if !less(heap[j].v, heap[i].v) {
+                break;
+            }
+            heap.swap(i, j);
+            i = j;
+        }
+    };
+    for s in members {
+        if heap.len() < k {
+            heap.push(s);
+            let last = heap.len() - 1;
+            up(&mut heap, last);
+            continue;
+        }
+        let root = heap[0].v;
+        let better = if top { root < s.v } else { root > s.v };
+        if better || (root.is_nan() && !s.v.is_nan()) {
+            heap[0] = s;
+            // Go's heap.Fix: down, else up (the root cannot go up).
+            down(&mut heap, 0);
+        }
+    }
+    // sort.Sort(sort.Reverse(heap)): best first; insertion sort, as Go
+    // sorts so few.
+    for i in 1..heap.len() {
+        let mut j = i;
+        while j > 0 && less(heap[j - 1].v, heap[j].v) {
+            heap.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+    heap
 }
 
 /// Prometheus' `Labels.Hash`: xxHash64 of each name and value followed by
