@@ -1,6 +1,7 @@
 //! One PromQL range query over the `promql_eval` bench's head, for
 //! callgrind (`--toggle-collect='*Engine*range*'` counts the query alone)
-//! or a native timing: `query_profile [sum_rate|histogram_quantile|regex_selector] [runs]`.
+//! or a native timing: `query_profile [sum_rate|histogram_quantile|regex_selector|<query>] [runs] [instant]`.
+//! With `instant`, the query runs as an instant query at the hour's end.
 
 #[path = "../tests/common/promql_head.rs"]
 mod promql_head;
@@ -11,9 +12,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "sum_rate".to_owned());
     let runs: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(1);
-    let Some((_, q)) = promql_head::QUERIES.iter().find(|(n, _)| *n == name) else {
-        eprintln!("unknown query {name}");
-        std::process::exit(2);
+    let instant = args.next().is_some_and(|a| a == "instant");
+    let q = match promql_head::QUERIES.iter().find(|(n, _)| *n == name) {
+        Some((_, q)) => q.to_string(),
+        None => name.clone(),
     };
     let head = promql_head::head();
     let engine = Engine::new(head.querier(), QueryOptions::default());
@@ -21,9 +23,20 @@ fn main() {
     let t = std::time::Instant::now();
     let mut series = 0;
     for _ in 0..runs {
-        series = engine
-            .range(q, start, end, step)
-            .map_or(0, |a| a.value.len());
+        series = if instant {
+            match engine.instant(&q, end).map(|a| a.value) {
+                Ok(sluice::promql::value::Value::Vector(v)) => v.len(),
+                Ok(_) => 1,
+                Err(e) => {
+                    eprintln!("{e}");
+                    0
+                }
+            }
+        } else {
+            engine
+                .range(&q, start, end, step)
+                .map_or(0, |a| a.value.len())
+        };
     }
     eprintln!(
         "{name}: {series} series, {:?} per run",

@@ -174,6 +174,7 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         let memo = memos
             .entry(agg as *const AggregateExpr as usize)
             .or_default();
+        memo.once = ctx.evaluates_once();
         group_input(memo, agg, &input, count_label.as_deref())
     };
 
@@ -244,6 +245,7 @@ fn with_histograms(
         let memo = memos
             .entry(agg as *const AggregateExpr as usize)
             .or_default();
+        memo.once = ctx.evaluates_once();
         group_input(memo, agg, input, None)
     };
     #[derive(Default)]

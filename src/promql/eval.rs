@@ -78,8 +78,9 @@ impl Default for QueryOptions {
 #[derive(Debug)]
 pub(crate) struct SeriesPoints {
     pub(crate) labels: Labels,
-    /// `labels` without `__name__`, made once for the functions that drop it.
-    pub(crate) unnamed: Labels,
+    /// `labels` without `__name__`, made once, when a function that drops
+    /// it first asks (see [`SeriesPoints::unnamed`]).
+    unnamed: std::cell::OnceCell<Labels>,
     pub(crate) points: Vec<(i64, f64)>,
     /// Native histogram samples, in time order (a series may switch
     /// between floats and histograms; the two never share a timestamp).
@@ -93,6 +94,13 @@ pub(crate) struct SeriesPoints {
 }
 
 impl SeriesPoints {
+    /// The labels a function that drops the metric name gives this series
+    /// ([`Ctx::unnamed`]), made on first use: a selector read for another
+    /// purpose (`sum by (job) (x)`) makes no second label set per series.
+    pub(crate) fn unnamed(&self, ctx: &Ctx<'_>) -> &Labels {
+        self.unnamed.get_or_init(|| ctx.unnamed(&self.labels))
+    }
+
     /// The newest sample at or before `ts`, float or histogram, with its
     /// time; `None` when there is none or it is a stale marker. `i` is the
     /// index of the first float after `ts` (see [`seek`]).
@@ -684,6 +692,19 @@ impl<'e> Ctx<'e> {
     /// The series of a selector, loaded once per query over every window
     /// the query can ask of it (`range` back from each selector time).
     fn load(&self, vs: &VectorSelector, range: i64) -> Result<Rc<Vec<SeriesPoints>>, QueryError> {
+        self.load_keeping(vs, range, false)
+    }
+
+    /// [`Ctx::load`]; with `last_only`, each series keeps only its newest
+    /// float and histogram at or before the selector's time, all that an
+    /// instant vector selector evaluated once reads (no window of points
+    /// is gathered per series).
+    fn load_keeping(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        last_only: bool,
+    ) -> Result<Rc<Vec<SeriesPoints>>, QueryError> {
         let key = vs as *const VectorSelector as usize;
         if let Some(l) = self.loaded.borrow().get(&key) {
             return Ok(Rc::clone(l));
@@ -743,18 +764,32 @@ impl<'e> Ctx<'e> {
             selected.sort_by(|a, b| a.labels.cmp(&b.labels));
             selected.dedup_by(|a, b| a.labels == b.labels);
         }
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(selected.len());
+        // Decoded into one buffer, then copied out at their exact size.
+        let mut scratch: Vec<(i64, f64)> = Vec::new();
         for (n, s) in selected.into_iter().enumerate() {
             if n % 256 == 255 {
                 self.check_deadline("query execution")?;
             }
-            let points: Vec<(i64, f64)> = s.samples(lo, hi).collect();
-            let hists: Vec<(i64, Hist)> = s
-                .histograms
-                .iter()
-                .filter(|(t, _)| (lo..=hi).contains(t))
-                .map(|(t, h)| (*t, Arc::new(h.to_float())))
-                .collect();
+            let points: Vec<(i64, f64)> = if last_only {
+                s.last_sample(lo, hi).into_iter().collect()
+            } else {
+                scratch.clear();
+                scratch.extend(s.samples(lo, hi));
+                scratch.as_slice().to_vec()
+            };
+            let mut in_window = s.histograms.iter().filter(|(t, _)| (lo..=hi).contains(t));
+            let hists: Vec<(i64, Hist)> = if last_only {
+                in_window
+                    .next_back()
+                    .map(|(t, h)| (*t, Arc::new(h.to_float())))
+                    .into_iter()
+                    .collect()
+            } else {
+                in_window
+                    .map(|(t, h)| (*t, Arc::new(h.to_float())))
+                    .collect()
+            };
             self.budget.charge(
                 points.len() + hists.len(),
                 points.len() * POINT_BYTES + hists.len() * HISTOGRAM_BYTES,
@@ -762,7 +797,7 @@ impl<'e> Ctx<'e> {
             )?;
             let labels: Labels = s.labels.into();
             out.push(SeriesPoints {
-                unnamed: self.unnamed(&labels),
+                unnamed: std::cell::OnceCell::new(),
                 labels,
                 has_stale: points.iter().any(|&(_, v)| is_stale(v))
                     || hists.iter().any(|(_, h)| is_stale(h.sum)),
@@ -988,9 +1023,12 @@ impl<'e> Ctx<'e> {
             return self.smoothed_selector(vs, t);
         }
         let lookback = self.opts.lookback_ms;
-        let series = self.load(vs, lookback)?;
+        // Evaluated once (an instant query), a series' newest sample is
+        // all the selector reads.
+        let once = self.start == self.end;
+        let series = self.load_keeping(vs, lookback, once)?;
         let ts = self.selector_time(&vs.at, &vs.offset, t);
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(series.len());
         for s in series.iter() {
             let i = seek(&s.points, &s.hi_hint, ts);
             // The window is (ts - lookback, ts]; a stale marker ends the series.
@@ -1443,7 +1481,7 @@ impl<'e> Ctx<'e> {
             }
             table.labels.push(Arc::clone(match name {
                 Name::Keep => &s.labels,
-                Name::Drop => &s.unnamed,
+                Name::Drop => s.unnamed(self),
             }));
             let (mut lo, mut hi) = (0, 0);
             for k in 0..steps {

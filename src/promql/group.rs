@@ -1,12 +1,12 @@
 //! Grouping for aggregations (`by` / `without`), remembered per
 //! aggregation node for the whole query.
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::promql::parser::LabelModifier;
 
-use super::value::{keep_labels, no_labels, Labels};
+use super::value::{keep_labels, keeps_label, no_labels, Labels};
 use crate::storage::labels::Label;
 
 /// The labels of the group a series falls into (none without `by`/`without`).
@@ -26,8 +26,15 @@ pub(crate) fn group_labels(labels: &[Label], modifier: &Option<LabelModifier>) -
 pub(crate) struct GroupMemo {
     pub(crate) by_addr: hashbrown::HashMap<usize, u32>,
     pub(crate) keep: Vec<Labels>,
-    pub(crate) by_labels: HashMap<Labels, u32>,
+    /// Group numbers by the hash of their labels: a series finds its group
+    /// by hashing the labels it keeps in place, and only a new group's
+    /// labels are built.
+    by_labels: hashbrown::HashTable<u32>,
+    hasher: std::hash::RandomState,
     pub(crate) groups: Vec<Labels>,
+    /// The node is evaluated once (an instant query): remembering each
+    /// series' group by address would cost more than it saves.
+    pub(crate) once: bool,
     /// Scratch for one step: memo group number → index in that step's groups.
     pub(crate) at_step: Vec<u32>,
     /// The group of each row of the range table at `rows_of` (its address),
@@ -62,16 +69,49 @@ impl GroupMemo {
         if let Some(&g) = self.by_addr.get(&addr) {
             return g;
         }
-        let key = group_labels(labels, modifier);
-        let groups = &mut self.groups;
-        let g = *self.by_labels.entry(key).or_insert_with_key(|key| {
-            groups.push(Arc::clone(key));
-            (groups.len() - 1) as u32
+        let kept = || {
+            labels
+                .iter()
+                .filter(move |l| modifier.is_some() && keeps_label(&l.name, modifier))
+        };
+        let hash = hash_labels(&self.hasher, kept());
+        let Self {
+            by_labels,
+            groups,
+            hasher,
+            ..
+        } = self;
+        let found = by_labels.find(hash, |&g| {
+            let group = &groups[g as usize];
+            group.len() == kept().count() && group.iter().zip(kept()).all(|(a, b)| a == b)
         });
-        if self.keep.len() < Self::MAX {
+        let g = match found {
+            Some(&g) => g,
+            None => {
+                groups.push(group_labels(labels, modifier));
+                let g = (groups.len() - 1) as u32;
+                by_labels
+                    .insert_unique(hash, g, |&k| hash_labels(hasher, groups[k as usize].iter()));
+                g
+            }
+        };
+        if !self.once && self.keep.len() < Self::MAX {
             self.by_addr.insert(addr, g);
             self.keep.push(Arc::clone(labels));
         }
         g
     }
+}
+
+/// One hash of a label sequence, however it is held.
+fn hash_labels<'l>(
+    hasher: &std::hash::RandomState,
+    labels: impl Iterator<Item = &'l Label>,
+) -> u64 {
+    let mut h = hasher.build_hasher();
+    for l in labels {
+        l.name.hash(&mut h);
+        l.value.hash(&mut h);
+    }
+    h.finish()
 }

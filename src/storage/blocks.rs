@@ -191,6 +191,7 @@ impl Block {
                             mint: m.mint,
                             maxt: m.maxt,
                             bytes,
+                            last: None,
                         });
                     }
                     Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => decode_histograms(

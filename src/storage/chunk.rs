@@ -79,6 +79,10 @@ pub struct ChunkRef {
     pub maxt: i64,
     /// The XOR chunk bytes.
     pub bytes: std::sync::Arc<[u8]>,
+    /// The newest sample (at `maxt`), where the writer knows it without
+    /// decoding: the head's open chunk, a chunk just encoded. A read of
+    /// the newest sample then decodes nothing.
+    pub last: Option<(i64, f64)>,
 }
 
 /// Bytes of the chunk header (the big-endian sample count).

@@ -178,7 +178,7 @@ impl<'d> Single<'d> {
         if from_blocks {
             return Ok(merge(out));
         }
-        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        out.sort_unstable_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
     }
 

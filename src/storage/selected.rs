@@ -28,11 +28,87 @@ impl SelectedSeries {
             .take_while(move |&(t, _)| t <= maxt)
     }
 
+    /// The newest sample with `mint <= t <= maxt`: read from the chunk's
+    /// known newest sample where it is the one, else decoded from the
+    /// newest chunk that holds one.
+    pub fn last_sample(&self, mint: i64, maxt: i64) -> Option<(i64, f64)> {
+        for c in self.chunks.iter().rev() {
+            if c.mint > maxt {
+                continue;
+            }
+            if c.maxt < mint {
+                return None;
+            }
+            if let Some((t, v)) = c.last.filter(|&(t, _)| t == c.maxt && t <= maxt) {
+                return (t >= mint).then_some((t, v));
+            }
+            let found = XorIter::new(&c.bytes)
+                .take_while(|&(t, _)| t <= maxt)
+                .last()
+                .filter(|&(t, _)| t >= mint);
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
     /// The value of label `name`, if present.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.labels
             .binary_search_by(|l| l.name.as_str().cmp(name))
             .ok()
             .map(|i| self.labels[i].value.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::chunk::XorAppender;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The newest sample in a range is the last of the samples in it,
+        /// whether a chunk's newest sample is known or decoded.
+        #[test]
+        fn last_sample_is_the_last_of_the_samples(
+            gaps in prop::collection::vec(1i64..50, 1..200),
+            cuts in prop::collection::vec(1usize..40, 1..20),
+            known in prop::collection::vec(any::<bool>(), 20),
+            mint in 0i64..3000,
+            len in 0i64..3000,
+        ) {
+            let mut t = 0;
+            let samples: Vec<(i64, f64)> = gaps
+                .iter()
+                .map(|g| {
+                    t += g;
+                    (t, t as f64 * 0.5)
+                })
+                .collect();
+            let mut chunks = Vec::new();
+            let mut rest = samples.as_slice();
+            for (i, &n) in cuts.iter().cycle().enumerate() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (part, tail) = rest.split_at(n.min(rest.len()));
+                rest = tail;
+                let mut app = XorAppender::default();
+                for &(t, v) in part {
+                    app.append(t, v);
+                }
+                chunks.push(ChunkRef {
+                    mint: part[0].0,
+                    maxt: part[part.len() - 1].0,
+                    bytes: app.bytes().into(),
+                    last: known[i % known.len()].then(|| part[part.len() - 1]),
+                });
+            }
+            let s = SelectedSeries { labels: Vec::new(), chunks, histograms: Vec::new() };
+            let maxt = mint + len;
+            prop_assert_eq!(s.last_sample(mint, maxt), s.samples(mint, maxt).last());
+        }
     }
 }

@@ -104,7 +104,7 @@ pub(crate) fn over_range_with(
                 if let Some(v) = f(floats, range, at) {
                     let labels = match name {
                         Name::Keep => &s.labels,
-                        Name::Drop => &s.unnamed,
+                        Name::Drop => s.unnamed(ctx),
                     };
                     out.push(Sample {
                         drop_name: name == Name::Drop,
@@ -130,7 +130,7 @@ pub(crate) fn over_range_with(
             if let Some(v) = f(points, range, at) {
                 let labels = match name {
                     Name::Keep => &s.labels,
-                    Name::Drop => &s.unnamed,
+                    Name::Drop => s.unnamed(ctx),
                 };
                 out.push(Sample {
                     labels: Arc::clone(labels),
@@ -270,7 +270,7 @@ pub(crate) fn over_range_mixed(
                     labels: &s.labels,
                 })
             };
-            emit(&s.labels, Some(&s.unnamed), false, r);
+            emit(&s.labels, Some(s.unnamed(ctx)), false, r);
         })?;
     } else {
         let (series, range, at) = matrix_arg(ctx, call, t)?;

@@ -77,7 +77,7 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
             });
             out.push(Sample {
                 drop_name: true,
-                ..Sample::float(Arc::clone(&s.unnamed), n.count() as f64)
+                ..Sample::float(Arc::clone(s.unnamed(ctx)), n.count() as f64)
             });
             return;
         }
@@ -96,7 +96,7 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
                 }
                 out.push(Sample {
                     drop_name: true,
-                    ..Sample::histogram(Arc::clone(&s.unnamed), Arc::new(h))
+                    ..Sample::histogram(Arc::clone(s.unnamed(ctx)), Arc::new(h))
                 });
             }
             return;
@@ -120,7 +120,7 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
         if let Some(v) = v {
             out.push(Sample {
                 drop_name: true,
-                ..Sample::float(Arc::clone(&s.unnamed), v)
+                ..Sample::float(Arc::clone(s.unnamed(ctx)), v)
             });
         }
     })?;

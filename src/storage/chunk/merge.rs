@@ -25,6 +25,7 @@ pub fn encode_xor(samples: &[(i64, f64)], per_chunk: usize) -> Vec<ChunkRef> {
                 mint: part.first()?.0,
                 maxt: part.last()?.0,
                 bytes: Arc::from(app.bytes()),
+                last: part.last().copied(),
             })
         })
         .collect()

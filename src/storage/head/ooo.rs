@@ -264,6 +264,7 @@ impl OooSeries {
                         mint,
                         maxt,
                         bytes: Arc::from(app.bytes()),
+                        last: app.last(),
                     }
                 }
                 None => c.maxt = i64::MIN,

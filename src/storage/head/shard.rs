@@ -224,6 +224,7 @@ impl MemSeries {
                 } else {
                     Arc::clone(&c.bytes)
                 },
+                last: None,
             })
             .collect();
         if let Some(h) = self
@@ -239,6 +240,7 @@ impl MemSeries {
                 } else {
                     Arc::from(h.app.bytes())
                 },
+                last: h.app.last().filter(|&(t, _)| t <= until),
             });
         }
         out
