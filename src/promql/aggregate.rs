@@ -136,6 +136,20 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     };
     let param = agg.param.as_deref().map_or(node, |p| p.unparen().pos());
     let _pos = ctx.at_pos(node, param);
+    // Over a plain selector in a range query, each step is read in place
+    // from the selector's table (its values at every step).
+    if let (Expr::VectorSelector(vs), true) = (agg.expr.unparen(), streams(op)) {
+        if let (Some(k), Some(table)) = (ctx.step_of(t), ctx.selector_table(vs)?) {
+            table.check_unique(k)?;
+            let mut memos = ctx.group_memos.borrow_mut();
+            let memo = memos
+                .entry(agg as *const AggregateExpr as usize)
+                .or_default();
+            if let Some(out) = from_table(memo, agg, op, &table, k) {
+                return Ok(Value::Vector(out));
+            }
+        }
+    }
     if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
         if let Some((table, k)) = ctx.tabulated(call, t) {
             // Read in place, the call's output passes the check it would

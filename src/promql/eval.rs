@@ -1516,6 +1516,82 @@ impl<'e> Ctx<'e> {
         Ok(Some(table))
     }
 
+    /// A plain instant selector's values at every step of this evaluator
+    /// (a range query), as [`Ctx::range_table`] holds a range function's:
+    /// each series' newest sample in `(ts - lookback, ts]` unless it is a
+    /// stale marker, found in one sweep of its points. Made on first use
+    /// and kept by the selector's address, so that an aggregation over the
+    /// selector reads each step in place instead of building a vector.
+    /// `None` where the table cannot stand in: one step, a `smoothed`
+    /// selector, series holding histograms, or more cells than the
+    /// query's sample limit and memory allow.
+    pub(crate) fn selector_table(
+        &self,
+        vs: &VectorSelector,
+    ) -> Result<Option<Rc<RangeTable>>, QueryError> {
+        if self.step == 0 || self.start == self.end || vs.smoothed {
+            return Ok(None);
+        }
+        let key = vs as *const VectorSelector as usize;
+        if let Some(t) = self.range_tables.borrow().get(&key) {
+            return Ok(Some(Rc::clone(t)));
+        }
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        if series.iter().any(|s| !s.hists.is_empty()) {
+            return Ok(None);
+        }
+        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
+            .map_or(usize::MAX, |n| n.saturating_add(1));
+        let cells = series.len().saturating_mul(steps);
+        if cells > self.opts.max_samples
+            || self
+                .budget
+                .charge(
+                    0,
+                    cells.saturating_mul(RANGE_CELL_BYTES),
+                    "query range evaluation",
+                )
+                .is_err()
+        {
+            return Ok(None);
+        }
+        let n = series.len();
+        let mut table = RangeTable {
+            labels: Vec::with_capacity(n),
+            drop_name: false,
+            values: vec![0.0; cells],
+            present: vec![false; cells],
+            same_labels: Vec::new(),
+        };
+        for (i, s) in series.iter().enumerate() {
+            if i % 256 == 255 {
+                self.check_deadline("query range evaluation")?;
+            }
+            table.labels.push(Arc::clone(&s.labels));
+            let mut hi = 0;
+            for k in 0..steps {
+                let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);
+                while hi < s.points.len() && s.points[hi].0 <= ts {
+                    hi += 1;
+                }
+                let Some(&(pt, v)) = hi.checked_sub(1).and_then(|j| s.points.get(j)) else {
+                    continue;
+                };
+                if pt > ts.saturating_sub(lookback) && !is_stale(v) {
+                    table.values[k * n + i] = v;
+                    table.present[k * n + i] = true;
+                }
+            }
+        }
+        table.find_same_labels();
+        let table = Rc::new(table);
+        self.range_tables
+            .borrow_mut()
+            .insert(key, Rc::clone(&table));
+        Ok(Some(table))
+    }
+
     /// The evaluator for a subquery node, covering all of this query's steps.
     fn child(&self, sq: &SubqueryExpr, step: i64, range: i64) -> Result<Rc<Ctx<'e>>, QueryError> {
         let key = sq as *const SubqueryExpr as usize;
