@@ -529,7 +529,9 @@ fn by_members(
 /// same series: a binary heap of up to `k` (Go's `container/heap`) with
 /// the one to go at its root, which a later member replaces only if
 /// strictly better; NaN is worse than any number. The kept are then put in
-/// order by Go's insertion sort, best first.
+/// order best first by insertion sort, as Go sorts up to 12 elements (past
+/// 12 Go's pdqsort may order equal values otherwise: the instant answer's
+/// order then differs among ties, the series kept do not).
 fn top_k<'s>(top: bool, k: usize, members: impl Iterator<Item = &'s Sample>) -> Vec<&'s Sample> {
     // Prometheus' heap order: `less(a, b)` puts `a` nearer the root.
     let less = |a: f64, b: f64| a.is_nan() || if top { a < b } else { a > b };

@@ -290,6 +290,8 @@ pub(crate) struct Ctx<'e> {
     step: i64,
     /// Range-function results over every step, by the call's address.
     range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
+    /// Selectors found unable to make a table ([`Ctx::selector_table`]).
+    untabled: RefCell<std::collections::HashSet<usize>>,
     budget: Rc<Budget>,
     /// What the evaluation reports beside its answer, shared with the
     /// subquery evaluators.
@@ -654,6 +656,7 @@ impl<'e> Ctx<'e> {
             group_memos: RefCell::new(HashMap::new()),
             step,
             range_tables: RefCell::new(HashMap::new()),
+            untabled: RefCell::default(),
             budget: Rc::new(Budget::new(opts)),
             annotations: Rc::default(),
             checked: RefCell::default(),
@@ -1536,9 +1539,13 @@ impl<'e> Ctx<'e> {
         if let Some(t) = self.range_tables.borrow().get(&key) {
             return Ok(Some(Rc::clone(t)));
         }
+        if self.untabled.borrow().contains(&key) {
+            return Ok(None);
+        }
         let lookback = self.opts.lookback_ms;
         let series = self.load(vs, lookback)?;
         if series.iter().any(|s| !s.hists.is_empty()) {
+            self.untabled.borrow_mut().insert(key);
             return Ok(None);
         }
         let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
@@ -1554,6 +1561,7 @@ impl<'e> Ctx<'e> {
                 )
                 .is_err()
         {
+            self.untabled.borrow_mut().insert(key);
             return Ok(None);
         }
         let n = series.len();
@@ -1622,6 +1630,7 @@ impl<'e> Ctx<'e> {
             group_memos: RefCell::new(HashMap::new()),
             step,
             range_tables: RefCell::new(HashMap::new()),
+            untabled: RefCell::default(),
             budget: Rc::clone(&self.budget),
             annotations: Rc::clone(&self.annotations),
             checked: RefCell::default(),
