@@ -3,7 +3,7 @@
 //! against the general path: a range query's answer must be, step by
 //! step, what an instant query at that step answers, errors included.
 //! Random series (gaps, stale markers, names that collide once dropped)
-//! and random queries from a small grammar.
+//! and random queries from a small grammar, binary operations included.
 
 use proptest::prelude::*;
 use sluice::promql::engine::STALE_NAN;
@@ -55,7 +55,31 @@ fn query() -> impl Strategy<Value = String> {
         (agg.clone(), by.clone(), selector.clone()).prop_map(|(a, b, s)| format!("{a}{b} ({s})")),
         (agg, by, func.clone(), selector.clone())
             .prop_map(|(a, b, f, s)| format!("{a}{b} ({f}({s}[2m]))")),
-        (func, selector).prop_map(|(f, s)| format!("{f}({s}[2m])")),
+        (func.clone(), selector.clone()).prop_map(|(f, s)| format!("{f}({s}[2m])")),
+        // Binary operations, matched across steps by a memo.
+        (
+            func,
+            selector.clone(),
+            prop::sample::select(
+                &[
+                    " / ",
+                    " > bool ",
+                    " - on (job) group_left ",
+                    " + ignoring (instance) group_left ",
+                    " * on (instance) ",
+                    " or ",
+                    " unless ",
+                ][..]
+            ),
+            selector,
+        )
+            .prop_map(|(f, a, op, b)| {
+                if op.contains("group_left") {
+                    format!("{f}({a}[2m]){op}sum by (job) ({b})")
+                } else {
+                    format!("{f}({a}[2m]){op}{b}")
+                }
+            }),
     ]
 }
 

@@ -3,6 +3,7 @@
 //! `group_left`, `group_right`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::promql::parser::token::TokenId;
 use crate::promql::parser::token::{
@@ -178,7 +179,10 @@ pub(crate) fn eval(
             let m = b.modifier.as_ref().unwrap_or(&default);
             match op {
                 T_LAND | T_LOR | T_LUNLESS => Ok(Value::Vector(set_op(op, l, r, m))),
-                _ => vector_vector(ctx, op, l, r, m, return_bool).map(Value::Vector),
+                _ => {
+                    let key = b as *const BinaryExpr as usize;
+                    vector_vector(ctx, key, op, l, r, m, return_bool).map(Value::Vector)
+                }
             }
         }
         (l, r) => Err(QueryError::Execution(format!(
@@ -307,8 +311,72 @@ fn set_op(op: TokenId, l: Vec<Sample>, r: Vec<Sample>, m: &BinModifier) -> Vec<S
     }
 }
 
+/// One binary operation's label work across the steps of a query: each
+/// input series' signature, and the result labels of each pair of series
+/// matched, by the addresses of their shared labels. Operands hand out the
+/// same label sets at every step, so after the first step a pair's result
+/// is looked up, not built, and it is the same shared set at every step
+/// (which the duplicate check and the range query's answer then find by
+/// address). Equal signatures are one shared set, so series are matched
+/// by the address of their signature. Every address here belongs to an
+/// `Arc` held in `keep`, so it is never reused while the memo lives; past
+/// a bound (inputs rebuilt at every step) it starts over, between steps.
+#[derive(Default)]
+pub(crate) struct MatchMemo {
+    sigs: hashbrown::HashMap<usize, Labels>,
+    interned: hashbrown::HashMap<Labels, Labels>,
+    results: hashbrown::HashMap<(usize, usize), Labels>,
+    keep: Vec<Labels>,
+}
+
+impl MatchMemo {
+    const MAX: usize = 1 << 20;
+
+    fn addr(labels: &Labels) -> usize {
+        Arc::as_ptr(labels) as *const Label as usize
+    }
+
+    /// Starts over past the bound: called before a step's work, so that
+    /// the signatures of one step all come from one memo.
+    fn begin_step(&mut self) {
+        if self.keep.len() >= Self::MAX {
+            *self = Self::default();
+        }
+    }
+
+    fn hold(&mut self, labels: &Labels) {
+        self.keep.push(Arc::clone(labels));
+    }
+
+    /// The signature of `labels`: the one shared set for its content.
+    fn signature(&mut self, labels: &Labels, matching: &Option<LabelModifier>) -> Labels {
+        let addr = Self::addr(labels);
+        if let Some(sig) = self.sigs.get(&addr) {
+            return Arc::clone(sig);
+        }
+        let sig = signature(labels, matching);
+        let sig = Arc::clone(self.interned.entry(Arc::clone(&sig)).or_insert(sig));
+        self.hold(labels);
+        self.sigs.insert(addr, Arc::clone(&sig));
+        sig
+    }
+
+    fn result(&mut self, many: &Labels, one: &Labels, build: impl FnOnce() -> Labels) -> Labels {
+        let key = (Self::addr(many), Self::addr(one));
+        if let Some(r) = self.results.get(&key) {
+            return Arc::clone(r);
+        }
+        let r = build();
+        self.hold(many);
+        self.hold(one);
+        self.results.insert(key, Arc::clone(&r));
+        r
+    }
+}
+
 fn vector_vector(
     ctx: &Ctx<'_>,
+    key: usize,
     op: TokenId,
     l: Vec<Sample>,
     r: Vec<Sample>,
@@ -336,20 +404,38 @@ fn vector_vector(
     };
     let one_to_one = matches!(m.card, VectorMatchCardinality::OneToOne);
     let (many, one) = if swap { (r, l) } else { (l, r) };
-    let mut one_by_sig: HashMap<Labels, &Sample> = HashMap::with_capacity(one.len());
-    for s in &one {
-        let sig = signature(&s.labels, &m.matching);
-        if let Some(first) = one_by_sig.get(&sig) {
+    // Remembered across steps, unless the operation is evaluated once.
+    let mut memos = ctx.binary_memos.borrow_mut();
+    let mut scratch = MatchMemo::default();
+    let memo = if ctx.evaluates_once() {
+        &mut scratch
+    } else {
+        memos.entry(key).or_default()
+    };
+    memo.begin_step();
+    let one_sigs: Vec<Labels> = one
+        .iter()
+        .map(|s| memo.signature(&s.labels, &m.matching))
+        .collect();
+    let many_sigs: Vec<Labels> = many
+        .iter()
+        .map(|s| memo.signature(&s.labels, &m.matching))
+        .collect();
+    // By the address of the (shared) signature.
+    let mut one_by_sig: hashbrown::HashMap<usize, &Sample> =
+        hashbrown::HashMap::with_capacity(one.len());
+    for (s, sig) in one.iter().zip(&one_sigs) {
+        if let Some(first) = one_by_sig.get(&MatchMemo::addr(sig)) {
             let side = if swap { "left" } else { "right" };
             // The later series first, as Prometheus 3.5.3 writes them
             // (v3.14 sorts the two).
             let (a, b) = (labels_string(&s.labels), labels_string(&first.labels));
             return Err(QueryError::Execution(format!(
                 "found duplicate series for the match group {} on the {side} hand-side of the operation: [{a}, {b}];many-to-many matching not allowed: matching labels must be unique on one side",
-                labels_string(&sig),
+                labels_string(sig),
             )));
         }
-        one_by_sig.insert(sig, s);
+        one_by_sig.insert(MatchMemo::addr(sig), s);
     }
     // Signatures matched (one-to-one), or per signature the result label
     // sets made (many-to-one): a second match is an error even where the
@@ -357,30 +443,16 @@ fn vector_vector(
     // One element from a "many" side sample (or fill) and a "one" side
     // sample (or fill) of signature `sig`.
     type Seen = (
-        HashSet<Labels>,
+        hashbrown::HashSet<usize>,
         HashMap<Labels, HashSet<Labels>>,
         Vec<Sample>,
     );
-    let combine = |s: &Sample, o: &Sample, sig: &Labels, st: &mut Seen| -> Result<(), QueryError> {
-        let (matched, made, out) = st;
-        let (ls, rs) = if swap { (o, s) } else { (s, o) };
-        let mut hist = None;
-        let (value, keep) = if ls.h.is_some() || rs.h.is_some() || is_trim(op) {
-            match apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref())) {
-                Some((v, h, keep)) => {
-                    hist = h.filter(|_| !return_bool);
-                    (v, keep)
-                }
-                None => return Ok(()),
-            }
-        } else {
-            apply(op, ls.v, rs.v)
-        };
-        // Result labels come from the "many" side. Arithmetic between
-        // vectors drops the name at once, delayed removal or not; `bool`
-        // marks it to go (at once without delayed removal); a comparison
-        // between vectors clears the mark, so that with delayed removal
-        // `rate(a[5m]) > rate(b[5m])` keeps the name: all as Prometheus.
+    // Result labels come from the "many" side. Arithmetic between vectors
+    // drops the name at once, delayed removal or not; `bool` marks it to
+    // go (at once without delayed removal); a comparison between vectors
+    // clears the mark, so that with delayed removal
+    // `rate(a[5m]) > rate(b[5m])` keeps the name: all as Prometheus.
+    let build = |s: &Sample, o: &Sample| -> Labels {
         let base: Labels = if drops_name(op) {
             drop_name(&s.labels)
         } else if return_bool {
@@ -388,7 +460,6 @@ fn vector_vector(
         } else {
             s.labels.clone()
         };
-        let drop_name = return_bool;
         let mut built: Vec<Label> = base.iter().cloned().collect();
         if one_to_one {
             match &m.matching {
@@ -406,9 +477,31 @@ fn vector_vector(
             }
         }
         built.sort();
-        let labels: Labels = built.into();
+        built.into()
+    };
+    let combine = |s: &Sample,
+                   o: &Sample,
+                   sig: &Labels,
+                   labels: Labels,
+                   st: &mut Seen|
+     -> Result<(), QueryError> {
+        let (matched, made, out) = st;
+        let (ls, rs) = if swap { (o, s) } else { (s, o) };
+        let mut hist = None;
+        let (value, keep) = if ls.h.is_some() || rs.h.is_some() || is_trim(op) {
+            match apply_hist(ctx, op, (ls.v, ls.h.as_ref()), (rs.v, rs.h.as_ref())) {
+                Some((v, h, keep)) => {
+                    hist = h.filter(|_| !return_bool);
+                    (v, keep)
+                }
+                None => return Ok(()),
+            }
+        } else {
+            apply(op, ls.v, rs.v)
+        };
+        let drop_name = return_bool;
         if one_to_one {
-            if !matched.insert(sig.clone()) {
+            if !matched.insert(MatchMemo::addr(sig)) {
                 return Err(QueryError::Execution(
                     "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)".to_owned(),
                 ));
@@ -435,28 +528,35 @@ fn vector_vector(
         });
         Ok(())
     };
-    let mut st: Seen = (HashSet::new(), HashMap::new(), Vec::new());
-    for s in &many {
-        let sig = signature(&s.labels, &m.matching);
-        match one_by_sig.get(&sig) {
-            Some(o) => combine(s, o, &sig, &mut st)?,
+    let mut st: Seen = (hashbrown::HashSet::new(), HashMap::new(), Vec::new());
+    for (s, sig) in many.iter().zip(&many_sigs) {
+        match one_by_sig.get(&MatchMemo::addr(sig)) {
+            Some(o) => {
+                let labels = memo.result(&s.labels, &o.labels, || build(s, o));
+                combine(s, o, sig, labels, &mut st)?
+            }
             None => {
                 if let Some(v) = fill.rhs {
-                    combine(s, &Sample::float(sig.clone(), v), &sig, &mut st)?;
+                    // The fill stands for the missing side with the
+                    // signature's (shared) labels.
+                    let o = Sample::float(Arc::clone(sig), v);
+                    let labels = memo.result(&s.labels, sig, || build(s, &o));
+                    combine(s, &o, sig, labels, &mut st)?;
                 }
             }
         }
     }
     if let Some(v) = fill.lhs {
-        for o in &one {
-            let sig = signature(&o.labels, &m.matching);
+        for (o, sig) in one.iter().zip(&one_sigs) {
             let done = if one_to_one {
-                st.0.contains(&sig)
+                st.0.contains(&MatchMemo::addr(sig))
             } else {
-                st.1.get(&sig).is_some_and(|m| !m.is_empty())
+                st.1.get(sig).is_some_and(|m| !m.is_empty())
             };
             if !done {
-                combine(&Sample::float(sig.clone(), v), o, &sig, &mut st)?;
+                let s = Sample::float(Arc::clone(sig), v);
+                let labels = memo.result(sig, &o.labels, || build(&s, o));
+                combine(&s, o, sig, labels, &mut st)?;
             }
         }
     }

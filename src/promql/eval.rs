@@ -286,6 +286,8 @@ pub(crate) struct Ctx<'e> {
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
     /// Each aggregation node's grouping memo, by the node's address.
     pub(crate) group_memos: RefCell<HashMap<usize, GroupMemo>>,
+    /// Each binary operation's matching memo, by the node's address.
+    pub(crate) binary_memos: RefCell<HashMap<usize, crate::promql::binary::MatchMemo>>,
     /// The step between evaluation times (0: one time only).
     step: i64,
     /// Range-function results over every step, by the call's address.
@@ -493,10 +495,10 @@ impl Drop for Held<'_> {
 #[derive(Default)]
 pub(crate) struct MatrixBuilder {
     series: Vec<Series>,
-    by_content: HashMap<Labels, usize>,
+    by_content: hashbrown::HashMap<Labels, usize>,
     /// Label sets seen, by the address of their shared allocation. Every
     /// address here belongs to an `Arc` held in `keep`, so it is never reused.
-    by_addr: HashMap<usize, usize>,
+    by_addr: hashbrown::HashMap<usize, usize>,
     keep: Vec<Labels>,
 }
 
@@ -654,6 +656,7 @@ impl<'e> Ctx<'e> {
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
+            binary_memos: RefCell::default(),
             step,
             range_tables: RefCell::new(HashMap::new()),
             untabled: RefCell::default(),
@@ -1628,6 +1631,7 @@ impl<'e> Ctx<'e> {
             loaded: RefCell::new(HashMap::new()),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
+            binary_memos: RefCell::default(),
             step,
             range_tables: RefCell::new(HashMap::new()),
             untabled: RefCell::default(),
