@@ -136,24 +136,21 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     };
     let param = agg.param.as_deref().map_or(node, |p| p.unparen().pos());
     let _pos = ctx.at_pos(node, param);
-    // Over a plain selector in a range query, each step is read in place
-    // from the selector's table (its values at every step).
-    if let (Expr::VectorSelector(vs), true) = (agg.expr.unparen(), streams(op)) {
-        if let (Some(k), Some(table)) = (ctx.step_of(t), ctx.selector_table(vs)?) {
-            table.check_unique(k)?;
-            let mut memos = ctx.group_memos.borrow_mut();
-            let memo = memos
-                .entry(agg as *const AggregateExpr as usize)
-                .or_default();
-            if let Some(out) = from_table(memo, agg, op, &table, k) {
-                return Ok(Value::Vector(out));
-            }
-        }
-    }
-    if let (Expr::Call(call), true) = (&*agg.expr, streams(op)) {
-        if let Some((table, k)) = ctx.tabulated(call, t) {
-            // Read in place, the call's output passes the check it would
-            // pass as a vector.
+    // In a range query, a range function's output (its table, once made)
+    // or a plain selector's (its table of values at every step) is read in
+    // place at each step.
+    if streams(op) {
+        let tabled = match (&*agg.expr, agg.expr.unparen()) {
+            (Expr::Call(call), _) => ctx.tabulated(call, t),
+            (_, Expr::VectorSelector(vs)) => match ctx.step_of(t) {
+                Some(k) => ctx.selector_table(vs)?.map(|table| (table, k)),
+                None => None,
+            },
+            _ => None,
+        };
+        if let Some((table, k)) = tabled {
+            // Read in place, the output passes the check it would pass as
+            // a vector.
             table.check_unique(k)?;
             let mut memos = ctx.group_memos.borrow_mut();
             let memo = memos

@@ -1455,31 +1455,14 @@ impl<'e> Ctx<'e> {
         }
         let range_ms = ms(range);
         let series = self.load(vs, range_ms)?;
-        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
-            .map_or(usize::MAX, |n| n.saturating_add(1));
-        let cells = series.len().saturating_mul(steps);
-        // Kept for the whole query: counted for good, or not made (the
-        // caller then works step by step).
-        if cells > self.opts.max_samples
-            || self
-                .budget
-                .charge(
-                    0,
-                    cells.saturating_mul(RANGE_CELL_BYTES),
-                    "range function evaluation",
-                )
-                .is_err()
-        {
+        let Some((mut table, steps)) = self.empty_table(
+            series.len(),
+            name == Name::Drop,
+            "range function evaluation",
+        ) else {
             return Ok(None);
-        }
-        let n = series.len();
-        let mut table = RangeTable {
-            labels: Vec::with_capacity(series.len()),
-            drop_name: name == Name::Drop,
-            values: vec![0.0; cells],
-            present: vec![false; cells],
-            same_labels: Vec::new(),
         };
+        let n = series.len();
         let mut scratch = Vec::new();
         for (i, s) in series.iter().enumerate() {
             if i % 256 == 255 {
@@ -1514,12 +1497,48 @@ impl<'e> Ctx<'e> {
                 }
             }
         }
+        Ok(Some(self.keep_table(key, table)))
+    }
+
+    /// A table of `rows` series at every step of this evaluator, empty; it
+    /// is kept for the whole query, so its cells are counted for good, or
+    /// it is not made (past the sample limit or the memory left: the
+    /// caller then works step by step). With the number of steps.
+    fn empty_table(
+        &self,
+        rows: usize,
+        drop_name: bool,
+        what: &'static str,
+    ) -> Option<(RangeTable, usize)> {
+        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
+            .map_or(usize::MAX, |n| n.saturating_add(1));
+        let cells = rows.saturating_mul(steps);
+        if cells > self.opts.max_samples
+            || self
+                .budget
+                .charge(0, cells.saturating_mul(RANGE_CELL_BYTES), what)
+                .is_err()
+        {
+            return None;
+        }
+        let table = RangeTable {
+            labels: Vec::with_capacity(rows),
+            drop_name,
+            values: vec![0.0; cells],
+            present: vec![false; cells],
+            same_labels: Vec::new(),
+        };
+        Some((table, steps))
+    }
+
+    /// Finishes a table and keeps it, by `key`, for the rest of the query.
+    fn keep_table(&self, key: usize, mut table: RangeTable) -> Rc<RangeTable> {
         table.find_same_labels();
         let table = Rc::new(table);
         self.range_tables
             .borrow_mut()
             .insert(key, Rc::clone(&table));
-        Ok(Some(table))
+        table
     }
 
     /// A plain instant selector's values at every step of this evaluator
@@ -1551,30 +1570,13 @@ impl<'e> Ctx<'e> {
             self.untabled.borrow_mut().insert(key);
             return Ok(None);
         }
-        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
-            .map_or(usize::MAX, |n| n.saturating_add(1));
-        let cells = series.len().saturating_mul(steps);
-        if cells > self.opts.max_samples
-            || self
-                .budget
-                .charge(
-                    0,
-                    cells.saturating_mul(RANGE_CELL_BYTES),
-                    "query range evaluation",
-                )
-                .is_err()
-        {
+        let Some((mut table, steps)) =
+            self.empty_table(series.len(), false, "query range evaluation")
+        else {
             self.untabled.borrow_mut().insert(key);
             return Ok(None);
-        }
-        let n = series.len();
-        let mut table = RangeTable {
-            labels: Vec::with_capacity(n),
-            drop_name: false,
-            values: vec![0.0; cells],
-            present: vec![false; cells],
-            same_labels: Vec::new(),
         };
+        let n = series.len();
         for (i, s) in series.iter().enumerate() {
             if i % 256 == 255 {
                 self.check_deadline("query range evaluation")?;
@@ -1595,12 +1597,7 @@ impl<'e> Ctx<'e> {
                 }
             }
         }
-        table.find_same_labels();
-        let table = Rc::new(table);
-        self.range_tables
-            .borrow_mut()
-            .insert(key, Rc::clone(&table));
-        Ok(Some(table))
+        Ok(Some(self.keep_table(key, table)))
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.
