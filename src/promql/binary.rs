@@ -14,6 +14,7 @@ use crate::promql::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchC
 
 use super::annotations::Annotation;
 use super::eval::Ctx;
+use super::group::MatchMemo;
 use super::value::{drop_name, keep_labels, labels_string, Hist, Labels, Sample, Value};
 use super::QueryError;
 use crate::histogram::FloatHistogram;
@@ -308,69 +309,6 @@ fn set_op(op: TokenId, l: Vec<Sample>, r: Vec<Sample>, m: &BinModifier) -> Vec<S
             );
             out
         }
-    }
-}
-
-/// One binary operation's label work across the steps of a query: each
-/// input series' signature, and the result labels of each pair of series
-/// matched, by the addresses of their shared labels. Operands hand out the
-/// same label sets at every step, so after the first step a pair's result
-/// is looked up, not built, and it is the same shared set at every step
-/// (which the duplicate check and the range query's answer then find by
-/// address). Equal signatures are one shared set, so series are matched
-/// by the address of their signature. Every address here belongs to an
-/// `Arc` held in `keep`, so it is never reused while the memo lives; past
-/// a bound (inputs rebuilt at every step) it starts over, between steps.
-#[derive(Default)]
-pub(crate) struct MatchMemo {
-    sigs: hashbrown::HashMap<usize, Labels>,
-    interned: hashbrown::HashMap<Labels, Labels>,
-    results: hashbrown::HashMap<(usize, usize), Labels>,
-    keep: Vec<Labels>,
-}
-
-impl MatchMemo {
-    const MAX: usize = 1 << 20;
-
-    fn addr(labels: &Labels) -> usize {
-        Arc::as_ptr(labels) as *const Label as usize
-    }
-
-    /// Starts over past the bound: called before a step's work, so that
-    /// the signatures of one step all come from one memo.
-    fn begin_step(&mut self) {
-        if self.keep.len() >= Self::MAX {
-            *self = Self::default();
-        }
-    }
-
-    fn hold(&mut self, labels: &Labels) {
-        self.keep.push(Arc::clone(labels));
-    }
-
-    /// The signature of `labels`: the one shared set for its content.
-    fn signature(&mut self, labels: &Labels, matching: &Option<LabelModifier>) -> Labels {
-        let addr = Self::addr(labels);
-        if let Some(sig) = self.sigs.get(&addr) {
-            return Arc::clone(sig);
-        }
-        let sig = signature(labels, matching);
-        let sig = Arc::clone(self.interned.entry(Arc::clone(&sig)).or_insert(sig));
-        self.hold(labels);
-        self.sigs.insert(addr, Arc::clone(&sig));
-        sig
-    }
-
-    fn result(&mut self, many: &Labels, one: &Labels, build: impl FnOnce() -> Labels) -> Labels {
-        let key = (Self::addr(many), Self::addr(one));
-        if let Some(r) = self.results.get(&key) {
-            return Arc::clone(r);
-        }
-        let r = build();
-        self.hold(many);
-        self.hold(one);
-        self.results.insert(key, Arc::clone(&r));
-        r
     }
 }
 

@@ -287,7 +287,7 @@ pub(crate) struct Ctx<'e> {
     /// Each aggregation node's grouping memo, by the node's address.
     pub(crate) group_memos: RefCell<HashMap<usize, GroupMemo>>,
     /// Each binary operation's matching memo, by the node's address.
-    pub(crate) binary_memos: RefCell<HashMap<usize, crate::promql::binary::MatchMemo>>,
+    pub(crate) binary_memos: RefCell<HashMap<usize, super::group::MatchMemo>>,
     /// The step between evaluation times (0: one time only).
     step: i64,
     /// Range-function results over every step, by the call's address.
