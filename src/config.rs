@@ -350,6 +350,13 @@ settings! {
     /// `by (__name__)`) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
+    /// Which Prometheus release PromQL answers as where releases disagree:
+    /// 3.5 (Prometheus 3.5.3) or 3.14 (v3.14: custom-bucket histograms with
+    /// different bounds reconciled, histogram extrapolation that stops at a
+    /// zero count, histogram_fraction inside the first classic bucket,
+    /// conflicting counter reset warnings) [default: 3.5].
+    #[arg(value_name = "VERSION")]
+    promql_compatibility: crate::promql::Compat = crate::promql::Compat::V3_5;
     /// Labels naming this Sluice to the systems it feeds, `name=value`,
     /// comma-separated, as Prometheus' `global.external_labels`; served in
     /// /api/v1/status/config, where the Thanos sidecar reads them
@@ -837,6 +844,7 @@ impl Config {
             },
             max_label_bytes: self.query_max_label_bytes,
             delayed_name_removal: self.feature(DELAYED_NAME_REMOVAL),
+            compat: self.promql_compatibility,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod stats;
 pub mod value;
 
 pub use engine::{Engine, QueryMemory, QueryOptions};
+pub use eval::Compat;
 
 use crate::storage::index::{MatchOp, Matcher};
 

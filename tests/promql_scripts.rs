@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use common::{prometheus3, start_with_clock, Prometheus, TestServer};
 use promqltest::Cmd;
 use sluice::config::Config;
+use sluice::promql::Compat;
 
 /// Far enough from the scripts' times (which start at 0) that retention and
 /// the future-sample bound accept all of them.
@@ -41,15 +42,18 @@ struct Runner {
     client: reqwest::Client,
     /// Whether servers start with `promql-delayed-name-removal`.
     delayed_name_removal: bool,
+    /// Which release's answers Sluice gives where releases disagree.
+    compat: Compat,
 }
 
 impl Runner {
-    fn new(target: Target, delayed_name_removal: bool) -> Self {
+    fn new(target: Target, delayed_name_removal: bool, compat: Compat) -> Self {
         Runner {
             target,
             server: None,
             client: reqwest::Client::new(),
             delayed_name_removal,
+            compat,
         }
     }
 
@@ -67,6 +71,7 @@ impl Runner {
                         })
                         .map(|f| f.to_string())
                         .collect(),
+                    promql_compatibility: self.compat,
                     ..Config::default()
                 };
                 let clock = sluice::storage::Clock::new(|| CLOCK_MS);
@@ -140,18 +145,29 @@ enum Outcome {
 /// written for its test engine, which removes names late
 /// (`promql-delayed-name-removal`); the project's run as a server does by
 /// default, but for a script with a line `# with promql-delayed-name-removal`.
+/// Sluice answers as `compat` says, or as v3.14 in a script with a line
+/// `# with promql-compatibility 3.14`.
 async fn run_script(
     target: Target,
     script: &str,
     skip_lines: &BTreeSet<usize>,
     prometheus_script: bool,
+    compat: Compat,
 ) -> Vec<(usize, String, Outcome)> {
     let cmds = promqltest::parse(script).unwrap_or_else(|e| panic!("script does not parse: {e}"));
     let delayed = prometheus_script
         || script
             .lines()
             .any(|l| l.trim() == "# with promql-delayed-name-removal");
-    let mut runner = Runner::new(target, delayed);
+    let compat = if script
+        .lines()
+        .any(|l| l.trim() == "# with promql-compatibility 3.14")
+    {
+        Compat::V3_14
+    } else {
+        compat
+    };
+    let mut runner = Runner::new(target, delayed, compat);
     runner.fresh().await;
     let mut out = Vec::new();
     for cmd in cmds {
@@ -246,7 +262,7 @@ async fn run_all(
     let (mut pass, mut skip) = (0, BTreeMap::<&str, usize>::new());
     for (name, text) in scripts {
         for (line, expr, outcome) in
-            run_script(target, text, &skips(text), prometheus_scripts).await
+            run_script(target, text, &skips(text), prometheus_scripts, Compat::V3_5).await
         {
             match outcome {
                 Outcome::Pass => pass += 1,
@@ -367,14 +383,22 @@ async fn prometheus_scripts_on_prometheus_3() {
 
 /// Another Prometheus version's scripts, from the directory named by
 /// `SLUICE_PROMQL_SCRIPTS` (Prometheus v3.14's `promql/promqltest/testdata`,
-/// say), on Sluice with every feature it has enabled: prints the passes and
+/// say), on Sluice with every feature it has enabled and answers as v3.14
+/// (`--promql-compatibility=3.14`): prints the passes and
 /// failures per file. Run by hand:
-/// `SLUICE_PROMQL_SCRIPTS=<dir> cargo test --test promql_scripts -- --ignored other_scripts --nocapture`.
+/// `SLUICE_PROMQL_SCRIPTS=<dir> cargo test --test promql_scripts -- --ignored other_scripts --nocapture`;
+/// with `SLUICE_PROMQL_TARGET=prometheus3` the same scripts run on
+/// Prometheus 3.5.3 instead, to see what it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn other_scripts_on_sluice() {
     let Ok(dir) = std::env::var("SLUICE_PROMQL_SCRIPTS") else {
         panic!("SLUICE_PROMQL_SCRIPTS names no directory");
+    };
+    let target = match std::env::var("SLUICE_PROMQL_TARGET").as_deref() {
+        Ok("prometheus3") => Target::Prometheus3,
+        Ok("sluice") | Err(_) => Target::Sluice,
+        Ok(other) => panic!("SLUICE_PROMQL_TARGET={other}: sluice or prometheus3"),
     };
     let scripts = scripts_in(Path::new(&dir));
     let (mut all_pass, mut all_fail) = (0, 0);
@@ -388,7 +412,8 @@ async fn other_scripts_on_sluice() {
             all_fail += evals;
             continue;
         }
-        for (line, expr, outcome) in run_script(Target::Sluice, text, &BTreeSet::new(), true).await
+        for (line, expr, outcome) in
+            run_script(target, text, &BTreeSet::new(), true, Compat::V3_14).await
         {
             match outcome {
                 Outcome::Pass => pass += 1,

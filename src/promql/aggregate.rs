@@ -10,7 +10,7 @@ use crate::promql::parser::token::{
 use crate::promql::parser::{AggregateExpr, Expr};
 
 use super::annotations::Annotation;
-use super::eval::{Ctx, RangeTable};
+use super::eval::{Compat, Ctx, RangeTable};
 use super::group::{group_labels, GroupMemo};
 use super::stats::HistogramTotals;
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
@@ -219,10 +219,11 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
         T_LIMIT_RATIO => {
             let r = param()?;
             if r.is_nan() {
-                return Err(QueryError::Execution(format!(
-                    "Ratio value {} is NaN",
-                    format_go(r)
-                )));
+                return Err(QueryError::Execution(if ctx.opts.compat >= Compat::V3_14 {
+                    "Ratio value is NaN".to_owned()
+                } else {
+                    format!("Ratio value {} is NaN", format_go(r))
+                }));
             }
             let capped = r.clamp(-1.0, 1.0);
             if capped != r {

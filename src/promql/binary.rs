@@ -13,7 +13,7 @@ use crate::promql::parser::token::{
 use crate::promql::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchCardinality};
 
 use super::annotations::Annotation;
-use super::eval::Ctx;
+use super::eval::{Compat, Ctx};
 use super::group::MatchMemo;
 use super::value::{drop_name, keep_labels, labels_string, Hist, Labels, Sample, Value};
 use super::QueryError;
@@ -365,9 +365,12 @@ fn vector_vector(
     for (s, sig) in one.iter().zip(&one_sigs) {
         if let Some(first) = one_by_sig.get(&MatchMemo::addr(sig)) {
             let side = if swap { "left" } else { "right" };
-            // The later series first, as Prometheus 3.5.3 writes them
-            // (v3.14 sorts the two).
-            let (a, b) = (labels_string(&s.labels), labels_string(&first.labels));
+            // The later series first, as Prometheus 3.5.3 writes them;
+            // v3.14 sorts the two.
+            let (mut a, mut b) = (labels_string(&s.labels), labels_string(&first.labels));
+            if ctx.opts.compat >= Compat::V3_14 && a > b {
+                std::mem::swap(&mut a, &mut b);
+            }
             return Err(QueryError::Execution(format!(
                 "found duplicate series for the match group {} on the {side} hand-side of the operation: [{a}, {b}];many-to-many matching not allowed: matching labels must be unique on one side",
                 labels_string(sig),

@@ -57,6 +57,40 @@ pub struct QueryOptions {
     /// means mark its series, and the names go when the query ends, so
     /// `label_replace` and `by (__name__)` still see them.
     pub delayed_name_removal: bool,
+    /// Which Prometheus' answers to give where v3.14 changed what 3.5.3
+    /// answers.
+    pub compat: Compat,
+}
+
+/// The Prometheus release whose answers PromQL gives where releases
+/// disagree. Prometheus v3.14 changed a few answers 3.5.3 gives (custom
+/// buckets with different bounds reconciled, not refused; histogram
+/// extrapolation bounded by a zero count; `histogram_fraction` inside the
+/// first classic bucket; warnings about conflicting counter resets; two
+/// error texts). Everything else is the same under both.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+pub enum Compat {
+    /// Prometheus 3.5.3, the long-term-support release.
+    #[default]
+    #[value(name = "3.5")]
+    #[serde(rename = "3.5")]
+    V3_5,
+    /// Prometheus v3.14.
+    #[value(name = "3.14")]
+    #[serde(rename = "3.14")]
+    V3_14,
 }
 
 impl Default for QueryOptions {
@@ -70,6 +104,7 @@ impl Default for QueryOptions {
             parse: ParseLimits::default(),
             max_label_bytes: 64 << 20,
             delayed_name_removal: false,
+            compat: Compat::V3_5,
         }
     }
 }
