@@ -263,6 +263,63 @@ impl FloatHistogram {
         self.combine(other, true)
     }
 
+    /// Adds `other` as Prometheus v3.14 does: custom-bucket histograms
+    /// with different bounds are first brought to the bounds both have
+    /// (each bucket folded into the first common bound at or above its
+    /// own, or +Inf). Returns whether that happened.
+    pub fn add_reconciling(&mut self, other: &FloatHistogram) -> Result<bool, Incompatible> {
+        self.combine_reconciling(other, false)
+    }
+
+    /// Subtracts `other` as [`FloatHistogram::add_reconciling`] adds.
+    pub fn sub_reconciling(&mut self, other: &FloatHistogram) -> Result<bool, Incompatible> {
+        self.combine_reconciling(other, true)
+    }
+
+    fn combine_reconciling(
+        &mut self,
+        other: &FloatHistogram,
+        negate: bool,
+    ) -> Result<bool, Incompatible> {
+        if !(self.uses_custom_buckets()
+            && other.uses_custom_buckets()
+            && !same_floats(&self.custom_values, &other.custom_values))
+        {
+            return self.combine(other, negate).map(|()| false);
+        }
+        let common = common_bounds(&self.custom_values, &other.custom_values);
+        let mut slots = vec![0.0; common.len() + 1];
+        fold_into(
+            &mut slots,
+            &self.positive(),
+            &self.custom_values,
+            &common,
+            1.0,
+        );
+        let sign = if negate { -1.0 } else { 1.0 };
+        fold_into(
+            &mut slots,
+            &other.positive(),
+            &other.custom_values,
+            &common,
+            sign,
+        );
+        if !negate {
+            self.hint = added_hint(self.hint, other.hint);
+        }
+        self.count += sign * other.count;
+        self.sum += sign * other.sum;
+        self.custom_values = common;
+        let buckets: Vec<(i32, f64)> = slots
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, c)| c != 0.0)
+            .map(|(i, c)| (i32::try_from(i).unwrap_or(i32::MAX), c))
+            .collect();
+        self.set_positive(&buckets);
+        Ok(true)
+    }
+
     fn combine(&mut self, other: &FloatHistogram, negate: bool) -> Result<(), Incompatible> {
         if self.uses_custom_buckets() != other.uses_custom_buckets() {
             return Err(Incompatible::Schema);
@@ -438,6 +495,60 @@ impl FloatHistogram {
         pairs.into_iter().any(|(cur, prev)| {
             buckets_fell(&start(cur, self.schema), &start(prev, previous.schema))
         })
+    }
+
+    /// [`FloatHistogram::detect_reset`] as Prometheus v3.14 decides it:
+    /// custom-bucket histograms with different bounds reset only when the
+    /// observations up to a bound both have fell, not for the new layout.
+    pub fn detect_reset_reconciling(&self, previous: &FloatHistogram) -> bool {
+        let mismatched = self.uses_custom_buckets()
+            && previous.uses_custom_buckets()
+            && !same_floats(&self.custom_values, &previous.custom_values);
+        let decided_by_hint = matches!(
+            self.hint,
+            CounterResetHint::CounterReset | CounterResetHint::NotCounterReset
+        );
+        if !mismatched || decided_by_hint || self.count < previous.count {
+            return self.detect_reset(previous);
+        }
+        let (cur, prev) = (self.positive(), previous.positive());
+        let (mut ci, mut pi) = (0, 0);
+        let upper = |b: &[f64], idx: i32| {
+            usize::try_from(idx)
+                .ok()
+                .and_then(|i| b.get(i).copied())
+                .unwrap_or(f64::INFINITY)
+        };
+        // The buckets up to `bound` not yet counted, from `at` on.
+        let roll = |buckets: &[(i32, f64)], bounds: &[f64], at: &mut usize, bound: f64| {
+            let mut sum = 0.0;
+            while let Some(&(idx, c)) = buckets.get(*at) {
+                if upper(bounds, idx) > bound {
+                    break;
+                }
+                sum += c;
+                *at += 1;
+            }
+            sum
+        };
+        let (cb, pb) = (&self.custom_values, &previous.custom_values);
+        let (mut i, mut j) = (0, 0);
+        while i <= cb.len() && j <= pb.len() {
+            let a = cb.get(i).copied().unwrap_or(f64::INFINITY);
+            let b = pb.get(j).copied().unwrap_or(f64::INFINITY);
+            if a == b {
+                if roll(&cur, cb, &mut ci, a) < roll(&prev, pb, &mut pi, a) {
+                    return true;
+                }
+                i += 1;
+                j += 1;
+            } else if a < b {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        false
     }
 
     /// Whether `other` holds the same data, bit for bit (Prometheus'
@@ -634,6 +745,44 @@ fn added_hint(a: CounterResetHint, b: CounterResetHint) -> CounterResetHint {
 }
 
 /// Whether two lists of bounds are the same, NaN equal to NaN.
+/// The custom bounds `a` and `b` share, in order.
+fn common_bounds(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while let (Some(&x), Some(&y)) = (a.get(i), b.get(j)) {
+        if x == y {
+            out.push(x);
+            i += 1;
+            j += 1;
+        } else if x < y {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Adds `sign` times each custom bucket (by index into `bounds`) to the
+/// slot of the first `common` bound at or above its upper bound, or to
+/// the last slot (+Inf).
+fn fold_into(slots: &mut [f64], buckets: &[(i32, f64)], bounds: &[f64], common: &[f64], sign: f64) {
+    let inf = slots.len() - 1;
+    let mut at = 0;
+    for &(idx, c) in buckets {
+        let mut slot = inf;
+        if let Some(&bound) = usize::try_from(idx).ok().and_then(|i| bounds.get(i)) {
+            while let Some(&cb) = common.get(at) {
+                if cb >= bound {
+                    slot = at;
+                    break;
+                }
+                at += 1;
+            }
+        }
+        slots[slot] += sign * c;
+    }
+}
+
 fn same_floats(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len()
         && a.iter()
@@ -946,5 +1095,111 @@ mod tests {
                 (2.0, f64::INFINITY, 0)
             ]
         );
+    }
+
+    /// A custom-bucket histogram: bounds, and a count for each bucket
+    /// (the last one +Inf).
+    fn nhcb(bounds: &[f64], counts: &[f64]) -> FloatHistogram {
+        let mut f = FloatHistogram {
+            schema: CUSTOM_BUCKETS_SCHEMA,
+            custom_values: bounds.to_vec(),
+            ..Default::default()
+        };
+        let b: Vec<(i32, f64)> = counts
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| c != 0.0)
+            .map(|(i, &c)| (i as i32, c))
+            .collect();
+        f.set_positive(&b);
+        f.count = counts.iter().sum();
+        f.sum = f.count;
+        f
+    }
+
+    #[test]
+    fn different_custom_bounds_meet_at_the_ones_they_share() {
+        // (-Inf,1] (1,2] (2,5] (5,+Inf] with (-Inf,2] (2,3] (3,5] (5,+Inf].
+        let mut a = nhcb(&[1.0, 2.0, 5.0], &[1.0, 2.0, 3.0, 4.0]);
+        let b = nhcb(&[2.0, 3.0, 5.0], &[10.0, 20.0, 30.0, 40.0]);
+        assert_eq!(a.clone().add(&b), Err(Incompatible::Bounds));
+        assert_eq!(a.add_reconciling(&b), Ok(true));
+        assert_eq!(a.custom_values, vec![2.0, 5.0]);
+        assert_eq!(a.positive(), vec![(0, 13.0), (1, 53.0), (2, 44.0)]);
+        assert_eq!(a.count, 110.0);
+        // Nothing shared: everything is in +Inf; empty buckets go.
+        let mut c = nhcb(&[1.0], &[1.0, 1.0]);
+        assert_eq!(c.sub_reconciling(&nhcb(&[4.0], &[2.0, 0.0])), Ok(true));
+        assert!(c.custom_values.is_empty());
+        assert_eq!(c.positive(), Vec::<(i32, f64)>::new());
+        // Same bounds: the ordinary addition.
+        let mut d = nhcb(&[1.0], &[1.0, 1.0]);
+        assert_eq!(d.add_reconciling(&nhcb(&[1.0], &[1.0, 0.0])), Ok(false));
+        // Custom and exponential still do not mix.
+        let mut e = nhcb(&[1.0], &[1.0, 1.0]);
+        assert_eq!(
+            e.add_reconciling(&h(0, 0.0, &[(1, 1.0)], &[])),
+            Err(Incompatible::Schema)
+        );
+    }
+
+    #[test]
+    fn new_custom_bounds_alone_are_no_reset_in_v3_14() {
+        let before = nhcb(&[5.0], &[1.0, 0.0]);
+        let after = nhcb(&[5.0, 10.0], &[1.0, 0.0, 0.0]);
+        assert!(after.detect_reset(&before));
+        assert!(!after.detect_reset_reconciling(&before));
+        // Observations moved from below 2 to above it, with the count the
+        // same: fewer at or below the shared bound 2.
+        let before = nhcb(&[2.0, 4.0], &[2.0, 0.0, 0.0]);
+        let after = nhcb(&[1.0, 2.0, 3.0], &[0.0, 1.0, 1.0, 0.0]);
+        assert!(after.detect_reset_reconciling(&before));
+        let after = nhcb(&[1.0, 2.0, 3.0], &[1.0, 1.0, 0.0, 0.0]);
+        assert!(!after.detect_reset_reconciling(&before));
+    }
+
+    /// Bounds: a sorted subset of 0.5, 1, 1.5 … 8.
+    fn bounds() -> impl Strategy<Value = Vec<f64>> {
+        prop::collection::btree_set(1u8..=16, 0..8)
+            .prop_map(|s| s.into_iter().map(|b| f64::from(b) / 2.0).collect())
+    }
+
+    fn nhcb_strategy() -> impl Strategy<Value = FloatHistogram> {
+        bounds().prop_flat_map(|b| {
+            let n = b.len() + 1;
+            prop::collection::vec(0u32..50, n)
+                .prop_map(move |c| nhcb(&b, &c.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()))
+        })
+    }
+
+    proptest! {
+        /// Reconciling keeps every observation, in a bucket whose upper
+        /// bound both had, at or above the one it came from; and the sum
+        /// does not reset against either part.
+        #[test]
+        fn reconciling_moves_observations_up_only(a in nhcb_strategy(), b in nhcb_strategy()) {
+            let mut s = a.clone();
+            s.add_reconciling(&b).expect("custom buckets reconcile");
+            prop_assert_eq!(total(&s), total(&a) + total(&b));
+            for v in &s.custom_values {
+                prop_assert!(a.custom_values.contains(v) && b.custom_values.contains(v));
+            }
+            // Below each shared bound, the sum holds at most what the two
+            // held below it (observations only move up).
+            for (i, &bound) in s.custom_values.iter().enumerate() {
+                let below = |x: &FloatHistogram| -> f64 {
+                    x.positive()
+                        .iter()
+                        .filter(|&&(j, _)| x.custom_values.get(j as usize).is_some_and(|&u| u <= bound))
+                        .map(|b| b.1)
+                        .sum()
+                };
+                let got: f64 = s.positive().iter().filter(|&&(j, _)| j as usize <= i).map(|b| b.1).sum();
+                prop_assert_eq!(got, below(&a) + below(&b));
+            }
+            // The sum holds at least what `a` held up to each bound they
+            // share: it follows `a` without a reset.
+            prop_assert!(!s.detect_reset_reconciling(&a));
+        }
     }
 }

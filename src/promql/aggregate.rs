@@ -291,9 +291,10 @@ fn with_histograms(
             left.div(n);
             let mut right = acc.clone();
             right.div(n);
-            left.sub(&right).and_then(|()| acc.add(&left))
+            ctx.hist_combine(&mut left, &right, true, "aggregation")
+                .and_then(|()| ctx.hist_combine(acc, &left, false, "aggregation"))
         } else {
-            acc.add(h)
+            ctx.hist_combine(acc, h, false, "aggregation")
         };
         if let Err(e) = step {
             let name = s

@@ -37,6 +37,13 @@ pub enum Annotation<'a> {
     MixedExponentialCustom(&'a str),
     /// Histograms with different custom bucket bounds together.
     IncompatibleCustomBuckets(&'a str),
+    /// Custom-bucket histograms with different bounds brought to the
+    /// bounds they share (Prometheus v3.14), during the named operation
+    /// (`addition`, `subtraction`, `aggregation`).
+    CustomBucketsReconciled(&'static str),
+    /// Histograms marked as a counter reset and as not one met in the
+    /// named operation (Prometheus v3.14).
+    CounterResetCollision(&'static str),
     /// A binary operation between histograms whose buckets cannot be
     /// combined.
     IncompatibleBucketLayoutInBinOp(&'a str),
@@ -78,6 +85,7 @@ impl Annotation<'_> {
                 | Self::NativeHistogramNotGauge(_)
                 | Self::MixedExponentialCustom(_)
                 | Self::IncompatibleCustomBuckets(_)
+                | Self::CounterResetCollision(_)
                 | Self::IncompatibleBucketLayoutInBinOp(_)
                 | Self::SortInRangeQuery
         )
@@ -124,6 +132,12 @@ impl Annotation<'_> {
             Self::IncompatibleCustomBuckets(metric) => format!(
                 "PromQL warning: vector contains histograms with incompatible custom buckets for metric name {metric:?}"
             ),
+            Self::CustomBucketsReconciled(during) => format!(
+                "PromQL info: mismatched custom buckets were reconciled during {during}"
+            ),
+            Self::CounterResetCollision(during) => {
+                format!("PromQL warning: conflicting counter resets during histogram {during}")
+            }
             Self::IncompatibleBucketLayoutInBinOp(op) => format!(
                 "PromQL warning: incompatible bucket layout encountered for binary operator {op}"
             ),

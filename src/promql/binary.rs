@@ -110,7 +110,12 @@ fn apply_hist(
         }
         (Some(a), Some(b), T_ADD | T_SUB) => {
             let mut res = FloatHistogram::clone(a);
-            let done = if op == T_ADD { res.add(b) } else { res.sub(b) };
+            let during = if op == T_ADD {
+                "addition"
+            } else {
+                "subtraction"
+            };
+            let done = ctx.hist_combine(&mut res, b, op == T_SUB, during);
             if done.is_err() {
                 ctx.annotate(Annotation::IncompatibleBucketLayoutInBinOp(op_name(op)));
                 return None;

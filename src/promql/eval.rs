@@ -19,7 +19,7 @@ use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
-use crate::histogram::CounterResetHint;
+use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
 use crate::storage::Querier;
@@ -1257,6 +1257,42 @@ impl<'e> Ctx<'e> {
         let ts = self.selector_time(&vs.at, &vs.offset, t);
         each_window(&series, ts.saturating_sub(range), ts, f);
         Ok(())
+    }
+
+    /// Adds histogram `b` to `a`, or subtracts it, as this query's
+    /// Prometheus release does: v3.14 brings custom buckets with different
+    /// bounds to the bounds they share and notes it as done `during` an
+    /// addition, subtraction or aggregation; 3.5.3 refuses them.
+    pub(crate) fn hist_combine(
+        &self,
+        a: &mut FloatHistogram,
+        b: &FloatHistogram,
+        sub: bool,
+        during: &'static str,
+    ) -> Result<(), Incompatible> {
+        if self.opts.compat < Compat::V3_14 {
+            return if sub { a.sub(b) } else { a.add(b) };
+        }
+        let reconciled = if sub {
+            a.sub_reconciling(b)?
+        } else {
+            a.add_reconciling(b)?
+        };
+        if reconciled {
+            self.annotate(Annotation::CustomBucketsReconciled(during));
+        }
+        Ok(())
+    }
+
+    /// Whether histogram `cur` starts anew after `prev`, as this query's
+    /// Prometheus release decides: for v3.14 a change of custom bounds
+    /// alone is no reset.
+    pub(crate) fn hist_reset(&self, cur: &FloatHistogram, prev: &FloatHistogram) -> bool {
+        if self.opts.compat < Compat::V3_14 {
+            cur.detect_reset(prev)
+        } else {
+            cur.detect_reset_reconciling(prev)
+        }
     }
 
     /// Reports `a` beside the answer.

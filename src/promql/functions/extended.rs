@@ -72,7 +72,7 @@ fn evaluate(ctx: &Ctx<'_>, name: &str, m: &MatrixSelector, t: i64) -> Result<Val
                 (Err(a), Err(b)) if name == "changes" => b != a && !(a.is_nan() && b.is_nan()),
                 (Err(a), Err(b)) => b < a,
                 (Ok(a), Ok(b)) if name == "changes" => !b.same_as(a),
-                (Ok(a), Ok(b)) => b.detect_reset(a),
+                (Ok(a), Ok(b)) => ctx.hist_reset(b, a),
                 _ => true,
             });
             out.push(Sample {
@@ -184,12 +184,14 @@ fn extended_histogram_rate(
         ctx.annotate(Annotation::NativeHistogramNotGauge(name));
     }
     let mut result = right.clone();
-    result.sub(&left).map_err(fail).ok()?;
+    ctx.hist_combine(&mut result, &left, true, "subtraction")
+        .map_err(fail)
+        .ok()?;
     if counter {
         // Resets between the edges: each adds back the value before it.
         let mut from = first + 1;
         let mut prev: &FloatHistogram = &left;
-        if smoothed && h[first].0 < start && h[first + 1].1.detect_reset(&h[first].1) {
+        if smoothed && h[first].0 < start && ctx.hist_reset(&h[first + 1].1, &h[first].1) {
             prev = &h[first + 1].1;
             from += 1;
         }
@@ -200,22 +202,24 @@ fn extended_histogram_rate(
                     correction = Some(c.clone());
                     Ok(())
                 }
-                Some(acc) => acc.add(c),
+                Some(acc) => ctx.hist_combine(acc, c, false, "addition"),
             }
         };
         if from < last {
             for (_, p) in &h[from..last] {
-                if p.detect_reset(prev) {
+                if ctx.hist_reset(p, prev) {
                     add(prev).map_err(fail).ok()?;
                 }
                 prev = p;
             }
         }
-        if from <= last && right.detect_reset(prev) {
+        if from <= last && ctx.hist_reset(&right, prev) {
             add(prev).map_err(fail).ok()?;
         }
         if let Some(c) = correction {
-            result.add(&c).map_err(fail).ok()?;
+            ctx.hist_combine(&mut result, &c, false, "addition")
+                .map_err(fail)
+                .ok()?;
         }
     }
     result.hint = CounterResetHint::Gauge;

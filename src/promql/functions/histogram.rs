@@ -5,7 +5,7 @@ use crate::promql::parser::Call;
 
 use super::args::scalar_arg;
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::Ctx;
+use crate::promql::eval::{Compat, Ctx};
 use crate::promql::value::{is_metadata_label, Sample, Value};
 use crate::promql::QueryError;
 use crate::storage::labels::Label;
@@ -155,7 +155,11 @@ pub(super) fn fraction(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
         classic_histograms(ctx, classic)
             .into_iter()
             .map(|(labels, buckets)| {
-                float_unnamed(ctx, labels, bucket_fraction(lower, upper, buckets))
+                float_unnamed(
+                    ctx,
+                    labels,
+                    bucket_fraction(lower, upper, buckets, ctx.opts.compat >= Compat::V3_14),
+                )
             }),
     );
     Ok(Value::Vector(out))
@@ -253,7 +257,17 @@ fn coalesce(buckets: &mut Vec<(f64, f64)>) {
 
 /// The share of observations in `[lower, upper]`, interpolating linearly
 /// inside the buckets that hold either end (Prometheus' `BucketFraction`).
-fn bucket_fraction(lower: f64, upper: f64, mut buckets: Vec<(f64, f64)>) -> f64 {
+///
+/// Under v3.14's answers (`first_from_zero`) the first bucket starts at 0
+/// when its upper bound is positive, and a limit inside a first bucket
+/// that starts at -Inf counts the whole bucket below it; 3.5.3 answers NaN
+/// for a limit inside the first bucket.
+fn bucket_fraction(
+    lower: f64,
+    upper: f64,
+    mut buckets: Vec<(f64, f64)>,
+    first_from_zero: bool,
+) -> f64 {
     if buckets.is_empty() {
         return f64::NAN;
     }
@@ -273,11 +287,18 @@ fn bucket_fraction(lower: f64, upper: f64, mut buckets: Vec<(f64, f64)>) -> f64 
     for (i, &(upper_bound, bucket_count)) in buckets.iter().enumerate() {
         let lower_bound = if i > 0 {
             buckets[i - 1].0
+        } else if first_from_zero && upper_bound > 0.0 {
+            0.0
         } else {
             f64::NEG_INFINITY
         };
-        let interpolate =
-            |v: f64| rank + (bucket_count - rank) * (v - lower_bound) / (upper_bound - lower_bound);
+        let interpolate = |v: f64| {
+            if first_from_zero && lower_bound == f64::NEG_INFINITY {
+                bucket_count
+            } else {
+                rank + (bucket_count - rank) * (v - lower_bound) / (upper_bound - lower_bound)
+            }
+        };
         if !lower_set && lower_bound >= lower {
             lower_rank = rank;
             lower_set = true;

@@ -9,7 +9,7 @@ use crate::promql::parser::Call;
 
 use crate::histogram::{Bucket, FloatHistogram};
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::Ctx;
+use crate::promql::eval::{Compat, Ctx};
 use crate::promql::stats::Kahan;
 use crate::promql::value::{Sample, Value};
 use crate::promql::QueryError;
@@ -210,7 +210,15 @@ pub(super) fn fraction(
                 b.upper = 0.0;
             }
         }
-        let linear = |v: f64| rank + b.count * (v - b.lower) / (b.upper - b.lower);
+        let linear = |v: f64| {
+            // v3.14: the whole of a first bucket from -Inf lies below a
+            // limit inside it (3.5.3: NaN).
+            if b.lower == f64::NEG_INFINITY && ctx.opts.compat >= Compat::V3_14 {
+                b.count
+            } else {
+                rank + b.count * (v - b.lower) / (b.upper - b.lower)
+            }
+        };
         let exponential = |v: f64| {
             let (ll, lu, lv) = (b.lower.abs().log2(), b.upper.abs().log2(), v.abs().log2());
             let f = if v > 0.0 {

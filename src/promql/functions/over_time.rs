@@ -67,14 +67,15 @@ fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
     for (i, (_, h)) in rest.iter().enumerate() {
         totals.add(h);
         let step = match fold {
-            Fold::Sum => acc.add(h),
+            Fold::Sum => ctx.hist_combine(&mut acc, h, false, "aggregation"),
             Fold::Mean => {
                 let n = (i + 2) as f64;
                 let mut left = crate::histogram::FloatHistogram::clone(h);
                 left.div(n);
                 let mut right = acc.clone();
                 right.div(n);
-                left.sub(&right).and_then(|()| acc.add(&left))
+                ctx.hist_combine(&mut left, &right, true, "aggregation")
+                    .and_then(|()| ctx.hist_combine(&mut acc, &left, false, "aggregation"))
             }
         };
         if let Err(e) = step {

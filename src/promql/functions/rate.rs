@@ -8,7 +8,7 @@ use super::args::{
 };
 use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::promql::annotations::{looks_like_counter, Annotation};
-use crate::promql::eval::Ctx;
+use crate::promql::eval::{Compat, Ctx};
 use crate::promql::value::{Hist, Name, Value};
 use crate::promql::QueryError;
 
@@ -132,7 +132,15 @@ fn hist_extrapolated(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Ou
         range_start: w.end - w.range,
         range_end: w.end,
     };
-    h.mul(span.factor(None, change, w.range));
+    // v3.14 stops extrapolating where the count would reach zero, from
+    // the first sample's count (3.5.3 does not stop).
+    let first_count = w.hists[0].1.count;
+    let zero_point = (ctx.opts.compat >= Compat::V3_14
+        && change.counter()
+        && h.count > 0.0
+        && first_count >= 0.0)
+        .then(|| first_count / h.count);
+    h.mul(span.factor(zero_point, change, w.range));
     Some(Out::H(h))
 }
 
@@ -156,7 +164,7 @@ fn histogram_rate(
     let mut prev: &FloatHistogram = first;
     if counter {
         if let Some((_, second)) = points.get(1) {
-            if second.detect_reset(first) {
+            if ctx.hist_reset(second, first) {
                 zero = FloatHistogram {
                     schema: second.schema,
                     custom_values: second.custom_values.clone(),
@@ -186,14 +194,14 @@ fn histogram_rate(
         }
     }
     let mut h = last.to_schema(min_schema);
-    if let Err(e) = h.sub(prev) {
+    if let Err(e) = ctx.hist_combine(&mut h, prev, true, "subtraction") {
         ctx.annotate(Annotation::incompatible(e, name));
         return None;
     }
     if counter {
         for (_, cur) in &points[1..] {
-            if cur.detect_reset(prev) {
-                if let Err(e) = h.add(prev) {
+            if ctx.hist_reset(cur, prev) {
+                if let Err(e) = ctx.hist_combine(&mut h, prev, false, "addition") {
                     ctx.annotate(Annotation::incompatible(e, name));
                     return None;
                 }
@@ -250,8 +258,8 @@ fn hist_instant(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Out> {
                 ctx.annotate(Annotation::NativeHistogramNotGauge(name));
             }
             let mut h = FloatHistogram::clone(hb);
-            if !is_rate || !hb.detect_reset(ha) {
-                if let Err(e) = h.sub(ha) {
+            if !is_rate || !ctx.hist_reset(hb, ha) {
+                if let Err(e) = ctx.hist_combine(&mut h, ha, true, "subtraction") {
                     ctx.annotate(Annotation::incompatible(e, name));
                     return None;
                 }
@@ -409,7 +417,7 @@ pub(super) fn resets(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryE
             let all = w.merged();
             let n = all.windows(2).filter(|p| match (&p[0].1, &p[1].1) {
                 (Err(a), Err(b)) => b < a,
-                (Ok(a), Ok(b)) => b.detect_reset(a),
+                (Ok(a), Ok(b)) => ctx.hist_reset(b, a),
                 _ => true,
             });
             Some(Out::F(n.count() as f64))
