@@ -12,8 +12,8 @@ use crate::promql::parser::{AggregateExpr, Expr};
 use super::annotations::Annotation;
 use super::eval::{Compat, Ctx, RangeTable};
 use super::group::{group_labels, GroupMemo};
-use super::stats::HistogramTotals;
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
+use super::stats::{HistogramTotals, ResetHintsSeen};
 use super::value::{format_float, set_label, Labels, Sample, Value};
 use super::QueryError;
 use crate::histogram::FloatHistogram;
@@ -267,6 +267,7 @@ fn with_histograms(
         hists: usize,
         broken: bool,
         totals: HistogramTotals,
+        hints: ResetHintsSeen,
     }
     let mut accs: Vec<Acc> = (0..groups.len()).map(|_| Acc::default()).collect();
     for (s, &g) in input.iter().zip(&of) {
@@ -280,6 +281,7 @@ fn with_histograms(
             continue;
         }
         a.totals.add(h);
+        a.hints.note(h.hint);
         let Some(acc) = a.hist.as_mut() else {
             a.hist = Some(FloatHistogram::clone(h));
             continue;
@@ -314,6 +316,9 @@ fn with_histograms(
         }
         if a.broken {
             continue;
+        }
+        if a.hints.conflict() && ctx.opts.compat >= Compat::V3_14 {
+            ctx.annotate(Annotation::CounterResetCollision("aggregation"));
         }
         if let Some(mut h) = a.hist {
             a.totals.apply(&mut h, op == T_AVG);

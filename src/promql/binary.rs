@@ -109,6 +109,23 @@ fn apply_hist(
             return Some((0.0, Some(std::sync::Arc::new(h)), true));
         }
         (Some(a), Some(b), T_ADD | T_SUB) => {
+            use crate::histogram::CounterResetHint::{CounterReset, NotCounterReset};
+            // v3.14: a reset and a not-reset together is a conflict that
+            // drops the element.
+            if ctx.opts.compat >= Compat::V3_14
+                && matches!(
+                    (a.hint, b.hint),
+                    (CounterReset, NotCounterReset) | (NotCounterReset, CounterReset)
+                )
+            {
+                let during = if op == T_ADD {
+                    "addition"
+                } else {
+                    "subtraction"
+                };
+                ctx.annotate(Annotation::CounterResetCollision(during));
+                return None;
+            }
             let mut res = FloatHistogram::clone(a);
             let during = if op == T_ADD {
                 "addition"

@@ -95,7 +95,8 @@ impl<'h> Engine<'h> {
     /// Evaluates `query` at time `t` (ms).
     pub fn instant(&self, query: &str, t: i64) -> Result<Evaluated<Value>, QueryError> {
         let expr = self.parse(query, t, t, 0)?;
-        let ctx = self.ctx(t, t, 0);
+        let mut ctx = self.ctx(t, t, 0);
+        ctx.read_stats_only(&expr);
         let delayed = self.opts.delayed_name_removal;
         let result = ctx
             .eval(&expr, t)
@@ -132,7 +133,8 @@ impl<'h> Engine<'h> {
             )))
             }
         }
-        let ctx = self.ctx(start, end, step);
+        let mut ctx = self.ctx(start, end, step);
+        ctx.read_stats_only(&expr);
         let result = Self::range_in(&ctx, &expr, start, end, step);
         finish(ctx, result)
     }

@@ -5,12 +5,13 @@
 //! through [`Ctx`]; it reaches them through the [`Operators`] hook.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use crate::promql::parser::token::{T_TRIM_LOWER, T_TRIM_UPPER};
 use crate::promql::parser::{self, AtModifier, Expr, Offset, Pos, SubqueryExpr, VectorSelector};
 
 use super::annotations::{Annotation, Annotations};
@@ -26,6 +27,57 @@ use crate::storage::Querier;
 use crate::storage::{ReadBudget, Stop};
 
 pub use crate::storage::STALE_NAN;
+
+/// Collects into `out` the selectors below `histogram_count`,
+/// `histogram_sum` or `histogram_avg` (`under`) with no subquery,
+/// `histogram_quantile(s)`, `histogram_fraction` or trim operator above
+/// them: those Prometheus v3.14 reads for count and sum only
+/// (`detectHistogramStatsDecoding`).
+fn stats_only_selectors(e: &Expr, under: bool, out: &mut HashSet<usize>) {
+    let under = match e {
+        Expr::Subquery(_) => return,
+        Expr::Binary(b) if matches!(b.op.id(), T_TRIM_UPPER | T_TRIM_LOWER) => return,
+        Expr::Call(c) => match c.func.name {
+            "histogram_quantile" | "histogram_quantiles" | "histogram_fraction" => return,
+            "histogram_count" | "histogram_sum" | "histogram_avg" => true,
+            _ => under,
+        },
+        Expr::VectorSelector(vs) if under => {
+            out.insert(vs as *const VectorSelector as usize);
+            return;
+        }
+        Expr::MatrixSelector(m) if under => {
+            out.insert(&m.vs as *const VectorSelector as usize);
+            return;
+        }
+        _ => under,
+    };
+    for c in e.children() {
+        stats_only_selectors(c, under, out);
+    }
+}
+
+/// Marks each histogram whose reset hint is unknown (the first of its
+/// chunk) as a reset or not against the one read before it, as Prometheus'
+/// statistics-only iterator does; the first read stays unknown.
+fn decide_reset_hints(hists: &mut [(i64, Hist)]) {
+    for i in 1..hists.len() {
+        if hists[i].1.hint != CounterResetHint::Unknown || is_stale(hists[i].1.sum) {
+            continue;
+        }
+        let prev = &hists[i - 1].1;
+        if is_stale(prev.sum) {
+            continue;
+        }
+        let reset = hists[i].1.detect_reset_reconciling(prev);
+        let h = Arc::make_mut(&mut hists[i].1);
+        h.hint = if reset {
+            CounterResetHint::CounterReset
+        } else {
+            CounterResetHint::NotCounterReset
+        };
+    }
+}
 
 /// Whether `v` is the stale marker.
 #[inline]
@@ -317,6 +369,10 @@ pub(crate) struct Ctx<'e> {
     deadline: Instant,
     cancel: Option<&'e AtomicBool>,
     loaded: RefCell<HashMap<usize, Rc<Vec<SeriesPoints>>>>,
+    /// Selectors (by address) whose histograms are read for their count
+    /// and sum only, below `histogram_count`, `histogram_sum` or
+    /// `histogram_avg` (v3.14): their reset hints are decided on reading.
+    stats_only: HashSet<usize>,
     /// One evaluator per subquery node, spanning every time it is asked at.
     children: RefCell<HashMap<usize, Rc<Ctx<'e>>>>,
     /// Each aggregation node's grouping memo, by the node's address.
@@ -689,6 +745,7 @@ impl<'e> Ctx<'e> {
             deadline,
             cancel,
             loaded: RefCell::new(HashMap::new()),
+            stats_only: HashSet::new(),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
             binary_memos: RefCell::default(),
@@ -700,6 +757,19 @@ impl<'e> Ctx<'e> {
             checked: RefCell::default(),
             unique: RefCell::default(),
             pos: Cell::default(),
+        }
+    }
+
+    /// Reads the histograms of selectors below `histogram_count`,
+    /// `histogram_sum` or `histogram_avg` as Prometheus v3.14's
+    /// statistics-only iterator does: a sample whose chunk leaves open
+    /// whether it follows a reset is marked as a reset or not against the
+    /// sample read before it. The hints then show in the conflicting
+    /// counter reset warnings of `sum`, `avg`, `sum_over_time`,
+    /// `avg_over_time`, `+` and `-`.
+    pub(crate) fn read_stats_only(&mut self, expr: &Expr) {
+        if self.opts.compat >= Compat::V3_14 {
+            stats_only_selectors(expr, false, &mut self.stats_only);
         }
     }
 
@@ -820,7 +890,8 @@ impl<'e> Ctx<'e> {
                 scratch.as_slice().to_vec()
             };
             let mut in_window = s.histograms.iter().filter(|(t, _)| (lo..=hi).contains(t));
-            let hists: Vec<(i64, Hist)> = if last_only {
+            let stats_only = self.stats_only.contains(&key);
+            let mut hists: Vec<(i64, Hist)> = if last_only && !stats_only {
                 in_window
                     .next_back()
                     .map(|(t, h)| (*t, Arc::new(h.to_float())))
@@ -831,6 +902,12 @@ impl<'e> Ctx<'e> {
                     .map(|(t, h)| (*t, Arc::new(h.to_float())))
                     .collect()
             };
+            if stats_only {
+                decide_reset_hints(&mut hists);
+                if last_only {
+                    hists.drain(..hists.len().saturating_sub(1));
+                }
+            }
             self.budget.charge(
                 points.len() + hists.len(),
                 points.len() * POINT_BYTES + hists.len() * HISTOGRAM_BYTES,
@@ -1697,6 +1774,7 @@ impl<'e> Ctx<'e> {
             deadline: self.deadline,
             cancel: self.cancel,
             loaded: RefCell::new(HashMap::new()),
+            stats_only: HashSet::new(),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
             binary_memos: RefCell::default(),

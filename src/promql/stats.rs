@@ -214,6 +214,32 @@ mod tests {
     }
 }
 
+/// The reset hints met among histograms added together: Prometheus v3.14
+/// warns of conflicting counter resets when one is marked a reset and
+/// another not (gauges and unknown hints count for neither).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ResetHintsSeen {
+    reset: bool,
+    not_reset: bool,
+}
+
+impl ResetHintsSeen {
+    /// Notes one histogram's hint.
+    pub(crate) fn note(&mut self, hint: crate::histogram::CounterResetHint) {
+        use crate::histogram::CounterResetHint as H;
+        match hint {
+            H::CounterReset => self.reset = true,
+            H::NotCounterReset => self.not_reset = true,
+            H::Unknown | H::Gauge => {}
+        }
+    }
+
+    /// Whether both were met.
+    pub(crate) fn conflict(&self) -> bool {
+        self.reset && self.not_reset
+    }
+}
+
 /// The count and the sum of observations of histograms added together,
 /// with compensated (Kahan) summation, as Prometheus v3.14 adds them in
 /// `sum`, `avg`, `sum_over_time` and `avg_over_time`: `1e100 + 1 - 1e100`

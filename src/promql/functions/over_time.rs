@@ -4,9 +4,9 @@ use crate::promql::parser::Call;
 
 use super::args::{over_range, over_range_mixed, range_arg, scalar_arg, Out, Window};
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::Ctx;
-use crate::promql::stats::HistogramTotals;
+use crate::promql::eval::{Compat, Ctx};
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
+use crate::promql::stats::{HistogramTotals, ResetHintsSeen};
 use crate::promql::value::{Name, Sample, Value};
 use crate::promql::QueryError;
 
@@ -64,8 +64,11 @@ fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
     let mut acc = crate::histogram::FloatHistogram::clone(&first.1);
     let mut totals = HistogramTotals::default();
     totals.add(&first.1);
+    let mut hints = ResetHintsSeen::default();
+    hints.note(first.1.hint);
     for (i, (_, h)) in rest.iter().enumerate() {
         totals.add(h);
+        hints.note(h.hint);
         let step = match fold {
             Fold::Sum => ctx.hist_combine(&mut acc, h, false, "aggregation"),
             Fold::Mean => {
@@ -82,6 +85,9 @@ fn hist_over_time(ctx: &Ctx<'_>, w: &Window<'_>, fold: Fold) -> Option<Out> {
             ctx.annotate(Annotation::incompatible(e, w.name()));
             return None;
         }
+    }
+    if hints.conflict() && ctx.opts.compat >= Compat::V3_14 {
+        ctx.annotate(Annotation::CounterResetCollision("aggregation"));
     }
     totals.apply(&mut acc, matches!(fold, Fold::Mean));
     Some(Out::H(acc))
