@@ -38,13 +38,22 @@ pub const EXTENDED_RANGE_SELECTORS: &str = "promql-extended-range-selectors";
 /// Names dropped by functions and operators kept to the end of the query.
 pub const DELAYED_NAME_REMOVAL: &str = "promql-delayed-name-removal";
 
+/// Start times sent with samples kept (remote write 2.0, OTLP).
+pub const ST_STORAGE: &str = "st-storage";
+
+/// `rate`, `increase`, `irate`, `resets` and `start_timestamp()` read the
+/// start times kept.
+pub const USE_START_TIMESTAMPS: &str = "use-start-timestamps";
+
 /// The features `--enable-feature` may name.
-pub const FEATURES: [&str; 5] = [
+pub const FEATURES: [&str; 7] = [
     EXPERIMENTAL_FUNCTIONS,
     DURATION_EXPR,
     BINOP_FILL_MODIFIERS,
     EXTENDED_RANGE_SELECTORS,
     DELAYED_NAME_REMOVAL,
+    ST_STORAGE,
+    USE_START_TIMESTAMPS,
 ];
 
 /// The largest disk reserve the WAL may hold (`wal-reserve-bytes`).
@@ -347,7 +356,11 @@ settings! {
     /// `increase(x[5m] smoothed)`, `x smoothed`);
     /// `promql-delayed-name-removal` (names that functions and operators
     /// drop stay until the query ends, for `label_replace` and
-    /// `by (__name__)`) [default: none].
+    /// `by (__name__)`); `st-storage` (keep the start times remote write
+    /// 2.0 and OTLP send with samples); `use-start-timestamps` (`rate`,
+    /// `increase`, `irate` and `resets` use them: a start time after the
+    /// previous sample is a reset, and a counter whose start falls in the
+    /// range counts from zero there) [default: none].
     #[arg(value_name = "FEATURES", value_delimiter = ',')]
     enable_feature: Vec<String> = Vec::new();
     /// Which Prometheus release PromQL answers as where releases disagree:
@@ -845,6 +858,7 @@ impl Config {
             max_label_bytes: self.query_max_label_bytes,
             delayed_name_removal: self.feature(DELAYED_NAME_REMOVAL),
             compat: self.promql_compatibility,
+            use_start_timestamps: self.feature(USE_START_TIMESTAMPS),
         }
     }
 
@@ -1014,6 +1028,7 @@ impl Config {
             chunk_range_ms: ms(min),
             max_block_range_ms: ms(max),
             ooo_window_ms: ms(self.out_of_order_time_window),
+            st_storage: self.feature(ST_STORAGE),
             ..HeadOptions::default()
         }
     }

@@ -20,6 +20,7 @@ pub mod labels;
 pub mod metadata;
 pub mod querier;
 pub mod selected;
+pub mod starts;
 
 pub use crate::wal::commit::Refusal as WalRefusal;
 pub use appender::{

@@ -616,6 +616,7 @@ mod tests {
                 Record::Exemplars(e) => got.extend(e.map(|(_, _, t, v)| format!("e@{t}={v}"))),
                 Record::Histograms(h) => got.extend(h.map(|(r, t, _)| format!("h{r}@{t}"))),
                 Record::Flushed { below, .. } => got.push(format!("flushed<{below}")),
+                Record::Starts(_) => got.push("starts".into()),
             },
         )?;
         Ok((got, report))

@@ -105,6 +105,27 @@ impl Runner {
         }
     }
 
+    /// Writes a remote-write 2.0 request (series with start times).
+    async fn write_v2(&self, body: Vec<u8>) {
+        let headers = [
+            (
+                "content-type",
+                "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+            ),
+            ("x-prometheus-remote-write-version", "2.0.0"),
+        ];
+        let addr = match &self.server {
+            Some(Server::Sluice(s)) => s.addr,
+            Some(Server::Prometheus(p)) => p.addr().parse().expect("an address"),
+            None => unreachable!("a server is started before the first command"),
+        };
+        let (status, text) = common::push_with(addr, body, &headers).await;
+        assert!(
+            status == 204 || status == 200,
+            "the server refused a remote-write 2.0 load: {status} {text}"
+        );
+    }
+
     async fn write(&self, body: Vec<u8>) {
         match &self.server {
             Some(Server::Sluice(s)) => {
@@ -187,6 +208,9 @@ async fn run_script(
                 }
                 for body in promqltest::load_requests(step_ms, &series) {
                     runner.write(body).await;
+                }
+                for body in promqltest::load_requests_v2(step_ms, &series) {
+                    runner.write_v2(body).await;
                 }
             }
             Cmd::Eval(e) => {

@@ -295,6 +295,15 @@ fn append_series<W: Wire>(
                 })
             }
         };
+        if let Ok(r) = made {
+            if app.keeps_starts() {
+                let mut starts = Vec::new();
+                wire.sample_starts(span, &mut starts);
+                if !starts.is_empty() {
+                    app.note_starts(r, starts.into_iter());
+                }
+            }
+        }
         match made {
             Err(limit) => {
                 report.reject(Reason::of_limit(&limit), samples, || {
@@ -387,7 +396,7 @@ fn store_histograms<W: Wire>(
             continue;
         }
         let before = counts.appended;
-        let canonical = Canonical::Build(&mut canonical);
+        let built = Canonical::Build(&mut canonical);
         let appended = match &relabelled {
             None => append_histograms(
                 app,
@@ -396,7 +405,7 @@ fn store_histograms<W: Wire>(
                 &samples,
                 &mut counts,
                 &mut labels,
-                canonical,
+                built,
             ),
             Some(relabelled) => append_histograms(
                 app,
@@ -405,9 +414,18 @@ fn store_histograms<W: Wire>(
                 &samples,
                 &mut counts,
                 &mut Vec::new(),
-                canonical,
+                built,
             ),
         };
+        if appended.is_ok() && app.keeps_starts() {
+            let starts: Vec<(i64, i64)> = wire
+                .histograms(span)
+                .map(histogram::time_and_start)
+                .collect();
+            if starts.iter().any(|&(_, st)| st != 0) {
+                app.note_starts_of(&canonical, starts.into_iter());
+            }
+        }
         match appended {
             Ok(resorted) => report.resorted_series += u64::from(resorted),
             Err((reason, why)) => {

@@ -503,6 +503,10 @@ impl SeriesSource for V2<'_> {
         self.scratch.samples(self.body, self.span(i))
     }
 
+    fn sample_starts(&self, &i: &u32, out: &mut Vec<(i64, i64)>) {
+        out.extend(self.scratch.sample_starts(self.body, self.span(i)));
+    }
+
     fn zero_sample_at(&self, &i: &u32) -> Option<i64> {
         let span = self.span(i);
         if !self.zero_samples || span.start == 0 {

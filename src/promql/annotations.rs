@@ -44,6 +44,9 @@ pub enum Annotation<'a> {
     /// Histograms marked as a counter reset and as not one met in the
     /// named operation (Prometheus v3.14).
     CounterResetCollision(&'static str),
+    /// A sample whose start time overlaps the sample before it (Prometheus
+    /// v3.14, `use-start-timestamps`).
+    StartTimeOverlap(&'a str),
     /// A binary operation between histograms whose buckets cannot be
     /// combined.
     IncompatibleBucketLayoutInBinOp(&'a str),
@@ -86,6 +89,7 @@ impl Annotation<'_> {
                 | Self::MixedExponentialCustom(_)
                 | Self::IncompatibleCustomBuckets(_)
                 | Self::CounterResetCollision(_)
+                | Self::StartTimeOverlap(_)
                 | Self::IncompatibleBucketLayoutInBinOp(_)
                 | Self::SortInRangeQuery
         )
@@ -134,6 +138,9 @@ impl Annotation<'_> {
             ),
             Self::CustomBucketsReconciled(during) => format!(
                 "PromQL info: mismatched custom buckets were reconciled during {during}"
+            ),
+            Self::StartTimeOverlap(metric) => format!(
+                "PromQL warning: sample has start time that overlaps with previous sample timestamp for metric {metric:?}"
             ),
             Self::CounterResetCollision(during) => {
                 format!("PromQL warning: conflicting counter resets during histogram {during}")

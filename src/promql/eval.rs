@@ -112,6 +112,9 @@ pub struct QueryOptions {
     /// Which Prometheus' answers to give where v3.14 changed what 3.5.3
     /// answers.
     pub compat: Compat,
+    /// `use-start-timestamps`: `rate`, `increase`, `irate`, `resets` and
+    /// `start_timestamp()` read the start times kept with samples.
+    pub use_start_timestamps: bool,
 }
 
 /// The Prometheus release whose answers PromQL gives where releases
@@ -157,6 +160,7 @@ impl Default for QueryOptions {
             max_label_bytes: 64 << 20,
             delayed_name_removal: false,
             compat: Compat::V3_5,
+            use_start_timestamps: false,
         }
     }
 }
@@ -172,6 +176,8 @@ pub(crate) struct SeriesPoints {
     /// Native histogram samples, in time order (a series may switch
     /// between floats and histograms; the two never share a timestamp).
     pub(crate) hists: Vec<(i64, Hist)>,
+    /// Start-time runs (`use-start-timestamps`), empty when none are kept.
+    pub(crate) starts: Vec<crate::storage::selected::StartRun>,
     /// Whether `points` holds a stale marker (range windows skip them).
     has_stale: bool,
     /// Where the last window started and ended: steps move forward, so
@@ -914,7 +920,13 @@ impl<'e> Ctx<'e> {
                 "query execution",
             )?;
             let labels: Labels = s.labels.into();
+            let starts = if self.opts.use_start_timestamps {
+                s.starts
+            } else {
+                Vec::new()
+            };
             out.push(SeriesPoints {
+                starts,
                 unnamed: std::cell::OnceCell::new(),
                 labels,
                 has_stale: points.iter().any(|&(_, v)| is_stale(v))
@@ -1157,6 +1169,41 @@ impl<'e> Ctx<'e> {
             }
         }
         Ok(out)
+    }
+
+    /// [`Ctx::vector_selector_timed`], with each sample's start time (0
+    /// when it has none) instead of its time.
+    pub(crate) fn vector_selector_starts(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        let lookback = self.opts.lookback_ms;
+        let series = self.load(vs, lookback)?;
+        let ts = self.selector_time(&vs.at, &vs.offset, t);
+        let mut out = Vec::with_capacity(series.len());
+        for s in series.iter() {
+            let i = seek(&s.points, &s.hi_hint, ts);
+            if let Some((sample, pt)) = s.latest(i, ts) {
+                if pt > ts.saturating_sub(lookback) {
+                    let st = crate::storage::selected::start_at(&s.starts, pt);
+                    out.push((sample, st));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether any series of a range selector was sent start times.
+    pub(crate) fn selector_has_starts(
+        &self,
+        vs: &VectorSelector,
+        range: &Duration,
+    ) -> Result<bool, QueryError> {
+        Ok(self
+            .load(vs, ms(range))?
+            .iter()
+            .any(|s| !s.starts.is_empty()))
     }
 
     /// A plain vector selector as a whole range query: each series walks

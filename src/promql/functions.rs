@@ -10,6 +10,7 @@ mod math;
 mod native;
 mod over_time;
 mod rate;
+mod start;
 mod time;
 
 use crate::promql::parser::{Call, Expr};
@@ -68,9 +69,9 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("histogram_sum", native::sum),
     ("hour", time::hour),
     ("idelta", rate::idelta),
-    ("increase", rate::increase),
+    ("increase", start::increase),
     ("info", info::info),
-    ("irate", rate::irate),
+    ("irate", start::irate_fn),
     ("label_join", labels::label_join),
     ("label_replace", labels::label_replace),
     ("last_over_time", over_time::last),
@@ -89,8 +90,8 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("present_over_time", over_time::present),
     ("quantile_over_time", over_time::quantile_over_time),
     ("rad", math::rad),
-    ("rate", rate::rate),
-    ("resets", rate::resets),
+    ("rate", start::rate),
+    ("resets", start::resets_fn),
     ("round", math::round),
     ("scalar", math::scalar),
     ("sgn", math::sgn),
@@ -101,6 +102,7 @@ static FUNCTIONS: &[(&str, Function)] = &[
     ("sort_by_label_desc", labels::sort_by_label_desc),
     ("sort_desc", math::sort_desc),
     ("sqrt", math::sqrt),
+    ("start_timestamp", start::start_timestamp),
     ("stddev_over_time", over_time::stddev),
     ("stdvar_over_time", over_time::stdvar),
     ("sum_over_time", over_time::sum),

@@ -207,6 +207,21 @@ pub enum HistogramWireError {
     IntWithCounts,
 }
 
+/// A `Histogram` message's time and `start_timestamp` (field 17, remote
+/// write 2.0; 0 when unset or unreadable).
+pub fn time_and_start(msg: &[u8]) -> (i64, i64) {
+    let (mut t, mut st) = (0, 0);
+    let mut r = Reader::new(msg);
+    while let Ok(Some((f, v, _))) = r.next_field() {
+        match (f, v) {
+            (field::TIMESTAMP, Value::Varint(x)) => t = x as i64,
+            (17, Value::Varint(x)) => st = x as i64,
+            _ => {}
+        }
+    }
+    (t, st)
+}
+
 /// Decodes one `Histogram` message. The framing was checked with the
 /// request; a value of the wrong wire type or too many buckets is an error
 /// for this histogram only.

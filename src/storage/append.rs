@@ -108,6 +108,8 @@ pub struct HeadOptions {
     /// Samples of a series' out-of-order buffer before it is sealed into
     /// a chunk (Prometheus' `out_of_order_cap_max`, 32).
     pub ooo_cap: usize,
+    /// Keep the start times samples are sent with (`st-storage`).
+    pub st_storage: bool,
 }
 
 impl Default for HeadOptions {
@@ -121,6 +123,7 @@ impl Default for HeadOptions {
             max_exemplars: 100_000,
             ooo_window_ms: 0,
             ooo_cap: 32,
+            st_storage: false,
         }
     }
 }

@@ -43,6 +43,9 @@ pub trait SeriesSource {
     fn zero_sample_at(&self, _span: &Self::Span) -> Option<i64> {
         None
     }
+    /// Each float sample's time and start time (0 when it has none), when
+    /// the protocol sends start times: appended to `out`.
+    fn sample_starts(&self, _span: &Self::Span, _out: &mut Vec<(i64, i64)>) {}
     /// Whether [`SeriesSource::canonical`] gives the bytes of the series
     /// stored: not when relabel rules turn the sent labels into another
     /// series, found by its fingerprint alone.
@@ -179,6 +182,32 @@ impl<'d> Appender<'d> {
         made.map(|(fp, slot)| Alias { fp, slot })
     }
 
+    /// Whether start times sent with samples are kept (`st-storage`): then
+    /// [`Appender::note_starts`] takes them.
+    pub fn keeps_starts(&self) -> bool {
+        self.head.opts().st_storage
+    }
+
+    /// Keeps the start times (`(t, st)`, in time order, st 0 for none) of
+    /// samples just appended to the series `r` names; `false` when it is
+    /// not where `r` says.
+    pub fn note_starts(&mut self, r: SeriesRef, starts: impl Iterator<Item = (i64, i64)>) -> bool {
+        if r.is_not_stored() || !self.head.opts().st_storage {
+            return false;
+        }
+        self.head.note_starts_at(r.fp, r.slot, starts)
+    }
+
+    /// [`Appender::note_starts`] for the series whose canonical label bytes
+    /// are `canonical`.
+    pub fn note_starts_of(
+        &mut self,
+        canonical: &[u8],
+        starts: impl Iterator<Item = (i64, i64)>,
+    ) -> bool {
+        self.head.opts().st_storage && self.head.note_starts_of(canonical, starts)
+    }
+
     /// Appends validated native histogram samples to the series with these
     /// valid, sorted `labels`, creating it within the series limit.
     pub fn append_histograms(
@@ -255,6 +284,7 @@ impl<'d> Appender<'d> {
             slots,
             learn,
             learned,
+            start_times,
             ..
         } = batch;
         while !pending.is_empty() {
@@ -294,6 +324,13 @@ impl<'d> Appender<'d> {
                     guard.append_zero(slot, st, max_t);
                 }
                 guard.append_to(slot, wire.samples(&e.span), max_t, counts);
+                if head.opts().st_storage {
+                    start_times.clear();
+                    wire.sample_starts(&e.span, start_times);
+                    if !start_times.is_empty() {
+                        guard.note_starts(slot, start_times.drain(..));
+                    }
+                }
                 each(&e.span, counts);
             }
         }
@@ -364,6 +401,8 @@ pub struct SeriesBatch<S> {
     /// Series found other than where they were last seen, when `learn`
     /// is set.
     learned: Vec<(S, SeriesRef)>,
+    /// One series' samples' start times at a time.
+    start_times: Vec<(i64, i64)>,
 }
 
 impl<S> Default for SeriesBatch<S> {
@@ -377,6 +416,7 @@ impl<S> Default for SeriesBatch<S> {
             slots: Vec::new(),
             learn: false,
             learned: Vec::new(),
+            start_times: Vec::new(),
         }
     }
 }

@@ -182,6 +182,7 @@ impl Block {
                 labels,
                 chunks: Vec::new(),
                 histograms: Vec::new(),
+                starts: Vec::new(),
             };
             for m in metas.iter().filter(|c| c.maxt >= mint && c.mint <= maxt) {
                 match self.chunks.chunk(m.chunk_ref) {
@@ -699,6 +700,9 @@ pub(crate) fn merge(mut parts: Vec<SelectedSeries>) -> Vec<SelectedSeries> {
             Some(last) if last.labels == s.labels => {
                 last.chunks.extend(s.chunks);
                 last.histograms.extend(s.histograms);
+                if !s.starts.is_empty() {
+                    last.starts = crate::storage::starts::merge_runs(&last.starts, &s.starts);
+                }
                 joined = true;
             }
             _ => {

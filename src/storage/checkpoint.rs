@@ -284,6 +284,18 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
                 }
             }
             record::encode_histograms_frame(&mut buf, &entries);
+            // Start-time runs, restored at load as the log's are.
+            entries.clear();
+            for s in &shard.series {
+                for run in shard.starts_of(s) {
+                    crate::storage::starts::put_entry(&mut entries, s.id, run);
+                }
+                if entries.len() >= 1 << 20 {
+                    record::encode_starts_frame(&mut buf, &entries);
+                    entries.clear();
+                }
+            }
+            record::encode_starts_frame(&mut buf, &entries);
         });
         report.bytes += buf.len() as u64;
         file.write_all(&buf).map_err(io_err(&tmp))?;
@@ -394,7 +406,10 @@ pub fn load(
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
             Ok((
-                rec @ (Record::Exemplars(_) | Record::Samples(_) | Record::Histograms(_)),
+                rec @ (Record::Exemplars(_)
+                | Record::Samples(_)
+                | Record::Histograms(_)
+                | Record::Starts(_)),
                 len,
             )) => {
                 records(rec);

@@ -172,6 +172,12 @@ impl<'d> Single<'d> {
                     labels: shard.labels_of(series),
                     chunks,
                     histograms,
+                    starts: crate::storage::starts::runs_within(
+                        shard.starts_of(series),
+                        mint,
+                        maxt,
+                    )
+                    .to_vec(),
                 });
             })?;
         drop(set);

@@ -3,6 +3,7 @@
 
 use super::chunk::{ChunkRef, XorIter};
 use super::labels::Label;
+pub use super::starts::{start_at, StartRun};
 use crate::histogram::HistSample;
 
 /// A selected series: its labels and the chunks that overlap the range.
@@ -15,6 +16,9 @@ pub struct SelectedSeries {
     /// Native histogram samples in the range, in time order (empty for a
     /// series that never had one).
     pub histograms: Vec<(i64, HistSample)>,
+    /// Its start-time runs over the range, in time order (empty when it
+    /// was sent none, or they are not kept).
+    pub starts: Vec<StartRun>,
 }
 
 impl SelectedSeries {
@@ -106,7 +110,7 @@ mod tests {
                     last: known[i % known.len()].then(|| part[part.len() - 1]),
                 });
             }
-            let s = SelectedSeries { labels: Vec::new(), chunks, histograms: Vec::new() };
+            let s = SelectedSeries { labels: Vec::new(), chunks, histograms: Vec::new(), starts: Vec::new() };
             let maxt = mint + len;
             prop_assert_eq!(s.last_sample(mint, maxt), s.samples(mint, maxt).last());
         }

@@ -12,7 +12,10 @@
 //! - `4` exemplars, self-contained (keyed by labels, not references, so a
 //!   checkpoint can carry them too): per exemplar `series: uvarint length |
 //!   canonical labels | labels: uvarint length | canonical labels |
-//!   t: zigzag varint | v: f64 bits LE`.
+//!   t: zigzag varint | v: f64 bits LE`;
+//! - `7` start-time runs: per run `ref: uvarint | run`, the run in
+//!   `storage::starts`' layout (the log carries the bytes, the store reads
+//!   them).
 
 pub mod histograms;
 
@@ -30,6 +33,7 @@ const CHECKPOINT: u8 = 3;
 const EXEMPLARS: u8 = 4;
 const HISTOGRAMS: u8 = 5;
 const FLUSHED: u8 = 6;
+const STARTS: u8 = 7;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +63,8 @@ pub enum Record<'a> {
         /// The blocks' ULIDs, 16 big-endian bytes each.
         blocks: &'a [u8],
     },
+    /// Start-time runs of series defined earlier, as the store wrote them.
+    Starts(&'a [u8]),
 }
 
 /// The exemplars of an exemplars record, decoded as they are iterated.
@@ -187,6 +193,18 @@ pub fn encode_histograms_frame(out: &mut Vec<u8>, entries: &[u8]) {
     finish(out, at);
 }
 
+/// Appends a start-time runs record holding `entries` (each a series
+/// reference and a run, as the store encodes them) to `out`; nothing if
+/// empty.
+pub fn encode_starts_frame(out: &mut Vec<u8>, entries: &[u8]) {
+    if entries.is_empty() {
+        return;
+    }
+    let at = start(out, STARTS);
+    out.extend_from_slice(entries);
+    finish(out, at);
+}
+
 /// Appends a flushed record to `out`: samples older than `below` logged
 /// before it are in `blocks` (ULIDs as 128-bit numbers).
 pub fn encode_flushed(out: &mut Vec<u8>, below: i64, blocks: &[u128]) {
@@ -308,6 +326,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
         CHECKPOINT => Record::Checkpoint(payload),
         EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
         HISTOGRAMS => Record::Histograms(Histograms { rest: payload }),
+        STARTS => Record::Starts(payload),
         FLUSHED => {
             let (below, blocks) = payload
                 .split_first_chunk::<8>()

@@ -55,6 +55,9 @@ pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 pub struct Series {
     pub labels: Labels,
     pub points: Vec<Point>,
+    /// From an `@st` line: each point's start time as an offset from its
+    /// own time (`None`: no start time); empty without one.
+    pub starts: Vec<Option<i64>>,
 }
 
 #[derive(Clone, Debug)]
@@ -169,9 +172,48 @@ pub fn parse(script: &str) -> Result<Vec<Cmd>, String> {
             let line = i + 1;
             let mut series = Vec::new();
             i += 1;
+            // An `@st` line gives the start times of the series on the
+            // line after it (Prometheus v3.14's start-timestamp loads).
+            let mut pending: Option<(Labels, Vec<Option<i64>>)> = None;
             while i < lines.len() && !lines[i].is_empty() {
-                series.push(parse_series(lines[i]).map_err(|e| format!("line {}: {e}", i + 1))?);
+                let at = |e: String| format!("line {}: {e}", i + 1);
+                let first = lines[i].split_whitespace().next().unwrap_or("");
+                if let Some(metric) = first.strip_suffix("@st") {
+                    if pending.is_some() {
+                        return Err(at("@st line has no following sample line".into()));
+                    }
+                    let rest = lines[i].trim_start()[first.len()..].to_owned();
+                    let (labels, _) = parse_labels(&format!("{metric} _")).map_err(at)?;
+                    let mut starts = Vec::new();
+                    for tok in rest.split_whitespace() {
+                        expand_starts(tok, &mut starts)
+                            .ok_or_else(|| at(format!("invalid start time {tok:?}")))?;
+                    }
+                    pending = Some((labels, starts));
+                    i += 1;
+                    continue;
+                }
+                let mut s = parse_series(lines[i]).map_err(at)?;
+                if let Some((labels, starts)) = pending.take() {
+                    if labels != s.labels {
+                        return Err(at(
+                            "@st metric does not match the following sample line metric".into(),
+                        ));
+                    }
+                    if starts.len() != s.points.len() {
+                        return Err(at(format!(
+                            "@st line has {} values but sample line has {}",
+                            starts.len(),
+                            s.points.len()
+                        )));
+                    }
+                    s.starts = starts;
+                }
+                series.push(s);
                 i += 1;
+            }
+            if pending.is_some() {
+                return Err(format!("line {i}: @st line has no following sample line"));
             }
             cmds.push(Cmd::Load {
                 line,
@@ -415,7 +457,47 @@ pub fn parse_series(s: &str) -> Result<Series, String> {
         expand(&tok, &mut points)
             .ok_or_else(|| format!("invalid series value {tok:?} in {s:?}"))?;
     }
-    Ok(Series { labels, points })
+    Ok(Series {
+        labels,
+        points,
+        starts: Vec::new(),
+    })
+}
+
+/// One item of an `@st` line: `_`, `_xN`, `<d>`, `<d>xN`, `<d>+<d>xN` or
+/// `<d>-<d>xN`, durations with an optional sign; `xN` gives N+1 values.
+fn expand_starts(tok: &str, out: &mut Vec<Option<i64>>) -> Option<()> {
+    if tok == "_" {
+        out.push(None);
+        return Some(());
+    }
+    let (head, n) = match tok.rfind('x') {
+        Some(x) => (&tok[..x], Some(tok[x + 1..].parse::<usize>().ok()?)),
+        None => (tok, None),
+    };
+    if head == "_" {
+        out.extend(std::iter::repeat_n(None, n?));
+        return Some(());
+    }
+    let signed = |s: &str| -> Option<i64> {
+        match s.strip_prefix('+') {
+            Some(r) => duration_ms(r).ok(),
+            None => duration_ms(s).ok(),
+        }
+    };
+    // The increment starts at a sign past the first character.
+    let split = head
+        .char_indices()
+        .skip(1)
+        .find(|&(_, c)| c == '+' || c == '-')
+        .map(|(i, _)| i);
+    let (base, step) = match split {
+        Some(i) => (signed(&head[..i])?, signed(&head[i..])?),
+        None => (signed(head)?, 0),
+    };
+    let count = n.map_or(1, |n| n + 1);
+    out.extend((0..count as i64).map(|k| Some(base + k * step)));
+    Some(())
 }
 
 /// Value tokens, with `{{…}}` histograms kept whole.
@@ -799,7 +881,11 @@ pub fn nhcb_series(series: &[Series]) -> Vec<Series> {
             points[k] = Point::Histogram(Box::new(h));
         }
         if !points.is_empty() {
-            out.push(Series { labels, points });
+            out.push(Series {
+                labels,
+                points,
+                starts: Vec::new(),
+            });
         }
     }
     out
@@ -815,7 +901,7 @@ pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
         .map(|(i, s)| (&s.labels, i))
         .collect();
     for (i, s) in series.iter().enumerate() {
-        if last.get(&s.labels) != Some(&i) {
+        if last.get(&s.labels) != Some(&i) || !s.starts.is_empty() {
             continue;
         }
         let labels: Vec<pb::Label> = s
@@ -887,6 +973,78 @@ pub fn load_requests(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
     }
     if !batch.is_empty() {
         bodies.push(crate::common::body(batch));
+    }
+    bodies
+}
+
+/// The series with start times (`@st` lines), as remote write 2.0
+/// requests (snappy-compressed), one per run of floats or histograms in
+/// time order: each sample's start time is its time plus the offset; 0
+/// (none) where the line has none.
+pub fn load_requests_v2(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
+    use prost::Message;
+    use sluice::proto::io::prometheus::write::v2;
+    let mut bodies = Vec::new();
+    for s in series.iter().filter(|s| !s.starts.is_empty()) {
+        let symbols: Vec<String> = std::iter::once(String::new())
+            .chain(s.labels.iter().flat_map(|(n, v)| [n.clone(), v.clone()]))
+            .collect();
+        let refs: Vec<u32> = (1..symbols.len() as u32).collect();
+        let fresh = || v2::TimeSeries {
+            labels_refs: refs.clone(),
+            ..Default::default()
+        };
+        let mut runs = Vec::new();
+        let mut run = fresh();
+        for (k, p) in s.points.iter().enumerate() {
+            let timestamp = k as i64 * step_ms;
+            let start_timestamp = s
+                .starts
+                .get(k)
+                .copied()
+                .flatten()
+                .map_or(0, |d| timestamp + d);
+            match p {
+                Point::Float(value) => {
+                    if !run.histograms.is_empty() {
+                        runs.push(std::mem::replace(&mut run, fresh()));
+                    }
+                    run.samples.push(v2::Sample {
+                        value: *value,
+                        timestamp,
+                        start_timestamp,
+                    });
+                }
+                Point::Histogram(h) => {
+                    if !run.samples.is_empty() {
+                        runs.push(std::mem::replace(&mut run, fresh()));
+                    }
+                    // Remote write 1.0's histogram message with field 17.
+                    let mut msg = wire_histogram(h, timestamp).encode_to_vec();
+                    if start_timestamp != 0 {
+                        prost::encoding::int64::encode(17, &start_timestamp, &mut msg);
+                    }
+                    run.histograms
+                        .push(v2::Histogram::decode(msg.as_slice()).expect("a histogram message"));
+                }
+                Point::Omitted => {}
+            }
+        }
+        if !run.samples.is_empty() || !run.histograms.is_empty() {
+            runs.push(run);
+        }
+        for r in runs {
+            let req = v2::Request {
+                symbols: symbols.clone(),
+                timeseries: vec![r],
+            };
+            let raw = req.encode_to_vec();
+            bodies.push(
+                snap::raw::Encoder::new()
+                    .compress_vec(&raw)
+                    .expect("snappy compresses"),
+            );
+        }
     }
     bodies
 }

@@ -71,22 +71,64 @@ pub fn extrapolated_rate(
     Some(result * span.factor(zero_point, change, range_ms))
 }
 
+/// Whether the sample at `cur_t` with start time `cur_st` begins anew
+/// after the one at `prev_t` with start `prev_st` (Prometheus'
+/// `isStartTimestampReset`): a known start after the previous sample; at
+/// it, only when the previous sample's own start was known and before it
+/// (a delta, not a cumulative series of unknown start).
+pub(super) fn st_reset(prev_st: i64, prev_t: i64, cur_st: i64, cur_t: i64) -> bool {
+    if cur_st == 0 || cur_st >= cur_t || cur_st < prev_t {
+        return false;
+    }
+    if cur_st > prev_t {
+        return true;
+    }
+    if prev_st > prev_t {
+        return false;
+    }
+    prev_st != 0 && prev_st != prev_t
+}
+
 /// Where a window's samples lie in its range, for extrapolation.
-struct Span {
-    first_t: i64,
-    last_t: i64,
-    samples: usize,
-    range_start: i64,
-    range_end: i64,
+pub(super) struct Span {
+    pub(super) first_t: i64,
+    pub(super) last_t: i64,
+    pub(super) samples: usize,
+    pub(super) range_start: i64,
+    pub(super) range_end: i64,
 }
 
 impl Span {
+    /// [`Span::factor`] for a counter taken to be zero at `start` (a start
+    /// time inside the range): nothing extrapolated before the samples,
+    /// the end as usual (no extrapolation from a single sample).
+    pub(super) fn factor_from_start(&self, start: i64, change: Change, range_ms: i64) -> f64 {
+        let mut to_end = (self.range_end - self.last_t) as f64 / 1000.0;
+        let sampled = (self.last_t - start) as f64 / 1000.0;
+        let avg_step = match self.samples {
+            0 | 1 => 0.0,
+            n => (self.last_t - self.first_t) as f64 / 1000.0 / (n - 1) as f64,
+        };
+        if to_end >= avg_step * 1.1 {
+            to_end = avg_step / 2.0;
+        }
+        let mut factor = if sampled != 0.0 {
+            (sampled + to_end) / sampled
+        } else {
+            1.0
+        };
+        if change.per_second() {
+            factor /= range_ms as f64 / 1000.0;
+        }
+        factor
+    }
+
     /// What the change between the first and last sample is multiplied
     /// by: extrapolated to the range's ends where samples come within
     /// 1.1 average intervals of them, else by half an interval; not past
     /// the point where a counter would reach zero (`zero_point`, the
     /// first value over the change, for float counters).
-    fn factor(&self, zero_point: Option<f64>, change: Change, range_ms: i64) -> f64 {
+    pub(super) fn factor(&self, zero_point: Option<f64>, change: Change, range_ms: i64) -> f64 {
         let mut to_start = (self.first_t - self.range_start) as f64 / 1000.0;
         let mut to_end = (self.range_end - self.last_t) as f64 / 1000.0;
         let sampled = (self.last_t - self.first_t) as f64 / 1000.0;
@@ -153,6 +195,22 @@ fn histogram_rate(
     counter: bool,
     name: &str,
 ) -> Option<FloatHistogram> {
+    histogram_rate_with(ctx, points, counter, name, None)
+}
+
+/// [`histogram_rate`], with each sample's start time when they are read
+/// (`use-start-timestamps`): a start after the sample before is a reset.
+pub(super) fn histogram_rate_with(
+    ctx: &Ctx<'_>,
+    points: &[(i64, Hist)],
+    counter: bool,
+    name: &str,
+    starts: Option<&[i64]>,
+) -> Option<FloatHistogram> {
+    let st = |i: usize| starts.and_then(|s| s.get(i).copied()).unwrap_or(0);
+    let st_reset = |i: usize| {
+        starts.is_some() && i > 0 && st_reset(st(i - 1), points[i - 1].0, st(i), points[i].0)
+    };
     use CounterResetHint::Gauge;
     let (first, last) = (&points.first()?.1, &points.last()?.1);
     if counter && (first.hint == Gauge || last.hint == Gauge) {
@@ -164,7 +222,7 @@ fn histogram_rate(
     let mut prev: &FloatHistogram = first;
     if counter {
         if let Some((_, second)) = points.get(1) {
-            if ctx.hist_reset(second, first) {
+            if st_reset(1) || ctx.hist_reset(second, first) {
                 zero = FloatHistogram {
                     schema: second.schema,
                     custom_values: second.custom_values.clone(),
@@ -199,8 +257,8 @@ fn histogram_rate(
         return None;
     }
     if counter {
-        for (_, cur) in &points[1..] {
-            if ctx.hist_reset(cur, prev) {
+        for (i, (_, cur)) in points.iter().enumerate().skip(1) {
+            if st_reset(i) || ctx.hist_reset(cur, prev) {
                 if let Err(e) = ctx.hist_combine(&mut h, prev, false, "addition") {
                     ctx.annotate(Annotation::incompatible(e, name));
                     return None;
@@ -365,7 +423,7 @@ pub(super) fn increase(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Quer
 /// Prometheus' info for `rate`/`increase` over a metric whose name does
 /// not end as a counter's does; once per call, for each such name among
 /// the series that can give a value (two samples or more).
-fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(), QueryError> {
+pub(super) fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<(), QueryError> {
     if !ctx.first_time(call as *const Call as usize) {
         return Ok(());
     }

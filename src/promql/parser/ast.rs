@@ -466,7 +466,7 @@ impl Call {
     /// [`Expr::step_invariant`] of the call.
     pub fn step_invariant(&self) -> bool {
         let args = || self.args.args.iter();
-        const TIME_DEPENDENT: [&str; 15] = [
+        const TIME_DEPENDENT: [&str; 16] = [
             "days_in_month",
             "day_of_month",
             "day_of_week",
@@ -482,11 +482,12 @@ impl Call {
             "step",
             "time",
             "timestamp",
+            "start_timestamp",
         ];
         if !TIME_DEPENDENT.contains(&self.func.name) {
             args().all(Expr::step_invariant)
         } else {
-            self.func.name == "timestamp"
+            matches!(self.func.name, "timestamp" | "start_timestamp")
                 && args()
                     .all(|a| matches!(a.unparen(), Expr::VectorSelector(vs) if vs.at.is_some()))
         }

@@ -90,6 +90,8 @@ pub struct SpanV2 {
     /// Its start (created) timestamp in ms, 0 if unset: the first sample's
     /// `start_timestamp`, else the series' `created_timestamp`.
     pub start: i64,
+    /// The series' `created_timestamp` (senders before v3.8), 0 if unset.
+    pub created: i64,
 }
 
 /// Buffers one thread reuses for every 2.0 request it decodes.
@@ -266,8 +268,12 @@ fn check_series(
                 span.exemplars += 1;
             }
             (5, Value::Bytes(md)) => span.metadata = Some(check_metadata(md, at)?),
-            (6, Value::Varint(ct)) if span.start == 0 => span.start = ct as i64,
-            (6, Value::Varint(_)) => {}
+            (6, Value::Varint(ct)) => {
+                span.created = ct as i64;
+                if span.start == 0 {
+                    span.start = ct as i64;
+                }
+            }
             (1..=6, _) => return Err(wrong_type(at).into()),
             _ => {}
         }
@@ -604,6 +610,38 @@ impl Scratch {
         let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
         let msg = body.get(at..at + len).unwrap_or_default();
         SampleIter::at(msg, at, span.samples_at as usize)
+    }
+
+    /// Each float sample's time and start time (its `start_timestamp`,
+    /// else the series' `created_timestamp`, else 0).
+    pub fn sample_starts<'a>(
+        &self,
+        body: &'a [u8],
+        span: &SpanV2,
+    ) -> impl Iterator<Item = (i64, i64)> + use<'a> {
+        let (at, len) = (span.msg.0 as usize, span.msg.1 as usize);
+        let msg = body.get(at..at + len).unwrap_or_default();
+        let mut r = Reader::nested(msg.get(span.samples_at as usize..).unwrap_or_default(), 0);
+        let created = span.created;
+        std::iter::from_fn(move || loop {
+            match r.next_field() {
+                Ok(Some((2, Value::Bytes(b), _))) => {
+                    let mut t = 0;
+                    let mut st = 0;
+                    let mut s = Reader::new(b);
+                    while let Ok(Some((field, v, _))) = s.next_field() {
+                        match (field, v) {
+                            (2, Value::Varint(x)) => t = x as i64,
+                            (3, Value::Varint(x)) => st = x as i64,
+                            _ => {}
+                        }
+                    }
+                    return Some((t, if st != 0 { st } else { created }));
+                }
+                Ok(Some(_)) => {}
+                _ => return None,
+            }
+        })
     }
 
     /// Series `span`'s labels as (name, value) bytes, in sent order

@@ -67,6 +67,16 @@ impl ShardGuard<'_> {
         );
     }
 
+    /// Notes the start times of samples appended to the series in `slot`.
+    #[inline]
+    pub(in crate::storage) fn note_starts(
+        &mut self,
+        slot: u32,
+        starts: impl Iterator<Item = (i64, i64)>,
+    ) {
+        self.shard.note_starts(slot, starts);
+    }
+
     /// Appends to the series in `slot` (from [`ShardGuard::find_warm`]).
     #[inline]
     pub(in crate::storage) fn append_to(
@@ -202,6 +212,24 @@ impl Head {
         true
     }
 
+    /// Notes start times for the series whose canonical label bytes are
+    /// `raw`; `false` when there is none.
+    pub(in crate::storage) fn note_starts_of(
+        &self,
+        raw: &[u8],
+        starts: impl Iterator<Item = (i64, i64)>,
+    ) -> bool {
+        let fp = fingerprint(raw);
+        let mut counts = AppendCounts::default();
+        let (home, mut shard) = self.lock_touched(fp.hash, &mut counts);
+        let Some(slot) = shard.find(fp, raw) else {
+            return false;
+        };
+        shard.note_starts(slot, starts);
+        home.publish(&shard);
+        true
+    }
+
     /// Appends to the series last seen at `slot` with fingerprint `fp`;
     /// `false`, touching nothing, when it is not there now.
     pub(in crate::storage) fn append_at(
@@ -217,6 +245,25 @@ impl Head {
             return false;
         }
         shard.append(slot, samples, self.time_bounds(max_t), &self.opts, counts);
+        home.publish(&shard);
+        true
+    }
+
+    /// Notes the start times of samples appended to the series at `slot`
+    /// (see [`super::shard::Shard::note_starts`]); `false` when it is not
+    /// there.
+    pub(in crate::storage) fn note_starts_at(
+        &self,
+        fp: Fingerprint,
+        slot: u32,
+        starts: impl Iterator<Item = (i64, i64)>,
+    ) -> bool {
+        let mut counts = AppendCounts::default();
+        let (home, mut shard) = self.lock_touched(fp.hash, &mut counts);
+        if !shard.holds(slot, fp) {
+            return false;
+        }
+        shard.note_starts(slot, starts);
         home.publish(&shard);
         true
     }

@@ -235,6 +235,17 @@ impl<'h> Replayer<'h> {
                 }
             }
             Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
+            Record::Starts(entries) => {
+                for (r, run) in crate::storage::starts::entries(entries) {
+                    let Some(&(shard, _)) = self.refs.get(&r) else {
+                        self.unknown_refs += 1;
+                        continue;
+                    };
+                    self.head
+                        .lock_shard_for_replay(shard as usize)
+                        .restore_start(r, run);
+                }
+            }
             Record::Histograms(entries) => {
                 for (r, t, h) in entries {
                     let Some(&(shard, slot)) = self.refs.get(&r) else {

@@ -18,6 +18,7 @@ use crate::storage::chunk::{
 };
 use crate::storage::index::Postings;
 use crate::storage::labels::{matches_canonical, Interner, Label, StrId};
+use crate::storage::starts::{StartRun, StartRuns};
 use crate::wal::record::{encode_series, SamplesFrame};
 
 /// A shard's out-of-order side, borrowed field by field (apart from the
@@ -517,6 +518,10 @@ pub(crate) struct Shard {
     /// id, and the bytes they hold.
     pub(crate) ooo: hashbrown::HashMap<u64, OooSeries>,
     pub(crate) ooo_bytes: usize,
+    /// The start-time runs of the series that were sent start times
+    /// (`st-storage`), by series id, and how many runs they hold.
+    pub(crate) starts: hashbrown::HashMap<u64, StartRuns>,
+    start_runs: usize,
     /// Every series' (name, value) ids, one run per series: one block
     /// for the shard instead of one per series, which cost a pointer,
     /// a length and the allocator's header and rounding each.
@@ -564,7 +569,9 @@ impl Shard {
                 + self.hist_chunks * PER_SEALED
                 + self.hists.capacity() * PER_HIST_SERIES
                 + self.ooo_bytes
-                + self.ooo.capacity() * (std::mem::size_of::<(u64, OooSeries)>() + 1),
+                + self.ooo.capacity() * (std::mem::size_of::<(u64, OooSeries)>() + 1)
+                + self.starts.capacity() * (std::mem::size_of::<(u64, StartRuns)>() + 1)
+                + self.start_runs * std::mem::size_of::<StartRun>(),
             series: self.series.capacity() * std::mem::size_of::<MemSeries>(),
             labels: self.label_ids.capacity() * std::mem::size_of::<(StrId, StrId)>()
                 + self.strings.heap_bytes(),
@@ -787,6 +794,11 @@ impl Shard {
                 self.samples -= samples;
                 hist_dropped += chunks;
             }
+            if let Some(r) = self.starts.get_mut(&s.id) {
+                let before = r.runs().len();
+                r.drop_before(cutoff);
+                self.start_runs -= before - r.runs().len();
+            }
             if s.has_ooo() {
                 let empty = match self.ooo.get_mut(&s.id) {
                     Some(o) => {
@@ -826,6 +838,7 @@ impl Shard {
             label_ids: old_ids,
             mut hists,
             mut ooo,
+            mut starts,
             ..
         } = old;
         self.log = log;
@@ -857,7 +870,12 @@ impl Shard {
                     dropped += h.footprint().1;
                 }
                 ooo.remove(&s.id);
+                starts.remove(&s.id);
                 continue;
+            }
+            if let Some(r) = starts.remove(&s.id) {
+                self.start_runs += r.runs().len();
+                self.starts.insert(s.id, r);
             }
             if let Some(o) = s.has_ooo().then(|| ooo.remove(&s.id)).flatten() {
                 self.samples += o.len();
@@ -983,6 +1001,59 @@ impl Shard {
                 Err(e) => counts.reject(e, t),
             }
         }
+    }
+}
+
+impl Shard {
+    /// Notes the start times of samples appended to the series in `slot`
+    /// (`(t, st)`, in time order; st 0 when none was sent), logging each
+    /// run they start. A series that never had a start time keeps none.
+    pub(crate) fn note_starts(&mut self, slot: u32, starts: impl Iterator<Item = (i64, i64)>) {
+        let Some(series) = self.series.get(slot as usize) else {
+            return;
+        };
+        let id = series.id;
+        let mut starts = starts.peekable();
+        let runs = match self.starts.get_mut(&id) {
+            Some(r) => r,
+            None => {
+                // Nothing kept until a start time arrives.
+                while starts.next_if(|&(_, st)| st == 0).is_some() {}
+                if starts.peek().is_none() {
+                    return;
+                }
+                self.starts.entry(id).or_default()
+            }
+        };
+        let mut entries = Vec::new();
+        for (t, st) in starts {
+            if let Some(run) = runs.note(t, st) {
+                self.start_runs += 1;
+                if self.log.is_some() {
+                    crate::storage::starts::put_entry(&mut entries, id, &run);
+                }
+            }
+        }
+        if let Some(log) = &mut self.log {
+            if !entries.is_empty() {
+                log.samples.close(&mut log.frames);
+                crate::wal::record::encode_starts_frame(&mut log.frames, &entries);
+            }
+        }
+    }
+
+    /// Takes back a run of the series with `id` from the WAL or a
+    /// checkpoint.
+    pub(crate) fn restore_start(&mut self, id: u64, run: StartRun) {
+        let runs = self.starts.entry(id).or_default();
+        let before = runs.runs().len();
+        runs.restore(run);
+        self.start_runs = self.start_runs + runs.runs().len() - before;
+    }
+
+    /// The start-time runs of a series, if it has any.
+    pub(crate) fn starts_of(&self, series: &MemSeries) -> &[StartRun] {
+        self.starts.get(&series.id).map_or(&[], |r| r.runs())
     }
 }
 
@@ -1624,6 +1695,7 @@ mod tests {
             labels: Vec::new(),
             chunks: snap,
             histograms: Vec::new(),
+            starts: Vec::new(),
         };
         let got: Vec<i64> = sel.samples(i64::MIN, i64::MAX).map(|(t, _)| t).collect();
         assert_eq!(got, vec![1000, 2000, 3000]);

@@ -1,0 +1,335 @@
+//! Start timestamps (Prometheus' "ST", once the "created timestamp"): for a
+//! cumulative sample, when the count it holds began; for a delta sample,
+//! where the interval it covers starts. Remote write 2.0 and OTLP send one
+//! with each sample; `--enable-feature=st-storage` keeps them, and
+//! `use-start-timestamps` lets `rate`, `increase`, `irate`, `resets` and
+//! `start_timestamp()` read them.
+//!
+//! A series keeps them as runs, not per sample: a run starts at a sample
+//! and holds for every later one until the next run, either as one start
+//! time (a counter between resets), as a fixed distance before each
+//! sample (deltas over a steady interval), or as unknown. A counter costs
+//! one run per reset.
+
+use crate::encoding::{put_uvarint, unzigzag, uvarint, zigzag};
+
+fn put_varint(out: &mut Vec<u8>, v: i64) {
+    put_uvarint(out, zigzag(v));
+}
+
+fn varint(b: &[u8]) -> Option<(i64, usize)> {
+    uvarint(b).map(|(u, n)| (unzigzag(u), n))
+}
+
+/// What a run says of each sample's start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartKind {
+    /// Not known (Prometheus' 0).
+    Unknown,
+    /// This start time, for every sample of the run.
+    At(i64),
+    /// This many ms before each sample's own time.
+    Before(i64),
+}
+
+/// From the sample at `from` on, start times as `kind` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartRun {
+    /// The time of the run's first sample.
+    pub from: i64,
+    /// The start times it gives.
+    pub kind: StartKind,
+}
+
+impl StartRun {
+    /// The start time it gives a sample at `t`; 0 when unknown.
+    #[inline]
+    pub fn st(&self, t: i64) -> i64 {
+        match self.kind {
+            StartKind::Unknown => 0,
+            StartKind::At(st) => st,
+            StartKind::Before(d) => t.saturating_sub(d),
+        }
+    }
+
+    /// Appends the run's encoding: `from` as a varint, a kind byte (0
+    /// unknown, 1 at, 2 before) and, but for unknown, its value as a varint.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.from);
+        match self.kind {
+            StartKind::Unknown => out.push(0),
+            StartKind::At(st) => {
+                out.push(1);
+                put_varint(out, st);
+            }
+            StartKind::Before(d) => {
+                out.push(2);
+                put_varint(out, d);
+            }
+        }
+    }
+
+    /// Reads one run from the start of `b`: the run and the bytes read.
+    pub fn decode(b: &[u8]) -> Option<(StartRun, usize)> {
+        let (from, mut n) = varint(b)?;
+        let kind = match *b.get(n)? {
+            0 => {
+                n += 1;
+                StartKind::Unknown
+            }
+            k @ (1 | 2) => {
+                let (v, m) = varint(b.get(n + 1..)?)?;
+                n += 1 + m;
+                if k == 1 {
+                    StartKind::At(v)
+                } else {
+                    StartKind::Before(v)
+                }
+            }
+            _ => return None,
+        };
+        Some((StartRun { from, kind }, n))
+    }
+}
+
+/// Appends one entry of a WAL start-times record: a series reference and
+/// a run.
+pub fn put_entry(out: &mut Vec<u8>, series_ref: u64, run: &StartRun) {
+    put_uvarint(out, series_ref);
+    run.encode(out);
+}
+
+/// The entries of a WAL start-times record; stops at the first malformed
+/// one.
+pub fn entries(mut b: &[u8]) -> impl Iterator<Item = (u64, StartRun)> + '_ {
+    std::iter::from_fn(move || {
+        let (r, n) = uvarint(b)?;
+        let (run, m) = StartRun::decode(b.get(n..)?)?;
+        b = b.get(n + m..)?;
+        Some((r, run))
+    })
+}
+
+/// Appends a list of runs: their count, then each run.
+pub fn encode_runs(runs: &[StartRun], out: &mut Vec<u8>) {
+    put_uvarint(out, runs.len() as u64);
+    for r in runs {
+        r.encode(out);
+    }
+}
+
+/// Reads a list of runs written by [`encode_runs`] from the start of `b`:
+/// the runs (in time order, or `None`) and the bytes read.
+pub fn decode_runs(b: &[u8]) -> Option<(Vec<StartRun>, usize)> {
+    let (count, mut n) = uvarint(b)?;
+    // Each run takes at least two bytes: no list longer than the input.
+    let mut runs = Vec::with_capacity((count as usize).min(b.len() / 2));
+    for _ in 0..count {
+        let (r, m) = StartRun::decode(b.get(n..)?)?;
+        if runs.last().is_some_and(|p: &StartRun| p.from >= r.from) {
+            return None;
+        }
+        runs.push(r);
+        n += m;
+    }
+    Some((runs, n))
+}
+
+/// The start time `runs` (in time order) give a sample at `t`; 0 when
+/// unknown.
+#[inline]
+pub fn start_at(runs: &[StartRun], t: i64) -> i64 {
+    match runs.partition_point(|r| r.from <= t) {
+        0 => 0,
+        i => runs[i - 1].st(t),
+    }
+}
+
+/// The runs of `runs` that give start times to samples in `[mint, maxt]`:
+/// the one holding at `mint` and those starting up to `maxt`.
+pub fn runs_within(runs: &[StartRun], mint: i64, maxt: i64) -> &[StartRun] {
+    let first = runs.partition_point(|r| r.from <= mint).saturating_sub(1);
+    let end = runs.partition_point(|r| r.from <= maxt);
+    runs.get(first..end).unwrap_or_default()
+}
+
+/// Merges two lists of runs of one series from stores with different
+/// times (blocks being compacted): each list speaks for its own span,
+/// `[first run, last_b)` — where both speak, the later list's runs win
+/// from where they start. Either may be empty.
+pub fn merge_runs(a: &[StartRun], b: &[StartRun]) -> Vec<StartRun> {
+    let mut out: Vec<StartRun> = a.iter().chain(b).copied().collect();
+    out.sort_by_key(|r| r.from);
+    out.dedup_by(|later, earlier| {
+        if later.from == earlier.from {
+            *earlier = *later;
+            true
+        } else {
+            false
+        }
+    });
+    // A run that says what the one before it says adds nothing.
+    out.dedup_by(|later, earlier| later.kind == earlier.kind && later.kind != StartKind::Unknown);
+    out
+}
+
+/// One series' start times as samples arrive, in time order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StartRuns {
+    runs: Vec<StartRun>,
+    /// The newest sample noted and its start time.
+    last: Option<(i64, i64)>,
+}
+
+impl StartRuns {
+    /// Notes a sample at `t` with start time `st` (0: none sent); returns
+    /// the run it starts, if it starts one. A sample at or before the
+    /// newest noted is not looked at (start times follow samples in
+    /// order). A series that never had a start time keeps no run.
+    pub fn note(&mut self, t: i64, st: i64) -> Option<StartRun> {
+        let prev = match self.last {
+            Some((lt, _)) if t <= lt => return None,
+            prev => prev,
+        };
+        self.last = Some((t, st));
+        match self.runs.last() {
+            Some(r) if r.st(t) == st => return None,
+            None if st == 0 => return None,
+            _ => {}
+        }
+        // The same distance before the sample as before the one before
+        // it: deltas over a steady interval, one run for all.
+        let kind = match prev {
+            _ if st == 0 => StartKind::Unknown,
+            Some((pt, pst)) if pst != 0 && pt.wrapping_sub(pst) == t.wrapping_sub(st) => {
+                StartKind::Before(t.wrapping_sub(st))
+            }
+            _ => StartKind::At(st),
+        };
+        let run = StartRun { from: t, kind };
+        self.runs.push(run);
+        Some(run)
+    }
+
+    /// Takes back a run noted earlier (a replay of the WAL): runs keep
+    /// their order, and one at or before the newest replaces what it
+    /// covers.
+    pub fn restore(&mut self, run: StartRun) {
+        let keep = self.runs.partition_point(|r| r.from < run.from);
+        self.runs.truncate(keep);
+        self.runs.push(run);
+        self.last = Some((run.from, run.st(run.from)));
+    }
+
+    /// The runs, in time order.
+    pub fn runs(&self) -> &[StartRun] {
+        &self.runs
+    }
+
+    /// Whether no run is kept.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Forgets the runs no sample from `t` on reads (the head let go of
+    /// what is older).
+    pub fn drop_before(&mut self, t: i64) {
+        let first = self.runs.partition_point(|r| r.from <= t).saturating_sub(1);
+        self.runs.drain(..first);
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.runs.capacity() * std::mem::size_of::<StartRun>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn counters_take_a_run_per_reset_and_steady_deltas_one() {
+        let mut c = StartRuns::default();
+        for (t, st) in [(60, 30), (120, 30), (180, 30), (240, 200), (300, 200)] {
+            c.note(t, st);
+        }
+        assert_eq!(
+            c.runs(),
+            &[
+                StartRun {
+                    from: 60,
+                    kind: StartKind::At(30)
+                },
+                StartRun {
+                    from: 240,
+                    kind: StartKind::At(200)
+                }
+            ]
+        );
+        let mut d = StartRuns::default();
+        for t in 1..100 {
+            d.note(t * 60, t * 60 - 60);
+        }
+        assert_eq!(d.runs().len(), 2, "{:?}", d.runs());
+        assert_eq!(start_at(d.runs(), 600), 540);
+        // Nothing sent, nothing kept.
+        let mut none = StartRuns::default();
+        assert_eq!(none.note(1, 0), None);
+        assert!(none.is_empty());
+    }
+
+    proptest! {
+        /// Whatever start times arrive, the runs give each sample the
+        /// start time it came with, and survive their encoding.
+        #[test]
+        fn runs_give_back_every_start_time(
+            steps in prop::collection::vec((1i64..100, 0u8..4, -50i64..50), 1..200),
+        ) {
+            let mut runs = StartRuns::default();
+            let (mut t, mut sent) = (0i64, Vec::new());
+            for (gap, how, x) in steps {
+                t += gap;
+                let st = match how {
+                    0 => 0,
+                    1 => t - 60,
+                    2 => sent.last().map_or(t - 1, |&(_, s): &(i64, i64)| if s == 0 { t - 1 } else { s }),
+                    _ => t + x,
+                };
+                runs.note(t, st);
+                sent.push((t, st));
+            }
+            for &(t, st) in &sent {
+                prop_assert_eq!(start_at(runs.runs(), t), st);
+            }
+            let mut b = Vec::new();
+            encode_runs(runs.runs(), &mut b);
+            let (back, n) = decode_runs(&b).expect("decodes");
+            prop_assert_eq!(n, b.len());
+            prop_assert_eq!(&back[..], runs.runs());
+            // A window's runs give its samples the same start times.
+            let (lo, hi) = (sent[sent.len() / 3].0, sent[sent.len() * 2 / 3].0);
+            let within = runs_within(runs.runs(), lo, hi);
+            for &(t, st) in sent.iter().filter(|&&(t, _)| (lo..=hi).contains(&t)) {
+                prop_assert_eq!(start_at(within, t), st);
+            }
+            // Split in two at any sample and merged again: the same.
+            let cut = sent[sent.len() / 2].0;
+            let merged = merge_runs(runs_within(runs.runs(), i64::MIN, cut - 1), runs_within(runs.runs(), cut, i64::MAX));
+            for &(t, st) in &sent {
+                prop_assert_eq!(start_at(&merged, t), st);
+            }
+        }
+
+        /// Any bytes decode to runs in time order, or to nothing; never a
+        /// panic.
+        #[test]
+        fn decoding_any_bytes_is_safe(b in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Some((runs, n)) = decode_runs(&b) {
+                prop_assert!(n <= b.len());
+                prop_assert!(runs.windows(2).all(|w| w[0].from < w[1].from));
+            }
+        }
+    }
+}
