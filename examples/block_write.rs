@@ -32,6 +32,7 @@ fn main() -> std::io::Result<()> {
             });
         }
         series.push(BlockSeries {
+            starts: Vec::new(),
             labels: vec![
                 ("__name__".into(), format!("metric_{}", i % 50)),
                 (

@@ -11,6 +11,7 @@ use common::{prometheus3, Prometheus};
 use sluice::histogram::{go_g, Histogram, Span};
 use sluice::storage::block::{write_block, BlockChunk, BlockSeries, Encoding, Ulid};
 use sluice::storage::chunk::{HistogramAppender, XorAppender};
+use sluice::storage::starts::{StartKind, StartRun};
 
 const HOUR: i64 = 3_600_000;
 const STEP: i64 = 15_000;
@@ -51,7 +52,17 @@ fn data(base: i64) -> (Vec<BlockSeries>, Vec<String>) {
             encoding: Encoding::Xor,
             data: Arc::from(app.bytes()),
         });
+        // The first series was sent start times (`st-storage`): the block
+        // gets a start-times file, which Prometheus' tools pass over.
+        let starts = match i {
+            0 => vec![StartRun {
+                from: base,
+                kind: StartKind::At(base - 1_000),
+            }],
+            _ => Vec::new(),
+        };
         series.push(BlockSeries {
+            starts,
             labels: vec![
                 ("__name__".into(), "blk_metric".into()),
                 ("instance".into(), format!("i{i}")),
@@ -89,6 +100,7 @@ fn data(base: i64) -> (Vec<BlockSeries>, Vec<String>) {
         }
     }
     series.push(BlockSeries {
+        starts: Vec::new(),
         labels: vec![("__name__".into(), "blk_hist".into())],
         chunks: vec![BlockChunk {
             mint: base,
@@ -118,6 +130,8 @@ fn promtool_lists_analyzes_and_dumps_exactly_what_was_written() {
     assert_eq!(meta.num_chunks, (SERIES * 4 + 1) as u64);
     let path = dir.path().to_str().expect("utf-8 path");
     let ulid = meta.ulid.to_string();
+    let starts = dir.path().join(&ulid).join("start_times");
+    assert!(starts.exists(), "{} written", starts.display());
 
     let list = common::promtool3(&["tsdb", "list", path]);
     let row = list

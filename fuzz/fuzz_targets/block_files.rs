@@ -26,6 +26,7 @@ fn pristine() -> &'static (Vec<u8>, Vec<u8>, Vec<u8>) {
                     app.append(k * 15_000, (i * 10 + k) as f64);
                 }
                 BlockSeries {
+                    starts: Vec::new(),
                     labels: vec![
                         ("__name__".into(), "m".into()),
                         ("i".into(), i.to_string()),
@@ -94,10 +95,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let out = tempfile::tempdir().expect("tempdir");
+    let no_starts = std::collections::HashMap::new();
     let parent = Parent {
         meta: &meta,
         index: &index,
         chunks: &chunks,
+        starts: &no_starts,
     };
     if let Ok(Some(m)) = compact(out.path(), &[parent], 2, &|| true, &|_| {}) {
         let written = out.path().join(m.ulid.to_string());

@@ -195,7 +195,12 @@ impl<'d> Appender<'d> {
         if r.is_not_stored() || !self.head.opts().st_storage {
             return false;
         }
-        self.head.note_starts_at(r.fp, r.slot, starts)
+        // The shard's log buffer holds the runs: it is handed to the WAL at
+        // the commit, as the samples are.
+        let mut counts = AppendCounts::default();
+        let found = self.head.note_starts_at(r.fp, r.slot, starts, &mut counts);
+        self.note(&mut counts);
+        found
     }
 
     /// [`Appender::note_starts`] for the series whose canonical label bytes
@@ -205,7 +210,13 @@ impl<'d> Appender<'d> {
         canonical: &[u8],
         starts: impl Iterator<Item = (i64, i64)>,
     ) -> bool {
-        self.head.opts().st_storage && self.head.note_starts_of(canonical, starts)
+        if !self.head.opts().st_storage {
+            return false;
+        }
+        let mut counts = AppendCounts::default();
+        let found = self.head.note_starts_of(canonical, starts, &mut counts);
+        self.note(&mut counts);
+        found
     }
 
     /// Appends validated native histogram samples to the series with these

@@ -27,6 +27,7 @@ use super::head::hist_series;
 use super::index::Matcher;
 use super::labels::Label;
 use super::selected::SelectedSeries;
+use super::starts::{self, StartRun};
 use super::{Stop, Stopped};
 
 /// Prometheus' chunk encodings, as a block's segments mark them.
@@ -46,6 +47,9 @@ pub struct Block {
     index: IndexReader,
     chunks: ChunkReader,
     disk_bytes: u64,
+    /// Start-time runs by series ID, from the block's start-times file
+    /// (empty without one).
+    starts: std::collections::HashMap<u32, Vec<StartRun>>,
 }
 
 impl Block {
@@ -60,6 +64,7 @@ impl Block {
         // retention is long.
         let chunks = ChunkReader::open(&dir.join("chunks"))?;
         Ok(Self {
+            starts: read_starts(dir),
             meta,
             dir: dir.to_path_buf(),
             index,
@@ -84,6 +89,7 @@ impl Block {
             meta: &self.meta,
             index: &self.index,
             chunks: &self.chunks,
+            starts: &self.starts,
         }
     }
 
@@ -128,7 +134,7 @@ impl Block {
         mint: i64,
         maxt: i64,
         stop: &Stop<'_>,
-        mut f: impl FnMut(Vec<Label>, Vec<ChunkMeta>),
+        mut f: impl FnMut(Vec<Label>, Vec<ChunkMeta>, u32),
     ) -> Result<Result<(), BlockError>, Stopped> {
         let ids = match self.candidates(matchers) {
             Ok(ids) => ids,
@@ -158,7 +164,7 @@ impl Block {
                 .into_iter()
                 .map(|(name, value)| Label { name, value })
                 .collect();
-            f(labels, metas);
+            f(labels, metas, id);
         }
         Ok(Ok(()))
     }
@@ -174,7 +180,7 @@ impl Block {
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         let mut out = Vec::new();
         let mut failed = None;
-        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, metas| {
+        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, metas, id| {
             if failed.is_some() {
                 return;
             }
@@ -182,7 +188,11 @@ impl Block {
                 labels,
                 chunks: Vec::new(),
                 histograms: Vec::new(),
-                starts: Vec::new(),
+                starts: self
+                    .starts
+                    .get(&id)
+                    .map(|r| starts::runs_within(r, mint, maxt).to_vec())
+                    .unwrap_or_default(),
             };
             for m in metas.iter().filter(|c| c.maxt >= mint && c.mint <= maxt) {
                 match self.chunks.chunk(m.chunk_ref) {
@@ -220,6 +230,20 @@ impl Block {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
             (Ok(()), None) => Ok(out),
         })
+    }
+}
+
+/// A block's start-time runs by series ID; none when it has no
+/// start-times file, or a damaged one (they are an addition to the block's
+/// samples, which read the same without them).
+fn read_starts(dir: &Path) -> std::collections::HashMap<u32, Vec<StartRun>> {
+    let path = dir.join(starts::BLOCK_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => starts::decode_block_file(&bytes).unwrap_or_else(|why| {
+            tracing::warn!(file = %path.display(), why, "start times of the block not read");
+            Default::default()
+        }),
+        Err(_) => Default::default(),
     }
 }
 
@@ -641,7 +665,7 @@ impl Blocks {
             mint,
             maxt,
             &self.read_errors,
-            |b| b.for_each_match(matchers, mint, maxt, stop, |labels, _| f(labels)),
+            |b| b.for_each_match(matchers, mint, maxt, stop, |labels, _, _| f(labels)),
             |()| {},
         )
     }

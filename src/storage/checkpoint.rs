@@ -657,6 +657,84 @@ mod tests {
             .collect()
     }
 
+    /// Through an appender, as remote write 2.0 ingest does: a counter
+    /// whose start time moves every 10 samples (a reset), and deltas whose
+    /// start is just under 15 s before each sample.
+    fn ingest_starts(head: &Head, from: i64, to: i64) {
+        let metadata = crate::storage::metadata::MetadataStore::new(1, 1024);
+        let mut app = crate::storage::Appender::new(head, &metadata, i64::MAX / 2);
+        let mut c = AppendCounts::default();
+        for i in from..to {
+            let t = i * 15_000;
+            for (name, st) in [
+                ("c_total", (i / 10) * 150_000 - 1_000),
+                ("d_total", t - 14_999),
+            ] {
+                let labels = [("__name__", name)];
+                let mut raw = Vec::new();
+                encode_canonical(labels, &mut raw);
+                let r = app
+                    .append_new(&labels, &raw, std::iter::once((t, i as f64)), &mut c)
+                    .expect("under the limit");
+                let kept = app.note_starts(r, std::iter::once((t, st)));
+                assert_eq!(kept, head.opts().st_storage);
+            }
+        }
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(app.commit().durable())
+            .expect("durable");
+    }
+
+    fn starts(head: &Head) -> Vec<(String, Vec<crate::storage::starts::StartRun>)> {
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        head.querier()
+            .select(&[all], i64::MIN, i64::MAX)
+            .into_iter()
+            .map(|s| (format!("{:?}", s.labels), s.starts))
+            .collect()
+    }
+
+    #[test]
+    fn start_times_survive_a_restart_through_the_log_and_a_checkpoint() {
+        use crate::storage::starts::start_at;
+        let dir = tempfile::tempdir().expect("tmp");
+        let opts = || HeadOptions {
+            st_storage: true,
+            ..HeadOptions::default()
+        };
+        let head = Head::open(opts(), &durability(dir.path())).expect("open");
+        ingest_starts(&head, 0, 25);
+        let before = starts(&head);
+        // A run per reset of the counter; two for the deltas (the first
+        // sample's start, then "15 s before each").
+        assert_eq!(before[0].1.len(), 3, "{before:?}");
+        assert_eq!(before[1].1.len(), 2, "{before:?}");
+        assert_eq!(start_at(&before[0].1, 12 * 15_000), 149_000);
+        assert_eq!(start_at(&before[1].1, 12 * 15_000), 12 * 15_000 - 14_999);
+        head.close_wal();
+        drop(head);
+        // From the WAL alone.
+        let head = Head::open(opts(), &durability(dir.path())).expect("open");
+        assert_eq!(starts(&head), before);
+        // From a checkpoint plus the log after it.
+        let r = write_checkpoint(&head, dir.path());
+        assert!(r.deleted_segments > 0, "{r:?}");
+        ingest_starts(&head, 25, 35);
+        let before = starts(&head);
+        assert_eq!(before[0].1.len(), 4, "{before:?}");
+        head.close_wal();
+        drop(head);
+        let head = Head::open(opts(), &durability(dir.path())).expect("open");
+        assert_eq!(starts(&head), before);
+        // Without the feature nothing is kept.
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        ingest_starts(&head, 0, 5);
+        assert!(starts(&head).iter().all(|(_, r)| r.is_empty()));
+    }
+
     #[test]
     fn histograms_survive_a_restart_through_the_log_and_a_checkpoint() {
         let dir = tempfile::tempdir().expect("tmp");

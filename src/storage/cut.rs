@@ -194,9 +194,11 @@ fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<Blo
             chunks.extend(hist_chunks(&hists, opts));
             // Floats and histograms of one series may interleave in time.
             untangle_chunks(&mut chunks);
+            // Late samples keep no start times (they are noted in order).
             (!chunks.is_empty()).then(|| BlockSeries {
                 labels: l.labels.clone(),
                 chunks,
+                starts: Vec::new(),
             })
         })
         .collect()
@@ -220,11 +222,11 @@ fn with_late(in_order: Vec<BlockSeries>, late: Vec<BlockSeries>) -> Vec<BlockSer
             s
         })
         .collect();
-    out.extend(
-        by_labels
-            .into_iter()
-            .map(|(labels, chunks)| BlockSeries { labels, chunks }),
-    );
+    out.extend(by_labels.into_iter().map(|(labels, chunks)| BlockSeries {
+        labels,
+        chunks,
+        starts: Vec::new(),
+    }));
     out
 }
 
@@ -1064,6 +1066,84 @@ mod tests {
         assert_eq!(head.blocks().stats().blocks, 4);
         assert_eq!(everything(&head), before);
         head.close(Close::WalOnly);
+    }
+
+    #[test]
+    fn start_times_go_to_blocks_and_through_compaction() {
+        use crate::storage::starts::start_at;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open_st = |dir: &std::path::Path| {
+            Db::open(DbOptions {
+                durability: Some(durability(dir)),
+                head: crate::storage::HeadOptions {
+                    st_storage: true,
+                    ..crate::storage::HeadOptions::default()
+                },
+                ..DbOptions::default()
+            })
+            .expect("opens")
+        };
+        let db = open_st(dir.path());
+        // A counter that starts anew every 90 minutes, a sample a minute;
+        // and `plain`, sent no start times.
+        let mut c = AppendCounts::default();
+        for (name, with_starts) in [("c_total", true), ("plain", false)] {
+            let labels = [("__name__", name)];
+            let mut raw = Vec::new();
+            encode_canonical(labels.iter().copied(), &mut raw);
+            let st = |t: i64| (t / (90 * 60_000)) * 90 * 60_000 - 500;
+            let samples: Vec<(i64, f64)> =
+                (0..14 * H).step_by(60_000).map(|t| (t, t as f64)).collect();
+            let mut app = db.appender(i64::MAX);
+            let r = app
+                .append_new(&labels, &raw, samples.iter().copied(), &mut c)
+                .expect("fits");
+            if with_starts {
+                assert!(app.note_starts(r, samples.iter().map(|&(t, _)| (t, st(t)))));
+            }
+            drop(app.commit());
+        }
+        db.head().log_and_wait();
+        let starts_of = |db: &Db| -> Vec<(i64, i64)> {
+            let all = Matcher::new(MatchOp::Equal, "__name__", "c_total").expect("m");
+            let s = db
+                .querier()
+                .select_until(&[all], i64::MIN, i64::MAX, &Stop::default())
+                .expect("no stop");
+            let runs = &s[0].starts;
+            (0..14 * H)
+                .step_by(7 * 60_000)
+                .map(|t| (t, start_at(runs, t)))
+                .collect()
+        };
+        let want: Vec<(i64, i64)> = (0..14 * H)
+            .step_by(7 * 60_000)
+            .map(|t| (t, (t / (90 * 60_000)) * 90 * 60_000 - 500))
+            .collect();
+        assert_eq!(starts_of(&db), want);
+        // Six 2h blocks cut: their start-times files answer as the head did.
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 6);
+        assert_eq!(starts_of(&db), want);
+        let with_file = block_dirs(dir.path())
+            .iter()
+            .filter(|b| dir.path().join(b).join("start_times").exists())
+            .count();
+        assert_eq!(with_file, 6);
+        // Compacted, and reopened from disk.
+        assert_eq!(db.compact_blocks(2, &|| true).expect("compacts").len(), 1);
+        assert_eq!(starts_of(&db), want);
+        db.close(Close::WalOnly);
+        drop(db);
+        let db = open_st(dir.path());
+        assert_eq!(starts_of(&db), want);
+        // The series sent none has none.
+        let all = Matcher::new(MatchOp::Equal, "__name__", "plain").expect("m");
+        let s = db
+            .querier()
+            .select_until(&[all], i64::MIN, i64::MAX, &Stop::default())
+            .expect("no stop");
+        assert!(s[0].starts.is_empty());
+        db.close(Close::WalOnly);
     }
 
     #[test]

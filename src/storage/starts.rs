@@ -110,6 +110,58 @@ pub fn entries(mut b: &[u8]) -> impl Iterator<Item = (u64, StartRun)> + '_ {
     })
 }
 
+/// The name of a block's start-times file (beside `index`; Prometheus'
+/// readers ignore it).
+pub const BLOCK_FILE: &str = "start_times";
+
+/// The first bytes of a block's start-times file: "SLST".
+const BLOCK_MAGIC: [u8; 4] = *b"SLST";
+
+/// A block's start-times file: magic, version 1, then per series its ID in
+/// the block's index and its runs ([`encode_runs`]), and a CRC32C of all
+/// before it.
+pub fn encode_block_file(series: &[(u32, Vec<StartRun>)]) -> Vec<u8> {
+    let mut out = BLOCK_MAGIC.to_vec();
+    out.push(1);
+    for (id, runs) in series {
+        put_uvarint(&mut out, u64::from(*id));
+        encode_runs(runs, &mut out);
+    }
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Reads a block's start-times file: the runs by series ID, or why not.
+pub fn decode_block_file(
+    b: &[u8],
+) -> Result<std::collections::HashMap<u32, Vec<StartRun>>, &'static str> {
+    let body = b
+        .len()
+        .checked_sub(4)
+        .and_then(|n| b.get(..n))
+        .ok_or("too short")?;
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&b[body.len()..]);
+    if crc32c::crc32c(body) != u32::from_be_bytes(crc) {
+        return Err("bad checksum");
+    }
+    let rest = body
+        .strip_prefix(&BLOCK_MAGIC[..])
+        .and_then(|r| r.strip_prefix(&[1u8][..]))
+        .ok_or("not a start-times file of version 1")?;
+    let mut out = std::collections::HashMap::new();
+    let mut at = 0;
+    while at < rest.len() {
+        let (id, n) = uvarint(&rest[at..]).ok_or("bad series id")?;
+        let id = u32::try_from(id).map_err(|_| "bad series id")?;
+        let (runs, m) = decode_runs(&rest[at + n..]).ok_or("bad runs")?;
+        out.insert(id, runs);
+        at += n + m;
+    }
+    Ok(out)
+}
+
 /// Appends a list of runs: their count, then each run.
 pub fn encode_runs(runs: &[StartRun], out: &mut Vec<u8>) {
     put_uvarint(out, runs.len() as u64);

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use super::reader::{BlockError, ChunkReader, IndexReader, Labels};
 use super::writer::{BlockChunk, BlockDesc, BlockMeta, BlockWriter, Compaction, Encoding};
+use crate::storage::starts::{merge_runs, StartKind, StartRun};
 
 /// The ranges blocks are compacted to: `min`, then ×3 while it stays at
 /// or under `max` (Prometheus steps 10 ranges by a factor of 3, then drops
@@ -135,6 +136,8 @@ pub struct Parent<'a> {
     pub index: &'a IndexReader,
     /// Its chunks.
     pub chunks: &'a ChunkReader,
+    /// Its start-time runs by series ID.
+    pub starts: &'a std::collections::HashMap<u32, Vec<StartRun>>,
 }
 
 /// Why a compaction failed.
@@ -153,17 +156,20 @@ struct Cursor<'a> {
     parent: Parent<'a>,
     ids: std::vec::IntoIter<u32>,
     next: Option<(Labels, Vec<super::ChunkMeta>)>,
+    /// The series ID of `next`.
+    id: u32,
 }
 
 impl Cursor<'_> {
     fn advance(&mut self) -> Result<(), CompactError> {
         self.next = match self.ids.next() {
-            Some(id) => Some(
+            Some(id) => Some({
+                self.id = id;
                 self.parent
                     .index
                     .series(id)
-                    .map_err(|e| CompactError::Read(self.parent.meta.ulid, e))?,
-            ),
+                    .map_err(|e| CompactError::Read(self.parent.meta.ulid, e))?
+            }),
             None => None,
         };
         Ok(())
@@ -241,11 +247,13 @@ pub fn compact(
             parent,
             ids: ids.into_iter(),
             next: None,
+            id: 0,
         };
         c.advance()?;
         cursors.push(c);
     }
     let mut chunks: Vec<BlockChunk> = Vec::new();
+    let mut starts: Vec<StartRun> = Vec::new();
     let mut n = 0usize;
     while let Some(labels) = cursors
         .iter()
@@ -258,6 +266,7 @@ pub fn compact(
             return Ok(None);
         }
         chunks.clear();
+        starts.clear();
         for c in &mut cursors {
             if c.next.as_ref().is_none_or(|(l, _)| *l != labels) {
                 continue;
@@ -265,6 +274,21 @@ pub fn compact(
             let Some((_, metas)) = c.next.take() else {
                 continue;
             };
+            // Each parent speaks for its own time: one without start
+            // times for this series says "unknown" from its first sample.
+            match c.parent.starts.get(&c.id) {
+                Some(runs) => starts = merge_runs(&starts, runs),
+                None if !starts.is_empty() => {
+                    if let Some(first) = metas.first() {
+                        let unknown = [StartRun {
+                            from: first.mint,
+                            kind: StartKind::Unknown,
+                        }];
+                        starts = merge_runs(&starts, &unknown);
+                    }
+                }
+                None => {}
+            }
             for m in metas {
                 let (enc, data) = c
                     .parent
@@ -294,7 +318,7 @@ pub fn compact(
         if !chunks.windows(2).all(|w| w[1].mint > w[0].maxt) {
             untangle(&mut chunks);
         }
-        w.add_series(&labels, &chunks)?;
+        w.add_series_with_starts(&labels, &chunks, &starts)?;
     }
     Ok(Some(w.finish()?))
 }
@@ -465,6 +489,9 @@ mod tests {
         out
     }
 
+    static NO_STARTS: std::sync::LazyLock<std::collections::HashMap<u32, Vec<StartRun>>> =
+        std::sync::LazyLock::new(Default::default);
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
@@ -481,6 +508,7 @@ mod tests {
                 let series = b
                     .iter()
                     .map(|(labels, chunks)| BlockSeries {
+                        starts: Vec::new(),
                         labels: labels.clone(),
                         chunks: chunks
                             .iter()
@@ -513,7 +541,7 @@ mod tests {
             }
             let parents: Vec<Parent<'_>> = opened
                 .iter()
-                .map(|(meta, index, chunks)| Parent { meta, index, chunks })
+                .map(|(meta, index, chunks)| Parent { meta, index, chunks, starts: &NO_STARTS })
                 .collect();
             let out = tempfile::tempdir().expect("tempdir");
             let m = compact(out.path(), &parents, 2, &|| true, &|_| {}).expect("compacts").expect("not stopped");

@@ -721,6 +721,7 @@ mod tests {
                         })
                         .collect();
                     BlockSeries {
+                        starts: Vec::new(),
                         labels: labels.into_iter().collect(),
                         chunks,
                     }
@@ -813,7 +814,8 @@ mod tests {
                 ChunkReader::open(&block.join("chunks")),
             ) {
                 let out = tempfile::tempdir().expect("tempdir");
-                let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks };
+                let no_starts = std::collections::HashMap::new();
+                let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks, starts: &no_starts };
                 if let Ok(Some(m)) = crate::storage::block::compact::compact(out.path(), &[parent], 8, &|| true, &|_| {}) {
                     prop_assert!(read_all(&out.path().join(m.ulid.to_string())).is_ok());
                 }
@@ -825,6 +827,7 @@ mod tests {
     fn damage_is_named() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = BlockSeries {
+            starts: Vec::new(),
             labels: vec![("__name__".into(), "x".into())],
             chunks: vec![BlockChunk {
                 mint: 1,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::ulid::Ulid;
 use crate::encoding::put_uvarint;
+use crate::storage::starts::StartRun;
 
 /// A chunk file starts with this, then the format version and 3 zero bytes.
 pub(super) const CHUNKS_MAGIC: u32 = 0x85BD_40DD;
@@ -58,6 +59,8 @@ pub struct BlockSeries {
     pub labels: Vec<(String, String)>,
     /// Its chunks in time order, not overlapping.
     pub chunks: Vec<BlockChunk>,
+    /// Its start-time runs over the block, if it was sent start times.
+    pub starts: Vec<StartRun>,
 }
 
 /// A block as another block's `meta.json` names it among its parents.
@@ -155,7 +158,7 @@ pub fn write_block_as(
     }
     let mut w = BlockWriter::create_as(parent, symbols, (min_time, max_time), ulid, compaction)?;
     for s in &series {
-        w.add_series(&s.labels, &s.chunks)?;
+        w.add_series_with_starts(&s.labels, &s.chunks, &s.starts)?;
     }
     w.finish()
 }
@@ -188,6 +191,8 @@ pub struct BlockWriter {
     these: Vec<u32>,
     refs: Vec<u64>,
     entry: Vec<u8>,
+    /// Start-time runs of the series added with some, by series ID.
+    starts: Vec<(u32, Vec<StartRun>)>,
     finished: bool,
 }
 
@@ -257,6 +262,7 @@ impl BlockWriter {
             these: Vec::new(),
             refs: Vec::new(),
             entry: Vec::new(),
+            starts: Vec::new(),
             finished: false,
         };
         let mut head = INDEX_MAGIC.to_be_bytes().to_vec();
@@ -309,6 +315,17 @@ impl BlockWriter {
         &mut self,
         labels: &[(S, S)],
         chunks: &[BlockChunk],
+    ) -> io::Result<()> {
+        self.add_series_with_starts(labels, chunks, &[])
+    }
+
+    /// [`BlockWriter::add_series`] with the series' start-time runs over
+    /// the block (kept in the block's start-times file).
+    pub fn add_series_with_starts<S: AsRef<str>>(
+        &mut self,
+        labels: &[(S, S)],
+        chunks: &[BlockChunk],
+        starts: &[StartRun],
     ) -> io::Result<()> {
         let shown = || {
             labels
@@ -366,6 +383,9 @@ impl BlockWriter {
             .map_err(|_| invalid("too many series bytes for an index".to_owned()))?;
         self.all.push(id);
         self.meta.num_series += 1;
+        if !starts.is_empty() {
+            self.starts.push((id, starts.to_vec()));
+        }
         let mut entry = std::mem::take(&mut self.entry);
         entry.clear();
         put_uvarint(&mut entry, labels.len() as u64);
@@ -508,6 +528,12 @@ impl BlockWriter {
         tombstones.push(1);
         tombstones.extend_from_slice(&crc32c::crc32c(&[]).to_be_bytes());
         write_synced(&self.tmp.join("tombstones"), &tombstones)?;
+        if !self.starts.is_empty() {
+            write_synced(
+                &self.tmp.join(crate::storage::starts::BLOCK_FILE),
+                &crate::storage::starts::encode_block_file(&self.starts),
+            )?;
+        }
         write_synced(
             &self.tmp.join("meta.json"),
             meta_json(&self.meta).as_bytes(),
@@ -699,6 +725,7 @@ mod tests {
             data: Arc::from(vec![0u8, 1, 0].as_slice()),
         };
         let s = |c: Vec<BlockChunk>| BlockSeries {
+            starts: Vec::new(),
             labels: vec![("__name__".into(), "x".into())],
             chunks: c,
         };

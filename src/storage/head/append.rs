@@ -218,10 +218,10 @@ impl Head {
         &self,
         raw: &[u8],
         starts: impl Iterator<Item = (i64, i64)>,
+        counts: &mut AppendCounts,
     ) -> bool {
         let fp = fingerprint(raw);
-        let mut counts = AppendCounts::default();
-        let (home, mut shard) = self.lock_touched(fp.hash, &mut counts);
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
         let Some(slot) = shard.find(fp, raw) else {
             return false;
         };
@@ -257,9 +257,9 @@ impl Head {
         fp: Fingerprint,
         slot: u32,
         starts: impl Iterator<Item = (i64, i64)>,
+        counts: &mut AppendCounts,
     ) -> bool {
-        let mut counts = AppendCounts::default();
-        let (home, mut shard) = self.lock_touched(fp.hash, &mut counts);
+        let (home, mut shard) = self.lock_touched(fp.hash, counts);
         if !shard.holds(slot, fp) {
             return false;
         }

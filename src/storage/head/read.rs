@@ -111,7 +111,14 @@ impl Head {
                     if chunks.is_empty() {
                         continue;
                     }
+                    let starts = crate::storage::starts::runs_within(
+                        shard.starts_of(s),
+                        lo,
+                        hi.saturating_sub(1),
+                    )
+                    .to_vec();
                     out.push(BlockSeries {
+                        starts,
                         labels: shard
                             .labels_of(s)
                             .into_iter()
