@@ -84,6 +84,45 @@ fn bench(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("existing_series_v2", SERIES), |b| {
         b.iter_custom(|iters| timed_ingest_v2(iters, &bodies_v2[..1], &bodies_v2[1..], &limits))
     });
+    // The same with a start time on every sample (counters started an
+    // hour before), kept (`st-storage`): what reading and keeping them
+    // costs. One run per series; nothing more after the first request.
+    let bodies_st: Vec<Vec<u8>> = (0..240)
+        .map(|i| {
+            let mut req = requests::to_v2(&requests::request(SERIES, t0 + i as i64 * 15_000));
+            for ts in &mut req.timeseries {
+                for s in &mut ts.samples {
+                    s.start_timestamp = t0 - 3_600_000;
+                }
+            }
+            req.encode_to_vec()
+        })
+        .collect();
+    let st_storage = HeadOptions {
+        st_storage: true,
+        ..HeadOptions::default()
+    };
+    let v2_opts = ingest::remote_write::V2Options {
+        limits,
+        ..Default::default()
+    };
+    g.bench_function(
+        BenchmarkId::new("existing_series_v2_start_times", SERIES),
+        |b| {
+            b.iter_custom(|iters| {
+                timed_on(
+                    &st_storage,
+                    iters,
+                    &bodies_st[..1],
+                    &bodies_st[1..],
+                    |head, body| {
+                        ingest::append_write_request_v2(head, body, &v2_opts, i64::MAX / 2)
+                            .expect("valid")
+                    },
+                )
+            })
+        },
+    );
     // The same in-order load with an out-of-order window of 1 h: what
     // the window costs samples that never use it.
     let windowed = HeadOptions {

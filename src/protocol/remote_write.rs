@@ -401,29 +401,52 @@ impl Iterator for SampleIter<'_> {
     }
 }
 
-/// The encoding every sender produces, `09 <8 bytes> 10 <varint>` and
-/// nothing else, read directly; `None` for anything else.
+/// The encoding every sender produces, `09 <8 bytes> 10 <varint>`, with
+/// remote write 2.0's `18 <varint>` start time after it or not, and
+/// nothing else, read directly: time, value and start time (0 when
+/// absent); `None` for anything else.
 #[inline]
-fn fast_sample(b: &[u8]) -> Option<(i64, f64)> {
+fn fast_sample(b: &[u8]) -> Option<(i64, f64, i64)> {
     let [0x09, v @ .., 0x10] = b.get(..10)? else {
         return None;
     };
     let mut a = [0u8; 8];
     a.copy_from_slice(v);
-    let mut t = 0u64;
-    for (i, &byte) in b[10..].iter().enumerate().take(10) {
-        t |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            return (i + 11 == b.len()).then_some((t as i64, f64::from_le_bytes(a)));
+    let (t, n) = crate::encoding::uvarint(&b[10..])?;
+    let st = match &b[10 + n..] {
+        [] => 0,
+        [0x18, tail @ ..] => match crate::encoding::uvarint(tail)? {
+            (st, m) if m == tail.len() => st as i64,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some((t as i64, f64::from_le_bytes(a), st))
+}
+
+/// A sample's time and start time (remote write 2.0's field 3; 0 when
+/// absent).
+#[inline]
+pub(crate) fn sample_time_and_start(b: &[u8]) -> (i64, i64) {
+    if let Some((t, _, st)) = fast_sample(b) {
+        return (t, st);
+    }
+    let (mut t, mut st) = (0i64, 0i64);
+    let mut r = Reader::new(b);
+    while let Ok(Some((f, val, _))) = r.next_field() {
+        match (f, val) {
+            (2, Value::Varint(x)) => t = x as i64,
+            (3, Value::Varint(x)) => st = x as i64,
+            _ => {}
         }
     }
-    None
+    (t, st)
 }
 
 #[inline]
 fn read_sample(b: &[u8]) -> (i64, f64) {
-    if let Some(s) = fast_sample(b) {
-        return s;
+    if let Some((t, v, _)) = fast_sample(b) {
+        return (t, v);
     }
     let (mut t, mut v) = (0i64, 0f64);
     let mut r = Reader::new(b);
@@ -619,6 +642,28 @@ mod tests {
                     prop_assert_eq!(v.labels().count(), ts.labels.len());
                 }
             }
+        }
+
+        /// A remote write 2.0 sample, with a start time or not, reads as
+        /// prost reads it, on the direct path or the general one.
+        #[test]
+        fn v2_samples_read_as_prost_reads_them(
+            value in any::<f64>(),
+            timestamp in any::<i64>(),
+            start_timestamp in prop_oneof![Just(0i64), any::<i64>()],
+            junk in proptest::option::of(1u64..1000),
+        ) {
+            use crate::proto::io::prometheus::write::v2;
+            let mut b = v2::Sample { value, timestamp, start_timestamp }.encode_to_vec();
+            if let Some(j) = junk {
+                // An unknown field after them: the general path.
+                prost::encoding::uint64::encode(9, &j, &mut b);
+            }
+            let back = v2::Sample::decode(&b[..]).expect("prost reads it");
+            let (t, v) = read_sample(&b);
+            prop_assert_eq!((t, v.to_bits()), (back.timestamp, back.value.to_bits()));
+            prop_assert_eq!(sample_time_and_start(&b), (back.timestamp, back.start_timestamp));
+            prop_assert!(check_sample(&b, 0).is_ok());
         }
     }
 }

@@ -626,16 +626,7 @@ impl Scratch {
         std::iter::from_fn(move || loop {
             match r.next_field() {
                 Ok(Some((2, Value::Bytes(b), _))) => {
-                    let mut t = 0;
-                    let mut st = 0;
-                    let mut s = Reader::new(b);
-                    while let Ok(Some((field, v, _))) = s.next_field() {
-                        match (field, v) {
-                            (2, Value::Varint(x)) => t = x as i64,
-                            (3, Value::Varint(x)) => st = x as i64,
-                            _ => {}
-                        }
-                    }
+                    let (t, st) = super::sample_time_and_start(b);
                     return Some((t, if st != 0 { st } else { created }));
                 }
                 Ok(Some(_)) => {}
