@@ -316,3 +316,53 @@ async fn exponential_as_classic(srv: &common::TestServer, inst: &str) {
         "{p50:?}"
     );
 }
+
+/// With `st-storage`, the SDK's start times (a cumulative sum's
+/// `start_time_unix_nano`, when its meter provider began) are kept with
+/// the samples; `start_timestamp()` gives them back, in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_start_times_are_kept_and_read_back() {
+    let srv = common::start(Config {
+        enable_feature: vec![
+            sluice::config::ST_STORAGE.to_owned(),
+            sluice::config::USE_START_TIMESTAMPS.to_owned(),
+            sluice::config::EXPERIMENTAL_FUNCTIONS.to_owned(),
+        ],
+        ..Config::default()
+    })
+    .await;
+    let before = common::now_ms() as f64 / 1000.0;
+    push(srv.addr, "protobuf", "i-proto").await;
+    let after = common::now_ms() as f64 / 1000.0;
+    let got = query(
+        srv.addr,
+        "start_timestamp(http_server_requests_total{instance=\"i-proto\"})",
+    )
+    .await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (labels, st) in &got {
+        assert!(
+            (before - 1.0..=after).contains(st),
+            "{labels:?}: start {st} not within the push ({before}..{after})"
+        );
+    }
+    // Without the feature, nothing is kept: every start is unknown (0).
+    let plain = common::start(Config {
+        enable_feature: vec![
+            sluice::config::USE_START_TIMESTAMPS.to_owned(),
+            sluice::config::EXPERIMENTAL_FUNCTIONS.to_owned(),
+        ],
+        ..Config::default()
+    })
+    .await;
+    push(plain.addr, "protobuf", "i-proto").await;
+    let got = query(
+        plain.addr,
+        "start_timestamp(http_server_requests_total{instance=\"i-proto\"})",
+    )
+    .await;
+    assert!(
+        got.len() == 2 && got.iter().all(|(_, st)| *st == 0.0),
+        "{got:?}"
+    );
+}

@@ -292,6 +292,7 @@ pub fn append_export_request_admitted(
                 t_range: (i64::MAX, i64::MIN),
                 scratch,
                 last_stored: false,
+                start_ms: 0,
                 exemplars: Vec::new(),
             };
             let t = otlp.opts.translation;
@@ -345,6 +346,9 @@ struct Walk<'a> {
     scratch: &'a mut Scratch,
     /// Whether the last `emit` found or created its series.
     last_stored: bool,
+    /// The data point's start time in ms (`start_time_unix_nano`), 0 when
+    /// it has none: kept with its samples under `st-storage`.
+    start_ms: i64,
     /// The current data point's exemplars.
     exemplars: Vec<PointExemplar>,
 }

@@ -97,6 +97,9 @@ impl Walk<'_> {
         while let Some((num, v, _)) = r.next_field()? {
             match (num, v) {
                 (number_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (number_point::START_TIME_UNIX_NANO, Value::Fixed64(st)) => {
+                    self.start_ms = (st / 1_000_000) as i64
+                }
                 (number_point::AS_DOUBLE, Value::Fixed64(b)) => value = Some(f64::from_bits(b)),
                 (number_point::AS_INT, Value::Fixed64(i)) => value = Some(i as i64 as f64),
                 (number_point::FLAGS, Value::Varint(f)) => flags = f,
@@ -132,6 +135,9 @@ impl Walk<'_> {
         while let Some((num, v, _)) = r.next_field()? {
             match (num, v) {
                 (histogram_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (histogram_point::START_TIME_UNIX_NANO, Value::Fixed64(st)) => {
+                    self.start_ms = (st / 1_000_000) as i64
+                }
                 (histogram_point::COUNT, Value::Fixed64(c)) => count = c,
                 (histogram_point::SUM, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
                 // Past MAX_BUCKETS the point is rejected; collect no more.
@@ -226,6 +232,9 @@ impl Walk<'_> {
         while let Some((num, v, at)) = r.next_field()? {
             match (num, v) {
                 (exp_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
+                (exp_point::START_TIME_UNIX_NANO, Value::Fixed64(st)) => {
+                    self.start_ms = (st / 1_000_000) as i64
+                }
                 (exp_point::COUNT, Value::Fixed64(c)) => count = c,
                 (exp_point::SUM, Value::Fixed64(b)) => sum = Some(f64::from_bits(b)),
                 (exp_point::SCALE, Value::Varint(z)) => scale = zigzag32(z),

@@ -308,6 +308,7 @@ impl Walk<'_> {
             let base = payload_at(at, p);
             self.report.points += 1;
             self.point_reason = None;
+            self.start_ms = 0;
             result = match kind {
                 DataKind::Gauge | DataKind::Sum => self.number_point(p, base, &bufs, stored_as),
                 DataKind::Histogram => self.histogram_point(p, base, &mut bufs, stored_as),
@@ -473,6 +474,14 @@ impl Walk<'_> {
             return;
         }
         self.last_stored = true;
+        if self.start_ms != 0 && self.app.keeps_starts() {
+            let stored = match relabelled {
+                None => &scratch.canonical,
+                Some(_) => &scratch.relabelled,
+            };
+            self.app
+                .note_starts_of(stored, std::iter::once((t, self.start_ms)));
+        }
     }
 
     /// Counts a sample of the current point as not stored for `reason`
@@ -608,6 +617,20 @@ impl Walk<'_> {
             }
         }
         self.last_stored = true;
+        // The point's start time, kept with the sample (`st-storage`); a
+        // delta turned into a running total has the total's, not its own.
+        if emitted == Emitted::DataPoint
+            && self.start_ms != 0
+            && pending.is_none()
+            && self.app.keeps_starts()
+        {
+            let start = std::iter::once((t, self.start_ms));
+            if relabel.is_empty() {
+                self.app.note_starts_of(canonical, start);
+            } else if pipeline::relabelled_canonical(&raw(), &self.door, &mut scratch.relabelled) {
+                self.app.note_starts_of(&scratch.relabelled, start);
+            }
+        }
         if let (Some(next), None) = (pending, counts.first) {
             // The head stored the point: the running total moves.
             self.otlp.delta.commit(canonical, t, next);
