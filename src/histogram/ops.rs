@@ -744,7 +744,6 @@ fn added_hint(a: CounterResetHint, b: CounterResetHint) -> CounterResetHint {
     }
 }
 
-/// Whether two lists of bounds are the same, NaN equal to NaN.
 /// The custom bounds `a` and `b` share, in order.
 fn common_bounds(a: &[f64], b: &[f64]) -> Vec<f64> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
@@ -783,6 +782,7 @@ fn fold_into(slots: &mut [f64], buckets: &[(i32, f64)], bounds: &[f64], common: 
     }
 }
 
+/// Whether two lists of bounds are the same, NaN equal to NaN.
 fn same_floats(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len()
         && a.iter()

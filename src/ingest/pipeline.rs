@@ -422,9 +422,8 @@ fn store_histograms<W: Wire>(
                 .histograms(span)
                 .map(histogram::time_and_start)
                 .collect();
-            if starts.iter().any(|&(_, st)| st != 0) {
-                app.note_starts_of(&canonical, starts.into_iter());
-            }
+            // Histograms without one (0) end what earlier ones said.
+            app.note_starts_of(&canonical, starts.into_iter());
         }
         match appended {
             Ok(resorted) => report.resorted_series += u64::from(resorted),

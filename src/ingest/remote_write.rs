@@ -206,6 +206,12 @@ impl SeriesSource for V1<'_> {
         span.view(self.body).samples()
     }
 
+    /// Remote write 1.0 sends no start times: its samples end what a 2.0
+    /// sender's said (kept only under `st-storage`).
+    fn sample_starts(&self, span: &SeriesSpan, out: &mut Vec<(i64, i64)>) {
+        out.extend(span.view(self.body).samples().map(|(t, _)| (t, 0)));
+    }
+
     fn sent_as_stored(&self) -> bool {
         !self.relabelled
     }

@@ -61,15 +61,20 @@ fn stats_only_selectors(e: &Expr, under: bool, out: &mut HashSet<usize>) {
 /// chunk) as a reset or not against the one read before it, as Prometheus'
 /// statistics-only iterator does; the first read stays unknown.
 fn decide_reset_hints(hists: &mut [(i64, Hist)]) {
-    for i in 1..hists.len() {
-        if hists[i].1.hint != CounterResetHint::Unknown || is_stale(hists[i].1.sum) {
+    // The newest histogram read that is not a stale marker (markers are
+    // not remembered as the one read before).
+    let mut prev: Option<usize> = None;
+    for i in 0..hists.len() {
+        if is_stale(hists[i].1.sum) {
             continue;
         }
-        let prev = &hists[i - 1].1;
-        if is_stale(prev.sum) {
+        let Some(p) = prev.replace(i) else {
+            continue;
+        };
+        if hists[i].1.hint != CounterResetHint::Unknown {
             continue;
         }
-        let reset = hists[i].1.detect_reset_reconciling(prev);
+        let reset = hists[i].1.detect_reset_reconciling(&hists[p].1);
         let h = Arc::make_mut(&mut hists[i].1);
         h.hint = if reset {
             CounterResetHint::CounterReset

@@ -262,7 +262,8 @@ pub fn check_sample(msg: &[u8], base: usize) -> Result<(), DecodeError> {
     while let Some((field, v, at)) = r.next_field()? {
         match (field, v) {
             (1, Value::Fixed64(_)) | (2, Value::Varint(_)) => {}
-            (1 | 2, _) => return Err(wrong_type(at)),
+            (3, Value::Varint(_)) => {}
+            (1..=3, _) => return Err(wrong_type(at)),
             _ => {}
         }
     }

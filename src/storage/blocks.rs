@@ -719,32 +719,62 @@ pub(crate) fn merge(mut parts: Vec<SelectedSeries>) -> Vec<SelectedSeries> {
     parts.sort_by(|a, b| a.labels.cmp(&b.labels));
     let mut out: Vec<SelectedSeries> = Vec::with_capacity(parts.len());
     let mut joined = false;
+    // The start-time runs of the series being joined, part by part.
+    let mut starts = starts::RunJoiner::default();
+    let finish = |last: &mut SelectedSeries, joined: bool, starts: starts::RunJoiner| {
+        if joined {
+            if !starts.is_empty() {
+                last.starts = starts.finish();
+            }
+            untangle(last);
+        }
+    };
     for s in parts {
         match out.last_mut() {
             Some(last) if last.labels == s.labels => {
+                if let Some((first, newest)) = sample_span(&s) {
+                    starts.add(&s.starts, first, newest);
+                }
                 last.chunks.extend(s.chunks);
                 last.histograms.extend(s.histograms);
-                if !s.starts.is_empty() {
-                    last.starts = crate::storage::starts::merge_runs(&last.starts, &s.starts);
-                }
                 joined = true;
             }
             _ => {
-                if std::mem::take(&mut joined) {
-                    if let Some(last) = out.last_mut() {
-                        untangle(last);
-                    }
+                if let Some(last) = out.last_mut() {
+                    finish(
+                        last,
+                        std::mem::take(&mut joined),
+                        std::mem::take(&mut starts),
+                    );
+                }
+                // Kept as it is unless another part joins it.
+                if let Some((first, newest)) = sample_span(&s) {
+                    starts.add(&s.starts, first, newest);
                 }
                 out.push(s);
             }
         }
     }
-    if joined {
-        if let Some(last) = out.last_mut() {
-            untangle(last);
-        }
+    if let Some(last) = out.last_mut() {
+        finish(last, joined, starts);
     }
     out
+}
+
+/// The oldest and newest sample times of a selected part of a series.
+fn sample_span(s: &SelectedSeries) -> Option<(i64, i64)> {
+    let first = [
+        s.chunks.first().map(|c| c.mint),
+        s.histograms.first().map(|h| h.0),
+    ];
+    let last = [
+        s.chunks.last().map(|c| c.maxt),
+        s.histograms.last().map(|h| h.0),
+    ];
+    Some((
+        first.into_iter().flatten().min()?,
+        last.into_iter().flatten().max()?,
+    ))
 }
 
 /// Puts a series joined from several places in time order, each time

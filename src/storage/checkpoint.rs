@@ -289,10 +289,10 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             for s in &shard.series {
                 for run in shard.starts_of(s) {
                     crate::storage::starts::put_entry(&mut entries, s.id, run);
-                }
-                if entries.len() >= 1 << 20 {
-                    record::encode_starts_frame(&mut buf, &entries);
-                    entries.clear();
+                    if entries.len() >= 1 << 20 {
+                        record::encode_starts_frame(&mut buf, &entries);
+                        entries.clear();
+                    }
                 }
             }
             record::encode_starts_frame(&mut buf, &entries);

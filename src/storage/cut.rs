@@ -1077,6 +1077,7 @@ mod tests {
                 durability: Some(durability(dir)),
                 head: crate::storage::HeadOptions {
                     st_storage: true,
+                    ooo_window_ms: 15 * H,
                     ..crate::storage::HeadOptions::default()
                 },
                 ..DbOptions::default()
@@ -1121,16 +1122,52 @@ mod tests {
             .map(|t| (t, (t / (90 * 60_000)) * 90 * 60_000 - 500))
             .collect();
         assert_eq!(starts_of(&db), want);
-        // Six 2h blocks cut: their start-times files answer as the head did.
+        // Six 2h blocks cut: the start-times files answer as the head did.
         assert_eq!(db.cut_blocks(1).expect("cut").len(), 6);
+        assert_eq!(starts_of(&db), want);
+        // Late samples between them over the first six hours, sent
+        // without start times: out-of-order blocks of their own, which
+        // must not take the in-order samples' start times away.
+        let labels = [("__name__", "c_total")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let late: Vec<(i64, f64)> = (0..6 * H)
+            .step_by(60_000)
+            .map(|t| (t + 30_000, t as f64))
+            .collect();
+        let mut app = db.appender(i64::MAX);
+        app.append_new(&labels, &raw, late.iter().copied(), &mut c)
+            .expect("fits");
+        app.note_starts_of(&raw, late.iter().map(|&(t, _)| (t, 0)));
+        // And four more hours in order, for the head to cut again (late
+        // samples go to blocks with a cut).
+        let more: Vec<(i64, f64)> = (14 * H..18 * H)
+            .step_by(60_000)
+            .map(|t| (t, t as f64))
+            .collect();
+        app.append_new(&labels, &raw, more.iter().copied(), &mut c)
+            .expect("fits");
+        let st = |t: i64| (t / (90 * 60_000)) * 90 * 60_000 - 500;
+        app.note_starts_of(&raw, more.iter().map(|&(t, _)| (t, st(t))));
+        drop(app.commit());
+        db.head().log_and_wait();
+        let cut = db.cut_blocks(2).expect("cut");
+        assert!(
+            cut.iter()
+                .filter(|m| m.compaction.from_out_of_order)
+                .count()
+                >= 3,
+            "{cut:?}"
+        );
         assert_eq!(starts_of(&db), want);
         let with_file = block_dirs(dir.path())
             .iter()
             .filter(|b| dir.path().join(b).join("start_times").exists())
             .count();
-        assert_eq!(with_file, 6);
-        // Compacted, and reopened from disk.
-        assert_eq!(db.compact_blocks(2, &|| true).expect("compacts").len(), 1);
+        assert!(with_file >= 6, "{with_file}");
+        // Compacted (the late blocks with their ranges' in-order ones),
+        // and reopened from disk.
+        assert!(!db.compact_blocks(2, &|| true).expect("compacts").is_empty());
         assert_eq!(starts_of(&db), want);
         db.close(Close::WalOnly);
         drop(db);

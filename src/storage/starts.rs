@@ -205,25 +205,75 @@ pub fn runs_within(runs: &[StartRun], mint: i64, maxt: i64) -> &[StartRun] {
     runs.get(first..end).unwrap_or_default()
 }
 
-/// Merges two lists of runs of one series from stores with different
-/// times (blocks being compacted): each list speaks for its own span,
-/// `[first run, last_b)` — where both speak, the later list's runs win
-/// from where they start. Either may be empty.
-pub fn merge_runs(a: &[StartRun], b: &[StartRun]) -> Vec<StartRun> {
-    let mut out: Vec<StartRun> = a.iter().chain(b).copied().collect();
-    out.sort_by_key(|r| r.from);
-    out.dedup_by(|later, earlier| {
-        if later.from == earlier.from {
-            *earlier = *later;
-            true
-        } else {
-            false
-        }
-    });
-    // A run that says what the one before it says adds nothing.
-    out.dedup_by(|later, earlier| later.kind == earlier.kind && later.kind != StartKind::Unknown);
+/// The runs of `runs` that hold from `first` on, the one holding at
+/// `first` made to start there.
+pub fn from_first(runs: &[StartRun], first: i64) -> Vec<StartRun> {
+    let at = runs.partition_point(|r| r.from <= first).saturating_sub(1);
+    let mut out = runs.get(at..).unwrap_or_default().to_vec();
+    if let Some(r) = out.first_mut() {
+        r.from = r.from.max(first);
+    }
     out
 }
+
+/// Joins the runs of one series from the parts it is stored in (blocks
+/// oldest first, then the head; or the parents of a compaction), each
+/// part speaking for its own samples: a part's first run starts no
+/// earlier than its first sample, so a part that starts later says what
+/// holds from there on; a later part without runs that overlaps none
+/// before it says "unknown" from its first sample; where parts overlap
+/// (late samples beside in-order ones), the part added first keeps the
+/// times both speak for.
+#[derive(Debug, Default)]
+pub struct RunJoiner {
+    runs: Vec<StartRun>,
+    /// The newest sample time of the parts added so far.
+    until: Option<i64>,
+}
+
+impl RunJoiner {
+    /// Adds a part's runs, whose samples lie in `[first, last]`.
+    pub fn add(&mut self, runs: &[StartRun], first: i64, last: i64) {
+        let overlaps = self.until.is_some_and(|u| first <= u);
+        if runs.is_empty() {
+            let known = self
+                .runs
+                .last()
+                .is_some_and(|r| r.kind != StartKind::Unknown);
+            if !overlaps && known {
+                self.runs.push(StartRun {
+                    from: first,
+                    kind: StartKind::Unknown,
+                });
+            }
+        }
+        for r in from_first(runs, first) {
+            if let Err(at) = self.runs.binary_search_by_key(&r.from, |x| x.from) {
+                self.runs.insert(at, r);
+            }
+        }
+        self.until = Some(self.until.map_or(last, |u| u.max(last)));
+    }
+
+    /// Whether no part had runs.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The joined runs, a run that says what the one before says left out.
+    pub fn finish(mut self) -> Vec<StartRun> {
+        self.runs
+            .dedup_by(|later, earlier| later.kind == earlier.kind);
+        self.runs
+    }
+}
+
+/// Most runs one series keeps in the head. Start times that change with
+/// every sample in a way no run describes (deltas sent at uneven
+/// intervals, or a sender's noise) take a run each; past this, the
+/// series' start times are unknown until the head lets go of its older
+/// runs.
+pub const MAX_RUNS: usize = 4096;
 
 /// One series' start times as samples arrive, in time order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -246,15 +296,28 @@ impl StartRuns {
         self.last = Some((t, st));
         match self.runs.last() {
             Some(r) if r.st(t) == st => return None,
+            Some(r) if self.runs.len() >= MAX_RUNS => {
+                // Full: unknown from here on.
+                if r.kind == StartKind::Unknown {
+                    return None;
+                }
+                let run = StartRun {
+                    from: t,
+                    kind: StartKind::Unknown,
+                };
+                self.runs.push(run);
+                return Some(run);
+            }
             None if st == 0 => return None,
             _ => {}
         }
         // The same distance before the sample as before the one before
         // it: deltas over a steady interval, one run for all.
+        let before = t.checked_sub(st);
         let kind = match prev {
             _ if st == 0 => StartKind::Unknown,
-            Some((pt, pst)) if pst != 0 && pt.wrapping_sub(pst) == t.wrapping_sub(st) => {
-                StartKind::Before(t.wrapping_sub(st))
+            Some((pt, pst)) if pst != 0 && before.is_some() && pt.checked_sub(pst) == before => {
+                StartKind::Before(before.unwrap_or_default())
             }
             _ => StartKind::At(st),
         };
@@ -330,6 +393,18 @@ mod tests {
         let mut none = StartRuns::default();
         assert_eq!(none.note(1, 0), None);
         assert!(none.is_empty());
+        // Noise: a run per sample, up to the bound, then unknown.
+        let mut noise = StartRuns::default();
+        for t in 1..10_000i64 {
+            noise.note(t * 10, t * 7 % 13 + 1);
+        }
+        assert_eq!(noise.runs().len(), MAX_RUNS + 1);
+        assert_eq!(start_at(noise.runs(), 99_990), 0);
+        // Extreme start times give back what was sent.
+        let mut far = StartRuns::default();
+        far.note(10, i64::MIN + 5);
+        far.note(20, i64::MIN + 15);
+        assert_eq!(start_at(far.runs(), 20), i64::MIN + 15);
     }
 
     proptest! {
@@ -366,12 +441,25 @@ mod tests {
             for &(t, st) in sent.iter().filter(|&&(t, _)| (lo..=hi).contains(&t)) {
                 prop_assert_eq!(start_at(within, t), st);
             }
-            // Split in two at any sample and merged again: the same.
-            let cut = sent[sent.len() / 2].0;
-            let merged = merge_runs(runs_within(runs.runs(), i64::MIN, cut - 1), runs_within(runs.runs(), cut, i64::MAX));
+            // Split in two at any sample and joined again: the same.
+            let cut = sent.len() / 2;
+            let (a, b) = sent.split_at(cut);
+            let mut j = RunJoiner::default();
+            for part in [a, b] {
+                if let (Some(f), Some(l)) = (part.first(), part.last()) {
+                    j.add(runs_within(runs.runs(), f.0, l.0), f.0, l.0);
+                }
+            }
+            let merged = j.finish();
             for &(t, st) in &sent {
                 prop_assert_eq!(start_at(&merged, t), st);
             }
+            // A later part that was sent none: unknown from its first
+            // sample, whatever the part before said.
+            let mut j = RunJoiner::default();
+            j.add(runs.runs(), sent[0].0, t);
+            j.add(&[], t + 1, t + 100);
+            prop_assert_eq!(start_at(&j.finish(), t + 50), 0);
         }
 
         /// Any bytes decode to runs in time order, or to nothing; never a

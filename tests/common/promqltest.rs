@@ -985,7 +985,17 @@ pub fn load_requests_v2(step_ms: i64, series: &[Series]) -> Vec<Vec<u8>> {
     use prost::Message;
     use sluice::proto::io::prometheus::write::v2;
     let mut bodies = Vec::new();
-    for s in series.iter().filter(|s| !s.starts.is_empty()) {
+    // The last line of a series is the one loaded, as in `load_requests`.
+    let last: BTreeMap<&Labels, usize> = series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (&s.labels, i))
+        .collect();
+    for (_, s) in series
+        .iter()
+        .enumerate()
+        .filter(|&(i, s)| !s.starts.is_empty() && last.get(&s.labels) == Some(&i))
+    {
         let symbols: Vec<String> = std::iter::once(String::new())
             .chain(s.labels.iter().flat_map(|(n, v)| [n.clone(), v.clone()]))
             .collect();

@@ -362,6 +362,9 @@ impl Walk<'_> {
         let mut r = Reader::nested(p, base);
         while let Some((num, v, at)) = r.next_field()? {
             match (num, v) {
+                (summary_point::START_TIME_UNIX_NANO, Value::Fixed64(st)) => {
+                    self.start_ms = (st / 1_000_000) as i64
+                }
                 (summary_point::TIME_UNIX_NANO, Value::Fixed64(t)) => t_ns = t,
                 (summary_point::COUNT, Value::Fixed64(c)) => count = c,
                 (summary_point::SUM, Value::Fixed64(b)) => sum = f64::from_bits(b),

@@ -474,7 +474,7 @@ impl Walk<'_> {
             return;
         }
         self.last_stored = true;
-        if self.start_ms != 0 && self.app.keeps_starts() {
+        if self.app.keeps_starts() {
             let stored = match relabelled {
                 None => &scratch.canonical,
                 Some(_) => &scratch.relabelled,
@@ -619,11 +619,8 @@ impl Walk<'_> {
         self.last_stored = true;
         // The point's start time, kept with the sample (`st-storage`); a
         // delta turned into a running total has the total's, not its own.
-        if emitted == Emitted::DataPoint
-            && self.start_ms != 0
-            && pending.is_none()
-            && self.app.keeps_starts()
-        {
+        // A point without one (0) ends what an earlier one said.
+        if emitted == Emitted::DataPoint && pending.is_none() && self.app.keeps_starts() {
             let start = std::iter::once((t, self.start_ms));
             if relabel.is_empty() {
                 self.app.note_starts_of(canonical, start);

@@ -12,7 +12,7 @@ use super::args::{arg, Out, Window};
 use super::rate::{self, histogram_rate_with, st_reset, Change, Span};
 use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::Ctx;
+use crate::promql::eval::{Compat, Ctx};
 use crate::promql::value::{Hist, Sample, Value};
 use crate::promql::QueryError;
 use crate::storage::selected::start_at;
@@ -120,6 +120,9 @@ pub(super) fn extrapolated(
             }
         }
     } else if n > 1 {
+        if (1..n).any(|i| overlaps(hs[i - 1], w.hists[i - 1].0, hs[i])) {
+            ctx.annotate(Annotation::StartTimeOverlap(w.name()));
+        }
         result_h = Some(histogram_rate_with(ctx, w.hists, true, w.name(), Some(hs))?);
     }
     let span = Span {
@@ -150,9 +153,11 @@ pub(super) fn extrapolated(
     } else {
         let zero_point = match &result_h {
             None => (result_f > 0.0 && w.floats[0].1 >= 0.0).then(|| w.floats[0].1 / result_f),
+            // Histograms stop at a zero count in v3.14's answers only.
             Some(h) => {
                 let c0 = w.hists[0].1.count;
-                (h.count > 0.0 && c0 >= 0.0).then(|| c0 / h.count)
+                (ctx.opts.compat >= Compat::V3_14 && h.count > 0.0 && c0 >= 0.0)
+                    .then(|| c0 / h.count)
             }
         };
         span.factor(zero_point, change, w.range)

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use super::reader::{BlockError, ChunkReader, IndexReader, Labels};
 use super::writer::{BlockChunk, BlockDesc, BlockMeta, BlockWriter, Compaction, Encoding};
-use crate::storage::starts::{merge_runs, StartKind, StartRun};
+use crate::storage::starts::{RunJoiner, StartRun};
 
 /// The ranges blocks are compacted to: `min`, then ×3 while it stays at
 /// or under `max` (Prometheus steps 10 ranges by a factor of 3, then drops
@@ -253,7 +253,6 @@ pub fn compact(
         cursors.push(c);
     }
     let mut chunks: Vec<BlockChunk> = Vec::new();
-    let mut starts: Vec<StartRun> = Vec::new();
     let mut n = 0usize;
     while let Some(labels) = cursors
         .iter()
@@ -266,7 +265,7 @@ pub fn compact(
             return Ok(None);
         }
         chunks.clear();
-        starts.clear();
+        let mut starts = RunJoiner::default();
         for c in &mut cursors {
             if c.next.as_ref().is_none_or(|(l, _)| *l != labels) {
                 continue;
@@ -274,20 +273,10 @@ pub fn compact(
             let Some((_, metas)) = c.next.take() else {
                 continue;
             };
-            // Each parent speaks for its own time: one without start
-            // times for this series says "unknown" from its first sample.
-            match c.parent.starts.get(&c.id) {
-                Some(runs) => starts = merge_runs(&starts, runs),
-                None if !starts.is_empty() => {
-                    if let Some(first) = metas.first() {
-                        let unknown = [StartRun {
-                            from: first.mint,
-                            kind: StartKind::Unknown,
-                        }];
-                        starts = merge_runs(&starts, &unknown);
-                    }
-                }
-                None => {}
+            // Each parent speaks for its own samples (see `RunJoiner`).
+            if let (Some(first), Some(last)) = (metas.first(), metas.last()) {
+                let runs = c.parent.starts.get(&c.id).map_or(&[][..], Vec::as_slice);
+                starts.add(runs, first.mint, last.maxt);
             }
             for m in metas {
                 let (enc, data) = c
@@ -318,7 +307,7 @@ pub fn compact(
         if !chunks.windows(2).all(|w| w[1].mint > w[0].maxt) {
             untangle(&mut chunks);
         }
-        w.add_series_with_starts(&labels, &chunks, &starts)?;
+        w.add_series_with_starts(&labels, &chunks, &starts.finish())?;
     }
     Ok(Some(w.finish()?))
 }

@@ -384,7 +384,10 @@ impl BlockWriter {
         self.all.push(id);
         self.meta.num_series += 1;
         if !starts.is_empty() {
-            self.starts.push((id, starts.to_vec()));
+            // The run holding at the block's first sample of the series
+            // starts there: the block speaks for its own samples.
+            let runs = crate::storage::starts::from_first(starts, chunks[0].mint);
+            self.starts.push((id, runs));
         }
         let mut entry = std::mem::take(&mut self.entry);
         entry.clear();

@@ -235,15 +235,18 @@ impl<'h> Replayer<'h> {
                 }
             }
             Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
+            // Kept only while the feature is on: with it off, samples
+            // would inherit start times they were not sent with.
+            Record::Starts(_) if !self.head.options().st_storage => {}
             Record::Starts(entries) => {
                 for (r, run) in crate::storage::starts::entries(entries) {
-                    let Some(&(shard, _)) = self.refs.get(&r) else {
+                    let Some(&(shard, slot)) = self.refs.get(&r) else {
                         self.unknown_refs += 1;
                         continue;
                     };
                     self.head
                         .lock_shard_for_replay(shard as usize)
-                        .restore_start(r, run);
+                        .restore_start(slot, run);
                 }
             }
             Record::Histograms(entries) => {

@@ -795,8 +795,20 @@ impl Shard {
                 hist_dropped += chunks;
             }
             if let Some(r) = self.starts.get_mut(&s.id) {
+                // What the chunks still held (one may cross the cutoff)
+                // read from their first sample on.
+                let kept = [
+                    s.sealed.first().map(|c| c.mint),
+                    s.head.as_ref().map(|h| h.mint),
+                    self.hists.get(&s.id).and_then(HistSeries::mint),
+                ];
+                let floor = kept
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map_or(cutoff, |m| m.min(cutoff));
                 let before = r.runs().len();
-                r.drop_before(cutoff);
+                r.drop_before(floor);
                 self.start_runs -= before - r.runs().len();
             }
             if s.has_ooo() {
@@ -1013,7 +1025,13 @@ impl Shard {
             return;
         };
         let id = series.id;
-        let mut starts = starts.peekable();
+        // Only samples the series took in order: one refused (too new, a
+        // duplicate) or stored out of order keeps no start time, and a
+        // refused future one must not hold back the samples after it.
+        let Some(newest) = self.max_time_of(series) else {
+            return;
+        };
+        let mut starts = starts.filter(|&(t, _)| t <= newest).peekable();
         let runs = match self.starts.get_mut(&id) {
             Some(r) => r,
             None => {
@@ -1042,10 +1060,14 @@ impl Shard {
         }
     }
 
-    /// Takes back a run of the series with `id` from the WAL or a
-    /// checkpoint.
-    pub(crate) fn restore_start(&mut self, id: u64, run: StartRun) {
-        let runs = self.starts.entry(id).or_default();
+    /// Takes back a run of the series in `slot` from the WAL or a
+    /// checkpoint (keyed by the series' own id, which may differ from the
+    /// reference the log used for it).
+    pub(crate) fn restore_start(&mut self, slot: u32, run: StartRun) {
+        let Some(series) = self.series.get(slot as usize) else {
+            return;
+        };
+        let runs = self.starts.entry(series.id).or_default();
         let before = runs.runs().len();
         runs.restore(run);
         self.start_runs = self.start_runs + runs.runs().len() - before;
