@@ -1157,6 +1157,29 @@ impl<'e> Ctx<'e> {
         if vs.smoothed {
             return self.smoothed_selector(vs, t);
         }
+        self.latest_each(vs, t, |_, pt| pt)
+    }
+
+    /// [`Ctx::vector_selector_timed`], with each sample's start time (0
+    /// when it has none) instead of its time.
+    pub(crate) fn vector_selector_starts(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
+        self.latest_each(vs, t, |s, pt| {
+            crate::storage::selected::start_at(&s.starts, pt)
+        })
+    }
+
+    /// Each series' newest sample in the selector's lookback at `t`, with
+    /// what `f` makes of the series and that sample's time.
+    fn latest_each(
+        &self,
+        vs: &VectorSelector,
+        t: i64,
+        f: impl Fn(&SeriesPoints, i64) -> i64,
+    ) -> Result<Vec<(Sample, i64)>, QueryError> {
         let lookback = self.opts.lookback_ms;
         // Evaluated once (an instant query), a series' newest sample is
         // all the selector reads.
@@ -1169,30 +1192,7 @@ impl<'e> Ctx<'e> {
             // The window is (ts - lookback, ts]; a stale marker ends the series.
             if let Some((sample, pt)) = s.latest(i, ts) {
                 if pt > ts.saturating_sub(lookback) {
-                    out.push((sample, pt));
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// [`Ctx::vector_selector_timed`], with each sample's start time (0
-    /// when it has none) instead of its time.
-    pub(crate) fn vector_selector_starts(
-        &self,
-        vs: &VectorSelector,
-        t: i64,
-    ) -> Result<Vec<(Sample, i64)>, QueryError> {
-        let lookback = self.opts.lookback_ms;
-        let series = self.load(vs, lookback)?;
-        let ts = self.selector_time(&vs.at, &vs.offset, t);
-        let mut out = Vec::with_capacity(series.len());
-        for s in series.iter() {
-            let i = seek(&s.points, &s.hi_hint, ts);
-            if let Some((sample, pt)) = s.latest(i, ts) {
-                if pt > ts.saturating_sub(lookback) {
-                    let st = crate::storage::selected::start_at(&s.starts, pt);
-                    out.push((sample, st));
+                    out.push((sample, f(s, pt)));
                 }
             }
         }

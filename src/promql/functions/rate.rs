@@ -274,34 +274,38 @@ pub(super) fn histogram_rate_with(
     Some(h)
 }
 
-/// `irate` and `idelta` over a window holding histograms (Prometheus'
-/// `instantValue`): the last two samples, whichever kind they are.
-fn hist_instant(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Out> {
-    use CounterResetHint::Gauge;
-    let is_rate = change.per_second();
-    // The last two samples of both kinds, in time order.
-    let mut last: Vec<(i64, Option<&Hist>, f64)> = w
-        .floats
-        .iter()
-        .rev()
-        .take(2)
-        .map(|&(t, v)| (t, None, v))
+/// One of the two samples `irate` and `idelta` read: its time, its
+/// histogram (none for a float), its float value and its start time (0
+/// when it has none).
+pub(super) type Last<'w> = (i64, Option<&'w Hist>, f64, i64);
+
+/// The last two samples of a window, floats and histograms together, in
+/// time order, with their start times (`fs` and `hs`, one per float and
+/// histogram, or empty for none); `None` for fewer than two, or two at one
+/// time.
+pub(super) fn last_two<'w>(w: &Window<'w>, fs: &[i64], hs: &[i64]) -> Option<(Last<'w>, Last<'w>)> {
+    let st = |s: &[i64], i: usize| s.get(i).copied().unwrap_or(0);
+    let (nf, nh) = (w.floats.len(), w.hists.len());
+    let mut last: Vec<Last<'w>> = (nf.saturating_sub(2)..nf)
+        .map(|i| (w.floats[i].0, None, w.floats[i].1, st(fs, i)))
         .chain(
-            w.hists
-                .iter()
-                .rev()
-                .take(2)
-                .map(|(t, h)| (*t, Some(h), 0.0)),
+            (nh.saturating_sub(2)..nh).map(|i| (w.hists[i].0, Some(&w.hists[i].1), 0.0, st(hs, i))),
         )
         .collect();
     last.sort_by_key(|x| x.0);
     let [.., a, b] = last.as_slice() else {
         return None;
     };
+    (b.0 != a.0).then_some((*a, *b))
+}
+
+/// `irate` and `idelta` over a window holding histograms (Prometheus'
+/// `instantValue`): the last two samples, whichever kind they are.
+fn hist_instant(ctx: &Ctx<'_>, w: &Window<'_>, change: Change) -> Option<Out> {
+    use CounterResetHint::Gauge;
+    let is_rate = change.per_second();
+    let (a, b) = last_two(w, &[], &[])?;
     let dt = b.0 - a.0;
-    if dt == 0 {
-        return None;
-    }
     let name = w.name();
     let mut out = match (a.1, b.1) {
         (None, None) => {

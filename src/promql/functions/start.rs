@@ -176,31 +176,8 @@ pub(super) fn extrapolated(
 /// `irate` with start times: the last two samples, the later one alone
 /// when it starts anew (by value or by start time).
 pub(super) fn irate(ctx: &Ctx<'_>, w: &Window<'_>, fs: &[i64], hs: &[i64]) -> Option<Out> {
-    // The last two samples of both kinds, in time order, with their starts.
-    let mut last: Vec<(i64, Option<&Hist>, f64, i64)> = w
-        .floats
-        .iter()
-        .zip(fs)
-        .rev()
-        .take(2)
-        .map(|(&(t, v), &st)| (t, None, v, st))
-        .chain(
-            w.hists
-                .iter()
-                .zip(hs)
-                .rev()
-                .take(2)
-                .map(|((t, h), &st)| (*t, Some(h), 0.0, st)),
-        )
-        .collect();
-    last.sort_by_key(|x| x.0);
-    let [.., a, b] = last.as_slice() else {
-        return None;
-    };
+    let (a, b) = rate::last_two(w, fs, hs)?;
     let dt = b.0 - a.0;
-    if dt == 0 {
-        return None;
-    }
     let secs = dt as f64 / 1000.0;
     let starts_anew = st_reset(a.3, a.0, b.3, b.0);
     match (a.1, b.1) {
