@@ -645,6 +645,19 @@ mod tests {
             }
         }
 
+        /// A start time of the wrong wire type names the field's place;
+        /// absurd start times (negative, the extremes) read as sent.
+        #[test]
+        fn a_start_time_of_the_wrong_type_is_refused(st in any::<i64>(), bytes in proptest::collection::vec(any::<u8>(), 0..16)) {
+            use crate::proto::io::prometheus::write::v2;
+            let mut b = v2::Sample { value: 1.5, timestamp: 1000, start_timestamp: 0 }.encode_to_vec();
+            prost::encoding::bytes::encode(3, &bytes, &mut b);
+            prop_assert!(check_sample(&b, 0).is_err());
+            let good = v2::Sample { value: 1.5, timestamp: 1000, start_timestamp: st }.encode_to_vec();
+            prop_assert!(check_sample(&good, 0).is_ok());
+            prop_assert_eq!(sample_time_and_start(&good), (1000, st));
+        }
+
         /// A remote write 2.0 sample, with a start time or not, reads as
         /// prost reads it, on the direct path or the general one.
         #[test]
