@@ -118,9 +118,12 @@ impl Forwarders {
                 stop: stop_rx.clone(),
                 runtime: runtime.clone(),
             };
+            let Some(at) = q.start_position() else {
+                continue;
+            };
             match std::thread::Builder::new()
                 .name(format!("sluice-forward-{}", q.name))
-                .spawn(move || q.run())
+                .spawn(move || q.run(at))
             {
                 Ok(t) => started.threads.push(t),
                 Err(e) => {

@@ -112,8 +112,12 @@ impl Filter {
 }
 
 impl Queue {
-    /// Runs until the stop flag is set; then saves the position.
-    pub(super) fn run(self) {
+    /// Where this destination starts, saved so its segments are held:
+    /// its saved position, or for a new destination the log's durable end
+    /// now. Decided before the thread starts (see [`super::Forwarders::start`]):
+    /// a tenant's forwarders start as it opens, before its first write, and
+    /// a thread scheduled late must not skip what was written meanwhile.
+    pub(super) fn start_position(&self) -> Option<Position> {
         let start = match reader::load(&self.wal_dir, &self.name) {
             Ok(Some(p)) => p,
             Ok(None) => {
@@ -125,14 +129,20 @@ impl Queue {
             }
             Err(e) => {
                 tracing::error!(destination = %self.name, error = %e, "cannot read the forward position; this destination is not forwarded");
-                return;
+                return None;
             }
         };
         // Hold the segments from here on before anything can delete them.
         if let Err(e) = reader::save(&self.wal_dir, &self.name, start) {
             tracing::error!(destination = %self.name, error = %e, "cannot save the forward position; this destination is not forwarded");
-            return;
+            return None;
         }
+        Some(start)
+    }
+
+    /// Runs from `start` (see [`Queue::start_position`]) until the stop
+    /// flag is set; then saves the position.
+    pub(super) fn run(self, start: Position) {
         let series = self.known_series(start);
         self.stats.series.set(series.len() as i64);
         tracing::info!(destination = %self.name, url = %self.dest.url, position = %start, series = series.len(), "forwarding");
