@@ -125,8 +125,8 @@ fn handle(
                 .labels
                 .iter()
                 .map(|l| pb::Label {
-                    name: l.name.clone(),
-                    value: l.value.clone(),
+                    name: l.name.to_string(),
+                    value: l.value.to_string(),
                 })
                 .collect();
             if streamed {

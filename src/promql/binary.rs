@@ -426,9 +426,11 @@ fn vector_vector(
         let mut built: Vec<Label> = base.iter().cloned().collect();
         if one_to_one {
             match &m.matching {
-                Some(LabelModifier::Include(on)) => built.retain(|l| on.labels.contains(&l.name)),
+                Some(LabelModifier::Include(on)) => {
+                    built.retain(|l| on.labels.iter().any(|n| *n == l.name))
+                }
                 Some(LabelModifier::Exclude(ign)) => {
-                    built.retain(|l| !ign.labels.contains(&l.name))
+                    built.retain(|l| !ign.labels.iter().any(|n| *n == l.name))
                 }
                 None => {}
             }

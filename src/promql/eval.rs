@@ -1507,8 +1507,8 @@ impl<'e> Ctx<'e> {
                 continue;
             }
             if let Some(n) = s.labels.iter().find(|l| l.name == "__name__") {
-                if !names.contains(&n.value) {
-                    names.push(n.value.clone());
+                if !names.iter().any(|x| *x == n.value) {
+                    names.push(n.value.to_string());
                 }
             }
         }

@@ -205,8 +205,8 @@ pub fn set_label(labels: &Labels, name: &str, value: String) -> Labels {
     let mut v: Vec<Label> = labels.iter().filter(|l| l.name != name).cloned().collect();
     if !value.is_empty() {
         v.push(Label {
-            name: name.to_owned(),
-            value,
+            name: name.into(),
+            value: value.into(),
         });
         v.sort();
     }

@@ -162,7 +162,10 @@ impl Block {
             }
             let labels = labels
                 .into_iter()
-                .map(|(name, value)| Label { name, value })
+                .map(|(name, value)| Label {
+                    name: name.into(),
+                    value: value.into(),
+                })
                 .collect();
             f(labels, metas, id);
         }

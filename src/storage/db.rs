@@ -573,7 +573,7 @@ mod tests {
                     .labels
                     .iter()
                     .find(|l| l.name == "job")
-                    .map(|l| l.value.clone())
+                    .map(|l| l.value.to_string())
                     .unwrap_or_default();
                 (job, s.samples)
             })

@@ -52,10 +52,16 @@ pub fn down(matchers: &[Matcher], need_one: bool) -> Vec<Matcher> {
 pub fn tag_pairs(pairs: &mut Vec<(String, String)>, tenant: &str) {
     let mut labels: Vec<Label> = std::mem::take(pairs)
         .into_iter()
-        .map(|(name, value)| Label { name, value })
+        .map(|(name, value)| Label {
+            name: name.into(),
+            value: value.into(),
+        })
         .collect();
     tag(&mut labels, tenant);
-    *pairs = labels.into_iter().map(|l| (l.name, l.value)).collect();
+    *pairs = labels
+        .into_iter()
+        .map(|l| (l.name.into(), l.value.into()))
+        .collect();
 }
 
 fn insert_sorted(labels: &mut Vec<Label>, label: Label) {
@@ -74,7 +80,7 @@ pub fn tag(labels: &mut Vec<Label>, tenant: &str) {
         insert_sorted(
             labels,
             Label {
-                name: ORIGINAL_TENANT_LABEL.to_owned(),
+                name: ORIGINAL_TENANT_LABEL.into(),
                 value: own.value,
             },
         );
@@ -82,8 +88,8 @@ pub fn tag(labels: &mut Vec<Label>, tenant: &str) {
     insert_sorted(
         labels,
         Label {
-            name: TENANT_LABEL.to_owned(),
-            value: tenant.to_owned(),
+            name: TENANT_LABEL.into(),
+            value: tenant.into(),
         },
     );
 }

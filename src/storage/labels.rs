@@ -15,19 +15,205 @@ use xxhash_rust::xxh3::xxh3_64;
 /// An interned string's id within one shard.
 pub type StrId = u32;
 
-/// One label, owned: what queries hand out.
+/// One label, owned: what queries hand out. Its strings are shared with
+/// the shard that interned them, so handing out a series' labels costs a
+/// count per string, not an allocation and a copy.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Label {
     /// Label name.
-    pub name: String,
+    pub name: LabelStr,
     /// Label value.
-    pub value: String,
+    pub value: LabelStr,
+}
+
+/// A label name or value: an immutable, shared string. Clones share the
+/// bytes; equal strings from one interner are one allocation, which
+/// comparisons notice before they look at the bytes.
+#[derive(Clone, Eq)]
+pub struct LabelStr(std::sync::Arc<str>);
+
+impl LabelStr {
+    /// The string.
+    #[inline]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for LabelStr {
+    fn default() -> Self {
+        Self::from("")
+    }
+}
+
+impl std::ops::Deref for LabelStr {
+    type Target = str;
+    #[inline]
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for LabelStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for LabelStr {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::borrow::Borrow<str> for LabelStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq for LabelStr {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl Ord for LabelStr {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if std::sync::Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for LabelStr {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for LabelStr {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialEq<str> for LabelStr {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for LabelStr {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for LabelStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<LabelStr> for str {
+    fn eq(&self, other: &LabelStr) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<LabelStr> for &str {
+    fn eq(&self, other: &LabelStr) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl PartialEq<LabelStr> for String {
+    fn eq(&self, other: &LabelStr) -> bool {
+        **self == *other.0
+    }
+}
+
+impl PartialOrd<str> for LabelStr {
+    fn partial_cmp(&self, other: &str) -> Option<std::cmp::Ordering> {
+        Some((*self.0).cmp(other))
+    }
+}
+
+impl From<&str> for LabelStr {
+    fn from(s: &str) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<&String> for LabelStr {
+    fn from(s: &String) -> Self {
+        Self(s.as_str().into())
+    }
+}
+
+impl From<String> for LabelStr {
+    fn from(s: String) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<Box<str>> for LabelStr {
+    fn from(s: Box<str>) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<std::sync::Arc<str>> for LabelStr {
+    fn from(s: std::sync::Arc<str>) -> Self {
+        Self(s)
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for LabelStr {
+    fn from(s: std::borrow::Cow<'_, str>) -> Self {
+        Self(s.into())
+    }
+}
+
+impl From<LabelStr> for String {
+    fn from(s: LabelStr) -> Self {
+        s.0.as_ref().to_owned()
+    }
+}
+
+impl std::fmt::Display for LabelStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for LabelStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl serde::Serialize for LabelStr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LabelStr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::from)
+    }
 }
 
 /// Stores each distinct string once and hands out small ids.
 #[derive(Debug, Default)]
 pub struct Interner {
-    strings: Vec<Box<str>>,
+    strings: Vec<LabelStr>,
     table: HashTable<StrId>,
     bytes: usize,
 }
@@ -42,7 +228,8 @@ impl Interner {
         }
         let id = self.strings.len() as StrId;
         self.strings.push(s.into());
-        self.bytes += s.len();
+        // The shared string's two counts beside its bytes.
+        self.bytes += s.len() + 2 * std::mem::size_of::<usize>();
         let strings = &self.strings;
         self.table
             .insert_unique(hash, id, |&id| xxh3_64(strings[id as usize].as_bytes()));
@@ -63,10 +250,16 @@ impl Interner {
         self.strings.get(id as usize).map_or("", |s| s)
     }
 
+    /// The shared string behind `id` (empty for an id it never gave).
+    #[inline]
+    pub fn shared(&self, id: StrId) -> LabelStr {
+        self.strings.get(id as usize).cloned().unwrap_or_default()
+    }
+
     /// Heap bytes held (string bytes plus table and vector slots), roughly.
     pub fn heap_bytes(&self) -> usize {
         self.bytes
-            + self.strings.capacity() * std::mem::size_of::<Box<str>>()
+            + self.strings.capacity() * std::mem::size_of::<LabelStr>()
             + self.table.capacity() * (std::mem::size_of::<StrId>() + 1)
     }
 }

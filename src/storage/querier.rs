@@ -268,7 +268,10 @@ impl<'d> Single<'d> {
             matchers,
             (mint, maxt),
             stop,
-            |labels| out.borrow_mut().extend(labels.into_iter().map(|l| l.name)),
+            |labels| {
+                out.borrow_mut()
+                    .extend(labels.into_iter().map(|l| String::from(l.name)))
+            },
             |shard, series, _| {
                 let mut out = out.borrow_mut();
                 for &(n, _) in shard.labels(series).iter() {
@@ -306,7 +309,7 @@ impl<'d> Single<'d> {
             stop,
             |labels| {
                 if let Some(l) = labels.into_iter().find(|l| l.name == name) {
-                    out.borrow_mut().insert(l.value);
+                    out.borrow_mut().insert(l.value.into());
                 }
             },
             |shard, series, _| {

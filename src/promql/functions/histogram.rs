@@ -56,8 +56,8 @@ pub(super) fn quantiles(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, Que
         let with_label = |mut labels: Vec<Label>| {
             labels.retain(|l| l.name != label);
             labels.push(Label {
-                name: label.clone(),
-                value: text.clone(),
+                name: label.as_str().into(),
+                value: text.as_str().into(),
             });
             labels.sort();
             labels

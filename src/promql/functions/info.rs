@@ -46,7 +46,7 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
         labels
             .iter()
             .find(|l| l.name == "__name__")
-            .map_or(String::new(), |l| l.value.clone())
+            .map_or(String::new(), |l| l.value.to_string())
     };
     // The info metrics read: those the name matchers select, among the
     // `*_info` metrics when they only exclude names; `target_info` when
@@ -71,8 +71,8 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
                 .find(|l| l.name == id && !l.value.is_empty())
             {
                 let vals = values.entry(id).or_default();
-                if !vals.contains(&l.value) {
-                    vals.push(l.value.clone());
+                if !vals.iter().any(|v| *v == l.value) {
+                    vals.push(l.value.to_string());
                 }
             }
         }
@@ -126,7 +126,7 @@ pub(super) fn info(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErr
             };
             matched = true;
             for l in labels.iter().filter(|l| l.name != "__name__") {
-                if !data.is_empty() && !data.contains_key(&l.name) {
+                if !data.is_empty() && !data.contains_key(l.name.as_str()) {
                     continue;
                 }
                 if let Some(prev) = added.iter().find(|a| a.name == l.name) {

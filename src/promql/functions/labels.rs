@@ -70,7 +70,7 @@ fn sort_by(ctx: &Ctx<'_>, call: &Call, t: i64, order: Order) -> Result<Value, Qu
                 s.labels
                     .iter()
                     .find(|l| &l.name == n)
-                    .map_or(String::new(), |l| l.value.clone())
+                    .map_or(String::new(), |l| l.value.to_string())
             })
             .collect()
     };
@@ -231,8 +231,8 @@ fn absent_labels(vs: &crate::promql::parser::VectorSelector) -> Vec<Label> {
             seen.push(&m.name);
             if !m.value.is_empty() {
                 out.push(Label {
-                    name: m.name.clone(),
-                    value: m.value.clone(),
+                    name: m.name.as_str().into(),
+                    value: m.value.as_str().into(),
                 });
             }
         }

@@ -440,8 +440,8 @@ pub(super) fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<()
                     continue;
                 }
                 if let Some(n) = s.labels.iter().find(|l| l.name == "__name__") {
-                    if !names.contains(&n.value) {
-                        names.push(n.value.clone());
+                    if !names.iter().any(|x: &String| *x == n.value) {
+                        names.push(n.value.to_string());
                     }
                 }
             }

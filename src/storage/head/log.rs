@@ -131,7 +131,10 @@ impl Head {
                 late.push(LateSeries {
                     shard: i,
                     id,
-                    labels: labels.into_iter().map(|l| (l.name, l.value)).collect(),
+                    labels: labels
+                        .into_iter()
+                        .map(|l| (l.name.into(), l.value.into()))
+                        .collect(),
                     samples,
                     hists,
                 });

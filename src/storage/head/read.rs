@@ -122,7 +122,7 @@ impl Head {
                         labels: shard
                             .labels_of(s)
                             .into_iter()
-                            .map(|l| (l.name, l.value))
+                            .map(|l| (l.name.into(), l.value.into()))
                             .collect(),
                         chunks,
                     });

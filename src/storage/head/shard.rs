@@ -540,8 +540,8 @@ impl Shard {
         self.labels(series)
             .iter()
             .map(|&(n, v)| Label {
-                name: self.strings.get(n).to_owned(),
-                value: self.strings.get(v).to_owned(),
+                name: self.strings.shared(n),
+                value: self.strings.shared(v),
             })
             .collect()
     }
