@@ -335,6 +335,14 @@ settings! {
     /// wait for a slot up to their timeout [default: 20].
     #[arg(value_name = "N")]
     query_max_concurrency: usize = 20;
+    /// Most threads one query works on (its own and helpers, as
+    /// VictoriaMetrics' -search.maxWorkersPerQuery): selections of many
+    /// series, their decoding and range functions are cut among free
+    /// cores; helpers come from one allowance of this many less one for
+    /// all queries, so queries at once never use more. 0: the machine's
+    /// cores [default: 0].
+    #[arg(value_name = "N")]
+    query_max_workers_per_query: usize = 0;
     /// Largest form-encoded POST body of the query API (query, series,
     /// labels, federate …), as Go's ParseForm caps it for Prometheus;
     /// larger ones get 400 bad_data [default: 10485760].

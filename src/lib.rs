@@ -55,6 +55,7 @@ pub mod forward;
 pub mod heap;
 pub mod histogram;
 pub mod ingest;
+pub mod parallel;
 pub mod promql;
 pub mod proto;
 pub mod protocol;

@@ -57,8 +57,8 @@ pub(super) async fn federate(
             let mut newest: BTreeMap<(String, Vec<Label>), (i64, f64)> = BTreeMap::new();
             reads.with_querier(|q| -> Result<(), crate::storage::Stopped> {
                 for matchers in &selectors {
-                    for s in q.select_until(matchers, mint, now, &stop)? {
-                        let Some(last) = s.samples(mint, now).last() else {
+                    for s in q.select_newest_until(matchers, mint, now, &stop)? {
+                        let Some(last) = s.last_sample(mint, now) else {
                             continue;
                         };
                         if last.1.to_bits() != STALE_NAN {

@@ -119,6 +119,7 @@ impl AppState {
         if config.multitenancy {
             metrics.add_tenants(tenants.source());
         }
+        crate::parallel::set_max_workers(config.query_max_workers_per_query);
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,

@@ -21,8 +21,10 @@ use super::selector_matchers;
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
+use crate::parallel;
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
+use crate::storage::selected::SelectedSeries;
 use crate::storage::Querier;
 use crate::storage::{ReadBudget, Stop};
 
@@ -259,9 +261,20 @@ fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
     i
 }
 
+/// Cells of a table worth a helper thread (a few milliseconds of work;
+/// starting a thread costs tens of microseconds).
+const TABLE_CELLS_PER_WORKER: usize = 50_000;
+
+/// Most samples a selection decodes before charging them to the query
+/// (16 bytes each): its limits stop it within this much of them.
+const DECODE_BATCH_POINTS: usize = 1 << 20;
+
+/// Samples to decode worth a helper thread.
+const DECODE_POINTS_PER_WORKER: usize = 50_000;
+
 /// A range function: a series' points in the window, the range and the
 /// window's end (ms) to its value there, if any.
-pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + 'f;
+pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync + 'f;
 
 /// A range function's results for every series at every step.
 pub(crate) struct RangeTable {
@@ -865,16 +878,19 @@ impl<'e> Ctx<'e> {
         };
         for matchers in &sets {
             selected.extend(
-                self.querier
-                    .select_until(matchers, lo, hi, &stop)
-                    .map_err(|_| {
-                        give_back(&read);
-                        match self.opts.shared.as_ref() {
-                            _ if !read.exceeded() => QueryError::Timeout("query execution"),
-                            Some(pool) if read.pool_exceeded() => QueryError::Busy(pool.max()),
-                            _ => QueryError::TooMuchMemory("query execution", self.opts.max_bytes),
-                        }
-                    })?,
+                if last_only {
+                    self.querier.select_newest_until(matchers, lo, hi, &stop)
+                } else {
+                    self.querier.select_until(matchers, lo, hi, &stop)
+                }
+                .map_err(|_| {
+                    give_back(&read);
+                    match self.opts.shared.as_ref() {
+                        _ if !read.exceeded() => QueryError::Timeout("query execution"),
+                        Some(pool) if read.pool_exceeded() => QueryError::Busy(pool.max()),
+                        _ => QueryError::TooMuchMemory("query execution", self.opts.max_bytes),
+                    }
+                })?,
             );
         }
         // Counted in the pool while read; now charged to this query, which
@@ -887,19 +903,68 @@ impl<'e> Ctx<'e> {
             selected.dedup_by(|a, b| a.labels == b.labels);
         }
         let mut out = Vec::with_capacity(selected.len());
-        // Decoded into one buffer, then copied out at their exact size.
-        let mut scratch: Vec<(i64, f64)> = Vec::new();
-        for (n, s) in selected.into_iter().enumerate() {
+        // Decoded in batches of at most DECODE_BATCH_POINTS samples, each
+        // spread over the free cores; a batch is charged series by series
+        // as it is taken in, so a query past its limits stops within one
+        // batch of them.
+        let sizes: Vec<usize> = selected
+            .iter()
+            .map(|s| {
+                if last_only {
+                    1
+                } else {
+                    s.samples_at_most(lo, hi)
+                }
+            })
+            .collect();
+        let mut series = selected.into_iter();
+        let mut taken = 0;
+        let mut batch_points: std::vec::IntoIter<Vec<(i64, f64)>> = Vec::new().into_iter();
+        for n in 0..sizes.len() {
             if n % 256 == 255 {
                 self.check_deadline("query execution")?;
             }
-            let points: Vec<(i64, f64)> = if last_only {
-                s.last_sample(lo, hi).into_iter().collect()
-            } else {
-                scratch.clear();
-                scratch.extend(s.samples(lo, hi));
-                scratch.as_slice().to_vec()
+            let Some(s) = series.next() else {
+                break;
             };
+            if n == taken {
+                // The next batch: this series and those after it.
+                let mut end = n + 1;
+                let mut points = sizes[n];
+                while end < sizes.len() && points + sizes[end] <= DECODE_BATCH_POINTS {
+                    points += sizes[end];
+                    end += 1;
+                }
+                let rest = series.as_slice();
+                let batch: Vec<&SelectedSeries> =
+                    std::iter::once(&s).chain(&rest[..end - n - 1]).collect();
+                let min_part = (batch.len() * DECODE_POINTS_PER_WORKER)
+                    .div_ceil(points.max(1))
+                    .max(1);
+                batch_points = parallel::parts(batch.len(), min_part, |r| {
+                    let mut scratch: Vec<(i64, f64)> = Vec::new();
+                    batch[r]
+                        .iter()
+                        .map(|s| {
+                            if last_only {
+                                s.last_sample(lo, hi).into_iter().collect()
+                            } else {
+                                // Decoded into one buffer, then copied out
+                                // at their exact size.
+                                scratch.clear();
+                                scratch.extend(s.samples(lo, hi));
+                                scratch.as_slice().to_vec()
+                            }
+                        })
+                        .collect::<Vec<Vec<(i64, f64)>>>()
+                })
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .into_iter();
+                taken = end;
+            }
+            let points = batch_points.next().unwrap_or_default();
             let mut in_window = s.histograms.iter().filter(|(t, _)| (lo..=hi).contains(t));
             let stats_only = self.stats_only.contains(&key);
             let mut hists: Vec<(i64, Hist)> = if last_only && !stats_only {
@@ -1663,39 +1728,75 @@ impl<'e> Ctx<'e> {
             return Ok(None);
         };
         let n = series.len();
-        let mut scratch = Vec::new();
-        for (i, s) in series.iter().enumerate() {
-            if i % 256 == 255 {
-                self.check_deadline("range function evaluation")?;
-            }
+        for s in series.iter() {
             table.labels.push(Arc::clone(match name {
                 Name::Keep => &s.labels,
                 Name::Drop => s.unnamed(self),
             }));
-            let (mut lo, mut hi) = (0, 0);
-            for k in 0..steps {
-                let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);
+        }
+        let times: Vec<i64> = (0..steps)
+            .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
+            .collect();
+        let rows: Vec<(&[(i64, f64)], bool)> = series
+            .iter()
+            .map(|s| (s.points.as_slice(), s.has_stale))
+            .collect();
+        // The steps are cut among the workers: a run of steps is a run of
+        // the step-major table.
+        let workers =
+            parallel::Workers::for_items(steps, TABLE_CELLS_PER_WORKER.div_ceil(n.max(1)));
+        let bounds = workers.bounds(steps);
+        let mut parts = Vec::with_capacity(bounds.len());
+        let (mut values, mut present) = (table.values.as_mut_slice(), table.present.as_mut_slice());
+        for r in &bounds {
+            let (v, rest_v) = values.split_at_mut(r.len() * n);
+            let (p, rest_p) = present.split_at_mut(r.len() * n);
+            parts.push((r.clone(), v, p));
+            (values, present) = (rest_v, rest_p);
+        }
+        let (deadline, cancel) = (self.deadline, self.cancel);
+        let done = workers.run(parts, |(steps, values, present)| {
+            let mut scratch = Vec::new();
+            for (i, &(points, has_stale)) in rows.iter().enumerate() {
+                if i % 256 == 255
+                    && (Instant::now() > deadline
+                        || cancel.is_some_and(|c| c.load(Ordering::Relaxed)))
+                {
+                    return Err(QueryError::Timeout("range function evaluation"));
+                }
                 // The window (ts - range, ts]; both ends only move forward.
-                while hi < s.points.len() && s.points[hi].0 <= ts {
-                    hi += 1;
-                }
-                while lo < hi && s.points[lo].0 <= ts.saturating_sub(range_ms) {
-                    lo += 1;
-                }
-                let mut window = &s.points[lo..hi];
-                if s.has_stale {
-                    scratch.clear();
-                    scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                    window = &scratch;
-                }
-                if window.is_empty() {
-                    continue;
-                }
-                if let Some(v) = f(window, range_ms, ts) {
-                    table.values[k * n + i] = v;
-                    table.present[k * n + i] = true;
+                let first = times[steps.start];
+                let mut hi = points.partition_point(|p| p.0 <= first);
+                let mut lo = points
+                    .partition_point(|p| p.0 <= first.saturating_sub(range_ms))
+                    .min(hi);
+                for (j, k) in steps.clone().enumerate() {
+                    let ts = times[k];
+                    while hi < points.len() && points[hi].0 <= ts {
+                        hi += 1;
+                    }
+                    while lo < hi && points[lo].0 <= ts.saturating_sub(range_ms) {
+                        lo += 1;
+                    }
+                    let mut window = &points[lo..hi];
+                    if has_stale {
+                        scratch.clear();
+                        scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                        window = &scratch;
+                    }
+                    if window.is_empty() {
+                        continue;
+                    }
+                    if let Some(v) = f(window, range_ms, ts) {
+                        values[j * n + i] = v;
+                        present[j * n + i] = true;
+                    }
                 }
             }
+            Ok(())
+        });
+        for r in done {
+            r?;
         }
         Ok(Some(self.keep_table(key, table)))
     }

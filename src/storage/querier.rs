@@ -78,9 +78,34 @@ impl<'d> Querier<'d> {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<Vec<SelectedSeries>, Stopped> {
+        self.select_reading(matchers, (mint, maxt), stop, Reading::All)
+    }
+
+    /// [`Querier::select_until`] for a reader of each series' newest
+    /// sample in `[mint, maxt]` alone ([`SelectedSeries::last_sample`]):
+    /// where the head knows that sample, the series' chunks are not copied.
+    pub fn select_newest_until(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
+        self.select_reading(matchers, (mint, maxt), stop, Reading::Newest)
+    }
+
+    fn select_reading(
+        &self,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        stop: &Stop<'_>,
+        reading: Reading,
+    ) -> Result<Vec<SelectedSeries>, Stopped> {
         match self.0 {
-            Over::One(q) => q.select_until(matchers, mint, maxt, stop),
-            Over::Federated(members) => over_members::select(members, matchers, mint, maxt, stop),
+            Over::One(q) => q.select_until(matchers, (mint, maxt), stop, reading),
+            Over::Federated(members) => {
+                over_members::select(members, matchers, (mint, maxt), stop, reading)
+            }
         }
     }
 
@@ -137,6 +162,15 @@ impl<'d> Querier<'d> {
     }
 }
 
+/// What a selection's reader reads of each series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Every sample in the range.
+    All,
+    /// The newest sample in the range alone.
+    Newest,
+}
+
 /// One database of a federated read, and its tenant's ID.
 #[derive(Debug, Clone, Copy)]
 pub struct Member<'d> {
@@ -151,24 +185,34 @@ impl<'d> Single<'d> {
     fn select_until(
         &self,
         matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
+        (mint, maxt): (i64, i64),
         stop: &Stop<'_>,
+        reading: Reading,
     ) -> Result<Vec<SelectedSeries>, Stopped> {
         let set = self.blocks.read();
         let mut out = self.blocks.select(&set, matchers, mint, maxt, stop)?;
         let from_blocks = !out.is_empty();
+        // A chunk standing for its newest sample alone must not be joined
+        // with a block's chunks (joining decodes where they overlap).
+        let reading = if from_blocks { Reading::All } else { reading };
         // The head answers in order from the floor on, and with late
         // samples older than it that no block holds yet.
         let floor = set.floor();
-        self.head
-            .for_each_match(matchers, mint, maxt, stop, |shard, series, until| {
-                let chunks = shard.chunks_for_query(series, (mint, maxt), until, floor);
+        let parts = self.head.collect_matches(
+            matchers,
+            (mint, maxt),
+            stop,
+            |shard, series, until| {
+                let chunks = match reading {
+                    Reading::Newest => shard.newest_chunk_for_query(series, (mint, maxt), until),
+                    Reading::All => None,
+                }
+                .unwrap_or_else(|| shard.chunks_for_query(series, (mint, maxt), until, floor));
                 let histograms = shard.histograms_of(series, (mint, maxt), until, floor);
                 if chunks.is_empty() && histograms.is_empty() && mint < floor {
-                    return;
+                    return None;
                 }
-                out.push(SelectedSeries {
+                Some(SelectedSeries {
                     labels: shard.labels_of(series),
                     chunks,
                     histograms,
@@ -178,14 +222,20 @@ impl<'d> Single<'d> {
                         maxt,
                     )
                     .to_vec(),
-                });
-            })?;
+                })
+            },
+            |part| {
+                if !from_blocks {
+                    part.sort_unstable_by(|a, b| a.labels.cmp(&b.labels));
+                }
+            },
+        )?;
         drop(set);
         if from_blocks {
+            out.extend(parts.into_iter().flatten());
             return Ok(merge(out));
         }
-        out.sort_unstable_by(|a, b| a.labels.cmp(&b.labels));
-        Ok(out)
+        Ok(merge_sorted(parts))
     }
 
     /// Calls `f` with the labels of each series, in blocks and head, that
@@ -329,13 +379,35 @@ impl<'d> Single<'d> {
     }
 }
 
+/// Parts each sorted by labels, merged into one sorted vector (a series
+/// is in one part only: the head's shards hold distinct series).
+fn merge_sorted(mut parts: Vec<Vec<SelectedSeries>>) -> Vec<SelectedSeries> {
+    while parts.len() > 1 {
+        let b = parts.pop().unwrap_or_default();
+        let a = parts.pop().unwrap_or_default();
+        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+        loop {
+            let take_a = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => x.labels <= y.labels,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            out.extend(if take_a { a.next() } else { b.next() });
+        }
+        parts.push(out);
+    }
+    parts.pop().unwrap_or_default()
+}
+
 /// Reads over several databases (tenant federation): the rules of the
 /// tenant label are in [`super::federated`].
 mod over_members {
     use std::collections::BTreeSet;
 
     use super::{
-        chooses, down, tag, Label, Matcher, Member, SelectedSeries, Stop, Stopped,
+        chooses, down, tag, Label, Matcher, Member, Reading, SelectedSeries, Stop, Stopped,
         ORIGINAL_TENANT_LABEL, TENANT_LABEL,
     };
 
@@ -356,14 +428,14 @@ mod over_members {
     pub(super) fn select(
         members: &[Member<'_>],
         matchers: &[Matcher],
-        mint: i64,
-        maxt: i64,
+        range: (i64, i64),
         stop: &Stop<'_>,
+        reading: Reading,
     ) -> Result<Vec<SelectedSeries>, Stopped> {
         let (chosen, down) = plan(members, matchers);
         let mut out = Vec::new();
         for m in chosen {
-            for mut s in m.querier.select_until(&down, mint, maxt, stop)? {
+            for mut s in m.querier.select_reading(&down, range, stop, reading)? {
                 tag(&mut s.labels, m.tenant);
                 out.push(s);
             }
@@ -507,6 +579,50 @@ mod tests {
                 (Some("b"), None)
             ]
         );
+    }
+
+    proptest::proptest! {
+        /// Reading the newest sample alone gives what reading every
+        /// sample gives last, for any range: in, before, after and across
+        /// the open chunk, with late samples merged in.
+        #[test]
+        fn the_newest_reading_is_the_last_of_all(
+            lens in proptest::collection::vec(0usize..300, 1..6),
+            late in proptest::collection::vec(0i64..300, 0..5),
+            mint in 0i64..320_000,
+            span in 0i64..320_000,
+        ) {
+            let head = Head::new(HeadOptions {
+                shards: 2,
+                ooo_window_ms: 600_000,
+                ..HeadOptions::default()
+            });
+            let mut c = AppendCounts::default();
+            for (k, &n) in lens.iter().enumerate() {
+                let job = k.to_string();
+                let labels = [("__name__", "a"), ("job", job.as_str())];
+                let mut raw = Vec::new();
+                encode_canonical(labels.iter().copied(), &mut raw);
+                let samples = (0..n as i64).map(|i| (i * 1000, i as f64));
+                head.append_labels(&labels, &raw, samples, i64::MAX, &mut c)
+                    .expect("fits");
+                if k == 0 {
+                    // Late samples, between the in-order ones.
+                    let late = late.iter().map(|&i| (i * 1000 + 500, -1.0));
+                    let _ = head.append_labels(&labels, &raw, late, i64::MAX, &mut c);
+                }
+            }
+            let all = [m(MatchOp::Equal, "__name__", "a")];
+            let maxt = mint + span;
+            let q = head.querier();
+            let every = q.select_until(&all, mint, maxt, &Stop::default()).expect("no stop");
+            let newest = q.select_newest_until(&all, mint, maxt, &Stop::default()).expect("no stop");
+            proptest::prop_assert_eq!(every.len(), newest.len());
+            for (e, n) in every.iter().zip(&newest) {
+                proptest::prop_assert_eq!(&e.labels, &n.labels);
+                proptest::prop_assert_eq!(e.samples(mint, maxt).last(), n.last_sample(mint, maxt));
+            }
+        }
     }
 
     #[test]

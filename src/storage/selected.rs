@@ -57,6 +57,20 @@ impl SelectedSeries {
         None
     }
 
+    /// At most how many float samples [`SelectedSeries::samples`] gives
+    /// for `[mint, maxt]`: the sample counts of the chunks overlapping it,
+    /// from their headers.
+    pub fn samples_at_most(&self, mint: i64, maxt: i64) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| c.maxt >= mint && c.mint <= maxt)
+            .map(|c| match *c.bytes {
+                [a, b, ..] => usize::from(u16::from_be_bytes([a, b])),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// The value of label `name`, if present.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.labels

@@ -60,7 +60,7 @@ pub(crate) fn over_range(
     call: &Call,
     t: i64,
     name: Name,
-    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
 ) -> Result<Value, QueryError> {
     over_range_with(ctx, call, t, name, Steps::Together, f)
 }
@@ -82,7 +82,7 @@ pub(crate) fn over_range_with(
     t: i64,
     name: Name,
     steps: Steps,
-    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
@@ -229,7 +229,7 @@ pub(crate) fn over_range_mixed(
     call: &Call,
     t: i64,
     name: Name,
-    float: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64>,
+    float: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
     mixed: impl Fn(&Window<'_>) -> Option<Out>,
 ) -> Result<Value, QueryError> {
     let mut out = Vec::new();

@@ -3,7 +3,7 @@
 //! chunks a block cut copies. The merge with blocks is the `Querier`'s.
 
 use super::shard::{MemSeries, Shard};
-use super::{Head, HeadStats, Padded};
+use super::{Head, HeadStats, Padded, ShardCell};
 use crate::storage::block::BlockSeries;
 use crate::storage::index::{Matcher, Verdicts};
 use crate::storage::{Stop, Stopped};
@@ -39,46 +39,129 @@ impl Head {
     ) -> Result<(), Stopped> {
         let mut verdicts = Verdicts::new(matchers);
         for Padded(cell) in self.shards.iter() {
-            loop {
-                let s = self.lock_caught_up(cell);
-                verdicts.begin_visit();
-                let all = s.series.len() as u32;
-                let slots = if matchers.is_empty() {
-                    Some((0..all).collect())
-                } else {
-                    s.postings
-                        .select_judged(&s.strings, matchers, all, &mut verdicts)
-                };
-                let Some(slots) = slots else {
-                    drop(s);
-                    if !verdicts.judge(matchers, || stop.now()) {
-                        return Err(Stopped);
-                    }
-                    continue;
-                };
-                for (n, slot) in slots.into_iter().enumerate() {
-                    if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
-                        return Err(Stopped);
-                    }
-                    let Some(series) = s.series.get(slot as usize) else {
-                        continue;
-                    };
-                    let until = series.visible_until(s.log.as_ref());
-                    // Late samples count too: a series may hold nothing
-                    // else (what it held in order is in blocks).
-                    let newest = s.max_time_of(series).map(|t| t.min(until));
-                    let late = s.late_newest(series);
-                    let (Some(lo), Some(hi)) = (s.min_time_of(series), newest.max(late)) else {
-                        continue;
-                    };
-                    if hi >= lo && hi >= mint && lo <= maxt {
-                        f(&s, series, until);
-                    }
-                }
-                break;
-            }
+            self.visit(cell, matchers, (mint, maxt), stop, &mut verdicts, &mut f)?;
         }
         Ok(())
+    }
+
+    /// [`Head::for_each_match`] with the shards cut among the free cores
+    /// (see [`crate::parallel`]) when the first shard's matches promise
+    /// enough work: `f` makes each match's item, and each part's items
+    /// come back in one vector, in the order `f` met them, then given to
+    /// `finish` on the thread that made them (to sort them, say).
+    pub(in crate::storage) fn collect_matches<T: Send>(
+        &self,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        stop: &Stop<'_>,
+        f: impl Fn(&Shard, &MemSeries, i64) -> Option<T> + Sync,
+        finish: impl Fn(&mut Vec<T>) + Sync,
+    ) -> Result<Vec<Vec<T>>, Stopped> {
+        let Some((Padded(first), rest)) = self.shards.split_first() else {
+            return Ok(Vec::new());
+        };
+        let mut verdicts = Verdicts::new(matchers);
+        let mut head = Vec::new();
+        self.visit(
+            first,
+            matchers,
+            (mint, maxt),
+            stop,
+            &mut verdicts,
+            &mut |s, m, u| head.extend(f(s, m, u)),
+        )?;
+        // Shards hold series by hash, so the first is a fair sample.
+        let expected = head.len().saturating_mul(rest.len());
+        let workers = crate::parallel::Workers::for_items(
+            expected.min(rest.len().saturating_mul(SERIES_PER_WORKER)),
+            SERIES_PER_WORKER,
+        );
+        if workers.count() == 1 {
+            for Padded(cell) in rest {
+                self.visit(
+                    cell,
+                    matchers,
+                    (mint, maxt),
+                    stop,
+                    &mut verdicts,
+                    &mut |s, m, u| head.extend(f(s, m, u)),
+                )?;
+            }
+            finish(&mut head);
+            return Ok(vec![head]);
+        }
+        let parts = workers.bounds(rest.len());
+        finish(&mut head);
+        let mut out = vec![head];
+        for part in workers.run(parts, |r| {
+            let mut verdicts = Verdicts::new(matchers);
+            let mut got = Vec::new();
+            for Padded(cell) in &rest[r] {
+                self.visit(
+                    cell,
+                    matchers,
+                    (mint, maxt),
+                    stop,
+                    &mut verdicts,
+                    &mut |s, m, u| got.extend(f(s, m, u)),
+                )?;
+            }
+            finish(&mut got);
+            Ok(got)
+        }) {
+            out.push(part?);
+        }
+        Ok(out)
+    }
+
+    /// Visits one shard for [`Head::for_each_match`].
+    fn visit(
+        &self,
+        cell: &ShardCell,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        stop: &Stop<'_>,
+        verdicts: &mut Verdicts,
+        f: &mut impl FnMut(&Shard, &MemSeries, i64),
+    ) -> Result<(), Stopped> {
+        loop {
+            let s = self.lock_caught_up(cell);
+            verdicts.begin_visit();
+            let all = s.series.len() as u32;
+            let slots = if matchers.is_empty() {
+                Some((0..all).collect())
+            } else {
+                s.postings
+                    .select_judged(&s.strings, matchers, all, verdicts)
+            };
+            let Some(slots) = slots else {
+                drop(s);
+                if !verdicts.judge(matchers, || stop.now()) {
+                    return Err(Stopped);
+                }
+                continue;
+            };
+            for (n, slot) in slots.into_iter().enumerate() {
+                if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
+                    return Err(Stopped);
+                }
+                let Some(series) = s.series.get(slot as usize) else {
+                    continue;
+                };
+                let until = series.visible_until(s.log.as_ref());
+                // Late samples count too: a series may hold nothing
+                // else (what it held in order is in blocks).
+                let newest = s.max_time_of(series).map(|t| t.min(until));
+                let late = s.late_newest(series);
+                let (Some(lo), Some(hi)) = (s.min_time_of(series), newest.max(late)) else {
+                    continue;
+                };
+                if hi >= lo && hi >= mint && lo <= maxt {
+                    f(&s, series, until);
+                }
+            }
+            return Ok(());
+        }
     }
 
     /// The oldest and newest sample times in the head, from `floor` on.
@@ -145,3 +228,6 @@ impl Head {
 
 /// Series visited between two looks at a read's stop condition.
 const VISIT_BATCH: usize = 4096;
+
+/// Series selected from the head worth a helper thread.
+const SERIES_PER_WORKER: usize = 4096;

@@ -341,6 +341,13 @@ impl MemSeries {
 /// A copy of the XOR chunk `bytes` with only its samples up to `until`
 /// (the encoder is deterministic: the same bytes as a chunk that never
 /// held the rest).
+/// The bytes of a chunk that stands for its known newest sample alone
+/// (see [`Shard::newest_chunk_for_query`]): none, shared.
+fn no_bytes() -> Arc<[u8]> {
+    static NONE: std::sync::LazyLock<Arc<[u8]>> = std::sync::LazyLock::new(|| Arc::from(&[][..]));
+    Arc::clone(&NONE)
+}
+
 fn clipped(bytes: &[u8], until: i64) -> Arc<[u8]> {
     let mut app = XorAppender::default();
     for (t, v) in XorIter::new(bytes).take_while(|&(t, _)| t <= until) {
@@ -1306,6 +1313,32 @@ impl Shard {
         }
         let merged = merge_samples(chunks.iter().map(|c| &*c.bytes), &extra, i64::MIN, i64::MAX);
         encode_xor(&merged, MERGED_CHUNK_SAMPLES)
+    }
+
+    /// For a reader of the newest float sample in `[mint, maxt]` alone:
+    /// the open chunk of `s` without its bytes, with that sample as its
+    /// known newest one, when the open chunk holds it and `s` has no late
+    /// samples to merge. `None` otherwise: read the chunks.
+    pub(crate) fn newest_chunk_for_query(
+        &self,
+        s: &MemSeries,
+        (mint, maxt): (i64, i64),
+        until: i64,
+    ) -> Option<Vec<ChunkRef>> {
+        if s.has_ooo() {
+            return None;
+        }
+        let h = s.head.as_ref()?;
+        let (t, v) = h.app.last()?;
+        if t < mint || t > maxt || t > until || t != h.maxt() {
+            return None;
+        }
+        Some(vec![ChunkRef {
+            mint: h.mint,
+            maxt: t,
+            bytes: no_bytes(),
+            last: Some((t, v)),
+        }])
     }
 
     /// The newest timestamp of `s`, floats and histograms.

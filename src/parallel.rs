@@ -1,0 +1,178 @@
+//! Spreading one query's per-series work over the machine's cores.
+//!
+//! A query runs on its own thread (see `api::slots`). Where it does the
+//! same work for many series (decoding their chunks, a range function at
+//! every step), it may borrow helper threads for parts of the series. The
+//! helpers come from one process-wide allowance, `query-max-workers` less
+//! one (the query's own thread): a query borrows only what is free and
+//! otherwise works alone, so queries running at once never put more
+//! threads to work than there are cores, and one query on an idle machine
+//! uses them all.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Helper threads free to lend, process-wide.
+static SPARE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Helper threads started so far.
+static STARTED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many helper threads queries have started since the process began.
+pub fn helpers_started() -> usize {
+    STARTED.load(Ordering::Relaxed)
+}
+
+/// Sets how many threads one query may work on at most (its own
+/// included): 0 means the machine's cores. Called at start; before it,
+/// the machine's cores.
+pub fn set_max_workers(workers: usize) {
+    let workers = if workers == 0 { cores() } else { workers };
+    SPARE.store(workers.saturating_sub(1), Ordering::Relaxed);
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Helper threads borrowed from [`SPARE`], given back when dropped.
+struct Lease(usize);
+
+impl Lease {
+    /// Up to `want` helpers, as many as are free.
+    fn take(want: usize) -> Self {
+        if want == 0 {
+            return Self(0);
+        }
+        let _ = SPARE.compare_exchange(
+            usize::MAX,
+            cores().saturating_sub(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let mut free = SPARE.load(Ordering::Relaxed);
+        loop {
+            let got = free.min(want);
+            if got == 0 {
+                return Self(0);
+            }
+            match SPARE.compare_exchange_weak(free, free - got, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Self(got),
+                Err(now) => free = now,
+            }
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            SPARE.fetch_add(self.0, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The threads one piece of a query's work may run on: this one and the
+/// helpers borrowed for it, given back when dropped.
+pub(crate) struct Workers(Lease);
+
+impl Workers {
+    /// As many threads as `n` items allow at `min_part` items each (at
+    /// least one: this thread), as far as helpers are free.
+    pub(crate) fn for_items(n: usize, min_part: usize) -> Self {
+        let most = n / min_part.max(1);
+        Self(Lease::take(most.saturating_sub(1)))
+    }
+
+    /// How many threads: 1 when no helper was free.
+    pub(crate) fn count(&self) -> usize {
+        self.0 .0 + 1
+    }
+
+    /// `0..n` cut into [`Workers::count`] consecutive parts of near equal
+    /// size.
+    pub(crate) fn bounds(&self, n: usize) -> Vec<Range<usize>> {
+        let count = self.count();
+        (0..count)
+            .map(|k| (n * k / count)..(n * (k + 1) / count))
+            .collect()
+    }
+
+    /// Runs `f` on each item, the first on this thread and each other on
+    /// a helper, and returns the results in the items' order. A helper
+    /// that cannot be started leaves its item to this thread.
+    pub(crate) fn run<I: Send, R: Send>(&self, items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
+        let mut items = items.into_iter();
+        let Some(first) = items.next() else {
+            return Vec::new();
+        };
+        // Each helper's item waits in a cell, so that one whose thread
+        // cannot be started is still there to run here.
+        let cells: Vec<std::sync::Mutex<Option<I>>> =
+            items.map(|i| std::sync::Mutex::new(Some(i))).collect();
+        let take = |c: &std::sync::Mutex<Option<I>>| c.lock().ok().and_then(|mut c| c.take());
+        let f = &f;
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = cells
+                .iter()
+                .map(|c| {
+                    std::thread::Builder::new()
+                        .name("sluice-query-worker".to_owned())
+                        .spawn_scoped(scope, move || take(c).map(f))
+                        .inspect(|_| {
+                            STARTED.fetch_add(1, Ordering::Relaxed);
+                        })
+                        .ok()
+                })
+                .collect();
+            let mut out = Vec::with_capacity(cells.len() + 1);
+            out.push(f(first));
+            for (h, c) in helpers.into_iter().zip(&cells) {
+                let done = match h.map(|h| h.join()) {
+                    Some(Ok(v)) => v,
+                    Some(Err(panic)) => std::panic::resume_unwind(panic),
+                    None => None,
+                };
+                match done {
+                    Some(v) => out.push(v),
+                    None => out.extend(take(c).map(f)),
+                }
+            }
+            out
+        })
+    }
+}
+
+/// Runs `f` over consecutive parts of `0..n` and returns their outputs
+/// in order: at once on this thread and free helpers when `n` is at least
+/// twice `min_part`, else `f(0..n)` here.
+pub(crate) fn parts<T: Send>(
+    n: usize,
+    min_part: usize,
+    f: impl Fn(Range<usize>) -> T + Sync,
+) -> Vec<T> {
+    let workers = Workers::for_items(n, min_part);
+    if workers.count() == 1 {
+        return vec![f(0..n)];
+    }
+    workers.run(workers.bounds(n), f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_the_range_in_order() {
+        for n in [0, 1, 7, 100, 1001] {
+            for min in [1, 3, 50, 2000] {
+                let got: Vec<usize> = parts(n, min, |r| r.collect::<Vec<_>>())
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                assert_eq!(got, (0..n).collect::<Vec<_>>(), "n {n} min {min}");
+            }
+        }
+    }
+}
