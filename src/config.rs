@@ -338,9 +338,9 @@ settings! {
     /// Most threads one query works on (its own and helpers, as
     /// VictoriaMetrics' -search.maxWorkersPerQuery): selections of many
     /// series, their decoding and range functions are cut among free
-    /// cores; helpers come from one allowance of this many less one for
-    /// all queries, so queries at once never use more. 0: the machine's
-    /// cores [default: 0].
+    /// cores. Helpers come from one allowance of this many less one,
+    /// shared by all queries, so queries at once add no more than that to
+    /// their own threads. 0: the machine's cores [default: 0].
     #[arg(value_name = "N")]
     query_max_workers_per_query: usize = 0;
     /// Largest form-encoded POST body of the query API (query, series,

@@ -1,19 +1,23 @@
 //! Spreading one query's per-series work over the machine's cores.
 //!
 //! A query runs on its own thread (see `api::slots`). Where it does the
-//! same work for many series (decoding their chunks, a range function at
-//! every step), it may borrow helper threads for parts of the series. The
-//! helpers come from one process-wide allowance, `query-max-workers` less
-//! one (the query's own thread): a query borrows only what is free and
-//! otherwise works alone, so queries running at once never put more
-//! threads to work than there are cores, and one query on an idle machine
-//! uses them all.
+//! same work for many series (selecting them, decoding their chunks, a
+//! range function at every step), it may borrow helper threads for parts
+//! of the series. Helpers come from one process-wide allowance,
+//! `query-max-workers-per-query` less one (the query's own thread): a
+//! query borrows only what is free and otherwise works alone, so one
+//! query on an idle machine uses every core, and queries running at once
+//! add at most that many helpers to their own threads between them.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Helper threads free to lend, process-wide.
-static SPARE: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Helpers the allowance holds: `query-max-workers-per-query` less one
+/// (`usize::MAX`: not set, the machine's cores less one).
+static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Helpers lent now.
+static LENT: AtomicUsize = AtomicUsize::new(0);
 
 /// Helper threads started so far.
 static STARTED: AtomicUsize = AtomicUsize::new(0);
@@ -24,18 +28,18 @@ pub fn helpers_started() -> usize {
 }
 
 /// Sets how many threads one query may work on at most (its own
-/// included): 0 means the machine's cores. Called at start; before it,
-/// the machine's cores.
+/// included): 0 means the machine's cores. Helpers lent when it changes
+/// are given back as usual; none beyond the new allowance is lent after.
 pub fn set_max_workers(workers: usize) {
     let workers = if workers == 0 { cores() } else { workers };
-    SPARE.store(workers.saturating_sub(1), Ordering::Relaxed);
+    LIMIT.store(workers.saturating_sub(1), Ordering::Relaxed);
 }
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Helper threads borrowed from [`SPARE`], given back when dropped.
+/// Helper threads borrowed from the allowance, given back when dropped.
 struct Lease(usize);
 
 impl Lease {
@@ -44,22 +48,20 @@ impl Lease {
         if want == 0 {
             return Self(0);
         }
-        let _ = SPARE.compare_exchange(
-            usize::MAX,
-            cores().saturating_sub(1),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        let mut free = SPARE.load(Ordering::Relaxed);
+        let limit = match LIMIT.load(Ordering::Relaxed) {
+            usize::MAX => cores().saturating_sub(1),
+            n => n,
+        };
+        let mut lent = LENT.load(Ordering::Relaxed);
         loop {
-            let got = free.min(want);
+            let got = limit.saturating_sub(lent).min(want);
             if got == 0 {
                 return Self(0);
             }
-            match SPARE.compare_exchange_weak(free, free - got, Ordering::AcqRel, Ordering::Relaxed)
+            match LENT.compare_exchange_weak(lent, lent + got, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return Self(got),
-                Err(now) => free = now,
+                Err(now) => lent = now,
             }
         }
     }
@@ -68,7 +70,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.0 > 0 {
-            SPARE.fetch_add(self.0, Ordering::AcqRel);
+            LENT.fetch_sub(self.0, Ordering::AcqRel);
         }
     }
 }

@@ -269,6 +269,10 @@ const TABLE_CELLS_PER_WORKER: usize = 50_000;
 /// (16 bytes each): its limits stop it within this much of them.
 const DECODE_BATCH_POINTS: usize = 1 << 20;
 
+/// Most series a selection takes in before charging them (a series costs
+/// some bytes beyond its samples).
+const DECODE_BATCH_SERIES: usize = 1 << 16;
+
 /// Samples to decode worth a helper thread.
 const DECODE_POINTS_PER_WORKER: usize = 50_000;
 
@@ -931,7 +935,10 @@ impl<'e> Ctx<'e> {
                 // The next batch: this series and those after it.
                 let mut end = n + 1;
                 let mut points = sizes[n];
-                while end < sizes.len() && points + sizes[end] <= DECODE_BATCH_POINTS {
+                while end < sizes.len()
+                    && points + sizes[end] <= DECODE_BATCH_POINTS
+                    && end - n < DECODE_BATCH_SERIES
+                {
                     points += sizes[end];
                     end += 1;
                 }

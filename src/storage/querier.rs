@@ -204,7 +204,9 @@ impl<'d> Single<'d> {
             stop,
             |shard, series, until| {
                 let chunks = match reading {
-                    Reading::Newest => shard.newest_chunk_for_query(series, (mint, maxt), until),
+                    Reading::Newest => {
+                        shard.newest_chunk_for_query(series, (mint, maxt), until, floor)
+                    }
                     Reading::All => None,
                 }
                 .unwrap_or_else(|| shard.chunks_for_query(series, (mint, maxt), until, floor));

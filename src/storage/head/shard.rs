@@ -1324,13 +1324,14 @@ impl Shard {
         s: &MemSeries,
         (mint, maxt): (i64, i64),
         until: i64,
+        inorder_from: i64,
     ) -> Option<Vec<ChunkRef>> {
         if s.has_ooo() {
             return None;
         }
         let h = s.head.as_ref()?;
         let (t, v) = h.app.last()?;
-        if t < mint || t > maxt || t > until || t != h.maxt() {
+        if t < mint.max(inorder_from) || t > maxt || t > until || t != h.maxt() {
             return None;
         }
         Some(vec![ChunkRef {
