@@ -1727,29 +1727,79 @@ impl<'e> Ctx<'e> {
         }
         let range_ms = ms(range);
         let series = self.load(vs, range_ms)?;
-        let Some((mut table, steps)) = self.empty_table(
+        let Some((mut table, _)) = self.empty_table(
             series.len(),
             name == Name::Drop,
             "range function evaluation",
         ) else {
             return Ok(None);
         };
-        let n = series.len();
         for s in series.iter() {
             table.labels.push(Arc::clone(match name {
                 Name::Keep => &s.labels,
                 Name::Drop => s.unnamed(self),
             }));
         }
-        let times: Vec<i64> = (0..steps)
-            .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
-            .collect();
         let rows: Vec<(&[(i64, f64)], bool)> = series
             .iter()
             .map(|s| (s.points.as_slice(), s.has_stale))
             .collect();
-        // The steps are cut among the workers: a run of steps is a run of
-        // the step-major table.
+        self.fill_table(
+            vs,
+            &mut table,
+            "range function evaluation",
+            |i, (lo, hi), ts, scratch| {
+                let (points, has_stale) = rows[i];
+                // The window (ts - range, ts]; both ends only move forward.
+                if *lo == usize::MAX {
+                    *hi = points.partition_point(|p| p.0 <= ts);
+                    *lo = points
+                        .partition_point(|p| p.0 <= ts.saturating_sub(range_ms))
+                        .min(*hi);
+                }
+                while *hi < points.len() && points[*hi].0 <= ts {
+                    *hi += 1;
+                }
+                while *lo < *hi && points[*lo].0 <= ts.saturating_sub(range_ms) {
+                    *lo += 1;
+                }
+                let mut window = &points[*lo..*hi];
+                if has_stale {
+                    scratch.clear();
+                    scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                    window = scratch;
+                }
+                if window.is_empty() {
+                    return None;
+                }
+                f(window, range_ms, ts)
+            },
+        )?;
+        Ok(Some(self.keep_table(key, table)))
+    }
+
+    /// Fills `table` (its labels in, one row per series): `cell(i, cursor,
+    /// ts, scratch)` gives series `i`'s value at selector time `ts`, if
+    /// any, with `cursor` its own to keep between calls (`(usize::MAX, 0)`
+    /// before the first, which may be at any step: find the place) and
+    /// `scratch` a buffer of the thread. Calls for one series come in time
+    /// order. The steps are cut among free workers (a run of steps is a
+    /// run of the step-major table); each worker goes through its steps
+    /// series by series, reading each series' points in one sweep (tiles
+    /// of steps across series, to keep the table's writes in cache, were
+    /// measured slower).
+    fn fill_table(
+        &self,
+        vs: &VectorSelector,
+        table: &mut RangeTable,
+        what: &'static str,
+        cell: impl Fn(usize, &mut (usize, usize), i64, &mut Vec<(i64, f64)>) -> Option<f64> + Sync,
+    ) -> Result<(), QueryError> {
+        let n = table.labels.len();
+        let steps = table.values.len() / n.max(1);
+        let times: Vec<i64> = (0..steps)
+            .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
+            .collect();
         let workers =
             parallel::Workers::for_items(steps, TABLE_CELLS_PER_WORKER.div_ceil(n.max(1)));
         let bounds = workers.bounds(steps);
@@ -1762,50 +1812,26 @@ impl<'e> Ctx<'e> {
             (values, present) = (rest_v, rest_p);
         }
         let (deadline, cancel) = (self.deadline, self.cancel);
+        let expired =
+            || Instant::now() > deadline || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         let done = workers.run(parts, |(steps, values, present)| {
             let mut scratch = Vec::new();
-            for (i, &(points, has_stale)) in rows.iter().enumerate() {
-                if i % 256 == 255
-                    && (Instant::now() > deadline
-                        || cancel.is_some_and(|c| c.load(Ordering::Relaxed)))
-                {
-                    return Err(QueryError::Timeout("range function evaluation"));
+            for i in 0..n {
+                if i % 256 == 255 && expired() {
+                    return Err(QueryError::Timeout(what));
                 }
-                // The window (ts - range, ts]; both ends only move forward.
-                let first = times[steps.start];
-                let mut hi = points.partition_point(|p| p.0 <= first);
-                let mut lo = points
-                    .partition_point(|p| p.0 <= first.saturating_sub(range_ms))
-                    .min(hi);
-                for (j, k) in steps.clone().enumerate() {
-                    let ts = times[k];
-                    while hi < points.len() && points[hi].0 <= ts {
-                        hi += 1;
-                    }
-                    while lo < hi && points[lo].0 <= ts.saturating_sub(range_ms) {
-                        lo += 1;
-                    }
-                    let mut window = &points[lo..hi];
-                    if has_stale {
-                        scratch.clear();
-                        scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                        window = &scratch;
-                    }
-                    if window.is_empty() {
-                        continue;
-                    }
-                    if let Some(v) = f(window, range_ms, ts) {
-                        values[j * n + i] = v;
-                        present[j * n + i] = true;
+                let mut cursor = (usize::MAX, 0);
+                for k in steps.clone() {
+                    if let Some(v) = cell(i, &mut cursor, times[k], &mut scratch) {
+                        let j = (k - steps.start) * n + i;
+                        values[j] = v;
+                        present[j] = true;
                     }
                 }
             }
             Ok(())
         });
-        for r in done {
-            r?;
-        }
-        Ok(Some(self.keep_table(key, table)))
+        done.into_iter().collect()
     }
 
     /// A table of `rows` series at every step of this evaluator, empty; it
@@ -1878,33 +1904,31 @@ impl<'e> Ctx<'e> {
             self.untabled.borrow_mut().insert(key);
             return Ok(None);
         }
-        let Some((mut table, steps)) =
-            self.empty_table(series.len(), false, "query range evaluation")
+        let Some((mut table, _)) = self.empty_table(series.len(), false, "query range evaluation")
         else {
             self.untabled.borrow_mut().insert(key);
             return Ok(None);
         };
-        let n = series.len();
-        for (i, s) in series.iter().enumerate() {
-            if i % 256 == 255 {
-                self.check_deadline("query range evaluation")?;
-            }
+        for s in series.iter() {
             table.labels.push(Arc::clone(&s.labels));
-            let mut hi = 0;
-            for k in 0..steps {
-                let ts = self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step);
-                while hi < s.points.len() && s.points[hi].0 <= ts {
-                    hi += 1;
-                }
-                let Some(&(pt, v)) = hi.checked_sub(1).and_then(|j| s.points.get(j)) else {
-                    continue;
-                };
-                if pt > ts.saturating_sub(lookback) && !is_stale(v) {
-                    table.values[k * n + i] = v;
-                    table.present[k * n + i] = true;
-                }
-            }
         }
+        let rows: Vec<&[(i64, f64)]> = series.iter().map(|s| s.points.as_slice()).collect();
+        self.fill_table(
+            vs,
+            &mut table,
+            "query range evaluation",
+            |i, (_, hi), ts, _| {
+                let points = rows[i];
+                if *hi == usize::MAX {
+                    *hi = 0;
+                }
+                while *hi < points.len() && points[*hi].0 <= ts {
+                    *hi += 1;
+                }
+                let &(pt, v) = hi.checked_sub(1).and_then(|j| points.get(j))?;
+                (pt > ts.saturating_sub(lookback) && !is_stale(v)).then_some(v)
+            },
+        )?;
         Ok(Some(self.keep_table(key, table)))
     }
 
