@@ -10,7 +10,7 @@ use crate::promql::parser::token::{
 use crate::promql::parser::{AggregateExpr, Expr};
 
 use super::annotations::Annotation;
-use super::eval::{Compat, Ctx, RangeTable};
+use super::eval::{Compat, Ctx, RangeTable, TABLE_CELLS_PER_WORKER};
 use super::group::{group_labels, GroupMemo};
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
 use super::stats::{HistogramTotals, ResetHintsSeen};
@@ -44,35 +44,68 @@ fn from_table(
 ) -> Option<Vec<Sample>> {
     let table_id = table as *const RangeTable as usize;
     if memo.rows_of != table_id {
-        // A row's group is worked out when it is first present.
+        // Every row's group, then every step's groups at once, spread over
+        // the free cores; each step's result is handed out when asked for.
         memo.rows.clear();
-        memo.rows.resize(table.rows(), GroupMemo::NONE);
+        memo.rows.reserve(table.rows());
+        for row in 0..table.rows() {
+            let id = memo.group_of(table.labels(row), &agg.modifier);
+            memo.rows.push(id);
+        }
         memo.rows_of = table_id;
+        let steps = table.steps();
+        let (rows, groups) = (&memo.rows, &memo.groups);
+        let min_part = TABLE_CELLS_PER_WORKER.div_ceil(table.rows().max(1));
+        memo.by_step = crate::parallel::parts(steps, min_part, |r| {
+            let mut at_step = vec![GroupMemo::NONE; groups.len()];
+            r.map(|k| aggregate_step(op, table, k, rows, groups, &mut at_step))
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
     }
-    memo.at_step.iter_mut().for_each(|g| *g = GroupMemo::NONE);
-    let mut labels: Vec<Labels> = Vec::new();
+    match memo.by_step.get_mut(k).and_then(Option::take) {
+        Some(out) => Some(out),
+        None => {
+            let mut at_step = vec![GroupMemo::NONE; memo.groups.len()];
+            aggregate_step(op, table, k, &memo.rows, &memo.groups, &mut at_step)
+        }
+    }
+}
+
+/// One step of [`from_table`]: the rows present at step `k` aggregated by
+/// their groups (`rows[row]`, labels in `groups`); `at_step` is scratch
+/// of `groups.len()` entries, all `NONE`, and left so.
+fn aggregate_step(
+    op: TokenId,
+    table: &RangeTable,
+    k: usize,
+    rows: &[u32],
+    groups: &[Labels],
+    at_step: &mut [u32],
+) -> Option<Vec<Sample>> {
+    let mut ids: Vec<u32> = Vec::new();
     let mut of = Vec::new();
     let mut vals = Vec::new();
-    for (row, l, v) in table.at_step(k) {
-        let mut id = memo.rows[row];
-        if id == GroupMemo::NONE {
-            id = memo.group_of(l, &agg.modifier);
-            memo.rows[row] = id;
+    for (row, _, v) in table.at_step(k) {
+        let id = rows[row] as usize;
+        if at_step[id] == GroupMemo::NONE {
+            at_step[id] = ids.len() as u32;
+            ids.push(id as u32);
         }
-        let (at, new) = memo.step_index(id, labels.len());
-        if new {
-            labels.push(Arc::clone(&memo.groups[id as usize]));
-        }
-        of.push(at);
+        of.push(at_step[id]);
         vals.push(v);
     }
-    let v = streamed(op, &vals, &of, labels.len())?;
+    for &id in &ids {
+        at_step[id as usize] = GroupMemo::NONE;
+    }
+    let v = streamed(op, &vals, &of, ids.len())?;
     Some(
-        labels
-            .into_iter()
+        ids.into_iter()
             .zip(v)
-            .map(|(labels, v)| Sample {
-                labels,
+            .map(|(id, v)| Sample {
+                labels: Arc::clone(&groups[id as usize]),
                 v,
                 h: None,
                 drop_name: table.drop_name(),

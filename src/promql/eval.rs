@@ -263,7 +263,7 @@ fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
 
 /// Cells of a table worth a helper thread (a few milliseconds of work;
 /// starting a thread costs tens of microseconds).
-const TABLE_CELLS_PER_WORKER: usize = 50_000;
+pub(crate) const TABLE_CELLS_PER_WORKER: usize = 50_000;
 
 /// Most samples a selection decodes before charging them to the query
 /// (16 bytes each): its limits stop it within this much of them.
@@ -334,6 +334,16 @@ impl RangeTable {
     /// Series (rows) in the table.
     pub(crate) fn rows(&self) -> usize {
         self.labels.len()
+    }
+
+    /// Steps (columns) in the table.
+    pub(crate) fn steps(&self) -> usize {
+        self.values.len() / self.labels.len().max(1)
+    }
+
+    /// The labels of row `row`.
+    pub(crate) fn labels(&self, row: usize) -> &Labels {
+        &self.labels[row]
     }
 
     /// The results at step `k` in place: (row, labels, value), in the

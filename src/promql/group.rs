@@ -41,6 +41,9 @@ pub(crate) struct GroupMemo {
     /// `NONE` until the row is first present.
     pub(crate) rows: Vec<u32>,
     pub(crate) rows_of: usize,
+    /// The aggregation of the table at `rows_of` at each step, each taken
+    /// when that step is evaluated.
+    pub(crate) by_step: Vec<Option<Vec<crate::promql::value::Sample>>>,
 }
 
 impl GroupMemo {
