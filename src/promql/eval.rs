@@ -959,18 +959,18 @@ impl<'e> Ctx<'e> {
                     .div_ceil(points.max(1))
                     .max(1);
                 batch_points = parallel::parts(batch.len(), min_part, |r| {
-                    let mut scratch: Vec<(i64, f64)> = Vec::new();
-                    batch[r]
+                    batch[r.clone()]
                         .iter()
-                        .map(|s| {
+                        .zip(&sizes[n + r.start..])
+                        .map(|(s, &size)| {
                             if last_only {
                                 s.last_sample(lo, hi).into_iter().collect()
                             } else {
-                                // Decoded into one buffer, then copied out
-                                // at their exact size.
-                                scratch.clear();
-                                scratch.extend(s.samples(lo, hi));
-                                scratch.as_slice().to_vec()
+                                // Sized by the chunks' headers: at most
+                                // what the range cuts off them too many.
+                                let mut points = Vec::with_capacity(size);
+                                s.decode_into(lo, hi, &mut points);
+                                points
                             }
                         })
                         .collect::<Vec<Vec<(i64, f64)>>>()
