@@ -57,19 +57,21 @@ impl Head {
         f: impl Fn(&Shard, &MemSeries, i64) -> Option<T> + Sync,
         finish: impl Fn(&mut Vec<T>) + Sync,
     ) -> Result<Vec<Vec<T>>, Stopped> {
-        let Some((Padded(first), rest)) = self.shards.split_first() else {
+        if self.shards.is_empty() {
             return Ok(Vec::new());
-        };
+        }
+        let (first, rest) = self.shards.split_at(1);
+        let visit_into =
+            |cells: &[Padded<ShardCell>], verdicts: &mut Verdicts, out: &mut Vec<T>| {
+                for Padded(cell) in cells {
+                    let mut add = |s: &Shard, m: &MemSeries, u: i64| out.extend(f(s, m, u));
+                    self.visit(cell, matchers, (mint, maxt), stop, verdicts, &mut add)?;
+                }
+                Ok::<(), Stopped>(())
+            };
         let mut verdicts = Verdicts::new(matchers);
         let mut head = Vec::new();
-        self.visit(
-            first,
-            matchers,
-            (mint, maxt),
-            stop,
-            &mut verdicts,
-            &mut |s, m, u| head.extend(f(s, m, u)),
-        )?;
+        visit_into(first, &mut verdicts, &mut head)?;
         // Shards hold series by hash, so the first is a fair sample.
         let expected = head.len().saturating_mul(rest.len());
         let workers = crate::parallel::Workers::for_items(
@@ -77,16 +79,7 @@ impl Head {
             SERIES_PER_WORKER,
         );
         if workers.count() == 1 {
-            for Padded(cell) in rest {
-                self.visit(
-                    cell,
-                    matchers,
-                    (mint, maxt),
-                    stop,
-                    &mut verdicts,
-                    &mut |s, m, u| head.extend(f(s, m, u)),
-                )?;
-            }
+            visit_into(rest, &mut verdicts, &mut head)?;
             finish(&mut head);
             return Ok(vec![head]);
         }
@@ -94,18 +87,8 @@ impl Head {
         finish(&mut head);
         let mut out = vec![head];
         for part in workers.run(parts, |r| {
-            let mut verdicts = Verdicts::new(matchers);
             let mut got = Vec::new();
-            for Padded(cell) in &rest[r] {
-                self.visit(
-                    cell,
-                    matchers,
-                    (mint, maxt),
-                    stop,
-                    &mut verdicts,
-                    &mut |s, m, u| got.extend(f(s, m, u)),
-                )?;
-            }
+            visit_into(&rest[r], &mut Verdicts::new(matchers), &mut got)?;
             finish(&mut got);
             Ok(got)
         }) {
