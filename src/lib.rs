@@ -33,6 +33,8 @@
 //! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
 //! - [`heap`]: leaf: hands freed heap back to the system after large,
 //!   short-lived work.
+//! - [`parallel`]: leaf: the helper threads a query borrows from one
+//!   process-wide allowance to spread its per-series work over the cores.
 //! - [`crash`]: leaf: the crash points the crash tests kill the process at.
 //! - [`proto`]: prost types generated from `proto/`, for tests, benches and
 //!   encoders.
