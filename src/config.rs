@@ -340,7 +340,8 @@ settings! {
     /// series, their decoding and range functions are cut among free
     /// cores. Helpers come from one allowance of this many less one,
     /// shared by all queries, so queries at once add no more than that to
-    /// their own threads. 0: the machine's cores [default: 0].
+    /// their own threads. 0: the machine's cores; at most 1024
+    /// [default: 0].
     #[arg(value_name = "N")]
     query_max_workers_per_query: usize = 0;
     /// Largest form-encoded POST body of the query API (query, series,
@@ -682,6 +683,11 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "forward-max-lag-bytes must be greater than 0".into(),
             ));
+        }
+        if self.query_max_workers_per_query > MAX_WORKERS_PER_QUERY {
+            return Err(ConfigError::Invalid(format!(
+                "query-max-workers-per-query must be at most {MAX_WORKERS_PER_QUERY} (0: the machine's cores)"
+            )));
         }
         if !self.forward.is_empty() && self.wal_disabled {
             return Err(ConfigError::Invalid(
@@ -1064,9 +1070,33 @@ pub struct HttpLimits {
     pub shutdown_timeout: Duration,
 }
 
+/// Most threads a query may be allowed: each helper is a thread started
+/// per piece of work, so an absurd allowance would start thousands.
+const MAX_WORKERS_PER_QUERY: usize = 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An absurd worker allowance is refused by name; 0 and sane ones
+    /// pass.
+    #[test]
+    fn workers_per_query_are_bounded() {
+        let with = |n: usize| Config {
+            query_max_workers_per_query: n,
+            ..Config::default()
+        };
+        for ok in [0, 1, 2, 64, MAX_WORKERS_PER_QUERY] {
+            assert!(with(ok).validate().is_ok(), "{ok}");
+        }
+        for bad in [MAX_WORKERS_PER_QUERY + 1, usize::MAX] {
+            let err = with(bad).validate().expect_err("absurd");
+            assert!(
+                err.to_string().contains("query-max-workers-per-query"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn yaml_and_toml_use_the_flag_names() {
