@@ -57,9 +57,7 @@ fn from_table(
         let (rows, groups) = (&memo.rows, &memo.groups);
         let min_part = TABLE_CELLS_PER_WORKER.div_ceil(table.rows().max(1));
         memo.by_step = crate::parallel::parts(steps, min_part, |r| {
-            let mut at_step = vec![GroupMemo::NONE; groups.len()];
-            r.map(|k| aggregate_step(op, table, k, rows, groups, &mut at_step))
-                .collect::<Vec<_>>()
+            aggregate_steps(op, table, r, rows, groups)
         })
         .into_iter()
         .flatten()
@@ -67,94 +65,135 @@ fn from_table(
     }
     match memo.by_step.get_mut(k).and_then(Option::take) {
         Some(out) => Some(out),
-        None => {
-            let mut at_step = vec![GroupMemo::NONE; memo.groups.len()];
-            aggregate_step(op, table, k, &memo.rows, &memo.groups, &mut at_step)
-        }
+        None => aggregate_steps(op, table, k..k + 1, &memo.rows, &memo.groups)
+            .pop()
+            .flatten(),
     }
 }
 
-/// One step of [`from_table`]: the rows present at step `k` aggregated by
-/// their groups (`rows[row]`, labels in `groups`); `at_step` is scratch
-/// of `groups.len()` entries, all `NONE`, and left so.
-fn aggregate_step(
+/// Accumulators a block of [`aggregate_steps`] holds at once (steps ×
+/// groups): a few MiB.
+const BLOCK_ACCUMULATORS: usize = 1 << 16;
+
+/// Steps `ks` of [`from_table`]: at each, the rows present aggregated by
+/// their groups (`rows[row]`, labels in `groups`), the groups in the
+/// order their first row comes and each group's values folded in row
+/// order, as [`streamed`] folds a vector. The table is read row by row
+/// over a block of steps, so each row's cells are read in one sweep.
+fn aggregate_steps(
     op: TokenId,
     table: &RangeTable,
-    k: usize,
+    ks: std::ops::Range<usize>,
     rows: &[u32],
     groups: &[Labels],
-    at_step: &mut [u32],
-) -> Option<Vec<Sample>> {
-    let mut ids: Vec<u32> = Vec::new();
-    let mut of = Vec::new();
-    let mut vals = Vec::new();
-    for (row, _, v) in table.at_step(k) {
-        let id = rows[row] as usize;
-        if at_step[id] == GroupMemo::NONE {
-            at_step[id] = ids.len() as u32;
-            ids.push(id as u32);
+) -> Vec<Option<Vec<Sample>>> {
+    let Some(empty) = Acc::new(op) else {
+        return ks.map(|_| None).collect();
+    };
+    let g = groups.len().max(1);
+    let block = (BLOCK_ACCUMULATORS / g).clamp(1, ks.len().max(1));
+    let mut out = Vec::with_capacity(ks.len());
+    // Per step of the block: each memo group's place among the step's
+    // groups, the groups in order, and their accumulators.
+    let mut slot = vec![GroupMemo::NONE; block * g];
+    let mut ids: Vec<Vec<u32>> = vec![Vec::new(); block];
+    let mut accs: Vec<Vec<Acc>> = vec![Vec::new(); block];
+    let mut from = ks.start;
+    while from < ks.end {
+        let to = (from + block).min(ks.end);
+        for (row, &id) in rows.iter().enumerate().take(table.rows()) {
+            let id = id as usize;
+            for (j, v) in table.row_at(row, from..to) {
+                let s = &mut slot[j * g + id];
+                if *s == GroupMemo::NONE {
+                    *s = ids[j].len() as u32;
+                    ids[j].push(id as u32);
+                    accs[j].push(empty);
+                }
+                accs[j][*s as usize].add(op, v);
+            }
         }
-        of.push(at_step[id]);
-        vals.push(v);
+        for j in 0..to - from {
+            for &id in &ids[j] {
+                slot[j * g + id as usize] = GroupMemo::NONE;
+            }
+            out.push(Some(
+                ids[j]
+                    .drain(..)
+                    .zip(accs[j].drain(..))
+                    .map(|(id, acc)| Sample {
+                        labels: Arc::clone(&groups[id as usize]),
+                        v: acc.value(),
+                        h: None,
+                        drop_name: table.drop_name(),
+                    })
+                    .collect(),
+            ));
+        }
+        from = to;
     }
-    for &id in &ids {
-        at_step[id as usize] = GroupMemo::NONE;
+    out
+}
+
+/// One group's running aggregation for the operators [`streamed`] folds.
+#[derive(Debug, Clone, Copy)]
+enum Acc {
+    Sum(Kahan),
+    Mean(Mean),
+    Count(f64),
+    Group,
+    /// `min` or `max` so far (NaN until a number comes).
+    Extreme(f64),
+}
+
+impl Acc {
+    /// The empty accumulator for `op`, if `op` is folded so.
+    fn new(op: TokenId) -> Option<Self> {
+        Some(match op {
+            T_SUM => Self::Sum(Kahan::default()),
+            T_AVG => Self::Mean(Mean::default()),
+            T_COUNT | T_COUNT_VALUES => Self::Count(0.0),
+            T_GROUP => Self::Group,
+            T_MIN | T_MAX => Self::Extreme(f64::NAN),
+            _ => return None,
+        })
     }
-    let v = streamed(op, &vals, &of, ids.len())?;
-    Some(
-        ids.into_iter()
-            .zip(v)
-            .map(|(id, v)| Sample {
-                labels: Arc::clone(&groups[id as usize]),
-                v,
-                h: None,
-                drop_name: table.drop_name(),
-            })
-            .collect(),
-    )
+
+    fn add(&mut self, op: TokenId, v: f64) {
+        match self {
+            Self::Sum(k) => k.add(v),
+            Self::Mean(m) => m.add(v),
+            Self::Count(c) => *c += 1.0,
+            Self::Group => {}
+            Self::Extreme(m) => {
+                let better = if op == T_MIN { v < *m } else { v > *m };
+                if m.is_nan() || better {
+                    *m = v;
+                }
+            }
+        }
+    }
+
+    fn value(&self) -> f64 {
+        match self {
+            Self::Sum(k) => k.value(),
+            Self::Mean(m) => m.value(),
+            Self::Count(c) => *c,
+            Self::Group => 1.0,
+            Self::Extreme(m) => *m,
+        }
+    }
 }
 
 /// `sum`, `avg`, `count`, `group`, `min` and `max` per group in one pass
 /// over `input`, where `of[i]` is the group of `input[i]`; `None` for the
 /// other operators.
 fn streamed(op: TokenId, input: &[f64], of: &[u32], groups: usize) -> Option<Vec<f64>> {
-    let pairs = || input.iter().zip(of).map(|(&v, &g)| (g as usize, v));
-    Some(match op {
-        T_SUM => {
-            let mut sums = vec![Kahan::default(); groups];
-            for (g, v) in pairs() {
-                sums[g].add(v);
-            }
-            sums.iter().map(Kahan::value).collect()
-        }
-        T_AVG => {
-            let mut means = vec![Mean::default(); groups];
-            for (g, v) in pairs() {
-                means[g].add(v);
-            }
-            means.iter().map(Mean::value).collect()
-        }
-        T_COUNT | T_COUNT_VALUES => {
-            let mut counts = vec![0.0; groups];
-            for (g, _) in pairs() {
-                counts[g] += 1.0;
-            }
-            counts
-        }
-        T_GROUP => vec![1.0; groups],
-        T_MIN | T_MAX => {
-            let mut out = vec![f64::NAN; groups];
-            for (g, v) in pairs() {
-                let m = out[g];
-                let better = if op == T_MIN { v < m } else { v > m };
-                if m.is_nan() || better {
-                    out[g] = v;
-                }
-            }
-            out
-        }
-        _ => return None,
-    })
+    let mut accs = vec![Acc::new(op)?; groups];
+    for (&v, &g) in input.iter().zip(of) {
+        accs[g as usize].add(op, v);
+    }
+    Some(accs.iter().map(Acc::value).collect())
 }
 
 /// Evaluates an aggregation at `t`.

@@ -18,6 +18,7 @@ use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
+use super::stats::{counter_increase_in, counter_resets};
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
@@ -280,14 +281,43 @@ const DECODE_POINTS_PER_WORKER: usize = 50_000;
 /// window's end (ms) to its value there, if any.
 pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync + 'f;
 
+/// A counter function's value over a window whose increase is known: the
+/// window's points, the increase ([`crate::promql::stats::counter_increase`]),
+/// the range and the window's end (ms).
+pub(crate) type CounterFn<'f> = dyn Fn(&[(i64, f64)], f64, i64, i64) -> Option<f64> + Sync + 'f;
+
+/// What a range function reads of a window beyond its points, which a
+/// table of every step works out once per series rather than once per
+/// window (each window of a range query overlaps the ones before it).
+#[derive(Clone, Copy)]
+pub(crate) enum Sliding<'f> {
+    /// Nothing: each window is handed to the function.
+    No,
+    /// A counter's increase over the window, found from the series'
+    /// resets indexed once (the same additions as a scan of the window).
+    Increase(&'f CounterFn<'f>),
+}
+
+/// A table worker's buffers, kept from row to row.
+#[derive(Default)]
+struct RowScratch {
+    /// A row's points, when they are not read in place.
+    points: Vec<(i64, f64)>,
+    /// Where its counter resets are ([`counter_resets`]).
+    resets: Vec<u32>,
+}
+
 /// A range function's results for every series at every step.
 pub(crate) struct RangeTable {
     labels: Vec<Labels>,
     /// Whether the function dropped the series' names (see
     /// [`Sample::drop_name`]).
     drop_name: bool,
-    /// Step-major, so a step's results are read in one sweep: series `i`
-    /// at step `k` is `k * labels.len() + i`.
+    /// Steps (columns).
+    steps: usize,
+    /// Series-major, so that a series' row is filled in one sweep of its
+    /// points (and rows by different workers): series `i` at step `k` is
+    /// `i * steps + k`.
     values: Vec<f64>,
     present: Vec<bool>,
     /// Rows whose label sets are equal (series that differ only by the
@@ -298,26 +328,40 @@ pub(crate) struct RangeTable {
 
 impl RangeTable {
     /// Notes the rows with equal label sets, once the rows are in.
+    /// Rows keeping their names are distinct series' own label sets (a
+    /// selection holds each series once), so only a table whose rows lost
+    /// their names is looked through.
     fn find_same_labels(&mut self) {
-        let mut by_labels: HashMap<&Labels, Vec<usize>> = HashMap::new();
-        for (i, l) in self.labels.iter().enumerate() {
-            by_labels.entry(l).or_default().push(i);
+        self.same_labels.clear();
+        if !self.drop_name {
+            return;
         }
-        self.same_labels = by_labels
-            .into_values()
-            .filter(|rows| rows.len() > 1)
-            .collect();
+        let mut first: hashbrown::HashMap<&Labels, usize> =
+            hashbrown::HashMap::with_capacity(self.labels.len());
+        let mut same: hashbrown::HashMap<usize, Vec<usize>> = hashbrown::HashMap::new();
+        for (i, l) in self.labels.iter().enumerate() {
+            match first.entry(l) {
+                hashbrown::hash_map::Entry::Occupied(e) => {
+                    let j = *e.get();
+                    same.entry(j).or_insert_with(|| vec![j]).push(i);
+                }
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert(i);
+                }
+            }
+        }
+        self.same_labels = same.into_values().collect();
     }
 
     /// The check every vector passes ([`check_unique`]), for step `k` read
     /// in place: the same error where two rows with equal labels are both
     /// present.
     pub(crate) fn check_unique(&self, k: usize) -> Result<(), QueryError> {
-        let n = self.labels.len();
+        let steps = self.steps;
         for rows in &self.same_labels {
             let here = rows
                 .iter()
-                .filter(|&&i| self.present.get(k * n + i).copied().unwrap_or(false))
+                .filter(|&&i| self.present.get(i * steps + k).copied().unwrap_or(false))
                 .count();
             if here > 1 {
                 return Err(duplicate_labelset());
@@ -338,7 +382,7 @@ impl RangeTable {
 
     /// Steps (columns) in the table.
     pub(crate) fn steps(&self) -> usize {
-        self.values.len() / self.labels.len().max(1)
+        self.steps
     }
 
     /// The labels of row `row`.
@@ -349,38 +393,41 @@ impl RangeTable {
     /// The results at step `k` in place: (row, labels, value), in the
     /// order of [`RangeTable::vector`], without cloning a label set.
     pub(crate) fn at_step(&self, k: usize) -> impl Iterator<Item = (usize, &Labels, f64)> + '_ {
-        let n = self.labels.len();
-        let at = (k * n).min(self.values.len())..((k + 1) * n).min(self.values.len());
-        let values = &self.values[at.clone()];
-        let present = &self.present[at];
+        let steps = self.steps;
+        let k = if k < steps { k } else { usize::MAX };
         self.labels
             .iter()
-            .zip(values.iter().zip(present))
             .enumerate()
-            .filter(|(_, (_, (_, &here)))| here)
-            .map(|(i, (labels, (&v, _)))| (i, labels, v))
+            .filter(move |(i, _)| k != usize::MAX && self.present[i * steps + k])
+            .map(move |(i, labels)| (i, labels, self.values[i * steps + k]))
+    }
+
+    /// Row `row`'s results at steps `ks` (within the table), as (index in
+    /// `ks`, value), read in one sweep.
+    pub(crate) fn row_at(
+        &self,
+        row: usize,
+        ks: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (usize, f64)> + '_ {
+        let at = row * self.steps + ks.start..row * self.steps + ks.end;
+        self.values[at.clone()]
+            .iter()
+            .zip(&self.present[at])
+            .enumerate()
+            .filter(|(_, (_, &here))| here)
+            .map(|(j, (&v, _))| (j, v))
     }
 
     /// The results at step `k`.
     pub(crate) fn vector(&self, k: usize) -> Vec<Sample> {
-        let n = self.labels.len();
-        let at = k * n..(k + 1) * n;
-        let (Some(values), Some(present)) = (self.values.get(at.clone()), self.present.get(at))
-        else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for ((labels, &v), &here) in self.labels.iter().zip(values).zip(present) {
-            if here {
-                out.push(Sample {
-                    labels: Arc::clone(labels),
-                    v,
-                    h: None,
-                    drop_name: self.drop_name,
-                });
-            }
-        }
-        out
+        self.at_step(k)
+            .map(|(_, labels, v)| Sample {
+                labels: Arc::clone(labels),
+                v,
+                h: None,
+                drop_name: self.drop_name,
+            })
+            .collect()
     }
 }
 
@@ -1731,6 +1778,7 @@ impl<'e> Ctx<'e> {
         range: &Duration,
         name: Name,
         f: &RangeFn<'_>,
+        sliding: Sliding<'_>,
     ) -> Result<Option<Rc<RangeTable>>, QueryError> {
         if let Some(t) = self.range_tables.borrow().get(&key) {
             return Ok(Some(Rc::clone(t)));
@@ -1758,86 +1806,102 @@ impl<'e> Ctx<'e> {
             vs,
             &mut table,
             "range function evaluation",
-            |i, (lo, hi), ts, scratch| {
+            |i, times, values, present, scratch| {
                 let (points, has_stale) = rows[i];
+                let RowScratch {
+                    points: kept,
+                    resets,
+                } = scratch;
+                // Windows leave stale markers out: so does the whole row.
+                let points = if has_stale {
+                    kept.clear();
+                    kept.extend(points.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                    kept.as_slice()
+                } else {
+                    points
+                };
+                if let Sliding::Increase(_) = sliding {
+                    counter_resets(points, resets);
+                }
+                let mut from = 0;
                 // The window (ts - range, ts]; both ends only move forward.
-                if *lo == usize::MAX {
-                    *hi = points.partition_point(|p| p.0 <= ts);
-                    *lo = points
-                        .partition_point(|p| p.0 <= ts.saturating_sub(range_ms))
-                        .min(*hi);
+                let (mut lo, mut hi) = (usize::MAX, 0);
+                for (k, &ts) in times.iter().enumerate() {
+                    if lo == usize::MAX {
+                        hi = points.partition_point(|p| p.0 <= ts);
+                        lo = points
+                            .partition_point(|p| p.0 <= ts.saturating_sub(range_ms))
+                            .min(hi);
+                    }
+                    while hi < points.len() && points[hi].0 <= ts {
+                        hi += 1;
+                    }
+                    while lo < hi && points[lo].0 <= ts.saturating_sub(range_ms) {
+                        lo += 1;
+                    }
+                    if lo >= hi {
+                        continue;
+                    }
+                    let window = &points[lo..hi];
+                    let v = match sliding {
+                        Sliding::No => f(window, range_ms, ts),
+                        Sliding::Increase(g) => {
+                            let inc = counter_increase_in(points, lo, hi, resets, &mut from);
+                            g(window, inc, range_ms, ts)
+                        }
+                    };
+                    if let Some(v) = v {
+                        values[k] = v;
+                        present[k] = true;
+                    }
                 }
-                while *hi < points.len() && points[*hi].0 <= ts {
-                    *hi += 1;
-                }
-                while *lo < *hi && points[*lo].0 <= ts.saturating_sub(range_ms) {
-                    *lo += 1;
-                }
-                let mut window = &points[*lo..*hi];
-                if has_stale {
-                    scratch.clear();
-                    scratch.extend(window.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                    window = scratch;
-                }
-                if window.is_empty() {
-                    return None;
-                }
-                f(window, range_ms, ts)
             },
         )?;
         Ok(Some(self.keep_table(key, table)))
     }
 
-    /// Fills `table` (its labels in, one row per series): `cell(i, cursor,
-    /// ts, scratch)` gives series `i`'s value at selector time `ts`, if
-    /// any, with `cursor` its own to keep between calls (`(usize::MAX, 0)`
-    /// before the first, which may be at any step: find the place) and
-    /// `scratch` a buffer of the thread. Calls for one series come in time
-    /// order. The steps are cut among free workers (a run of steps is a
-    /// run of the step-major table); each worker goes through its steps
-    /// series by series, reading each series' points in one sweep (tiles
-    /// of steps across series, to keep the table's writes in cache, were
-    /// measured slower).
+    /// Fills `table` (its labels in, one row per series), row by row:
+    /// `row(i, times, values, present, scratch)` writes series `i`'s value
+    /// at each selector time `times[k]` into `values[k]`, with
+    /// `present[k]` set, where it has one; `scratch` is the worker's own.
+    /// The rows are cut among free workers, each reading a series' points
+    /// in one sweep while they are in cache.
     fn fill_table(
         &self,
         vs: &VectorSelector,
         table: &mut RangeTable,
         what: &'static str,
-        cell: impl Fn(usize, &mut (usize, usize), i64, &mut Vec<(i64, f64)>) -> Option<f64> + Sync,
+        row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
     ) -> Result<(), QueryError> {
         let n = table.labels.len();
-        let steps = table.values.len() / n.max(1);
+        let steps = table.steps;
         let times: Vec<i64> = (0..steps)
             .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
             .collect();
         let workers =
-            parallel::Workers::for_items(steps, TABLE_CELLS_PER_WORKER.div_ceil(n.max(1)));
-        let bounds = workers.bounds(steps);
+            parallel::Workers::for_items(n, TABLE_CELLS_PER_WORKER.div_ceil(steps.max(1)));
+        let bounds = workers.bounds(n);
         let mut parts = Vec::with_capacity(bounds.len());
         let (mut values, mut present) = (table.values.as_mut_slice(), table.present.as_mut_slice());
         for r in &bounds {
-            let (v, rest_v) = values.split_at_mut(r.len() * n);
-            let (p, rest_p) = present.split_at_mut(r.len() * n);
+            let (v, rest_v) = values.split_at_mut(r.len() * steps);
+            let (p, rest_p) = present.split_at_mut(r.len() * steps);
             parts.push((r.clone(), v, p));
             (values, present) = (rest_v, rest_p);
         }
         let (deadline, cancel) = (self.deadline, self.cancel);
         let expired =
             || Instant::now() > deadline || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-        let done = workers.run(parts, |(steps, values, present)| {
-            let mut scratch = Vec::new();
-            for i in 0..n {
-                if i % 256 == 255 && expired() {
+        let done = workers.run(parts, |(rows, values, present)| {
+            let mut scratch = RowScratch::default();
+            let cells = values
+                .chunks_mut(steps.max(1))
+                .zip(present.chunks_mut(steps.max(1)));
+            for (j, (i, (values, present))) in rows.zip(cells).enumerate() {
+                if j % 256 == 255 && expired() {
                     return Err(QueryError::Timeout(what));
                 }
-                let mut cursor = (usize::MAX, 0);
-                for k in steps.clone() {
-                    if let Some(v) = cell(i, &mut cursor, times[k], &mut scratch) {
-                        let j = (k - steps.start) * n + i;
-                        values[j] = v;
-                        present[j] = true;
-                    }
-                }
+                row(i, &times, values, present, &mut scratch);
             }
             Ok(())
         });
@@ -1868,6 +1932,7 @@ impl<'e> Ctx<'e> {
         let table = RangeTable {
             labels: Vec::with_capacity(rows),
             drop_name,
+            steps,
             values: vec![0.0; cells],
             present: vec![false; cells],
             same_labels: Vec::new(),
@@ -1927,16 +1992,21 @@ impl<'e> Ctx<'e> {
             vs,
             &mut table,
             "query range evaluation",
-            |i, (_, hi), ts, _| {
+            |i, times, values, present, _| {
                 let points = rows[i];
-                if *hi == usize::MAX {
-                    *hi = 0;
+                let mut hi = 0;
+                for (k, &ts) in times.iter().enumerate() {
+                    while hi < points.len() && points[hi].0 <= ts {
+                        hi += 1;
+                    }
+                    let Some(&(pt, v)) = hi.checked_sub(1).and_then(|j| points.get(j)) else {
+                        continue;
+                    };
+                    if pt > ts.saturating_sub(lookback) && !is_stale(v) {
+                        values[k] = v;
+                        present[k] = true;
+                    }
                 }
-                while *hi < points.len() && points[*hi].0 <= ts {
-                    *hi += 1;
-                }
-                let &(pt, v) = hi.checked_sub(1).and_then(|j| points.get(j))?;
-                (pt > ts.saturating_sub(lookback) && !is_stale(v)).then_some(v)
             },
         )?;
         Ok(Some(self.keep_table(key, table)))

@@ -33,6 +33,64 @@ impl Kahan {
     }
 }
 
+/// A counter's increase over `points` (at least one), as Prometheus'
+/// `extrapolatedRate` adds it up: the last value less the first, then the
+/// value before each reset (a value below the one before it), in order.
+pub(crate) fn counter_increase(points: &[(i64, f64)]) -> f64 {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return 0.0;
+    };
+    let mut result = last.1 - first.1;
+    let mut prev = first.1;
+    for &(_, v) in &points[1..] {
+        if v < prev {
+            result += prev;
+        }
+        prev = v;
+    }
+    result
+}
+
+/// The positions of a series' resets (`i` where `points[i]` is below
+/// `points[i - 1]`), into `out`, for [`counter_increase_in`].
+pub(crate) fn counter_resets(points: &[(i64, f64)], out: &mut Vec<u32>) {
+    out.clear();
+    out.extend(
+        points
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[1].1 < w[0].1)
+            .map(|(i, _)| (i + 1) as u32),
+    );
+}
+
+/// [`counter_increase`] of the window `points[lo..hi]` (`lo < hi`) of a
+/// series whose resets are `resets` ([`counter_resets`]): the same
+/// additions in the same order, so the same bits, but only the resets
+/// inside the window are visited. `from` is where to start looking in
+/// `resets` and is left at the first reset at or after `lo + 1`: windows
+/// visited in time order move it forward only.
+pub(crate) fn counter_increase_in(
+    points: &[(i64, f64)],
+    lo: usize,
+    hi: usize,
+    resets: &[u32],
+    from: &mut usize,
+) -> f64 {
+    let mut result = points[hi - 1].1 - points[lo].1;
+    while *from < resets.len() && (resets[*from] as usize) <= lo {
+        *from += 1;
+    }
+    for &r in &resets[*from..] {
+        let r = r as usize;
+        if r >= hi {
+            break;
+        }
+        result += points[r - 1].1;
+    }
+    result
+}
+
 /// The running mean Prometheus 3 takes for `avg` and `avg_over_time`: a
 /// compensated sum divided at the end while the sum stays finite; once it
 /// would overflow, a compensated incremental mean from there on, which
@@ -198,6 +256,36 @@ mod tests {
     fn welford_gives_the_population_variance() {
         let v = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
         assert_eq!(mean_and_variance(v), (5.0, 4.0));
+    }
+
+    proptest::proptest! {
+        /// The indexed increase of every window is the plain one, bit for
+        /// bit, with the windows visited in time order.
+        #[test]
+        fn an_indexed_increase_is_the_plain_one(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    0.0f64..100.0,
+                    proptest::strategy::Just(f64::NAN),
+                    proptest::strategy::Just(f64::INFINITY),
+                    proptest::strategy::Just(-0.0),
+                ],
+                1..80,
+            ),
+            width in 1usize..30,
+        ) {
+            let points: Vec<(i64, f64)> =
+                values.iter().enumerate().map(|(i, &v)| (i as i64, v)).collect();
+            let mut resets = Vec::new();
+            counter_resets(&points, &mut resets);
+            let mut from = 0;
+            for hi in 1..=points.len() {
+                let lo = hi.saturating_sub(width);
+                let plain = counter_increase(&points[lo..hi]);
+                let indexed = counter_increase_in(&points, lo, hi, &resets, &mut from);
+                proptest::prop_assert_eq!(plain.to_bits(), indexed.to_bits());
+            }
+        }
     }
 
     #[test]

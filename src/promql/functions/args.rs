@@ -7,7 +7,7 @@ use crate::promql::parser::{Call, Expr};
 
 use crate::histogram::FloatHistogram;
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::Ctx;
+use crate::promql::eval::{Ctx, Sliding};
 use crate::promql::value::{Hist, Labels, Name, Sample, Series, Value};
 use crate::promql::QueryError;
 
@@ -84,6 +84,20 @@ pub(crate) fn over_range_with(
     steps: Steps,
     f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
 ) -> Result<Value, QueryError> {
+    over_range_sliding(ctx, call, t, name, steps, Sliding::No, f)
+}
+
+/// [`over_range_with`], saying what a table of every step may work out
+/// once per series instead of once per window ([`Sliding`]).
+pub(crate) fn over_range_sliding(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    name: Name,
+    steps: Steps,
+    sliding: Sliding<'_>,
+    f: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
+) -> Result<Value, QueryError> {
     let mut out = Vec::new();
     // A plain range selector is read in place; a subquery is built first.
     if let Some(Expr::MatrixSelector(m)) = arg(call, 0) {
@@ -120,7 +134,7 @@ pub(crate) fn over_range_with(
         let fixed = steps == Steps::Together && call.args.args[1..].iter().all(is_constant);
         if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
-            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f)? {
+            if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f, sliding)? {
                 return Ok(Value::Vector(table.vector(k)));
             }
         }
@@ -232,6 +246,20 @@ pub(crate) fn over_range_mixed(
     float: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
     mixed: impl Fn(&Window<'_>) -> Option<Out>,
 ) -> Result<Value, QueryError> {
+    over_range_mixed_sliding(ctx, call, t, name, Sliding::No, float, mixed)
+}
+
+/// [`over_range_mixed`] with what a table of every step may work out once
+/// per series ([`Sliding`]).
+pub(crate) fn over_range_mixed_sliding(
+    ctx: &Ctx<'_>,
+    call: &Call,
+    t: i64,
+    name: Name,
+    sliding: Sliding<'_>,
+    float: impl Fn(&[(i64, f64)], i64, i64) -> Option<f64> + Sync,
+    mixed: impl Fn(&Window<'_>) -> Option<Out>,
+) -> Result<Value, QueryError> {
     let mut out = Vec::new();
     let mut emit = |labels: &Labels, unnamed: Option<&Labels>, marked: bool, r: Option<Out>| {
         let labels = match (name, unnamed) {
@@ -255,7 +283,7 @@ pub(crate) fn over_range_mixed(
     if let Some(Expr::MatrixSelector(m)) = arg(call, 0) {
         let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
         if !ctx.has_histograms(&m.vs, range)? {
-            return over_range(ctx, call, t, name, float);
+            return over_range_sliding(ctx, call, t, name, Steps::Together, sliding, float);
         }
         let at = ctx.selector_time(&m.vs.at, &m.vs.offset, t);
         ctx.mixed_windows(&m.vs, &m.range, t, |s, floats, hists| {

@@ -4,11 +4,13 @@
 use crate::promql::parser::{Call, Expr};
 
 use super::args::{
-    arg, over_range, over_range_mixed, over_range_with, scalar_arg, Out, Steps, Window,
+    arg, over_range, over_range_mixed, over_range_mixed_sliding, over_range_with, scalar_arg, Out,
+    Steps, Window,
 };
 use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::promql::annotations::{looks_like_counter, Annotation};
-use crate::promql::eval::{Compat, Ctx};
+use crate::promql::eval::{Compat, Ctx, Sliding};
+use crate::promql::stats::counter_increase;
 use crate::promql::value::{Hist, Name, Value};
 use crate::promql::QueryError;
 
@@ -42,6 +44,26 @@ pub fn extrapolated_rate(
     eval_t: i64,
     change: Change,
 ) -> Option<f64> {
+    if points.len() < 2 {
+        return None;
+    }
+    let result = if change.counter() {
+        counter_increase(points)
+    } else {
+        points[points.len() - 1].1 - points[0].1
+    };
+    extrapolated_from(points, result, range_ms, eval_t, change)
+}
+
+/// [`extrapolated_rate`] of a window of a counter whose increase over it
+/// (`result`, [`counter_increase`]) is known.
+pub(crate) fn extrapolated_from(
+    points: &[(i64, f64)],
+    result: f64,
+    range_ms: i64,
+    eval_t: i64,
+    change: Change,
+) -> Option<f64> {
     let is_counter = change.counter();
     if points.len() < 2 {
         return None;
@@ -49,17 +71,7 @@ pub fn extrapolated_rate(
     let range_start = eval_t - range_ms;
     let range_end = eval_t;
     let (first_t, first_v) = points[0];
-    let (last_t, last_v) = points[points.len() - 1];
-    let mut result = last_v - first_v;
-    if is_counter {
-        let mut prev = first_v;
-        for &(_, v) in &points[1..] {
-            if v < prev {
-                result += prev;
-            }
-            prev = v;
-        }
-    }
+    let (last_t, _) = points[points.len() - 1];
     let zero_point = (is_counter && result > 0.0 && first_v >= 0.0).then_some(first_v / result);
     let span = Span {
         first_t,
@@ -394,11 +406,18 @@ fn extrapolated(ctx: &Ctx<'_>, call: &Call, t: i64, change: Change) -> Result<Va
     if change.counter() {
         note_non_counters(ctx, call, t)?;
     }
-    over_range_mixed(
+    let increase = |p: &[(i64, f64)], inc, r, t| extrapolated_from(p, inc, r, t, change);
+    let sliding = if change.counter() {
+        Sliding::Increase(&increase)
+    } else {
+        Sliding::No
+    };
+    over_range_mixed_sliding(
         ctx,
         call,
         t,
         Name::Drop,
+        sliding,
         |p, r, t| extrapolated_rate(p, r, t, change),
         |w| hist_extrapolated(ctx, w, change),
     )
