@@ -67,3 +67,60 @@ fn one_thread_and_several_answer_the_same() {
     // The answers are real ones, not errors.
     assert!(alone.iter().all(|a| !a.contains("Err(")), "{alone:?}");
 }
+
+/// The smallest sample limit under which `q` answers over the range.
+fn least_limit(head: &sluice::storage::Db, q: &str, opts: &QueryOptions) -> usize {
+    let (start, end, step) = promql_head::range();
+    let answers = |max_samples| {
+        let opts = QueryOptions {
+            max_samples,
+            ..opts.clone()
+        };
+        let engine = Engine::new(head.querier(), opts);
+        match engine.range(q, start, end, step) {
+            Ok(_) => true,
+            Err(e) => {
+                assert!(e.to_string().contains("too many samples"), "{q}: {e}");
+                false
+            }
+        }
+    };
+    let (mut lo, mut hi) = (0usize, 1usize << 26);
+    assert!(answers(hi), "{q} answers under a generous limit");
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if answers(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+/// A table whose selection is decoded row by row as it is filled counts
+/// against the sample limit what decoding the selection first counts:
+/// the least limit a query answers under is the same either way, and it
+/// covers every sample read. (`use_start_timestamps` makes the selector
+/// be decoded first, to look for start times.)
+#[test]
+fn tables_decoded_row_by_row_count_their_samples() {
+    let head = promql_head::head();
+    let every_sample = 10_000 * promql_head::POINTS as usize;
+    for q in [
+        "sum by (job) (rate(http_requests_total[5m]))",
+        "count by (job) (http_requests_total)",
+    ] {
+        let row_by_row = least_limit(&head, q, &QueryOptions::default());
+        let decoded_first = least_limit(
+            &head,
+            q,
+            &QueryOptions {
+                use_start_timestamps: true,
+                ..QueryOptions::default()
+            },
+        );
+        assert_eq!(row_by_row, decoded_first, "{q}");
+        assert!(row_by_row > every_sample, "{q}: {row_by_row}");
+    }
+}

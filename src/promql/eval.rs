@@ -298,6 +298,92 @@ pub(crate) enum Sliding<'f> {
     Increase(&'f CounterFn<'f>),
 }
 
+/// A selector's series with their chunks, not yet decoded.
+struct Selection {
+    series: Vec<SelectedSeries>,
+    /// The time span read ([`SelectedSeries::decode_into`]'s bounds).
+    lo: i64,
+    hi: i64,
+    /// The bytes its chunks hold, charged to the query while it lives.
+    bytes: usize,
+}
+
+/// Where a table's rows' points come from (see [`Ctx::table_source`]).
+enum Source {
+    /// Points decoded before, for another reader.
+    Loaded(Rc<Vec<SeriesPoints>>),
+    /// A selection (labels taken into the table), decoded row by row.
+    Selected(Selection),
+}
+
+impl Source {
+    /// What the table's workers read.
+    fn rows(&self) -> Rows<'_> {
+        match self {
+            Self::Loaded(series) => Rows::Loaded(
+                series
+                    .iter()
+                    .map(|s| (s.points.as_slice(), s.has_stale))
+                    .collect(),
+            ),
+            Self::Selected(selection) => Rows::Selected(selection),
+        }
+    }
+}
+
+/// A table's rows' points, as its workers read them.
+enum Rows<'a> {
+    /// Each row's points, and whether they hold a stale marker.
+    Loaded(Vec<(&'a [(i64, f64)], bool)>),
+    Selected(&'a Selection),
+}
+
+impl Rows<'_> {
+    /// Row `i`'s points, stale markers kept: in place, or decoded into
+    /// `buf`; with how many were decoded.
+    fn with_stale<'b>(
+        &'b self,
+        i: usize,
+        buf: &'b mut Vec<(i64, f64)>,
+    ) -> (&'b [(i64, f64)], usize) {
+        match self {
+            Rows::Loaded(rows) => (rows[i].0, 0),
+            Rows::Selected(selection) => {
+                buf.clear();
+                selection.series[i].decode_into(selection.lo, selection.hi, buf);
+                (buf.as_slice(), buf.len())
+            }
+        }
+    }
+
+    /// Row `i`'s points without stale markers (what range functions'
+    /// windows hold), as [`Rows::with_stale`].
+    fn without_stale<'b>(
+        &'b self,
+        i: usize,
+        buf: &'b mut Vec<(i64, f64)>,
+    ) -> (&'b [(i64, f64)], usize) {
+        match self {
+            Rows::Loaded(rows) => {
+                let (points, has_stale) = rows[i];
+                if !has_stale {
+                    return (points, 0);
+                }
+                buf.clear();
+                buf.extend(points.iter().copied().filter(|&(_, v)| !is_stale(v)));
+                (buf.as_slice(), 0)
+            }
+            Rows::Selected(selection) => {
+                buf.clear();
+                selection.series[i].decode_into(selection.lo, selection.hi, buf);
+                let decoded = buf.len();
+                buf.retain(|&(_, v)| !is_stale(v));
+                (buf.as_slice(), decoded)
+            }
+        }
+    }
+}
+
 /// A table worker's buffers, kept from row to row.
 #[derive(Default)]
 struct RowScratch {
@@ -454,6 +540,11 @@ pub(crate) struct Ctx<'e> {
     deadline: Instant,
     cancel: Option<&'e AtomicBool>,
     loaded: RefCell<HashMap<usize, Rc<Vec<SeriesPoints>>>>,
+    /// Selections made and not yet decoded, by selector address.
+    selections: RefCell<HashMap<usize, Selection>>,
+    /// Selectors (by address) known to hold no histogram in their span,
+    /// their selection decoded into a table rather than loaded.
+    floats_only: RefCell<HashSet<usize>>,
     /// Selectors (by address) whose histograms are read for their count
     /// and sum only, below `histogram_count`, `histogram_sum` or
     /// `histogram_avg` (v3.14): their reset hints are decided on reading.
@@ -607,6 +698,13 @@ impl Budget {
         Ok(())
     }
 
+    /// Whether `samples` taking `bytes` more stay within this query's own
+    /// limits (the pool shared with other queries is not asked).
+    pub(crate) fn fits(&self, samples: usize, bytes: usize) -> bool {
+        self.samples.get().saturating_add(samples) <= self.max_samples
+            && self.bytes.get().saturating_add(bytes) <= self.max_bytes
+    }
+
     /// Bytes that may still be charged before this query's own bound.
     pub(crate) fn bytes_left(&self) -> usize {
         self.max_bytes.saturating_sub(self.bytes.get())
@@ -651,6 +749,11 @@ impl<'b> Held<'b> {
             samples: Cell::new(0),
             bytes: Cell::new(0),
         }
+    }
+
+    /// Takes over `bytes` already charged, to give them back when dropped.
+    fn adopt(&self, bytes: usize) {
+        self.bytes.set(self.bytes.get() + bytes);
     }
 
     fn charge(&self, samples: usize, bytes: usize, what: &'static str) -> Result<(), QueryError> {
@@ -830,6 +933,8 @@ impl<'e> Ctx<'e> {
             deadline,
             cancel,
             loaded: RefCell::new(HashMap::new()),
+            selections: RefCell::default(),
+            floats_only: RefCell::default(),
             stats_only: HashSet::new(),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),
@@ -905,6 +1010,56 @@ impl<'e> Ctx<'e> {
         if let Some(l) = self.loaded.borrow().get(&key) {
             return Ok(Rc::clone(l));
         }
+        let selection = self.take_selection(vs, range, last_only)?;
+        self.decode_selection(key, selection, last_only)
+    }
+
+    /// Calls `f` with the series `vs` (read over `range` before each
+    /// step) selects, with their chunks, not decoded: made once and kept
+    /// until the selector is loaded ([`Ctx::load`]) or its table made, so
+    /// that what needs only labels or histograms decodes nothing.
+    fn with_selection<R>(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        f: impl FnOnce(&Selection) -> R,
+    ) -> Result<R, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        if !self.selections.borrow().contains_key(&key) {
+            let selection = self.select_now(vs, range, false)?;
+            self.selections.borrow_mut().insert(key, selection);
+        }
+        let selections = self.selections.borrow();
+        match selections.get(&key) {
+            Some(selection) => Ok(f(selection)),
+            None => Err(QueryError::Execution("a selection went missing".to_owned())),
+        }
+    }
+
+    /// The selection [`Ctx::with_selection`] keeps for `vs`, taken out of
+    /// the cache, or made now.
+    fn take_selection(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        last_only: bool,
+    ) -> Result<Selection, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        let kept = self.selections.borrow_mut().remove(&key);
+        match kept {
+            Some(selection) => Ok(selection),
+            None => self.select_now(vs, range, last_only),
+        }
+    }
+
+    /// Selects `vs`'s series over `range` before each step; their chunks'
+    /// bytes stay charged to the query while the selection lives.
+    fn select_now(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        last_only: bool,
+    ) -> Result<Selection, QueryError> {
         let lo = self
             .selector_time(&vs.at, &vs.offset, self.start)
             .saturating_sub(range);
@@ -957,12 +1112,36 @@ impl<'e> Ctx<'e> {
         // Counted in the pool while read; now charged to this query, which
         // takes it from the pool again.
         give_back(&read);
-        let chunks = Held::new(&self.budget);
-        chunks.charge(0, read.used(), "query execution")?;
+        self.budget.charge(0, read.used(), "query execution")?;
         if sets.len() > 1 {
             selected.sort_by(|a, b| a.labels.cmp(&b.labels));
             selected.dedup_by(|a, b| a.labels == b.labels);
         }
+        Ok(Selection {
+            series: selected,
+            lo,
+            hi,
+            bytes: read.used(),
+        })
+    }
+
+    /// Decodes `selection` (of the selector at `key`) into its series'
+    /// points and keeps them for the rest of the query; its chunks' bytes
+    /// are given back once decoded.
+    fn decode_selection(
+        &self,
+        key: usize,
+        selection: Selection,
+        last_only: bool,
+    ) -> Result<Rc<Vec<SeriesPoints>>, QueryError> {
+        let chunks = Held::new(&self.budget);
+        chunks.adopt(selection.bytes);
+        let Selection {
+            series: selected,
+            lo,
+            hi,
+            ..
+        } = selection;
         let mut out = Vec::with_capacity(selected.len());
         // Decoded in batches of at most DECODE_BATCH_POINTS samples, each
         // spread over the free cores; a batch is charged series by series
@@ -1497,7 +1676,21 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         range: i64,
     ) -> Result<bool, QueryError> {
-        Ok(self.load(vs, range)?.iter().any(|s| !s.hists.is_empty()))
+        let key = vs as *const VectorSelector as usize;
+        if let Some(series) = self.loaded.borrow().get(&key) {
+            return Ok(series.iter().any(|s| !s.hists.is_empty()));
+        }
+        if self.floats_only.borrow().contains(&key) {
+            return Ok(false);
+        }
+        // What the selection would decode to: its histograms in the span.
+        self.with_selection(vs, range, |selection| {
+            let (lo, hi) = (selection.lo, selection.hi);
+            selection
+                .series
+                .iter()
+                .any(|s| s.histograms.iter().any(|(t, _)| (lo..=hi).contains(t)))
+        })
     }
 
     /// Like [`Ctx::range_windows`], for functions that read histograms as
@@ -1628,7 +1821,23 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         range: &Duration,
         min_points: usize,
+        wanted: impl Fn(&str) -> bool,
     ) -> Result<Vec<String>, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        if !self.loaded.borrow().contains_key(&key) {
+            // No name wanted among those selected: no sample need be read.
+            let any = self.with_selection(vs, ms(range), |selection| {
+                selection.series.iter().any(|s| {
+                    s.labels
+                        .iter()
+                        .find(|l| l.name == "__name__")
+                        .is_some_and(|n| wanted(&n.value))
+                })
+            })?;
+            if !any {
+                return Ok(Vec::new());
+            }
+        }
         let series = self.load(vs, ms(range))?;
         let mut names: Vec<String> = Vec::new();
         for s in series.iter() {
@@ -1636,7 +1845,7 @@ impl<'e> Ctx<'e> {
                 continue;
             }
             if let Some(n) = s.labels.iter().find(|l| l.name == "__name__") {
-                if !names.iter().any(|x| *x == n.value) {
+                if wanted(&n.value) && !names.iter().any(|x| *x == n.value) {
                     names.push(n.value.to_string());
                 }
             }
@@ -1784,42 +1993,22 @@ impl<'e> Ctx<'e> {
             return Ok(Some(Rc::clone(t)));
         }
         let range_ms = ms(range);
-        let series = self.load(vs, range_ms)?;
-        let Some((mut table, _)) = self.empty_table(
-            series.len(),
-            name == Name::Drop,
-            "range function evaluation",
-        ) else {
+        let what = "range function evaluation";
+        let Some((mut table, source)) = self.table_source(vs, range_ms, name, false, what)? else {
             return Ok(None);
         };
-        for s in series.iter() {
-            table.labels.push(Arc::clone(match name {
-                Name::Keep => &s.labels,
-                Name::Drop => s.unnamed(self),
-            }));
-        }
-        let rows: Vec<(&[(i64, f64)], bool)> = series
-            .iter()
-            .map(|s| (s.points.as_slice(), s.has_stale))
-            .collect();
-        self.fill_table(
+        let rows = source.rows();
+        let decoded = self.fill_table(
             vs,
             &mut table,
-            "range function evaluation",
+            what,
             |i, times, values, present, scratch| {
-                let (points, has_stale) = rows[i];
                 let RowScratch {
                     points: kept,
                     resets,
                 } = scratch;
                 // Windows leave stale markers out: so does the whole row.
-                let points = if has_stale {
-                    kept.clear();
-                    kept.extend(points.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                    kept.as_slice()
-                } else {
-                    points
-                };
+                let (points, decoded) = rows.without_stale(i, kept);
                 if let Sliding::Increase(_) = sliding {
                     counter_resets(points, resets);
                 }
@@ -1855,9 +2044,109 @@ impl<'e> Ctx<'e> {
                         present[k] = true;
                     }
                 }
+                decoded
             },
         )?;
+        self.source_done(source, decoded)?;
         Ok(Some(self.keep_table(key, table)))
+    }
+
+    /// An empty table for the series `vs` selects over `range` before each
+    /// step, their labels in (without their names for [`Name::Drop`]),
+    /// and where the rows' points come from: those a reader before decoded
+    /// ([`Ctx::load`]), or the selection itself, decoded row by row as the
+    /// table is filled, when nothing has decoded it yet, it holds no
+    /// histogram, and the query's limits hold the most samples its chunks
+    /// can give (so that charging the samples decoded cannot fail where
+    /// decoding them first would not). `None` without a table: over the
+    /// sample limit or the memory left, or, with `floats_only`, a
+    /// selection holding histograms.
+    fn table_source(
+        &self,
+        vs: &VectorSelector,
+        range: i64,
+        name: Name,
+        floats_only: bool,
+        what: &'static str,
+    ) -> Result<Option<(RangeTable, Source)>, QueryError> {
+        let key = vs as *const VectorSelector as usize;
+        let loaded = self.loaded.borrow().get(&key).cloned();
+        let series = match loaded {
+            Some(series) => series,
+            None => {
+                let mut selection = self.take_selection(vs, range, false)?;
+                let (lo, hi) = (selection.lo, selection.hi);
+                let histograms = selection
+                    .series
+                    .iter()
+                    .any(|s| s.histograms.iter().any(|(t, _)| (lo..=hi).contains(t)));
+                let most: usize = selection
+                    .series
+                    .iter()
+                    .map(|s| s.samples_at_most(lo, hi))
+                    .sum();
+                let cells = selection.series.len().saturating_mul(self.steps());
+                let fits = cells <= self.opts.max_samples
+                    && self.budget.fits(
+                        most,
+                        most.saturating_mul(POINT_BYTES)
+                            .saturating_add(cells.saturating_mul(RANGE_CELL_BYTES)),
+                    );
+                if histograms || !fits || self.opts.use_start_timestamps {
+                    self.decode_selection(key, selection, false)?
+                } else {
+                    let Some((mut table, _)) =
+                        self.empty_table(selection.series.len(), name == Name::Drop, what)
+                    else {
+                        self.decode_selection(key, selection, false)?;
+                        return Ok(None);
+                    };
+                    self.floats_only.borrow_mut().insert(key);
+                    for s in &mut selection.series {
+                        let labels: Labels = std::mem::take(&mut s.labels).into();
+                        table.labels.push(match name {
+                            Name::Keep => labels,
+                            Name::Drop => self.unnamed(&labels),
+                        });
+                    }
+                    return Ok(Some((table, Source::Selected(selection))));
+                }
+            }
+        };
+        if floats_only && series.iter().any(|s| !s.hists.is_empty()) {
+            return Ok(None);
+        }
+        let Some((mut table, _)) = self.empty_table(series.len(), name == Name::Drop, what) else {
+            return Ok(None);
+        };
+        for s in series.iter() {
+            table.labels.push(Arc::clone(match name {
+                Name::Keep => &s.labels,
+                Name::Drop => s.unnamed(self),
+            }));
+        }
+        Ok(Some((table, Source::Loaded(series))))
+    }
+
+    /// Charges the samples a table decoded from its selection (as
+    /// [`Ctx::load`] would have, for good) and gives back its chunks'
+    /// bytes.
+    fn source_done(&self, source: Source, decoded: usize) -> Result<(), QueryError> {
+        if let Source::Selected(selection) = source {
+            self.budget.release(0, selection.bytes);
+            self.budget.charge(
+                decoded,
+                decoded.saturating_mul(POINT_BYTES),
+                "query execution",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Steps of this evaluator.
+    fn steps(&self) -> usize {
+        usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
+            .map_or(usize::MAX, |n| n.saturating_add(1))
     }
 
     /// Fills `table` (its labels in, one row per series), row by row:
@@ -1871,8 +2160,8 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         table: &mut RangeTable,
         what: &'static str,
-        row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
-    ) -> Result<(), QueryError> {
+        row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) -> usize + Sync,
+    ) -> Result<usize, QueryError> {
         let n = table.labels.len();
         let steps = table.steps;
         let times: Vec<i64> = (0..steps)
@@ -1894,6 +2183,7 @@ impl<'e> Ctx<'e> {
             || Instant::now() > deadline || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         let done = workers.run(parts, |(rows, values, present)| {
             let mut scratch = RowScratch::default();
+            let mut decoded = 0usize;
             let cells = values
                 .chunks_mut(steps.max(1))
                 .zip(present.chunks_mut(steps.max(1)));
@@ -1901,11 +2191,11 @@ impl<'e> Ctx<'e> {
                 if j % 256 == 255 && expired() {
                     return Err(QueryError::Timeout(what));
                 }
-                row(i, &times, values, present, &mut scratch);
+                decoded += row(i, &times, values, present, &mut scratch);
             }
-            Ok(())
+            Ok(decoded)
         });
-        done.into_iter().collect()
+        done.into_iter().sum()
     }
 
     /// A table of `rows` series at every step of this evaluator, empty; it
@@ -1918,8 +2208,7 @@ impl<'e> Ctx<'e> {
         drop_name: bool,
         what: &'static str,
     ) -> Option<(RangeTable, usize)> {
-        let steps = usize::try_from(self.end.saturating_sub(self.start) / self.step.max(1))
-            .map_or(usize::MAX, |n| n.saturating_add(1));
+        let steps = self.steps();
         let cells = rows.saturating_mul(steps);
         if cells > self.opts.max_samples
             || self
@@ -1974,26 +2263,19 @@ impl<'e> Ctx<'e> {
             return Ok(None);
         }
         let lookback = self.opts.lookback_ms;
-        let series = self.load(vs, lookback)?;
-        if series.iter().any(|s| !s.hists.is_empty()) {
-            self.untabled.borrow_mut().insert(key);
-            return Ok(None);
-        }
-        let Some((mut table, _)) = self.empty_table(series.len(), false, "query range evaluation")
+        let what = "query range evaluation";
+        let Some((mut table, source)) = self.table_source(vs, lookback, Name::Keep, true, what)?
         else {
             self.untabled.borrow_mut().insert(key);
             return Ok(None);
         };
-        for s in series.iter() {
-            table.labels.push(Arc::clone(&s.labels));
-        }
-        let rows: Vec<&[(i64, f64)]> = series.iter().map(|s| s.points.as_slice()).collect();
-        self.fill_table(
+        let rows = source.rows();
+        let decoded = self.fill_table(
             vs,
             &mut table,
-            "query range evaluation",
-            |i, times, values, present, _| {
-                let points = rows[i];
+            what,
+            |i, times, values, present, scratch| {
+                let (points, decoded) = rows.with_stale(i, &mut scratch.points);
                 let mut hi = 0;
                 for (k, &ts) in times.iter().enumerate() {
                     while hi < points.len() && points[hi].0 <= ts {
@@ -2007,8 +2289,10 @@ impl<'e> Ctx<'e> {
                         present[k] = true;
                     }
                 }
+                decoded
             },
         )?;
+        self.source_done(source, decoded)?;
         Ok(Some(self.keep_table(key, table)))
     }
 
@@ -2038,6 +2322,8 @@ impl<'e> Ctx<'e> {
             deadline: self.deadline,
             cancel: self.cancel,
             loaded: RefCell::new(HashMap::new()),
+            selections: RefCell::default(),
+            floats_only: RefCell::default(),
             stats_only: HashSet::new(),
             children: RefCell::new(HashMap::new()),
             group_memos: RefCell::new(HashMap::new()),

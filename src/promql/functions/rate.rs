@@ -451,7 +451,9 @@ pub(super) fn note_non_counters(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<()
         return Ok(());
     }
     let names = match arg(call, 0) {
-        Some(Expr::MatrixSelector(m)) => ctx.selected_names(&m.vs, &m.range, 2)?,
+        Some(Expr::MatrixSelector(m)) => {
+            ctx.selected_names(&m.vs, &m.range, 2, |n| !looks_like_counter(n))?
+        }
         Some(Expr::Subquery(sq)) => {
             let mut names = Vec::new();
             for s in ctx.subquery(sq, t)? {
