@@ -47,7 +47,7 @@ impl SelectedSeries {
         {
             let from = out.len();
             if c.mint >= mint && c.maxt <= maxt {
-                out.extend(XorIter::new(&c.bytes));
+                XorIter::new(&c.bytes).append_to(out);
                 if out[from..].iter().all(|&(t, _)| t >= c.mint && t <= c.maxt) {
                     skipping &= out.len() == from;
                     continue;

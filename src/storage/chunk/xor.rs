@@ -399,6 +399,12 @@ impl<'a> XorIter<'a> {
     /// Decodes the next sample; `None` for a malformed or short stream.
     #[inline]
     fn step(&mut self) -> Option<(i64, f64)> {
+        self.step_inline()
+    }
+
+    /// [`XorIter::step`], inlined into its caller's loop.
+    #[inline(always)]
+    fn step_inline(&mut self) -> Option<(i64, f64)> {
         match self.read {
             0 => {
                 let zz = self.read_uvarint()?;
@@ -509,6 +515,30 @@ fn read_uvarint(data: &[u8], mut at: usize) -> Option<(u64, usize)> {
         }
     }
     None
+}
+
+impl XorIter<'_> {
+    /// Appends the samples left to `out`: what `out.extend(self)` does,
+    /// with room made once and the decoder's loop inlined.
+    pub fn append_to(&mut self, out: &mut Vec<(i64, f64)>) {
+        out.reserve(usize::from(self.total.saturating_sub(self.read)));
+        while self.read < self.total {
+            if self.repeats > 0 {
+                self.repeats -= 1;
+                self.t = self.t.wrapping_add(self.t_delta as i64);
+                self.read += 1;
+                out.push((self.t, f64::from_bits(self.v)));
+                continue;
+            }
+            match self.step_inline() {
+                Some(p) => out.push(p),
+                None => {
+                    self.err = Some(ChunkError::Truncated);
+                    self.total = self.read;
+                }
+            }
+        }
+    }
 }
 
 impl Iterator for XorIter<'_> {
@@ -734,9 +764,18 @@ mod tests {
         (out, None)
     }
 
+    /// The samples and error of `chunk`, read one by one; read at once
+    /// ([`XorIter::append_to`], after one sample when there is one), they
+    /// must be the same.
     fn iterate(chunk: &[u8]) -> (Vec<(i64, u64)>, Option<ChunkError>) {
         let mut it = XorIter::new(chunk);
-        let got = it.by_ref().map(|(t, v)| (t, v.to_bits())).collect();
+        let got: Vec<(i64, u64)> = it.by_ref().map(|(t, v)| (t, v.to_bits())).collect();
+        let mut bulk = XorIter::new(chunk);
+        let mut at_once: Vec<(i64, f64)> = bulk.next().into_iter().collect();
+        bulk.append_to(&mut at_once);
+        let at_once: Vec<(i64, u64)> = at_once.iter().map(|&(t, v)| (t, v.to_bits())).collect();
+        assert_eq!(got, at_once, "append_to reads what next reads");
+        assert_eq!(it.err(), bulk.err(), "and stops for the same reason");
         (got, it.err())
     }
 
