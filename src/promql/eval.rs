@@ -1957,9 +1957,12 @@ impl<'e> Ctx<'e> {
     }
 
     /// The index of evaluation time `t` among this evaluator's steps, if
-    /// it is one of them.
+    /// it is one of them. An instant query has one step, its time.
     pub(crate) fn step_of(&self, t: i64) -> Option<usize> {
-        if self.step <= 0 || t < self.start || t > self.end || (t - self.start) % self.step != 0 {
+        if self.step <= 0 {
+            return (self.start == self.end && t == self.start).then_some(0);
+        }
+        if t < self.start || t > self.end || (t - self.start) % self.step != 0 {
             return None;
         }
         Some(((t - self.start) / self.step) as usize)
