@@ -50,12 +50,23 @@ fn query() -> impl Strategy<Value = String> {
     );
     let agg = prop::sample::select(&["sum", "count", "min", "max", "avg", "group"][..]);
     let by = prop::sample::select(&["", " by (job)", " without (job)", " by (__name__)"][..]);
-    let func = prop::sample::select(&["rate", "increase", "max_over_time", "count_over_time"][..]);
+    let func = prop::sample::select(
+        &[
+            "rate",
+            "increase",
+            "max_over_time",
+            "min_over_time",
+            "count_over_time",
+        ][..],
+    );
+    // 10m: 40 steps a window, where a range table keeps a queue of
+    // extremes (an instant query folds each window).
+    let range = prop::sample::select(&["2m", "10m"][..]);
     prop_oneof![
         (agg.clone(), by.clone(), selector.clone()).prop_map(|(a, b, s)| format!("{a}{b} ({s})")),
-        (agg, by, func.clone(), selector.clone())
-            .prop_map(|(a, b, f, s)| format!("{a}{b} ({f}({s}[2m]))")),
-        (func.clone(), selector.clone()).prop_map(|(f, s)| format!("{f}({s}[2m])")),
+        (agg, by, func.clone(), selector.clone(), range.clone())
+            .prop_map(|(a, b, f, s, r)| format!("{a}{b} ({f}({s}[{r}]))")),
+        (func.clone(), selector.clone(), range).prop_map(|(f, s, r)| format!("{f}({s}[{r}])")),
         // Binary operations, matched across steps by a memo.
         (
             func,

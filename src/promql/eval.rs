@@ -18,7 +18,7 @@ use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
-use super::stats::{counter_increase_in, counter_resets};
+use super::stats::{counter_increase_in, counter_resets, SlidingExtreme};
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
@@ -266,6 +266,11 @@ fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
 /// starting a thread costs tens of microseconds).
 pub(crate) const TABLE_CELLS_PER_WORKER: usize = 50_000;
 
+/// Windows each sample lies in from which `max_over_time` and
+/// `min_over_time` keep a queue of extremes rather than fold each window
+/// (measured: at 10 windows a sample the fold was faster).
+const EXTREMES_SLIDE_FROM: i64 = 32;
+
 /// Most samples a selection decodes before charging them to the query
 /// (16 bytes each): its limits stop it within this much of them.
 const DECODE_BATCH_POINTS: usize = 1 << 20;
@@ -296,6 +301,10 @@ pub(crate) enum Sliding<'f> {
     /// A counter's increase over the window, found from the series'
     /// resets indexed once (the same additions as a scan of the window).
     Increase(&'f CounterFn<'f>),
+    /// The window's greatest (`true`) or least number, as
+    /// `max_over_time` and `min_over_time` fold it, kept as windows move
+    /// ([`SlidingExtreme`]): the function itself is not called.
+    Extreme(bool),
 }
 
 /// A selector's series with their chunks, not yet decoded.
@@ -391,6 +400,8 @@ struct RowScratch {
     points: Vec<(i64, f64)>,
     /// Where its counter resets are ([`counter_resets`]).
     resets: Vec<u32>,
+    /// Its windows' extremes ([`Sliding::Extreme`]).
+    extreme: SlidingExtreme,
 }
 
 /// A range function's results for every series at every step.
@@ -2001,6 +2012,10 @@ impl<'e> Ctx<'e> {
             return Ok(None);
         };
         let rows = source.rows();
+        // A queue of extremes costs a mispredicted branch or two per
+        // sample; folding a window costs a cycle or two per sample in it:
+        // the queue pays where each sample lies in many windows.
+        let slide_extremes = self.step > 0 && range_ms / self.step >= EXTREMES_SLIDE_FROM;
         let decoded = self.fill_table(
             vs,
             &mut table,
@@ -2009,6 +2024,7 @@ impl<'e> Ctx<'e> {
                 let RowScratch {
                     points: kept,
                     resets,
+                    extreme,
                 } = scratch;
                 // Windows leave stale markers out: so does the whole row.
                 let (points, decoded) = rows.without_stale(i, kept);
@@ -2024,6 +2040,7 @@ impl<'e> Ctx<'e> {
                         lo = points
                             .partition_point(|p| p.0 <= ts.saturating_sub(range_ms))
                             .min(hi);
+                        extreme.reset(lo);
                     }
                     while hi < points.len() && points[hi].0 <= ts {
                         hi += 1;
@@ -2041,6 +2058,10 @@ impl<'e> Ctx<'e> {
                             let inc = counter_increase_in(points, lo, hi, resets, &mut from);
                             g(window, inc, range_ms, ts)
                         }
+                        Sliding::Extreme(max) if slide_extremes => {
+                            Some(extreme.window(points, lo, hi, max))
+                        }
+                        Sliding::Extreme(_) => f(window, range_ms, ts),
                     };
                     if let Some(v) = v {
                         values[k] = v;

@@ -91,6 +91,59 @@ pub(crate) fn counter_increase_in(
     result
 }
 
+/// `max_over_time` or `min_over_time` of windows that move forward over
+/// a series: a queue of the positions that can still be a later window's
+/// answer, so each sample is taken in and dropped once. The answer is
+/// Prometheus' fold (`if m.is_nan() || v > m { m = v }` from NaN): the
+/// first of the window's greatest (least) numbers, NaN when it holds
+/// nothing else.
+#[derive(Debug, Default)]
+pub(crate) struct SlidingExtreme {
+    queue: Vec<u32>,
+    front: usize,
+    /// Positions before this have been offered.
+    next: usize,
+}
+
+impl SlidingExtreme {
+    /// Ready for a new series' windows, the first starting at `lo`.
+    pub(crate) fn reset(&mut self, lo: usize) {
+        self.queue.clear();
+        self.front = 0;
+        self.next = lo;
+    }
+
+    /// The answer over `values[lo..hi]` (`lo < hi`), both bounds at or
+    /// past the last call's.
+    pub(crate) fn window(&mut self, values: &[(i64, f64)], lo: usize, hi: usize, max: bool) -> f64 {
+        self.next = self.next.max(lo);
+        while self.next < hi {
+            let v = values[self.next].1;
+            if !v.is_nan() {
+                // Earlier numbers a later one beats can never be the
+                // answer again; an equal earlier one stays first.
+                while self.queue.len() > self.front {
+                    let back = values[self.queue[self.queue.len() - 1] as usize].1;
+                    if (max && back < v) || (!max && back > v) {
+                        self.queue.pop();
+                    } else {
+                        break;
+                    }
+                }
+                self.queue.push(self.next as u32);
+            }
+            self.next += 1;
+        }
+        while self.front < self.queue.len() && (self.queue[self.front] as usize) < lo {
+            self.front += 1;
+        }
+        match self.queue.get(self.front) {
+            Some(&i) => values[i as usize].1,
+            None => f64::NAN,
+        }
+    }
+}
+
 /// The running mean Prometheus 3 takes for `avg` and `avg_over_time`: a
 /// compensated sum divided at the end while the sum stays finite; once it
 /// would overflow, a compensated incremental mean from there on, which
@@ -215,6 +268,7 @@ pub fn quantile(q: f64, values: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn mean(values: &[f64]) -> f64 {
         let mut m = Mean::default();
@@ -256,6 +310,43 @@ mod tests {
     fn welford_gives_the_population_variance() {
         let v = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
         assert_eq!(mean_and_variance(v), (5.0, 4.0));
+    }
+
+    proptest::proptest! {
+        /// Sliding extremes are the fold over each window, bit for bit
+        /// (NaNs, infinities and signed zeros among the values).
+        #[test]
+        fn sliding_extremes_are_the_fold(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (-5i32..5).prop_map(f64::from),
+                    proptest::strategy::Just(f64::NAN),
+                    proptest::strategy::Just(f64::INFINITY),
+                    proptest::strategy::Just(f64::NEG_INFINITY),
+                    proptest::strategy::Just(-0.0),
+                ],
+                1..80,
+            ),
+            width in 1usize..30,
+            stride in 1usize..5,
+            max in proptest::prelude::any::<bool>(),
+        ) {
+            let points: Vec<(i64, f64)> =
+                values.iter().enumerate().map(|(i, &v)| (i as i64, v)).collect();
+            let mut sliding = SlidingExtreme::default();
+            sliding.reset(0);
+            let mut hi = 1usize;
+            while hi <= points.len() {
+                let lo = hi.saturating_sub(width);
+                let fold = points[lo..hi].iter().fold(f64::NAN, |m, &(_, v)| {
+                    let better = if max { v > m } else { v < m };
+                    if m.is_nan() || better { v } else { m }
+                });
+                let got = sliding.window(&points, lo, hi, max);
+                proptest::prop_assert_eq!(fold.to_bits(), got.to_bits(), "{:?} {} {}", &points[lo..hi], lo, hi);
+                hi += stride;
+            }
+        }
     }
 
     proptest::proptest! {

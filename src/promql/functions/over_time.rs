@@ -2,9 +2,11 @@
 
 use crate::promql::parser::Call;
 
-use super::args::{over_range, over_range_mixed, range_arg, scalar_arg, Out, Window};
+use super::args::{
+    over_range, over_range_mixed, over_range_sliding, range_arg, scalar_arg, Out, Steps, Window,
+};
 use crate::promql::annotations::Annotation;
-use crate::promql::eval::{Compat, Ctx};
+use crate::promql::eval::{Compat, Ctx, Sliding};
 use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
 use crate::promql::stats::{HistogramTotals, ResetHintsSeen};
 use crate::promql::value::{Name, Sample, Value};
@@ -105,23 +107,36 @@ pub(super) fn count(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryEr
 }
 
 pub(super) fn min(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        Some(
-            p.iter()
-                .map(|x| x.1)
-                .fold(f64::NAN, |m, v| if m.is_nan() || v < m { v } else { m }),
-        )
-    })
+    extreme(ctx, call, t, false)
 }
 
 pub(super) fn max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range(ctx, call, t, Name::Drop, |p, _, _| {
-        Some(
-            p.iter()
-                .map(|x| x.1)
-                .fold(f64::NAN, |m, v| if m.is_nan() || v > m { v } else { m }),
-        )
-    })
+    extreme(ctx, call, t, true)
+}
+
+/// `max_over_time` (`max`) or `min_over_time`: the first of the window's
+/// greatest (least) numbers, NaN when it holds only NaNs; a table of every
+/// step keeps it as the windows move.
+fn extreme(ctx: &Ctx<'_>, call: &Call, t: i64, max: bool) -> Result<Value, QueryError> {
+    let fold = |p: &[(i64, f64)], _, _| {
+        Some(p.iter().map(|x| x.1).fold(f64::NAN, |m, v| {
+            let better = if max { v > m } else { v < m };
+            if m.is_nan() || better {
+                v
+            } else {
+                m
+            }
+        }))
+    };
+    over_range_sliding(
+        ctx,
+        call,
+        t,
+        Name::Drop,
+        Steps::Together,
+        Sliding::Extreme(max),
+        fold,
+    )
 }
 
 pub(super) fn last(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
