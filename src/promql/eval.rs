@@ -399,7 +399,7 @@ struct RowScratch {
     /// A row's points, when they are not read in place.
     points: Vec<(i64, f64)>,
     /// Where its counter resets are ([`counter_resets`]).
-    resets: Vec<u32>,
+    resets: Vec<usize>,
     /// Its windows' extremes ([`Sliding::Extreme`]).
     extreme: SlidingExtreme,
 }

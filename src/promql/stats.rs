@@ -53,14 +53,14 @@ pub(crate) fn counter_increase(points: &[(i64, f64)]) -> f64 {
 
 /// The positions of a series' resets (`i` where `points[i]` is below
 /// `points[i - 1]`), into `out`, for [`counter_increase_in`].
-pub(crate) fn counter_resets(points: &[(i64, f64)], out: &mut Vec<u32>) {
+pub(crate) fn counter_resets(points: &[(i64, f64)], out: &mut Vec<usize>) {
     out.clear();
     out.extend(
         points
             .windows(2)
             .enumerate()
             .filter(|(_, w)| w[1].1 < w[0].1)
-            .map(|(i, _)| (i + 1) as u32),
+            .map(|(i, _)| i + 1),
     );
 }
 
@@ -74,15 +74,14 @@ pub(crate) fn counter_increase_in(
     points: &[(i64, f64)],
     lo: usize,
     hi: usize,
-    resets: &[u32],
+    resets: &[usize],
     from: &mut usize,
 ) -> f64 {
     let mut result = points[hi - 1].1 - points[lo].1;
-    while *from < resets.len() && (resets[*from] as usize) <= lo {
+    while *from < resets.len() && resets[*from] <= lo {
         *from += 1;
     }
     for &r in &resets[*from..] {
-        let r = r as usize;
         if r >= hi {
             break;
         }
@@ -99,7 +98,7 @@ pub(crate) fn counter_increase_in(
 /// nothing else.
 #[derive(Debug, Default)]
 pub(crate) struct SlidingExtreme {
-    queue: Vec<u32>,
+    queue: Vec<usize>,
     front: usize,
     /// Positions before this have been offered.
     next: usize,
@@ -123,22 +122,22 @@ impl SlidingExtreme {
                 // Earlier numbers a later one beats can never be the
                 // answer again; an equal earlier one stays first.
                 while self.queue.len() > self.front {
-                    let back = values[self.queue[self.queue.len() - 1] as usize].1;
+                    let back = values[self.queue[self.queue.len() - 1]].1;
                     if (max && back < v) || (!max && back > v) {
                         self.queue.pop();
                     } else {
                         break;
                     }
                 }
-                self.queue.push(self.next as u32);
+                self.queue.push(self.next);
             }
             self.next += 1;
         }
-        while self.front < self.queue.len() && (self.queue[self.front] as usize) < lo {
+        while self.front < self.queue.len() && self.queue[self.front] < lo {
             self.front += 1;
         }
         match self.queue.get(self.front) {
-            Some(&i) => values[i as usize].1,
+            Some(&i) => values[i].1,
             None => f64::NAN,
         }
     }

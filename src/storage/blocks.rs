@@ -181,31 +181,68 @@ impl Block {
         maxt: i64,
         stop: &Stop<'_>,
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
-        // The index is read first, then the series' chunks, with their
-        // reads (a few µs each) shared among free cores.
+        // The index is read in batches of series; each batch's chunks are
+        // then read (a few µs each) on free cores and counted against the
+        // read budget, which the index's reader looks at as it goes.
+        let mut out = Vec::new();
         let mut matched = Vec::new();
-        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, metas, id| {
+        let mut failed = None;
+        let mut stopped = false;
+        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, mut metas, id| {
+            if failed.is_some() || stopped {
+                return;
+            }
+            metas.retain(|c| c.maxt >= mint && c.mint <= maxt);
             matched.push((labels, metas, id));
+            if matched.len() >= SELECT_BATCH {
+                match self.read_matched(&mut matched, mint, maxt, stop, &mut out) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failed = Some(e),
+                    Err(Stopped) => stopped = true,
+                }
+            }
         })?;
+        if stopped {
+            return Err(Stopped);
+        }
         if let Err(e) = r {
             return Ok(Err(e));
         }
+        if let Some(e) = failed {
+            return Ok(Err(e));
+        }
+        if let Err(e) = self.read_matched(&mut matched, mint, maxt, stop, &mut out)? {
+            return Ok(Err(e));
+        }
+        Ok(Ok(out))
+    }
+
+    /// Reads the chunks of the series in `matched` (taking them) into
+    /// `out`, in order, shared among free cores.
+    fn read_matched(
+        &self,
+        matched: &mut Vec<(Vec<Label>, Vec<ChunkMeta>, u32)>,
+        mint: i64,
+        maxt: i64,
+        stop: &Stop<'_>,
+        out: &mut Vec<SelectedSeries>,
+    ) -> Result<Result<(), BlockError>, Stopped> {
         let chunks: usize = matched.iter().map(|(_, metas, _)| metas.len()).sum();
         let min_part = (matched.len() * CHUNKS_PER_WORKER).div_ceil(chunks.max(1));
         let workers = crate::parallel::Workers::for_items(matched.len(), min_part.max(1));
         let mut pieces = Vec::new();
-        let mut rest = matched.into_iter();
+        let mut rest = std::mem::take(matched).into_iter();
         for r in workers.bounds(rest.len()) {
             pieces.push(rest.by_ref().take(r.len()).collect::<Vec<_>>());
         }
-        let mut out = Vec::with_capacity(chunks.min(1 << 20));
+        out.reserve(pieces.iter().map(Vec::len).sum());
         for part in workers.run(pieces, |piece| self.read_series(piece, mint, maxt, stop)) {
             match part? {
                 Ok(series) => out.extend(series),
                 Err(e) => return Ok(Err(e)),
             }
         }
-        Ok(Ok(out))
+        Ok(Ok(()))
     }
 
     /// The series `matched` (labels, chunk metas, id) with their chunks in
@@ -272,6 +309,10 @@ impl Block {
 /// Chunks read from a block worth a helper thread (two positioned reads
 /// and a checksum each).
 const CHUNKS_PER_WORKER: usize = 512;
+
+/// Series whose index entries a block's selection holds before reading
+/// their chunks.
+const SELECT_BATCH: usize = 4096;
 
 /// A block's start-time runs by series ID; none when it has no
 /// start-times file, or a damaged one (they are an addition to the block's
