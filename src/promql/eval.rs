@@ -2071,8 +2071,7 @@ impl<'e> Ctx<'e> {
                 decoded
             },
         )?;
-        self.source_done(source, decoded)?;
-        Ok(Some(self.keep_table(key, table)))
+        self.finish_table(key, table, source, decoded).map(Some)
     }
 
     /// An empty table for the series `vs` selects over `range` before each
@@ -2152,10 +2151,16 @@ impl<'e> Ctx<'e> {
         Ok(Some((table, Source::Loaded(series))))
     }
 
-    /// Charges the samples a table decoded from its selection (as
-    /// [`Ctx::load`] would have, for good) and gives back its chunks'
-    /// bytes.
-    fn source_done(&self, source: Source, decoded: usize) -> Result<(), QueryError> {
+    /// Keeps a filled table by `key`: the samples it decoded from its
+    /// selection are charged (as [`Ctx::load`] would have, for good) and
+    /// the selection's chunk bytes given back.
+    fn finish_table(
+        &self,
+        key: usize,
+        table: RangeTable,
+        source: Source,
+        decoded: usize,
+    ) -> Result<Rc<RangeTable>, QueryError> {
         if let Source::Selected(selection) = source {
             self.budget.release(0, selection.bytes);
             self.budget.charge(
@@ -2164,7 +2169,7 @@ impl<'e> Ctx<'e> {
                 "query execution",
             )?;
         }
-        Ok(())
+        Ok(self.keep_table(key, table))
     }
 
     /// Steps of this evaluator.
@@ -2316,8 +2321,7 @@ impl<'e> Ctx<'e> {
                 decoded
             },
         )?;
-        self.source_done(source, decoded)?;
-        Ok(Some(self.keep_table(key, table)))
+        self.finish_table(key, table, source, decoded).map(Some)
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.
