@@ -143,6 +143,73 @@ impl SlidingExtreme {
     }
 }
 
+/// Prometheus' fold for `max_over_time` (`max`) and `min_over_time`:
+/// `if m.is_nan() || v > m { m = v }` from NaN, in order, so the first of
+/// the greatest (least) numbers, or the last NaN when there is nothing
+/// else.
+pub(crate) fn fold_extreme(p: &[(i64, f64)], max: bool) -> f64 {
+    p.iter().fold(f64::NAN, |m, &(_, v)| {
+        let better = if max { v > m } else { v < m };
+        if m.is_nan() || better {
+            v
+        } else {
+            m
+        }
+    })
+}
+
+/// [`fold_extreme`], bit for bit, in four independent lanes: a lane
+/// starts at the infinity every number beats or equals, and a NaN never
+/// wins a comparison, so it is passed over. Equal numbers other than zero
+/// have the same bits, so which of them wins cannot show; when the answer
+/// is a zero (-0 and +0 are equal but differ) or the starting infinity
+/// (the window may hold only NaNs), the ordered fold decides.
+pub(crate) fn extreme_of(p: &[(i64, f64)], max: bool) -> f64 {
+    #[inline(always)]
+    fn lanes<const MAX: bool>(p: &[(i64, f64)]) -> f64 {
+        let start = if MAX {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        };
+        let pick = |a: f64, v: f64| {
+            let better = if MAX { v > a } else { v < a };
+            if better {
+                v
+            } else {
+                a
+            }
+        };
+        let mut acc = [start; 4];
+        let mut quads = p.chunks_exact(4);
+        for q in &mut quads {
+            for (a, x) in acc.iter_mut().zip(q) {
+                *a = pick(*a, x.1);
+            }
+        }
+        let mut m = pick(pick(acc[0], acc[1]), pick(acc[2], acc[3]));
+        for x in quads.remainder() {
+            m = pick(m, x.1);
+        }
+        m
+    }
+    let m = if max {
+        lanes::<true>(p)
+    } else {
+        lanes::<false>(p)
+    };
+    if m == 0.0
+        || m == if max {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        }
+    {
+        return fold_extreme(p, max);
+    }
+    m
+}
+
 /// The running mean Prometheus 3 takes for `avg` and `avg_over_time`: a
 /// compensated sum divided at the end while the sum stays finite; once it
 /// would overflow, a compensated incremental mean from there on, which
@@ -312,7 +379,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Sliding extremes are the fold over each window, bit for bit
+        /// Sliding extremes and the four-lane fold are the ordered fold over
+        /// each window, bit for bit
         /// (NaNs, infinities and signed zeros among the values).
         #[test]
         fn sliding_extremes_are_the_fold(
@@ -337,12 +405,11 @@ mod tests {
             let mut hi = 1usize;
             while hi <= points.len() {
                 let lo = hi.saturating_sub(width);
-                let fold = points[lo..hi].iter().fold(f64::NAN, |m, &(_, v)| {
-                    let better = if max { v > m } else { v < m };
-                    if m.is_nan() || better { v } else { m }
-                });
+                let fold = fold_extreme(&points[lo..hi], max);
                 let got = sliding.window(&points, lo, hi, max);
                 proptest::prop_assert_eq!(fold.to_bits(), got.to_bits(), "{:?} {} {}", &points[lo..hi], lo, hi);
+                let lanes = extreme_of(&points[lo..hi], max);
+                proptest::prop_assert_eq!(fold.to_bits(), lanes.to_bits(), "{:?}", &points[lo..hi]);
                 hi += stride;
             }
         }

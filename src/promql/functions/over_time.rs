@@ -7,7 +7,7 @@ use super::args::{
 };
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::{Compat, Ctx, Sliding};
-use crate::promql::stats::{mean_and_variance, quantile, Kahan, Mean};
+use crate::promql::stats::{extreme_of, mean_and_variance, quantile, Kahan, Mean};
 use crate::promql::stats::{HistogramTotals, ResetHintsSeen};
 use crate::promql::value::{Name, Sample, Value};
 use crate::promql::QueryError;
@@ -118,16 +118,7 @@ pub(super) fn max(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryErro
 /// greatest (least) numbers, NaN when it holds only NaNs; a table of every
 /// step keeps it as the windows move.
 fn extreme(ctx: &Ctx<'_>, call: &Call, t: i64, max: bool) -> Result<Value, QueryError> {
-    let fold = |p: &[(i64, f64)], _, _| {
-        Some(p.iter().map(|x| x.1).fold(f64::NAN, |m, v| {
-            let better = if max { v > m } else { v < m };
-            if m.is_nan() || better {
-                v
-            } else {
-                m
-            }
-        }))
-    };
+    let fold = |p: &[(i64, f64)], _, _| Some(extreme_of(p, max));
     over_range_sliding(
         ctx,
         call,
