@@ -1,6 +1,7 @@
 //! A real block on disk, damaged by the input (a list of byte edits to its
 //! index or its chunk segment), opened the way Sluice opens blocks (files
-//! read with positioned reads), walked, and compacted: never a panic; a
+//! read with positioned reads), walked (each series' chunks read one by
+//! one and as one run, with the same outcome), and compacted: never a panic; a
 //! damaged block gives errors, and a compaction of it either fails or
 //! writes a block that reads back.
 #![no_main]
@@ -27,10 +28,7 @@ fn pristine() -> &'static (Vec<u8>, Vec<u8>, Vec<u8>) {
                 }
                 BlockSeries {
                     starts: Vec::new(),
-                    labels: vec![
-                        ("__name__".into(), "m".into()),
-                        ("i".into(), i.to_string()),
-                    ],
+                    labels: vec![("__name__".into(), "m".into()), ("i".into(), i.to_string())],
                     chunks: vec![BlockChunk {
                         mint: 0,
                         maxt: 29 * 15_000,
@@ -55,7 +53,11 @@ fuzz_target!(|data: &[u8]| {
     let (mut index, mut chunks) = (index.clone(), chunks.clone());
     // Each edit: which file, where (16 bits), and the bits to flip.
     for e in data.chunks_exact(4) {
-        let file = if e[0] & 1 == 0 { &mut index } else { &mut chunks };
+        let file = if e[0] & 1 == 0 {
+            &mut index
+        } else {
+            &mut chunks
+        };
         if file.is_empty() {
             continue;
         }
@@ -86,10 +88,25 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(ids) = index.postings("", "") {
+        let mut buf = Vec::new();
         for id in ids.into_iter().take(64) {
             if let Ok((_, metas)) = index.series(id) {
-                for m in metas.into_iter().take(16) {
-                    let _ = chunks.chunk(m.chunk_ref);
+                let refs: Vec<u64> = metas.iter().take(16).map(|m| m.chunk_ref).collect();
+                let one_by_one: Vec<_> = refs.iter().map(|&r| chunks.chunk(r)).collect();
+                // A series read as one run: the same chunks, or an error
+                // where reading them one by one meets one.
+                let mut got = Vec::new();
+                let runs = chunks.chunks(&refs, &mut buf, |_, enc, data| {
+                    got.push((enc, data.to_vec()));
+                    Ok(())
+                });
+                match one_by_one.into_iter().collect::<Result<Vec<_>, _>>() {
+                    Ok(want) => {
+                        assert!(runs.is_ok());
+                        let want: Vec<_> = want.into_iter().map(|(e, d)| (e, d.to_vec())).collect();
+                        assert_eq!(got, want);
+                    }
+                    Err(_) => assert!(runs.is_err()),
                 }
             }
         }

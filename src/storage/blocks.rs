@@ -256,6 +256,7 @@ impl Block {
         stop: &Stop<'_>,
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         let mut out = Vec::with_capacity(matched.len());
+        let (mut refs, mut buf) = (Vec::new(), Vec::new());
         for (n, (labels, metas, id)) in matched.into_iter().enumerate() {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
@@ -270,35 +271,40 @@ impl Block {
                     .map(|r| starts::runs_within(r, mint, maxt).to_vec())
                     .unwrap_or_default(),
             };
-            for m in metas.iter().filter(|c| c.maxt >= mint && c.mint <= maxt) {
-                match self.chunks.chunk(m.chunk_ref) {
-                    Ok((XOR, bytes)) => {
+            let in_range = |c: &&ChunkMeta| c.maxt >= mint && c.mint <= maxt;
+            refs.clear();
+            refs.extend(metas.iter().filter(in_range).map(|m| m.chunk_ref));
+            let mut wanted = metas.iter().filter(in_range);
+            let read = self.chunks.chunks(&refs, &mut buf, |r, enc, bytes| {
+                let Some(m) = wanted.next() else {
+                    return Err(BlockError(format!("chunk {r}: not asked for")));
+                };
+                match enc {
+                    XOR => {
                         stop.charge(bytes.len());
                         s.chunks.push(ChunkRef {
                             mint: m.mint,
                             maxt: m.maxt,
-                            bytes,
+                            bytes: std::sync::Arc::from(bytes),
                             last: None,
                         });
                     }
-                    Ok((e @ (HISTOGRAM | FLOAT_HISTOGRAM), bytes)) => decode_histograms(
-                        match e {
+                    HISTOGRAM | FLOAT_HISTOGRAM => decode_histograms(
+                        match enc {
                             FLOAT_HISTOGRAM => HistogramKind::Float,
                             _ => HistogramKind::Int,
                         },
-                        &bytes,
+                        bytes,
                         mint,
                         maxt,
                         &mut s.histograms,
                     ),
-                    Ok((e, _)) => {
-                        return Ok(Err(BlockError(format!(
-                            "chunk {}: unknown encoding {e}",
-                            m.chunk_ref
-                        ))))
-                    }
-                    Err(e) => return Ok(Err(e)),
+                    e => return Err(BlockError(format!("chunk {r}: unknown encoding {e}"))),
                 }
+                Ok(())
+            });
+            if let Err(e) = read {
+                return Ok(Err(e));
             }
             out.push(s);
         }
@@ -306,8 +312,8 @@ impl Block {
     }
 }
 
-/// Chunks read from a block worth a helper thread (two positioned reads
-/// and a checksum each).
+/// Chunks read from a block worth a helper thread (a share of a
+/// positioned read, a checksum and a copy each).
 const CHUNKS_PER_WORKER: usize = 512;
 
 /// Series whose index entries a block's selection holds before reading

@@ -653,27 +653,102 @@ impl ChunkReader {
         let got = self.read_at(seq, at, &mut first)?;
         let (len, n) = uvarint(&first[..got])
             .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: bad length")))?;
-        // Encoding byte, data and checksum; a chunk is at most a segment.
-        let whole = usize::try_from(len)
-            .ok()
-            .filter(|&l| l <= 512 << 20)
-            .map(|l| l + 5)
-            .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: length {len} too large")))?;
-        let mut body = vec![0u8; whole];
-        let from_first = (got - n).min(whole);
-        body[..from_first].copy_from_slice(&first[n..n + from_first]);
-        if from_first < whole {
-            let more = self.read_at(seq, at + (n + from_first) as u64, &mut body[from_first..])?;
-            if from_first + more < whole {
+        let whole = whole_len(chunk_ref, len)?;
+        let mut body = vec![0u8; n + whole];
+        let from_first = got.min(n + whole);
+        body[..from_first].copy_from_slice(&first[..from_first]);
+        if from_first < n + whole {
+            let more = self.read_at(seq, at + from_first as u64, &mut body[from_first..])?;
+            if from_first + more < n + whole {
                 return bad(format!("chunk {chunk_ref}: runs past segment {}", seq + 1));
             }
         }
-        let (data, crc) = body.split_at(whole - 4);
-        if crc32c::crc32c(data).to_be_bytes() != [crc[0], crc[1], crc[2], crc[3]] {
-            return bad(format!("chunk {chunk_ref}: checksum mismatch"));
-        }
-        Ok((data[0], std::sync::Arc::from(&data[1..])))
+        let (enc, data) = checked(chunk_ref, &body)?.ok_or_else(|| {
+            BlockError(format!("chunk {chunk_ref}: runs past segment {}", seq + 1))
+        })?;
+        Ok((enc, std::sync::Arc::from(data)))
     }
+
+    /// The chunks at `refs` (one series' in the order a block's writer
+    /// lays them out: one after another in a segment), each handed to
+    /// `each` with its encoding byte and data, checked. A run of nearby
+    /// chunks is one positioned read into `buf` (kept by the caller from
+    /// series to series) rather than one or two per chunk; a chunk the
+    /// read did not hold whole is read alone.
+    pub fn chunks(
+        &self,
+        refs: &[u64],
+        buf: &mut Vec<u8>,
+        mut each: impl FnMut(u64, u8, &[u8]) -> Result<(), BlockError>,
+    ) -> Result<(), BlockError> {
+        let offset = |r: u64| r & 0xffff_ffff;
+        let mut i = 0;
+        while i < refs.len() {
+            let (seq, start) = (refs[i] >> 32, offset(refs[i]));
+            let mut j = i + 1;
+            while j < refs.len()
+                && refs[j] >> 32 == seq
+                && offset(refs[j]) > offset(refs[j - 1])
+                && offset(refs[j]) - start < RUN_BYTES
+            {
+                j += 1;
+            }
+            // The last chunk's length is not known before it is read:
+            // guess it from the run's spacing, with room to spare.
+            let spacing = (offset(refs[j - 1]) - start) / (j - i).max(2).saturating_sub(1) as u64;
+            let tail = (spacing + spacing / 4 + 64).max(FIRST_READ as u64);
+            let want = (offset(refs[j - 1]) - start + tail) as usize;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            let got = self.read_at(seq as usize, start, &mut buf[..want])?;
+            for &r in &refs[i..j] {
+                let from = (offset(r) - start) as usize;
+                match checked(r, &buf[from..got])? {
+                    Some((enc, data)) => each(r, enc, data)?,
+                    None => {
+                        let (enc, data) = self.chunk(r)?;
+                        each(r, enc, &data)?;
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(())
+    }
+}
+
+/// The most one read of [`ChunkReader::chunks`] spans.
+const RUN_BYTES: u64 = 1 << 20;
+
+/// A chunk's encoding byte, data and checksum: `len` + 5 bytes, and at
+/// most a segment.
+fn whole_len(chunk_ref: u64, len: u64) -> Result<usize, BlockError> {
+    usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= 512 << 20)
+        .map(|l| l + 5)
+        .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: length {len} too large")))
+}
+
+/// The chunk at the start of `b` (length varint, encoding byte, data,
+/// checksum), checked; `None` when `b` ends before it does.
+fn checked(chunk_ref: u64, b: &[u8]) -> Result<Option<(u8, &[u8])>, BlockError> {
+    let Some((len, n)) = uvarint(b) else {
+        if b.len() >= 10 {
+            return bad(format!("chunk {chunk_ref}: bad length"));
+        }
+        return Ok(None);
+    };
+    let whole = whole_len(chunk_ref, len)?;
+    let Some(body) = b.get(n..n + whole) else {
+        return Ok(None);
+    };
+    let (data, crc) = body.split_at(whole - 4);
+    if crc32c::crc32c(data).to_be_bytes() != [crc[0], crc[1], crc[2], crc[3]] {
+        return bad(format!("chunk {chunk_ref}: checksum mismatch"));
+    }
+    Ok(Some((data[0], &data[1..])))
 }
 
 #[cfg(test)]
@@ -692,7 +767,11 @@ mod tests {
                 (
                     1i64..500,
                     0i64..500,
-                    prop::collection::vec(any::<u8>(), 2..40),
+                    prop_oneof![
+                        prop::collection::vec(any::<u8>(), 2..40),
+                        // Longer than a run's guess of its last chunk.
+                        prop::collection::vec(any::<u8>(), 300..700),
+                    ],
                     1u8..4,
                 ),
                 0..4,
@@ -749,19 +828,68 @@ mod tests {
         Ok(out)
     }
 
+    /// The chunks of every series, less those `skip` names (bit `k % 64`
+    /// for a series' `k`th chunk), read a series' run at a time; and the
+    /// same read one chunk at a time.
+    #[allow(clippy::type_complexity)]
+    fn read_runs(
+        dir: &Path,
+        skip: u64,
+    ) -> (
+        Result<Vec<Chunks>, BlockError>,
+        Result<Vec<Chunks>, BlockError>,
+    ) {
+        let read = |runs: bool| -> Result<Vec<Chunks>, BlockError> {
+            let index = IndexReader::open(&dir.join("index"))?;
+            let chunks = ChunkReader::open(&dir.join("chunks"))?;
+            let mut out = Vec::new();
+            let mut buf = Vec::new();
+            for id in index.postings("", "")? {
+                let (_, metas) = index.series(id)?;
+                let kept: Vec<ChunkMeta> = metas
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(k, _)| skip >> (k % 64) & 1 == 0)
+                    .map(|(_, m)| m)
+                    .collect();
+                let mut cs = Vec::new();
+                if runs {
+                    let refs: Vec<u64> = kept.iter().map(|m| m.chunk_ref).collect();
+                    let mut at = kept.iter();
+                    chunks.chunks(&refs, &mut buf, |r, enc, data| {
+                        let m = at.next().filter(|m| m.chunk_ref == r).expect("in order");
+                        cs.push((m.mint, m.maxt, enc, data.to_vec()));
+                        Ok(())
+                    })?;
+                } else {
+                    for m in kept {
+                        let (enc, data) = chunks.chunk(m.chunk_ref)?;
+                        cs.push((m.mint, m.maxt, enc, data.to_vec()));
+                    }
+                }
+                out.push(cs);
+            }
+            Ok(out)
+        };
+        (read(true), read(false))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// A written block reads back as written: labels, chunk times,
         /// encodings and bytes, series in label order (those without
         /// chunks left out, as Prometheus does), and each label pair's
-        /// postings naming exactly the series that have it.
+        /// postings naming exactly the series that have it. Any of a
+        /// series' chunks read as one run are the chunks read one by one.
         #[test]
-        fn blocks_read_back_as_written(series in series_strategy()) {
+        fn blocks_read_back_as_written(series in series_strategy(), skip in any::<u64>()) {
             let dir = tempfile::tempdir().expect("tempdir");
             let meta = write_block(dir.path(), series.clone(), 0, 1_000_000, 7).expect("written");
             let block = dir.path().join(meta.ulid.to_string());
             let got = read_all(&block).expect("reads back");
+            let (runs, one_by_one) = read_runs(&block, skip);
+            prop_assert_eq!(runs.expect("runs read back"), one_by_one.expect("chunks read back"));
             let mut want = series;
             want.retain(|s| !s.chunks.is_empty());
             want.sort_by(|a, b| a.labels.cmp(&b.labels));
@@ -794,7 +922,7 @@ mod tests {
         /// A damaged index or segment gives an error or other data, never a
         /// panic, also when the block is compacted.
         #[test]
-        fn damage_is_an_error_not_a_panic(series in series_strategy(), at in any::<prop::sample::Index>(), bit in 0u8..8, file in 0..2) {
+        fn damage_is_an_error_not_a_panic(series in series_strategy(), at in any::<prop::sample::Index>(), bit in 0u8..8, file in 0..2, skip in any::<u64>()) {
             let dir = tempfile::tempdir().expect("tempdir");
             let meta = write_block(dir.path(), series, 0, 1_000_000, 7).expect("written");
             let block = dir.path().join(meta.ulid.to_string());
@@ -807,6 +935,12 @@ mod tests {
                 }
             }
             let _ = read_all(&block);
+            // Reading runs fails where reading chunk by chunk fails.
+            let (runs, one_by_one) = read_runs(&block, skip);
+            match (runs, one_by_one) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                (a, b) => prop_assert_eq!(a.is_ok(), b.is_ok()),
+            }
             // Compacting it fails or writes a block that reads back.
             if let (Ok(meta), Ok(index), Ok(chunks)) = (
                 read_meta(&block),
