@@ -20,8 +20,8 @@ use super::block::{
     Ulid,
 };
 use super::chunk::{
-    decode_histograms, encode_xor, in_order, merge_overlapping, ChunkRef, HistogramKind,
-    MERGED_CHUNK_SAMPLES,
+    decode_histograms, encode_xor, in_order, merge_overlapping, ChunkBytes, ChunkRef,
+    HistogramKind, MERGED_CHUNK_SAMPLES,
 };
 use super::head::hist_series;
 use super::index::Matcher;
@@ -246,8 +246,8 @@ impl Block {
     }
 
     /// The series `matched` (labels, chunk metas, id) with their chunks in
-    /// `[mint, maxt]` read (floats) or decoded (histograms); the first
-    /// error stops it.
+    /// `[mint, maxt]` read (floats, a series' chunks in one buffer) or
+    /// decoded (histograms); the first error stops it.
     fn read_series(
         &self,
         matched: Vec<(Vec<Label>, Vec<ChunkMeta>, u32)>,
@@ -257,6 +257,7 @@ impl Block {
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         let mut out = Vec::with_capacity(matched.len());
         let (mut refs, mut buf) = (Vec::new(), Vec::new());
+        let (mut joined, mut floats) = (Vec::new(), Vec::new());
         for (n, (labels, metas, id)) in matched.into_iter().enumerate() {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
@@ -282,12 +283,9 @@ impl Block {
                 match enc {
                     XOR => {
                         stop.charge(bytes.len());
-                        s.chunks.push(ChunkRef {
-                            mint: m.mint,
-                            maxt: m.maxt,
-                            bytes: std::sync::Arc::from(bytes),
-                            last: None,
-                        });
+                        let at = joined.len();
+                        joined.extend_from_slice(bytes);
+                        floats.push((m.mint, m.maxt, at..joined.len()));
                     }
                     HISTOGRAM | FLOAT_HISTOGRAM => decode_histograms(
                         match enc {
@@ -306,6 +304,18 @@ impl Block {
             if let Err(e) = read {
                 return Ok(Err(e));
             }
+            // The series' XOR chunks share one buffer.
+            let shared: std::sync::Arc<[u8]> = std::sync::Arc::from(&joined[..]);
+            s.chunks
+                .extend(floats.drain(..).filter_map(|(mint, maxt, range)| {
+                    Some(ChunkRef {
+                        mint,
+                        maxt,
+                        bytes: ChunkBytes::slice(&shared, range)?,
+                        last: None,
+                    })
+                }));
+            joined.clear();
             out.push(s);
         }
         Ok(Ok(out))
@@ -984,7 +994,7 @@ pub(crate) fn float_chunks(floats: &[(i64, f64)]) -> Vec<BlockChunk> {
             mint: c.mint,
             maxt: c.maxt,
             encoding: Encoding::Xor,
-            data: c.bytes,
+            data: c.bytes.into_shared(),
         })
         .collect()
 }

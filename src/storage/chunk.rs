@@ -70,6 +70,72 @@ pub use histogram_layout::CounterResetHeader;
 pub use merge::{encode_xor, in_order, merge_overlapping, MERGED_CHUNK_SAMPLES};
 pub use xor::{XorAppender, XorIter};
 
+/// A selected chunk's bytes: a head chunk's shared whole, or a range of
+/// one buffer its series' other chunks share (a block's chunks read as
+/// one run: one allocation per series rather than one per chunk).
+#[derive(Clone)]
+pub struct ChunkBytes {
+    buf: std::sync::Arc<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl ChunkBytes {
+    /// `buf[range]`, sharing `buf`; `None` when the range is not in it.
+    pub fn slice(buf: &std::sync::Arc<[u8]>, range: std::ops::Range<usize>) -> Option<Self> {
+        buf.get(range.clone())?;
+        Some(Self {
+            buf: std::sync::Arc::clone(buf),
+            start: range.start,
+            end: range.end,
+        })
+    }
+
+    /// Whether `self` and `other` are the same bytes of the same buffer
+    /// (a chunk passed on, not copied).
+    pub fn same(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.buf, &other.buf)
+            && (self.start, self.end) == (other.start, other.end)
+    }
+
+    /// The bytes as one shared buffer: the one held when they are all of
+    /// it, else a copy.
+    pub fn into_shared(self) -> std::sync::Arc<[u8]> {
+        if self.start == 0 && self.end == self.buf.len() {
+            self.buf
+        } else {
+            std::sync::Arc::from(&self.buf[self.start..self.end])
+        }
+    }
+}
+
+impl std::ops::Deref for ChunkBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+}
+
+impl From<std::sync::Arc<[u8]>> for ChunkBytes {
+    fn from(buf: std::sync::Arc<[u8]>) -> Self {
+        let end = buf.len();
+        Self { buf, start: 0, end }
+    }
+}
+
+impl From<&[u8]> for ChunkBytes {
+    fn from(b: &[u8]) -> Self {
+        std::sync::Arc::<[u8]>::from(b).into()
+    }
+}
+
+impl std::fmt::Debug for ChunkBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChunkBytes({} bytes)", self.len())
+    }
+}
+
 /// One chunk of a selected series.
 #[derive(Debug, Clone)]
 pub struct ChunkRef {
@@ -78,7 +144,7 @@ pub struct ChunkRef {
     /// Last sample's timestamp.
     pub maxt: i64,
     /// The XOR chunk bytes.
-    pub bytes: std::sync::Arc<[u8]>,
+    pub bytes: ChunkBytes,
     /// The newest sample (at `maxt`), where the writer knows it without
     /// decoding: the head's open chunk, a chunk just encoded. A read of
     /// the newest sample then decodes nothing.

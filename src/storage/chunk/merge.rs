@@ -4,8 +4,6 @@
 //! order, as Prometheus' compacting chunk merger leaves them for reads and
 //! for vertical compaction.
 
-use std::sync::Arc;
-
 use super::{ChunkRef, XorAppender, XorIter};
 
 /// Samples per chunk of merged runs: Prometheus' in-order target.
@@ -24,7 +22,7 @@ pub fn encode_xor(samples: &[(i64, f64)], per_chunk: usize) -> Vec<ChunkRef> {
             Some(ChunkRef {
                 mint: part.first()?.0,
                 maxt: part.last()?.0,
-                bytes: Arc::from(app.bytes()),
+                bytes: app.bytes().into(),
                 last: part.last().copied(),
             })
         })
@@ -98,10 +96,7 @@ mod tests {
     fn chunks_in_order_are_kept_as_they_are() {
         let a = encode_xor(&[(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)], 2);
         let kept = merge_overlapping(a.clone());
-        assert!(kept
-            .iter()
-            .zip(&a)
-            .all(|(x, y)| Arc::ptr_eq(&x.bytes, &y.bytes)));
+        assert!(kept.iter().zip(&a).all(|(x, y)| x.bytes.same(&y.bytes)));
     }
 
     #[test]
@@ -123,10 +118,7 @@ mod tests {
         );
         assert!(in_order(&merged));
         // The chunk that overlaps nothing is kept, not encoded again.
-        assert!(Arc::ptr_eq(
-            &merged[merged.len() - 1].bytes,
-            &after[0].bytes
-        ));
+        assert!(merged[merged.len() - 1].bytes.same(&after[0].bytes));
     }
 
     proptest! {

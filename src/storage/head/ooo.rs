@@ -10,8 +10,6 @@
 //! A series without out-of-order samples pays nothing: these live in a
 //! map of its shard by series id, as native histograms do.
 
-use std::sync::Arc;
-
 use crate::histogram::HistSample;
 use crate::storage::chunk::{encode_xor, ChunkRef, XorAppender, XorIter, MERGED_CHUNK_SAMPLES};
 
@@ -263,7 +261,7 @@ impl OooSeries {
                     *c = OooChunk {
                         mint,
                         maxt,
-                        bytes: Arc::from(app.bytes()),
+                        bytes: app.bytes().into(),
                         last: app.last(),
                     }
                 }

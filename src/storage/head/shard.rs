@@ -221,9 +221,9 @@ impl MemSeries {
                 mint: c.mint,
                 maxt: c.maxt.min(until),
                 bytes: if c.maxt > until {
-                    clipped(&c.bytes, until)
+                    clipped(&c.bytes, until).into()
                 } else {
-                    Arc::clone(&c.bytes)
+                    Arc::clone(&c.bytes).into()
                 },
                 last: None,
             })
@@ -237,9 +237,9 @@ impl MemSeries {
                 mint: h.mint,
                 maxt: h.maxt().min(until),
                 bytes: if h.maxt() > until {
-                    clipped(h.app.bytes(), until)
+                    clipped(h.app.bytes(), until).into()
                 } else {
-                    Arc::from(h.app.bytes())
+                    h.app.bytes().into()
                 },
                 last: h.app.last().filter(|&(t, _)| t <= until),
             });
@@ -1337,7 +1337,7 @@ impl Shard {
         Some(vec![ChunkRef {
             mint: h.mint,
             maxt: t,
-            bytes: no_bytes(),
+            bytes: no_bytes().into(),
             last: Some((t, v)),
         }])
     }
@@ -1393,7 +1393,7 @@ impl Shard {
             out.extend(
                 encode_xor(&part, MERGED_CHUNK_SAMPLES)
                     .into_iter()
-                    .map(|c| float(c.mint, c.maxt, c.bytes)),
+                    .map(|c| float(c.mint, c.maxt, c.bytes.into_shared())),
             );
         }
         if let Some(h) = self.hist_of(s) {
