@@ -18,7 +18,7 @@ use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
-use super::stats::{counter_increase_in, counter_resets, SlidingExtreme};
+use super::stats::{counter_increase_in, counter_resets, FactorMemo, SlidingExtreme};
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
@@ -288,8 +288,10 @@ pub(crate) type RangeFn<'f> = dyn Fn(&[(i64, f64)], i64, i64) -> Option<f64> + S
 
 /// A counter function's value over a window whose increase is known: the
 /// window's points, the increase ([`crate::promql::stats::counter_increase`]),
-/// the range and the window's end (ms).
-pub(crate) type CounterFn<'f> = dyn Fn(&[(i64, f64)], f64, i64, i64) -> Option<f64> + Sync + 'f;
+/// the range, the window's end (ms), and the last window's extrapolation
+/// factor.
+pub(crate) type CounterFn<'f> =
+    dyn Fn(&[(i64, f64)], f64, i64, i64, &mut FactorMemo) -> Option<f64> + Sync + 'f;
 
 /// What a range function reads of a window beyond its points, which a
 /// table of every step works out once per series rather than once per
@@ -402,6 +404,8 @@ struct RowScratch {
     resets: Vec<usize>,
     /// Its windows' extremes ([`Sliding::Extreme`]).
     extreme: SlidingExtreme,
+    /// The last window's extrapolation factor ([`Sliding::Increase`]).
+    factors: FactorMemo,
 }
 
 /// A range function's results for every series at every step.
@@ -2025,6 +2029,7 @@ impl<'e> Ctx<'e> {
                     points: kept,
                     resets,
                     extreme,
+                    factors,
                 } = scratch;
                 // Windows leave stale markers out: so does the whole row.
                 let (points, decoded) = rows.without_stale(i, kept);
@@ -2056,7 +2061,7 @@ impl<'e> Ctx<'e> {
                         Sliding::No => f(window, range_ms, ts),
                         Sliding::Increase(g) => {
                             let inc = counter_increase_in(points, lo, hi, resets, &mut from);
-                            g(window, inc, range_ms, ts)
+                            g(window, inc, range_ms, ts, factors)
                         }
                         Sliding::Extreme(max) if slide_extremes => {
                             Some(extreme.window(points, lo, hi, max))

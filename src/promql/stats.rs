@@ -143,6 +143,26 @@ impl SlidingExtreme {
     }
 }
 
+/// The last window's extrapolation factor and the parts it was worked
+/// out from (`Span::factor_memo` in functions/rate.rs). The factor is a
+/// function of the window's gaps in whole milliseconds, its sample count
+/// and range; windows of a series scraped at a regular interval, taken at
+/// a regular step, mostly share them, so the same divisions are not done
+/// again for each (they were most of a `rate` window's cost).
+#[derive(Debug, Default)]
+pub(crate) struct FactorMemo {
+    /// To the range's start, to its end, first to last sample, samples,
+    /// range, and whether it is a rate.
+    pub(crate) key: Option<[i64; 6]>,
+    /// Seconds from the range's start (extrapolated or not), to its end,
+    /// and between the first and last samples.
+    pub(crate) to_start: f64,
+    pub(crate) to_end: f64,
+    pub(crate) sampled: f64,
+    /// The factor when no zero point cuts the start short.
+    pub(crate) plain: f64,
+}
+
 /// Prometheus' fold for `max_over_time` (`max`) and `min_over_time`:
 /// `if m.is_nan() || v > m { m = v }` from NaN, in order, so the first of
 /// the greatest (least) numbers, or the last NaN when there is nothing

@@ -10,7 +10,7 @@ use super::args::{
 use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::promql::annotations::{looks_like_counter, Annotation};
 use crate::promql::eval::{Compat, Ctx, Sliding};
-use crate::promql::stats::counter_increase;
+use crate::promql::stats::{counter_increase, FactorMemo};
 use crate::promql::value::{Hist, Name, Value};
 use crate::promql::QueryError;
 
@@ -52,7 +52,14 @@ pub fn extrapolated_rate(
     } else {
         points[points.len() - 1].1 - points[0].1
     };
-    extrapolated_from(points, result, range_ms, eval_t, change)
+    extrapolated_from(
+        points,
+        result,
+        range_ms,
+        eval_t,
+        change,
+        &mut FactorMemo::default(),
+    )
 }
 
 /// [`extrapolated_rate`] of a window of a counter whose increase over it
@@ -63,6 +70,7 @@ pub(crate) fn extrapolated_from(
     range_ms: i64,
     eval_t: i64,
     change: Change,
+    memo: &mut FactorMemo,
 ) -> Option<f64> {
     let is_counter = change.counter();
     if points.len() < 2 {
@@ -80,7 +88,7 @@ pub(crate) fn extrapolated_from(
         range_start,
         range_end,
     };
-    Some(result * span.factor(zero_point, change, range_ms))
+    Some(result * span.factor_memo(memo, zero_point, change, range_ms))
 }
 
 /// Whether the sample at `cur_t` with start time `cur_st` begins anew
@@ -141,23 +149,63 @@ impl Span {
     /// the point where a counter would reach zero (`zero_point`, the
     /// first value over the change, for float counters).
     pub(super) fn factor(&self, zero_point: Option<f64>, change: Change, range_ms: i64) -> f64 {
-        let mut to_start = (self.first_t - self.range_start) as f64 / 1000.0;
-        let mut to_end = (self.range_end - self.last_t) as f64 / 1000.0;
-        let sampled = (self.last_t - self.first_t) as f64 / 1000.0;
-        let avg_step = sampled / (self.samples - 1) as f64;
-        let threshold = avg_step * 1.1;
-        if to_start >= threshold {
-            to_start = avg_step / 2.0;
+        let mut memo = FactorMemo::default();
+        self.factor_memo(&mut memo, zero_point, change, range_ms)
+    }
+
+    /// [`Span::factor`], the same operations on the same numbers, with
+    /// the parts that depend only on the window's gaps taken from `memo`
+    /// when the last window it saw had the same.
+    #[inline(always)]
+    pub(crate) fn factor_memo(
+        &self,
+        memo: &mut FactorMemo,
+        zero_point: Option<f64>,
+        change: Change,
+        range_ms: i64,
+    ) -> f64 {
+        let key = [
+            self.first_t.wrapping_sub(self.range_start),
+            self.range_end.wrapping_sub(self.last_t),
+            self.last_t.wrapping_sub(self.first_t),
+            self.samples as i64,
+            range_ms,
+            i64::from(change.per_second()),
+        ];
+        // Compared field by field: a comparison of the arrays is a call.
+        let same = memo
+            .key
+            .is_some_and(|k| k.iter().zip(&key).all(|(a, b)| a == b));
+        if !same {
+            let mut to_start = (self.first_t - self.range_start) as f64 / 1000.0;
+            let mut to_end = (self.range_end - self.last_t) as f64 / 1000.0;
+            let sampled = (self.last_t - self.first_t) as f64 / 1000.0;
+            let avg_step = sampled / (self.samples - 1) as f64;
+            let threshold = avg_step * 1.1;
+            if to_start >= threshold {
+                to_start = avg_step / 2.0;
+            }
+            if to_end >= threshold {
+                to_end = avg_step / 2.0;
+            }
+            *memo = FactorMemo {
+                key: Some(key),
+                to_start,
+                to_end,
+                sampled,
+                plain: Self::finish(sampled, to_start, to_end, change, range_ms),
+            };
         }
         if let Some(z) = zero_point {
-            let to_zero = sampled * z;
-            if to_zero < to_start {
-                to_start = to_zero;
+            let to_zero = memo.sampled * z;
+            if to_zero < memo.to_start {
+                return Self::finish(memo.sampled, to_zero, memo.to_end, change, range_ms);
             }
         }
-        if to_end >= threshold {
-            to_end = avg_step / 2.0;
-        }
+        memo.plain
+    }
+
+    fn finish(sampled: f64, to_start: f64, to_end: f64, change: Change, range_ms: i64) -> f64 {
         let mut factor = (sampled + to_start + to_end) / sampled;
         if change.per_second() {
             factor /= range_ms as f64 / 1000.0;
@@ -406,7 +454,9 @@ fn extrapolated(ctx: &Ctx<'_>, call: &Call, t: i64, change: Change) -> Result<Va
     if change.counter() {
         note_non_counters(ctx, call, t)?;
     }
-    let increase = |p: &[(i64, f64)], inc, r, t| extrapolated_from(p, inc, r, t, change);
+    let increase = |p: &[(i64, f64)], inc, r, t, m: &mut FactorMemo| {
+        extrapolated_from(p, inc, r, t, change, m)
+    };
     let sliding = if change.counter() {
         Sliding::Increase(&increase)
     } else {
@@ -568,6 +618,34 @@ pub(super) fn predict_linear(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// A factor taken with the memo of earlier windows is the one
+        /// worked out afresh, bit for bit: windows with the same gaps (drawn
+        /// from few so that they repeat), with zero points that cut the
+        /// start short or not, of rates and increases.
+        #[test]
+        fn memoised_factors_are_fresh_ones(
+            windows in proptest::collection::vec(
+                (0i64..3, 0i64..3, 2usize..5, proptest::option::of(0.0f64..2.0), proptest::bool::ANY, 0i64..2),
+                1..60,
+            ),
+        ) {
+            let mut memo = FactorMemo::default();
+            for (start_gap, end_gap, samples, zero, rate, range) in windows {
+                let range_ms = 300_000 + range * 60_000;
+                let range_end = 1_000_000;
+                let range_start = range_end - range_ms;
+                let first_t = range_start + 1 + start_gap * 7_000;
+                let last_t = range_end - end_gap * 9_000;
+                let span = Span { first_t, last_t, samples, range_start, range_end };
+                let change = if rate { Change::Rate } else { Change::Increase };
+                let fresh = span.factor(zero, change, range_ms);
+                let memoised = span.factor_memo(&mut memo, zero, change, range_ms);
+                proptest::prop_assert_eq!(fresh.to_bits(), memoised.to_bits());
+            }
+        }
+    }
 
     #[test]
     fn rate_extrapolates_like_prometheus() {
