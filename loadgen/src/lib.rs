@@ -771,6 +771,10 @@ pub struct Dial {
     /// Send each body once per tenant, naming it in this header: the
     /// header, and the tenants' IDs.
     pub tenants: Option<(http::HeaderName, Vec<http::HeaderValue>)>,
+    /// Samples per second to send at, shared among the connections; as
+    /// fast as the receiver takes them when `None`. A connection behind
+    /// its schedule sends at once; ahead of it, waits.
+    pub pace: Option<f64>,
 }
 
 impl Dial {
@@ -787,6 +791,11 @@ impl Dial {
 pub async fn drive(addr: SocketAddr, dial: &Dial, encoded: &Encoded, limit: Duration) -> Report {
     let start = Instant::now();
     let deadline = start + limit;
+    // Seconds of a connection's schedule one sample takes.
+    let per_sample = dial
+        .pace
+        .filter(|&p| p > 0.0)
+        .map(|p| encoded.per_connection.len() as f64 / p);
     let tasks: Vec<_> = encoded
         .per_connection
         .iter()
@@ -796,7 +805,7 @@ pub async fn drive(addr: SocketAddr, dial: &Dial, encoded: &Encoded, limit: Dura
             let path = encoded.path.clone();
             let dial = dial.clone();
             tokio::spawn(async move {
-                connection(addr, &dial, &path, &headers, &bodies, deadline).await
+                connection(addr, &dial, &path, &headers, &bodies, deadline, per_sample).await
             })
         })
         .collect();
@@ -864,6 +873,7 @@ async fn connection(
     headers: &[(&'static str, &'static str)],
     bodies: &[Body],
     deadline: Instant,
+    per_sample: Option<f64>,
 ) -> ConnResult {
     let mut out = ConnResult {
         latencies: Vec::with_capacity(bodies.len()),
@@ -885,7 +895,18 @@ async fn connection(
             sends.push((b, *t));
         }
     }
+    let begun = Instant::now();
+    let mut due = 0.0f64;
     for (body, tenant) in sends {
+        if let Some(per_sample) = per_sample {
+            let at = begun + Duration::from_secs_f64(due);
+            due += per_sample * f64::from(body.samples);
+            if at >= deadline {
+                out.timed_out = true;
+                break;
+            }
+            tokio::time::sleep_until(at.into()).await;
+        }
         if Instant::now() >= deadline {
             out.timed_out = true;
             break;
@@ -1020,6 +1041,41 @@ mod tests {
             .decompress_vec(&body.bytes)
             .expect("snappy");
         WriteRequest::decode(raw.as_slice()).expect("protobuf")
+    }
+
+    /// A paced load keeps to its schedule: every sample sent, and the
+    /// last request of each connection not before its time (1,000 samples
+    /// at 4,000/s over 3 connections: the last request of a connection
+    /// holding 300 samples before it is due 0.225 s in). A lower bound
+    /// only, which sleeping guarantees; nothing is timed from above.
+    #[test]
+    fn a_paced_load_keeps_to_its_schedule() {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let sink = tokio::spawn(null_sink(listener, async {
+                let _ = stopped.await;
+            }));
+            let enc = encode(&small(Mode::Steady));
+            let dial = Dial {
+                pace: Some(4_000.0),
+                ..Dial::default()
+            };
+            let report = drive(addr, &dial, &enc, Duration::from_secs(60)).await;
+            assert_eq!(report.accepted, 1000, "{:?}", report.first_error);
+            assert!(!report.timed_out);
+            assert!(
+                report.elapsed >= Duration::from_millis(225),
+                "{:?}",
+                report.elapsed
+            );
+            let _ = stop.send(());
+            let _ = sink.await;
+        });
     }
 
     /// The histogram load carries one valid native histogram per point,

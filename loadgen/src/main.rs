@@ -55,6 +55,11 @@ struct Cli {
     /// Concurrent keep-alive connections.
     #[arg(long, default_value_t = 8)]
     connections: usize,
+    /// Send at most this many samples per second in all (paced per
+    /// connection), to hold a steady load while something else is
+    /// measured; as fast as the receiver takes them when absent.
+    #[arg(long, value_name = "SAMPLES_PER_SECOND")]
+    rate: Option<f64>,
     /// Stop sending after this long, e.g. 60s.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     max_time: Duration,
@@ -130,7 +135,10 @@ fn main() -> anyhow::Result<()> {
         encoded.bytes() as f64 / 1048576.0,
         t.elapsed()
     );
-    let mut dial = loadgen::Dial::default();
+    let mut dial = loadgen::Dial {
+        pace: cli.rate,
+        ..loadgen::Dial::default()
+    };
     if let Some(ca) = &cli.tls_ca_file {
         let tls = sluice::forward::TlsConfig {
             ca_file: Some(ca.clone()),
