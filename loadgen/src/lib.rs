@@ -792,10 +792,15 @@ pub async fn drive(addr: SocketAddr, dial: &Dial, encoded: &Encoded, limit: Dura
     let start = Instant::now();
     let deadline = start + limit;
     // Seconds of a connection's schedule one sample takes.
-    let per_sample = dial
-        .pace
-        .filter(|&p| p > 0.0)
-        .map(|p| encoded.per_connection.len() as f64 / p);
+    let per_sample = dial.pace.filter(|&p| p > 0.0).map(|p| {
+        encoded
+            .per_connection
+            .iter()
+            .filter(|b| !b.is_empty())
+            .count()
+            .max(1) as f64
+            / p
+    });
     let tasks: Vec<_> = encoded
         .per_connection
         .iter()

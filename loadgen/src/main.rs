@@ -96,6 +96,10 @@ fn main() -> anyhow::Result<()> {
         return rt.block_on(sink(addr, cli.max_time));
     }
     anyhow::ensure!(cli.connections > 0, "--connections must be at least 1");
+    anyhow::ensure!(
+        cli.rate.is_none_or(|r| r >= 1.0),
+        "--rate must be at least 1 sample per second"
+    );
     anyhow::ensure!(cli.per_request >= 10, "--per-request must be at least 10");
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -3,8 +3,9 @@
 dashboard-queries.sh): Sluice's against Prometheus 3.5.3's exactly (the
 same series, timestamps, values equal to 1e-9 relative; for topk the same
 values at each step, as ties are broken by storage order), against
-VictoriaMetrics' (MetricsQL) by series. One line per query: name, series,
-verdict, VictoriaMetrics' series.
+VictoriaMetrics' (MetricsQL, whose answers may differ) by series, reported
+but not required. One line per query: name, series, verdict (naming a
+problem with "differ" or "empty"), VictoriaMetrics' series.
 
 Usage: compare-answers.py <work dir> <tag> <query names...>
 """
@@ -21,8 +22,10 @@ def load(name, key):
     return out
 
 def close(a, b):
-    if math.isnan(a) and math.isnan(b):
-        return True
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
     return a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 def by_time(answer):
@@ -35,6 +38,8 @@ def by_time(answer):
 for key in keys:
     s, p, v = load("sluice", key), load("prom", key), load("vm", key)
     problems = []
+    if not p:
+        problems.append("Prometheus' answer is empty: nothing to compare (was the load taken?)")
     if key.startswith("topk"):
         # Among equal values, which series topk keeps follows the order
         # the storage hands series out (Prometheus' head: creation order;

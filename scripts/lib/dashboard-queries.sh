@@ -39,7 +39,8 @@ time_queries() {
       || die "$name failed $q"
     times=()
     for _ in $(seq 1 "$runs"); do
-      t=$(curl -fsS -o /dev/null -w '%{time_total}' "$url" --data-urlencode "query=$q" "${args[@]}")
+      t=$(curl -fsS -o /dev/null -w '%{time_total}' "$url" --data-urlencode "query=$q" "${args[@]}") \
+        || die "$name failed $q"
       times+=("$t")
     done
     TIME[$name,$tag,$key]=$(printf '%s\n' "${times[@]}" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')

@@ -621,7 +621,7 @@ mod tests {
 
     proptest::proptest! {
         /// A factor taken with the memo of earlier windows is the one
-        /// worked out afresh, bit for bit: windows with the same gaps (drawn
+        /// the formula before the memo gives, bit for bit: windows with the same gaps (drawn
         /// from few so that they repeat), with zero points that cut the
         /// start short or not, of rates and increases.
         #[test]
@@ -631,6 +631,31 @@ mod tests {
                 1..60,
             ),
         ) {
+            // Span::factor as it was before the memo, step by step.
+            let reference = |s: &Span, zero_point: Option<f64>, change: Change, range_ms: i64| {
+                let mut to_start = (s.first_t - s.range_start) as f64 / 1000.0;
+                let mut to_end = (s.range_end - s.last_t) as f64 / 1000.0;
+                let sampled = (s.last_t - s.first_t) as f64 / 1000.0;
+                let avg_step = sampled / (s.samples - 1) as f64;
+                let threshold = avg_step * 1.1;
+                if to_start >= threshold {
+                    to_start = avg_step / 2.0;
+                }
+                if let Some(z) = zero_point {
+                    let to_zero = sampled * z;
+                    if to_zero < to_start {
+                        to_start = to_zero;
+                    }
+                }
+                if to_end >= threshold {
+                    to_end = avg_step / 2.0;
+                }
+                let mut factor = (sampled + to_start + to_end) / sampled;
+                if change.per_second() {
+                    factor /= range_ms as f64 / 1000.0;
+                }
+                factor
+            };
             let mut memo = FactorMemo::default();
             for (start_gap, end_gap, samples, zero, rate, range) in windows {
                 let range_ms = 300_000 + range * 60_000;
@@ -640,9 +665,10 @@ mod tests {
                 let last_t = range_end - end_gap * 9_000;
                 let span = Span { first_t, last_t, samples, range_start, range_end };
                 let change = if rate { Change::Rate } else { Change::Increase };
-                let fresh = span.factor(zero, change, range_ms);
+                let fresh = reference(&span, zero, change, range_ms);
                 let memoised = span.factor_memo(&mut memo, zero, change, range_ms);
                 proptest::prop_assert_eq!(fresh.to_bits(), memoised.to_bits());
+                proptest::prop_assert_eq!(fresh.to_bits(), span.factor(zero, change, range_ms).to_bits());
             }
         }
     }
