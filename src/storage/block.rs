@@ -12,7 +12,9 @@ mod reader;
 mod ulid;
 mod writer;
 
-pub use reader::{read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader, Labels};
+pub use reader::{
+    read_meta, BlockError, ChunkMeta, ChunkReader, IndexReader, Labels, SeriesWindow,
+};
 pub use ulid::Ulid;
 pub use writer::{
     write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta, BlockSeries, BlockWriter,

@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use super::block::compact::{self, CompactError, Parent};
 use super::block::{
     read_meta, BlockChunk, BlockError, BlockMeta, ChunkMeta, ChunkReader, Encoding, IndexReader,
-    Ulid,
+    SeriesWindow, Ulid,
 };
 use super::chunk::{
     decode_histograms, encode_xor, in_order, merge_overlapping, ChunkBytes, ChunkRef,
@@ -140,11 +140,12 @@ impl Block {
             Ok(ids) => ids,
             Err(e) => return Ok(Err(e)),
         };
+        let mut window = SeriesWindow::default();
         for (n, id) in ids.into_iter().enumerate() {
             if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
                 return Err(Stopped);
             }
-            let (labels, metas) = match self.index.series(id) {
+            let (labels, metas) = match self.index.series_near(id, &mut window) {
                 Ok(s) => s,
                 Err(e) => return Ok(Err(e)),
             };

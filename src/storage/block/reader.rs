@@ -70,12 +70,6 @@ impl Source {
         }
     }
 
-    /// Up to `len` bytes at `at` (fewer where the file ends).
-    fn read_upto(&self, at: u64, len: usize, what: &str) -> Result<Vec<u8>, BlockError> {
-        let n = self.len().saturating_sub(at).min(len as u64) as usize;
-        self.read(at, n, what)
-    }
-
     /// The checked body of a section `len <4b> … CRC32C <4b>` at `at`.
     fn section(&self, at: u64, what: &str) -> Result<Vec<u8>, BlockError> {
         let head = self.read(at, 4, what)?;
@@ -110,6 +104,33 @@ pub struct IndexReader {
     values: Vec<(u32, u32, u64)>,
     series_start: u64,
     series_end: u64,
+}
+
+/// Index bytes [`IndexReader::series_near`] read last, kept by its
+/// caller from one series to the next.
+#[derive(Debug, Default)]
+pub struct SeriesWindow {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+/// Bytes of the index one read of [`IndexReader::series_near`] takes.
+const SERIES_WINDOW: usize = 64 << 10;
+
+impl SeriesWindow {
+    /// Reads `len` bytes of `src` from `at` (the caller keeps them within
+    /// the series section).
+    fn fill(
+        &mut self,
+        src: &Source,
+        at: u64,
+        len: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<(), BlockError> {
+        self.bytes = src.read(at, len, &what())?;
+        self.at = at;
+        Ok(())
+    }
 }
 
 /// A cursor over a byte range with checked reads.
@@ -387,29 +408,54 @@ impl IndexReader {
 
     /// Series `id`: its labels and its chunks' metas.
     pub fn series(&self, id: u32) -> Result<(Labels, Vec<ChunkMeta>), BlockError> {
+        self.series_near(id, &mut SeriesWindow::default())
+    }
+
+    /// [`IndexReader::series`], reading the index through `window`: the
+    /// entries of series read in ID order lie one after another, so one
+    /// positioned read of [`SERIES_WINDOW`] bytes serves many of them
+    /// rather than one or two reads each.
+    pub fn series_near(
+        &self,
+        id: u32,
+        window: &mut SeriesWindow,
+    ) -> Result<(Labels, Vec<ChunkMeta>), BlockError> {
         let at = u64::from(id) * SERIES_ALIGN as u64;
         if at < self.series_start || at >= self.series_end {
             return bad(format!("series {id}: outside the series section"));
         }
-        let what = format!("series {id}");
-        // Most entries fit in one read of this size.
-        let first = self.src.read_upto(at, 256, &what).map(|mut b| {
-            b.truncate((self.series_end - at) as usize);
-            b
-        })?;
-        let (len, n) = uvarint(&first).ok_or_else(|| BlockError(format!("{what}: bad length")))?;
+        let what = || format!("series {id}");
+        let to_end = self.series_end - at;
+        // The window must hold the entry's length (at most 10 bytes, or
+        // what is left of the section); then the whole entry.
+        let held = |w: &SeriesWindow, want: u64| {
+            at >= w.at && at - w.at + want.min(to_end) <= w.bytes.len() as u64
+        };
+        if !held(window, 10) {
+            window.fill(&self.src, at, SERIES_WINDOW.min(to_end as usize), &what)?;
+        }
+        let from = (at - window.at) as usize;
+        let (len, n) = uvarint(&window.bytes[from..])
+            .ok_or_else(|| BlockError(format!("{}: bad length", what())))?;
         let len = usize::try_from(len)
             .ok()
-            .filter(|&l| (at + (n + l + 4) as u64) <= self.series_end)
-            .ok_or_else(|| BlockError(format!("{what}: length runs past the section")))?;
-        let whole = match first.get(n..n + len + 4) {
-            Some(b) => b.to_vec(),
-            None => self.src.read(at + n as u64, len + 4, &what)?,
-        };
-        let (body, crc) = whole.split_at(len);
-        if crc32c::crc32c(body).to_be_bytes()[..] != crc[..] {
-            return bad(format!("{what}: checksum mismatch"));
+            .filter(|&l| (n + l + 4) as u64 <= to_end)
+            .ok_or_else(|| BlockError(format!("{}: length runs past the section", what())))?;
+        let whole = n + len + 4;
+        if !held(window, whole as u64) {
+            window.fill(
+                &self.src,
+                at,
+                SERIES_WINDOW.max(whole).min(to_end as usize),
+                &what,
+            )?;
         }
+        let from = (at - window.at) as usize + n;
+        let (body, crc) = window.bytes[from..from + len + 4].split_at(len);
+        if crc32c::crc32c(body).to_be_bytes()[..] != crc[..] {
+            return bad(format!("{}: checksum mismatch", what()));
+        }
+        let what = what();
         let mut c = Cur { b: body, at: 0 };
         let n = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
         if n > body.len() {
@@ -835,24 +881,30 @@ mod tests {
         Ok(out)
     }
 
-    /// The chunks of every series, less those `skip` names (bit `k % 64`
-    /// for a series' `k`th chunk), read a series' run at a time; and the
-    /// same read one chunk at a time.
+    /// The labels and chunks of every series, less the chunks `skip`
+    /// names (bit `k % 64` for a series' `k`th chunk): entries read through
+    /// one window and each series' chunks as a run; and the same read one
+    /// entry and one chunk at a time.
     #[allow(clippy::type_complexity)]
     fn read_runs(
         dir: &Path,
         skip: u64,
     ) -> (
-        Result<Vec<Chunks>, BlockError>,
-        Result<Vec<Chunks>, BlockError>,
+        Result<Vec<(Labels, Chunks)>, BlockError>,
+        Result<Vec<(Labels, Chunks)>, BlockError>,
     ) {
-        let read = |runs: bool| -> Result<Vec<Chunks>, BlockError> {
+        let read = |runs: bool| -> Result<Vec<(Labels, Chunks)>, BlockError> {
             let index = IndexReader::open(&dir.join("index"))?;
             let chunks = ChunkReader::open(&dir.join("chunks"))?;
             let mut out = Vec::new();
             let mut buf = Vec::new();
+            let mut window = SeriesWindow::default();
             for id in index.postings("", "")? {
-                let (_, metas) = index.series(id)?;
+                let (labels, metas) = if runs {
+                    index.series_near(id, &mut window)?
+                } else {
+                    index.series(id)?
+                };
                 let kept: Vec<ChunkMeta> = metas
                     .into_iter()
                     .enumerate()
@@ -874,7 +926,7 @@ mod tests {
                         cs.push((m.mint, m.maxt, enc, data.to_vec()));
                     }
                 }
-                out.push(cs);
+                out.push((labels, cs));
             }
             Ok(out)
         };
@@ -985,6 +1037,45 @@ mod tests {
                 (a, b) => prop_assert_eq!(a.is_ok(), b.is_ok()),
             }
         }
+    }
+
+    /// Series entries read through one window are the entries read one
+    /// by one also where the index's series section is many windows long
+    /// and where one entry is longer than a window (30,000 chunks).
+    #[test]
+    fn entries_read_through_a_window_span_many_windows() {
+        let chunk = |k: i64| BlockChunk {
+            mint: k * 10,
+            maxt: k * 10 + 5,
+            encoding: Encoding::Xor,
+            data: Arc::from(&[0u8, 1, 2][..]),
+        };
+        let mut series: Vec<BlockSeries> = (0..3000)
+            .map(|i| BlockSeries {
+                starts: Vec::new(),
+                labels: vec![
+                    ("__name__".into(), format!("metric_{}", i % 7)),
+                    ("instance".into(), format!("host-{i:05}.example.org:9100")),
+                    ("job".into(), "node".into()),
+                ],
+                chunks: (0..3).map(chunk).collect(),
+            })
+            .collect();
+        series.push(BlockSeries {
+            starts: Vec::new(),
+            labels: vec![("__name__".into(), "long".into())],
+            chunks: (0..30_000).map(chunk).collect(),
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = write_block(dir.path(), series, 0, 1_000_000, 7).expect("written");
+        let block = dir.path().join(meta.ulid.to_string());
+        let index_bytes = std::fs::metadata(block.join("index")).expect("index").len();
+        assert!(index_bytes > 4 * SERIES_WINDOW as u64, "{index_bytes}");
+        let (window, one_by_one) = read_runs(&block, 0);
+        let (window, one_by_one) = (window.expect("window"), one_by_one.expect("one by one"));
+        assert_eq!(window.len(), 3001);
+        assert!(window.iter().any(|(_, c)| c.len() == 30_000));
+        assert_eq!(window, one_by_one);
     }
 
     #[test]
