@@ -35,6 +35,14 @@ pub fn set_max_workers(workers: usize) {
     LIMIT.store(workers.saturating_sub(1), Ordering::Relaxed);
 }
 
+/// The most threads one query may work on now (its own included).
+pub(crate) fn max_threads() -> usize {
+    match LIMIT.load(Ordering::Relaxed) {
+        usize::MAX => cores(),
+        n => n + 1,
+    }
+}
+
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -1,5 +1,6 @@
 //! The range-query fast paths (range tables for range functions, selector
-//! tables for aggregations over a selector, aggregations read in place)
+//! tables for aggregations over a selector, aggregations read in place, a
+//! plain selector's answer made series by series)
 //! against the general path: a range query's answer must be, step by
 //! step, what an instant query at that step answers, errors included.
 //! Random series (gaps, stale markers, names that collide once dropped)
@@ -63,6 +64,8 @@ fn query() -> impl Strategy<Value = String> {
     // extremes (an instant query folds each window).
     let range = prop::sample::select(&["2m", "10m"][..]);
     prop_oneof![
+        // A plain selector: its range query's answer made series by series.
+        selector.clone().prop_map(str::to_owned),
         (agg.clone(), by.clone(), selector.clone()).prop_map(|(a, b, s)| format!("{a}{b} ({s})")),
         (agg, by, func.clone(), selector.clone(), range.clone())
             .prop_map(|(a, b, f, s, r)| format!("{a}{b} ({f}({s}[{r}]))")),

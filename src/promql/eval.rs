@@ -262,6 +262,59 @@ fn seek(points: &[(i64, f64)], hint: &Cell<usize>, bound: i64) -> usize {
     i
 }
 
+/// One series' answer to a plain selector at a range query's steps.
+#[derive(Default)]
+struct SelectorRow {
+    points: Vec<(i64, f64)>,
+    hists: Vec<(i64, Hist)>,
+}
+
+impl SelectorRow {
+    fn is_empty(&self) -> bool {
+        self.points.is_empty() && self.hists.is_empty()
+    }
+
+    /// At each step `start + k * step`, the series' newest sample at or
+    /// before the selector's time `times[k]` (times that never decrease),
+    /// float or histogram, where it lies in `(times[k] - lookback,
+    /// times[k]]` and is not a stale marker. Where a float and a histogram
+    /// share a time the float is taken, as [`SeriesPoints::latest`] does.
+    fn fill(
+        &mut self,
+        points: &[(i64, f64)],
+        hists: &[(i64, Hist)],
+        times: &[i64],
+        start: i64,
+        step: i64,
+        lookback: i64,
+    ) {
+        let (mut i, mut j) = (0, 0);
+        for (k, &ts) in times.iter().enumerate() {
+            while i < points.len() && points[i].0 <= ts {
+                i += 1;
+            }
+            while j < hists.len() && hists[j].0 <= ts {
+                j += 1;
+            }
+            let float = i.checked_sub(1).and_then(|x| points.get(x));
+            let hist = j.checked_sub(1).and_then(|x| hists.get(x));
+            let t = start + k as i64 * step;
+            let after = ts.saturating_sub(lookback);
+            match (float, hist) {
+                (Some(&(ft, v)), h) if h.is_none_or(|(ht, _)| ft >= *ht) => {
+                    // A float newer than any histogram decides, kept or not.
+                    let keep = ft > after && !is_stale(v);
+                    self.points.extend(keep.then_some((t, v)));
+                }
+                (_, Some((ht, h))) if *ht > after && !is_stale(h.sum) => {
+                    self.hists.push((t, Arc::clone(h)));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Cells of a table worth a helper thread (a few milliseconds of work;
 /// starting a thread costs tens of microseconds).
 pub(crate) const TABLE_CELLS_PER_WORKER: usize = 50_000;
@@ -323,8 +376,9 @@ struct Selection {
 enum Source {
     /// Points decoded before, for another reader.
     Loaded(Rc<Vec<SeriesPoints>>),
-    /// A selection (labels taken into the table), decoded row by row.
-    Selected(Selection),
+    /// A selection (labels taken into the table), decoded row by row,
+    /// with the samples charged for the rows its workers hold at once.
+    Selected(Selection, usize),
 }
 
 impl Source {
@@ -337,7 +391,7 @@ impl Source {
                     .map(|s| (s.points.as_slice(), s.has_stale))
                     .collect(),
             ),
-            Self::Selected(selection) => Rows::Selected(selection),
+            Self::Selected(selection, _) => Rows::Selected(selection),
         }
     }
 }
@@ -351,45 +405,36 @@ enum Rows<'a> {
 
 impl Rows<'_> {
     /// Row `i`'s points, stale markers kept: in place, or decoded into
-    /// `buf`; with how many were decoded.
-    fn with_stale<'b>(
-        &'b self,
-        i: usize,
-        buf: &'b mut Vec<(i64, f64)>,
-    ) -> (&'b [(i64, f64)], usize) {
+    /// `buf`.
+    fn with_stale<'b>(&'b self, i: usize, buf: &'b mut Vec<(i64, f64)>) -> &'b [(i64, f64)] {
         match self {
-            Rows::Loaded(rows) => (rows[i].0, 0),
+            Rows::Loaded(rows) => rows[i].0,
             Rows::Selected(selection) => {
                 buf.clear();
                 selection.series[i].decode_into(selection.lo, selection.hi, buf);
-                (buf.as_slice(), buf.len())
+                buf.as_slice()
             }
         }
     }
 
     /// Row `i`'s points without stale markers (what range functions'
     /// windows hold), as [`Rows::with_stale`].
-    fn without_stale<'b>(
-        &'b self,
-        i: usize,
-        buf: &'b mut Vec<(i64, f64)>,
-    ) -> (&'b [(i64, f64)], usize) {
+    fn without_stale<'b>(&'b self, i: usize, buf: &'b mut Vec<(i64, f64)>) -> &'b [(i64, f64)] {
         match self {
             Rows::Loaded(rows) => {
                 let (points, has_stale) = rows[i];
                 if !has_stale {
-                    return (points, 0);
+                    return points;
                 }
                 buf.clear();
                 buf.extend(points.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                (buf.as_slice(), 0)
+                buf.as_slice()
             }
             Rows::Selected(selection) => {
                 buf.clear();
                 selection.series[i].decode_into(selection.lo, selection.hi, buf);
-                let decoded = buf.len();
                 buf.retain(|&(_, v)| !is_stale(v));
-                (buf.as_slice(), decoded)
+                buf.as_slice()
             }
         }
     }
@@ -1534,9 +1579,12 @@ impl<'e> Ctx<'e> {
             .any(|s| !s.starts.is_empty()))
     }
 
-    /// A plain vector selector as a whole range query: each series walks
-    /// its points once across all steps into its own result; nothing is
-    /// evaluated per step or regrouped by labels.
+    /// A plain selector over a range query's steps, each series' answer
+    /// at every step at once. A selection nothing has decoded yet is
+    /// decoded series by series (in batches spread over the free cores),
+    /// each series' samples dropped once its answer is made: the query
+    /// holds its answer, not every sample of the range, as Prometheus
+    /// counts it.
     pub(crate) fn selector_range(
         &self,
         vs: &VectorSelector,
@@ -1544,76 +1592,120 @@ impl<'e> Ctx<'e> {
         end: i64,
         step: i64,
     ) -> Result<Vec<Series>, QueryError> {
+        let what = "query range evaluation";
         let lookback = self.opts.lookback_ms;
-        let series = self.load(vs, lookback)?;
         let steps = usize::try_from((end - start) / step + 1).unwrap_or(0);
-        let mut out = Vec::with_capacity(series.len());
-        for (n, s) in series.iter().enumerate() {
-            if n % 256 == 0 {
-                self.check_deadline("query range evaluation")?;
+        let times: Vec<i64> = (0..steps)
+            .map(|k| self.selector_time(&vs.at, &vs.offset, start + k as i64 * step))
+            .collect();
+        let answer = |points: &[(i64, f64)], hists: &[(i64, Hist)]| {
+            let mut row = SelectorRow::default();
+            row.fill(points, hists, &times, start, step, lookback);
+            row
+        };
+        let key = vs as *const VectorSelector as usize;
+        let decoded = self.loaded.borrow().contains_key(&key)
+            || self.stats_only.contains(&key)
+            || self.opts.use_start_timestamps;
+        let mut out = Vec::new();
+        if decoded {
+            let series = self.load(vs, lookback)?;
+            for (n, s) in series.iter().enumerate() {
+                if n % 256 == 255 {
+                    self.check_deadline(what)?;
+                }
+                self.keep_row(&mut out, &s.labels, answer(&s.points, &s.hists))?;
             }
-            let mut points = Vec::new();
-            let mut hists = Vec::new();
-            let hint = Cell::new(0);
-            let mut t = start;
-            while t <= end {
-                let ts = self.selector_time(&vs.at, &vs.offset, t);
-                let i = seek(&s.points, &hint, ts);
-                if !s.hists.is_empty() {
-                    // The window is (ts - lookback, ts]; a stale marker
-                    // ends the series.
-                    if let Some((sample, pt)) = s.latest(i, ts) {
-                        if pt > ts.saturating_sub(lookback) {
-                            match sample.h {
-                                Some(h) => hists.push((t, h)),
-                                None => points.push((t, sample.v)),
-                            }
-                        }
-                    }
-                } else if i > 0 {
-                    let (pt, v) = s.points[i - 1];
-                    // The window is (ts - lookback, ts]; a stale marker
-                    // ends the series.
-                    if pt > ts.saturating_sub(lookback) && !is_stale(v) {
-                        if points.is_empty() {
-                            // Room for every step, counted before it is
-                            // taken; what is left unused is given back
-                            // below.
-                            self.budget.charge(
-                                steps,
-                                steps * POINT_BYTES,
-                                "query range evaluation",
-                            )?;
-                            points.reserve_exact(steps);
-                        }
-                        points.push((t, v));
+        } else {
+            let Selection {
+                series: selected,
+                lo,
+                hi,
+                bytes,
+            } = self.take_selection(vs, lookback, false)?;
+            let chunks = Held::new(&self.budget);
+            chunks.adopt(bytes);
+            let sizes: Vec<usize> = selected.iter().map(|s| s.samples_at_most(lo, hi)).collect();
+            // Each worker holds one series' samples at a time.
+            let row_most = sizes.iter().copied().max().unwrap_or(0);
+            let rows_held = row_most.saturating_mul(parallel::max_threads());
+            chunks.charge(rows_held, rows_held.saturating_mul(POINT_BYTES), what)?;
+            // Batches of at most DECODE_BATCH_POINTS samples read and
+            // answer points made, charged series by series once made.
+            let mut n = 0;
+            while n < selected.len() {
+                self.check_deadline(what)?;
+                let (mut end, mut points) = (n + 1, sizes[n]);
+                while end < selected.len()
+                    && points + sizes[end] <= DECODE_BATCH_POINTS
+                    && (end - n + 1).saturating_mul(steps) <= DECODE_BATCH_POINTS
+                {
+                    points += sizes[end];
+                    end += 1;
+                }
+                let batch = &selected[n..end];
+                let min_part = (batch.len() * DECODE_POINTS_PER_WORKER)
+                    .div_ceil(points.max(1))
+                    .max(1);
+                let rows = parallel::parts(batch.len(), min_part, |r| {
+                    let (mut floats, mut hists) = (Vec::new(), Vec::new());
+                    batch[r]
+                        .iter()
+                        .map(|s| {
+                            floats.clear();
+                            s.decode_into(lo, hi, &mut floats);
+                            hists.clear();
+                            hists.extend(
+                                s.histograms
+                                    .iter()
+                                    .filter(|(t, _)| (lo..=hi).contains(t))
+                                    .map(|(t, h)| (*t, Arc::new(h.to_float()))),
+                            );
+                            answer(&floats, &hists)
+                        })
+                        .collect::<Vec<_>>()
+                });
+                for (s, row) in batch.iter().zip(rows.into_iter().flatten()) {
+                    if !row.is_empty() {
+                        self.keep_row(&mut out, &s.labels.as_slice().into(), row)?;
                     }
                 }
-                t = match t.checked_add(step) {
-                    Some(t) => t,
-                    None => break,
-                };
-            }
-            if !points.is_empty() {
-                let unused = steps.saturating_sub(points.len());
-                self.budget.release(unused, unused * POINT_BYTES);
-            }
-            self.budget.charge(
-                hists.len(),
-                hists.len() * HISTOGRAM_BYTES,
-                "query range evaluation",
-            )?;
-            if !points.is_empty() || !hists.is_empty() {
-                out.push(Series {
-                    labels: s.labels.clone(),
-                    points,
-                    histograms: hists,
-                    drop_name: false,
-                });
+                n = end;
             }
         }
         out.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
+    }
+
+    /// Charges one series' answer to a plain selector over the steps and
+    /// keeps it in `out` (nothing for an empty one).
+    fn keep_row(
+        &self,
+        out: &mut Vec<Series>,
+        labels: &Labels,
+        row: SelectorRow,
+    ) -> Result<(), QueryError> {
+        if row.is_empty() {
+            return Ok(());
+        }
+        let SelectorRow {
+            mut points,
+            mut hists,
+        } = row;
+        points.shrink_to_fit();
+        hists.shrink_to_fit();
+        self.budget.charge(
+            points.len() + hists.len(),
+            points.len() * POINT_BYTES + hists.len() * HISTOGRAM_BYTES,
+            "query range evaluation",
+        )?;
+        out.push(Series {
+            labels: Arc::clone(labels),
+            points,
+            histograms: hists,
+            drop_name: false,
+        });
+        Ok(())
     }
 
     /// A range vector selector at `t`: samples in `(ts - range, ts]`,
@@ -2020,7 +2112,7 @@ impl<'e> Ctx<'e> {
         // sample; folding a window costs a cycle or two per sample in it:
         // the queue pays where each sample lies in many windows.
         let slide_extremes = self.step > 0 && range_ms / self.step >= EXTREMES_SLIDE_FROM;
-        let decoded = self.fill_table(
+        self.fill_table(
             vs,
             &mut table,
             what,
@@ -2032,7 +2124,7 @@ impl<'e> Ctx<'e> {
                     factors,
                 } = scratch;
                 // Windows leave stale markers out: so does the whole row.
-                let (points, decoded) = rows.without_stale(i, kept);
+                let points = rows.without_stale(i, kept);
                 if let Sliding::Increase(_) = sliding {
                     counter_resets(points, resets);
                 }
@@ -2073,21 +2165,22 @@ impl<'e> Ctx<'e> {
                         present[k] = true;
                     }
                 }
-                decoded
             },
         )?;
-        self.finish_table(key, table, source, decoded).map(Some)
+        Ok(Some(self.finish_table(key, table, source)))
     }
 
     /// An empty table for the series `vs` selects over `range` before each
     /// step, their labels in (without their names for [`Name::Drop`]),
     /// and where the rows' points come from: those a reader before decoded
     /// ([`Ctx::load`]), or the selection itself, decoded row by row as the
-    /// table is filled, when nothing has decoded it yet, it holds no
-    /// histogram, and the query's limits hold the most samples its chunks
-    /// can give (so that charging the samples decoded cannot fail where
-    /// decoding them first would not). `None` without a table: over the
-    /// sample limit or the memory left, or, with `floats_only`, a
+    /// table is filled, when nothing has decoded it yet and it holds no
+    /// histogram. Decoded row by row, the samples held are the table's
+    /// cells and the rows the workers hold at once, which is what is
+    /// charged (as Prometheus counts the samples a range query holds, not
+    /// those it has read): a long range of a few steps answers within a
+    /// sample limit its samples would pass. `None` without a table: over
+    /// the sample limit or the memory left, or, with `floats_only`, a
     /// selection holding histograms.
     fn table_source(
         &self,
@@ -2108,24 +2201,37 @@ impl<'e> Ctx<'e> {
                     .series
                     .iter()
                     .any(|s| s.histograms.iter().any(|(t, _)| (lo..=hi).contains(t)));
-                let most: usize = selection
+                // Each worker holds one row's points at a time, at most what
+                // the longest series' chunks hold.
+                let row_most = selection
                     .series
                     .iter()
                     .map(|s| s.samples_at_most(lo, hi))
-                    .sum();
+                    .max()
+                    .unwrap_or(0);
+                let rows_held = row_most.saturating_mul(parallel::max_threads());
                 let cells = selection.series.len().saturating_mul(self.steps());
-                let fits = cells <= self.opts.max_samples
+                let row_by_row = !histograms
+                    && !self.opts.use_start_timestamps
+                    && cells <= self.opts.max_samples
                     && self.budget.fits(
-                        most,
-                        most.saturating_mul(POINT_BYTES)
+                        cells.saturating_add(rows_held),
+                        rows_held
+                            .saturating_mul(POINT_BYTES)
                             .saturating_add(cells.saturating_mul(RANGE_CELL_BYTES)),
-                    );
-                if histograms || !fits || self.opts.use_start_timestamps {
+                    )
+                    && self
+                        .budget
+                        .charge(rows_held, rows_held.saturating_mul(POINT_BYTES), what)
+                        .is_ok();
+                if !row_by_row {
                     self.decode_selection(key, selection, false)?
                 } else {
                     let Some((mut table, _)) =
                         self.empty_table(selection.series.len(), name == Name::Drop, what)
                     else {
+                        self.budget
+                            .release(rows_held, rows_held.saturating_mul(POINT_BYTES));
                         self.decode_selection(key, selection, false)?;
                         return Ok(None);
                     };
@@ -2137,7 +2243,7 @@ impl<'e> Ctx<'e> {
                             Name::Drop => self.unnamed(&labels),
                         });
                     }
-                    return Ok(Some((table, Source::Selected(selection))));
+                    return Ok(Some((table, Source::Selected(selection, rows_held))));
                 }
             }
         };
@@ -2156,25 +2262,18 @@ impl<'e> Ctx<'e> {
         Ok(Some((table, Source::Loaded(series))))
     }
 
-    /// Keeps a filled table by `key`: the samples it decoded from its
-    /// selection are charged (as [`Ctx::load`] would have, for good) and
-    /// the selection's chunk bytes given back.
-    fn finish_table(
-        &self,
-        key: usize,
-        table: RangeTable,
-        source: Source,
-        decoded: usize,
-    ) -> Result<Rc<RangeTable>, QueryError> {
-        if let Source::Selected(selection) = source {
-            self.budget.release(0, selection.bytes);
-            self.budget.charge(
-                decoded,
-                decoded.saturating_mul(POINT_BYTES),
-                "query execution",
-            )?;
+    /// Keeps a filled table by `key`; a selection decoded row by row gives
+    /// back its chunks' bytes and the rows its workers held.
+    fn finish_table(&self, key: usize, table: RangeTable, source: Source) -> Rc<RangeTable> {
+        if let Source::Selected(selection, rows_held) = source {
+            self.budget.release(
+                rows_held,
+                selection
+                    .bytes
+                    .saturating_add(rows_held.saturating_mul(POINT_BYTES)),
+            );
         }
-        Ok(self.keep_table(key, table))
+        self.keep_table(key, table)
     }
 
     /// Steps of this evaluator.
@@ -2194,8 +2293,8 @@ impl<'e> Ctx<'e> {
         vs: &VectorSelector,
         table: &mut RangeTable,
         what: &'static str,
-        row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) -> usize + Sync,
-    ) -> Result<usize, QueryError> {
+        row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
+    ) -> Result<(), QueryError> {
         let n = table.labels.len();
         let steps = table.steps;
         let times: Vec<i64> = (0..steps)
@@ -2217,7 +2316,6 @@ impl<'e> Ctx<'e> {
             || Instant::now() > deadline || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         let done = workers.run(parts, |(rows, values, present)| {
             let mut scratch = RowScratch::default();
-            let mut decoded = 0usize;
             let cells = values
                 .chunks_mut(steps.max(1))
                 .zip(present.chunks_mut(steps.max(1)));
@@ -2225,17 +2323,18 @@ impl<'e> Ctx<'e> {
                 if j % 256 == 255 && expired() {
                     return Err(QueryError::Timeout(what));
                 }
-                decoded += row(i, &times, values, present, &mut scratch);
+                row(i, &times, values, present, &mut scratch);
             }
-            Ok(decoded)
+            Ok(())
         });
-        done.into_iter().sum()
+        done.into_iter().collect()
     }
 
     /// A table of `rows` series at every step of this evaluator, empty; it
-    /// is kept for the whole query, so its cells are counted for good, or
-    /// it is not made (past the sample limit or the memory left: the
-    /// caller then works step by step). With the number of steps.
+    /// is kept for the whole query, so its cells are counted for good (as
+    /// samples held, and their bytes), or it is not made (past the sample
+    /// limit or the memory left: the caller then works step by step). With
+    /// the number of steps.
     fn empty_table(
         &self,
         rows: usize,
@@ -2247,7 +2346,7 @@ impl<'e> Ctx<'e> {
         if cells > self.opts.max_samples
             || self
                 .budget
-                .charge(0, cells.saturating_mul(RANGE_CELL_BYTES), what)
+                .charge(cells, cells.saturating_mul(RANGE_CELL_BYTES), what)
                 .is_err()
         {
             return None;
@@ -2304,12 +2403,12 @@ impl<'e> Ctx<'e> {
             return Ok(None);
         };
         let rows = source.rows();
-        let decoded = self.fill_table(
+        self.fill_table(
             vs,
             &mut table,
             what,
             |i, times, values, present, scratch| {
-                let (points, decoded) = rows.with_stale(i, &mut scratch.points);
+                let points = rows.with_stale(i, &mut scratch.points);
                 let mut hi = 0;
                 for (k, &ts) in times.iter().enumerate() {
                     while hi < points.len() && points[hi].0 <= ts {
@@ -2323,10 +2422,9 @@ impl<'e> Ctx<'e> {
                         present[k] = true;
                     }
                 }
-                decoded
             },
         )?;
-        self.finish_table(key, table, source, decoded).map(Some)
+        Ok(Some(self.finish_table(key, table, source)))
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.
