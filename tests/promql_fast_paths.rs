@@ -183,3 +183,86 @@ proptest! {
         }
     }
 }
+
+/// Aggregations folded from a table's rows as they are filled, over more
+/// series and steps than the property test reaches: rows in several
+/// blocks, steps in several chunks, groups whose first present row
+/// changes from step to step. Each checked step of the range query is
+/// what the instant query at that step answers, to the bit.
+#[test]
+fn folded_aggregations_answer_what_instant_queries_answer() {
+    let db = Db::new(HeadOptions::default());
+    let mut app = db.appender(i64::MAX);
+    let mut counts = AppendCounts::default();
+    // 2,400 series over 2 h at 10 s; each misses a stretch of its own, and
+    // every seventh ends in a stale marker, so groups come in at each
+    // step from different rows.
+    const N: i64 = 720;
+    for i in 0..2400i64 {
+        let (inst, job) = (format!("i{i:04}"), format!("j{}", (i * 7) % 5));
+        let name = if i % 3 == 0 { "g" } else { "c_total" };
+        let labels = [
+            ("__name__", name),
+            ("instance", inst.as_str()),
+            ("job", job.as_str()),
+        ];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let gap = (i * 37) % N..(i * 37) % N + 40 + i % 90;
+        let samples = (0..N).filter(|k| !gap.contains(k)).map(|k| {
+            let v = if i % 7 == 0 && k == N - 1 {
+                f64::from_bits(STALE_NAN)
+            } else if name == "g" {
+                ((k * 31 + i * 17) % 1000) as f64 / 7.0
+            } else {
+                (k * (i % 13 + 1) + i) as f64 * 0.1
+            };
+            (k * 10_000, v)
+        });
+        app.append_new(&labels, &raw, samples, &mut counts)
+            .expect("fits");
+    }
+    app.commit();
+    let engine = Engine::new(db.querier(), QueryOptions::default());
+    // 5 s steps over 55 min: 661 steps, three chunks of 256.
+    let (start, end, step) = (300_000, 3_600_000, 5_000);
+    let at = |t: i64| {
+        // The steps next to chunk bounds, and a spread of the others.
+        let k = (t - start) / step;
+        k % 41 == 0 || [0, 1, 254, 255, 256, 257, 511, 512, 660].contains(&k)
+    };
+    for q in [
+        "sum by (job) (rate(c_total[5m]))",
+        "sum (rate(c_total[2m]))",
+        "avg by (job) (max_over_time(g[3m]))",
+        "min by (job) (g)",
+        "max without (instance) (g)",
+        "count by (job) ({__name__=~\"g|c_total\"})",
+        "group by (job) (g)",
+        "sum by (job) (increase(c_total[10m]))",
+    ] {
+        let range = engine.range(q, start, end, step).expect("answers").value;
+        let mut t = start;
+        while t <= end {
+            if at(t) {
+                let Value::Vector(want) = engine.instant(q, t).expect("answers").value else {
+                    panic!("{q}: not a vector");
+                };
+                let want: Vec<(String, String)> = want
+                    .iter()
+                    .map(|s| (labels_text(&s.labels), format!("{:?}", s.v)))
+                    .collect();
+                let mut got: Vec<(String, String)> = range
+                    .iter()
+                    .filter_map(|s| {
+                        let v = s.points.iter().find(|p| p.0 == t)?.1;
+                        Some((labels_text(&s.labels), format!("{v:?}")))
+                    })
+                    .collect();
+                let mut want = want;
+                assert_eq!(canonical(&mut got), canonical(&mut want), "{q} at {t}");
+            }
+            t += step;
+        }
+    }
+}

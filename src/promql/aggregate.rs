@@ -7,10 +7,10 @@ use crate::promql::parser::token::{
     TokenId, T_AVG, T_BOTTOMK, T_COUNT, T_COUNT_VALUES, T_GROUP, T_LIMITK, T_LIMIT_RATIO, T_MAX,
     T_MIN, T_QUANTILE, T_STDDEV, T_STDVAR, T_SUM, T_TOPK,
 };
-use crate::promql::parser::{AggregateExpr, Expr};
+use crate::promql::parser::{self, AggregateExpr, Expr, LabelModifier};
 
 use super::annotations::Annotation;
-use super::eval::{Compat, Ctx, RangeTable, TABLE_CELLS_PER_WORKER};
+use super::eval::{Compat, Ctx, RangeTable, RowFold, TABLE_CELLS_PER_WORKER};
 use super::group::{group_labels, GroupMemo};
 use super::stats::{mean_and_variance, quantile, Kahan, Mean};
 use super::stats::{HistogramTotals, ResetHintsSeen};
@@ -65,10 +65,347 @@ fn from_table(
     }
     match memo.by_step.get_mut(k).and_then(Option::take) {
         Some(out) => Some(out),
+        // A folded table's steps past its first are in `by_step` alone.
+        None if !table.has_step(k) => None,
         None => aggregate_steps(op, table, k..k + 1, &memo.rows, &memo.groups)
             .pop()
             .flatten(),
     }
+}
+
+/// Bytes a [`StepFold`]'s accumulators may take (steps × groups of them).
+const FOLD_STATE_BYTES: usize = 32 << 20;
+
+/// Steps whose accumulators a [`StepFold`] keeps side by side per group:
+/// a row's cells over them update one run of memory, and a run for every
+/// group stays in the caches while a block's rows are folded.
+const FOLD_CHUNK_STEPS: usize = 256;
+
+/// One group's running value at one step, for one operator (what [`Acc`]
+/// holds, without the operator's tag, so a fold is compiled per operator
+/// and its state is as small as the operator needs).
+trait Folds: Copy + Send + Sync {
+    const EMPTY: Self;
+    fn add(&mut self, v: f64);
+    fn value(&self) -> f64;
+}
+
+impl Folds for Kahan {
+    const EMPTY: Self = Kahan::ZERO;
+    fn add(&mut self, v: f64) {
+        Kahan::add(self, v);
+    }
+    fn value(&self) -> f64 {
+        Kahan::value(self)
+    }
+}
+
+impl Folds for Mean {
+    const EMPTY: Self = Mean::ZERO;
+    fn add(&mut self, v: f64) {
+        Mean::add(self, v);
+    }
+    fn value(&self) -> f64 {
+        Mean::value(self)
+    }
+}
+
+/// `count`'s running count.
+#[derive(Clone, Copy)]
+struct Counted(f64);
+
+impl Folds for Counted {
+    const EMPTY: Self = Counted(0.0);
+    fn add(&mut self, _: f64) {
+        self.0 += 1.0;
+    }
+    fn value(&self) -> f64 {
+        self.0
+    }
+}
+
+/// `group`: 1 wherever the group has a member.
+#[derive(Clone, Copy)]
+struct Grouped;
+
+impl Folds for Grouped {
+    const EMPTY: Self = Grouped;
+    fn add(&mut self, _: f64) {}
+    fn value(&self) -> f64 {
+        1.0
+    }
+}
+
+/// `max` (`MAX`) or `min` so far, NaN until a number comes, as [`Acc`]
+/// folds it.
+#[derive(Clone, Copy)]
+struct Extreme<const MAX: bool>(f64);
+
+impl<const MAX: bool> Folds for Extreme<MAX> {
+    const EMPTY: Self = Extreme(f64::NAN);
+    fn add(&mut self, v: f64) {
+        let better = if MAX { v > self.0 } else { v < self.0 };
+        if self.0.is_nan() || better {
+            self.0 = v;
+        }
+    }
+    fn value(&self) -> f64 {
+        self.0
+    }
+}
+
+/// A [`StepFold`]'s accumulators: per chunk of [`FOLD_CHUNK_STEPS`] steps,
+/// per group, per step of the chunk; with whether each has taken a value.
+struct Cells<A> {
+    accs: Vec<A>,
+    seen: Vec<bool>,
+}
+
+impl<A: Folds> Cells<A> {
+    fn new(groups: usize, steps: usize) -> Self {
+        let n = steps.div_ceil(FOLD_CHUNK_STEPS) * FOLD_CHUNK_STEPS * groups;
+        Self {
+            accs: vec![A::EMPTY; n],
+            seen: vec![false; n],
+        }
+    }
+
+    /// Folds a block's rows ([`RowFold::fold`]) into the chunks of steps
+    /// cut among free workers; `order[k]` takes each group the first time
+    /// a row of it is present at step `k`.
+    #[allow(clippy::too_many_arguments)]
+    fn fold(
+        &mut self,
+        order: &mut [Vec<u32>],
+        groups: usize,
+        groups_of: &[u32],
+        rows: std::ops::Range<usize>,
+        values: &[f64],
+        present: &[bool],
+        steps: usize,
+    ) {
+        let chunks = steps.div_ceil(FOLD_CHUNK_STEPS);
+        let per_chunk = FOLD_CHUNK_STEPS * groups;
+        let workers = crate::parallel::Workers::for_items(
+            chunks,
+            TABLE_CELLS_PER_WORKER.div_ceil(rows.len().max(1) * FOLD_CHUNK_STEPS),
+        );
+        let mut parts = Vec::new();
+        let (mut accs, mut seen, mut order) =
+            (self.accs.as_mut_slice(), self.seen.as_mut_slice(), order);
+        for cs in workers.bounds(chunks) {
+            let (a, rest_a) = accs.split_at_mut(cs.len() * per_chunk);
+            let (s, rest_s) = seen.split_at_mut(cs.len() * per_chunk);
+            let ks = (cs.end * FOLD_CHUNK_STEPS).min(steps) - cs.start * FOLD_CHUNK_STEPS;
+            let (o, rest_o) = order.split_at_mut(ks);
+            parts.push((cs, a, s, o));
+            (accs, seen, order) = (rest_a, rest_s, rest_o);
+        }
+        workers.run(parts, |(cs, accs, seen, order)| {
+            let first = cs.start * FOLD_CHUNK_STEPS;
+            for c in cs.clone() {
+                let k0 = c * FOLD_CHUNK_STEPS;
+                let len = FOLD_CHUNK_STEPS.min(steps - k0);
+                let base = (c - cs.start) * per_chunk;
+                let order = &mut order[k0 - first..][..len];
+                for (j, row) in rows.clone().enumerate() {
+                    let id = groups_of[row];
+                    let at = base + id as usize * FOLD_CHUNK_STEPS;
+                    let cells = j * steps + k0..j * steps + k0 + len;
+                    let (accs, seen) = (&mut accs[at..at + len], &mut seen[at..at + len]);
+                    let cells = values[cells.clone()].iter().zip(&present[cells]);
+                    for ((((&v, &here), acc), seen), order) in
+                        cells.zip(accs).zip(seen).zip(order.iter_mut())
+                    {
+                        if here {
+                            if !*seen {
+                                *seen = true;
+                                order.push(id);
+                            }
+                            acc.add(v);
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// The value of group `id` at step `k`.
+    fn value(&self, groups: usize, id: u32, k: usize) -> f64 {
+        let c = k / FOLD_CHUNK_STEPS;
+        let at = c * FOLD_CHUNK_STEPS * groups
+            + id as usize * FOLD_CHUNK_STEPS
+            + (k - c * FOLD_CHUNK_STEPS);
+        self.accs[at].value()
+    }
+}
+
+/// [`Cells`] for the operator folded.
+enum Folding {
+    Sum(Cells<Kahan>),
+    Avg(Cells<Mean>),
+    Count(Cells<Counted>),
+    Group(Cells<Grouped>),
+    Min(Cells<Extreme<false>>),
+    Max(Cells<Extreme<true>>),
+}
+
+/// Runs `$body` with `$cells` bound to the [`Cells`] inside `$folding`.
+macro_rules! with_cells {
+    ($folding:expr, $cells:ident => $body:expr) => {
+        match $folding {
+            Folding::Sum($cells) => $body,
+            Folding::Avg($cells) => $body,
+            Folding::Count($cells) => $body,
+            Folding::Group($cells) => $body,
+            Folding::Min($cells) => $body,
+            Folding::Max($cells) => $body,
+        }
+    };
+}
+
+impl Folding {
+    /// Bytes one accumulator takes, with its flag.
+    fn cell_bytes(op: TokenId) -> Option<usize> {
+        use std::mem::size_of;
+        Some(
+            1 + match op {
+                T_SUM => size_of::<Kahan>(),
+                T_AVG => size_of::<Mean>(),
+                T_COUNT => size_of::<Counted>(),
+                T_GROUP => 0,
+                T_MIN | T_MAX => size_of::<f64>(),
+                _ => return None,
+            },
+        )
+    }
+
+    fn new(op: TokenId, groups: usize, steps: usize) -> Option<Self> {
+        Some(match op {
+            T_SUM => Self::Sum(Cells::new(groups, steps)),
+            T_AVG => Self::Avg(Cells::new(groups, steps)),
+            T_COUNT => Self::Count(Cells::new(groups, steps)),
+            T_GROUP => Self::Group(Cells::new(groups, steps)),
+            T_MIN => Self::Min(Cells::new(groups, steps)),
+            T_MAX => Self::Max(Cells::new(groups, steps)),
+            _ => return None,
+        })
+    }
+}
+
+/// A streamed aggregation over a range table, folded from the table's
+/// rows as they are filled ([`RowFold`]): what [`aggregate_steps`] makes
+/// of a whole table (at each step the groups in the order their first
+/// row comes, each group's values folded in row order, so the same
+/// results to the bit), without a table of every series at every step.
+struct StepFold {
+    /// The aggregation node's address (its memo's key).
+    agg: usize,
+    op: TokenId,
+    modifier: Option<LabelModifier>,
+    /// The rows' groups (`rows`) and the groups' labels.
+    memo: GroupMemo,
+    /// Per step: its groups (memo numbers) in the order they come.
+    order: Vec<Vec<u32>>,
+    cells: Option<Folding>,
+}
+
+impl StepFold {
+    fn new(agg: &AggregateExpr, op: TokenId) -> Self {
+        Self {
+            agg: agg as *const AggregateExpr as usize,
+            op,
+            modifier: agg.modifier.clone(),
+            memo: GroupMemo::default(),
+            order: Vec::new(),
+            cells: None,
+        }
+    }
+}
+
+impl RowFold for StepFold {
+    fn start(&mut self, labels: &[Labels], steps: usize) -> Option<usize> {
+        // Only `count_values` streams without being folded here.
+        let cell_bytes = Folding::cell_bytes(self.op)?;
+        let mut groups = GroupMemo::default();
+        let rows: Vec<u32> = labels
+            .iter()
+            .map(|l| groups.group_of(l, &self.modifier))
+            .collect();
+        let g = groups.groups.len();
+        // Folding pays where groups are fewer than rows; its state is
+        // bounded.
+        let accumulators = steps.div_ceil(FOLD_CHUNK_STEPS) * FOLD_CHUNK_STEPS * g;
+        if g * 2 > labels.len() || accumulators.saturating_mul(cell_bytes) > FOLD_STATE_BYTES {
+            return None;
+        }
+        self.cells = Some(Folding::new(self.op, g, steps)?);
+        groups.rows = rows;
+        self.memo = groups;
+        self.order = vec![Vec::new(); steps];
+        Some(accumulators * cell_bytes + steps * std::mem::size_of::<Vec<u32>>())
+    }
+
+    fn fold(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        values: &[f64],
+        present: &[bool],
+        steps: usize,
+    ) {
+        let g = self.memo.groups.len();
+        let (order, groups_of) = (&mut self.order, &self.memo.rows);
+        if let Some(folding) = &mut self.cells {
+            with_cells!(folding, cells => cells.fold(order, g, groups_of, rows, values, present, steps));
+        }
+    }
+
+    fn finish(self: Box<Self>, ctx: &Ctx<'_>, table: usize, drop_name: bool) {
+        let Self {
+            agg,
+            mut memo,
+            order,
+            cells,
+            ..
+        } = *self;
+        let Some(cells) = cells else {
+            return;
+        };
+        let (groups, g) = (&memo.groups, memo.groups.len());
+        let by_step = order
+            .into_iter()
+            .enumerate()
+            .map(|(k, ids)| {
+                Some(
+                    ids.into_iter()
+                        .map(|id| Sample {
+                            labels: Arc::clone(&groups[id as usize]),
+                            v: with_cells!(&cells, c => c.value(g, id, k)),
+                            h: None,
+                            drop_name,
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        memo.by_step = by_step;
+        memo.rows_of = table;
+        memo.fold_asked = true;
+        ctx.group_memos.borrow_mut().insert(agg, memo);
+    }
+}
+
+/// Whether `agg`, at its first step of a range query, asks for its input
+/// table's rows as they are filled (see [`StepFold`]); asked once.
+fn ask_fold(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> bool {
+    if ctx.step_of(t).is_none() {
+        return false;
+    }
+    let mut memos = ctx.group_memos.borrow_mut();
+    let memo = memos
+        .entry(agg as *const AggregateExpr as usize)
+        .or_default();
+    !std::mem::replace(&mut memo.fold_asked, true)
 }
 
 /// Accumulators a block of [`aggregate_steps`] holds at once (steps ×
@@ -211,11 +548,34 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
     // In a range query, a range function's output (its table, once made)
     // or a plain selector's (its table of values at every step) is read in
     // place at each step.
+    // At its first step, the aggregation asks to fold the table's rows as
+    // they are filled; the vector evaluated to make the table is kept for
+    // the step should no table come of it.
+    let mut input = None;
     if streams(op) {
         let tabled = match (&*agg.expr, agg.expr.unparen()) {
-            (Expr::Call(call), _) => ctx.tabulated(call, t),
+            (Expr::Call(call), _) => match ctx.tabulated(call, t) {
+                Some(found) => Some(found),
+                None if ask_fold(ctx, agg, t) => {
+                    let key = call as *const parser::Call as usize;
+                    ctx.fold_into(key, Box::new(StepFold::new(agg, op)));
+                    let v = ctx.eval_vector(&agg.expr, t);
+                    ctx.unfold(key);
+                    input = Some(v?);
+                    ctx.tabulated(call, t)
+                }
+                None => None,
+            },
             (_, Expr::VectorSelector(vs)) => match ctx.step_of(t) {
-                Some(k) => ctx.selector_table(vs)?.map(|table| (table, k)),
+                Some(k) => {
+                    let key = vs as *const parser::VectorSelector as usize;
+                    if ask_fold(ctx, agg, t) {
+                        ctx.fold_into(key, Box::new(StepFold::new(agg, op)));
+                    }
+                    let table = ctx.selector_table(vs);
+                    ctx.unfold(key);
+                    table?.map(|table| (table, k))
+                }
                 None => None,
             },
             _ => None,
@@ -233,7 +593,10 @@ pub(crate) fn eval(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> Result<Value, 
             }
         }
     }
-    let mut input = ctx.eval_vector(&agg.expr, t)?;
+    let mut input = match input {
+        Some(input) => input,
+        None => ctx.eval_vector(&agg.expr, t)?,
+    };
     if input.iter().any(|s| s.h.is_some()) {
         let ignoring = match op {
             T_SUM | T_AVG => return with_histograms(ctx, agg, op, &input),

@@ -461,9 +461,13 @@ pub(crate) struct RangeTable {
     drop_name: bool,
     /// Steps (columns).
     steps: usize,
+    /// The leading steps whose cells the table holds: all of them, or
+    /// only the first where its rows were folded into an aggregation as
+    /// they were filled ([`RowFold`]).
+    held: usize,
     /// Series-major, so that a series' row is filled in one sweep of its
     /// points (and rows by different workers): series `i` at step `k` is
-    /// `i * steps + k`.
+    /// `i * held + k`.
     values: Vec<f64>,
     present: Vec<bool>,
     /// Rows whose label sets are equal (series that differ only by the
@@ -503,11 +507,11 @@ impl RangeTable {
     /// in place: the same error where two rows with equal labels are both
     /// present.
     pub(crate) fn check_unique(&self, k: usize) -> Result<(), QueryError> {
-        let steps = self.steps;
+        let held = self.held;
         for rows in &self.same_labels {
             let here = rows
                 .iter()
-                .filter(|&&i| self.present.get(i * steps + k).copied().unwrap_or(false))
+                .filter(|&&i| k < held && self.present.get(i * held + k).copied().unwrap_or(false))
                 .count();
             if here > 1 {
                 return Err(duplicate_labelset());
@@ -531,6 +535,20 @@ impl RangeTable {
         self.steps
     }
 
+    /// Whether the table holds its cells at step `k` (a folded table holds
+    /// only its first step's).
+    pub(crate) fn has_step(&self, k: usize) -> bool {
+        k < self.held
+    }
+
+    /// Makes room for the cells of the first `held` steps, none present.
+    fn hold(&mut self, held: usize) {
+        let cells = self.labels.len().saturating_mul(held);
+        self.held = held;
+        self.values = vec![0.0; cells];
+        self.present = vec![false; cells];
+    }
+
     /// The labels of row `row`.
     pub(crate) fn labels(&self, row: usize) -> &Labels {
         &self.labels[row]
@@ -539,23 +557,24 @@ impl RangeTable {
     /// The results at step `k` in place: (row, labels, value), in the
     /// order of [`RangeTable::vector`], without cloning a label set.
     pub(crate) fn at_step(&self, k: usize) -> impl Iterator<Item = (usize, &Labels, f64)> + '_ {
-        let steps = self.steps;
-        let k = if k < steps { k } else { usize::MAX };
+        let held = self.held;
+        let k = if k < held { k } else { usize::MAX };
         self.labels
             .iter()
             .enumerate()
-            .filter(move |(i, _)| k != usize::MAX && self.present[i * steps + k])
-            .map(move |(i, labels)| (i, labels, self.values[i * steps + k]))
+            .filter(move |(i, _)| k != usize::MAX && self.present[i * held + k])
+            .map(move |(i, labels)| (i, labels, self.values[i * held + k]))
     }
 
-    /// Row `row`'s results at steps `ks` (within the table), as (index in
+    /// Row `row`'s results at steps `ks` (within those held), as (index in
     /// `ks`, value), read in one sweep.
     pub(crate) fn row_at(
         &self,
         row: usize,
         ks: std::ops::Range<usize>,
     ) -> impl Iterator<Item = (usize, f64)> + '_ {
-        let at = row * self.steps + ks.start..row * self.steps + ks.end;
+        let ks = ks.start.min(self.held)..ks.end.min(self.held);
+        let at = row * self.held + ks.start..row * self.held + ks.end;
         self.values[at.clone()]
             .iter()
             .zip(&self.present[at])
@@ -576,6 +595,33 @@ impl RangeTable {
             .collect()
     }
 }
+
+/// An aggregation that takes a range table's rows as they are filled
+/// instead of reading a whole table (registered by [`Ctx::fold_into`]):
+/// its results at every step are made in one sweep over blocks of rows,
+/// in row order, and no table of every series at every step is held.
+pub(crate) trait RowFold {
+    /// Told the table's rows (their labels) and steps before any is
+    /// filled: the bytes its state will hold, or `None` to decline (the
+    /// table is then filled whole).
+    fn start(&mut self, labels: &[Labels], steps: usize) -> Option<usize>;
+    /// Folds rows `rows`, in order: their cells are `values`/`present`,
+    /// `steps` per row.
+    fn fold(
+        &mut self,
+        rows: std::ops::Range<usize>,
+        values: &[f64],
+        present: &[bool],
+        steps: usize,
+    );
+    /// Hands the results over once the table (at address `table`, whose
+    /// rows drop their names where `drop_name`) is kept.
+    fn finish(self: Box<Self>, ctx: &Ctx<'_>, table: usize, drop_name: bool);
+}
+
+/// Cells of a block of rows filled before they are folded ([`RowFold`]):
+/// a couple of MiB, so that the block is folded from the caches.
+const FOLD_BLOCK_CELLS: usize = 1 << 18;
 
 /// Evaluates the operator nodes (calls, aggregations, binary
 /// expressions): the engine hands its dispatcher to the evaluator, so the
@@ -621,6 +667,9 @@ pub(crate) struct Ctx<'e> {
     range_tables: RefCell<HashMap<usize, Rc<RangeTable>>>,
     /// Selectors found unable to make a table ([`Ctx::selector_table`]).
     untabled: RefCell<std::collections::HashSet<usize>>,
+    /// Aggregations waiting for a table's rows, by the address of the
+    /// node the table is made for ([`Ctx::fold_into`]).
+    folds: RefCell<HashMap<usize, Box<dyn RowFold>>>,
     budget: Rc<Budget>,
     /// What the evaluation reports beside its answer, shared with the
     /// subquery evaluators.
@@ -1002,6 +1051,7 @@ impl<'e> Ctx<'e> {
             step,
             range_tables: RefCell::new(HashMap::new()),
             untabled: RefCell::default(),
+            folds: RefCell::default(),
             budget: Rc::new(Budget::new(opts)),
             annotations: Rc::default(),
             checked: RefCell::default(),
@@ -2112,7 +2162,8 @@ impl<'e> Ctx<'e> {
         // sample; folding a window costs a cycle or two per sample in it:
         // the queue pays where each sample lies in many windows.
         let slide_extremes = self.step > 0 && range_ms / self.step >= EXTREMES_SLIDE_FROM;
-        self.fill_table(
+        let fold = self.fill_table(
+            key,
             vs,
             &mut table,
             what,
@@ -2167,7 +2218,7 @@ impl<'e> Ctx<'e> {
                 }
             },
         )?;
-        Ok(Some(self.finish_table(key, table, source)))
+        Ok(Some(self.finish_table(key, table, source, fold)))
     }
 
     /// An empty table for the series `vs` selects over `range` before each
@@ -2262,9 +2313,16 @@ impl<'e> Ctx<'e> {
         Ok(Some((table, Source::Loaded(series))))
     }
 
-    /// Keeps a filled table by `key`; a selection decoded row by row gives
+    /// Keeps a filled table by `key`, and hands an aggregation that
+    /// folded its rows its results; a selection decoded row by row gives
     /// back its chunks' bytes and the rows its workers held.
-    fn finish_table(&self, key: usize, table: RangeTable, source: Source) -> Rc<RangeTable> {
+    fn finish_table(
+        &self,
+        key: usize,
+        table: RangeTable,
+        source: Source,
+        fold: Option<Box<dyn RowFold>>,
+    ) -> Rc<RangeTable> {
         if let Source::Selected(selection, rows_held) = source {
             self.budget.release(
                 rows_held,
@@ -2273,7 +2331,25 @@ impl<'e> Ctx<'e> {
                     .saturating_add(rows_held.saturating_mul(POINT_BYTES)),
             );
         }
-        self.keep_table(key, table)
+        let drop_name = table.drop_name;
+        let table = self.keep_table(key, table);
+        if let Some(fold) = fold {
+            fold.finish(self, Rc::as_ptr(&table) as usize, drop_name);
+        }
+        table
+    }
+
+    /// Has the table made next for the node at `key` (a range function's
+    /// call or a plain selector) fold its rows into `fold` as they are
+    /// filled, rather than be kept whole; `fold` may decline. Taken back
+    /// by [`Ctx::unfold`] if no table is made.
+    pub(crate) fn fold_into(&self, key: usize, fold: Box<dyn RowFold>) {
+        self.folds.borrow_mut().insert(key, fold);
+    }
+
+    /// Forgets a fold [`Ctx::fold_into`] left for `key` that no table took.
+    pub(crate) fn unfold(&self, key: usize) {
+        self.folds.borrow_mut().remove(&key);
     }
 
     /// Steps of this evaluator.
@@ -2286,29 +2362,103 @@ impl<'e> Ctx<'e> {
     /// `row(i, times, values, present, scratch)` writes series `i`'s value
     /// at each selector time `times[k]` into `values[k]`, with
     /// `present[k]` set, where it has one; `scratch` is the worker's own.
-    /// The rows are cut among free workers, each reading a series' points
-    /// in one sweep while they are in cache.
+    /// Where an aggregation asked to fold the table's rows
+    /// ([`Ctx::fold_into`]) and takes them (no two rows share a label set,
+    /// and its state fits), the rows are filled a block at a time and
+    /// folded in row order, and the table keeps only its first step's
+    /// cells (what that step's vector reads); the fold is handed back, to
+    /// be given its results once the table is kept.
     fn fill_table(
         &self,
+        key: usize,
         vs: &VectorSelector,
         table: &mut RangeTable,
         what: &'static str,
         row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
-    ) -> Result<(), QueryError> {
+    ) -> Result<Option<Box<dyn RowFold>>, QueryError> {
         let n = table.labels.len();
         let steps = table.steps;
         let times: Vec<i64> = (0..steps)
             .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
             .collect();
+        table.find_same_labels();
+        let asked = self.folds.borrow_mut().remove(&key);
+        let fold = asked.and_then(|mut fold| {
+            if !table.same_labels.is_empty() || n == 0 || steps < 2 {
+                return None;
+            }
+            let bytes = fold.start(&table.labels, steps)?;
+            // Its state is held for the rest of the query.
+            self.budget.charge(0, bytes, what).ok()?;
+            Some(fold)
+        });
+        let Some(mut fold) = fold else {
+            table.hold(steps);
+            self.fill_rows(
+                &times,
+                0..n,
+                &mut table.values,
+                &mut table.present,
+                what,
+                &row,
+            )?;
+            return Ok(None);
+        };
+        table.hold(1);
+        let unheld = n.saturating_mul(steps - 1);
+        self.budget
+            .release(unheld, unheld.saturating_mul(RANGE_CELL_BYTES));
+        let block = (FOLD_BLOCK_CELLS / steps).clamp(1, n);
+        let scratch = Held::new(&self.budget);
+        scratch.charge(0, block * steps * RANGE_CELL_BYTES, what)?;
+        let (mut values, mut present) = (vec![0.0; block * steps], vec![false; block * steps]);
+        let mut from = 0;
+        while from < n {
+            let to = (from + block).min(n);
+            let cells = (to - from) * steps;
+            present[..cells].fill(false);
+            self.fill_rows(
+                &times,
+                from..to,
+                &mut values[..cells],
+                &mut present[..cells],
+                what,
+                &row,
+            )?;
+            for (j, i) in (from..to).enumerate() {
+                table.values[i] = values[j * steps];
+                table.present[i] = present[j * steps];
+            }
+            fold.fold(from..to, &values[..cells], &present[..cells], steps);
+            from = to;
+        }
+        Ok(Some(fold))
+    }
+
+    /// Fills the cells of rows `rows` (`times.len()` per row, from the
+    /// start of `values` and `present`) as [`Ctx::fill_table`] says. The
+    /// rows are cut among free workers, each reading a series' points in
+    /// one sweep while they are in cache.
+    fn fill_rows(
+        &self,
+        times: &[i64],
+        rows: std::ops::Range<usize>,
+        values: &mut [f64],
+        present: &mut [bool],
+        what: &'static str,
+        row: &(impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync),
+    ) -> Result<(), QueryError> {
+        let n = rows.len();
+        let steps = times.len();
         let workers =
             parallel::Workers::for_items(n, TABLE_CELLS_PER_WORKER.div_ceil(steps.max(1)));
         let bounds = workers.bounds(n);
         let mut parts = Vec::with_capacity(bounds.len());
-        let (mut values, mut present) = (table.values.as_mut_slice(), table.present.as_mut_slice());
+        let (mut values, mut present) = (values, present);
         for r in &bounds {
             let (v, rest_v) = values.split_at_mut(r.len() * steps);
             let (p, rest_p) = present.split_at_mut(r.len() * steps);
-            parts.push((r.clone(), v, p));
+            parts.push((rows.start + r.start..rows.start + r.end, v, p));
             (values, present) = (rest_v, rest_p);
         }
         let (deadline, cancel) = (self.deadline, self.cancel);
@@ -2323,7 +2473,7 @@ impl<'e> Ctx<'e> {
                 if j % 256 == 255 && expired() {
                     return Err(QueryError::Timeout(what));
                 }
-                row(i, &times, values, present, &mut scratch);
+                row(i, times, values, present, &mut scratch);
             }
             Ok(())
         });
@@ -2351,20 +2501,22 @@ impl<'e> Ctx<'e> {
         {
             return None;
         }
+        // Its cells are made once it is known whether they are all kept
+        // ([`Ctx::fill_table`]).
         let table = RangeTable {
             labels: Vec::with_capacity(rows),
             drop_name,
             steps,
-            values: vec![0.0; cells],
-            present: vec![false; cells],
+            held: 0,
+            values: Vec::new(),
+            present: Vec::new(),
             same_labels: Vec::new(),
         };
         Some((table, steps))
     }
 
     /// Finishes a table and keeps it, by `key`, for the rest of the query.
-    fn keep_table(&self, key: usize, mut table: RangeTable) -> Rc<RangeTable> {
-        table.find_same_labels();
+    fn keep_table(&self, key: usize, table: RangeTable) -> Rc<RangeTable> {
         let table = Rc::new(table);
         self.range_tables
             .borrow_mut()
@@ -2403,7 +2555,8 @@ impl<'e> Ctx<'e> {
             return Ok(None);
         };
         let rows = source.rows();
-        self.fill_table(
+        let fold = self.fill_table(
+            key,
             vs,
             &mut table,
             what,
@@ -2424,7 +2577,7 @@ impl<'e> Ctx<'e> {
                 }
             },
         )?;
-        Ok(Some(self.finish_table(key, table, source)))
+        Ok(Some(self.finish_table(key, table, source, fold)))
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.
@@ -2462,6 +2615,7 @@ impl<'e> Ctx<'e> {
             step,
             range_tables: RefCell::new(HashMap::new()),
             untabled: RefCell::default(),
+            folds: RefCell::default(),
             budget: Rc::clone(&self.budget),
             annotations: Rc::clone(&self.annotations),
             checked: RefCell::default(),

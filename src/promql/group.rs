@@ -44,6 +44,9 @@ pub(crate) struct GroupMemo {
     /// The aggregation of the table at `rows_of` at each step, each taken
     /// when that step is evaluated.
     pub(crate) by_step: Vec<Option<Vec<crate::promql::value::Sample>>>,
+    /// Whether the node asked for its input table's rows to be folded as
+    /// they are filled (asked once, at its first step).
+    pub(crate) fold_asked: bool,
 }
 
 impl GroupMemo {

@@ -10,6 +10,8 @@ pub(crate) struct Kahan {
 }
 
 impl Kahan {
+    pub(crate) const ZERO: Self = Self { sum: 0.0, c: 0.0 };
+
     /// Adds `v`.
     pub(crate) fn add(&mut self, v: f64) {
         let t = self.sum + v;
@@ -257,6 +259,14 @@ fn kahan_inc(inc: f64, sum: f64, c: f64) -> (f64, f64) {
 }
 
 impl Mean {
+    pub(crate) const ZERO: Self = Self {
+        sum: 0.0,
+        mean: 0.0,
+        c: 0.0,
+        count: 0.0,
+        incremental: false,
+    };
+
     /// Adds `f`.
     pub(crate) fn add(&mut self, f: f64) {
         self.count += 1.0;

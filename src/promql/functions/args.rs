@@ -135,7 +135,11 @@ pub(crate) fn over_range_sliding(
         if let (Some(k), true) = (ctx.step_of(t), fixed) {
             let key = call as *const Call as usize;
             if let Some(table) = ctx.range_table(key, &m.vs, &m.range, name, &f, sliding)? {
-                return Ok(Value::Vector(table.vector(k)));
+                // A table folded into an aggregation holds its first step
+                // only; a step past it is worked out below.
+                if table.has_step(k) {
+                    return Ok(Value::Vector(table.vector(k)));
+                }
             }
         }
         let range = i64::try_from(m.range.as_millis()).unwrap_or(i64::MAX);
