@@ -125,8 +125,14 @@ proptest! {
         let db = Db::new(HeadOptions::default());
         let mut app = db.appender(i64::MAX);
         let mut counts = AppendCounts::default();
+        let mut seen = std::collections::HashSet::new();
         for (i, s) in specs.iter().enumerate() {
-            let inst = format!("i{i}");
+            // Pairs share an instance: with different names and the same
+            // job, their label sets collide once the names are dropped.
+            let inst = format!("i{}", i / 2);
+            if !seen.insert((s.name, inst.clone(), s.job)) {
+                continue;
+            }
             let labels = [("__name__", s.name), ("instance", inst.as_str()), ("job", s.job)];
             let mut raw = Vec::new();
             encode_canonical(labels.iter().copied(), &mut raw);
@@ -164,6 +170,12 @@ proptest! {
                 );
             }
             Ok(a) => {
+                // One series per label set, as the answer gathers them.
+                let mut sets: Vec<String> = a.value.iter().map(|s| labels_text(&s.labels)).collect();
+                sets.sort();
+                let all = sets.len();
+                sets.dedup();
+                prop_assert_eq!(all, sets.len(), "{}: a label set twice", q);
                 let mut rows: Vec<Vec<(String, String)>> = vec![Vec::new(); by_step.len()];
                 for s in &a.value {
                     for &(pt, v) in &s.points {
@@ -265,4 +277,51 @@ fn folded_aggregations_answer_what_instant_queries_answer() {
             t += step;
         }
     }
+}
+
+/// Two series whose labels are equal once a range function drops their
+/// names: apart in time, the range query's answer is one series holding
+/// both (as the step-by-step answer gathers them); present at the same
+/// step, it is Prometheus' error.
+#[test]
+fn rows_equal_without_names_are_one_series_or_an_error() {
+    let db = Db::new(HeadOptions::default());
+    let mut app = db.appender(i64::MAX);
+    let mut counts = AppendCounts::default();
+    let mut add = |name: &str, inst: &str, ks: std::ops::Range<i64>| {
+        let labels = [("__name__", name), ("instance", inst), ("job", "j")];
+        let mut raw = Vec::new();
+        encode_canonical(labels.iter().copied(), &mut raw);
+        let samples = ks.map(|k| (k * STEP, k as f64));
+        app.append_new(&labels, &raw, samples, &mut counts)
+            .expect("fits");
+    };
+    add("a_total", "x", 0..20);
+    add("b_total", "x", 30..50);
+    add("a_total", "y", 0..40);
+    add("b_total", "y", 30..50);
+    app.commit();
+    let engine = Engine::new(db.querier(), QueryOptions::default());
+    let (start, end) = (0, 55 * STEP);
+    let q = r#"rate({__name__=~"a_total|b_total", instance="x"}[1m])"#;
+    let a = engine.range(q, start, end, STEP).expect("answers").value;
+    assert_eq!(a.len(), 1, "{a:?}");
+    let mut t = start;
+    while t <= end {
+        let Value::Vector(v) = engine.instant(q, t).expect("answers").value else {
+            panic!("not a vector");
+        };
+        let got = a[0].points.iter().find(|p| p.0 == t).map(|p| p.1);
+        assert_eq!(
+            got.map(f64::to_bits),
+            v.first().map(|s| s.v.to_bits()),
+            "at {t}"
+        );
+        t += STEP;
+    }
+    let q = r#"rate({__name__=~"a_total|b_total", instance="y"}[1m])"#;
+    let e = engine
+        .range(q, start, end, STEP)
+        .expect_err("two rows at once");
+    assert!(e.to_string().contains("same labelset"), "{e}");
 }

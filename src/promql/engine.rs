@@ -156,6 +156,21 @@ impl<'h> Engine<'h> {
             }
             _ => {}
         }
+        // A range function whose first step made a table of every step
+        // (see `Ctx::range_table`) is read from the table row by row.
+        let mut first = None;
+        if let Expr::Call(call) = expr.unparen() {
+            let v = ctx.eval(expr, start)?;
+            if let Some((table, 0)) = ctx.tabulated(call, start) {
+                if let Some(value) = ctx.table_series(&table, start, step)? {
+                    return Ok(Evaluated {
+                        value,
+                        annotations: ctx.annotations(),
+                    });
+                }
+            }
+            first = Some(v);
+        }
         // Selectors hand out the same shared labels at every step, so most
         // samples are found by their labels' address; only new label sets
         // are hashed by content.
@@ -163,9 +178,13 @@ impl<'h> Engine<'h> {
         let mut t = start;
         while t <= end {
             ctx.check_deadline("query range evaluation")?;
+            let value = match first.take() {
+                Some(v) => v,
+                None => ctx.eval(expr, t)?,
+            };
             // The answer's points are kept to the end: each step's count
             // against the query's budget before they are.
-            match ctx.eval(expr, t)? {
+            match value {
                 Value::Scalar(v) => {
                     ctx.budget()
                         .charge(1, POINT_BYTES, "query range evaluation")?;

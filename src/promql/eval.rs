@@ -18,7 +18,7 @@ use super::annotations::{Annotation, Annotations};
 use super::group::GroupMemo;
 use super::guard::{millis as ms, ParseLimits};
 use super::selector_matchers;
-use super::stats::{counter_increase_in, counter_resets, FactorMemo, SlidingExtreme};
+use super::stats::{counter_increase_in, counter_resets, means_of_4, FactorMemo, SlidingExtreme};
 use super::value::{drop_name, no_labels, Hist, Labels, Name, Sample, Series, Value};
 use super::QueryError;
 use crate::histogram::{CounterResetHint, FloatHistogram, Incompatible};
@@ -360,6 +360,9 @@ pub(crate) enum Sliding<'f> {
     /// `max_over_time` and `min_over_time` fold it, kept as windows move
     /// ([`SlidingExtreme`]): the function itself is not called.
     Extreme(bool),
+    /// The window's mean, as `avg_over_time` takes it: four windows at a
+    /// time ([`means_of_4`]), the function called for those left over.
+    Mean,
 }
 
 /// A selector's series with their chunks, not yet decoded.
@@ -2180,6 +2183,9 @@ impl<'e> Ctx<'e> {
                     counter_resets(points, resets);
                 }
                 let mut from = 0;
+                // Windows waiting for their mean: (step, lo, hi).
+                let mut means = [(0usize, 0usize, 0usize); 4];
+                let mut waiting = 0;
                 // The window (ts - range, ts]; both ends only move forward.
                 let (mut lo, mut hi) = (usize::MAX, 0);
                 for (k, &ts) in times.iter().enumerate() {
@@ -2201,6 +2207,19 @@ impl<'e> Ctx<'e> {
                     }
                     let window = &points[lo..hi];
                     let v = match sliding {
+                        Sliding::Mean => {
+                            means[waiting] = (k, lo, hi);
+                            waiting += 1;
+                            if waiting == 4 {
+                                let m = means_of_4(points, means.map(|(_, lo, hi)| (lo, hi)));
+                                for (&(k, _, _), v) in means.iter().zip(m) {
+                                    values[k] = v;
+                                    present[k] = true;
+                                }
+                                waiting = 0;
+                            }
+                            continue;
+                        }
                         Sliding::No => f(window, range_ms, ts),
                         Sliding::Increase(g) => {
                             let inc = counter_increase_in(points, lo, hi, resets, &mut from);
@@ -2212,6 +2231,12 @@ impl<'e> Ctx<'e> {
                         Sliding::Extreme(_) => f(window, range_ms, ts),
                     };
                     if let Some(v) = v {
+                        values[k] = v;
+                        present[k] = true;
+                    }
+                }
+                for &(k, lo, hi) in &means[..waiting] {
+                    if let Some(v) = f(&points[lo..hi], range_ms, times[k]) {
                         values[k] = v;
                         present[k] = true;
                     }
@@ -2578,6 +2603,76 @@ impl<'e> Ctx<'e> {
             },
         )?;
         Ok(Some(self.finish_table(key, table, source, fold)))
+    }
+
+    /// A range table holding every step of this evaluator as the answer
+    /// of a range query, row by row, with what the answer gathered step by
+    /// step has: each row's points where it is present (charged to the
+    /// query), rows with equal labels (names dropped) as one series, the
+    /// same error at a step where two of them are present, series in
+    /// label order. `None` where it cannot stand in: a table folded into
+    /// an aggregation, or names dropped only at the end
+    /// (`delayed_name_removal`).
+    pub(crate) fn table_series(
+        &self,
+        table: &RangeTable,
+        start: i64,
+        step: i64,
+    ) -> Result<Option<Vec<Series>>, QueryError> {
+        let steps = table.steps();
+        if steps != self.steps() || !table.has_step(steps - 1) || self.opts.delayed_name_removal {
+            return Ok(None);
+        }
+        for k in 0..steps {
+            table.check_unique(k)?;
+        }
+        let mut out: Vec<Series> = Vec::with_capacity(table.rows());
+        // The first row of each row's group of equal labels (rows alone
+        // are not in it), and the answer's series of each group.
+        let mut first_of: HashMap<usize, usize> = HashMap::new();
+        for rows in &table.same_labels {
+            for &row in &rows[1..] {
+                first_of.insert(row, rows[0]);
+            }
+        }
+        let mut series_of_row: HashMap<usize, usize> = HashMap::new();
+        for row in 0..table.rows() {
+            if row % 256 == 255 {
+                self.check_deadline("query range evaluation")?;
+            }
+            let points: Vec<(i64, f64)> = table
+                .row_at(row, 0..steps)
+                .map(|(k, v)| (start + k as i64 * step, v))
+                .collect();
+            if points.is_empty() {
+                continue;
+            }
+            self.budget.charge(
+                points.len(),
+                points.len() * POINT_BYTES,
+                "query range evaluation",
+            )?;
+            let first = first_of.get(&row).copied().unwrap_or(row);
+            match series_of_row.get(&first).copied() {
+                Some(i) => {
+                    // Present at other steps than the earlier row (checked
+                    // above): their points interleave in time.
+                    out[i].points.extend(points);
+                    out[i].points.sort_by_key(|p| p.0);
+                }
+                None => {
+                    series_of_row.insert(first, out.len());
+                    out.push(Series {
+                        labels: Arc::clone(table.labels(row)),
+                        points,
+                        histograms: Vec::new(),
+                        drop_name: table.drop_name(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(Some(out))
     }
 
     /// The evaluator for a subquery node, covering all of this query's steps.

@@ -304,6 +304,60 @@ impl Mean {
     }
 }
 
+/// The mean of `values` as [`Mean`] takes it.
+pub(crate) fn mean_of(values: impl Iterator<Item = f64>) -> f64 {
+    let mut m = Mean::default();
+    values.for_each(|v| m.add(v));
+    m.value()
+}
+
+/// The means of four windows of `points` (none empty), as [`mean_of`]
+/// takes each, to the bit: the four compensated sums run side by side
+/// (each its own additions in its own order), so that their chains of
+/// dependent additions overlap instead of waiting on one another. Where
+/// a sum meets an infinity, [`Mean`] would go on differently (or keep the
+/// first value): those windows are worked out by [`mean_of`].
+pub(crate) fn means_of_4(points: &[(i64, f64)], windows: [(usize, usize); 4]) -> [f64; 4] {
+    let n = windows.iter().map(|&(lo, hi)| hi - lo).min().unwrap_or(0);
+    let lane = |l: usize| &points[windows[l].0..windows[l].1];
+    let (w0, w1, w2, w3) = (lane(0), lane(1), lane(2), lane(3));
+    let mut sum = [0.0f64; 4];
+    let mut c = [0.0f64; 4];
+    let mut infinite = false;
+    // Prometheus' `kahanSumInc`, one step of each lane.
+    let add = |sum: &mut f64, c: &mut f64, v: f64| {
+        let t = *sum + v;
+        *c += if sum.abs() >= v.abs() {
+            (*sum - t) + v
+        } else {
+            (v - t) + *sum
+        };
+        *sum = t;
+        t.is_infinite()
+    };
+    for (((a, b), d), e) in w0[..n].iter().zip(&w1[..n]).zip(&w2[..n]).zip(&w3[..n]) {
+        let [s0, s1, s2, s3] = &mut sum;
+        let [c0, c1, c2, c3] = &mut c;
+        infinite |= add(s0, c0, a.1);
+        infinite |= add(s1, c1, b.1);
+        infinite |= add(s2, c2, d.1);
+        infinite |= add(s3, c3, e.1);
+    }
+    let mut out = [0.0; 4];
+    for (l, w) in [w0, w1, w2, w3].into_iter().enumerate() {
+        for p in &w[n..] {
+            infinite |= add(&mut sum[l], &mut c[l], p.1);
+        }
+        out[l] = (sum[l] + c[l]) / w.len() as f64;
+    }
+    if infinite {
+        for (l, w) in [w0, w1, w2, w3].into_iter().enumerate() {
+            out[l] = mean_of(w.iter().map(|p| p.1));
+        }
+    }
+    out
+}
+
 /// Mean and population variance by Welford's method, as Prometheus
 /// computes `stddev`/`stdvar` and their `_over_time` forms.
 /// Whether `a` and `b` differ by less than `epsilon` relative to their
@@ -441,6 +495,42 @@ mod tests {
                 let lanes = extreme_of(&points[lo..hi], max);
                 proptest::prop_assert_eq!(fold.to_bits(), lanes.to_bits(), "{:?}", &points[lo..hi]);
                 hi += stride;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Four windows' means taken side by side are each window's
+        /// [`Mean`], bit for bit: windows of different lengths, values
+        /// that cancel, overflow the sum, or are infinite, NaN or -0.
+        #[test]
+        fn four_means_side_by_side_are_each_mean(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    6 => -1e3f64..1e3,
+                    1 => (-3i32..3).prop_map(|e| 1e308 * f64::from(e)),
+                    1 => proptest::strategy::Just(f64::NAN),
+                    1 => proptest::strategy::Just(f64::INFINITY),
+                    1 => proptest::strategy::Just(f64::NEG_INFINITY),
+                    1 => proptest::strategy::Just(-0.0),
+                ],
+                1..120,
+            ),
+            windows in proptest::collection::vec((0usize..120, 1usize..40), 4),
+        ) {
+            let points: Vec<(i64, f64)> =
+                values.iter().enumerate().map(|(i, &v)| (i as i64, v)).collect();
+            let n = points.len();
+            let w: Vec<(usize, usize)> = windows
+                .iter()
+                .map(|&(lo, len)| (lo % n, (lo % n + len).min(n)))
+                .collect();
+            let got = means_of_4(&points, [w[0], w[1], w[2], w[3]]);
+            for (l, &(lo, hi)) in w.iter().enumerate() {
+                let want = mean(&values[lo..hi]);
+                proptest::prop_assert_eq!(
+                    want.to_bits(), got[l].to_bits(), "{:?}: {} against {}", &values[lo..hi], want, got[l]
+                );
             }
         }
     }

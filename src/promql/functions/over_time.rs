@@ -3,27 +3,27 @@
 use crate::promql::parser::Call;
 
 use super::args::{
-    over_range, over_range_mixed, over_range_sliding, range_arg, scalar_arg, Out, Steps, Window,
+    over_range, over_range_mixed, over_range_mixed_sliding, over_range_sliding, range_arg,
+    scalar_arg, Out, Steps, Window,
 };
 use crate::promql::annotations::Annotation;
 use crate::promql::eval::{Compat, Ctx, Sliding};
-use crate::promql::stats::{extreme_of, mean_and_variance, quantile, Kahan, Mean};
+use crate::promql::stats::{extreme_of, mean_and_variance, mean_of, quantile, Kahan};
 use crate::promql::stats::{HistogramTotals, ResetHintsSeen};
 use crate::promql::value::{Name, Sample, Value};
 use crate::promql::QueryError;
 
 fn avg_over_time(points: &[(i64, f64)]) -> f64 {
-    let mut m = Mean::default();
-    points.iter().for_each(|&(_, v)| m.add(v));
-    m.value()
+    mean_of(points.iter().map(|p| p.1))
 }
 
 pub(super) fn avg(ctx: &Ctx<'_>, call: &Call, t: i64) -> Result<Value, QueryError> {
-    over_range_mixed(
+    over_range_mixed_sliding(
         ctx,
         call,
         t,
         Name::Drop,
+        Sliding::Mean,
         |p, _, _| Some(avg_over_time(p)),
         |w| hist_over_time(ctx, w, Fold::Mean),
     )
