@@ -1259,12 +1259,13 @@ impl<'e> Ctx<'e> {
         // Decoded in batches of at most DECODE_BATCH_POINTS samples, each
         // spread over the free cores; a batch is charged series by series
         // as it is taken in, so a query past its limits stops within one
-        // batch of them.
+        // batch of them. A series' newest sample alone costs the decoding
+        // of the chunk holding it.
         let sizes: Vec<usize> = selected
             .iter()
             .map(|s| {
                 if last_only {
-                    1
+                    s.last_sample_cost(lo, hi)
                 } else {
                     s.samples_at_most(lo, hi)
                 }

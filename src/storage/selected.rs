@@ -92,6 +92,25 @@ impl SelectedSeries {
         None
     }
 
+    /// About how many samples [`SelectedSeries::last_sample`] decodes for
+    /// `[mint, maxt]`: the count in the header of the newest chunk it
+    /// reads, or 1 where that chunk knows its newest sample.
+    pub fn last_sample_cost(&self, mint: i64, maxt: i64) -> usize {
+        let newest = self
+            .chunks
+            .iter()
+            .rev()
+            .find(|c| c.mint <= maxt && c.maxt >= mint);
+        match newest {
+            Some(c) if c.last.is_some_and(|(t, _)| t == c.maxt && t <= maxt) => 1,
+            Some(c) => match *c.bytes {
+                [a, b, ..] => usize::from(u16::from_be_bytes([a, b])).max(1),
+                _ => 1,
+            },
+            None => 1,
+        }
+    }
+
     /// At most how many float samples [`SelectedSeries::samples`] gives
     /// for `[mint, maxt]`: the sample counts of the chunks overlapping it,
     /// from their headers.
