@@ -121,6 +121,9 @@ fn selections_decoded_series_by_series_count_what_they_hold() {
         "count by (job) (http_requests_total)",
         "http_requests_total",
         "count_over_time(http_requests_total[1h])",
+        // A subquery's evaluator asks its steps again for each outer step:
+        // its tables stay whole (none is folded), and read in place.
+        "max_over_time(sum by (job) (rate(http_requests_total[5m]))[30m:1m])",
     ] {
         let row_by_row = least_limit(&head, q, step, &QueryOptions::default());
         let decoded_first = least_limit(&head, q, step, &first);

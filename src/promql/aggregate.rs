@@ -73,7 +73,8 @@ fn from_table(
     }
 }
 
-/// Bytes a [`StepFold`]'s accumulators may take (steps × groups of them).
+/// Bytes a [`StepFold`]'s state may take: steps × groups accumulators,
+/// and the samples they become.
 const FOLD_STATE_BYTES: usize = 32 << 20;
 
 /// Steps whose accumulators a [`StepFold`] keeps side by side per group:
@@ -336,14 +337,19 @@ impl RowFold for StepFold {
         // Folding pays where groups are fewer than rows; its state is
         // bounded.
         let accumulators = steps.div_ceil(FOLD_CHUNK_STEPS) * FOLD_CHUNK_STEPS * g;
-        if g * 2 > labels.len() || accumulators.saturating_mul(cell_bytes) > FOLD_STATE_BYTES {
+        // Each accumulator, its group's place in its step's order, and
+        // the sample it becomes.
+        let bytes = accumulators.saturating_mul(
+            cell_bytes + std::mem::size_of::<u32>() + std::mem::size_of::<Sample>(),
+        );
+        if g * 2 > labels.len() || bytes > FOLD_STATE_BYTES {
             return None;
         }
         self.cells = Some(Folding::new(self.op, g, steps)?);
         groups.rows = rows;
         self.memo = groups;
         self.order = vec![Vec::new(); steps];
-        Some(accumulators * cell_bytes + steps * std::mem::size_of::<Vec<u32>>())
+        Some(bytes + steps * std::mem::size_of::<Vec<u32>>())
     }
 
     fn fold(
@@ -398,7 +404,7 @@ impl RowFold for StepFold {
 /// Whether `agg`, at its first step of a range query, asks for its input
 /// table's rows as they are filled (see [`StepFold`]); asked once.
 fn ask_fold(ctx: &Ctx<'_>, agg: &AggregateExpr, t: i64) -> bool {
-    if ctx.step_of(t).is_none() {
+    if ctx.step_of(t) != Some(0) || !ctx.steps_asked_once() {
         return false;
     }
     let mut memos = ctx.group_memos.borrow_mut();

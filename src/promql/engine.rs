@@ -159,7 +159,7 @@ impl<'h> Engine<'h> {
         // A range function whose first step made a table of every step
         // (see `Ctx::range_table`) is read from the table row by row.
         let mut first = None;
-        if let Expr::Call(call) = expr.unparen() {
+        if let (Expr::Call(call), true) = (expr.unparen(), start <= end) {
             let v = ctx.eval(expr, start)?;
             if let Some((table, 0)) = ctx.tabulated(call, start) {
                 if let Some(value) = ctx.table_series(&table, start, step)? {

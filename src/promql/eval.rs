@@ -1682,7 +1682,8 @@ impl<'e> Ctx<'e> {
             let sizes: Vec<usize> = selected.iter().map(|s| s.samples_at_most(lo, hi)).collect();
             // Each worker holds one series' samples at a time.
             let row_most = sizes.iter().copied().max().unwrap_or(0);
-            let rows_held = row_most.saturating_mul(parallel::max_threads());
+            let workers = parallel::max_threads().min(selected.len());
+            let rows_held = row_most.saturating_mul(workers);
             chunks.charge(rows_held, rows_held.saturating_mul(POINT_BYTES), what)?;
             // Batches of at most DECODE_BATCH_POINTS samples read and
             // answer points made, charged series by series once made.
@@ -2143,7 +2144,7 @@ impl<'e> Ctx<'e> {
     /// kept for the others (by `key`, the call's address). A series' points
     /// stay in cache while its window slides over all steps, where stepping
     /// through every series at each step would load them all again. `None`
-    /// when the table would exceed the query's sample limit.
+    /// when the table would exceed the query's memory.
     pub(crate) fn range_table(
         &self,
         key: usize,
@@ -2252,13 +2253,13 @@ impl<'e> Ctx<'e> {
     /// and where the rows' points come from: those a reader before decoded
     /// ([`Ctx::load`]), or the selection itself, decoded row by row as the
     /// table is filled, when nothing has decoded it yet and it holds no
-    /// histogram. Decoded row by row, the samples held are the table's
-    /// cells and the rows the workers hold at once, which is what is
-    /// charged (as Prometheus counts the samples a range query holds, not
+    /// histogram. Decoded row by row, the samples held are the rows the
+    /// workers hold at once, which is what is charged, with the table's
+    /// bytes (as Prometheus counts the samples a range query holds, not
     /// those it has read): a long range of a few steps answers within a
-    /// sample limit its samples would pass. `None` without a table: over
-    /// the sample limit or the memory left, or, with `floats_only`, a
-    /// selection holding histograms.
+    /// sample limit its samples would pass. `None` without a table: past
+    /// the memory left, or, with `floats_only`, a selection holding
+    /// histograms.
     fn table_source(
         &self,
         vs: &VectorSelector,
@@ -2286,13 +2287,13 @@ impl<'e> Ctx<'e> {
                     .map(|s| s.samples_at_most(lo, hi))
                     .max()
                     .unwrap_or(0);
-                let rows_held = row_most.saturating_mul(parallel::max_threads());
+                let workers = parallel::max_threads().min(selection.series.len());
+                let rows_held = row_most.saturating_mul(workers);
                 let cells = selection.series.len().saturating_mul(self.steps());
                 let row_by_row = !histograms
                     && !self.opts.use_start_timestamps
-                    && cells <= self.opts.max_samples
                     && self.budget.fits(
-                        cells.saturating_add(rows_held),
+                        rows_held,
                         rows_held
                             .saturating_mul(POINT_BYTES)
                             .saturating_add(cells.saturating_mul(RANGE_CELL_BYTES)),
@@ -2365,6 +2366,15 @@ impl<'e> Ctx<'e> {
         table
     }
 
+    /// Whether this evaluator is asked for each of its steps once, in
+    /// order, from its first: a query's own, not a subquery's (whose
+    /// steps start one past its aligned start and are asked again for
+    /// each outer step). Only its tables may be folded ([`RowFold`]): a
+    /// folded table answers each step once.
+    pub(crate) fn steps_asked_once(&self) -> bool {
+        self.first_eval == self.start
+    }
+
     /// Has the table made next for the node at `key` (a range function's
     /// call or a plain selector) fold its rows into `fold` as they are
     /// filled, rather than be kept whole; `fold` may decline. Taken back
@@ -2433,7 +2443,7 @@ impl<'e> Ctx<'e> {
         table.hold(1);
         let unheld = n.saturating_mul(steps - 1);
         self.budget
-            .release(unheld, unheld.saturating_mul(RANGE_CELL_BYTES));
+            .release(0, unheld.saturating_mul(RANGE_CELL_BYTES));
         let block = (FOLD_BLOCK_CELLS / steps).clamp(1, n);
         let scratch = Held::new(&self.budget);
         scratch.charge(0, block * steps * RANGE_CELL_BYTES, what)?;
@@ -2456,6 +2466,8 @@ impl<'e> Ctx<'e> {
                 table.present[i] = present[j * steps];
             }
             fold.fold(from..to, &values[..cells], &present[..cells], steps);
+            // A block may be fewer rows than the workers' checks come at.
+            self.check_deadline(what)?;
             from = to;
         }
         Ok(Some(fold))
@@ -2507,10 +2519,13 @@ impl<'e> Ctx<'e> {
     }
 
     /// A table of `rows` series at every step of this evaluator, empty; it
-    /// is kept for the whole query, so its cells are counted for good (as
-    /// samples held, and their bytes), or it is not made (past the sample
-    /// limit or the memory left: the caller then works step by step). With
-    /// the number of steps.
+    /// is kept for the whole query, so its cells' bytes are counted for
+    /// good, or it is not made (past the memory left: the caller then
+    /// works step by step). Its cells are not counted as
+    /// samples: what reads them (an aggregation, the answer) counts what
+    /// it makes of them, as Prometheus counts a range query's output
+    /// rather than its intermediate vectors twice. With the number of
+    /// steps.
     fn empty_table(
         &self,
         rows: usize,
@@ -2519,11 +2534,10 @@ impl<'e> Ctx<'e> {
     ) -> Option<(RangeTable, usize)> {
         let steps = self.steps();
         let cells = rows.saturating_mul(steps);
-        if cells > self.opts.max_samples
-            || self
-                .budget
-                .charge(cells, cells.saturating_mul(RANGE_CELL_BYTES), what)
-                .is_err()
+        if self
+            .budget
+            .charge(0, cells.saturating_mul(RANGE_CELL_BYTES), what)
+            .is_err()
         {
             return None;
         }
@@ -2558,7 +2572,7 @@ impl<'e> Ctx<'e> {
     /// selector reads each step in place instead of building a vector.
     /// `None` where the table cannot stand in: one step, a `smoothed`
     /// selector, series holding histograms, or more cells than the
-    /// query's sample limit and memory allow.
+    /// query's memory allows.
     pub(crate) fn selector_table(
         &self,
         vs: &VectorSelector,
