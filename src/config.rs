@@ -299,9 +299,10 @@ settings! {
     #[serde(with = "humantime_serde")]
     #[arg(value_name = "DURATION", value_parser = humantime::parse_duration)]
     query_timeout: Duration = Duration::from_secs(120);
-    /// Most samples one query may load or make (its selections, subquery
-    /// steps and answer, counted as they are made) before it fails with
-    /// 422, as Prometheus' --query.max-samples [default: 50000000].
+    /// Most samples one query may hold at once (selections decoded whole,
+    /// the series being decoded, subquery steps and the answer, counted as
+    /// they are taken) before it fails with 422, as Prometheus'
+    /// --query.max-samples [default: 50000000].
     #[arg(value_name = "N")]
     query_max_samples: usize = 50_000_000;
     /// Most memory the samples one query loads and makes may take, e.g.
