@@ -265,8 +265,13 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
     let bin = env!("CARGO_BIN_EXE_sluice");
     let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &[]);
     let mut child = common::KillOnDrop(child);
-    // 5 h of samples a minute apart, ending now: more than 1.5 ranges.
-    let end = common::now_ms() / MIN * MIN;
+    // 5 h of samples a minute apart, ending at most 30 min before now:
+    // more than 1.5 ranges. The first sample at most 90 min into its 2 h
+    // range, so the first block holds half an hour or more (a first
+    // sample in the range's last minutes left the block one or two
+    // samples, and Prometheus no rate to compare).
+    let mut end = common::now_ms() / MIN * MIN;
+    end -= ((end - 5 * HOUR).rem_euclid(2 * HOUR) - 90 * MIN).max(0);
     let start = end - 5 * HOUR;
     let value = |i: usize, t: i64| (i * 100_000) as f64 + ((t - start) / MIN) as f64;
     for from in (start..=end).step_by(30 * MIN as usize) {
