@@ -2188,20 +2188,25 @@ impl<'e> Ctx<'e> {
                 // Windows waiting for their mean: (step, lo, hi).
                 let mut means = [(0usize, 0usize, 0usize); 4];
                 let mut waiting = 0;
-                // The window (ts - range, ts]; both ends only move forward.
-                let (mut lo, mut hi) = (usize::MAX, 0);
-                for (k, &ts) in times.iter().enumerate() {
-                    if lo == usize::MAX {
-                        hi = points.partition_point(|p| p.0 <= ts);
-                        lo = points
-                            .partition_point(|p| p.0 <= ts.saturating_sub(range_ms))
-                            .min(hi);
-                        extreme.reset(lo);
+                // The window (ts - range, ts]; both ends only move forward,
+                // from where the first step's window lies.
+                // A copy the loop keeps in a register.
+                let range = range_ms;
+                let (mut lo, mut hi) = match times.first() {
+                    Some(&t0) => {
+                        let hi = points.partition_point(|p| p.0 <= t0);
+                        let after = t0.saturating_sub(range);
+                        (points.partition_point(|p| p.0 <= after).min(hi), hi)
                     }
+                    None => (0, 0),
+                };
+                extreme.reset(lo);
+                for (k, &ts) in times.iter().enumerate() {
                     while hi < points.len() && points[hi].0 <= ts {
                         hi += 1;
                     }
-                    while lo < hi && points[lo].0 <= ts.saturating_sub(range_ms) {
+                    let after = ts.saturating_sub(range);
+                    while lo < hi && points[lo].0 <= after {
                         lo += 1;
                     }
                     if lo >= hi {
