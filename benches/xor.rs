@@ -53,6 +53,18 @@ fn bench(c: &mut Criterion) {
                 black_box((ts, acc))
             })
         });
+        g.bench_with_input(BenchmarkId::new("decode", case), &chunks, |b, chunks| {
+            let mut out = Vec::with_capacity(200);
+            b.iter(|| {
+                let mut n = 0;
+                for c in chunks {
+                    out.clear();
+                    XorIter::new(black_box(c)).append_to(&mut out);
+                    n += out.len();
+                }
+                black_box(n)
+            })
+        });
         g.finish();
     }
 }
