@@ -52,8 +52,18 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before any other thread exists: the allocator's settings are not
+    // changed safely while others allocate.
+    sluice::heap::keep_freed_memory_for_reuse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let config = Cli::parse().into_config()?;
     sluice::telemetry::init_tracing(&config.log_level).map_err(anyhow::Error::msg)?;
     tracing::info!(

@@ -298,7 +298,7 @@ fn drop_marked_series_names(m: Vec<Series>) -> Result<Vec<Series>, QueryError> {
 /// A query that held at least this much gives the freed heap back to the
 /// system when it ends: glibc keeps it otherwise, and one large query
 /// would leave the process that much larger.
-const TRIM_AFTER_BYTES: usize = 64 << 20;
+const TRIM_AFTER_BYTES: usize = crate::heap::KEEP_FREED_BYTES;
 
 /// Ends a query's evaluation: its working state is dropped, and after a
 /// large query (answered or failed) the freed heap is given back.
