@@ -407,6 +407,23 @@ enum Rows<'a> {
 }
 
 impl Rows<'_> {
+    /// About how many points a row holds (the chunks' sample counts in
+    /// the span read, for a selection): what filling a row costs beyond
+    /// its cells, for cutting rows among workers.
+    fn points_per_row(&self) -> usize {
+        let (points, rows) = match self {
+            Rows::Loaded(rows) => (rows.iter().map(|(p, _)| p.len()).sum::<usize>(), rows.len()),
+            Rows::Selected(s) => (
+                s.series
+                    .iter()
+                    .map(|r| r.samples_at_most(s.lo, s.hi))
+                    .sum::<usize>(),
+                s.series.len(),
+            ),
+        };
+        points / rows.max(1)
+    }
+
     /// Row `i`'s points, stale markers kept: in place, or decoded into
     /// `buf`.
     fn with_stale<'b>(&'b self, i: usize, buf: &'b mut Vec<(i64, f64)>) -> &'b [(i64, f64)] {
@@ -2171,6 +2188,7 @@ impl<'e> Ctx<'e> {
             key,
             vs,
             &mut table,
+            rows.points_per_row(),
             what,
             |i, times, values, present, scratch| {
                 let RowScratch {
@@ -2414,10 +2432,13 @@ impl<'e> Ctx<'e> {
         key: usize,
         vs: &VectorSelector,
         table: &mut RangeTable,
+        row_points: usize,
         what: &'static str,
         row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
     ) -> Result<Option<Box<dyn RowFold>>, QueryError> {
         let n = table.labels.len();
+        // A row costs its cells and the points read for them.
+        let row_cost = table.steps.saturating_add(row_points);
         let steps = table.steps;
         let times: Vec<i64> = (0..steps)
             .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
@@ -2437,6 +2458,7 @@ impl<'e> Ctx<'e> {
             table.hold(steps);
             self.fill_rows(
                 &times,
+                row_cost,
                 0..n,
                 &mut table.values,
                 &mut table.present,
@@ -2460,6 +2482,7 @@ impl<'e> Ctx<'e> {
             present[..cells].fill(false);
             self.fill_rows(
                 &times,
+                row_cost,
                 from..to,
                 &mut values[..cells],
                 &mut present[..cells],
@@ -2480,11 +2503,14 @@ impl<'e> Ctx<'e> {
 
     /// Fills the cells of rows `rows` (`times.len()` per row, from the
     /// start of `values` and `present`) as [`Ctx::fill_table`] says. The
-    /// rows are cut among free workers, each reading a series' points in
-    /// one sweep while they are in cache.
+    /// rows are cut among free workers (by `row_cost`, a row's cells and
+    /// points), each reading a series' points in one sweep while they are
+    /// in cache.
+    #[allow(clippy::too_many_arguments)]
     fn fill_rows(
         &self,
         times: &[i64],
+        row_cost: usize,
         rows: std::ops::Range<usize>,
         values: &mut [f64],
         present: &mut [bool],
@@ -2494,7 +2520,7 @@ impl<'e> Ctx<'e> {
         let n = rows.len();
         let steps = times.len();
         let workers =
-            parallel::Workers::for_items(n, TABLE_CELLS_PER_WORKER.div_ceil(steps.max(1)));
+            parallel::Workers::for_items(n, TABLE_CELLS_PER_WORKER.div_ceil(row_cost.max(1)));
         let bounds = workers.bounds(n);
         let mut parts = Vec::with_capacity(bounds.len());
         let (mut values, mut present) = (values, present);
@@ -2604,6 +2630,7 @@ impl<'e> Ctx<'e> {
             key,
             vs,
             &mut table,
+            rows.points_per_row(),
             what,
             |i, times, values, present, scratch| {
                 let points = rows.with_stale(i, &mut scratch.points);
