@@ -1,6 +1,6 @@
 //! Aggregation operators with `by` / `without`.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Arc;
 
 use crate::promql::parser::token::{

@@ -2,7 +2,7 @@
 //! set operators, with Prometheus' vector matching (`on`, `ignoring`,
 //! `group_left`, `group_right`).
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::promql::parser::token::TokenId;

@@ -257,8 +257,7 @@ fn drop_marked_series_names(m: Vec<Series>) -> Result<Vec<Series>, QueryError> {
         return Ok(m);
     }
     let mut out: Vec<Series> = Vec::with_capacity(m.len());
-    let mut index: std::collections::HashMap<super::value::Labels, usize> =
-        std::collections::HashMap::new();
+    let mut index: hashbrown::HashMap<super::value::Labels, usize> = hashbrown::HashMap::new();
     for mut s in m {
         if s.drop_name {
             s.labels = drop_name(&s.labels);

@@ -30,7 +30,10 @@ pub(crate) struct GroupMemo {
     /// by hashing the labels it keeps in place, and only a new group's
     /// labels are built.
     by_labels: hashbrown::HashTable<u32>,
-    hasher: std::hash::RandomState,
+    /// hashbrown's default (foldhash, seeded per process): several times
+    /// faster than SipHash on label strings, which are most of grouping's
+    /// cost for a selection of thousands of series.
+    hasher: hashbrown::DefaultHashBuilder,
     pub(crate) groups: Vec<Labels>,
     /// The node is evaluated once (an instant query): remembering each
     /// series' group by address would cost more than it saves.
@@ -111,7 +114,7 @@ impl GroupMemo {
 
 /// One hash of a label sequence, however it is held.
 fn hash_labels<'l>(
-    hasher: &std::hash::RandomState,
+    hasher: &hashbrown::DefaultHashBuilder,
     labels: impl Iterator<Item = &'l Label>,
 ) -> u64 {
     let mut h = hasher.build_hasher();
