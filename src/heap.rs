@@ -14,30 +14,59 @@
 //! (rate(...))` over blocks. [`keep_freed_memory_for_reuse`] keeps up to
 //! [`KEEP_FREED_BYTES`] at an arena's top for the next request; queries
 //! that held more trim at their end (`promql::engine`), and block cuts
-//! and compactions trim after they run. These are the crate's only
-//! `unsafe` calls.
+//! and compactions trim after they run. The bound is per arena (glibc
+//! gives threads that allocate at once arenas of their own, up to eight
+//! per core), so queries running side by side may each leave that much;
+//! what a single query leaves is at most the bound. These are the crate's
+//! only `unsafe` calls.
 
-/// Freed memory an arena keeps at its top before giving it back, and the
-/// size from which an allocation is mapped on its own (and unmapped when
-/// freed) instead of taken from an arena.
+/// Freed memory an arena keeps at its top before giving it back.
 pub const KEEP_FREED_BYTES: usize = 64 << 20;
+
+/// The size from which an allocation is mapped on its own (and unmapped
+/// when freed) instead of taken from an arena. Setting the trim bound
+/// turns off glibc's moving bound for this (it would stay at 128 KiB), so
+/// it is set too; 4 MiB keeps a range table's blocks of rows and a
+/// selection's buffers in the arenas (measured as fast as 32 MiB on the
+/// bench's queries, and it keeps the rare larger buffers out of them).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MAP_ALONE_FROM_BYTES: usize = 4 << 20;
 
 /// Sets glibc's allocator to keep freed memory for reuse as said above
 /// (`M_TRIM_THRESHOLD`, and a fixed `M_MMAP_THRESHOLD`); does nothing with
-/// other C libraries. Call it first thing in `main`, before any other
-/// thread starts.
+/// other C libraries. Call it first thing in `main`: it acts only once,
+/// and only while the process has a single thread (glibc's `mallopt` is
+/// not safe while another thread allocates); otherwise it leaves the
+/// defaults and says so in its result.
+pub fn keep_freed_memory_for_reuse() -> bool {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let mut done = false;
+    ONCE.call_once(|| {
+        done = single_threaded() && set_thresholds();
+    });
+    done
+}
+
+/// Whether this process has one thread now (Linux: one entry under
+/// `/proc/self/task`); `false` when that cannot be read.
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+}
+
+/// Whether it could (glibc only).
 #[allow(unsafe_code)]
-pub fn keep_freed_memory_for_reuse() {
+fn set_thresholds() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes two integers and changes the allocator's own
-    // parameters; it is called before any other thread exists, so no
-    // allocation runs concurrently (glibc documents mallopt as unsafe
-    // only against concurrent use of the allocator).
+    // parameters; the caller has checked that this process has no other
+    // thread (and `Once` that no other call runs), so no allocation runs
+    // concurrently (glibc documents mallopt as unsafe only against
+    // concurrent use of the allocator).
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_FREED_BYTES as libc::c_int);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_ALONE_FROM_BYTES as libc::c_int);
     }
+    cfg!(all(target_os = "linux", target_env = "gnu"))
 }
 
 /// Returns the allocator's free pages to the system (glibc's
@@ -51,5 +80,15 @@ pub fn release_free_memory() {
     // any time.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thresholds_are_set_only_in_a_single_threaded_process() {
+        // The test harness runs tests on threads of its own: never alone.
+        assert!(!super::single_threaded());
+        assert!(!super::keep_freed_memory_for_reuse());
     }
 }

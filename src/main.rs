@@ -55,17 +55,20 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 fn main() -> anyhow::Result<()> {
     // Before any other thread exists: the allocator's settings are not
     // changed safely while others allocate.
-    sluice::heap::keep_freed_memory_for_reuse();
+    let kept = sluice::heap::keep_freed_memory_for_reuse();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?
-        .block_on(run())
+        .block_on(run(kept))
 }
 
-async fn run() -> anyhow::Result<()> {
+async fn run(kept: bool) -> anyhow::Result<()> {
     let config = Cli::parse().into_config()?;
     sluice::telemetry::init_tracing(&config.log_level).map_err(anyhow::Error::msg)?;
+    if !kept {
+        tracing::warn!("the allocator keeps its default trim settings (not glibc, or not set before threads started)");
+    }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         ?config,
