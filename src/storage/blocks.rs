@@ -24,7 +24,7 @@ use super::chunk::{
     HistogramKind, MERGED_CHUNK_SAMPLES,
 };
 use super::head::hist_series;
-use super::index::Matcher;
+use super::index::{intersect, sorted_set, Matcher};
 use super::labels::Label;
 use super::selected::SelectedSeries;
 use super::starts::{self, StartRun};
@@ -121,12 +121,11 @@ impl Block {
                 }
             }
             if lists > 1 {
-                ids.sort_unstable();
-                ids.dedup();
+                ids = sorted_set(ids);
             }
             out = Some(match out {
                 None => ids,
-                Some(prev) => intersect_sorted(prev, &ids),
+                Some(prev) => intersect(&prev, &ids),
             });
             if out.as_ref().is_some_and(Vec::is_empty) {
                 break;
@@ -822,41 +821,6 @@ impl Blocks {
     }
 }
 
-/// The IDs in both `a` and `b`, each ascending without repeats: a walk
-/// of both where they are of like length, else a binary search of the
-/// longer for each ID of the shorter.
-fn intersect_sorted(a: Vec<u32>, b: &[u32]) -> Vec<u32> {
-    let (short, long): (&[u32], &[u32]) = if a.len() <= b.len() { (&a, b) } else { (b, &a) };
-    if short.len().saturating_mul(16) < long.len() {
-        let mut rest = long;
-        let mut out = Vec::with_capacity(short.len());
-        for &id in short {
-            match rest.binary_search(&id) {
-                Ok(k) => {
-                    out.push(id);
-                    rest = &rest[k + 1..];
-                }
-                Err(k) => rest = &rest[k..],
-            }
-        }
-        return out;
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out = Vec::with_capacity(short.len());
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out
-}
-
 /// Merges series selected from blocks (oldest first) and then the head
 /// into one list sorted by labels, a series found in several joined into
 /// one with its chunks and histograms in time order.
@@ -1065,28 +1029,4 @@ pub(crate) fn hist_chunks(
             data,
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::intersect_sorted;
-    use proptest::prelude::*;
-    use std::collections::BTreeSet;
-
-    proptest! {
-        /// The intersection of two postings lists is the sets', in order,
-        /// whichever way it is walked (lengths alike or far apart).
-        #[test]
-        fn postings_intersect_as_sets(
-            a in proptest::collection::btree_set(0u32..400, 0..300),
-            b in proptest::collection::btree_set(0u32..400, 0..20),
-        ) {
-            let want: Vec<u32> = a.intersection(&b).copied().collect();
-            let (va, vb): (Vec<u32>, Vec<u32>) = (a.iter().copied().collect(), b.iter().copied().collect());
-            prop_assert_eq!(&intersect_sorted(va.clone(), &vb), &want);
-            prop_assert_eq!(&intersect_sorted(vb, &va), &want);
-            let both: BTreeSet<u32> = a.intersection(&a).copied().collect();
-            prop_assert_eq!(intersect_sorted(va.clone(), &va), both.into_iter().collect::<Vec<_>>());
-        }
-    }
 }

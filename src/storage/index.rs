@@ -347,14 +347,32 @@ impl Postings {
 /// The union of postings lists gathered one after another, sorted once:
 /// linear-logarithmic in the slots however many values a regex matches
 /// (a pairwise merge would be quadratic in the values).
-fn sorted_set(mut slots: Vec<u32>) -> Vec<u32> {
+pub(crate) fn sorted_set(mut slots: Vec<u32>) -> Vec<u32> {
     slots.sort_unstable();
     slots.dedup();
     slots
 }
 
-fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+/// The slots in both `a` and `b`, each ascending without repeats: a walk
+/// of both where they are of like length, else a binary search of the
+/// longer for each slot of the shorter.
+pub(crate) fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let mut out = Vec::with_capacity(short.len());
+    if short.len().saturating_mul(16) < long.len() {
+        let mut rest = long;
+        for &id in short {
+            match rest.binary_search(&id) {
+                Ok(k) => {
+                    out.push(id);
+                    rest = &rest[k + 1..];
+                }
+                Err(k) => rest = &rest[k..],
+            }
+        }
+        return out;
+    }
+    let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
             std::cmp::Ordering::Less => i += 1,
@@ -386,6 +404,29 @@ fn difference(all: u32, excluded: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        /// The intersection of two postings lists is the sets', in order,
+        /// whichever way it is walked (lengths alike or far apart).
+        #[test]
+        fn postings_intersect_as_sets(
+            a in proptest::collection::btree_set(0u32..400, 0..300),
+            b in proptest::collection::btree_set(0u32..400, 0..20),
+        ) {
+            let want: Vec<u32> = a.intersection(&b).copied().collect();
+            let (va, vb): (Vec<u32>, Vec<u32>) =
+                (a.iter().copied().collect(), b.iter().copied().collect());
+            prop_assert_eq!(&intersect(&va, &vb), &want);
+            prop_assert_eq!(&intersect(&vb, &va), &want);
+            let all: BTreeSet<u32> = a.iter().chain(&b).copied().collect();
+            let mut joined = va.clone();
+            joined.extend(&vb);
+            prop_assert_eq!(sorted_set(joined), all.into_iter().collect::<Vec<_>>());
+            prop_assert_eq!(intersect(&va, &va), va);
+        }
+    }
 
     fn shard(series: &[&[(&str, &str)]]) -> (Interner, Postings) {
         let mut strings = Interner::default();
