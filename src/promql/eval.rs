@@ -2209,8 +2209,8 @@ impl<'e> Ctx<'e> {
                 let mut means = [(0usize, 0usize, 0usize); 4];
                 let mut waiting = 0;
                 // The window (ts - range, ts]; both ends only move forward,
-                // from where the first step's window lies.
-                // A copy the loop keeps in a register.
+                // from where the first step's window lies. `range` is a
+                // local copy, which the loop keeps in a register.
                 let range = range_ms;
                 let (mut lo, mut hi) = match times.first() {
                     Some(&t0) => {
@@ -2439,9 +2439,9 @@ impl<'e> Ctx<'e> {
         row: impl Fn(usize, &[i64], &mut [f64], &mut [bool], &mut RowScratch) + Sync,
     ) -> Result<Option<Box<dyn RowFold>>, QueryError> {
         let n = table.labels.len();
-        // A row costs its cells and the points read for them.
-        let row_cost = table.steps.saturating_add(row_points);
         let steps = table.steps;
+        // A row costs its cells and the points read for them.
+        let row_cost = steps.saturating_add(row_points);
         let times: Vec<i64> = (0..steps)
             .map(|k| self.selector_time(&vs.at, &vs.offset, self.start + k as i64 * self.step))
             .collect();
