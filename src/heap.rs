@@ -17,8 +17,12 @@
 //! and compactions trim after they run. The bound is per arena (glibc
 //! gives threads that allocate at once arenas of their own, up to eight
 //! per core), so queries running side by side may each leave that much;
-//! what a single query leaves is at most the bound. These are the crate's
-//! only `unsafe` calls.
+//! what a single query leaves is at most the bound.
+//!
+//! A block's chunk segments are mapped into memory ([`map_block_file`]):
+//! a query reads their chunks where the page cache holds them, with no
+//! read call or copy per chunk. These are the crate's only `unsafe`
+//! calls.
 
 /// Freed memory an arena keeps at its top before giving it back.
 pub const KEEP_FREED_BYTES: usize = 64 << 20;
@@ -81,6 +85,24 @@ pub fn release_free_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Maps `file`, a file of a block (written whole under a temporary name,
+/// then renamed into place, and never written again), read-only into
+/// memory. Removing the block later unlinks the file; the mapping keeps
+/// its pages until it is dropped.
+#[allow(unsafe_code)]
+pub fn map_block_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: the mapping is read-only and its bytes are only read through
+    // the `&[u8]` it derefs to. That is sound while nothing changes or
+    // shortens the file: Sluice writes a block's files once, before the
+    // rename that makes the block visible, and never opens them for
+    // writing again (compaction and retention write new blocks and
+    // unlink old ones, which leaves a mapped file's pages in place). A
+    // process outside Sluice writing into its data directory is outside
+    // what any reader of that directory can guard against, as for
+    // Prometheus, which maps its blocks the same way.
+    unsafe { memmap2::Mmap::map(file) }
 }
 
 #[cfg(test)]

@@ -88,16 +88,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(ids) = index.postings("", "") {
-        let mut buf = Vec::new();
         for id in ids.into_iter().take(64) {
             if let Ok((_, metas)) = index.series(id) {
                 let refs: Vec<u64> = metas.iter().take(16).map(|m| m.chunk_ref).collect();
                 let one_by_one: Vec<_> = refs.iter().map(|&r| chunks.chunk(r)).collect();
-                // A series read as one run: the same chunks, or an error
-                // where reading them one by one meets one.
+                // A series' chunks read where they lie: the same chunks,
+                // or an error where reading them one by one meets one.
                 let mut got = Vec::new();
-                let runs = chunks.chunks(&refs, &mut buf, |_, enc, data| {
-                    got.push((enc, data.to_vec()));
+                let runs = chunks.chunks(&refs, |_, enc, data| {
+                    got.push((enc, data.bytes().to_vec()));
                     Ok(())
                 });
                 match one_by_one.into_iter().collect::<Result<Vec<_>, _>>() {

@@ -259,8 +259,8 @@ impl Block {
     }
 
     /// The series `matched` (labels, chunk metas, id) with their chunks in
-    /// `[mint, maxt]` read (floats, a series' chunks in one buffer) or
-    /// decoded (histograms); the first error stops it.
+    /// `[mint, maxt]` checked (floats, left where they lie in the block's
+    /// mapped segments) or decoded (histograms); the first error stops it.
     fn read_series(
         &self,
         matched: Vec<(Vec<Label>, Vec<ChunkMeta>, u32)>,
@@ -269,8 +269,7 @@ impl Block {
         stop: &Stop<'_>,
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         let mut out = Vec::with_capacity(matched.len());
-        let (mut refs, mut buf) = (Vec::new(), Vec::new());
-        let (mut joined, mut floats) = (Vec::new(), Vec::new());
+        let mut refs = Vec::new();
         for (n, (labels, metas, id)) in matched.into_iter().enumerate() {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
@@ -289,23 +288,29 @@ impl Block {
             refs.clear();
             refs.extend(metas.iter().filter(in_range).map(|m| m.chunk_ref));
             let mut wanted = metas.iter().filter(in_range);
-            let read = self.chunks.chunks(&refs, &mut buf, |r, enc, bytes| {
+            let read = self.chunks.chunks(&refs, |r, enc, at| {
                 let Some(m) = wanted.next() else {
                     return Err(BlockError(format!("chunk {r}: not asked for")));
                 };
                 match enc {
                     XOR => {
-                        stop.charge(bytes.len());
-                        let at = joined.len();
-                        joined.extend_from_slice(bytes);
-                        floats.push((m.mint, m.maxt, at..joined.len()));
+                        let (segment, range) = at.place();
+                        stop.charge(range.len());
+                        s.chunks.push(ChunkRef {
+                            mint: m.mint,
+                            maxt: m.maxt,
+                            bytes: ChunkBytes::within(segment, range).ok_or_else(|| {
+                                BlockError(format!("chunk {r}: outside its segment"))
+                            })?,
+                            last: None,
+                        });
                     }
                     HISTOGRAM | FLOAT_HISTOGRAM => decode_histograms(
                         match enc {
                             FLOAT_HISTOGRAM => HistogramKind::Float,
                             _ => HistogramKind::Int,
                         },
-                        bytes,
+                        at.bytes(),
                         mint,
                         maxt,
                         &mut s.histograms,
@@ -317,26 +322,14 @@ impl Block {
             if let Err(e) = read {
                 return Ok(Err(e));
             }
-            // The series' XOR chunks share one buffer.
-            let shared: std::sync::Arc<[u8]> = std::sync::Arc::from(&joined[..]);
-            s.chunks
-                .extend(floats.drain(..).filter_map(|(mint, maxt, range)| {
-                    Some(ChunkRef {
-                        mint,
-                        maxt,
-                        bytes: ChunkBytes::slice(&shared, range)?,
-                        last: None,
-                    })
-                }));
-            joined.clear();
             out.push(s);
         }
         Ok(Ok(out))
     }
 }
 
-/// Chunks read from a block worth a helper thread (a share of a
-/// positioned read, a checksum and a copy each).
+/// Chunks of a block worth a helper thread (a checksum and an entry
+/// each).
 const CHUNKS_PER_WORKER: usize = 512;
 
 /// Series whose index entries a block's selection holds before reading

@@ -70,12 +70,24 @@ pub use histogram_layout::CounterResetHeader;
 pub use merge::{encode_xor, in_order, merge_overlapping, MERGED_CHUNK_SAMPLES};
 pub use xor::{XorAppender, XorIter};
 
-/// A selected chunk's bytes: a head chunk's shared whole, or a range of
-/// one buffer its series' other chunks share (a block's chunks read as
-/// one run: one allocation per series rather than one per chunk).
+/// Bytes shared by the chunks that lie in them without a copy: a block's
+/// chunk segment (mapped from its file, or held in memory).
+pub type SharedBytes = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a selected chunk's bytes lie: a buffer of their own (a head
+/// chunk, a chunk encoded for the query) or shared bytes they are a range
+/// of (a block's segment, so a query reads a block's chunks in place).
+#[derive(Clone)]
+enum Backing {
+    Own(std::sync::Arc<[u8]>),
+    Shared(SharedBytes),
+}
+
+/// A selected chunk's bytes: a range of a head chunk's or a block
+/// segment's bytes, sharing them.
 #[derive(Clone)]
 pub struct ChunkBytes {
-    buf: std::sync::Arc<[u8]>,
+    buf: Backing,
     start: usize,
     end: usize,
 }
@@ -85,7 +97,18 @@ impl ChunkBytes {
     pub fn slice(buf: &std::sync::Arc<[u8]>, range: std::ops::Range<usize>) -> Option<Self> {
         buf.get(range.clone())?;
         Some(Self {
-            buf: std::sync::Arc::clone(buf),
+            buf: Backing::Own(std::sync::Arc::clone(buf)),
+            start: range.start,
+            end: range.end,
+        })
+    }
+
+    /// `buf[range]` of shared bytes, sharing them; `None` when the range
+    /// is not in them.
+    pub fn within(buf: &SharedBytes, range: std::ops::Range<usize>) -> Option<Self> {
+        (**buf).as_ref().get(range.clone())?;
+        Some(Self {
+            buf: Backing::Shared(std::sync::Arc::clone(buf)),
             start: range.start,
             end: range.end,
         })
@@ -94,17 +117,20 @@ impl ChunkBytes {
     /// Whether `self` and `other` are the same bytes of the same buffer
     /// (a chunk passed on, not copied).
     pub fn same(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.buf, &other.buf)
-            && (self.start, self.end) == (other.start, other.end)
+        let same_buf = match (&self.buf, &other.buf) {
+            (Backing::Own(a), Backing::Own(b)) => std::sync::Arc::ptr_eq(a, b),
+            (Backing::Shared(a), Backing::Shared(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_buf && (self.start, self.end) == (other.start, other.end)
     }
 
-    /// The bytes as one shared buffer: the one held when they are all of
-    /// it, else a copy.
+    /// The bytes as one buffer of their own: the one held when they are
+    /// all of it, else a copy.
     pub fn into_shared(self) -> std::sync::Arc<[u8]> {
-        if self.start == 0 && self.end == self.buf.len() {
-            self.buf
-        } else {
-            std::sync::Arc::from(&self.buf[self.start..self.end])
+        match self.buf {
+            Backing::Own(buf) if self.start == 0 && self.end == buf.len() => buf,
+            _ => std::sync::Arc::from(&*self),
         }
     }
 }
@@ -113,14 +139,22 @@ impl std::ops::Deref for ChunkBytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        let all: &[u8] = match &self.buf {
+            Backing::Own(b) => b,
+            Backing::Shared(b) => (**b).as_ref(),
+        };
+        &all[self.start..self.end]
     }
 }
 
 impl From<std::sync::Arc<[u8]>> for ChunkBytes {
     fn from(buf: std::sync::Arc<[u8]>) -> Self {
         let end = buf.len();
-        Self { buf, start: 0, end }
+        Self {
+            buf: Backing::Own(buf),
+            start: 0,
+            end,
+        }
     }
 }
 

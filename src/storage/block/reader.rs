@@ -597,24 +597,53 @@ pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
     })
 }
 
-/// Where a block's chunk segments are: open files read with positioned
-/// reads (through the page cache, nothing kept in memory), or bytes in
-/// memory (tests and fuzzing).
-#[derive(Debug)]
-enum Segments {
-    Files(Vec<(std::fs::File, u64)>),
-    Memory(Vec<Vec<u8>>),
+/// A chunk segment's bytes, shared by the chunks a query reads from them:
+/// the segment's file mapped into memory (read where the page cache holds
+/// it), or bytes in memory (tests and fuzzing).
+pub type Segment = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A segment file's mapping.
+struct Mapped(memmap2::Mmap);
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// A block's chunk segments.
-#[derive(Debug)]
 pub struct ChunkReader {
-    segments: Segments,
+    segments: Vec<Segment>,
 }
 
-/// The most a chunk's length varint, encoding byte and a small chunk take:
-/// one read usually gets the whole chunk.
-const FIRST_READ: usize = 256;
+impl std::fmt::Debug for ChunkReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes: usize = self.segments.iter().map(|s| (**s).as_ref().len()).sum();
+        write!(
+            f,
+            "ChunkReader({} segments, {bytes} bytes)",
+            self.segments.len()
+        )
+    }
+}
+
+/// Where a chunk's data lies in its segment, checked.
+pub struct ChunkAt<'a> {
+    segment: &'a Segment,
+    data: std::ops::Range<usize>,
+}
+
+impl<'a> ChunkAt<'a> {
+    /// The chunk's data (its encoding byte not included).
+    pub fn bytes(&self) -> &'a [u8] {
+        &(**self.segment).as_ref()[self.data.clone()]
+    }
+
+    /// The segment it lies in and its range there, to share without a copy.
+    pub fn place(&self) -> (&'a Segment, std::ops::Range<usize>) {
+        (self.segment, self.data.clone())
+    }
+}
 
 fn check_header(i: usize, head: &[u8]) -> Result<(), BlockError> {
     if head.len() < 8 || head[..4] != CHUNKS_MAGIC.to_be_bytes() || head[4] != 1 {
@@ -627,30 +656,23 @@ fn check_header(i: usize, head: &[u8]) -> Result<(), BlockError> {
 }
 
 impl ChunkReader {
-    /// Opens `dir/000001`, `000002`, … and checks their headers; chunks
-    /// are read when asked for.
+    /// Opens `dir/000001`, `000002`, … maps them and checks their headers;
+    /// chunks are checked when asked for.
     pub fn open(dir: &Path) -> Result<Self, BlockError> {
-        use std::os::unix::fs::FileExt;
-        let mut files = Vec::new();
+        let mut segments: Vec<Segment> = Vec::new();
         loop {
-            let path = dir.join(format!("{:06}", files.len() + 1));
+            let path = dir.join(format!("{:06}", segments.len() + 1));
             let file = match std::fs::File::open(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                 Err(e) => return bad(format!("{}: {e}", path.display())),
             };
-            let io = |e: std::io::Error| BlockError(format!("{}: {e}", path.display()));
-            let len = file.metadata().map_err(io)?.len();
-            let mut head = [0u8; 8];
-            if len >= 8 {
-                file.read_exact_at(&mut head, 0).map_err(io)?;
-            }
-            check_header(files.len(), &head[..len.min(8) as usize])?;
-            files.push((file, len));
+            let map = crate::heap::map_block_file(&file)
+                .map_err(|e| BlockError(format!("{}: mapping it: {e}", path.display())))?;
+            check_header(segments.len(), &map[..map.len().min(8)])?;
+            segments.push(std::sync::Arc::new(Mapped(map)));
         }
-        Ok(Self {
-            segments: Segments::Files(files),
-        })
+        Ok(Self { segments })
     }
 
     /// Checks segments held in memory.
@@ -659,120 +681,56 @@ impl ChunkReader {
             check_header(i, s)?;
         }
         Ok(Self {
-            segments: Segments::Memory(segments),
+            segments: segments
+                .into_iter()
+                .map(|s| std::sync::Arc::new(s) as Segment)
+                .collect(),
         })
     }
 
-    /// Fills `buf` from segment `seq` at `at`, as far as the segment goes;
-    /// the bytes read.
-    fn read_at(&self, seq: usize, at: u64, buf: &mut [u8]) -> Result<usize, BlockError> {
-        use std::os::unix::fs::FileExt;
-        let missing = || BlockError(format!("chunk segment {} missing", seq + 1));
-        match &self.segments {
-            Segments::Memory(segs) => {
-                let seg = segs.get(seq).ok_or_else(missing)?;
-                let rest = usize::try_from(at)
-                    .ok()
-                    .and_then(|a| seg.get(a..))
-                    .unwrap_or_default();
-                let n = rest.len().min(buf.len());
-                buf[..n].copy_from_slice(&rest[..n]);
-                Ok(n)
-            }
-            Segments::Files(files) => {
-                let (file, len) = files.get(seq).ok_or_else(missing)?;
-                let n = usize::try_from(len.saturating_sub(at))
-                    .unwrap_or(usize::MAX)
-                    .min(buf.len());
-                file.read_exact_at(&mut buf[..n], at)
-                    .map_err(|e| BlockError(format!("chunk segment {}: {e}", seq + 1)))?;
-                Ok(n)
-            }
-        }
-    }
-
-    /// The chunk at `chunk_ref`: its encoding byte and data, checked.
-    pub fn chunk(&self, chunk_ref: u64) -> Result<(u8, std::sync::Arc<[u8]>), BlockError> {
+    /// The chunk at `chunk_ref` where it lies: its encoding byte and
+    /// data, checked.
+    pub fn chunk_at(&self, chunk_ref: u64) -> Result<(u8, ChunkAt<'_>), BlockError> {
         let seq = (chunk_ref >> 32) as usize;
-        let at = chunk_ref & 0xffff_ffff;
-        let mut first = [0u8; FIRST_READ];
-        let got = self.read_at(seq, at, &mut first)?;
-        let (len, n) = uvarint(&first[..got])
-            .ok_or_else(|| BlockError(format!("chunk {chunk_ref}: bad length")))?;
-        let whole = whole_len(chunk_ref, len)?;
-        let mut body = vec![0u8; n + whole];
-        let from_first = got.min(n + whole);
-        body[..from_first].copy_from_slice(&first[..from_first]);
-        if from_first < n + whole {
-            let more = self.read_at(seq, at + from_first as u64, &mut body[from_first..])?;
-            if from_first + more < n + whole {
-                return bad(format!("chunk {chunk_ref}: runs past segment {}", seq + 1));
-            }
-        }
-        let (enc, data) = checked(chunk_ref, &body)?.ok_or_else(|| {
-            BlockError(format!("chunk {chunk_ref}: runs past segment {}", seq + 1))
-        })?;
-        Ok((enc, std::sync::Arc::from(data)))
+        let segment = self
+            .segments
+            .get(seq)
+            .ok_or_else(|| BlockError(format!("chunk segment {} missing", seq + 1)))?;
+        let all = (**segment).as_ref();
+        let at = usize::try_from(chunk_ref & 0xffff_ffff).unwrap_or(usize::MAX);
+        let runs_past = || BlockError(format!("chunk {chunk_ref}: runs past segment {}", seq + 1));
+        let rest = all.get(at..).ok_or_else(runs_past)?;
+        let (enc, data) = checked(chunk_ref, rest)?.ok_or_else(runs_past)?;
+        Ok((
+            enc,
+            ChunkAt {
+                segment,
+                data: at + data.start..at + data.end,
+            },
+        ))
     }
 
-    /// The chunks at `refs` (one series' in the order a block's writer
-    /// lays them out: one after another in a segment), each handed to
-    /// `each` with its encoding byte and data, checked. A run of nearby
-    /// chunks is one positioned read into `buf` (kept by the caller from
-    /// series to series) rather than one or two per chunk; a chunk the
-    /// read did not hold whole is read alone.
+    /// The chunk at `chunk_ref`: its encoding byte and data, checked, as a
+    /// buffer of its own.
+    pub fn chunk(&self, chunk_ref: u64) -> Result<(u8, std::sync::Arc<[u8]>), BlockError> {
+        let (enc, at) = self.chunk_at(chunk_ref)?;
+        Ok((enc, std::sync::Arc::from(at.bytes())))
+    }
+
+    /// The chunks at `refs`, each handed to `each` with its encoding byte
+    /// and where it lies, checked, in the order given.
     pub fn chunks(
         &self,
         refs: &[u64],
-        buf: &mut Vec<u8>,
-        mut each: impl FnMut(u64, u8, &[u8]) -> Result<(), BlockError>,
+        mut each: impl FnMut(u64, u8, ChunkAt<'_>) -> Result<(), BlockError>,
     ) -> Result<(), BlockError> {
-        let offset = |r: u64| r & 0xffff_ffff;
-        let mut i = 0;
-        while i < refs.len() {
-            let (seq, start) = (refs[i] >> 32, offset(refs[i]));
-            let mut j = i + 1;
-            while j < refs.len()
-                && refs[j] >> 32 == seq
-                && offset(refs[j]) > offset(refs[j - 1])
-                && offset(refs[j]) - start < RUN_BYTES
-            {
-                j += 1;
-            }
-            // The last chunk's length is not known before it is read:
-            // guess it from the run's spacing, with room to spare.
-            let spacing = (offset(refs[j - 1]) - start) / (j - i).max(2).saturating_sub(1) as u64;
-            let tail = (spacing + spacing / 4 + 64).max(FIRST_READ as u64);
-            let want = (offset(refs[j - 1]) - start + tail) as usize;
-            if buf.len() < want {
-                buf.resize(want, 0);
-            }
-            let got = self.read_at(seq as usize, start, &mut buf[..want])?;
-            for &r in &refs[i..j] {
-                // A run may reach past the segment's end (a damaged or
-                // mismatched index): what the read did not hold is read
-                // alone, and fails there as it would have.
-                let from = (offset(r) - start) as usize;
-                let held = match buf.get(from..got) {
-                    Some(b) => checked(r, b)?,
-                    None => None,
-                };
-                match held {
-                    Some((enc, data)) => each(r, enc, data)?,
-                    None => {
-                        let (enc, data) = self.chunk(r)?;
-                        each(r, enc, &data)?;
-                    }
-                }
-            }
-            i = j;
+        for &r in refs {
+            let (enc, at) = self.chunk_at(r)?;
+            each(r, enc, at)?;
         }
         Ok(())
     }
 }
-
-/// The most one read of [`ChunkReader::chunks`] spans.
-const RUN_BYTES: u64 = 1 << 20;
 
 /// A chunk's encoding byte, data and checksum: `len` + 5 bytes, and at
 /// most a segment.
@@ -785,8 +743,9 @@ fn whole_len(chunk_ref: u64, len: u64) -> Result<usize, BlockError> {
 }
 
 /// The chunk at the start of `b` (length varint, encoding byte, data,
-/// checksum), checked; `None` when `b` ends before it does.
-fn checked(chunk_ref: u64, b: &[u8]) -> Result<Option<(u8, &[u8])>, BlockError> {
+/// checksum), checked: its encoding byte and where its data lies in `b`;
+/// `None` when `b` ends before it does.
+fn checked(chunk_ref: u64, b: &[u8]) -> Result<Option<(u8, std::ops::Range<usize>)>, BlockError> {
     let Some((len, n)) = uvarint(b) else {
         if b.len() >= 10 {
             return bad(format!("chunk {chunk_ref}: bad length"));
@@ -801,7 +760,8 @@ fn checked(chunk_ref: u64, b: &[u8]) -> Result<Option<(u8, &[u8])>, BlockError> 
     if crc32c::crc32c(data).to_be_bytes() != [crc[0], crc[1], crc[2], crc[3]] {
         return bad(format!("chunk {chunk_ref}: checksum mismatch"));
     }
-    Ok(Some((data[0], &data[1..])))
+    // The encoding byte, then the data up to the checksum.
+    Ok(Some((data[0], n + 1..n + whole - 4)))
 }
 
 #[cfg(test)]
@@ -897,7 +857,6 @@ mod tests {
             let index = IndexReader::open(&dir.join("index"))?;
             let chunks = ChunkReader::open(&dir.join("chunks"))?;
             let mut out = Vec::new();
-            let mut buf = Vec::new();
             let mut window = SeriesWindow::default();
             for id in index.postings("", "")? {
                 let (labels, metas) = if runs {
@@ -915,9 +874,9 @@ mod tests {
                 if runs {
                     let refs: Vec<u64> = kept.iter().map(|m| m.chunk_ref).collect();
                     let mut at = kept.iter();
-                    chunks.chunks(&refs, &mut buf, |r, enc, data| {
+                    chunks.chunks(&refs, |r, enc, data| {
                         let m = at.next().filter(|m| m.chunk_ref == r).expect("in order");
-                        cs.push((m.mint, m.maxt, enc, data.to_vec()));
+                        cs.push((m.mint, m.maxt, enc, data.bytes().to_vec()));
                         Ok(())
                     })?;
                 } else {
