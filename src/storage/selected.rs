@@ -82,8 +82,7 @@ impl SelectedSeries {
                 return (t >= mint).then_some((t, v));
             }
             let found = XorIter::new(&c.bytes)
-                .take_while(|&(t, _)| t <= maxt)
-                .last()
+                .last_at_most(maxt)
                 .filter(|&(t, _)| t >= mint);
             if found.is_some() {
                 return found;
