@@ -78,6 +78,8 @@ fn query() -> impl Strategy<Value = String> {
                 &[
                     " / ",
                     " > bool ",
+                    " > ",
+                    " <= on (job) group_left ",
                     " - on (job) group_left ",
                     " + ignoring (instance) group_left ",
                     " * on (instance) ",

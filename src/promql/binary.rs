@@ -14,7 +14,7 @@ use crate::promql::parser::{BinModifier, BinaryExpr, LabelModifier, VectorMatchC
 
 use super::annotations::Annotation;
 use super::eval::{Compat, Ctx};
-use super::group::MatchMemo;
+use super::group::{MatchMemo, MatchPlan};
 use super::value::{drop_name, keep_labels, labels_string, Hist, Labels, Sample, Value};
 use super::QueryError;
 use crate::histogram::FloatHistogram;
@@ -373,6 +373,41 @@ fn vector_vector(
         memos.entry(key).or_default()
     };
     memo.begin_step();
+    // Floats alone: what is matched, and every error, follows from the
+    // series, so a step with the last one's series replays its plan.
+    let floats = !is_trim(op) && many.iter().chain(&one).all(|s| s.h.is_none());
+    let replays = floats && !ctx.evaluates_once();
+    if replays {
+        if let Some(plan) = memo.plan.as_ref().filter(|p| p.fits(&many, &one)) {
+            let mut out = Vec::with_capacity(plan.pairs.len());
+            for (s, o, labels) in &plan.pairs {
+                let value = |side: &[Sample], at: &Option<usize>, fill: Option<f64>| match at {
+                    Some(i) => side[*i].v,
+                    None => fill.unwrap_or_default(),
+                };
+                let (s, o) = (value(&many, s, fill.lhs), value(&one, o, fill.rhs));
+                let (value, keep) = if swap {
+                    apply(op, o, s)
+                } else {
+                    apply(op, s, o)
+                };
+                if cmp && !return_bool && !keep {
+                    continue;
+                }
+                out.push(Sample {
+                    labels: Arc::clone(labels),
+                    v: if return_bool {
+                        f64::from(u8::from(keep))
+                    } else {
+                        value
+                    },
+                    h: None,
+                    drop_name: return_bool,
+                });
+            }
+            return Ok(out);
+        }
+    }
     let one_sigs: Vec<Labels> = one
         .iter()
         .map(|s| memo.signature(&s.labels, &m.matching))
@@ -382,10 +417,11 @@ fn vector_vector(
         .map(|s| memo.signature(&s.labels, &m.matching))
         .collect();
     // By the address of the (shared) signature.
-    let mut one_by_sig: hashbrown::HashMap<usize, &Sample> =
+    let mut one_by_sig: hashbrown::HashMap<usize, usize> =
         hashbrown::HashMap::with_capacity(one.len());
-    for (s, sig) in one.iter().zip(&one_sigs) {
-        if let Some(first) = one_by_sig.get(&MatchMemo::addr(sig)) {
+    for (j, (s, sig)) in one.iter().zip(&one_sigs).enumerate() {
+        if let Some(&first) = one_by_sig.get(&MatchMemo::addr(sig)) {
+            let first = &one[first];
             let side = if swap { "left" } else { "right" };
             // The later series first, as Prometheus 3.5.3 writes them;
             // v3.14 sorts the two.
@@ -398,7 +434,7 @@ fn vector_vector(
                 labels_string(sig),
             )));
         }
-        one_by_sig.insert(MatchMemo::addr(sig), s);
+        one_by_sig.insert(MatchMemo::addr(sig), j);
     }
     // Signatures matched (one-to-one), or per signature the result label
     // sets made (many-to-one): a second match is an error even where the
@@ -494,10 +530,19 @@ fn vector_vector(
         Ok(())
     };
     let mut st: Seen = (hashbrown::HashSet::new(), HashMap::new(), Vec::new());
-    for (s, sig) in many.iter().zip(&many_sigs) {
+    // The elements made, for the next step's replay.
+    let mut pairs = Vec::new();
+    let mut made = |at: (Option<usize>, Option<usize>), labels: &Labels| {
+        if replays {
+            pairs.push((at.0, at.1, Arc::clone(labels)));
+        }
+    };
+    for (i, (s, sig)) in many.iter().zip(&many_sigs).enumerate() {
         match one_by_sig.get(&MatchMemo::addr(sig)) {
-            Some(o) => {
+            Some(&j) => {
+                let o = &one[j];
                 let labels = memo.result(&s.labels, &o.labels, || build(s, o));
+                made((Some(i), Some(j)), &labels);
                 combine(s, o, sig, labels, &mut st)?
             }
             None => {
@@ -506,13 +551,14 @@ fn vector_vector(
                     // signature's (shared) labels.
                     let o = Sample::float(Arc::clone(sig), v);
                     let labels = memo.result(&s.labels, sig, || build(s, &o));
+                    made((Some(i), None), &labels);
                     combine(s, &o, sig, labels, &mut st)?;
                 }
             }
         }
     }
     if let Some(v) = fill.lhs {
-        for (o, sig) in one.iter().zip(&one_sigs) {
+        for (j, (o, sig)) in one.iter().zip(&one_sigs).enumerate() {
             let done = if one_to_one {
                 st.0.contains(&MatchMemo::addr(sig))
             } else {
@@ -521,9 +567,15 @@ fn vector_vector(
             if !done {
                 let s = Sample::float(Arc::clone(sig), v);
                 let labels = memo.result(sig, &o.labels, || build(&s, o));
+                made((None, Some(j)), &labels);
                 combine(&s, o, sig, labels, &mut st)?;
             }
         }
     }
+    memo.plan = replays.then(|| MatchPlan {
+        many: many.iter().map(|s| Arc::clone(&s.labels)).collect(),
+        one: one.iter().map(|s| Arc::clone(&s.labels)).collect(),
+        pairs,
+    });
     Ok(st.2)
 }

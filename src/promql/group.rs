@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::promql::parser::LabelModifier;
 
-use super::value::{keep_labels, keeps_label, no_labels, Labels};
+use super::value::{keep_labels, keeps_label, no_labels, Labels, Sample};
 use crate::storage::labels::Label;
 
 /// The labels of the group a series falls into (none without `by`/`without`).
@@ -141,6 +141,36 @@ pub(crate) struct MatchMemo {
     interned: hashbrown::HashMap<Labels, Labels>,
     results: hashbrown::HashMap<(usize, usize), Labels>,
     keep: Vec<Labels>,
+    /// The last step's matching, where its two sides held floats only.
+    pub(crate) plan: Option<MatchPlan>,
+}
+
+/// One step's matching of two float vectors, to replay at a step whose
+/// sides hold the same series in the same order: which elements were
+/// made (from which side's sample, or a fill where a side had none) and
+/// their labels, in the order they were made. What a step matches and
+/// which errors it meets depend on its series alone where no histogram
+/// is involved, so such a step's answer is the plan's pairs with this
+/// step's values.
+pub(crate) struct MatchPlan {
+    /// The series of the "many" (or left, one-to-one) side, and of the
+    /// "one" side, as they were (held, so their addresses stay theirs).
+    pub(crate) many: Vec<Labels>,
+    pub(crate) one: Vec<Labels>,
+    /// Each element: the "many" side's sample and the "one" side's (an
+    /// index, or `None` for the fill), and its labels.
+    pub(crate) pairs: Vec<(Option<usize>, Option<usize>, Labels)>,
+}
+
+impl MatchPlan {
+    /// Whether `many` and `one` hold the series the plan was made for, in
+    /// its order.
+    pub(crate) fn fits(&self, many: &[Sample], one: &[Sample]) -> bool {
+        let same = |held: &[Labels], now: &[Sample]| {
+            held.len() == now.len() && held.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, &b.labels))
+        };
+        same(&self.many, many) && same(&self.one, one)
+    }
 }
 
 impl MatchMemo {
