@@ -25,7 +25,7 @@ use super::chunk::{
 };
 use super::head::hist_series;
 use super::index::{intersect, sorted_set, Matcher};
-use super::labels::Label;
+use super::labels::{Label, LabelStr};
 use super::selected::SelectedSeries;
 use super::starts::{self, StartRun};
 use super::{Stop, Stopped};
@@ -139,13 +139,14 @@ impl Block {
 
     /// Calls `f` with the labels and chunk metas of each series that
     /// matches all `matchers` and has a chunk overlapping `[mint, maxt]`,
-    /// in label order.
+    /// in label order; their strings come from `strings`.
     fn for_each_match(
         &self,
         matchers: &[Matcher],
         mint: i64,
         maxt: i64,
         stop: &Stop<'_>,
+        strings: &mut LabelStrings,
         mut f: impl FnMut(Vec<Label>, Vec<ChunkMeta>, u32),
     ) -> Result<Result<(), BlockError>, Stopped> {
         let ids = match self.candidates(matchers) {
@@ -153,19 +154,21 @@ impl Block {
             Err(e) => return Ok(Err(e)),
         };
         let mut window = SeriesWindow::default();
+        let mut symbols = Vec::new();
+        strings.by_symbol.clear();
         for (n, id) in ids.into_iter().enumerate() {
             if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
                 return Err(Stopped);
             }
-            let (labels, metas) = match self.index.series_near(id, &mut window) {
-                Ok(s) => s,
+            let metas = match self.index.series_symbols(id, &mut window, &mut symbols) {
+                Ok(m) => m,
                 Err(e) => return Ok(Err(e)),
             };
             let value = |name: &str| {
-                labels
+                symbols
                     .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or("", |(_, v)| v.as_str())
+                    .find(|&&(n, _)| self.index.symbol_str(n) == name)
+                    .map_or("", |&(_, v)| self.index.symbol_str(v))
             };
             if !matchers.iter().all(|m| m.matches(value(&m.name))) {
                 continue;
@@ -173,11 +176,11 @@ impl Block {
             if !metas.iter().any(|c| c.maxt >= mint && c.mint <= maxt) {
                 continue;
             }
-            let labels = labels
-                .into_iter()
-                .map(|(name, value)| Label {
-                    name: name.into(),
-                    value: value.into(),
+            let labels = symbols
+                .iter()
+                .map(|&(name, value)| Label {
+                    name: strings.of(&self.index, name),
+                    value: strings.of(&self.index, value),
                 })
                 .collect();
             f(labels, metas, id);
@@ -193,6 +196,7 @@ impl Block {
         mint: i64,
         maxt: i64,
         stop: &Stop<'_>,
+        strings: &mut LabelStrings,
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         // The index is read in batches of series; each batch's chunks are
         // then read (a few µs each) on free cores and counted against the
@@ -201,20 +205,27 @@ impl Block {
         let mut matched = Vec::new();
         let mut failed = None;
         let mut stopped = false;
-        let r = self.for_each_match(matchers, mint, maxt, stop, |labels, mut metas, id| {
-            if failed.is_some() || stopped {
-                return;
-            }
-            metas.retain(|c| c.maxt >= mint && c.mint <= maxt);
-            matched.push((labels, metas, id));
-            if matched.len() >= SELECT_BATCH {
-                match self.read_matched(&mut matched, mint, maxt, stop, &mut out) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => failed = Some(e),
-                    Err(Stopped) => stopped = true,
+        let r = self.for_each_match(
+            matchers,
+            mint,
+            maxt,
+            stop,
+            strings,
+            |labels, mut metas, id| {
+                if failed.is_some() || stopped {
+                    return;
                 }
-            }
-        })?;
+                metas.retain(|c| c.maxt >= mint && c.mint <= maxt);
+                matched.push((labels, metas, id));
+                if matched.len() >= SELECT_BATCH {
+                    match self.read_matched(&mut matched, mint, maxt, stop, &mut out) {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => failed = Some(e),
+                        Err(Stopped) => stopped = true,
+                    }
+                }
+            },
+        )?;
         if stopped {
             return Err(Stopped);
         }
@@ -325,6 +336,39 @@ impl Block {
             out.push(s);
         }
         Ok(Ok(out))
+    }
+}
+
+/// The label strings of the series one selection reads from blocks: each
+/// distinct string made once and shared by every series that has it (a
+/// clone is a count, not an allocation and a copy), across the blocks too,
+/// so that comparing a series' labels from two blocks compares pointers.
+#[derive(Default)]
+pub(crate) struct LabelStrings {
+    /// By their text.
+    by_text: hashbrown::HashSet<LabelStr>,
+    /// The block being read's symbols, by id.
+    by_symbol: hashbrown::HashMap<usize, LabelStr>,
+}
+
+impl LabelStrings {
+    /// The shared string of symbol `id` of `index`.
+    fn of(&mut self, index: &IndexReader, id: usize) -> LabelStr {
+        let by_text = &mut self.by_text;
+        self.by_symbol
+            .entry(id)
+            .or_insert_with(|| {
+                let text = index.symbol_str(id);
+                match by_text.get(text) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = LabelStr::from(text);
+                        by_text.insert(s.clone());
+                        s
+                    }
+                }
+            })
+            .clone()
     }
 }
 
@@ -743,11 +787,12 @@ impl Blocks {
         stop: &Stop<'_>,
     ) -> Result<Vec<SelectedSeries>, Stopped> {
         let mut out = Vec::new();
+        let mut strings = LabelStrings::default();
         set.each(
             mint,
             maxt,
             &self.read_errors,
-            |b| b.select(matchers, mint, maxt, stop),
+            |b| b.select(matchers, mint, maxt, stop, &mut strings),
             |v| out.extend(v),
         )?;
         Ok(out)
@@ -764,11 +809,16 @@ impl Blocks {
         stop: &Stop<'_>,
         mut f: impl FnMut(Vec<Label>),
     ) -> Result<(), Stopped> {
+        let mut strings = LabelStrings::default();
         set.each(
             mint,
             maxt,
             &self.read_errors,
-            |b| b.for_each_match(matchers, mint, maxt, stop, |labels, _, _| f(labels)),
+            |b| {
+                b.for_each_match(matchers, mint, maxt, stop, &mut strings, |labels, _, _| {
+                    f(labels)
+                })
+            },
             |()| {},
         )
     }
@@ -1022,4 +1072,63 @@ pub(crate) fn hist_chunks(
             data,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::block::{write_block, BlockSeries};
+    use crate::storage::chunk::XorAppender;
+    use crate::storage::index::MatchOp;
+
+    #[test]
+    fn a_selection_makes_each_label_string_once_across_blocks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let series = |t: i64| -> Vec<BlockSeries> {
+            ["a", "b"]
+                .iter()
+                .map(|name| {
+                    let mut c = XorAppender::default();
+                    c.append(t, 1.0);
+                    c.append(t + 1000, 2.0);
+                    BlockSeries {
+                        labels: vec![
+                            ("__name__".to_owned(), (*name).to_owned()),
+                            ("job".to_owned(), "x".to_owned()),
+                        ],
+                        chunks: vec![BlockChunk {
+                            mint: t,
+                            maxt: t + 1000,
+                            encoding: Encoding::Xor,
+                            data: Arc::from(c.bytes()),
+                        }],
+                        starts: Vec::new(),
+                    }
+                })
+                .collect()
+        };
+        write_block(dir.path(), series(0), 0, 10_000, 1).expect("first block");
+        write_block(dir.path(), series(10_000), 10_000, 20_000, 2).expect("second block");
+        let blocks = Blocks::open(dir.path()).expect("open");
+        let matchers = [Matcher::new(MatchOp::Equal, "job", "x").expect("matcher")];
+        let parts = blocks
+            .select(&blocks.read(), &matchers, 0, 20_000, &Stop::default())
+            .expect("not stopped");
+        assert_eq!(parts.len(), 4, "two series from each of two blocks");
+        let at =
+            |s: &SelectedSeries, i: usize| (s.labels[i].name.as_ptr(), s.labels[i].value.as_ptr());
+        // The same label of every part is one string; the names too.
+        for i in 0..2 {
+            assert!(parts.iter().all(|p| at(p, i).0 == at(&parts[0], i).0));
+        }
+        assert!(parts.iter().all(|p| at(p, 1) == at(&parts[0], 1)));
+        let a: Vec<_> = parts.iter().filter(|p| p.labels[0].value == "a").collect();
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            at(a[0], 0),
+            at(a[1], 0),
+            "a series' parts share their strings"
+        );
+        assert_eq!(merge(parts).len(), 2, "and merge into one each");
+    }
 }

@@ -327,13 +327,13 @@ impl IndexReader {
         &self.strings[start..self.symbol_ends[i] as usize]
     }
 
-    /// Symbol `i`.
-    fn symbol(&self, i: u64) -> Result<&str, BlockError> {
+    /// Symbol `i`'s id, checked.
+    fn symbol_id(&self, i: u64) -> Result<usize, BlockError> {
         match usize::try_from(i)
             .ok()
             .filter(|&i| i < self.symbol_ends.len())
         {
-            Some(i) => Ok(self.symbol_at(i)),
+            Some(i) => Ok(i),
             None => bad(format!("series: symbol {i} does not exist")),
         }
     }
@@ -420,6 +420,35 @@ impl IndexReader {
         id: u32,
         window: &mut SeriesWindow,
     ) -> Result<(Labels, Vec<ChunkMeta>), BlockError> {
+        let mut symbols = Vec::new();
+        let chunks = self.series_symbols(id, window, &mut symbols)?;
+        let labels = symbols
+            .into_iter()
+            .map(|(n, v)| (self.symbol_at(n).to_owned(), self.symbol_at(v).to_owned()))
+            .collect();
+        Ok((labels, chunks))
+    }
+
+    /// Symbol `i`, for an id [`IndexReader::series_symbols`] gave (empty
+    /// for any other).
+    pub fn symbol_str(&self, i: usize) -> &str {
+        match self.symbol_ends.get(i) {
+            Some(_) => self.symbol_at(i),
+            None => "",
+        }
+    }
+
+    /// [`IndexReader::series_near`] with its labels as the ids of their
+    /// name and value symbols (into `symbols`, cleared first; each is a
+    /// symbol the index has), for a reader that makes each distinct
+    /// string once.
+    pub fn series_symbols(
+        &self,
+        id: u32,
+        window: &mut SeriesWindow,
+        symbols: &mut Vec<(usize, usize)>,
+    ) -> Result<Vec<ChunkMeta>, BlockError> {
+        symbols.clear();
         let at = u64::from(id) * SERIES_ALIGN as u64;
         if at < self.series_start || at >= self.series_end {
             return bad(format!("series {id}: outside the series section"));
@@ -461,11 +490,11 @@ impl IndexReader {
         if n > body.len() {
             return bad(format!("{what}: more labels than bytes"));
         }
-        let mut labels = Vec::with_capacity(n);
+        symbols.reserve(n);
         for _ in 0..n {
-            let name = self.symbol(c.uvarint()?)?.to_owned();
-            let value = self.symbol(c.uvarint()?)?.to_owned();
-            labels.push((name, value));
+            let name = self.symbol_id(c.uvarint()?)?;
+            let value = self.symbol_id(c.uvarint()?)?;
+            symbols.push((name, value));
         }
         let n = usize::try_from(c.uvarint()?).unwrap_or(usize::MAX);
         if n > body.len() {
@@ -497,7 +526,7 @@ impl IndexReader {
             }
             chunks.push(m);
         }
-        Ok((labels, chunks))
+        Ok(chunks)
     }
 }
 
