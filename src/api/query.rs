@@ -340,14 +340,17 @@ fn matrix(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryEr
         .map(|s| s.points.len() + s.histograms.len() * HISTOGRAM_POINTS)
         .sum();
     let min_part = (series.len() * MATRIX_POINTS_PER_WORKER).div_ceil(points.max(1));
+    // The bytes all parts have written: each stops once they pass the bound.
+    let written = std::sync::atomic::AtomicUsize::new(out.len());
     let parts = crate::parallel::parts(series.len(), min_part, |r| {
         let mut part = String::new();
-        matrix_series(&mut part, &series[r], max).map(|()| part)
+        matrix_series(&mut part, &series[r], max, &written).map(|()| part)
     });
+    let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
+    out.reserve(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 1);
     out.push('[');
     let mut first = true;
     for part in parts {
-        let part = part?;
         if part.is_empty() {
             continue;
         }
@@ -370,9 +373,16 @@ const MATRIX_POINTS_PER_WORKER: usize = 32_768;
 /// cut into parts.
 const HISTOGRAM_POINTS: usize = 8;
 
-/// The series of a matrix answer, separated by commas.
-fn matrix_series(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryError> {
+/// The series of a matrix answer, separated by commas; `written` counts
+/// the bytes of the whole answer so far, which must stay within `max`.
+fn matrix_series(
+    out: &mut String,
+    series: &[Series],
+    max: usize,
+    written: &std::sync::atomic::AtomicUsize,
+) -> Result<(), QueryError> {
     for (i, s) in series.iter().enumerate() {
+        let before = out.len();
         if i > 0 {
             out.push(',');
         }
@@ -399,7 +409,9 @@ fn matrix_series(out: &mut String, series: &[Series], max: usize) -> Result<(), 
             out.push(']');
         }
         out.push('}');
-        if out.len() > max {
+        let grew = out.len() - before;
+        let now = written.fetch_add(grew, std::sync::atomic::Ordering::Relaxed) + grew;
+        if now > max {
             return Err(too_large(max));
         }
     }
@@ -460,7 +472,8 @@ mod tests {
             let mut parts = String::new();
             matrix(&mut parts, &answer, usize::MAX).expect("fits");
             let mut whole = String::from("[");
-            matrix_series(&mut whole, &answer, usize::MAX).expect("fits");
+            let written = std::sync::atomic::AtomicUsize::new(0);
+            matrix_series(&mut whole, &answer, usize::MAX, &written).expect("fits");
             whole.push(']');
             assert_eq!(parts, whole, "{series} series x {points} points");
             serde_json::from_str::<serde_json::Value>(&parts).expect("valid JSON");

@@ -1206,10 +1206,11 @@ impl<'e> Ctx<'e> {
         };
         let sets = selector_matchers(vs).map_err(QueryError::BadData)?;
         let mut selected = Vec::new();
-        // The chunks copied out of blocks count against the query's bytes
-        // as they are read, and stay counted while they are decoded.
-        // What a selection copies counts in the pool as it is read, so that
-        // queries reading at once cannot each read the whole pool.
+        // The chunk bytes read from blocks (mapped, not copied) count
+        // against the query's bytes as they are read, and stay counted
+        // while they are decoded: a bound on what one query reads. They
+        // count in the pool as they are read, so that queries reading at
+        // once cannot each read the whole pool.
         let read = match &self.opts.shared {
             Some(pool) => pool.read_budget(self.budget.bytes_left()),
             None => ReadBudget::new(self.budget.bytes_left()),

@@ -39,7 +39,7 @@ const FLOAT_HISTOGRAM: u8 = 3;
 const VISIT_BATCH: usize = 1024;
 
 /// One block on disk, open for reading: its index in memory, its chunks
-/// read on demand with positioned reads.
+/// read where they lie in its mapped segments.
 #[derive(Debug)]
 pub struct Block {
     meta: BlockMeta,
@@ -342,18 +342,33 @@ impl Block {
 /// The label strings of the series one selection reads from blocks: each
 /// distinct string made once and shared by every series that has it (a
 /// clone is a count, not an allocation and a copy), across the blocks too,
-/// so that comparing a series' labels from two blocks compares pointers.
+/// so that comparing a series' labels from two blocks compares pointers
+/// (what it keeps, the selection's series hold anyway).
 #[derive(Default)]
 pub(crate) struct LabelStrings {
     /// By their text.
     by_text: hashbrown::HashSet<LabelStr>,
     /// The block being read's symbols, by id.
     by_symbol: hashbrown::HashMap<usize, LabelStr>,
+    /// Makes each string anew and keeps none: for a reader that lets its
+    /// series' labels go as it reads them.
+    unkept: bool,
 }
 
 impl LabelStrings {
+    /// Strings that are not kept from one series to the next.
+    fn unkept() -> Self {
+        Self {
+            unkept: true,
+            ..Self::default()
+        }
+    }
+
     /// The shared string of symbol `id` of `index`.
     fn of(&mut self, index: &IndexReader, id: usize) -> LabelStr {
+        if self.unkept {
+            return LabelStr::from(index.symbol_str(id));
+        }
         let by_text = &mut self.by_text;
         self.by_symbol
             .entry(id)
@@ -543,6 +558,9 @@ impl Blocks {
             }
             match Block::open(&path) {
                 Ok(b) => blocks.push(Arc::new(b)),
+                // Whole, but not mappable here: not damage, so the block
+                // stays where it is and Sluice does not start without it.
+                Err(err) if err.is_unmapped() => return Err(std::io::Error::other(err.0)),
                 Err(err) => {
                     let aside = dir.join(format!("{name}{DAMAGED_SUFFIX}"));
                     tracing::error!(block = %path.display(), error = %err, moved_to = %aside.display(), "a block is damaged and was moved aside; its samples are not served");
@@ -809,7 +827,9 @@ impl Blocks {
         stop: &Stop<'_>,
         mut f: impl FnMut(Vec<Label>),
     ) -> Result<(), Stopped> {
-        let mut strings = LabelStrings::default();
+        // The labels are looked at and let go (label names and values):
+        // their strings are not kept from one series to the next.
+        let mut strings = LabelStrings::unkept();
         set.each(
             mint,
             maxt,

@@ -18,6 +18,19 @@ use crate::encoding::uvarint;
 #[error("{0}")]
 pub struct BlockError(pub String);
 
+impl BlockError {
+    /// What starts the error of a block file that could not be mapped into
+    /// memory (out of address space or mappings): the block is whole, but
+    /// this process cannot read it.
+    const UNMAPPED: &'static str = "cannot map ";
+
+    /// Whether the block could not be read by this process, rather than
+    /// found damaged.
+    pub fn is_unmapped(&self) -> bool {
+        self.0.starts_with(Self::UNMAPPED)
+    }
+}
+
 fn bad<T>(why: impl Into<String>) -> Result<T, BlockError> {
     Err(BlockError(why.into()))
 }
@@ -696,8 +709,9 @@ impl ChunkReader {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                 Err(e) => return bad(format!("{}: {e}", path.display())),
             };
-            let map = crate::heap::map_block_file(&file)
-                .map_err(|e| BlockError(format!("{}: mapping it: {e}", path.display())))?;
+            let map = crate::heap::map_block_file(&file).map_err(|e| {
+                BlockError(format!("{}{}: {e}", BlockError::UNMAPPED, path.display()))
+            })?;
             check_header(segments.len(), &map[..map.len().min(8)])?;
             segments.push(std::sync::Arc::new(Mapped(map)));
         }
@@ -872,7 +886,7 @@ mod tests {
 
     /// The labels and chunks of every series, less the chunks `skip`
     /// names (bit `k % 64` for a series' `k`th chunk): entries read through
-    /// one window and each series' chunks as a run; and the same read one
+    /// one window and each series' chunks together; and the same read one
     /// entry and one chunk at a time.
     #[allow(clippy::type_complexity)]
     fn read_runs(
@@ -928,7 +942,7 @@ mod tests {
         /// encodings and bytes, series in label order (those without
         /// chunks left out, as Prometheus does), and each label pair's
         /// postings naming exactly the series that have it. Any of a
-        /// series' chunks read as one run are the chunks read one by one.
+        /// series' chunks read together are the chunks read one by one.
         #[test]
         fn blocks_read_back_as_written(series in series_strategy(), skip in any::<u64>()) {
             let dir = tempfile::tempdir().expect("tempdir");
