@@ -31,8 +31,9 @@
 //! - [`histogram`]: leaf: the native histogram model and its operations.
 //! - [`encoding`]: leaf: varints, zigzag, a byte cursor.
 //! - [`reuse`]: leaf: the one keep-or-free policy for per-thread buffers.
-//! - [`heap`]: leaf: hands freed heap back to the system after large,
-//!   short-lived work.
+//! - [`heap`]: leaf: the allocator's settings (freed heap kept for the
+//!   next query, given back after large, short-lived work) and the mapping
+//!   of block files; the crate's only `unsafe`.
 //! - [`parallel`]: leaf: the helper threads a query borrows from one
 //!   process-wide allowance to spread its per-series work over the cores.
 //! - [`crash`]: leaf: the crash points the crash tests kill the process at.
