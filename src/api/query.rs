@@ -343,11 +343,23 @@ fn matrix(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryEr
     // The bytes all parts have written: each stops once they pass the bound.
     let written = std::sync::atomic::AtomicUsize::new(out.len());
     let parts = crate::parallel::parts(series.len(), min_part, |r| {
-        let mut part = String::new();
+        // Sized for the part up front: grown by doubling, a part of
+        // megabytes would be copied about once more on the way.
+        let part_points: usize = series[r.clone()]
+            .iter()
+            .map(|s| s.points.len() + s.histograms.len() * HISTOGRAM_POINTS)
+            .sum();
+        let guess = part_points
+            .saturating_mul(POINT_BYTES)
+            .saturating_add(r.len().saturating_mul(SERIES_BYTES));
+        let mut part = String::with_capacity(guess.min(max.saturating_add(1)));
         matrix_series(&mut part, &series[r], max, &written).map(|()| part)
     });
     let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
-    out.reserve(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 1);
+    // Room for the brackets, the commas and what the caller closes the
+    // answer with (its braces, a few annotations): a multi-megabyte answer
+    // is copied once, not again by a growth for its last bytes.
+    out.reserve(parts.iter().map(|p| p.len() + 1).sum::<usize>() + ANSWER_TAIL);
     out.push('[');
     let mut first = true;
     for part in parts {
@@ -365,6 +377,14 @@ fn matrix(out: &mut String, series: &[Series], max: usize) -> Result<(), QueryEr
     out.push(']');
     Ok(())
 }
+
+/// About what a float point takes in a matrix answer (`[1700000000.123,
+/// "12.5"],`), and a series' labels and brackets, to size its parts.
+const POINT_BYTES: usize = 28;
+const SERIES_BYTES: usize = 128;
+
+/// Bytes reserved past a matrix for the rest of its answer.
+const ANSWER_TAIL: usize = 4096;
 
 /// Points of a matrix answer worth a helper thread to write.
 const MATRIX_POINTS_PER_WORKER: usize = 32_768;
@@ -477,6 +497,10 @@ mod tests {
             whole.push(']');
             assert_eq!(parts, whole, "{series} series x {points} points");
             serde_json::from_str::<serde_json::Value>(&parts).expect("valid JSON");
+            // Closing the answer does not grow (and copy) it again.
+            let room = parts.capacity();
+            parts.push_str("}}");
+            assert_eq!(parts.capacity(), room, "{series} series x {points} points");
         }
         // Past the bound, in parts as at once: an error, not a partial answer.
         let big = answer(400, 500);
