@@ -154,6 +154,45 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// Runs `f` on each item and returns the results in the items' order,
+    /// each thread taking the next item left as it finishes one: work cut
+    /// into more items than threads evens out items of unequal cost, where
+    /// [`Workers::run`]'s one item per thread waits for the slowest. Each
+    /// thread makes its scratch state with `init` once and lends it to
+    /// every item it takes.
+    pub(crate) fn run_queue<I: Send, S, R: Send>(
+        &self,
+        items: Vec<I>,
+        init: impl Fn() -> S + Sync,
+        f: impl Fn(&mut S, I) -> R + Sync,
+    ) -> Vec<R> {
+        let n = items.len();
+        if self.count() == 1 || n < 2 {
+            let mut state = init();
+            return items.into_iter().map(|i| f(&mut state, i)).collect();
+        }
+        let queue = std::sync::Mutex::new(items.into_iter().enumerate());
+        let next = || queue.lock().ok().and_then(|mut q| q.next());
+        let (init, f) = (&init, &f);
+        let done = self.run((0..self.count().min(n)).collect(), |_| {
+            let mut state = init();
+            let mut done = Vec::new();
+            while let Some((i, item)) = next() {
+                done.push((i, f(&mut state, item)));
+            }
+            done
+        });
+        let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        for (i, r) in done.into_iter().flatten() {
+            out[i] = Some(r);
+        }
+        // Every item was taken by one thread (a thread that could not be
+        // started leaves its turn to this one, which empties the queue).
+        out.into_iter().flatten().collect()
+    }
+}
+
 /// Runs `f` over consecutive parts of `0..n` and returns their outputs
 /// in order: at once on this thread and free helpers when `n` is at least
 /// twice `min_part`, else `f(0..n)` here.
@@ -183,6 +222,27 @@ mod tests {
                     .collect();
                 assert_eq!(got, (0..n).collect::<Vec<_>>(), "n {n} min {min}");
             }
+        }
+    }
+
+    #[test]
+    fn a_queue_runs_every_item_once_and_answers_in_order() {
+        for n in [0, 1, 2, 7, 100] {
+            let workers = Workers::for_items(n, 1);
+            let ran = AtomicUsize::new(0);
+            let got = workers.run_queue((0..n).collect(), Vec::new, |seen, i| {
+                // A thread's state is its own, kept from item to item.
+                seen.push(i);
+                assert!(seen.windows(2).all(|w| w[0] < w[1]));
+                ran.fetch_add(1, Ordering::Relaxed);
+                // Unequal costs, so that threads take turns out of order.
+                if i % 3 == 0 {
+                    std::thread::yield_now();
+                }
+                i * 2
+            });
+            assert_eq!(got, (0..n).map(|i| i * 2).collect::<Vec<_>>(), "n {n}");
+            assert_eq!(ran.load(Ordering::Relaxed), n, "n {n}");
         }
     }
 }

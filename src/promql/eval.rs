@@ -643,6 +643,9 @@ pub(crate) trait RowFold {
 /// a couple of MiB, so that the block is folded from the caches.
 const FOLD_BLOCK_CELLS: usize = 1 << 18;
 
+/// Parts per thread that a table's rows are cut into, taken in turn.
+const ROW_PARTS_PER_THREAD: usize = 8;
+
 /// Evaluates the operator nodes (calls, aggregations, binary
 /// expressions): the engine hands its dispatcher to the evaluator, so the
 /// evaluator's core knows no operator and the operators know only it.
@@ -2524,20 +2527,28 @@ impl<'e> Ctx<'e> {
         let steps = times.len();
         let workers =
             parallel::Workers::for_items(n, TABLE_CELLS_PER_WORKER.div_ceil(row_cost.max(1)));
-        let bounds = workers.bounds(n);
-        let mut parts = Vec::with_capacity(bounds.len());
+        // Rows cost unequally (series of other metrics decode at other
+        // speeds), so each thread takes the next few rows as it finishes
+        // its last, rather than half of them.
+        let part_rows = n.div_ceil(workers.count() * ROW_PARTS_PER_THREAD).max(1);
+        let mut parts = Vec::with_capacity(n.div_ceil(part_rows));
         let (mut values, mut present) = (values, present);
-        for r in &bounds {
-            let (v, rest_v) = values.split_at_mut(r.len() * steps);
-            let (p, rest_p) = present.split_at_mut(r.len() * steps);
-            parts.push((rows.start + r.start..rows.start + r.end, v, p));
-            (values, present) = (rest_v, rest_p);
+        let mut from = rows.start;
+        while from < rows.end {
+            let to = (from + part_rows).min(rows.end);
+            let (v, rest_v) = values.split_at_mut((to - from) * steps);
+            let (p, rest_p) = present.split_at_mut((to - from) * steps);
+            parts.push((from..to, v, p));
+            (values, present, from) = (rest_v, rest_p, to);
         }
         let (deadline, cancel) = (self.deadline, self.cancel);
         let expired =
             || Instant::now() > deadline || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-        let done = workers.run(parts, |(rows, values, present)| {
-            let mut scratch = RowScratch::default();
+        let done = workers.run_queue(parts, RowScratch::default, |scratch, part| {
+            let (rows, values, present) = part;
+            if expired() {
+                return Err(QueryError::Timeout(what));
+            }
             let cells = values
                 .chunks_mut(steps.max(1))
                 .zip(present.chunks_mut(steps.max(1)));
@@ -2545,7 +2556,7 @@ impl<'e> Ctx<'e> {
                 if j % 256 == 255 && expired() {
                     return Err(QueryError::Timeout(what));
                 }
-                row(i, times, values, present, &mut scratch);
+                row(i, times, values, present, scratch);
             }
             Ok(())
         });
