@@ -533,6 +533,10 @@ pub(crate) struct Shard {
     /// for the shard instead of one per series, which cost a pointer,
     /// a length and the allocator's header and rounding each.
     label_ids: Vec<(StrId, StrId)>,
+    /// How many times the shard was rebuilt without some of its series
+    /// (which moves the others to other slots and renumbers its strings):
+    /// a reader that lets the lock go mid-visit looks here on coming back.
+    pub(crate) rebuilds: u64,
 }
 
 impl Shard {
@@ -858,9 +862,11 @@ impl Shard {
             mut hists,
             mut ooo,
             mut starts,
+            rebuilds,
             ..
         } = old;
         self.log = log;
+        self.rebuilds = rebuilds + 1;
         let mut labels = Vec::new();
         for mut s in series {
             let old = newest_of(&s, &hists).is_none_or(|t| t < cutoff);
