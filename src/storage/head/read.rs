@@ -1,6 +1,7 @@
 //! Reads of the head alone: sizes, the series that match a selection
-//! (each shard visited under its lock, regexes judged without it), and the
-//! chunks a block cut copies. The merge with blocks is the `Querier`'s.
+//! (each shard visited a batch of series at a time under its lock,
+//! regexes judged without it), and the chunks a block cut copies. The
+//! merge with blocks is the `Querier`'s.
 
 use super::shard::{MemSeries, Shard};
 use super::{Head, HeadStats, Padded, ShardCell};
@@ -25,10 +26,10 @@ impl Head {
     /// Calls `f` with each series (and its shard) that matches all
     /// `matchers` and has visible samples in `[mint, maxt]`, and the newest
     /// timestamp it may read of that series (see
-    /// [`MemSeries::visible_until`]). Each shard's lock is held only while
-    /// that shard is visited, and never while a regex runs: the values a
-    /// regex matcher meets are judged with the lock let go (see
-    /// [`Verdicts`]). Gives up when `stop` says so.
+    /// [`MemSeries::visible_until`]). A shard's lock is held for a batch of
+    /// its series at a time (see `LOCK_BATCH`), and never while a regex
+    /// runs: the values a regex matcher meets are judged with the lock let
+    /// go (see [`Verdicts`]). Gives up when `stop` says so.
     pub(in crate::storage) fn for_each_match(
         &self,
         matchers: &[Matcher],
