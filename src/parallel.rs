@@ -152,9 +152,7 @@ impl Workers {
             out
         })
     }
-}
 
-impl Workers {
     /// Runs `f` on each item and returns the results in the items' order,
     /// each thread taking the next item left as it finishes one: work cut
     /// into more items than threads evens out items of unequal cost, where
