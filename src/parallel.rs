@@ -8,9 +8,16 @@
 //! query borrows only what is free and otherwise works alone, so one
 //! query on an idle machine uses every core, and queries running at once
 //! add at most that many helpers to their own threads between them.
+//!
+//! The helpers are a pool of threads kept for the process, as many as the
+//! allowance. Starting and ending a thread for each piece of work maps
+//! and unmaps its stacks, which takes the process's memory-map lock that
+//! the writers' page faults need; under a dashboard's queries that was
+//! a hundred map changes a second.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Helpers the allowance holds: `query-max-workers-per-query` less one
 /// (`usize::MAX`: not set, the machine's cores less one).
@@ -19,12 +26,46 @@ static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Helpers lent now.
 static LENT: AtomicUsize = AtomicUsize::new(0);
 
-/// Helper threads started so far.
-static STARTED: AtomicUsize = AtomicUsize::new(0);
+/// Items run on a helper so far.
+static HELPED: AtomicUsize = AtomicUsize::new(0);
 
-/// How many helper threads queries have started since the process began.
-pub fn helpers_started() -> usize {
-    STARTED.load(Ordering::Relaxed)
+/// The helper threads, as many as the allowance was when it was last
+/// raised; built when first needed.
+static POOL: parking_lot::Mutex<Option<Arc<rayon_core::ThreadPool>>> =
+    parking_lot::Mutex::new(None);
+
+/// How many items of queries' work helpers have run since the process
+/// began.
+pub fn helper_runs() -> usize {
+    HELPED.load(Ordering::Relaxed)
+}
+
+/// A pool of at least `helpers` threads: the one there is, or a larger
+/// one in its place (the old one's threads end once their work is done).
+/// `None` when no thread can be started.
+fn pool(helpers: usize) -> Option<Arc<rayon_core::ThreadPool>> {
+    let mut pool = POOL.lock();
+    if let Some(p) = pool.as_ref().filter(|p| p.current_num_threads() >= helpers) {
+        return Some(Arc::clone(p));
+    }
+    let built = rayon_core::ThreadPoolBuilder::new()
+        .num_threads(helpers)
+        .thread_name(|_| "sluice-query-worker".to_owned())
+        .build();
+    match built {
+        Ok(p) => {
+            let p = Arc::new(p);
+            *pool = Some(Arc::clone(&p));
+            Some(p)
+        }
+        Err(e) => {
+            static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !TOLD.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, "cannot start query helper threads; queries run on one thread");
+            }
+            None
+        }
+    }
 }
 
 /// Sets how many threads one query may work on at most (its own
@@ -50,16 +91,21 @@ fn cores() -> usize {
 /// Helper threads borrowed from the allowance, given back when dropped.
 struct Lease(usize);
 
+/// Helpers the allowance holds now.
+fn helper_limit() -> usize {
+    match LIMIT.load(Ordering::Relaxed) {
+        usize::MAX => cores().saturating_sub(1),
+        n => n,
+    }
+}
+
 impl Lease {
     /// Up to `want` helpers, as many as are free.
     fn take(want: usize) -> Self {
         if want == 0 {
             return Self(0);
         }
-        let limit = match LIMIT.load(Ordering::Relaxed) {
-            usize::MAX => cores().saturating_sub(1),
-            n => n,
-        };
+        let limit = helper_limit();
         let mut lent = LENT.load(Ordering::Relaxed);
         loop {
             let got = limit.saturating_sub(lent).min(want);
@@ -85,19 +131,45 @@ impl Drop for Lease {
 
 /// The threads one piece of a query's work may run on: this one and the
 /// helpers borrowed for it, given back when dropped.
-pub(crate) struct Workers(Lease);
+pub(crate) struct Workers {
+    lease: Lease,
+    /// Where the helpers run; `None` when none was borrowed.
+    pool: Option<Arc<rayon_core::ThreadPool>>,
+}
+
+/// One item of [`Workers::run`], from waiting to done.
+enum Cell<I, R> {
+    Waiting(I),
+    Taken,
+    Done(R),
+}
 
 impl Workers {
     /// As many threads as `n` items allow at `min_part` items each (at
     /// least one: this thread), as far as helpers are free.
     pub(crate) fn for_items(n: usize, min_part: usize) -> Self {
         let most = n / min_part.max(1);
-        Self(Lease::take(most.saturating_sub(1)))
+        let lease = Lease::take(most.saturating_sub(1));
+        let pool = if lease.0 == 0 {
+            None
+        } else {
+            pool(helper_limit().max(lease.0))
+        };
+        match pool {
+            Some(pool) => Self {
+                lease,
+                pool: Some(pool),
+            },
+            None => Self {
+                lease: Lease(0),
+                pool: None,
+            },
+        }
     }
 
     /// How many threads: 1 when no helper was free.
     pub(crate) fn count(&self) -> usize {
-        self.0 .0 + 1
+        self.lease.0 + 1
     }
 
     /// `0..n` cut into [`Workers::count`] consecutive parts of near equal
@@ -109,48 +181,63 @@ impl Workers {
             .collect()
     }
 
-    /// Runs `f` on each item, the first on this thread and each other on
-    /// a helper, and returns the results in the items' order. A helper
-    /// that cannot be started leaves its item to this thread.
+    /// Runs `f` on each item, the first on this thread and the others on
+    /// helpers, and returns the results in the items' order. An item no
+    /// helper has taken by the time this thread is done with the first is
+    /// run here, so a busy pool only slows the work, never stalls it. A
+    /// panic in `f` on a helper is raised again here.
     pub(crate) fn run<I: Send, R: Send>(&self, items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
         let mut items = items.into_iter();
         let Some(first) = items.next() else {
             return Vec::new();
         };
-        // Each helper's item waits in a cell, so that one whose thread
-        // cannot be started is still there to run here.
-        let cells: Vec<std::sync::Mutex<Option<I>>> =
-            items.map(|i| std::sync::Mutex::new(Some(i))).collect();
-        let take = |c: &std::sync::Mutex<Option<I>>| c.lock().ok().and_then(|mut c| c.take());
-        let f = &f;
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = cells
-                .iter()
-                .map(|c| {
-                    std::thread::Builder::new()
-                        .name("sluice-query-worker".to_owned())
-                        .spawn_scoped(scope, move || take(c).map(f))
-                        .inspect(|_| {
-                            STARTED.fetch_add(1, Ordering::Relaxed);
-                        })
-                        .ok()
-                })
-                .collect();
+        let cells: Vec<parking_lot::Mutex<Cell<I, R>>> = items
+            .map(|i| parking_lot::Mutex::new(Cell::Waiting(i)))
+            .collect();
+        let take = |c: &parking_lot::Mutex<Cell<I, R>>| {
+            let mut c = c.lock();
+            if !matches!(*c, Cell::Waiting(_)) {
+                return None;
+            }
+            match std::mem::replace(&mut *c, Cell::Taken) {
+                Cell::Waiting(i) => Some(i),
+                _ => None,
+            }
+        };
+        let run_here = || {
             let mut out = Vec::with_capacity(cells.len() + 1);
             out.push(f(first));
-            for (h, c) in helpers.into_iter().zip(&cells) {
-                let done = match h.map(|h| h.join()) {
-                    Some(Ok(v)) => v,
-                    Some(Err(panic)) => std::panic::resume_unwind(panic),
-                    None => None,
-                };
-                match done {
-                    Some(v) => out.push(v),
-                    None => out.extend(take(c).map(f)),
+            for c in &cells {
+                if let Some(i) = take(c) {
+                    let r = f(i);
+                    *c.lock() = Cell::Done(r);
                 }
             }
             out
-        })
+        };
+        let mut out = match &self.pool {
+            Some(pool) if !cells.is_empty() => pool.in_place_scope(|scope| {
+                for c in &cells {
+                    let (take, f) = (&take, &f);
+                    scope.spawn(move |_| {
+                        if let Some(i) = take(c) {
+                            HELPED.fetch_add(1, Ordering::Relaxed);
+                            let r = f(i);
+                            *c.lock() = Cell::Done(r);
+                        }
+                    });
+                }
+                run_here()
+            }),
+            _ => run_here(),
+        };
+        // Every helper's job has ended (the scope waits for them), so each
+        // item is done: here or there.
+        out.extend(cells.into_iter().filter_map(|c| match c.into_inner() {
+            Cell::Done(r) => Some(r),
+            _ => None,
+        }));
+        out
     }
 
     /// Runs `f` on each item and returns the results in the items' order,
@@ -242,5 +329,47 @@ mod tests {
             assert_eq!(got, (0..n).map(|i| i * 2).collect::<Vec<_>>(), "n {n}");
             assert_eq!(ran.load(Ordering::Relaxed), n, "n {n}");
         }
+    }
+
+    #[test]
+    fn helpers_are_kept_from_one_piece_of_work_to_the_next() {
+        let here = std::thread::current().id();
+        let mut helpers = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let workers = Workers::for_items(64, 1);
+            let ran = workers.run((0..workers.count()).collect(), |i| {
+                // Long enough that helpers take their items.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                (i, std::thread::current().id())
+            });
+            assert_eq!(
+                ran.iter().map(|r| r.0).collect::<Vec<_>>(),
+                (0..workers.count()).collect::<Vec<_>>()
+            );
+            helpers.extend(ran.into_iter().map(|r| r.1).filter(|t| *t != here));
+        }
+        // Threads started per piece of work would show up as 20 or more.
+        let pool = POOL.lock().as_ref().map_or(0, |p| p.current_num_threads());
+        assert!(helpers.len() <= pool, "{} helpers, pool of {pool}", helpers.len());
+    }
+
+    #[test]
+    fn a_panic_on_a_helper_reaches_the_caller() {
+        let workers = Workers::for_items(64, 1);
+        let n = workers.count();
+        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            workers.run((0..n.max(2)).collect(), |i| {
+                if i == 1 {
+                    panic!("item one");
+                }
+                i
+            })
+        }));
+        assert!(got.is_err());
+        drop(workers);
+        // The allowance is whole again and the pool still works.
+        let after = Workers::for_items(64, 1);
+        let ran = after.run((0..after.count()).collect(), |i| i + 1);
+        assert_eq!(ran, (1..=after.count()).collect::<Vec<_>>());
     }
 }

@@ -50,12 +50,12 @@ fn one_thread_and_several_answer_the_same() {
     let engine = Engine::new(head.querier(), QueryOptions::default());
     sluice::parallel::set_max_workers(1);
     let alone = answers(&engine);
-    let before = sluice::parallel::helpers_started();
+    let before = sluice::parallel::helper_runs();
     sluice::parallel::set_max_workers(4);
     let spread = answers(&engine);
     assert!(
-        sluice::parallel::helpers_started() >= before + 3 * QUERIES.len(),
-        "helpers were started"
+        sluice::parallel::helper_runs() >= before + 3 * QUERIES.len(),
+        "helpers ran parts of the work"
     );
     assert_eq!(alone.len(), spread.len());
     for (a, s) in alone.iter().zip(&spread) {

@@ -3,10 +3,15 @@
 //! deepest query the parser lets through, at most `query-max-concurrency`
 //! at once; a request waits for a slot up to its timeout, and when the
 //! timeout passes or the client goes away, the work is told to stop.
+//!
+//! The threads are kept between queries and end after [`IDLE_END`]
+//! without work: a dashboard's queries would otherwise start and end a
+//! thread each, and each start and end maps and unmaps stack, taking the
+//! process's memory-map lock that the writers' page faults need.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -24,10 +29,14 @@ const STACK_PER_LEVEL: usize = 16 << 10;
 /// The least stack a query thread gets.
 const MIN_STACK: usize = 8 << 20;
 
+/// How long a query thread waits for work before it ends.
+const IDLE_END: Duration = Duration::from_secs(60);
+
 /// The bounded set of threads read work runs on.
 #[derive(Debug)]
 pub(crate) struct Slots {
     permits: Arc<Semaphore>,
+    threads: Arc<Threads>,
     /// Turns true at shutdown: running work is told to stop.
     closing: watch::Sender<bool>,
     max: usize,
@@ -51,6 +60,7 @@ impl Slots {
     pub(crate) fn new(max: usize, max_depth: usize, running: Gauge, timed_out: Counter) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max.max(1))),
+            threads: Arc::default(),
             closing: watch::Sender::new(false),
             max: max.max(1),
             stack_bytes: max_depth.saturating_mul(STACK_PER_LEVEL).max(MIN_STACK),
@@ -114,12 +124,15 @@ impl Slots {
         let (tx, rx) = oneshot::channel();
         let running = self.running.clone();
         running.inc();
-        spawn(self.stack_bytes, move || {
-            let result = panic::catch_unwind(AssertUnwindSafe(|| work(flag)));
-            running.dec();
-            drop(permit);
-            let _ = tx.send(result);
-        })?;
+        self.threads.run(
+            self.stack_bytes,
+            Box::new(move || {
+                let result = panic::catch_unwind(AssertUnwindSafe(|| work(flag)));
+                running.dec();
+                drop(permit);
+                let _ = tx.send(result);
+            }),
+        )?;
         let mut closing = self.closing.subscribe();
         let outcome = tokio::select! {
             o = tokio::time::timeout_at(deadline, rx) => o,
@@ -213,13 +226,90 @@ pub(crate) fn no_turn(tenant: &str, limit: u64) -> ApiError {
     ))
 }
 
-fn spawn(stack_bytes: usize, f: impl FnOnce() + Send + 'static) -> Result<(), ApiError> {
-    std::thread::Builder::new()
-        .name("sluice-query".to_owned())
-        .stack_size(stack_bytes)
-        .spawn(f)
-        .map(drop)
-        .map_err(|e| internal(format!("cannot start a query thread: {e}")))
+/// Work for a query thread; it catches its own panics.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Query threads kept between jobs: each idle one waits on its own
+/// channel, newest last, so work goes to the thread that ran last and
+/// the others end when they have waited [`IDLE_END`].
+#[derive(Debug)]
+struct Threads {
+    idle: parking_lot::Mutex<Vec<(u64, mpsc::Sender<Job>)>>,
+    /// How long an idle thread waits for work: [`IDLE_END`].
+    idle_end: Duration,
+    ids: AtomicU64,
+    started: AtomicUsize,
+}
+
+impl Default for Threads {
+    fn default() -> Self {
+        Self {
+            idle: parking_lot::Mutex::default(),
+            idle_end: IDLE_END,
+            ids: AtomicU64::default(),
+            started: AtomicUsize::default(),
+        }
+    }
+}
+
+impl Threads {
+    /// Runs `job` on an idle thread, or on a new one with `stack_bytes`
+    /// of stack when none is idle.
+    fn run(self: &Arc<Self>, stack_bytes: usize, job: Job) -> Result<(), ApiError> {
+        let mut job = job;
+        loop {
+            let Some((_, idle)) = self.idle.lock().pop() else {
+                break;
+            };
+            // A thread taken off the list waits for its job even when its
+            // wait has just run out (see `serve`).
+            match idle.send(job) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::SendError(back)) => job = back,
+            }
+        }
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let threads = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("sluice-query".to_owned())
+            .stack_size(stack_bytes)
+            .spawn(move || threads.serve(id, job))
+            .map(|_| {
+                self.started.fetch_add(1, Ordering::Relaxed);
+            })
+            .map_err(|e| internal(format!("cannot start a query thread: {e}")))
+    }
+
+    /// A query thread's life: its first job, then each one given to it
+    /// while on the idle list, until it waits in vain.
+    fn serve(&self, id: u64, first: Job) {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let mut job = first;
+        loop {
+            job();
+            self.idle.lock().push((id, tx.clone()));
+            job = match rx.recv_timeout(self.idle_end) {
+                Ok(next) => next,
+                Err(_) => {
+                    let mut idle = self.idle.lock();
+                    match idle.iter().position(|(i, _)| *i == id) {
+                        Some(at) => {
+                            idle.remove(at);
+                            return;
+                        }
+                        // Taken off the list meanwhile: a job is on its way.
+                        None => {
+                            drop(idle);
+                            match rx.recv() {
+                                Ok(next) => next,
+                                Err(_) => return,
+                            }
+                        }
+                    }
+                }
+            };
+        }
+    }
 }
 
 /// The error of read work that stopped because its answer was no longer
@@ -339,5 +429,56 @@ mod tests {
             Slots::new(4, 10_000, Gauge::default(), Counter::default()).stack_bytes,
             10_000 * STACK_PER_LEVEL
         );
+    }
+
+    #[tokio::test]
+    async fn queries_one_after_another_run_on_one_kept_thread() {
+        let slots = Slots::new(4, 10, Gauge::default(), Counter::default());
+        let mut ran_on = std::collections::HashSet::new();
+        for _ in 0..5 {
+            let id = slots
+                .run(Duration::from_secs(10), |_| Ok(std::thread::current().id()))
+                .await
+                .expect("runs");
+            ran_on.insert(id);
+            // The thread puts itself back on the idle list after it
+            // answers; wait for that so the next query can find it.
+            while slots.threads.idle.lock().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(ran_on.len(), 1);
+        assert_eq!(slots.threads.started.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_idle_thread_ends_and_work_after_it_starts_another() {
+        let threads = Arc::new(Threads {
+            idle_end: Duration::from_millis(20),
+            ..Threads::default()
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job = |tx: std::sync::mpsc::Sender<std::thread::ThreadId>| -> Job {
+            Box::new(move || {
+                let _ = tx.send(std::thread::current().id());
+            })
+        };
+        threads.run(1 << 20, job(tx.clone())).expect("starts");
+        let first = rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+        // It goes on the idle list, and leaves it when its wait runs out.
+        let wait_for = |len: usize| {
+            let mut waited = 0;
+            while threads.idle.lock().len() != len {
+                std::thread::sleep(Duration::from_millis(1));
+                waited += 1;
+                assert!(waited < 20_000, "the idle list never held {len}");
+            }
+        };
+        wait_for(1);
+        wait_for(0);
+        threads.run(1 << 20, job(tx)).expect("starts");
+        let second = rx.recv_timeout(Duration::from_secs(10)).expect("ran");
+        assert_ne!(first, second);
+        assert_eq!(threads.started.load(Ordering::Relaxed), 2);
     }
 }
