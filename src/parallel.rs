@@ -350,7 +350,11 @@ mod tests {
         }
         // Threads started per piece of work would show up as 20 or more.
         let pool = POOL.lock().as_ref().map_or(0, |p| p.current_num_threads());
-        assert!(helpers.len() <= pool, "{} helpers, pool of {pool}", helpers.len());
+        assert!(
+            helpers.len() <= pool,
+            "{} helpers, pool of {pool}",
+            helpers.len()
+        );
     }
 
     #[test]

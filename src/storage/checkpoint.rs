@@ -4,7 +4,8 @@
 //!
 //! Taking one: the WAL is rotated, so segments up to `N` hold only records
 //! the head had applied before the rotation; then each shard is copied out
-//! under its lock into `checkpoint.N.tmp`, which is fsynced, renamed to
+//! under its lock, a batch of series at a time (appends to the shard run
+//! between batches), into `checkpoint.N.tmp`, which is fsynced, renamed to
 //! `checkpoint.N`, and the directory fsynced; only then are segments `≤ N`
 //! and older checkpoints deleted. A crash at any step leaves either the
 //! previous checkpoint with all the segments after it, or the new one with
@@ -22,10 +23,10 @@
 //! `next_at: i64 | sealed chunks: count, then (mint, maxt, encoding: u8
 //! (2 integer, 3 float, as Prometheus numbers them), bytes) each | open
 //! chunk: 0, or 1 then the same`. A series without histograms ends after
-//! its open chunk, as before histograms were stored. Each shard's series
-//! are followed by a samples record and a histograms record (the WAL's) of
-//! their out-of-order samples, if they have any, which the load appends as
-//! replay does.
+//! its open chunk, as before histograms were stored. Each batch of a
+//! shard's series is followed by a samples record and a histograms record
+//! (the WAL's) of their out-of-order samples, if they have any, which the
+//! load appends as replay does, and a record of their start-time runs.
 
 use std::fs::{self, File};
 use std::io::{self, Write as _};
@@ -256,16 +257,18 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
     let mut scratch = Vec::new();
     for i in 0..head.shard_count() {
         buf.clear();
-        // Copied out under the shard's lock; written after it is released.
-        head.with_shard(i, |shard| {
-            for s in &shard.series {
+        // Copied out under the shard's lock a batch of series at a time
+        // (a whole shard is milliseconds, which every append to it would
+        // wait for); written after the shard is walked.
+        head.walk_shard(i, |shard, batch| {
+            for s in batch {
                 encode_series(&mut buf, shard, s, &mut scratch);
                 report.series += 1;
             }
-            // Out-of-order samples as a samples record after the shard's
+            // Out-of-order samples as a samples record after the batch's
             // series, appended again at load as the log's are.
             let mut frame = record::SamplesFrame::default();
-            for s in &shard.series {
+            for s in batch {
                 for (t, v) in shard.ooo_of(s).map(|o| o.all()).unwrap_or_default() {
                     frame.push(&mut buf, s.id, t, v);
                 }
@@ -274,7 +277,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             // In records of about a megabyte, as the log's are (a record
             // may not pass `MAX_RECORD`).
             let mut entries = Vec::new();
-            for s in &shard.series {
+            for s in batch {
                 for (t, h) in shard.ooo_of(s).map(|o| o.all_hists()).unwrap_or_default() {
                     record::histograms::put_entry(&mut entries, s.id, *t, h);
                     if entries.len() >= 1 << 20 {
@@ -286,7 +289,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             record::encode_histograms_frame(&mut buf, &entries);
             // Start-time runs, restored at load as the log's are.
             entries.clear();
-            for s in &shard.series {
+            for s in batch {
                 for run in shard.starts_of(s) {
                     crate::storage::starts::put_entry(&mut entries, s.id, run);
                     if entries.len() >= 1 << 20 {

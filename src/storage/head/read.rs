@@ -170,6 +170,48 @@ impl Head {
         }
     }
 
+    /// Calls `f` with shard `i` under its lock and the next batch of its
+    /// series (at most `LOCK_BATCH`), letting the lock go between batches
+    /// as a visit does, so that writers to the shard wait for a batch, not
+    /// for the whole shard. A shard rebuilt meanwhile is walked again from
+    /// its new state, without the series already given. The shard's log
+    /// is not caught up: what is copied is what the shard holds.
+    pub(in crate::storage) fn walk_shard(
+        &self,
+        i: usize,
+        mut f: impl FnMut(&Shard, &[&MemSeries]),
+    ) {
+        let cell = &self.shards[i].0;
+        let mut given: Vec<u64> = Vec::new();
+        let mut skip: Option<hashbrown::HashSet<u64>> = None;
+        'walk: loop {
+            let mut s = cell.lock();
+            let rebuilds = s.rebuilds;
+            let mut at = 0;
+            while at < s.series.len() {
+                if at > 0 {
+                    drop(s);
+                    #[cfg(test)]
+                    tests::between_batches();
+                    s = cell.lock();
+                    if s.rebuilds != rebuilds {
+                        skip = Some(given.iter().copied().collect());
+                        continue 'walk;
+                    }
+                }
+                let end = (at + LOCK_BATCH).min(s.series.len());
+                let batch: Vec<&MemSeries> = s.series[at..end]
+                    .iter()
+                    .filter(|m| !skip.as_ref().is_some_and(|done| done.contains(&m.id)))
+                    .collect();
+                given.extend(batch.iter().map(|m| m.id));
+                f(&s, &batch);
+                at = end;
+            }
+            return;
+        }
+    }
+
     /// The oldest and newest sample times in the head, from `floor` on.
     pub(in crate::storage) fn span_from(&self, floor: i64) -> Option<(i64, i64)> {
         let mut span: Option<(i64, i64)> = None;
@@ -311,6 +353,56 @@ pub(super) mod tests {
         BETWEEN.with(|b| b.borrow_mut().take());
         assert_eq!(head.with_shard(0, |s| s.rebuilds), 1, "rebuilt mid-visit");
         // No series twice, every series that was there throughout once.
+        let mut unique = seen.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), seen.len(), "given twice: {seen:?}");
+        for i in (1..40).step_by(2) {
+            assert!(seen.contains(&format!("{i:02}")), "{i} missing: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_walk_lets_the_lock_go_and_survives_a_rebuild_meanwhile() {
+        let head = Arc::new(Head::new(HeadOptions {
+            shards: 1,
+            ..Default::default()
+        }));
+        let mut c = AppendCounts::default();
+        // Even series end at 10 (retention at 50 removes them), odd ones
+        // at 100.
+        for i in 0..40 {
+            let t = if i % 2 == 0 { 10 } else { 100 };
+            let i = format!("{i:02}");
+            let l = [("__name__", "m"), ("i", i.as_str())];
+            let mut raw = Vec::new();
+            encode_canonical(l.iter().copied(), &mut raw);
+            head.append_labels(&l, &raw, [(t, 1.0)].into_iter(), t, &mut c)
+                .expect("fits");
+        }
+        head.log_and_wait();
+        let (h, mut pauses) = (Arc::clone(&head), 0);
+        BETWEEN.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                pauses += 1;
+                if pauses == 2 {
+                    assert_eq!(h.truncate(50).series, 20);
+                }
+            }))
+        });
+        let (mut seen, mut batches) = (Vec::new(), 0);
+        head.walk_shard(0, |shard, batch| {
+            batches += 1;
+            assert!(batch.len() <= super::LOCK_BATCH);
+            seen.extend(
+                batch
+                    .iter()
+                    .map(|s| shard.labels_of(s)[1].value.to_string()),
+            );
+        });
+        BETWEEN.with(|b| b.borrow_mut().take());
+        assert_eq!(head.with_shard(0, |s| s.rebuilds), 1, "rebuilt mid-walk");
+        assert!(batches > 3, "{batches} batches");
         let mut unique = seen.clone();
         unique.sort();
         unique.dedup();
