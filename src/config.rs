@@ -345,6 +345,13 @@ settings! {
     /// [default: 0].
     #[arg(value_name = "N")]
     query_max_workers_per_query: usize = 0;
+    /// How the threads that run queries share the cores with ingest:
+    /// `idle` (Linux's SCHED_IDLE: they run on the CPU time writes and
+    /// upkeep leave, so a dashboard's queries do not hold up remote
+    /// write; queries slow down while the cores are busy with writes) or
+    /// `normal` (evenly) [default: idle].
+    #[arg(value_name = "CLASS")]
+    query_thread_priority: QueryThreadPriority = QueryThreadPriority::Idle;
     /// Largest form-encoded POST body of the query API (query, series,
     /// labels, federate …), as Go's ParseForm caps it for Prometheus;
     /// larger ones get 400 bad_data [default: 10485760].
@@ -526,6 +533,47 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         u => return Err(format!("invalid size {s:?}: unknown unit {u:?}")),
     };
     Ok((n * mult as f64) as u64)
+}
+
+/// The `query-thread-priority` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum QueryThreadPriority {
+    /// Linux's idle scheduling class.
+    Idle,
+    /// The default class, as every other thread.
+    Normal,
+}
+
+impl std::str::FromStr for QueryThreadPriority {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "idle" => Ok(Self::Idle),
+            "normal" => Ok(Self::Normal),
+            _ => Err(format!(
+                "invalid query-thread-priority {s:?}: use idle or normal"
+            )),
+        }
+    }
+}
+
+impl From<QueryThreadPriority> for String {
+    fn from(p: QueryThreadPriority) -> String {
+        match p {
+            QueryThreadPriority::Idle => "idle".to_owned(),
+            QueryThreadPriority::Normal => "normal".to_owned(),
+        }
+    }
+}
+
+impl TryFrom<String> for QueryThreadPriority {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
 }
 
 /// The `wal-fsync` setting.
@@ -1071,8 +1119,8 @@ pub struct HttpLimits {
     pub shutdown_timeout: Duration,
 }
 
-/// Most threads a query may be allowed: each helper is a thread started
-/// per piece of work, so an absurd allowance would start thousands.
+/// Most threads a query may be allowed: the helpers are a pool of that
+/// many threads less one, so an absurd allowance would start thousands.
 const MAX_WORKERS_PER_QUERY: usize = 1024;
 
 #[cfg(test)]

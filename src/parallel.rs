@@ -26,6 +26,53 @@ static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Helpers lent now.
 static LENT: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether threads that run queries ask for the idle scheduling class.
+static IDLE_CLASS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets whether threads that run queries (query threads and helpers)
+/// start in the idle scheduling class (`--query-thread-priority`). Call it
+/// before the first query: threads already started keep their class.
+pub fn set_idle_class(idle: bool) {
+    IDLE_CLASS.store(idle, Ordering::Relaxed);
+}
+
+/// Puts the calling thread, which is about to run queries, in the class
+/// [`set_idle_class`] chose.
+pub(crate) fn enter_query_class() {
+    if IDLE_CLASS.load(Ordering::Relaxed) {
+        enter_idle_class();
+    }
+}
+
+/// Puts the calling thread in Linux's idle scheduling class
+/// (`SCHED_IDLE`): it runs on what CPU time the other threads leave, so
+/// queries take cores from ingest only while ingest does not want them.
+/// A thread of this class preempted while it holds a shard's lock is not
+/// a long wait: a writer that finds the lock taken spins briefly and then
+/// sleeps, which frees the core for the holder, and reads hold a shard's
+/// lock for a batch of series at a time. Elsewhere, or when the kernel
+/// refuses, the thread stays as it is (said once in the log).
+fn enter_idle_class() {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::unix::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+            ThreadSchedulePolicy,
+        };
+        let set = set_thread_priority_and_policy(
+            thread_native_id(),
+            thread_priority::ThreadPriority::Min,
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+        );
+        if let Err(e) = set {
+            static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !TOLD.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = ?e, "cannot put query threads in the idle scheduling class; they share the cores with ingest evenly");
+            }
+        }
+    }
+}
+
 /// Items run on a helper so far.
 static HELPED: AtomicUsize = AtomicUsize::new(0);
 
@@ -51,6 +98,7 @@ fn pool(helpers: usize) -> Option<Arc<rayon_core::ThreadPool>> {
     let built = rayon_core::ThreadPoolBuilder::new()
         .num_threads(helpers)
         .thread_name(|_| "sluice-query-worker".to_owned())
+        .start_handler(|_| enter_query_class())
         .build();
     match built {
         Ok(p) => {
@@ -375,5 +423,27 @@ mod tests {
         let after = Workers::for_items(64, 1);
         let ran = after.run((0..after.count()).collect(), |i| i + 1);
         assert_eq!(ran, (1..=after.count()).collect::<Vec<_>>());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_can_enter_the_idle_class() {
+        use thread_priority::unix::{
+            thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy,
+        };
+        let class = std::thread::spawn(|| {
+            let before = thread_schedule_policy().expect("policy");
+            enter_idle_class();
+            (before, thread_schedule_policy().expect("policy"))
+        })
+        .join()
+        .expect("joined");
+        assert_eq!(
+            class,
+            (
+                ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
+                ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
+            )
+        );
     }
 }

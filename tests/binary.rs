@@ -205,3 +205,64 @@ fn plain_cargo_run_starts_the_server() {
         );
     }
 }
+
+/// The scheduling policy of the process's query thread (Linux's numbers:
+/// 0 SCHED_OTHER, 5 SCHED_IDLE), from `/proc`.
+#[cfg(target_os = "linux")]
+fn query_thread_policy(pid: u32) -> Option<u32> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "sluice-query" {
+            continue;
+        }
+        let sched = std::fs::read_to_string(task.path().join("sched")).ok()?;
+        return sched
+            .lines()
+            .find(|l| l.starts_with("policy"))
+            .and_then(|l| l.rsplit(':').next())
+            .and_then(|v| v.trim().parse().ok());
+    }
+    None
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn query_threads_run_in_the_scheduling_class_the_flag_names() {
+    for (flag, policy) in [(None, 5), (Some("normal"), 0), (Some("idle"), 5)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--listen", "127.0.0.1:0", "--log-level=info", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .stderr(Stdio::piped());
+        if let Some(class) = flag {
+            cmd.arg(format!("--query-thread-priority={class}"));
+        }
+        let mut child = cmd.spawn().expect("starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("a log line before exit")
+                .expect("utf-8");
+            if let Some(at) = line.find("listening addr=") {
+                break line[at + "listening addr=".len()..].trim().to_owned();
+            }
+        };
+        let mut conn = TcpStream::connect(&addr).expect("connect");
+        conn.write_all(
+            b"GET /api/v1/query?query=vector(1) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .expect("send");
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).expect("reply");
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        // The thread that answered is kept for the next query.
+        let got = query_thread_policy(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(got, Some(policy), "--query-thread-priority {flag:?}");
+    }
+}

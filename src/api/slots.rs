@@ -283,6 +283,7 @@ impl Threads {
     /// A query thread's life: its first job, then each one given to it
     /// while on the idle list, until it waits in vain.
     fn serve(&self, id: u64, first: Job) {
+        crate::parallel::enter_query_class();
         let (tx, rx) = mpsc::channel::<Job>();
         let mut job = first;
         loop {
