@@ -123,14 +123,18 @@ impl Slots {
         let cancel = CancelOnDrop(Arc::clone(&flag));
         let (tx, rx) = oneshot::channel();
         let running = self.running.clone();
-        running.inc();
         self.threads.run(
             self.stack_bytes,
             Box::new(move || {
+                running.inc();
                 let result = panic::catch_unwind(AssertUnwindSafe(|| work(flag)));
                 running.dec();
-                drop(permit);
-                let _ = tx.send(result);
+                // The answer and the slot are given back once the thread is
+                // on the idle list again, so the query after it finds it.
+                Box::new(move || {
+                    drop(permit);
+                    let _ = tx.send(result);
+                })
             }),
         )?;
         let mut closing = self.closing.subscribe();
@@ -226,8 +230,13 @@ pub(crate) fn no_turn(tenant: &str, limit: u64) -> ApiError {
     ))
 }
 
-/// Work for a query thread; it catches its own panics.
-type Job = Box<dyn FnOnce() + Send>;
+/// Work for a query thread; it catches its own panics, and returns what
+/// is left to do once the thread is ready for the next job (handing over
+/// the answer).
+type Job = Box<dyn FnOnce() -> Finish + Send>;
+
+/// The end of a [`Job`].
+type Finish = Box<dyn FnOnce() + Send>;
 
 /// Query threads kept between jobs: each idle one waits on its own
 /// channel, newest last, so work goes to the thread that ran last and
@@ -287,8 +296,9 @@ impl Threads {
         let (tx, rx) = mpsc::channel::<Job>();
         let mut job = first;
         loop {
-            job();
+            let finish = job();
             self.idle.lock().push((id, tx.clone()));
+            finish();
             job = match rx.recv_timeout(self.idle_end) {
                 Ok(next) => next,
                 Err(_) => {
@@ -442,11 +452,8 @@ mod tests {
                 .await
                 .expect("runs");
             ran_on.insert(id);
-            // The thread puts itself back on the idle list after it
-            // answers; wait for that so the next query can find it.
-            while slots.threads.idle.lock().is_empty() {
-                tokio::task::yield_now().await;
-            }
+            // The thread is back on the idle list before it answers.
+            assert_eq!(slots.threads.idle.lock().len(), 1);
         }
         assert_eq!(ran_on.len(), 1);
         assert_eq!(slots.threads.started.load(Ordering::Relaxed), 1);
@@ -462,6 +469,7 @@ mod tests {
         let job = |tx: std::sync::mpsc::Sender<std::thread::ThreadId>| -> Job {
             Box::new(move || {
                 let _ = tx.send(std::thread::current().id());
+                Box::new(|| {})
             })
         };
         threads.run(1 << 20, job(tx.clone())).expect("starts");
