@@ -74,6 +74,11 @@ async fn run(kept: bool) -> anyhow::Result<()> {
         ?config,
         "starting sluice"
     );
+    // The server's own threads only: a test or tool that runs queries in
+    // its process keeps them in the normal class.
+    sluice::parallel::set_idle_class(
+        config.query_thread_priority == sluice::config::QueryThreadPriority::Idle,
+    );
     // For the crash tests only: the step of a block cut or compaction at
     // which to kill the process.
     if let Ok(point) = std::env::var("SLUICE_TEST_KILL_AT") {

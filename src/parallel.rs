@@ -47,11 +47,15 @@ pub(crate) fn enter_query_class() {
 /// Puts the calling thread in Linux's idle scheduling class
 /// (`SCHED_IDLE`): it runs on what CPU time the other threads leave, so
 /// queries take cores from ingest only while ingest does not want them.
-/// A thread of this class preempted while it holds a shard's lock is not
-/// a long wait: a writer that finds the lock taken spins briefly and then
-/// sleeps, which frees the core for the holder, and reads hold a shard's
-/// lock for a batch of series at a time. Elsewhere, or when the kernel
-/// refuses, the thread stays as it is (said once in the log).
+/// Such a thread preempted while it holds a lock others need (a shard's,
+/// for a batch of series; the block set's, for reading) runs again only
+/// when a core has nothing else to run: a writer that waits for the lock
+/// spins briefly and then sleeps, which frees its core, but other normal
+/// work may take that core first. The measured effect on writes is in
+/// BENCHMARKS.md ("Dashboard queries while ingest runs"); the class can
+/// be turned off with `--query-thread-priority normal`. Elsewhere than
+/// Linux, or when the kernel refuses, the thread stays as it is (said
+/// once in the log).
 fn enter_idle_class() {
     #[cfg(target_os = "linux")]
     {
@@ -232,8 +236,9 @@ impl Workers {
     /// Runs `f` on each item, the first on this thread and the others on
     /// helpers, and returns the results in the items' order. An item no
     /// helper has taken by the time this thread is done with the first is
-    /// run here, so a busy pool only slows the work, never stalls it. A
-    /// panic in `f` on a helper is raised again here.
+    /// run here; this thread then still waits for each helper's turn to
+    /// come (its job may only find the item gone), since the jobs borrow
+    /// the items. A panic in `f` on a helper is raised again here.
     pub(crate) fn run<I: Send, R: Send>(&self, items: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
         let mut items = items.into_iter();
         let Some(first) = items.next() else {
@@ -281,9 +286,13 @@ impl Workers {
         };
         // Every helper's job has ended (the scope waits for them), so each
         // item is done: here or there.
-        out.extend(cells.into_iter().filter_map(|c| match c.into_inner() {
-            Cell::Done(r) => Some(r),
-            _ => None,
+        out.extend(cells.into_iter().map(|c| match c.into_inner() {
+            Cell::Done(r) => r,
+            // A job that panicked leaves its item taken, but the scope
+            // has raised the panic here before this line.
+            Cell::Waiting(_) | Cell::Taken => {
+                unreachable!("every item is run before the scope ends")
+            }
         }));
         out
     }
@@ -320,8 +329,8 @@ impl Workers {
         for (i, r) in done.into_iter().flatten() {
             out[i] = Some(r);
         }
-        // Every item was taken by one thread (a thread that could not be
-        // started leaves its turn to this one, which empties the queue).
+        // Every item was taken by one thread (one whose turn came late
+        // finds the queue empty; this one empties it at the latest).
         out.into_iter().flatten().collect()
     }
 }

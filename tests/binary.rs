@@ -207,7 +207,7 @@ fn plain_cargo_run_starts_the_server() {
 }
 
 /// The scheduling policy of the process's query thread (Linux's numbers:
-/// 0 SCHED_OTHER, 5 SCHED_IDLE), from `/proc`.
+/// 0 SCHED_OTHER, 5 SCHED_IDLE): field 41 of its `/proc/.../stat`.
 #[cfg(target_os = "linux")]
 fn query_thread_policy(pid: u32) -> Option<u32> {
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -218,12 +218,13 @@ fn query_thread_policy(pid: u32) -> Option<u32> {
         if comm.trim() != "sluice-query" {
             continue;
         }
-        let sched = std::fs::read_to_string(task.path().join("sched")).ok()?;
-        return sched
-            .lines()
-            .find(|l| l.starts_with("policy"))
-            .and_then(|l| l.rsplit(':').next())
-            .and_then(|v| v.trim().parse().ok());
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        // Fields after the command's closing parenthesis start at 3.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        return rest
+            .split_whitespace()
+            .nth(41 - 3)
+            .and_then(|v| v.parse().ok());
     }
     None
 }

@@ -120,9 +120,6 @@ impl AppState {
             metrics.add_tenants(tenants.source());
         }
         crate::parallel::set_max_workers(config.query_max_workers_per_query);
-        crate::parallel::set_idle_class(
-            config.query_thread_priority == crate::config::QueryThreadPriority::Idle,
-        );
         let slots = slots::Slots::new(
             config.query_max_concurrency,
             config.query_max_depth,

@@ -316,7 +316,7 @@ impl SelectorRow {
 }
 
 /// Cells of a table worth a helper thread (a few milliseconds of work;
-/// starting a thread costs tens of microseconds).
+/// handing a part to a kept helper and waiting for it costs microseconds).
 pub(crate) const TABLE_CELLS_PER_WORKER: usize = 50_000;
 
 /// Windows each sample lies in from which `max_over_time` and

@@ -285,7 +285,8 @@ const LOCK_BATCH: usize = 256;
 const LOCK_BATCH: usize = 4;
 
 /// Series selected from the head worth a helper thread (about 1.5 µs
-/// each: labels, chunks and a sort; a thread starts in tens of µs).
+/// each: labels, chunks and a sort; handing a part to a helper costs
+/// microseconds).
 const SERIES_PER_WORKER: usize = 1024;
 
 #[cfg(test)]
