@@ -1,9 +1,9 @@
 //! The `sluice` binary itself: help text, config file, startup on a given
 //! address, and a clean exit on SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Lines, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::Duration;
 
 use sluice::config::Config;
@@ -102,30 +102,15 @@ fn starts_from_a_config_file_serves_and_stops_on_sigterm() {
         format!("listen: 127.0.0.1:0\ndata-dir: {}\n", data.display()),
     )
     .expect("write");
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--log-level=info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("a log line before exit")
-            .expect("utf-8");
-        if let Some(at) = line.find("listening addr=") {
-            break line[at + "listening addr=".len()..].trim().to_owned();
-        }
-    };
+    let (mut child, addr, lines) = start(
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--log-level=info"),
+    );
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     assert!(data.is_dir(), "the data directory is created at start");
-    let mut conn = TcpStream::connect(&addr).expect("connect");
-    conn.write_all(b"GET /-/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .expect("send");
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply).expect("reply");
+    let reply = get(&addr, "/-/ready");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.ends_with("Sluice is Ready.\n"), "{reply}");
     let pid = child.id().to_string();
@@ -143,6 +128,36 @@ fn starts_from_a_config_file_serves_and_stops_on_sigterm() {
     assert!(status.success(), "exit status {status}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+}
+
+/// Starts the server `cmd` describes (its log on a pipe, at info) and
+/// waits for the line that names the address it listens on: the child,
+/// that address, and the rest of its log.
+fn start(cmd: &mut Command) -> (Child, String, Lines<BufReader<ChildStderr>>) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("a log line before exit")
+            .expect("utf-8");
+        if let Some(at) = line.find("listening addr=") {
+            break line[at + "listening addr=".len()..].trim().to_owned();
+        }
+    };
+    (child, addr, lines)
+}
+
+/// The whole reply to a GET of `path`, on a connection of its own.
+fn get(addr: &str, path: &str) -> String {
+    let mut conn = TcpStream::connect(addr).expect("connect");
+    conn.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .expect("send");
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).expect("reply");
+    reply
 }
 
 #[test]
@@ -236,29 +251,12 @@ fn query_threads_run_in_the_scheduling_class_the_flag_names() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cmd = Command::new(BIN);
         cmd.args(["--listen", "127.0.0.1:0", "--log-level=info", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .stderr(Stdio::piped());
+            .arg(dir.path().join("data"));
         if let Some(class) = flag {
             cmd.arg(format!("--query-thread-priority={class}"));
         }
-        let mut child = cmd.spawn().expect("starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("a log line before exit")
-                .expect("utf-8");
-            if let Some(at) = line.find("listening addr=") {
-                break line[at + "listening addr=".len()..].trim().to_owned();
-            }
-        };
-        let mut conn = TcpStream::connect(&addr).expect("connect");
-        conn.write_all(
-            b"GET /api/v1/query?query=vector(1) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        )
-        .expect("send");
-        let mut reply = String::new();
-        conn.read_to_string(&mut reply).expect("reply");
+        let (mut child, addr, _lines) = start(&mut cmd);
+        let reply = get(&addr, "/api/v1/query?query=vector(1)");
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
         // The thread that answered is kept for the next query.
         let got = query_thread_policy(child.id());

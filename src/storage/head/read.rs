@@ -311,67 +311,16 @@ pub(super) mod tests {
         });
     }
 
-    #[test]
-    fn a_visit_lets_the_lock_go_and_survives_a_rebuild_meanwhile() {
+    /// A one-shard head of 40 series, with retention set to rebuild it
+    /// between a read's second and third batches: the even series end at
+    /// 10 (retention at 50 removes them), the odd ones at 100, which move
+    /// to new slots.
+    fn head_rebuilt_mid_read() -> Arc<Head> {
         let head = Arc::new(Head::new(HeadOptions {
             shards: 1,
             ..Default::default()
         }));
         let mut c = AppendCounts::default();
-        // Even series end at 10 (retention at 50 removes them), odd ones
-        // at 100.
-        for i in 0..40 {
-            let i = format!("{i:02}");
-            let t = if i.ends_with(['0', '2', '4', '6', '8']) {
-                10
-            } else {
-                100
-            };
-            let l = [("__name__", "m"), ("i", i.as_str())];
-            let mut raw = Vec::new();
-            encode_canonical(l.iter().copied(), &mut raw);
-            head.append_labels(&l, &raw, [(t, 1.0)].into_iter(), t, &mut c)
-                .expect("fits");
-        }
-        head.log_and_wait();
-        // Between the second and third batches, retention rebuilds the
-        // shard without the even series: the others move to new slots.
-        let (h, mut pauses) = (Arc::clone(&head), 0);
-        BETWEEN.with(|b| {
-            *b.borrow_mut() = Some(Box::new(move || {
-                pauses += 1;
-                if pauses == 2 {
-                    assert_eq!(h.truncate(50).series, 20);
-                }
-            }))
-        });
-        let mut seen = Vec::new();
-        head.for_each_match(&[], i64::MIN, i64::MAX, &Stop::default(), |shard, s, _| {
-            let labels = shard.labels_of(s);
-            seen.push(labels[1].value.to_string());
-        })
-        .expect("not stopped");
-        BETWEEN.with(|b| b.borrow_mut().take());
-        assert_eq!(head.with_shard(0, |s| s.rebuilds), 1, "rebuilt mid-visit");
-        // No series twice, every series that was there throughout once.
-        let mut unique = seen.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), seen.len(), "given twice: {seen:?}");
-        for i in (1..40).step_by(2) {
-            assert!(seen.contains(&format!("{i:02}")), "{i} missing: {seen:?}");
-        }
-    }
-
-    #[test]
-    fn a_walk_lets_the_lock_go_and_survives_a_rebuild_meanwhile() {
-        let head = Arc::new(Head::new(HeadOptions {
-            shards: 1,
-            ..Default::default()
-        }));
-        let mut c = AppendCounts::default();
-        // Even series end at 10 (retention at 50 removes them), odd ones
-        // at 100.
         for i in 0..40 {
             let t = if i % 2 == 0 { 10 } else { 100 };
             let i = format!("{i:02}");
@@ -391,6 +340,37 @@ pub(super) mod tests {
                 }
             }))
         });
+        head
+    }
+
+    /// The read of [`head_rebuilt_mid_read`] gave no series twice and
+    /// every series that was there throughout (the `i` label of each).
+    fn each_odd_series_once(head: &Head, seen: &[String]) {
+        BETWEEN.with(|b| b.borrow_mut().take());
+        assert_eq!(head.with_shard(0, |s| s.rebuilds), 1, "rebuilt mid-read");
+        let mut unique = seen.to_vec();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), seen.len(), "given twice: {seen:?}");
+        for i in (1..40).step_by(2) {
+            assert!(seen.contains(&format!("{i:02}")), "{i} missing: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn a_visit_lets_the_lock_go_and_survives_a_rebuild_meanwhile() {
+        let head = head_rebuilt_mid_read();
+        let mut seen = Vec::new();
+        head.for_each_match(&[], i64::MIN, i64::MAX, &Stop::default(), |shard, s, _| {
+            seen.push(shard.labels_of(s)[1].value.to_string());
+        })
+        .expect("not stopped");
+        each_odd_series_once(&head, &seen);
+    }
+
+    #[test]
+    fn a_walk_lets_the_lock_go_and_survives_a_rebuild_meanwhile() {
+        let head = head_rebuilt_mid_read();
         let (mut seen, mut batches) = (Vec::new(), 0);
         head.walk_shard(0, |shard, batch| {
             batches += 1;
@@ -401,15 +381,7 @@ pub(super) mod tests {
                     .map(|s| shard.labels_of(s)[1].value.to_string()),
             );
         });
-        BETWEEN.with(|b| b.borrow_mut().take());
-        assert_eq!(head.with_shard(0, |s| s.rebuilds), 1, "rebuilt mid-walk");
+        each_odd_series_once(&head, &seen);
         assert!(batches > 3, "{batches} batches");
-        let mut unique = seen.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), seen.len(), "given twice: {seen:?}");
-        for i in (1..40).step_by(2) {
-            assert!(seen.contains(&format!("{i:02}")), "{i} missing: {seen:?}");
-        }
     }
 }
