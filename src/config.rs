@@ -1127,6 +1127,33 @@ const MAX_WORKERS_PER_QUERY: usize = 1024;
 mod tests {
     use super::*;
 
+    /// The query threads' class is `idle` or `normal`, from a flag or a
+    /// file; anything else is refused naming the setting.
+    #[test]
+    fn query_thread_priority_is_idle_or_normal() {
+        assert_eq!(
+            Config::default().query_thread_priority,
+            QueryThreadPriority::Idle
+        );
+        for (text, want) in [
+            ("idle", QueryThreadPriority::Idle),
+            ("normal", QueryThreadPriority::Normal),
+        ] {
+            assert_eq!(text.parse::<QueryThreadPriority>(), Ok(want));
+            let c: Config =
+                serde_yaml_ng::from_str(&format!("query-thread-priority: {text}")).expect("parses");
+            assert_eq!(c.query_thread_priority, want);
+            assert_eq!(String::from(want), text);
+        }
+        for bad in ["", "IDLE", "low", "idle ", "-1", "1e30"] {
+            let err = bad.parse::<QueryThreadPriority>().expect_err("refused");
+            assert!(err.contains("query-thread-priority"), "{err}");
+            let err = serde_yaml_ng::from_str::<Config>(&format!("query-thread-priority: '{bad}'"))
+                .expect_err("refused");
+            assert!(err.to_string().contains("query-thread-priority"), "{err}");
+        }
+    }
+
     /// An absurd worker allowance is refused by name; 0 and sane ones
     /// pass.
     #[test]
