@@ -975,8 +975,13 @@ impl Collector for HeadCollector {
         ));
         seconds.push((
             "sluice_wal_checkpoint_last_bytes",
-            "Size of the last checkpoint",
+            "Size of the last checkpoint, with the chunk files it refers to",
             c.last_bytes as f64,
+        ));
+        seconds.push((
+            "sluice_wal_checkpoint_last_written_bytes",
+            "Bytes the last checkpoint wrote: its file and the sealed chunks no earlier one saved",
+            c.last_written_bytes as f64,
         ));
         for (name, help, v) in seconds {
             gauge(&mut encoder, name, help, v)?;

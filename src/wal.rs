@@ -612,7 +612,7 @@ mod tests {
                     got.push(format!("s{series_ref}:{}", String::from_utf8_lossy(labels)));
                 }
                 Record::Samples(s) => got.extend(s.map(|(r, t, v)| format!("x{r}@{t}={v}"))),
-                Record::Checkpoint(_) => got.push("checkpoint".into()),
+                Record::Checkpoint(_) | Record::CheckpointRefs(_) => got.push("checkpoint".into()),
                 Record::Exemplars(e) => got.extend(e.map(|(_, _, t, v)| format!("e@{t}={v}"))),
                 Record::Histograms(h) => got.extend(h.map(|(r, t, _)| format!("h{r}@{t}"))),
                 Record::Flushed { below, .. } => got.push(format!("flushed<{below}")),

@@ -5,9 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::storage::checkpoint::parse;
+use sluice::storage::checkpoint::{parse, parse_refs, ChunkFiles};
 use sluice::wal::record::{
-    decode, encode_checkpoint, encode_exemplars, encode_flushed, encode_histograms_frame, encode_samples,
+    decode, encode_checkpoint, encode_checkpoint_refs, encode_exemplars, encode_flushed, encode_histograms_frame, encode_samples,
     encode_series, encode_starts_frame, histograms, Record,
 };
 
@@ -26,6 +26,7 @@ fn samples(rec: &Record<'_>) -> Vec<(u64, i64, u64)> {
         Record::Samples(s) => s.clone().map(|(r, t, v)| (r, t, v.to_bits())).collect(),
         Record::Series { .. }
         | Record::Checkpoint(_)
+        | Record::CheckpointRefs(_)
         | Record::Exemplars(_)
         | Record::Histograms(_)
         | Record::Flushed { .. }
@@ -53,6 +54,11 @@ fuzz_target!(|data: &[u8]| {
                 let _ = parse(payload);
                 encode_checkpoint(&mut again, |out| out.extend_from_slice(payload));
             }
+            Record::CheckpointRefs(payload) => {
+                // With no chunk file, only inline chunks parse.
+                let _ = parse_refs(payload, &ChunkFiles::default());
+                encode_checkpoint_refs(&mut again, |out| out.extend_from_slice(payload));
+            }
             Record::Exemplars(e) => encode_exemplars(&mut again, e.clone()),
             Record::Histograms(h) => encode_histograms_frame(&mut again, &histogram_bytes(h)),
             Record::Flushed { below, blocks } => {
@@ -79,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
             match (&rec, &back) {
                 (Record::Series { .. }, Record::Series { .. })
                 | (Record::Checkpoint(_), Record::Checkpoint(_))
+                | (Record::CheckpointRefs(_), Record::CheckpointRefs(_))
                 | (Record::Flushed { .. }, Record::Flushed { .. })
                 | (Record::Starts(_), Record::Starts(_)) => assert_eq!(rec, back),
                 (Record::Exemplars(a), Record::Exemplars(b)) => {

@@ -15,18 +15,24 @@
 //! holds (they were appended while it was being written); the head refuses
 //! those as duplicates or out of order, so nothing is stored twice.
 //!
-//! The file is a sequence of WAL frames (length, CRC32C, kind 3), one per
+//! The file is a sequence of WAL frames (length, CRC32C, kind 8), one per
 //! series: `ref: uvarint | labels: len-prefixed canonical bytes |
-//! next_at: i64 | sealed chunks: count, then (mint: i64, maxt: i64, bytes:
-//! len-prefixed) each | open chunk: 0, or 1 then the same triple`, then,
-//! for a series that holds native histograms, a histogram section:
-//! `next_at: i64 | sealed chunks: count, then (mint, maxt, encoding: u8
-//! (2 integer, 3 float, as Prometheus numbers them), bytes) each | open
-//! chunk: 0, or 1 then the same`. A series without histograms ends after
-//! its open chunk, as before histograms were stored. Each batch of a
+//! next_at: i64 | sealed chunks: count, then per chunk mint: i64, maxt:
+//! i64 and either 0 and the bytes (len-prefixed) or 1 and the location of
+//! the bytes in a chunk file: u64 LE (see [`chunks`]) | open chunk: 0, or 1
+//! then mint, maxt and the bytes`, then, for a series that holds native
+//! histograms, a histogram section: `next_at: i64 | sealed chunks: count,
+//! then (mint, maxt, encoding: u8 (2 integer, 3 float, as Prometheus
+//! numbers them), bytes) each | open chunk: 0, or 1 then the same`. A
+//! series without histograms ends after its open chunk. Each batch of a
 //! shard's series is followed by a samples record and a histograms record
 //! (the WAL's) of their out-of-order samples, if they have any, which the
 //! load appends as replay does, and a record of their start-time runs.
+//!
+//! A sealed chunk is written once, into the chunk file of the first
+//! checkpoint that meets it, and referred to by later ones (see
+//! [`chunks`]). Checkpoints written before chunk files (kind 3, every
+//! chunk's bytes held inline, no tag byte) still load.
 
 use std::fs::{self, File};
 use std::io::{self, Write as _};
@@ -39,8 +45,12 @@ use super::head::Head;
 use super::labels::encode_canonical;
 
 use crate::encoding::{put_uvarint, Cursor};
-use crate::wal::record::{self, encode_checkpoint, Record};
+use crate::wal::record::{self, encode_checkpoint_refs, Record};
 use crate::wal::{io_err, sync_dir, WalError};
+
+pub mod chunks;
+
+pub use chunks::ChunkFiles;
 
 /// One series as a checkpoint holds it, borrowing the file's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,13 +61,19 @@ pub struct SeriesImage<'a> {
     pub labels: &'a [u8],
     /// When the open chunk must be cut at the latest.
     pub next_at: i64,
-    /// Sealed chunks, oldest first: (mint, maxt, bytes).
-    pub sealed: Vec<(i64, i64, &'a [u8])>,
+    /// Sealed chunks, oldest first: (mint, maxt, bytes, their location in
+    /// a chunk file or 0).
+    pub sealed: Vec<(i64, i64, &'a [u8], u64)>,
     /// The open chunk.
     pub open: Option<(i64, i64, &'a [u8])>,
     /// The native-histogram chunks, if the series holds any.
     pub hist: Option<HistImage<'a>>,
 }
+
+/// A sealed chunk's tag in a kind-8 record: its bytes follow, or their
+/// location in a chunk file.
+const INLINE: u8 = 0;
+const SAVED: u8 = 1;
 
 /// Prometheus' chunk encoding numbers.
 const ENC_HISTOGRAM: u8 = 2;
@@ -70,8 +86,10 @@ pub struct CheckpointReport {
     pub segment: u64,
     /// Series written.
     pub series: u64,
-    /// File size.
+    /// Size: the file and the chunk files it refers to.
     pub bytes: u64,
+    /// Bytes written: the file and the chunks no earlier checkpoint saved.
+    pub written: u64,
     /// WAL segments deleted.
     pub deleted_segments: usize,
 }
@@ -100,8 +118,14 @@ pub fn list(dir: &Path) -> Result<Vec<u64>, WalError> {
     Ok(out)
 }
 
-fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut Vec<u8>) {
-    encode_checkpoint(out, |out| {
+fn encode_series(
+    out: &mut Vec<u8>,
+    shard: &Shard,
+    s: &MemSeries,
+    scratch: &mut Vec<u8>,
+    saver: &mut chunks::Saver<'_>,
+) {
+    encode_checkpoint_refs(out, |out| {
         put_uvarint(out, s.id);
         scratch.clear();
         encode_canonical(
@@ -115,7 +139,20 @@ fn encode_series(out: &mut Vec<u8>, shard: &Shard, s: &MemSeries, scratch: &mut 
         out.extend_from_slice(&s.next_at().to_le_bytes());
         put_uvarint(out, s.sealed.len() as u64);
         for c in &s.sealed {
-            put_chunk(out, c.mint, c.maxt, &c.bytes);
+            out.extend_from_slice(&c.mint.to_le_bytes());
+            out.extend_from_slice(&c.maxt.to_le_bytes());
+            let saved = c.saved.load(std::sync::atomic::Ordering::Relaxed);
+            match saver.save(saved, &c.bytes) {
+                Some(loc) => {
+                    c.saved.store(loc, std::sync::atomic::Ordering::Relaxed);
+                    out.push(SAVED);
+                    out.extend_from_slice(&loc.to_le_bytes());
+                }
+                None => {
+                    out.push(INLINE);
+                    put_bytes(out, &c.bytes);
+                }
+            }
         }
         match s.open_chunk() {
             Some((mint, maxt, bytes)) => {
@@ -195,8 +232,36 @@ fn put_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, bytes: &[u8]) {
     put_bytes(out, bytes);
 }
 
-/// Reads a checkpoint record's payload; `None` if it is malformed.
+/// Reads a kind-3 checkpoint record's payload (every chunk's bytes
+/// inline); `None` if it is malformed.
 pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
+    parse_with(payload, |r| {
+        let (mint, maxt, bytes) = chunk(r)?;
+        Some((mint, maxt, bytes, 0))
+    })
+}
+
+/// Reads a kind-8 checkpoint record's payload, its saved chunks from
+/// `files`; `None` if it is malformed or a chunk is missing or damaged.
+pub fn parse_refs<'a>(payload: &'a [u8], files: &'a ChunkFiles) -> Option<SeriesImage<'a>> {
+    parse_with(payload, |r| {
+        let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
+        match r.byte()? {
+            INLINE => Some((mint, maxt, r.bytes()?, 0)),
+            SAVED => {
+                let loc = r.i64_le()? as u64;
+                Some((mint, maxt, files.chunk(loc)?, loc))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// A checkpoint record's payload, its sealed chunks read by `sealed`.
+fn parse_with<'a>(
+    payload: &'a [u8],
+    mut sealed_chunk: impl FnMut(&mut Cursor<'a>) -> Option<(i64, i64, &'a [u8], u64)>,
+) -> Option<SeriesImage<'a>> {
     let mut r = Cursor(payload);
     let id = r.uvarint()?;
     let labels = r.bytes()?;
@@ -208,7 +273,7 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
     }
     let mut sealed = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        sealed.push(chunk(&mut r)?);
+        sealed.push(sealed_chunk(&mut r)?);
     }
     let open = match r.byte()? {
         0 => None,
@@ -235,13 +300,16 @@ fn chunk<'a>(r: &mut Cursor<'a>) -> Option<(i64, i64, &'a [u8])> {
     Some((r.i64_le()?, r.i64_le()?, r.bytes()?))
 }
 
-/// Writes a checkpoint of `head` into `dir` and deletes the WAL segments
-/// and checkpoints it makes redundant. The head must write a WAL. Blocks:
-/// run it on a thread of its own.
+/// Writes a checkpoint of `head` into `dir` and deletes the WAL segments,
+/// checkpoints and chunk files it makes redundant. The head must write a
+/// WAL. Blocks: run it on a thread of its own.
 pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
     let Some(wal) = head.wal() else {
         return Ok(CheckpointReport::default());
     };
+    // Held throughout: one checkpoint at a time, since each relies on the
+    // chunk files the one before it left.
+    let mut good = head.chunk_files().lock();
     let segment = wal.rotate().map_err(|e| WalError::Io {
         path: dir.join("wal"),
         source: io::Error::other(e),
@@ -252,6 +320,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         segment,
         ..CheckpointReport::default()
     };
+    let mut saver = chunks::Saver::new(dir, &good, segment);
     let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io_err(&tmp))?);
     let mut buf = Vec::new();
     let mut scratch = Vec::new();
@@ -262,7 +331,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         // wait for); written after the shard is walked.
         head.walk_shard(i, |shard, batch| {
             for s in batch {
-                encode_series(&mut buf, shard, s, &mut scratch);
+                encode_series(&mut buf, shard, s, &mut scratch, &mut saver);
                 report.series += 1;
             }
             // Out-of-order samples as a samples record after the batch's
@@ -300,6 +369,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             }
             record::encode_starts_frame(&mut buf, &entries);
         });
+        saver.flush()?;
         report.bytes += buf.len() as u64;
         file.write_all(&buf).map_err(io_err(&tmp))?;
     }
@@ -309,6 +379,8 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         .snapshot(|entries| record::encode_exemplars_frame(&mut buf, entries));
     report.bytes += buf.len() as u64;
     file.write_all(&buf).map_err(io_err(&tmp))?;
+    // The new chunks are durable before the checkpoint refers to them.
+    saver.sync()?;
     let file = file
         .into_inner()
         .map_err(|e| io_err(&tmp)(e.into_error()))?;
@@ -316,6 +388,11 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
     drop(file);
     fs::rename(&tmp, &path).map_err(io_err(&path))?;
     sync_dir(dir)?;
+    report.written = report.bytes + saver.written;
+    report.bytes += saver.referenced_bytes();
+    let referenced = std::mem::take(&mut saver.referenced);
+    drop(saver);
+    *good = referenced;
     report.deleted_segments = crate::wal::remove_segments_through(&dir.join("wal"), segment)?;
     for old in list(dir)? {
         if old < segment {
@@ -323,6 +400,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             fs::remove_file(&p).map_err(io_err(&p))?;
         }
     }
+    chunks::remove_unreferenced(dir, &good)?;
     Ok(report)
 }
 
@@ -333,6 +411,8 @@ pub struct CheckpointLoad {
     pub segment: u64,
     /// Series restored.
     pub series: u64,
+    /// The chunk files the restored series' chunks were read from.
+    pub chunk_files: std::collections::BTreeSet<u64>,
 }
 
 /// The newest complete checkpoint in `dir` (its last segment), touching
@@ -363,7 +443,7 @@ pub fn read_series(dir: &Path, mut f: impl FnMut(u64, &[u8])) -> Result<Option<u
         let mut pos = 0;
         while let Ok((rec, len)) = record::decode(&buf[pos..]) {
             pos += len;
-            if let Record::Checkpoint(payload) = rec {
+            if let Record::Checkpoint(payload) | Record::CheckpointRefs(payload) = rec {
                 let mut r = Cursor(payload);
                 if let (Some(id), Some(labels)) = (r.uvarint(), r.bytes()) {
                     f(id, labels);
@@ -390,7 +470,11 @@ pub fn load(
     };
     let path = checkpoint_path(dir, segment);
     let buf = fs::read(&path).map_err(io_err(&path))?;
-    let mut loaded = CheckpointLoad { segment, series: 0 };
+    let files = ChunkFiles::read(dir)?;
+    let mut loaded = CheckpointLoad {
+        segment,
+        ..CheckpointLoad::default()
+    };
     let started = std::time::Instant::now();
     let mut next_log = started + std::time::Duration::from_secs(5);
     let mut pos = 0;
@@ -408,6 +492,7 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
+            Ok((Record::CheckpointRefs(payload), len)) => (parse_refs(payload, &files), len),
             Ok((
                 rec @ (Record::Exemplars(_)
                 | Record::Samples(_)
@@ -424,6 +509,11 @@ pub fn load(
         match image {
             Some(image) if restore(&image) => {
                 loaded.series += 1;
+                for &(_, _, _, loc) in &image.sealed {
+                    if loc != 0 {
+                        loaded.chunk_files.insert(chunks::file_of(loc));
+                    }
+                }
                 pos += len;
             }
             _ if repair == crate::wal::Repair::DropFromDamage => {
@@ -805,6 +895,16 @@ mod tests {
         assert_eq!(everything(&open(dir.path())), want);
     }
 
+    /// Copies the chunk files of one data directory into another.
+    fn copy_chunk_files(from: &Path, to: &Path) {
+        let (from, to) = (chunks::dir(from), chunks::dir(to));
+        fs::create_dir_all(&to).expect("mkdir");
+        for e in fs::read_dir(&from).expect("ls") {
+            let p = e.expect("entry").path();
+            fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
+        }
+    }
+
     fn write_checkpoint(head: &Head, dir: &Path) -> CheckpointReport {
         super::write(head, dir).expect("checkpoint")
     }
@@ -872,6 +972,7 @@ mod tests {
         }
         fs::write(checkpoint_path(dir2.path(), first.segment), &first_bytes).expect("write");
         fs::write(checkpoint_path(dir2.path(), second.segment), &second_bytes).expect("write");
+        copy_chunk_files(dir.path(), dir2.path());
         let h = open(dir2.path());
         assert_eq!(everything(&h), want, "crash after the rename");
         let left = crate::wal::segments(&dir2.path().join("wal")).expect("ls");
@@ -898,6 +999,192 @@ mod tests {
         let h = Head::open(HeadOptions::default(), &d).expect("repaired");
         let n = everything(&h).len();
         assert!(n > 0 && n < 20, "{n} series kept");
+    }
+
+    /// The chunk files under `dir`, by number.
+    fn chunk_files(dir: &Path) -> Vec<u64> {
+        let mut out: Vec<u64> = fs::read_dir(chunks::dir(dir))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn a_sealed_chunk_is_written_once() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        // 20 series of 400 samples: three sealed chunks each.
+        append_rounds(&head, 0, 400);
+        let first = write_checkpoint(&head, dir.path());
+        assert_eq!(chunk_files(dir.path()), vec![first.segment]);
+        let chunks_at_first =
+            fs::metadata(chunks::dir(dir.path()).join(format!("{:08}", first.segment)))
+                .expect("stat")
+                .len();
+        assert!(
+            chunks_at_first > 20 * 3 * 100,
+            "{chunks_at_first} bytes of chunks"
+        );
+        // Nothing new sealed: the next one writes only its own file, which
+        // refers to the same chunks.
+        let second = write_checkpoint(&head, dir.path());
+        assert_eq!(chunk_files(dir.path()), vec![first.segment]);
+        assert_eq!(
+            second.written,
+            fs::metadata(checkpoint_path(dir.path(), second.segment))
+                .expect("stat")
+                .len(),
+            "only its own file"
+        );
+        assert_eq!(first.bytes, first.written);
+        assert_eq!(second.bytes, second.written + chunks_at_first);
+        // New sealed chunks go into a file of their own.
+        append_rounds(&head, 400, 700);
+        let third = write_checkpoint(&head, dir.path());
+        assert_eq!(chunk_files(dir.path()), vec![first.segment, third.segment]);
+        let want = everything(&head);
+        head.close_wal();
+        drop(head);
+        let reopened = open(dir.path());
+        assert_eq!(everything(&reopened), want);
+        // A reopened head knows where its chunks are saved.
+        let fourth = write_checkpoint(&reopened, dir.path());
+        assert_eq!(
+            fourth.written,
+            fs::metadata(checkpoint_path(dir.path(), fourth.segment))
+                .expect("stat")
+                .len(),
+            "only its own file"
+        );
+        assert_eq!(fourth.bytes, third.bytes);
+        assert_eq!(chunk_files(dir.path()), vec![first.segment, third.segment]);
+        // Once the head lets the oldest chunks go (retention), the files
+        // only they were in are deleted.
+        reopened.apply_retention(500 * 15_000);
+        write_checkpoint(&reopened, dir.path());
+        let left = chunk_files(dir.path());
+        assert!(!left.contains(&first.segment), "{left:?}");
+        let want = everything(&reopened);
+        reopened.close_wal();
+        drop(reopened);
+        assert_eq!(everything(&open(dir.path())), want);
+    }
+
+    #[test]
+    fn chunks_a_failed_checkpoint_wrote_are_written_again() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_rounds(&head, 0, 300);
+        let first = write_checkpoint(&head, dir.path());
+        append_rounds(&head, 300, 600);
+        // The next checkpoint's chunk file cannot be made.
+        let next = *crate::wal::segments(&dir.path().join("wal"))
+            .expect("ls")
+            .last()
+            .expect("a segment");
+        let blocker = chunks::dir(dir.path()).join(format!("{next:08}"));
+        fs::create_dir(&blocker).expect("mkdir");
+        super::write(&head, dir.path()).expect_err("the chunk file is a directory");
+        fs::remove_dir(&blocker).expect("rmdir");
+        assert_eq!(list(dir.path()).expect("ls"), vec![first.segment]);
+        // The chunks it marked as saved in a file that never completed are
+        // written again.
+        let third = write_checkpoint(&head, dir.path());
+        assert_eq!(chunk_files(dir.path()), vec![first.segment, third.segment]);
+        let want = everything(&head);
+        head.close_wal();
+        drop(head);
+        assert_eq!(everything(&open(dir.path())), want);
+    }
+
+    #[test]
+    fn a_damaged_or_missing_chunk_file_stops_start_unless_repaired() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_rounds(&head, 0, 300);
+        let r = write_checkpoint(&head, dir.path());
+        head.close_wal();
+        drop(head);
+        let p = chunks::dir(dir.path()).join(format!("{:08}", r.segment));
+        let mut bad = fs::read(&p).expect("read");
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x10;
+        fs::write(&p, &bad).expect("write");
+        let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("damaged");
+        assert!(err.to_string().contains("--wal-repair"), "{err}");
+        let mut d = durability(dir.path());
+        d.wal.repair = crate::wal::Repair::DropFromDamage;
+        let h = Head::open(HeadOptions::default(), &d).expect("repaired");
+        let n = everything(&h).len();
+        assert!(n > 0 && n < 20, "{n} series kept");
+        h.close_wal();
+        drop(h);
+        // A file gone altogether is damage too.
+        fs::remove_file(&p).expect("rm");
+        let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("missing");
+        assert!(err.to_string().contains("--wal-repair"), "{err}");
+    }
+
+    /// A kind-3 record (every chunk inline) of a series without histograms.
+    fn encode_inline(out: &mut Vec<u8>, image: &SeriesImage<'_>) {
+        assert!(image.hist.is_none());
+        record::encode_checkpoint(out, |out| {
+            put_uvarint(out, image.id);
+            put_bytes(out, image.labels);
+            out.extend_from_slice(&image.next_at.to_le_bytes());
+            put_uvarint(out, image.sealed.len() as u64);
+            for &(mint, maxt, bytes, _) in &image.sealed {
+                put_chunk(out, mint, maxt, bytes);
+            }
+            match image.open {
+                Some((mint, maxt, bytes)) => {
+                    out.push(1);
+                    put_chunk(out, mint, maxt, bytes);
+                }
+                None => out.push(0),
+            }
+        });
+    }
+
+    #[test]
+    fn a_checkpoint_from_before_chunk_files_loads() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let head = open(dir.path());
+        append_rounds(&head, 0, 300);
+        let r = write_checkpoint(&head, dir.path());
+        let want = everything(&head);
+        head.close_wal();
+        drop(head);
+        // Rewrite it as a checkpoint was written before chunk files.
+        let path = checkpoint_path(dir.path(), r.segment);
+        let buf = fs::read(&path).expect("read");
+        let files = ChunkFiles::read(dir.path()).expect("chunks");
+        let mut old = Vec::new();
+        let mut pos = 0;
+        while let Ok((rec, len)) = record::decode(&buf[pos..]) {
+            match rec {
+                Record::CheckpointRefs(p) => {
+                    encode_inline(&mut old, &parse_refs(p, &files).expect("parses"))
+                }
+                _ => old.extend_from_slice(&buf[pos..pos + len]),
+            }
+            pos += len;
+        }
+        assert_eq!(pos, buf.len());
+        fs::write(&path, &old).expect("write");
+        fs::remove_dir_all(chunks::dir(dir.path())).expect("rm");
+        let h = open(dir.path());
+        assert_eq!(everything(&h), want);
+        // Its next checkpoint saves every sealed chunk.
+        let next = write_checkpoint(&h, dir.path());
+        assert_eq!(chunk_files(dir.path()), vec![next.segment]);
+        h.close_wal();
+        drop(h);
+        assert_eq!(everything(&open(dir.path())), want);
     }
 
     #[test]

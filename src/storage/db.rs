@@ -510,11 +510,12 @@ fn checkpoint_now(head: &Head, dir: &Path) -> Option<u64> {
     let started = Instant::now();
     match checkpoint::write(head, dir) {
         Ok(r) => {
-            head.note_checkpoint(started.elapsed(), r.bytes);
+            head.note_checkpoint(started.elapsed(), r.bytes, r.written);
             tracing::info!(
                 segment = r.segment,
                 series = r.series,
                 bytes = r.bytes,
+                written_bytes = r.written,
                 deleted_segments = r.deleted_segments,
                 seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
                 "checkpoint written"

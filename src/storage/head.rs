@@ -132,6 +132,9 @@ pub struct Head {
     wal_dir: Option<PathBuf>,
     recovery: Option<Recovery>,
     checkpoints: Mutex<CheckpointStats>,
+    /// The checkpoint chunk files the newest checkpoint refers to: a
+    /// sealed chunk saved in one of them is not written again.
+    chunk_files: Mutex<std::collections::BTreeSet<u64>>,
     retained: Mutex<RetentionReport>,
     /// The retention cutoff of the last pass: older samples are out of
     /// bounds, since the next pass would drop them.
@@ -159,8 +162,11 @@ pub struct CheckpointStats {
     pub failed: u64,
     /// How long the last one took, in seconds.
     pub last_seconds: f64,
-    /// Size of the last one.
+    /// Size of the last one: its file and the chunk files it refers to.
     pub last_bytes: u64,
+    /// Bytes the last one wrote: its file and the chunks no earlier one
+    /// had saved.
+    pub last_written_bytes: u64,
 }
 
 /// Where and how the head keeps itself durable.
@@ -206,6 +212,7 @@ impl Head {
             wal_dir: None,
             recovery: None,
             checkpoints: Mutex::new(CheckpointStats::default()),
+            chunk_files: Mutex::new(std::collections::BTreeSet::new()),
             retained: Mutex::new(RetentionReport::default()),
             min_valid_ms: AtomicI64::new(i64::MIN),
             cut_floor: AtomicI64::new(i64::MIN),
@@ -423,12 +430,19 @@ impl Head {
         *self.retained.lock()
     }
 
-    /// Records a checkpoint written in `took`, of `bytes`.
-    pub(super) fn note_checkpoint(&self, took: std::time::Duration, bytes: u64) {
+    /// Records a checkpoint written in `took`, of `bytes` in all, of
+    /// which it wrote `written`.
+    pub(super) fn note_checkpoint(&self, took: std::time::Duration, bytes: u64, written: u64) {
         let mut c = self.checkpoints.lock();
         c.written += 1;
         c.last_seconds = took.as_secs_f64();
         c.last_bytes = bytes;
+        c.last_written_bytes = written;
+    }
+
+    /// The checkpoint chunk files whose saved chunks need no new copy.
+    pub(super) fn chunk_files(&self) -> &Mutex<std::collections::BTreeSet<u64>> {
+        &self.chunk_files
     }
 
     /// Records a failed checkpoint.

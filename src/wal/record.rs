@@ -8,6 +8,8 @@
 //! - `2` samples: `base_t: i64 LE`, then per sample
 //!   `ref: uvarint | t - base_t: zigzag varint | v: f64 bits LE`;
 //! - `3` one series of a checkpoint (`storage::checkpoint`'s layout);
+//! - `8` the same, with sealed chunks that may be referred to in the
+//!   checkpoint's chunk files rather than held (`storage::checkpoint`);
 //! - `5` native histogram samples (see [`histograms`] for the layout);
 //! - `4` exemplars, self-contained (keyed by labels, not references, so a
 //!   checkpoint can carry them too): per exemplar `series: uvarint length |
@@ -34,6 +36,7 @@ const EXEMPLARS: u8 = 4;
 const HISTOGRAMS: u8 = 5;
 const FLUSHED: u8 = 6;
 const STARTS: u8 = 7;
+const CHECKPOINT_REFS: u8 = 8;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +53,10 @@ pub enum Record<'a> {
     /// One series of a checkpoint, in the checkpoint's own layout (see
     /// `storage::checkpoint`); never in WAL segments.
     Checkpoint(&'a [u8]),
+    /// One series of a checkpoint whose sealed chunks may be held in the
+    /// checkpoint's chunk files (see `storage::checkpoint`); never in WAL
+    /// segments.
+    CheckpointRefs(&'a [u8]),
     /// Exemplars, each with its series' labels.
     Exemplars(Exemplars<'a>),
     /// Native histogram samples for series defined earlier.
@@ -178,6 +185,14 @@ fn finish(out: &mut [u8], at: usize) {
 /// Appends a checkpoint record whose payload `fill` writes.
 pub fn encode_checkpoint(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
     let at = start(out, CHECKPOINT);
+    fill(out);
+    finish(out, at);
+}
+
+/// Appends a checkpoint record whose sealed chunks may be held in chunk
+/// files (kind 8), its payload written by `fill`.
+pub fn encode_checkpoint_refs(out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
+    let at = start(out, CHECKPOINT_REFS);
     fill(out);
     finish(out, at);
 }
@@ -324,6 +339,7 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
             })
         }
         CHECKPOINT => Record::Checkpoint(payload),
+        CHECKPOINT_REFS => Record::CheckpointRefs(payload),
         EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
         HISTOGRAMS => Record::Histograms(Histograms { rest: payload }),
         STARTS => Record::Starts(payload),

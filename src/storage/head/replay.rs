@@ -46,6 +46,8 @@ impl Head {
             |rec| replaying.borrow_mut().apply(rec),
         )?;
         let mut replayer = replaying.into_inner();
+        // The restored chunks' files: the next checkpoint refers to them.
+        *head.chunk_files().lock() = loaded.chunk_files.clone();
         if loaded.segment > 0 {
             tracing::info!(
                 checkpoint = loaded.segment,
@@ -223,7 +225,7 @@ impl<'h> Replayer<'h> {
                     None => self.bad_series += 1,
                 }
             }
-            Record::Checkpoint(_) => self.bad_series += 1,
+            Record::Checkpoint(_) | Record::CheckpointRefs(_) => self.bad_series += 1,
             Record::Flushed { below, blocks } => {
                 let written = blocks.chunks_exact(16).all(|b| {
                     let mut id = [0u8; 16];

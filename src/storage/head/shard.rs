@@ -2,6 +2,7 @@
 //! and postings, all behind the shard's own lock. Everything here runs with
 //! that lock held, so it stays short and never awaits.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -44,6 +45,10 @@ pub(crate) struct SealedChunk {
     pub(crate) mint: i64,
     pub(crate) maxt: i64,
     pub(crate) bytes: Arc<[u8]>,
+    /// Where a checkpoint wrote the bytes (a chunk file's number and the
+    /// offset in it, see `checkpoint`), 0 if none did yet. Only the
+    /// checkpoint writer reads and sets it, under the shard's lock.
+    pub(crate) saved: AtomicU64,
 }
 
 /// The chunk still being appended to.
@@ -194,6 +199,7 @@ impl MemSeries {
                 mint: h.mint,
                 maxt: h.maxt(),
                 bytes: Arc::from(h.app.bytes()),
+                saved: AtomicU64::new(0),
             });
             self.sealed = sealed.into_boxed_slice();
         }
@@ -561,11 +567,12 @@ impl Shard {
     /// after every append). Each heap block also costs the allocator's
     /// header and rounding, counted as [`MALLOC_OVERHEAD`].
     pub(crate) fn memory(&self) -> HeadMemory {
-        // A sealed chunk's list entry (times and `Arc` pointer) and the
-        // `Arc`'s counts, plus its block's overhead. An open chunk lives in
+        // A sealed chunk's list entry (times, `Arc` pointer and where a
+        // checkpoint saved it) and the `Arc`'s counts, plus its block's
+        // overhead. An open chunk lives in
         // its series' struct; only its buffer's block has an overhead
         // (counted for all, though the smallest are still inline).
-        const PER_SEALED: usize = 48 + MALLOC_OVERHEAD;
+        const PER_SEALED: usize = std::mem::size_of::<SealedChunk>() + 16 + MALLOC_OVERHEAD;
         let sealed = self.chunks - self.open_chunks;
         // A histogram series' struct and its chunks' list entries, with
         // an allowance for its last sample, kept to tell duplicates.
@@ -708,14 +715,15 @@ impl Shard {
     }
 
     /// Gives the series in `slot` the chunks of a checkpoint image (sealed
-    /// and open chunks as (mint, maxt, bytes), and when the open one must
-    /// be cut), unless it holds samples already. The open chunk is rebuilt
+    /// chunks as (mint, maxt, bytes, where a checkpoint saved them), the
+    /// open one as (mint, maxt, bytes), and when it must be cut), unless
+    /// it holds samples already. The open chunk is rebuilt
     /// by appending its samples, which yields the same bytes (the encoder
     /// is deterministic). Returns `false` if a chunk does not decode.
     pub(crate) fn restore_chunks(
         &mut self,
         slot: u32,
-        sealed: &[(i64, i64, &[u8])],
+        sealed: &[(i64, i64, &[u8], u64)],
         open: Option<(i64, i64, &[u8])>,
         next_at: i64,
     ) -> bool {
@@ -728,12 +736,13 @@ impl Shard {
         let mut bytes = 0;
         series.sealed = sealed
             .iter()
-            .map(|&(mint, maxt, b)| {
+            .map(|&(mint, maxt, b, saved)| {
                 bytes += b.len();
                 SealedChunk {
                     mint,
                     maxt,
                     bytes: Arc::from(b),
+                    saved: AtomicU64::new(saved),
                 }
             })
             .collect();
@@ -757,8 +766,9 @@ impl Shard {
         self.chunk_bytes += bytes;
         self.samples += sealed
             .iter()
-            .chain(&open)
-            .map(|c| chunk_samples(c.2))
+            .map(|c| c.2)
+            .chain(open.map(|c| c.2))
+            .map(chunk_samples)
             .sum::<usize>();
         true
     }
