@@ -134,6 +134,22 @@ pub enum WalError {
         /// Where the bad record starts.
         offset: u64,
     },
+    /// A checkpoint refers to a chunk that is missing or fails its CRC.
+    #[error(
+        "checkpoint {path} refers to a chunk of series {series} in {chunk_file} at byte \
+         {offset} that is missing or damaged. Start with --wal-repair to load the series \
+         without the chunks that are"
+    )]
+    CorruptCheckpointChunk {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The series' reference.
+        series: u64,
+        /// The chunk file.
+        chunk_file: PathBuf,
+        /// Where in it the chunk was to start.
+        offset: u64,
+    },
 }
 
 /// Maps an I/O error on `path` to [`WalError::Io`].

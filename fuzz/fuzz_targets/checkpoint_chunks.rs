@@ -5,6 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sluice::encoding::uvarint;
 use sluice::storage::checkpoint::{parse_refs, ChunkFiles};
 
 fuzz_target!(|data: &[u8]| {
@@ -26,8 +27,11 @@ fuzz_target!(|data: &[u8]| {
     // Every offset of the headed file as a chunk's location.
     for offset in 0..headed.len().min(4096) as u64 {
         if let Some(chunk) = files.chunk(1 << 40 | offset) {
-            let start = chunk.as_ptr() as usize - headed.as_ptr() as usize;
-            assert!(start > offset as usize && start + chunk.len() + 4 <= headed.len());
+            // The record there: its length, the chunk, its CRC.
+            let (len, n) = uvarint(&headed[offset as usize..]).expect("a length");
+            assert_eq!(len, chunk.len() as u64);
+            let start = offset as usize + n;
+            assert_eq!(&headed[start..start + chunk.len()], chunk);
             assert_eq!(
                 crc32c::crc32c(chunk).to_le_bytes()[..],
                 headed[start + chunk.len()..][..4],

@@ -37,6 +37,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::chunk::HistogramKind;
 use super::head::hist_series::HistImage;
@@ -141,10 +142,10 @@ fn encode_series(
         for c in &s.sealed {
             out.extend_from_slice(&c.mint.to_le_bytes());
             out.extend_from_slice(&c.maxt.to_le_bytes());
-            let saved = c.saved.load(std::sync::atomic::Ordering::Relaxed);
+            let saved = c.saved.load(Relaxed);
             match saver.save(saved, &c.bytes) {
                 Some(loc) => {
-                    c.saved.store(loc, std::sync::atomic::Ordering::Relaxed);
+                    c.saved.store(loc, Relaxed);
                     out.push(SAVED);
                     out.extend_from_slice(&loc.to_le_bytes());
                 }
@@ -237,30 +238,58 @@ fn put_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, bytes: &[u8]) {
 pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
     parse_with(payload, |r| {
         let (mint, maxt, bytes) = chunk(r)?;
-        Some((mint, maxt, bytes, 0))
+        Some(Some((mint, maxt, bytes, 0)))
     })
 }
 
 /// Reads a kind-8 checkpoint record's payload, its saved chunks from
 /// `files`; `None` if it is malformed or a chunk is missing or damaged.
 pub fn parse_refs<'a>(payload: &'a [u8], files: &'a ChunkFiles) -> Option<SeriesImage<'a>> {
-    parse_with(payload, |r| {
-        let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
-        match r.byte()? {
-            INLINE => Some((mint, maxt, r.bytes()?, 0)),
-            SAVED => {
-                let loc = r.i64_le()? as u64;
-                Some((mint, maxt, files.chunk(loc)?, loc))
-            }
-            _ => None,
+    parse_with(payload, |r| match sealed_ref(r, files)? {
+        (mint, maxt, Ok(bytes), loc) => Some(Some((mint, maxt, bytes, loc))),
+        (_, _, Err(()), _) => None,
+    })
+}
+
+/// [`parse_refs`], leaving out the chunks that are missing or damaged in
+/// `files`, whose locations go to `bad`; `None` if the record is malformed.
+fn parse_refs_without<'a>(
+    payload: &'a [u8],
+    files: &'a ChunkFiles,
+    bad: &mut Vec<u64>,
+) -> Option<SeriesImage<'a>> {
+    parse_with(payload, |r| match sealed_ref(r, files)? {
+        (mint, maxt, Ok(bytes), loc) => Some(Some((mint, maxt, bytes, loc))),
+        (_, _, Err(()), loc) => {
+            bad.push(loc);
+            Some(None)
         }
     })
 }
 
-/// A checkpoint record's payload, its sealed chunks read by `sealed`.
+/// A kind-8 record's sealed chunk: (mint, maxt, the bytes or `Err` if its
+/// location does not read back, the location or 0).
+#[allow(clippy::type_complexity)]
+fn sealed_ref<'a>(
+    r: &mut Cursor<'a>,
+    files: &'a ChunkFiles,
+) -> Option<(i64, i64, Result<&'a [u8], ()>, u64)> {
+    let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
+    match r.byte()? {
+        INLINE => Some((mint, maxt, Ok(r.bytes()?), 0)),
+        SAVED => {
+            let loc = r.i64_le()? as u64;
+            Some((mint, maxt, files.chunk(loc).ok_or(()), loc))
+        }
+        _ => None,
+    }
+}
+
+/// A checkpoint record's payload, its sealed chunks read by
+/// `sealed_chunk` (`None`: malformed; `Some(None)`: left out).
 fn parse_with<'a>(
     payload: &'a [u8],
-    mut sealed_chunk: impl FnMut(&mut Cursor<'a>) -> Option<(i64, i64, &'a [u8], u64)>,
+    mut sealed_chunk: impl FnMut(&mut Cursor<'a>) -> Option<Option<(i64, i64, &'a [u8], u64)>>,
 ) -> Option<SeriesImage<'a>> {
     let mut r = Cursor(payload);
     let id = r.uvarint()?;
@@ -273,7 +302,7 @@ fn parse_with<'a>(
     }
     let mut sealed = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        sealed.push(sealed_chunk(&mut r)?);
+        sealed.extend(sealed_chunk(&mut r)?);
     }
     let open = match r.byte()? {
         0 => None,
@@ -400,7 +429,7 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             fs::remove_file(&p).map_err(io_err(&p))?;
         }
     }
-    chunks::remove_unreferenced(dir, &good)?;
+    chunks::remove_unreferenced(dir, &good);
     Ok(report)
 }
 
@@ -492,7 +521,36 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
-            Ok((Record::CheckpointRefs(payload), len)) => (parse_refs(payload, &files), len),
+            Ok((Record::CheckpointRefs(payload), len)) => match parse_refs(payload, &files) {
+                Some(image) => (Some(image), len),
+                None => {
+                    // A sound record may refer to a chunk that is not: then
+                    // repair loads the series without it.
+                    let mut bad = Vec::new();
+                    match parse_refs_without(payload, &files, &mut bad) {
+                        Some(image) if !bad.is_empty() => {
+                            let (chunk_file, offset) = ChunkFiles::place(dir, bad[0]);
+                            if repair != crate::wal::Repair::DropFromDamage {
+                                return Err(WalError::CorruptCheckpointChunk {
+                                    path,
+                                    series: image.id,
+                                    chunk_file,
+                                    offset,
+                                });
+                            }
+                            tracing::error!(
+                                file = %chunk_file.display(),
+                                offset,
+                                series = image.id,
+                                chunks = bad.len(),
+                                "checkpoint chunks missing or damaged; --wal-repair loads the series without them"
+                            );
+                            (Some(image), len)
+                        }
+                        _ => (None, 0),
+                    }
+                }
+            },
             Ok((
                 rec @ (Record::Exemplars(_)
                 | Record::Samples(_)
@@ -547,6 +605,8 @@ pub struct Schedule {
     last: std::time::Instant,
     wal_bytes_then: u64,
     last_size: u64,
+    /// After a failure, no checkpoint before this.
+    not_before: Option<std::time::Instant>,
 }
 
 impl Schedule {
@@ -559,11 +619,15 @@ impl Schedule {
             last: std::time::Instant::now(),
             wal_bytes_then: wal_bytes,
             last_size: 0,
+            not_before: None,
         }
     }
 
     /// Whether a checkpoint is due, given the WAL bytes written so far.
     pub fn due(&self, now: std::time::Instant, wal_bytes: u64) -> bool {
+        if self.not_before.is_some_and(|t| now < t) {
+            return false;
+        }
         let grown = wal_bytes.saturating_sub(self.wal_bytes_then);
         (now.duration_since(self.last) >= self.interval && grown > 0)
             || grown >= Self::MIN_WAL_BYTES.max(self.last_size)
@@ -574,6 +638,16 @@ impl Schedule {
         self.last = now;
         self.wal_bytes_then = wal_bytes;
         self.last_size = size;
+        self.not_before = None;
+    }
+
+    /// How long a failed checkpoint waits to be tried again (a full or
+    /// failing disk is not helped by trying ten times a second).
+    pub const RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// Notes a checkpoint that failed at `now`.
+    pub fn failed(&mut self, now: std::time::Instant) {
+        self.not_before = Some(now + Self::RETRY);
     }
 }
 
@@ -1115,18 +1189,31 @@ mod tests {
         bad[mid] ^= 0x10;
         fs::write(&p, &bad).expect("write");
         let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("damaged");
-        assert!(err.to_string().contains("--wal-repair"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("--wal-repair"), "{text}");
+        assert!(
+            text.contains(&*p.to_string_lossy()),
+            "names the chunk file: {text}"
+        );
+        // Repair loads every series, without the one chunk that is damaged.
         let mut d = durability(dir.path());
         d.wal.repair = crate::wal::Repair::DropFromDamage;
+        let samples =
+            |h: &Head| -> Vec<usize> { everything(h).iter().map(|s| s.samples.len()).collect() };
         let h = Head::open(HeadOptions::default(), &d).expect("repaired");
-        let n = everything(&h).len();
-        assert!(n > 0 && n < 20, "{n} series kept");
+        let got = samples(&h);
+        assert_eq!(got.len(), 20);
+        assert_eq!(got.iter().filter(|&&n| n < 300).count(), 1, "{got:?}");
         h.close_wal();
         drop(h);
-        // A file gone altogether is damage too.
+        // A file gone altogether is damage too; repair keeps the open
+        // chunks.
         fs::remove_file(&p).expect("rm");
         let err = Head::open(HeadOptions::default(), &durability(dir.path())).expect_err("missing");
         assert!(err.to_string().contains("--wal-repair"), "{err}");
+        let h = Head::open(HeadOptions::default(), &d).expect("repaired");
+        let got = samples(&h);
+        assert!(got.len() == 20 && got.iter().all(|&n| n < 120), "{got:?}");
     }
 
     /// A kind-3 record (every chunk inline) of a series without histograms.
@@ -1204,5 +1291,9 @@ mod tests {
             "the log has not outgrown the last checkpoint"
         );
         assert!(s.due(t0, 1 << 30));
+        // A failure waits before it is tried again, however big the log.
+        s.failed(t0);
+        assert!(!s.due(t0 + std::time::Duration::from_secs(1), 1 << 40));
+        assert!(s.due(t0 + Schedule::RETRY, 1 << 40));
     }
 }

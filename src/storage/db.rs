@@ -451,14 +451,15 @@ impl Db {
             if schedule.due(now, wal_bytes(&self)) {
                 let db = Arc::clone(&self);
                 let written = wal_bytes(&self);
-                if let Ok(Some(size)) = tokio::task::spawn_blocking(move || {
+                match tokio::task::spawn_blocking(move || {
                     let size = db.checkpoint();
                     crate::heap::release_free_memory();
                     size
                 })
                 .await
                 {
-                    schedule.done(now, written, size);
+                    Ok(Some(size)) => schedule.done(now, written, size),
+                    _ => schedule.failed(now),
                 }
             }
         }

@@ -36,6 +36,12 @@ const OFFSET_BITS: u32 = 40;
 /// The largest file number a location can hold.
 const MAX_FILE: u64 = (1 << (64 - OFFSET_BITS)) - 1;
 
+/// The longest chunk a file holds. A sealed XOR chunk is at most about
+/// 1 KiB (the head seals one past 1005 bytes); the bound keeps a damaged
+/// or crafted reference (25 bytes) from standing for much more than that.
+/// A longer chunk stays inline in the checkpoint.
+const MAX_CHUNK: usize = 4096;
+
 /// The directory of the chunk files under a data directory.
 pub(crate) fn dir(data: &Path) -> PathBuf {
     data.join("checkpoint-chunks")
@@ -68,13 +74,10 @@ fn numbers(dir: &Path) -> Result<Vec<u64>, WalError> {
         let entry = entry.map_err(io_err(dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.len() < 8 || !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        if entry.file_type().is_ok_and(|t| t.is_file()) {
-            if let Ok(n) = name.parse() {
-                out.push(n);
-            }
+        // Only the names `path` gives, so that a number names one file.
+        let Ok(n) = name.parse::<u64>() else { continue };
+        if name == format!("{n:08}") && entry.file_type().is_ok_and(|t| t.is_file()) {
+            out.push(n);
         }
     }
     out.sort_unstable();
@@ -89,15 +92,32 @@ pub struct ChunkFiles {
 
 impl ChunkFiles {
     /// Reads every chunk file under the data directory `data` (none if it
-    /// has no chunk directory).
+    /// has no chunk directory). A file that cannot be read is left out:
+    /// chunks in it read as missing, which is checkpoint damage.
     pub fn read(data: &Path) -> Result<Self, WalError> {
         let dir = dir(data);
         let mut files = BTreeMap::new();
         for n in numbers(&dir)? {
             let p = path(&dir, n);
-            files.insert(n, fs::read(&p).map_err(io_err(&p))?);
+            match fs::read(&p) {
+                Ok(b) => {
+                    files.insert(n, b);
+                }
+                Err(e) => {
+                    tracing::warn!(file = %p.display(), error = %e, "checkpoint chunk file unreadable")
+                }
+            }
         }
         Ok(Self { files })
+    }
+
+    /// The path of the file a location is in, under the data directory
+    /// `data`, and the offset.
+    pub fn place(data: &Path, loc: u64) -> (PathBuf, u64) {
+        (
+            path(&dir(data), file_of(loc)),
+            loc & ((1 << OFFSET_BITS) - 1),
+        )
     }
 
     /// Files given as bytes, by number (tests and fuzzing).
@@ -120,6 +140,9 @@ impl ChunkFiles {
         }
         let mut r = Cursor(buf.get(offset..)?);
         let bytes = r.bytes()?;
+        if bytes.len() > MAX_CHUNK {
+            return None;
+        }
         let crc = r.0.get(..4)?;
         (crc32c::crc32c(bytes).to_le_bytes() == crc).then_some(bytes)
     }
@@ -170,6 +193,9 @@ impl<'a> Saver<'a> {
         let loc = if saved != 0 && self.good.contains(&file_of(saved)) {
             saved
         } else {
+            if bytes.len() > MAX_CHUNK {
+                return None;
+            }
             let loc = pack(self.number, self.offset + self.pending.len() as u64)?;
             put_uvarint(&mut self.pending, bytes.len() as u64);
             self.pending.extend_from_slice(bytes);
@@ -244,18 +270,28 @@ impl<'a> Saver<'a> {
 }
 
 /// After a checkpoint that refers to the files `keep` is in place:
-/// deletes the other chunk files under the data directory `data`.
-pub(crate) fn remove_unreferenced(data: &Path, keep: &BTreeSet<u64>) -> Result<usize, WalError> {
+/// deletes the other chunk files under the data directory `data`, and
+/// says how many. A file it cannot delete is logged and left to the next
+/// checkpoint: the one in place is complete either way.
+pub(crate) fn remove_unreferenced(data: &Path, keep: &BTreeSet<u64>) -> usize {
     let dir = dir(data);
+    let names = numbers(&dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "listing checkpoint chunk files failed");
+        Vec::new()
+    });
     let mut removed = 0;
-    for n in numbers(&dir)? {
+    for n in names {
         if !keep.contains(&n) {
             let p = path(&dir, n);
-            fs::remove_file(&p).map_err(io_err(&p))?;
-            removed += 1;
+            match fs::remove_file(&p) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(file = %p.display(), error = %e, "removing a checkpoint chunk file failed")
+                }
+            }
         }
     }
-    Ok(removed)
+    removed
 }
 
 #[cfg(test)]
@@ -301,11 +337,28 @@ mod tests {
         s.sync().expect("sync");
         assert_eq!(s.referenced, BTreeSet::from([3, 9]));
         fs::write(path(&super::dir(dir.path()), 5), HEADER).expect("write");
-        assert_eq!(
-            remove_unreferenced(dir.path(), &s.referenced).expect("gc"),
-            1
-        );
+        // Names that are not a file's are left alone.
+        for other in ["5", "000000005", "00000005.tmp"] {
+            fs::write(super::dir(dir.path()).join(other), b"").expect("write");
+        }
+        assert_eq!(remove_unreferenced(dir.path(), &s.referenced), 1);
         assert_eq!(numbers(&super::dir(dir.path())).expect("ls"), vec![9]);
+        assert!(super::dir(dir.path()).join("000000005").exists());
+    }
+
+    #[test]
+    fn a_chunk_too_long_for_a_file_stays_inline() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let good = BTreeSet::new();
+        let mut s = Saver::new(dir.path(), &good, 1);
+        assert_eq!(s.save(0, &[0; MAX_CHUNK + 1]), None);
+        // And a file that holds one anyway does not hand it out.
+        let mut file = HEADER.to_vec();
+        put_uvarint(&mut file, MAX_CHUNK as u64 + 1);
+        file.extend_from_slice(&[0; MAX_CHUNK + 1]);
+        file.extend_from_slice(&crc32c::crc32c(&[0; MAX_CHUNK + 1]).to_le_bytes());
+        let files = ChunkFiles::from_files([(1, file)]);
+        assert_eq!(files.chunk(pack(1, 8).expect("loc")), None);
     }
 
     #[test]
