@@ -2,10 +2,14 @@
 //! checkpoint. Builds a head of SERIES series × SAMPLES samples (15 s apart)
 //! through the normal append path with the WAL on, closes it, and times
 //! `Db::open` over that data directory; then writes a checkpoint and
-//! times `Head::open` again.
+//! times `Head::open` again. Last, it appends SAMPLES / 8 more samples to
+//! every series (at least one) and times the next checkpoint, which
+//! writes only the chunks sealed since the first (see
+//! `storage::checkpoint::chunks`), beside the first's full write.
 //!
 //! `cargo bench --bench wal_replay` (env: SERIES, default 1,000,000;
-//! SAMPLES, default 10: a 10M-sample WAL).
+//! SAMPLES, default 10: a 10M-sample WAL; SAMPLES=480 is 2 h of chunks,
+//! the head a checkpoint meets in steady state).
 
 use std::time::{Duration, Instant};
 
@@ -85,25 +89,28 @@ fn main() {
     };
     let head = open().expect("open");
     let t0 = 1_700_000_000_000i64;
-    for r in 0..samples {
-        let mut c = AppendCounts::default();
-        let mut app = head.appender(i64::MAX);
-        for (i, (l, raw)) in labels.iter().zip(&canon).enumerate() {
-            let t = t0 + r as i64 * 15_000;
-            let v = (r * 7 + i) as f64;
-            if !app.append_existing(raw, std::iter::once((t, v)), &mut c) {
-                let pairs: Vec<(&str, &str)> =
-                    l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-                app.append_new(&pairs, raw, std::iter::once((t, v)), &mut c)
-                    .expect("under the limit");
+    let append = |head: &Db, rounds: std::ops::Range<usize>| {
+        for r in rounds {
+            let mut c = AppendCounts::default();
+            let mut app = head.appender(i64::MAX);
+            for (i, (l, raw)) in labels.iter().zip(&canon).enumerate() {
+                let t = t0 + r as i64 * 15_000;
+                let v = (r * 7 + i) as f64;
+                if !app.append_existing(raw, std::iter::once((t, v)), &mut c) {
+                    let pairs: Vec<(&str, &str)> =
+                        l.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                    app.append_new(&pairs, raw, std::iter::once((t, v)), &mut c)
+                        .expect("under the limit");
+                }
+                if i % 2000 == 1999 {
+                    app.commit();
+                    app = head.appender(i64::MAX);
+                }
             }
-            if i % 2000 == 1999 {
-                app.commit();
-                app = head.appender(i64::MAX);
-            }
+            app.commit();
         }
-        app.commit();
-    }
+    };
+    append(&head, 0..samples);
     head.close(Close::WalOnly);
     let total = (series * samples) as f64;
     let wal_bytes = dir_bytes(&data.path().join("wal"));
@@ -147,6 +154,19 @@ fn main() {
         total,
         series as f64 / took.as_secs_f64(),
         total / took.as_secs_f64()
+    );
+
+    let more = (samples / 8).max(1);
+    append(&head, samples..samples + more);
+    let started = Instant::now();
+    let bytes = head.checkpoint().expect("checkpoint");
+    let took = started.elapsed();
+    let written = head.checkpoint_stats().last_written_bytes;
+    assert!(written <= bytes);
+    println!(
+        "wal_replay next checkpoint, {more} samples per series later: {:.1} MiB in all, {:.1} MiB written in {took:.2?}",
+        bytes as f64 / 1048576.0,
+        written as f64 / 1048576.0,
     );
     head.close(Close::WalOnly);
 }
