@@ -17,9 +17,11 @@
 //!
 //! The file is a sequence of WAL frames (length, CRC32C, kind 8), one per
 //! series: `ref: uvarint | labels: len-prefixed canonical bytes |
-//! next_at: i64 | sealed chunks: count, then per chunk mint: i64, maxt:
-//! i64 and either 0 and the bytes (len-prefixed) or 1 and the location of
-//! the bytes in a chunk file: u64 LE (see [`chunks`]) | open chunk: 0, or 1
+//! next_at: i64 | sealed chunks: count, then per chunk a tag (0: bytes
+//! inline, 1: saved in a chunk file), mint less the maxt of the chunk
+//! before (0 for the first) and maxt less mint as zigzag varints, then the
+//! bytes (len-prefixed) or the chunk file's number and the offset in it as
+//! uvarints (see [`chunks`]) | open chunk: 0, or 1
 //! then mint, maxt and the bytes`, then, for a series that holds native
 //! histograms, a histogram section: `next_at: i64 | sealed chunks: count,
 //! then (mint, maxt, encoding: u8 (2 integer, 3 float, as Prometheus
@@ -45,7 +47,7 @@ use super::head::shard::{MemSeries, Shard};
 use super::head::Head;
 use super::labels::encode_canonical;
 
-use crate::encoding::{put_uvarint, Cursor};
+use crate::encoding::{put_uvarint, unzigzag, zigzag, Cursor};
 use crate::wal::record::{self, encode_checkpoint_refs, Record};
 use crate::wal::{io_err, sync_dir, WalError};
 
@@ -139,20 +141,21 @@ fn encode_series(
         put_bytes(out, scratch);
         out.extend_from_slice(&s.next_at().to_le_bytes());
         put_uvarint(out, s.sealed.len() as u64);
+        let mut prev = 0i64;
         for c in &s.sealed {
-            out.extend_from_slice(&c.mint.to_le_bytes());
-            out.extend_from_slice(&c.maxt.to_le_bytes());
-            let saved = c.saved.load(Relaxed);
-            match saver.save(saved, &c.bytes) {
+            let loc = saver.save(c.saved.load(Relaxed), &c.bytes);
+            out.push(if loc.is_some() { SAVED } else { INLINE });
+            // Times as varints: from the chunk before, and the span.
+            put_uvarint(out, zigzag(c.mint.wrapping_sub(prev)));
+            put_uvarint(out, zigzag(c.maxt.wrapping_sub(c.mint)));
+            prev = c.maxt;
+            match loc {
                 Some(loc) => {
                     c.saved.store(loc, Relaxed);
-                    out.push(SAVED);
-                    out.extend_from_slice(&loc.to_le_bytes());
+                    put_uvarint(out, chunks::file_of(loc));
+                    put_uvarint(out, chunks::offset_of(loc));
                 }
-                None => {
-                    out.push(INLINE);
-                    put_bytes(out, &c.bytes);
-                }
+                None => put_bytes(out, &c.bytes),
             }
         }
         match s.open_chunk() {
@@ -236,7 +239,8 @@ fn put_chunk(out: &mut Vec<u8>, mint: i64, maxt: i64, bytes: &[u8]) {
 /// Reads a kind-3 checkpoint record's payload (every chunk's bytes
 /// inline); `None` if it is malformed.
 pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
-    parse_with(payload, |r| {
+    // Each chunk takes at least 17 bytes.
+    parse_with(payload, 17, |r| {
         let (mint, maxt, bytes) = chunk(r)?;
         Some(Some((mint, maxt, bytes, 0)))
     })
@@ -245,7 +249,8 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
 /// Reads a kind-8 checkpoint record's payload, its saved chunks from
 /// `files`; `None` if it is malformed or a chunk is missing or damaged.
 pub fn parse_refs<'a>(payload: &'a [u8], files: &'a ChunkFiles) -> Option<SeriesImage<'a>> {
-    parse_with(payload, |r| match sealed_ref(r, files)? {
+    let mut prev = 0;
+    parse_with(payload, 4, |r| match sealed_ref(r, files, &mut prev)? {
         (mint, maxt, Ok(bytes), loc) => Some(Some((mint, maxt, bytes, loc))),
         (_, _, Err(()), _) => None,
     })
@@ -258,7 +263,8 @@ fn parse_refs_without<'a>(
     files: &'a ChunkFiles,
     bad: &mut Vec<u64>,
 ) -> Option<SeriesImage<'a>> {
-    parse_with(payload, |r| match sealed_ref(r, files)? {
+    let mut prev = 0;
+    parse_with(payload, 4, |r| match sealed_ref(r, files, &mut prev)? {
         (mint, maxt, Ok(bytes), loc) => Some(Some((mint, maxt, bytes, loc))),
         (_, _, Err(()), loc) => {
             bad.push(loc);
@@ -268,17 +274,22 @@ fn parse_refs_without<'a>(
 }
 
 /// A kind-8 record's sealed chunk: (mint, maxt, the bytes or `Err` if its
-/// location does not read back, the location or 0).
+/// location does not read back, the location or 0). `prev` is the maxt of
+/// the chunk before (0 for the first), which mint is stored from.
 #[allow(clippy::type_complexity)]
 fn sealed_ref<'a>(
     r: &mut Cursor<'a>,
     files: &'a ChunkFiles,
+    prev: &mut i64,
 ) -> Option<(i64, i64, Result<&'a [u8], ()>, u64)> {
-    let (mint, maxt) = (r.i64_le()?, r.i64_le()?);
-    match r.byte()? {
+    let tag = r.byte()?;
+    let mint = prev.wrapping_add(unzigzag(r.uvarint()?));
+    let maxt = mint.wrapping_add(unzigzag(r.uvarint()?));
+    *prev = maxt;
+    match tag {
         INLINE => Some((mint, maxt, Ok(r.bytes()?), 0)),
         SAVED => {
-            let loc = r.i64_le()? as u64;
+            let loc = chunks::location(r.uvarint()?, r.uvarint()?)?;
             Some((mint, maxt, files.chunk(loc).ok_or(()), loc))
         }
         _ => None,
@@ -286,9 +297,11 @@ fn sealed_ref<'a>(
 }
 
 /// A checkpoint record's payload, its sealed chunks read by
-/// `sealed_chunk` (`None`: malformed; `Some(None)`: left out).
+/// `sealed_chunk` (`None`: malformed; `Some(None)`: left out), each of
+/// which takes at least `min_chunk` bytes.
 fn parse_with<'a>(
     payload: &'a [u8],
+    min_chunk: usize,
     mut sealed_chunk: impl FnMut(&mut Cursor<'a>) -> Option<Option<(i64, i64, &'a [u8], u64)>>,
 ) -> Option<SeriesImage<'a>> {
     let mut r = Cursor(payload);
@@ -296,8 +309,8 @@ fn parse_with<'a>(
     let labels = r.bytes()?;
     let next_at = r.i64_le()?;
     let n = r.uvarint()?;
-    // Each chunk takes at least 17 bytes: a count beyond that is a lie.
-    if n > (payload.len() / 17) as u64 {
+    // A count past what the bytes can hold is a lie.
+    if n > (payload.len() / min_chunk) as u64 {
         return None;
     }
     let mut sealed = Vec::with_capacity(n as usize);

@@ -10,7 +10,8 @@
 //! `checkpoint-chunks/NNNNNNNN` (the checkpoint's last WAL segment): an
 //! 8-byte header (`"SLCH"`, version 1, three zero bytes), then per chunk
 //! `len: uvarint | bytes | CRC32C(bytes): u32 LE`. A checkpoint refers to
-//! a chunk by its location, `file << 40 | offset`.
+//! a chunk by the file's number and the offset; in memory the two are one
+//! location, `file << 40 | offset`.
 //!
 //! The file is fdatasynced, and the directory fsynced, before the
 //! checkpoint that first refers to it is renamed into place: unlike the
@@ -57,9 +58,20 @@ pub(crate) fn file_of(loc: u64) -> u64 {
     loc >> OFFSET_BITS
 }
 
+/// A location's offset in its file.
+pub(crate) fn offset_of(loc: u64) -> u64 {
+    loc & ((1 << OFFSET_BITS) - 1)
+}
+
 /// The location of `offset` in `file`, if a location can hold it.
 fn pack(file: u64, offset: u64) -> Option<u64> {
     (file <= MAX_FILE && offset < 1 << OFFSET_BITS).then_some(file << OFFSET_BITS | offset)
+}
+
+/// [`pack`] for a location read from a checkpoint: `None` if it cannot be
+/// one (offset 0 is the header, never a chunk).
+pub(crate) fn location(file: u64, offset: u64) -> Option<u64> {
+    pack(file, offset).filter(|&loc| loc != 0)
 }
 
 /// Chunk files in `dir` by number (other names, and directories, are left
@@ -115,10 +127,7 @@ impl ChunkFiles {
     /// The path of the file a location is in, under the data directory
     /// `data`, and the offset.
     pub fn place(data: &Path, loc: u64) -> (PathBuf, u64) {
-        (
-            path(&dir(data), file_of(loc)),
-            loc & ((1 << OFFSET_BITS) - 1),
-        )
+        (path(&dir(data), file_of(loc)), offset_of(loc))
     }
 
     /// Files given as bytes, by number (tests and fuzzing).
@@ -135,7 +144,7 @@ impl ChunkFiles {
         if buf.get(..HEADER.len())? != HEADER {
             return None;
         }
-        let offset = usize::try_from(loc & ((1 << OFFSET_BITS) - 1)).ok()?;
+        let offset = usize::try_from(offset_of(loc)).ok()?;
         if offset < HEADER.len() {
             return None;
         }
