@@ -313,7 +313,8 @@ fn parse_with<'a>(
     if n > (payload.len() / min_chunk) as u64 {
         return None;
     }
-    let mut sealed = Vec::with_capacity(n as usize);
+    // Each entry is 40 bytes where its record may have 4: grown as read.
+    let mut sealed = Vec::with_capacity(n.min(64) as usize);
     for _ in 0..n {
         sealed.extend(sealed_chunk(&mut r)?);
     }
@@ -1227,6 +1228,76 @@ mod tests {
         let h = Head::open(HeadOptions::default(), &d).expect("repaired");
         let got = samples(&h);
         assert!(got.len() == 20 && got.iter().all(|&n| n < 120), "{got:?}");
+    }
+
+    #[test]
+    fn saved_chunks_keep_their_times_whatever_they_are() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let good = std::collections::BTreeSet::new();
+        let mut saver = chunks::Saver::new(dir.path(), &good, 3);
+        // (mint, maxt, saved in a file or inline): extremes, negative
+        // times, overlapping and backward spans.
+        let spans = [
+            (i64::MIN, i64::MIN + 5, true),
+            (-1_000, 0, false),
+            (-500, -600, true),
+            (i64::MAX - 10, i64::MAX, true),
+            (0, i64::MIN, false),
+            (7, 7, true),
+        ];
+        let bodies: Vec<Vec<u8>> = (0..spans.len() as u8)
+            .map(|i| vec![i; 10 + i as usize])
+            .collect();
+        let mut out = Vec::new();
+        encode_checkpoint_refs(&mut out, |out| {
+            put_uvarint(out, 42);
+            put_bytes(out, b"labels");
+            out.extend_from_slice(&9i64.to_le_bytes());
+            put_uvarint(out, spans.len() as u64);
+            let mut prev = 0i64;
+            for (&(mint, maxt, saved), body) in spans.iter().zip(&bodies) {
+                out.push(if saved { SAVED } else { INLINE });
+                put_uvarint(out, zigzag(mint.wrapping_sub(prev)));
+                put_uvarint(out, zigzag(maxt.wrapping_sub(mint)));
+                prev = maxt;
+                if saved {
+                    let loc = saver.save(0, body).expect("loc");
+                    put_uvarint(out, chunks::file_of(loc));
+                    put_uvarint(out, chunks::offset_of(loc));
+                } else {
+                    put_bytes(out, body);
+                }
+            }
+            out.push(0);
+        });
+        saver.sync().expect("sync");
+        let Ok((Record::CheckpointRefs(payload), _)) = record::decode(&out) else {
+            panic!("a kind-8 record");
+        };
+        let files = ChunkFiles::read(dir.path()).expect("read");
+        let image = parse_refs(payload, &files).expect("parses");
+        let got: Vec<(i64, i64, &[u8])> = image.sealed.iter().map(|c| (c.0, c.1, c.2)).collect();
+        let want: Vec<(i64, i64, &[u8])> = spans
+            .iter()
+            .zip(&bodies)
+            .map(|(&(mint, maxt, _), b)| (mint, maxt, &b[..]))
+            .collect();
+        assert_eq!(got, want);
+        // With the third chunk's bytes gone, repair keeps the others with
+        // their own times.
+        let third = image.sealed[2].3;
+        let (path, offset) = ChunkFiles::place(dir.path(), third);
+        let mut file = fs::read(&path).expect("read");
+        file[offset as usize + 1] ^= 1;
+        let damaged = ChunkFiles::from_files([(chunks::file_of(third), file)]);
+        assert!(parse_refs(payload, &damaged).is_none());
+        let mut bad = Vec::new();
+        let image = parse_refs_without(payload, &damaged, &mut bad).expect("the record holds");
+        assert_eq!(bad, vec![third]);
+        let got: Vec<(i64, i64, &[u8])> = image.sealed.iter().map(|c| (c.0, c.1, c.2)).collect();
+        let mut want = want;
+        want.remove(2);
+        assert_eq!(got, want);
     }
 
     /// A kind-3 record (every chunk inline) of a series without histograms.

@@ -459,7 +459,8 @@ impl Db {
                 .await
                 {
                     Ok(Some(size)) => schedule.done(now, written, size),
-                    _ => schedule.failed(now),
+                    // From when it failed: a slow failure still waits.
+                    _ => schedule.failed(Instant::now()),
                 }
             }
         }

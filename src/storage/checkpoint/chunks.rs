@@ -38,11 +38,11 @@ const OFFSET_BITS: u32 = 40;
 /// The largest file number a location can hold.
 const MAX_FILE: u64 = (1 << (64 - OFFSET_BITS)) - 1;
 
-/// The longest chunk a file holds. A sealed XOR chunk is at most about
-/// 1 KiB (the head seals one past 1005 bytes); the bound keeps a damaged
-/// or crafted reference (25 bytes) from standing for much more than that.
-/// A longer chunk stays inline in the checkpoint.
-const MAX_CHUNK: usize = 4096;
+/// The longest chunk a file holds. A sealed XOR chunk is at most 1 KiB
+/// (the head seals one past 1005 bytes); the bound keeps a damaged or
+/// crafted reference (5 bytes or more) from standing for much more than
+/// that. A longer chunk stays inline in the checkpoint.
+const MAX_CHUNK: usize = 2048;
 
 /// The directory of the chunk files under a data directory.
 pub(crate) fn dir(data: &Path) -> PathBuf {
