@@ -4,8 +4,8 @@
 //!
 //! A sealed chunk never changes, yet the whole-head checkpoint wrote it
 //! again every time until a block cut took it: for a 2 h head, a
-//! checkpoint 15 minutes after the last now writes about a third of what
-//! it did (BENCHMARKS.md, "WAL and restart"). Each checkpoint that meets chunks
+//! checkpoint 15 minutes after the last now writes 35% of it
+//! (BENCHMARKS.md, "WAL and restart"). Each checkpoint that meets chunks
 //! no earlier one saved writes them into a file of its own,
 //! `checkpoint-chunks/NNNNNNNN` (the checkpoint's last WAL segment): an
 //! 8-byte header (`"SLCH"`, version 1, three zero bytes), then per chunk
