@@ -77,22 +77,14 @@ pub(crate) fn location(file: u64, offset: u64) -> Option<u64> {
 /// Chunk files in `dir` by number (other names, and directories, are left
 /// alone).
 fn numbers(dir: &Path) -> Result<Vec<u64>, WalError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(dir)(e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io_err(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        // Only the names `path` gives, so that a number names one file.
-        let Ok(n) = name.parse::<u64>() else { continue };
-        if name == format!("{n:08}") && entry.file_type().is_ok_and(|t| t.is_file()) {
-            out.push(n);
-        }
-    }
+    let mut out: Vec<u64> = crate::wal::file_names(dir)?
+        .iter()
+        .filter_map(|name| {
+            // Only the names `path` gives, so that a number names one file.
+            let n = name.parse::<u64>().ok()?;
+            (*name == format!("{n:08}") && dir.join(name).is_file()).then_some(n)
+        })
+        .collect();
     out.sort_unstable();
     Ok(out)
 }
