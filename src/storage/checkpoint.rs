@@ -249,11 +249,8 @@ pub fn parse(payload: &[u8]) -> Option<SeriesImage<'_>> {
 /// Reads a kind-8 checkpoint record's payload, its saved chunks from
 /// `files`; `None` if it is malformed or a chunk is missing or damaged.
 pub fn parse_refs<'a>(payload: &'a [u8], files: &'a ChunkFiles) -> Option<SeriesImage<'a>> {
-    let mut prev = 0;
-    parse_with(payload, 4, |r| match sealed_ref(r, files, &mut prev)? {
-        (mint, maxt, Ok(bytes), loc) => Some(Some((mint, maxt, bytes, loc))),
-        (_, _, Err(()), _) => None,
-    })
+    let mut bad = Vec::new();
+    parse_refs_without(payload, files, &mut bad).filter(|_| bad.is_empty())
 }
 
 /// [`parse_refs`], leaving out the chunks that are missing or damaged in
@@ -514,6 +511,8 @@ pub fn load(
     let path = checkpoint_path(dir, segment);
     let buf = fs::read(&path).map_err(io_err(&path))?;
     let files = ChunkFiles::read(dir)?;
+    // Locations of chunks a record refers to that do not read back.
+    let mut bad = Vec::new();
     let mut loaded = CheckpointLoad {
         segment,
         ..CheckpointLoad::default()
@@ -535,36 +534,34 @@ pub fn load(
         }
         let (image, len) = match record::decode(&buf[pos..]) {
             Ok((Record::Checkpoint(payload), len)) => (parse(payload), len),
-            Ok((Record::CheckpointRefs(payload), len)) => match parse_refs(payload, &files) {
-                Some(image) => (Some(image), len),
-                None => {
-                    // A sound record may refer to a chunk that is not: then
+            Ok((Record::CheckpointRefs(payload), len)) => {
+                bad.clear();
+                match parse_refs_without(payload, &files, &mut bad) {
+                    Some(image) if bad.is_empty() => (Some(image), len),
+                    // A sound record may refer to a chunk that is not:
                     // repair loads the series without it.
-                    let mut bad = Vec::new();
-                    match parse_refs_without(payload, &files, &mut bad) {
-                        Some(image) if !bad.is_empty() => {
-                            let (chunk_file, offset) = ChunkFiles::place(dir, bad[0]);
-                            if repair != crate::wal::Repair::DropFromDamage {
-                                return Err(WalError::CorruptCheckpointChunk {
-                                    path,
-                                    series: image.id,
-                                    chunk_file,
-                                    offset,
-                                });
-                            }
-                            tracing::error!(
-                                file = %chunk_file.display(),
+                    Some(image) => {
+                        let (chunk_file, offset) = ChunkFiles::place(dir, bad[0]);
+                        if repair != crate::wal::Repair::DropFromDamage {
+                            return Err(WalError::CorruptCheckpointChunk {
+                                path,
+                                series: image.id,
+                                chunk_file,
                                 offset,
-                                series = image.id,
-                                chunks = bad.len(),
-                                "checkpoint chunks missing or damaged; --wal-repair loads the series without them"
-                            );
-                            (Some(image), len)
+                            });
                         }
-                        _ => (None, 0),
+                        tracing::error!(
+                            file = %chunk_file.display(),
+                            offset,
+                            series = image.id,
+                            chunks = bad.len(),
+                            "checkpoint chunks missing or damaged; --wal-repair loads the series without them"
+                        );
+                        (Some(image), len)
                     }
+                    None => (None, 0),
                 }
-            },
+            }
             Ok((
                 rec @ (Record::Exemplars(_)
                 | Record::Samples(_)
