@@ -72,6 +72,7 @@ pub(crate) fn counter_resets(points: &[(i64, f64)], out: &mut Vec<usize>) {
 /// inside the window are visited. `from` is where to start looking in
 /// `resets` and is left at the first reset at or after `lo + 1`: windows
 /// visited in time order move it forward only.
+#[inline]
 pub(crate) fn counter_increase_in(
     points: &[(i64, f64)],
     lo: usize,
@@ -161,6 +162,8 @@ pub(crate) struct FactorMemo {
     pub(crate) to_start: f64,
     pub(crate) to_end: f64,
     pub(crate) sampled: f64,
+    /// `to_start / sampled`.
+    pub(crate) start_share: f64,
     /// The factor when no zero point cuts the start short.
     pub(crate) plain: f64,
 }
