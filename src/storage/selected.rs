@@ -47,8 +47,7 @@ impl SelectedSeries {
         {
             let from = out.len();
             if c.mint >= mint && c.maxt <= maxt {
-                XorIter::new(&c.bytes).append_to(out);
-                if out[from..].iter().all(|&(t, _)| t >= c.mint && t <= c.maxt) {
+                if XorIter::new(&c.bytes).append_within(out, c.mint, c.maxt) {
                     skipping &= out.len() == from;
                     continue;
                 }

@@ -521,23 +521,37 @@ impl XorIter<'_> {
     /// Appends the samples left to `out`: what `out.extend(self)` does,
     /// with room made once and the decoder's loop inlined.
     pub fn append_to(&mut self, out: &mut Vec<(i64, f64)>) {
+        self.append_within(out, i64::MIN, i64::MAX);
+    }
+
+    /// [`XorIter::append_to`], saying whether every sample appended lies
+    /// in `[lo, hi]` (a chunk's claimed span): checked as the samples are
+    /// decoded, off the decoder's chain of dependent reads, rather than in
+    /// a second pass over them.
+    #[inline]
+    pub fn append_within(&mut self, out: &mut Vec<(i64, f64)>, lo: i64, hi: i64) -> bool {
         out.reserve(usize::from(self.total.saturating_sub(self.read)));
+        let mut inside = true;
         while self.read < self.total {
-            if self.repeats > 0 {
+            let p = if self.repeats > 0 {
                 self.repeats -= 1;
                 self.t = self.t.wrapping_add(self.t_delta as i64);
                 self.read += 1;
-                out.push((self.t, f64::from_bits(self.v)));
-                continue;
-            }
-            match self.step_inline() {
-                Some(p) => out.push(p),
-                None => {
-                    self.err = Some(ChunkError::Truncated);
-                    self.total = self.read;
+                (self.t, f64::from_bits(self.v))
+            } else {
+                match self.step_inline() {
+                    Some(p) => p,
+                    None => {
+                        self.err = Some(ChunkError::Truncated);
+                        self.total = self.read;
+                        break;
+                    }
                 }
-            }
+            };
+            inside &= (p.0 >= lo) & (p.0 <= hi);
+            out.push(p);
         }
+        inside
     }
 }
 
@@ -816,6 +830,22 @@ mod tests {
         let at_once: Vec<(i64, u64)> = at_once.iter().map(|&(t, v)| (t, v.to_bits())).collect();
         assert_eq!(got, at_once, "append_to reads what next reads");
         assert_eq!(it.err(), bulk.err(), "and stops for the same reason");
+        // Whether every sample lies in a span: the samples' own, and
+        // spans one short of it at either end (a chunk's claimed span
+        // checked as it is decoded).
+        if let (Some(lo), Some(hi)) = (got.iter().map(|s| s.0).min(), got.iter().map(|s| s.0).max())
+        {
+            for (a, b, want) in [
+                (lo, hi, true),
+                (lo.saturating_add(1), hi, lo == i64::MAX),
+                (lo, hi.saturating_sub(1), hi == i64::MIN),
+            ] {
+                let mut out = Vec::new();
+                let inside = XorIter::new(chunk).append_within(&mut out, a, b);
+                assert_eq!(inside, want, "append_within({a}, {b})");
+                assert_eq!(out.len(), got.len(), "append_within reads them all");
+            }
+        }
         // The newest sample at or before a time, around each sample's.
         let mut times = vec![i64::MIN, i64::MAX];
         for &(t, _) in got.iter().step_by(7).chain(got.last()) {
