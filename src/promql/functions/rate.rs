@@ -665,8 +665,8 @@ mod tests {
         fn memoised_factors_are_fresh_ones(
             windows in proptest::collection::vec(
                 (
-                    0i64..3,
-                    0i64..3,
+                    0i64..4,
+                    0i64..4,
                     2usize..5,
                     proptest::option::of((
                         proptest::prop_oneof![proptest::strategy::Just(0.0f64), 0.0f64..4.0],
@@ -676,7 +676,8 @@ mod tests {
                             1e-3f64..1e3,
                             1e300f64..1e308,
                         ],
-                        proptest::bool::ANY,
+                        0u8..4,
+                        -8i32..8,
                     )),
                     proptest::bool::ANY,
                     0i64..2,
@@ -714,20 +715,44 @@ mod tests {
                 let range_ms = 300_000 + range * 60_000;
                 let range_end = 1_000_000;
                 let range_start = range_end - range_ms;
-                let first_t = range_start + 1 + start_gap * 7_000;
-                let last_t = range_end - end_gap * 9_000;
+                // Gaps up to past 1.1 average intervals (so that the start
+                // is also taken as half an interval).
+                let first_t = range_start + 1 + start_gap * 40_000;
+                let last_t = range_end - end_gap * 30_000;
                 let span = Span { first_t, last_t, samples, range_start, range_end };
                 let change = if rate { Change::Rate } else { Change::Increase };
+                // The share of the sampled interval the start lies at,
+                // as the memo keeps it.
+                let sampled = (last_t - first_t) as f64 / 1000.0;
+                let avg_step = sampled / (samples - 1) as f64;
+                let mut to_start = (first_t - range_start) as f64 / 1000.0;
+                if to_start >= avg_step * 1.1 {
+                    to_start = avg_step / 2.0;
+                }
+                let start_share = to_start / sampled;
                 // A zero point as a share, or as the first value and the
                 // increase it is divided from (where the division may be
-                // skipped): shares around where they start to cut the
-                // start short, zero among them, with increases from the
-                // least subnormal to near the greatest number.
+                // skipped): shares drawn at large, zero among them, a few
+                // ulps either side of where they start to cut the start
+                // short, and at the skip's own bound and one ulp under
+                // it; with increases from the least subnormal to near the
+                // greatest number.
                 let (zero, share) = match zero {
                     None => (ZeroPoint::None, None),
-                    Some((z, _, false)) => (ZeroPoint::Share(z), Some(z)),
-                    Some((z, increase, true)) => {
-                        let first = z * increase;
+                    Some((z, _, 0, _)) => (ZeroPoint::Share(z), Some(z)),
+                    Some((z, increase, how, k)) => {
+                        let first = match how {
+                            1 => z * increase,
+                            2 => start_share * (1.0 + f64::from(k) * f64::EPSILON) * increase,
+                            _ => {
+                                let bound = 2.0 * (increase * start_share);
+                                if k < 0 && bound > 0.0 && bound.is_finite() {
+                                    f64::from_bits(bound.to_bits() - 1)
+                                } else {
+                                    bound
+                                }
+                            }
+                        };
                         (ZeroPoint::Of(first, increase), Some(first / increase))
                     }
                 };
