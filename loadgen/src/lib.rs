@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -714,6 +714,10 @@ pub struct Report {
     pub elapsed: Duration,
     /// Every request's latency, sorted.
     pub latencies: Vec<Duration>,
+    /// Every request in the order each connection sent them (connection
+    /// after connection): when it was sent, how long it took, and what it
+    /// carried, to line its latency up with what else ran meanwhile.
+    pub timeline: Vec<Sent>,
     /// Requests not answered 2xx, by status (0: the connection failed).
     pub errors: BTreeMap<u16, u64>,
     /// The first error reply's status and body, to say why.
@@ -750,8 +754,22 @@ impl Report {
     }
 }
 
+/// One request of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    /// When it was sent, by the wall clock.
+    pub at: SystemTime,
+    /// From sending to the whole reply.
+    pub latency: Duration,
+    /// Samples in its body.
+    pub samples: u32,
+    /// Whether it was answered 2xx.
+    pub ok: bool,
+}
+
 struct ConnResult {
     latencies: Vec<Duration>,
+    timeline: Vec<Sent>,
     accepted: u64,
     sent: u64,
     errors: BTreeMap<u16, u64>,
@@ -827,6 +845,7 @@ pub async fn drive(addr: SocketAddr, dial: &Dial, encoded: &Encoded, limit: Dura
         };
         report.requests += r.latencies.len() as u64;
         report.latencies.extend(r.latencies);
+        report.timeline.extend(r.timeline);
         report.accepted += r.accepted;
         report.sent += r.sent;
         report.timed_out |= r.timed_out;
@@ -882,6 +901,7 @@ async fn connection(
 ) -> ConnResult {
     let mut out = ConnResult {
         latencies: Vec::with_capacity(bodies.len()),
+        timeline: Vec::with_capacity(bodies.len()),
         accepted: 0,
         sent: 0,
         errors: BTreeMap::new(),
@@ -916,7 +936,7 @@ async fn connection(
             out.timed_out = true;
             break;
         }
-        let t = Instant::now();
+        let (t, at) = (Instant::now(), SystemTime::now());
         out.sent += u64::from(body.samples);
         let to = To {
             host: &host,
@@ -925,7 +945,14 @@ async fn connection(
             tenant,
         };
         let result = send(&mut sender, addr, dial, &to, body).await;
-        out.latencies.push(t.elapsed());
+        let latency = t.elapsed();
+        out.latencies.push(latency);
+        out.timeline.push(Sent {
+            at,
+            latency,
+            samples: body.samples,
+            ok: matches!(result, Ok((status, _)) if (200..300).contains(&status)),
+        });
         match result {
             Ok((status, _)) if (200..300).contains(&status) => {
                 out.accepted += u64::from(body.samples)
@@ -1077,6 +1104,29 @@ mod tests {
                 report.elapsed >= Duration::from_millis(225),
                 "{:?}",
                 report.elapsed
+            );
+            // The timeline holds every request once, each answered, and
+            // its samples add up to those sent; starts are spread over
+            // the schedule, not bunched at the beginning.
+            assert_eq!(report.timeline.len() as u64, report.requests);
+            assert!(report.timeline.iter().all(|s| s.ok));
+            let samples: u64 = report.timeline.iter().map(|s| u64::from(s.samples)).sum();
+            assert_eq!(samples, report.sent);
+            let first = report
+                .timeline
+                .iter()
+                .map(|s| s.at)
+                .min()
+                .expect("requests");
+            let last = report
+                .timeline
+                .iter()
+                .map(|s| s.at)
+                .max()
+                .expect("requests");
+            assert!(
+                last.duration_since(first).unwrap_or_default() >= Duration::from_millis(200),
+                "{first:?} .. {last:?}"
             );
             let _ = stop.send(());
             let _ = sink.await;

@@ -80,6 +80,12 @@ struct Cli {
     /// The header that names the tenant.
     #[arg(long, default_value = "X-Scope-OrgID")]
     tenant_header: String,
+    /// Write every request to this file, one line each in the order they
+    /// were sent: start (Unix milliseconds), latency (milliseconds),
+    /// samples, and 1 if answered 2xx else 0; to line the latencies up
+    /// with what else ran meanwhile.
+    #[arg(long, value_name = "FILE")]
+    latency_log: Option<std::path::PathBuf>,
     /// Serve the null sink on this address instead of driving a load: it
     /// reads each body and answers 204, until SIGTERM/SIGINT or --max-time.
     #[arg(long, value_name = "ADDR")]
@@ -169,6 +175,10 @@ fn main() -> anyhow::Result<()> {
         dial.tenants = Some((name, ids));
     }
     let report = rt.block_on(loadgen::drive(cli.target, &dial, &encoded, cli.max_time));
+    if let Some(path) = &cli.latency_log {
+        write_latency_log(path, &report.timeline)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let rate = report.samples_per_second();
     eprintln!(
         "sluice-loadgen: {} of {} samples accepted in {:.2?}: {rate:.0} samples/s; latency p50 {:.2?} p99 {:.2?}; errors by status: {}{}",
@@ -204,6 +214,25 @@ fn main() -> anyhow::Result<()> {
         encoded.samples() * copies
     );
     Ok(())
+}
+
+fn write_latency_log(path: &std::path::Path, timeline: &[loadgen::Sent]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut sent: Vec<&loadgen::Sent> = timeline.iter().collect();
+    sent.sort_by_key(|s| s.at);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for s in sent {
+        let at = s.at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        writeln!(
+            out,
+            "{:.3} {:.3} {} {}",
+            at.as_secs_f64() * 1e3,
+            s.latency.as_secs_f64() * 1e3,
+            s.samples,
+            u8::from(s.ok)
+        )?;
+    }
+    out.flush()
 }
 
 async fn sink(addr: SocketAddr, limit: Duration) -> anyhow::Result<()> {

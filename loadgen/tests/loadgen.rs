@@ -77,11 +77,36 @@ async fn every_mode_is_accepted_in_full_and_queryable() {
     for mode in ["steady", "churn", "backfill", "otlp", "histograms"] {
         let srv = common::start(Config::default()).await;
         let addr = srv.addr;
+        let log_dir = tempfile::tempdir().expect("tempdir");
+        let log = log_dir.path().join("latency.log");
+        let log_arg = log.to_string_lossy().into_owned();
         let mut args = small.to_vec();
-        args.extend(["--mode", mode]);
-        let line = tokio::task::spawn_blocking(move || run_loadgen(addr, &args))
-            .await
-            .expect("join");
+        args.extend(["--mode", mode, "--latency-log", &log_arg]);
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let line = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_loadgen(addr, &args)
+        })
+        .await
+        .expect("join");
+        // The latency log: one line per request, in the order sent, each
+        // answered, their samples adding up to those sent.
+        let text = std::fs::read_to_string(&log).expect("latency log");
+        let rows: Vec<Vec<f64>> = text
+            .lines()
+            .map(|l| l.split(' ').map(|f| f.parse().expect("number")).collect())
+            .collect();
+        let requests: usize = field(&line, "requests").parse().expect("requests");
+        assert_eq!(rows.len(), requests, "{mode}: {text}");
+        assert!(rows
+            .iter()
+            .all(|r| r.len() == 4 && r[1] >= 0.0 && r[3] == 1.0));
+        assert!(
+            rows.windows(2).all(|w| w[0][0] <= w[1][0]),
+            "{mode}: not in order"
+        );
+        let logged: f64 = rows.iter().map(|r| r[2]).sum();
+        assert_eq!(logged.to_string(), field(&line, "sent"), "{mode}");
         assert_eq!(field(&line, "mode"), mode);
         assert_eq!(field(&line, "errors"), "none", "{line}");
         assert_eq!(field(&line, "timed_out"), "false", "{line}");

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Lines up a load's requests with the queries and checkpoints that ran
+meanwhile (scripts/bench-queries-under-ingest), and prints the request
+latency and throughput of each condition as a Markdown table.
+
+usage: under-ingest.py LATENCY_LOG ROUND_LOG CHECKPOINT_LOG
+
+LATENCY_LOG   sluice-loadgen --latency-log: start_ms latency_ms samples ok
+ROUND_LOG     one line per stretch: start_ms end_ms kind, kind "queries"
+              (a round of queries) or "control" (busy loops that touch
+              nothing of the receiver's)
+CHECKPOINT_LOG polls of Sluice's /metrics: time_ms checkpoints last_duration_s
+
+A request counts as "queries running" when it starts and ends inside a
+round of queries (one query after another, a few milliseconds apart),
+"control" when inside a control stretch, "ingest alone" when it starts and
+ends outside every stretch, and "across a change" otherwise (shown, not
+hidden: long requests are the likeliest to straddle). A request that
+overlaps a checkpoint is counted again in the rows without checkpoints
+left out, so the two conditions can be compared with and without them.
+"""
+
+import sys
+
+
+def merge(intervals):
+    out = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def inside(intervals, lo, hi):
+    """0: [lo, hi] meets no interval; 2: lies within one; 1: otherwise."""
+    for a, b in intervals:
+        if b < lo:
+            continue
+        if a > hi:
+            break
+        return 2 if a <= lo and hi <= b else 1
+    return 0
+
+
+def overlap_ms(intervals, lo, hi):
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in intervals)
+
+
+def quantile(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    i = max(0, min(len(values) - 1, int(q * len(values) + 0.999999) - 1))
+    return values[i]
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    requests = []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            start, latency, samples, ok = line.split()
+            requests.append((float(start), float(latency), int(samples), ok == "1"))
+    if not requests:
+        sys.exit("under-ingest.py: the latency log is empty")
+    stretches = {"queries": [], "control": []}
+    with open(sys.argv[2]) as f:
+        for line in f:
+            start, end, kind = line.split()
+            stretches.setdefault(kind, []).append((float(start), float(end)))
+    busy = {kind: merge(v) for kind, v in stretches.items()}
+    every = merge([i for v in busy.values() for i in v])
+    checkpoints = []
+    with open(sys.argv[3]) as f:
+        polls = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
+    for (t0, n0, _), (t1, n1, duration) in zip(polls, polls[1:]):
+        if n1 > n0:
+            # Finished between the two polls: it ran at most its duration
+            # before the earlier poll's moment and ended by the later one.
+            checkpoints.append((t0 - duration * 1e3, t1))
+    checkpoints = merge(checkpoints)
+
+    first = min(r[0] for r in requests)
+    last = max(r[0] + r[1] for r in requests)
+    span = last - first
+    rows = {}
+    for start, latency, samples, ok in requests:
+        end = start + latency
+        cond = "across a change"
+        if inside(every, start, end) == 0:
+            cond = "ingest alone"
+        for kind, label in (("queries", "queries running"), ("control", "control: busy loops")):
+            if inside(busy[kind], start, end) == 2:
+                cond = label
+        ckpt = inside(checkpoints, start, end) != 0
+        for key in ((cond, True), (cond, False)):
+            if key[1] is False and ckpt:
+                continue
+            row = rows.setdefault(key, {"lat": [], "samples": 0, "errors": 0, "ckpt": 0})
+            row["lat"].append(latency)
+            row["samples"] += samples if ok else 0
+            row["errors"] += 0 if ok else 1
+            row["ckpt"] += 1 if ckpt else 0
+    print("| ingest | requests | of them during a checkpoint | samples/s | p50 ms | p99 ms | slowest ms | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    duration = {
+        "ingest alone": span - overlap_ms(every, first, last),
+        "queries running": overlap_ms(busy["queries"], first, last),
+        "control: busy loops": overlap_ms(busy["control"], first, last),
+    }
+    for with_ckpt in (True, False):
+        for cond in ("ingest alone", "queries running", "control: busy loops", "across a change"):
+            row = rows.get((cond, with_ckpt))
+            if row is None:
+                continue
+            label = cond + ("" if with_ckpt else ", checkpoints left out")
+            seconds = duration.get(cond)
+            rate = (
+                f"{row['samples'] / (seconds / 1e3):,.0f}"
+                if with_ckpt and seconds and seconds > 0
+                else "–"
+            )
+            lat = row["lat"]
+            print(
+                f"| {label} | {len(lat)} | {row['ckpt']} | {rate} | {quantile(lat, 0.5):.1f} "
+                f"| {quantile(lat, 0.99):.1f} | {max(lat):.1f} | {row['errors']} |"
+            )
+    print()
+    print(
+        f"The load ran {span / 1e3:.1f} s; queries were being answered for "
+        f"{duration['queries running'] / 1e3:.1f} s of it ({len(stretches['queries'])} rounds), the control "
+        f"ran {duration['control: busy loops'] / 1e3:.1f} s ({len(stretches['control'])} times), and {len(checkpoints)} checkpoint(s) were written "
+        f"({overlap_ms(checkpoints, first, last) / 1e3:.1f} s at most). "
+        "Samples/s is the samples of a condition's requests over the time the condition held; "
+        "requests across a change are in neither."
+    )
+
+
+if __name__ == "__main__":
+    main()
