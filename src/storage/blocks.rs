@@ -558,9 +558,17 @@ impl Blocks {
             }
             match Block::open(&path) {
                 Ok(b) => blocks.push(Arc::new(b)),
-                // Whole, but not mappable here: not damage, so the block
-                // stays where it is and Sluice does not start without it.
-                Err(err) if err.is_unmapped() => return Err(std::io::Error::other(err.0)),
+                // Whole as far as anyone knows, but not mappable or
+                // readable by this process (permissions, open files): not
+                // damage, so the block stays where it is and Sluice does
+                // not start without it.
+                Err(err) if err.is_not_damage() => {
+                    return Err(std::io::Error::other(format!(
+                        "block {}: {}; it was left in place, not moved aside as damaged: fix the cause and start again",
+                        path.display(),
+                        err.0
+                    )))
+                }
                 Err(err) => {
                     let aside = dir.join(format!("{name}{DAMAGED_SUFFIX}"));
                     tracing::error!(block = %path.display(), error = %err, moved_to = %aside.display(), "a block is damaged and was moved aside; its samples are not served");
@@ -1150,5 +1158,50 @@ mod tests {
             "a series' parts share their strings"
         );
         assert_eq!(merge(parts).len(), 2, "and merge into one each");
+    }
+
+    /// A block this process cannot read for a reason of its own (here a
+    /// symlink loop where its index should be: tests run as root, so
+    /// permissions cannot be taken away) stops the start with an error
+    /// naming it, and is left where it is; a block whose index is missing
+    /// is damaged, and is moved aside.
+    #[test]
+    fn a_block_unreadable_for_a_reason_not_its_own_is_not_moved_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let one = vec![BlockSeries {
+            labels: vec![("__name__".to_owned(), "a".to_owned())],
+            chunks: vec![BlockChunk {
+                mint: 0,
+                maxt: 0,
+                encoding: Encoding::Xor,
+                data: Arc::from({
+                    let mut c = XorAppender::default();
+                    c.append(0, 1.0);
+                    c.bytes().to_vec()
+                }),
+            }],
+            starts: Vec::new(),
+        }];
+        let meta = write_block(dir.path(), one, 0, 10_000, 1).expect("block");
+        let block = dir.path().join(meta.ulid.to_string());
+        let index = block.join("index");
+        std::fs::rename(&index, block.join("index.kept")).expect("rename");
+        std::os::unix::fs::symlink("index", &index).expect("symlink");
+        let Err(err) = Blocks::open(dir.path()) else {
+            panic!("a block it cannot read was opened");
+        };
+        let text = err.to_string();
+        assert!(text.contains(&meta.ulid.to_string()), "{text}");
+        assert!(text.contains("cannot read"), "{text}");
+        assert!(block.exists(), "left in place");
+
+        std::fs::remove_file(&index).expect("unlink");
+        let blocks = Blocks::open(dir.path()).expect("opens without it");
+        assert_eq!(blocks.stats().damaged, 1);
+        assert!(!block.exists());
+        assert!(dir
+            .path()
+            .join(format!("{}{DAMAGED_SUFFIX}", meta.ulid))
+            .exists());
     }
 }

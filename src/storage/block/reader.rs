@@ -23,11 +23,31 @@ impl BlockError {
     /// memory (out of address space or mappings): the block is whole, but
     /// this process cannot read it.
     const UNMAPPED: &'static str = "cannot map ";
+    /// What starts the error of a block file this process may not open or
+    /// read for a reason of its own (permissions, open files, memory, a
+    /// symlink loop), not because of what the file holds.
+    const UNREADABLE: &'static str = "cannot read ";
 
-    /// Whether the block could not be read by this process, rather than
-    /// found damaged.
-    pub fn is_unmapped(&self) -> bool {
-        self.0.starts_with(Self::UNMAPPED)
+    /// The error of reading `what` that failed with `e`: damage where the
+    /// failure says the files are missing, short, malformed or on a failing
+    /// disk; otherwise a reason of this process's, which a restart with
+    /// the cause fixed gets past.
+    pub(crate) fn io(what: impl std::fmt::Display, e: &std::io::Error) -> Self {
+        use std::io::ErrorKind::{InvalidData, NotFound, UnexpectedEof};
+        let damage = matches!(e.kind(), NotFound | UnexpectedEof | InvalidData)
+            || e.raw_os_error() == Some(libc::EIO);
+        Self(if damage {
+            format!("{what}: {e}")
+        } else {
+            format!("{}{what}: {e}", Self::UNREADABLE)
+        })
+    }
+
+    /// Whether the block could not be read by this process (not mappable,
+    /// or not readable for a reason of the process's), rather than found
+    /// damaged: it is whole as far as anyone knows.
+    pub fn is_not_damage(&self) -> bool {
+        self.0.starts_with(Self::UNMAPPED) || self.0.starts_with(Self::UNREADABLE)
     }
 }
 
@@ -77,7 +97,7 @@ impl Source {
             Self::File(f, _) => {
                 let mut buf = vec![0u8; len];
                 f.read_exact_at(&mut buf, at)
-                    .map_err(|e| BlockError(format!("{what}: {e}")))?;
+                    .map_err(|e| BlockError::io(what, &e))?;
                 Ok(buf)
             }
         }
@@ -192,7 +212,7 @@ impl<'a> Cur<'a> {
 impl IndexReader {
     /// Opens the index file at `path` and checks what is kept of it.
     pub fn open(path: &Path) -> Result<Self, BlockError> {
-        let io = |e: std::io::Error| BlockError(format!("{}: {e}", path.display()));
+        let io = |e: std::io::Error| BlockError::io(path.display(), &e);
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         Self::from_source(Source::File(file, len))
@@ -547,7 +567,7 @@ impl IndexReader {
 /// ULID must be the directory's name.
 pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
     let path = dir.join("meta.json");
-    let text = std::fs::read(&path).map_err(|e| BlockError(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read(&path).map_err(|e| BlockError::io(path.display(), &e))?;
     let v: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| BlockError(format!("{}: not JSON: {e}", path.display())))?;
     let field = |k: &str| {
@@ -707,7 +727,7 @@ impl ChunkReader {
             let file = match std::fs::File::open(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) => return bad(format!("{}: {e}", path.display())),
+                Err(e) => return Err(BlockError::io(path.display(), &e)),
             };
             let map = crate::heap::map_block_file(&file).map_err(|e| {
                 BlockError(format!("{}{}: {e}", BlockError::UNMAPPED, path.display()))
@@ -1108,5 +1128,39 @@ mod tests {
         std::fs::write(&idx, &b).expect("rewrite");
         let err = IndexReader::open(&idx).expect_err("damaged");
         assert!(err.0.contains("magic"), "{err}");
+    }
+
+    /// Which failures of reading a block's files are damage (the block
+    /// is moved aside) and which are the process's own (it is kept).
+    #[test]
+    fn io_failures_are_told_from_damage() {
+        use std::io::{Error, ErrorKind};
+        let damage = [
+            Error::from(ErrorKind::NotFound),
+            Error::from(ErrorKind::UnexpectedEof),
+            Error::from(ErrorKind::InvalidData),
+            Error::from_raw_os_error(libc::EIO),
+            Error::from_raw_os_error(libc::ENOENT),
+        ];
+        for e in &damage {
+            let err = BlockError::io("f", e);
+            assert!(!err.is_not_damage(), "{err}");
+            assert!(err.0.starts_with("f: "), "{err}");
+        }
+        let own = [
+            Error::from_raw_os_error(libc::EACCES),
+            Error::from_raw_os_error(libc::EMFILE),
+            Error::from_raw_os_error(libc::ENFILE),
+            Error::from_raw_os_error(libc::ENOMEM),
+            Error::from_raw_os_error(libc::ELOOP),
+            Error::from(ErrorKind::Interrupted),
+        ];
+        for e in &own {
+            let err = BlockError::io("f", e);
+            assert!(err.is_not_damage(), "{err}");
+            assert!(err.0.contains("f: "), "{err}");
+        }
+        assert!(BlockError(format!("{}x", BlockError::UNMAPPED)).is_not_damage());
+        assert!(!BlockError("x: checksum mismatch".into()).is_not_damage());
     }
 }
