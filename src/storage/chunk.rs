@@ -90,28 +90,52 @@ pub struct ChunkBytes {
     buf: Backing,
     start: usize,
     end: usize,
+    /// The sample count of the chunk's header (0 when the bytes are too
+    /// short to hold one), read when the bytes are taken, while they are
+    /// at hand: a query sizing its work by it then does not load every
+    /// chunk's first bytes again (from a block's mapped segment, each a
+    /// cache miss).
+    samples: u16,
+}
+
+/// The sample count a chunk's header gives (big-endian, its first two
+/// bytes), 0 when `b` is shorter.
+fn header_samples(b: &[u8]) -> u16 {
+    match *b {
+        [a, b, ..] => u16::from_be_bytes([a, b]),
+        _ => 0,
+    }
 }
 
 impl ChunkBytes {
     /// `buf[range]`, sharing `buf`; `None` when the range is not in it.
     pub fn slice(buf: &std::sync::Arc<[u8]>, range: std::ops::Range<usize>) -> Option<Self> {
-        buf.get(range.clone())?;
+        let samples = header_samples(buf.get(range.clone())?);
         Some(Self {
             buf: Backing::Own(std::sync::Arc::clone(buf)),
             start: range.start,
             end: range.end,
+            samples,
         })
     }
 
     /// `buf[range]` of shared bytes, sharing them; `None` when the range
     /// is not in them.
     pub fn within(buf: &SharedBytes, range: std::ops::Range<usize>) -> Option<Self> {
-        (**buf).as_ref().get(range.clone())?;
+        let samples = header_samples((**buf).as_ref().get(range.clone())?);
         Some(Self {
             buf: Backing::Shared(std::sync::Arc::clone(buf)),
             start: range.start,
             end: range.end,
+            samples,
         })
+    }
+
+    /// The sample count of the chunk's header, 0 when the bytes are too
+    /// short to hold one: what `self[..2]` says, without loading it.
+    #[inline]
+    pub fn header_samples(&self) -> u16 {
+        self.samples
     }
 
     /// Whether `self` and `other` are the same bytes of the same buffer
@@ -149,11 +173,12 @@ impl std::ops::Deref for ChunkBytes {
 
 impl From<std::sync::Arc<[u8]>> for ChunkBytes {
     fn from(buf: std::sync::Arc<[u8]>) -> Self {
-        let end = buf.len();
+        let (end, samples) = (buf.len(), header_samples(&buf));
         Self {
             buf: Backing::Own(buf),
             start: 0,
             end,
+            samples,
         }
     }
 }
@@ -197,4 +222,40 @@ pub enum ChunkError {
     /// The chunk is shorter than its header.
     #[error("chunk shorter than its header")]
     NoHeader,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sample count kept with chunk bytes is their header's, however
+    /// they were taken; 0 for bytes too short to hold one.
+    #[test]
+    fn chunk_bytes_keep_their_header_count() {
+        let mut app = XorAppender::default();
+        for i in 0..300 {
+            app.append(i * 15_000, i as f64);
+        }
+        let one: std::sync::Arc<[u8]> = std::sync::Arc::from(app.bytes());
+        let header = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+        assert_eq!(header(&one), 300);
+        let own = ChunkBytes::from(std::sync::Arc::clone(&one));
+        assert_eq!(own.header_samples(), 300);
+        // Two chunks side by side in one buffer, as in a block's segment.
+        let mut seg = vec![9u8; 5];
+        seg.extend_from_slice(&one);
+        seg.extend_from_slice(&[0x01, 0x02, 7, 7]);
+        let seg: std::sync::Arc<[u8]> = seg.into();
+        let first = ChunkBytes::slice(&seg, 5..5 + one.len()).expect("in range");
+        assert_eq!(first.header_samples(), 300);
+        assert_eq!(&*first, &*one);
+        let shared: SharedBytes = std::sync::Arc::new(seg.to_vec());
+        let second = ChunkBytes::within(&shared, 5 + one.len()..seg.len()).expect("in range");
+        assert_eq!(second.header_samples(), 0x0102);
+        assert_eq!(second.header_samples(), header(&second));
+        for short in [&[][..], &[4u8][..]] {
+            assert_eq!(ChunkBytes::from(short).header_samples(), 0);
+        }
+        assert!(ChunkBytes::within(&shared, 0..seg.len() + 1).is_none());
+    }
 }

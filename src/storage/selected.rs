@@ -101,10 +101,7 @@ impl SelectedSeries {
             .find(|c| c.mint <= maxt && c.maxt >= mint);
         match newest {
             Some(c) if c.last.is_some_and(|(t, _)| t == c.maxt && t <= maxt) => 1,
-            Some(c) => match *c.bytes {
-                [a, b, ..] => usize::from(u16::from_be_bytes([a, b])).max(1),
-                _ => 1,
-            },
+            Some(c) => usize::from(c.bytes.header_samples()).max(1),
             None => 1,
         }
     }
@@ -116,10 +113,7 @@ impl SelectedSeries {
         self.chunks
             .iter()
             .filter(|c| c.maxt >= mint && c.mint <= maxt)
-            .map(|c| match *c.bytes {
-                [a, b, ..] => usize::from(u16::from_be_bytes([a, b])),
-                _ => 0,
-            })
+            .map(|c| usize::from(c.bytes.header_samples()))
             .sum()
     }
 
