@@ -64,7 +64,7 @@ impl Block {
         // retention is long.
         let chunks = ChunkReader::open(&dir.join("chunks"))?;
         Ok(Self {
-            starts: read_starts(dir),
+            starts: read_starts(dir)?,
             meta,
             dir: dir.to_path_buf(),
             index,
@@ -397,15 +397,25 @@ const SELECT_BATCH: usize = 4096;
 
 /// A block's start-time runs by series ID; none when it has no
 /// start-times file, or a damaged one (they are an addition to the block's
-/// samples, which read the same without them).
-fn read_starts(dir: &Path) -> std::collections::HashMap<u32, Vec<StartRun>> {
+/// samples, which read the same without them). A file this process cannot
+/// read for a reason of its own is an error: read as absent, a compaction
+/// would write the block's successor without them.
+fn read_starts(dir: &Path) -> Result<std::collections::HashMap<u32, Vec<StartRun>>, BlockError> {
     let path = dir.join(starts::BLOCK_FILE);
+    let damaged = |why: &dyn std::fmt::Display| {
+        tracing::warn!(file = %path.display(), why = %why, "start times of the block not read");
+        Ok(Default::default())
+    };
     match std::fs::read(&path) {
-        Ok(bytes) => starts::decode_block_file(&bytes).unwrap_or_else(|why| {
-            tracing::warn!(file = %path.display(), why, "start times of the block not read");
-            Default::default()
-        }),
-        Err(_) => Default::default(),
+        Ok(bytes) => starts::decode_block_file(&bytes).or_else(|why| damaged(&why)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+        Err(e) => {
+            let err = BlockError::io(path.display(), &e);
+            if err.is_not_damage() {
+                return Err(err);
+            }
+            damaged(&err)
+        }
     }
 }
 
@@ -553,8 +563,21 @@ impl Blocks {
                 }
                 continue;
             }
-            if Ulid::parse(name).is_none() || !path.is_dir() {
+            if Ulid::parse(name).is_none() {
                 continue;
+            }
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // Named as a block but not looked into: not skipped in
+                // silence, which would serve a range without it.
+                Err(e) => {
+                    return Err(std::io::Error::other(format!(
+                        "block {}: cannot read: {e}",
+                        path.display()
+                    )))
+                }
             }
             match Block::open(&path) {
                 Ok(b) => blocks.push(Arc::new(b)),
@@ -1195,6 +1218,40 @@ mod tests {
         assert!(text.contains("cannot read"), "{text}");
         assert!(block.exists(), "left in place");
 
+        // The cause fixed, the block opens and is served.
+        std::fs::remove_file(&index).expect("unlink");
+        std::fs::rename(block.join("index.kept"), &index).expect("rename");
+        let blocks = Blocks::open(dir.path()).expect("opens");
+        assert_eq!(blocks.stats().blocks, 1);
+        assert_eq!(blocks.stats().damaged, 0);
+        let all = [Matcher::new(MatchOp::Equal, "__name__", "a").expect("matcher")];
+        let got = blocks
+            .select(&blocks.read(), &all, 0, 10_000, &Stop::default())
+            .expect("not stopped");
+        assert_eq!(got.len(), 1);
+        drop(blocks);
+
+        // The same in the way of the start times and of a chunk segment.
+        for file in [starts::BLOCK_FILE, "chunks/000001"] {
+            let at = block.join(file);
+            let kept = block.join("kept");
+            if at.exists() {
+                std::fs::rename(&at, &kept).expect("rename");
+            }
+            std::os::unix::fs::symlink(file.rsplit('/').next().unwrap_or(file), &at)
+                .expect("symlink");
+            let Err(err) = Blocks::open(dir.path()) else {
+                panic!("{file}: a block it cannot read was opened");
+            };
+            assert!(err.to_string().contains("cannot read"), "{file}: {err}");
+            assert!(block.exists(), "{file}: left in place");
+            std::fs::remove_file(&at).expect("unlink");
+            if kept.exists() {
+                std::fs::rename(&kept, &at).expect("rename");
+            }
+        }
+
+        // Without its index, it is damaged, and moved aside.
         std::fs::remove_file(&index).expect("unlink");
         let blocks = Blocks::open(dir.path()).expect("opens without it");
         assert_eq!(blocks.stats().damaged, 1);

@@ -29,13 +29,24 @@ impl BlockError {
     const UNREADABLE: &'static str = "cannot read ";
 
     /// The error of reading `what` that failed with `e`: damage where the
-    /// failure says the files are missing, short, malformed or on a failing
-    /// disk; otherwise a reason of this process's, which a restart with
-    /// the cause fixed gets past.
+    /// failure says the files are missing, short, malformed, of the wrong
+    /// kind (a directory for a file, or the other way), or on a failing
+    /// disk or file system (an I/O error, a file system's checksum
+    /// failing); otherwise a reason of this process's, which a restart
+    /// with the cause fixed gets past.
     pub(crate) fn io(what: impl std::fmt::Display, e: &std::io::Error) -> Self {
         use std::io::ErrorKind::{InvalidData, NotFound, UnexpectedEof};
         let damage = matches!(e.kind(), NotFound | UnexpectedEof | InvalidData)
-            || e.raw_os_error() == Some(libc::EIO);
+            || e.raw_os_error().is_some_and(|n| {
+                [
+                    libc::EIO,
+                    libc::EUCLEAN,
+                    libc::EBADMSG,
+                    libc::EISDIR,
+                    libc::ENOTDIR,
+                ]
+                .contains(&n)
+            });
         Self(if damage {
             format!("{what}: {e}")
         } else {
@@ -1135,29 +1146,30 @@ mod tests {
     #[test]
     fn io_failures_are_told_from_damage() {
         use std::io::{Error, ErrorKind};
-        let damage = [
-            Error::from(ErrorKind::NotFound),
-            Error::from(ErrorKind::UnexpectedEof),
-            Error::from(ErrorKind::InvalidData),
-            Error::from_raw_os_error(libc::EIO),
-            Error::from_raw_os_error(libc::ENOENT),
+        // (the failure, whether it is damage)
+        let cases = [
+            (Error::from(ErrorKind::NotFound), true),
+            (Error::from(ErrorKind::UnexpectedEof), true),
+            (Error::from(ErrorKind::InvalidData), true),
+            (Error::from_raw_os_error(libc::EIO), true),
+            (Error::from_raw_os_error(libc::ENOENT), true),
+            (Error::from_raw_os_error(libc::EUCLEAN), true),
+            (Error::from_raw_os_error(libc::EBADMSG), true),
+            (Error::from_raw_os_error(libc::EISDIR), true),
+            (Error::from_raw_os_error(libc::ENOTDIR), true),
+            (Error::from_raw_os_error(libc::ESTALE), false),
+            (Error::from_raw_os_error(libc::EACCES), false),
+            (Error::from_raw_os_error(libc::EMFILE), false),
+            (Error::from_raw_os_error(libc::ENFILE), false),
+            (Error::from_raw_os_error(libc::ENOMEM), false),
+            (Error::from_raw_os_error(libc::ELOOP), false),
+            (Error::from(ErrorKind::Interrupted), false),
         ];
-        for e in &damage {
+        for (e, damage) in &cases {
             let err = BlockError::io("f", e);
-            assert!(!err.is_not_damage(), "{err}");
-            assert!(err.0.starts_with("f: "), "{err}");
-        }
-        let own = [
-            Error::from_raw_os_error(libc::EACCES),
-            Error::from_raw_os_error(libc::EMFILE),
-            Error::from_raw_os_error(libc::ENFILE),
-            Error::from_raw_os_error(libc::ENOMEM),
-            Error::from_raw_os_error(libc::ELOOP),
-            Error::from(ErrorKind::Interrupted),
-        ];
-        for e in &own {
-            let err = BlockError::io("f", e);
-            assert!(err.is_not_damage(), "{err}");
+            assert_eq!(err.is_not_damage(), !damage, "{err}");
+            // The file is named either way, first when it is damage.
+            assert_eq!(err.0.starts_with("f: "), *damage, "{err}");
             assert!(err.0.contains("f: "), "{err}");
         }
         assert!(BlockError(format!("{}x", BlockError::UNMAPPED)).is_not_damage());
