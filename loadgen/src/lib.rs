@@ -1112,18 +1112,8 @@ mod tests {
             assert!(report.timeline.iter().all(|s| s.ok));
             let samples: u64 = report.timeline.iter().map(|s| u64::from(s.samples)).sum();
             assert_eq!(samples, report.sent);
-            let first = report
-                .timeline
-                .iter()
-                .map(|s| s.at)
-                .min()
-                .expect("requests");
-            let last = report
-                .timeline
-                .iter()
-                .map(|s| s.at)
-                .max()
-                .expect("requests");
+            let starts = || report.timeline.iter().map(|s| s.at);
+            let (first, last) = (starts().min().expect("sent"), starts().max().expect("sent"));
             assert!(
                 last.duration_since(first).unwrap_or_default() >= Duration::from_millis(200),
                 "{first:?} .. {last:?}"

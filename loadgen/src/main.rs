@@ -175,10 +175,6 @@ fn main() -> anyhow::Result<()> {
         dial.tenants = Some((name, ids));
     }
     let report = rt.block_on(loadgen::drive(cli.target, &dial, &encoded, cli.max_time));
-    if let Some(path) = &cli.latency_log {
-        write_latency_log(path, &report.timeline)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
     let rate = report.samples_per_second();
     eprintln!(
         "sluice-loadgen: {} of {} samples accepted in {:.2?}: {rate:.0} samples/s; latency p50 {:.2?} p99 {:.2?}; errors by status: {}{}",
@@ -207,6 +203,10 @@ fn main() -> anyhow::Result<()> {
         report.errors_text(),
         report.timed_out
     );
+    if let Some(path) = &cli.latency_log {
+        write_latency_log(path, &report.timeline)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     anyhow::ensure!(
         report.accepted == encoded.samples() * copies,
         "not every sample was accepted ({} of {})",

@@ -83,14 +83,24 @@ async fn every_mode_is_accepted_in_full_and_queryable() {
         let mut args = small.to_vec();
         args.extend(["--mode", mode, "--latency-log", &log_arg]);
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let unix_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_secs_f64()
+                * 1e3
+        };
+        let before = unix_ms();
         let line = tokio::task::spawn_blocking(move || {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             run_loadgen(addr, &args)
         })
         .await
         .expect("join");
-        // The latency log: one line per request, in the order sent, each
-        // answered, their samples adding up to those sent.
+        let after = unix_ms();
+        // The latency log: one line per request, each answered, their
+        // samples adding up to those sent; sent (Unix milliseconds)
+        // while the generator ran, and each no longer than the run.
         let text = std::fs::read_to_string(&log).expect("latency log");
         let rows: Vec<Vec<f64>> = text
             .lines()
@@ -98,15 +108,32 @@ async fn every_mode_is_accepted_in_full_and_queryable() {
             .collect();
         let requests: usize = field(&line, "requests").parse().expect("requests");
         assert_eq!(rows.len(), requests, "{mode}: {text}");
-        assert!(rows
-            .iter()
-            .all(|r| r.len() == 4 && r[1] >= 0.0 && r[3] == 1.0));
-        assert!(
-            rows.windows(2).all(|w| w[0][0] <= w[1][0]),
-            "{mode}: not in order"
-        );
+        let seconds: f64 = field(&line, "seconds").parse().expect("seconds");
+        for r in &rows {
+            assert_eq!(r.len(), 4, "{mode}: {r:?}");
+            assert!((before..=after).contains(&r[0]), "{mode}: sent at {}", r[0]);
+            assert!(
+                r[0] + r[1] <= after + 1.0,
+                "{mode}: {r:?} ends after the run"
+            );
+            assert!(
+                r[1] > 0.0 && r[1] <= seconds * 1e3 + 1.0,
+                "{mode}: latency {}",
+                r[1]
+            );
+            assert_eq!(r[3], 1.0, "{mode}: {r:?}");
+        }
         let logged: f64 = rows.iter().map(|r| r[2]).sum();
         assert_eq!(logged.to_string(), field(&line, "sent"), "{mode}");
+        // Its median is the summary's, which comes from the same times.
+        let mut latencies: Vec<f64> = rows.iter().map(|r| r[1]).collect();
+        latencies.sort_by(f64::total_cmp);
+        let p50: f64 = field(&line, "p50_ms").parse().expect("p50");
+        let median = latencies[latencies.len() / 2];
+        assert!(
+            (median - p50).abs() < 0.01,
+            "{mode}: log {median} against {p50}"
+        );
         assert_eq!(field(&line, "mode"), mode);
         assert_eq!(field(&line, "errors"), "none", "{line}");
         assert_eq!(field(&line, "timed_out"), "false", "{line}");
