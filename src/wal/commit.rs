@@ -546,12 +546,14 @@ mod tests {
                     .collect();
                 assert_eq!(mine, (0..100).collect::<Vec<_>>(), "{mode:?}");
             }
-            // One write per commit, never more fsyncs than commits.
+            // One write per commit, never more fsyncs than commits. In
+            // interval mode all 800 can be written before the first tick,
+            // so only `Always` must have synced by now.
             assert!((1..=800).contains(&stats.commits), "{stats:?}");
-            assert!(
-                stats.syncs >= 1 && stats.syncs <= stats.commits,
-                "{stats:?}"
-            );
+            assert!(stats.syncs <= stats.commits, "{stats:?}");
+            if mode == FsyncMode::Always {
+                assert!(stats.syncs >= 1, "{stats:?}");
+            }
         }
     }
 
