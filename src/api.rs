@@ -1,8 +1,10 @@
 //! The HTTP edge: [`router`] wires the routes and tower layers, and
 //! [`ApiError`] is the one mapping from errors to HTTP replies.
 
+mod admin;
 pub mod auth;
 pub mod bucket;
+mod cardinality;
 mod error;
 mod escaping;
 mod federate;
@@ -152,6 +154,10 @@ pub fn router(state: AppState) -> Router {
             get(query::format_query).post(query::format_query),
         )
         .route(
+            "/api/v1/parse_query",
+            get(query::parse_query).post(query::parse_query),
+        )
+        .route(
             "/api/v1/series",
             get(metadata::series).post(metadata::series),
         )
@@ -160,6 +166,7 @@ pub fn router(state: AppState) -> Router {
             get(metadata::labels).post(metadata::labels),
         )
         .route("/api/v1/label/{name}/values", get(metadata::label_values))
+        .route("/api/v1/status/tsdb", get(cardinality::tsdb_status))
         .route("/federate", get(federate::federate));
     let rest = Router::new()
         .route("/api/v1/write", post(write::remote_write))
@@ -170,9 +177,24 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
         .route("/api/v1/status/config", get(status::config))
         .route("/api/v1/status/flags", get(status::flags))
+        .route("/api/v1/status/runtimeinfo", get(status::runtime_info))
+        .route("/api/v1/status/walreplay", get(status::wal_replay))
+        .route("/api/v1/status/tsdb/blocks", get(status::tsdb_blocks))
         .route(
             "/api/v1/query_exemplars",
             get(metadata::query_exemplars).post(metadata::query_exemplars),
+        )
+        .route(
+            "/api/v1/admin/tsdb/snapshot",
+            post(admin::snapshot).put(admin::snapshot),
+        )
+        .route(
+            "/api/v1/admin/tsdb/delete_series",
+            post(admin::not_yet).put(admin::not_yet),
+        )
+        .route(
+            "/api/v1/admin/tsdb/clean_tombstones",
+            post(admin::not_yet).put(admin::not_yet),
         )
         .route("/", get(status::page))
         .route("/metrics", get(status::metrics))
@@ -299,6 +321,58 @@ mod tests {
             .uri(uri)
             .body(axum::body::Body::empty())
             .expect("request")
+    }
+
+    #[tokio::test]
+    async fn status_parse_and_admin_routes_map_to_their_statuses() {
+        let off = app(&Config::default());
+        let post = |uri: &str| {
+            Request::builder()
+                .method("POST")
+                .uri(uri)
+                .body(axum::body::Body::empty())
+                .expect("request")
+        };
+        for (uri, want) in [
+            ("/api/v1/status/tsdb", 200),
+            ("/api/v1/status/tsdb?limit=0", 400),
+            ("/api/v1/status/tsdb?limit=10001", 400),
+            ("/api/v1/status/tsdb?date=yesterday", 400),
+            ("/api/v1/status/tsdb?match[]=%7B", 400),
+            ("/api/v1/status/tsdb?start=0&end=10&focusLabel=job", 200),
+            ("/api/v1/status/runtimeinfo", 200),
+            ("/api/v1/status/walreplay", 200),
+            ("/api/v1/status/tsdb/blocks", 200),
+            ("/api/v1/parse_query?query=up", 200),
+            ("/api/v1/parse_query?query=sum(", 400),
+            ("/api/v1/admin/tsdb/snapshot", 405),
+        ] {
+            let (status, body) = send(&off, get_uri(uri)).await;
+            assert_eq!(status.as_u16(), want, "{uri}: {body}");
+        }
+        for uri in [
+            "/api/v1/admin/tsdb/snapshot",
+            "/api/v1/admin/tsdb/delete_series",
+            "/api/v1/admin/tsdb/clean_tombstones",
+        ] {
+            let (status, body) = send(&off, post(uri)).await;
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{uri}");
+            assert!(body.contains("admin APIs disabled"), "{body}");
+        }
+        let on = app(&Config {
+            web_enable_admin_api: true,
+            ..Config::default()
+        });
+        let (status, body) = send(&on, post("/api/v1/admin/tsdb/snapshot?skip_head=maybe")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("skip_head"), "{body}");
+        // An in-memory database has no directory to snapshot into.
+        let (status, body) = send(&on, post("/api/v1/admin/tsdb/snapshot")).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert!(body.contains("no data directory"), "{body}");
+        let (status, body) = send(&on, post("/api/v1/admin/tsdb/delete_series")).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert!(body.contains("not supported"), "{body}");
     }
 
     #[tokio::test]

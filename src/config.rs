@@ -123,6 +123,19 @@ settings! {
     #[serde(alias = "web.config.file")]
     #[arg(value_name = "FILE", visible_alias = "web.config.file")]
     web_config_file: PathBuf = PathBuf::new();
+    /// Serve Prometheus' admin API (as --web.enable-admin-api):
+    /// `POST /api/v1/admin/tsdb/snapshot` hard-links the blocks and writes
+    /// the head as a block under <data-dir>/snapshots/. Off, the admin
+    /// endpoints answer 500 `admin APIs disabled`, as Prometheus'
+    /// [default: false].
+    #[serde(alias = "web.enable-admin-api")]
+    #[arg(
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        visible_alias = "web.enable-admin-api"
+    )]
+    web_enable_admin_api: bool = false;
     /// Keep each tenant's data apart, named by --tenant-header on every
     /// request (Mimir's multitenancy): each tenant is its own database
     /// under <data-dir>/tenants/<id>/, and a request without a tenant gets

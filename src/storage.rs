@@ -8,6 +8,7 @@ pub mod append;
 pub mod appender;
 pub mod block;
 pub mod blocks;
+pub mod cardinality;
 pub mod checkpoint;
 pub mod chunk;
 mod cut;
@@ -20,6 +21,7 @@ pub mod labels;
 pub mod metadata;
 pub mod querier;
 pub mod selected;
+pub mod snapshot;
 pub mod starts;
 
 pub use crate::wal::commit::Refusal as WalRefusal;

@@ -165,6 +165,8 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> WalError + '_ {
 pub struct ReplayReport {
     /// Segment files read.
     pub segments: usize,
+    /// The number of the last segment read (0 when none was).
+    pub last_segment: u64,
     /// Valid records replayed.
     pub records: u64,
     /// Bytes of valid records.
@@ -268,6 +270,7 @@ pub fn replay_after(
         let path = segment_path(dir, index);
         let buf = fs::read(&path).map_err(io_err(&path))?;
         report.segments += 1;
+        report.last_segment = index;
         let mut pos = 0;
         while pos < buf.len() {
             let err = match record::decode(&buf[pos..]) {

@@ -140,6 +140,32 @@ async fn seen_by(
             .collect(),
     );
     seen.insert("remote_read", remote_read(addr, tenant, now).await);
+    let start = format!("{}", (now - 3_600_000) as f64 / 1000.0);
+    for (endpoint, query) in [
+        ("status_tsdb", vec![("limit", "1000")]),
+        (
+            "status_tsdb_ranged",
+            vec![
+                ("limit", "1000"),
+                ("match[]", "{job=\"j\"}"),
+                ("start", start.as_str()),
+                ("end", t.as_str()),
+            ],
+        ),
+    ] {
+        let v = json_as(addr, tenant, "/api/v1/status/tsdb", &query).await;
+        seen.insert(
+            endpoint,
+            v["data"]["seriesCountByMetricName"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        );
+    }
     seen
 }
 

@@ -124,7 +124,7 @@ pub(super) async fn label_values(
 
 /// Runs `f` on a query slot within the query timeout: walking the index
 /// is CPU work that would stall the async workers (and the writes on them).
-async fn read(
+pub(super) async fn read(
     state: &AppState,
     f: impl FnOnce(&Stop<'_>) -> Result<Response, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {

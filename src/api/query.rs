@@ -460,6 +460,26 @@ pub(super) async fn format_query(
         .await
 }
 
+/// `GET|POST /api/v1/parse_query?query=`: the query's syntax tree as
+/// Prometheus' query page draws it (its tree view and explain tab).
+pub(super) async fn parse_query(
+    State(state): State<AppState>,
+    p: Params,
+) -> Result<Response, ApiError> {
+    let query = p.get("query").unwrap_or_default().to_owned();
+    let limits = state.query_options().parse;
+    let max = state.max_response_bytes();
+    // The tree is built by recursion too: on a query thread, as parsing.
+    state
+        .read(state.query_options().timeout, move |_| {
+            let expr =
+                guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
+            let tree = crate::promql::parser::tree::to_json(&expr);
+            Ok(super::prom::success_within(tree, &[], max)?)
+        })
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::{matrix, matrix_series, push_json_str};

@@ -65,6 +65,8 @@ pub(super) struct Inner {
     pub(super) tenant_limits: Arc<super::limits::Limits>,
     /// The status of a rate-limit refusal (`--rate-limit-status`).
     pub(super) rate_limit_status: StatusCode,
+    /// Whether the admin API is served (`--web-enable-admin-api`).
+    pub(super) admin_api: bool,
 }
 
 impl AppState {
@@ -141,6 +143,7 @@ impl AppState {
                 door: Arc::default(),
                 tenant_limits: Arc::default(),
                 rate_limit_status: config.rate_limit_status(),
+                admin_api: config.web_enable_admin_api,
                 tenants,
                 db,
                 query,

@@ -57,12 +57,106 @@ pub(super) async fn flags(State(state): State<AppState>) -> axum::response::Resp
             "storage.tsdb.max-block-duration",
             prometheus_duration(inner.block_durations.1),
         ),
-        ("web.enable-admin-api", "false".to_owned()),
+        ("web.enable-admin-api", inner.admin_api.to_string()),
         ("web.enable-lifecycle", "false".to_owned()),
     ] {
         data.insert(k.to_owned(), v.into());
     }
     json_reply(&serde_json::json!({"status": "success", "data": data}))
+}
+
+/// `GET /api/v1/status/runtimeinfo`: Prometheus' fields, with what
+/// stands for each Go runtime figure here (`goroutineCount`: the async
+/// tasks alive; `GOMAXPROCS`: the async worker threads; `GOMEMLIMIT`: the
+/// head's memory limit).
+pub(super) async fn runtime_info(
+    State(state): State<AppState>,
+    super::tenant::Scoped(tenant): super::tenant::Scoped,
+) -> axum::response::Response {
+    let inner = &state.inner;
+    let now = std::time::SystemTime::now();
+    let started = now.checked_sub(inner.started.elapsed()).unwrap_or(now);
+    let web = inner.metrics.web();
+    let loads = [
+        &web.web_config,
+        &web.runtime_config,
+        &web.ingest_relabel_config,
+    ];
+    // A file that was never loaded has no time; one whose last reload
+    // failed keeps the time of its last success and says 0.
+    let failed = loads.iter().any(|r| r.time.get() > 0 && r.ok.get() == 0);
+    let last_load = loads
+        .iter()
+        .map(|r| r.time.get())
+        .max()
+        .filter(|&t| t > 0)
+        .and_then(|t| u64::try_from(t).ok())
+        .map(|t| std::time::UNIX_EPOCH + std::time::Duration::from_secs(t))
+        .unwrap_or(started);
+    let rfc3339 = |t: std::time::SystemTime| {
+        chrono::DateTime::<chrono::Utc>::from(t)
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+    };
+    let corruptions = tenant
+        .db
+        .recovery()
+        .map_or(0, |r| u64::from(r.repaired || r.dropped_bytes > 0));
+    let (tasks, workers) = tokio::runtime::Handle::try_current().map_or((0, 0), |h| {
+        let m = h.metrics();
+        (m.num_alive_tasks(), m.num_workers())
+    });
+    let data = serde_json::json!({
+        "startTime": rfc3339(started),
+        "CWD": std::env::current_dir()
+            .map_or_else(|_| "<error retrieving current working directory>".to_owned(), |d| d.display().to_string()),
+        "hostname": hostname(),
+        "serverTime": rfc3339(now),
+        "reloadConfigSuccess": !failed,
+        "lastConfigTime": rfc3339(last_load),
+        "corruptionCount": corruptions,
+        "goroutineCount": tasks,
+        "GOMAXPROCS": workers,
+        "GOMEMLIMIT": tenant.db.memory_limit(),
+        "GOGC": "",
+        "GODEBUG": "",
+        "storageRetention": prometheus_duration(inner.retention),
+    });
+    json_reply(&serde_json::json!({"status": "success", "data": data}))
+}
+
+/// The machine's name, as the kernel has it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default()
+}
+
+/// `GET /api/v1/status/walreplay`: the WAL segments the start-up replay
+/// read. Sluice answers only once the replay is done, so `current` is
+/// `max`.
+pub(super) async fn wal_replay(
+    super::tenant::Scoped(tenant): super::tenant::Scoped,
+) -> axum::response::Response {
+    let (min, max) = tenant.db.recovery().map_or((0, 0), |r| r.segments);
+    json_reply(&serde_json::json!({
+        "status": "success",
+        "data": {"min": min, "max": max, "current": max},
+    }))
+}
+
+/// `GET /api/v1/status/tsdb/blocks` (Prometheus 3.6): the metas of the
+/// blocks, oldest first, as their `meta.json` files hold them.
+pub(super) async fn tsdb_blocks(
+    super::tenant::Scoped(tenant): super::tenant::Scoped,
+) -> axum::response::Response {
+    let blocks: Vec<serde_json::Value> = tenant
+        .db
+        .block_metas()
+        .iter()
+        .map(crate::storage::block::meta_value)
+        .collect();
+    json_reply(&serde_json::json!({"status": "success", "data": {"blocks": blocks}}))
 }
 
 fn json_reply(v: &serde_json::Value) -> axum::response::Response {

@@ -736,7 +736,7 @@ pub enum OpenError {
 
 /// Paths answered without a tenant: health, self-metrics, settings. A
 /// tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 7] = [
+const TENANT_FREE: [&str; 8] = [
     "/-/healthy",
     "/-/ready",
     "/metrics",
@@ -744,11 +744,13 @@ const TENANT_FREE: [&str; 7] = [
     "/api/v1/status/flags",
     "/api/v1/status/config",
     "/api/v1/format_query",
+    "/api/v1/parse_query",
 ];
 
 /// Paths whose reads may name several tenants, with federation on.
-const FEDERATED: [&str; 8] = [
+const FEDERATED: [&str; 9] = [
     "/api/v1/query",
+    "/api/v1/status/tsdb",
     "/api/v1/query_range",
     "/api/v1/series",
     "/api/v1/labels",

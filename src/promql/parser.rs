@@ -16,6 +16,7 @@ mod parse;
 pub mod printer;
 pub mod text;
 pub mod token;
+pub mod tree;
 pub mod value;
 
 pub use ast::*;

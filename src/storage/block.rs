@@ -17,6 +17,6 @@ pub use reader::{
 };
 pub use ulid::Ulid;
 pub use writer::{
-    write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta, BlockSeries, BlockWriter,
-    Compaction, Encoding,
+    meta_value, write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta, BlockSeries,
+    BlockWriter, Compaction, Encoding,
 };

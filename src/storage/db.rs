@@ -309,6 +309,12 @@ impl Db {
         self.head.stats()
     }
 
+    /// The oldest and newest sample times the head holds (a walk over
+    /// its series, a batch at a time): `None` when it holds none.
+    pub fn head_span(&self) -> Option<(i64, i64)> {
+        self.head.span_from(i64::MIN)
+    }
+
     /// Bytes the head accounts for (chunks, series, labels, index).
     pub fn head_bytes(&self) -> usize {
         self.head.accounted_bytes()
@@ -337,6 +343,31 @@ impl Db {
     /// The blocks on disk: counts, sizes, cuts and compactions.
     pub fn block_stats(&self) -> BlockStats {
         self.blocks.stats()
+    }
+
+    /// Takes a snapshot into `dest`, a new directory: the blocks
+    /// hard-linked, and unless `with_head` is false the head written as a
+    /// block named at `now_ms` (see [`super::snapshot`]).
+    pub fn snapshot(
+        &self,
+        dest: &Path,
+        with_head: bool,
+        now_ms: u64,
+    ) -> std::io::Result<super::snapshot::SnapshotReport> {
+        super::snapshot::snapshot(&self.head, &self.blocks, dest, with_head, now_ms)
+    }
+
+    /// The metas of the blocks served, oldest first.
+    pub fn block_metas(&self) -> Vec<super::block::BlockMeta> {
+        let mut metas: Vec<_> = self
+            .blocks
+            .read()
+            .blocks()
+            .iter()
+            .map(|b| b.meta().clone())
+            .collect();
+        metas.sort_by_key(|m| (m.min_time, m.max_time));
+        metas
     }
 
     /// Checkpoints taken since start.

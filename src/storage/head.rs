@@ -195,6 +195,12 @@ pub struct Recovery {
     pub refused_samples: u64,
     /// Bytes of torn or repaired log dropped.
     pub dropped_bytes: u64,
+    /// Whether a repair dropped records from the middle of the log.
+    pub repaired: bool,
+    /// The WAL segment the checkpoint covered up to (0 without one), and
+    /// the last segment replayed (the checkpoint's when none was after
+    /// it): Prometheus' `/api/v1/status/walreplay` `min` and `max`.
+    pub segments: (u64, u64),
 }
 
 impl Head {

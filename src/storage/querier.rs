@@ -126,6 +126,26 @@ impl<'d> Querier<'d> {
         }
     }
 
+    /// Label sets of the series in the head (what Prometheus'
+    /// `/api/v1/status/tsdb` counts) matching `matchers`, unsorted.
+    pub fn head_series_labels(
+        &self,
+        matchers: &[Matcher],
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        match self.0 {
+            Over::One(q) => {
+                let mut out = Vec::new();
+                q.head
+                    .for_each_match(matchers, i64::MIN, i64::MAX, stop, |shard, series, _| {
+                        out.push(shard.labels_of(series))
+                    })?;
+                Ok(out)
+            }
+            Over::Federated(members) => over_members::head_series_labels(members, matchers, stop),
+        }
+    }
+
     /// Label names used by series matching `matchers` (all series when
     /// empty) with samples in `[mint, maxt]`.
     pub fn label_names(
@@ -463,6 +483,23 @@ mod over_members {
             }
         }
         out.sort();
+        Ok(out)
+    }
+
+    /// [`Querier::head_series_labels`] over `members`.
+    pub(super) fn head_series_labels(
+        members: &[Member<'_>],
+        matchers: &[Matcher],
+        stop: &Stop<'_>,
+    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        let (chosen, down) = plan(members, matchers);
+        let mut out = Vec::new();
+        for m in chosen {
+            for mut labels in m.querier.head_series_labels(&down, stop)? {
+                tag(&mut labels, m.tenant);
+                out.push(labels);
+            }
+        }
         Ok(out)
     }
 

@@ -633,6 +633,14 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// `meta.json` as Prometheus writes it.
 fn meta_json(m: &BlockMeta) -> String {
+    let mut s = serde_json::to_string_pretty(&meta_value(m)).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// A block's meta as the JSON of its `meta.json` (and of Prometheus'
+/// `/api/v1/status/tsdb/blocks`).
+pub fn meta_value(m: &BlockMeta) -> serde_json::Value {
     let mut stats = serde_json::Map::new();
     for (k, v) in [
         ("numSamples", m.num_samples),
@@ -665,17 +673,14 @@ fn meta_json(m: &BlockMeta) -> String {
             })
             .collect();
     }
-    let v = serde_json::json!({
+    serde_json::json!({
         "ulid": m.ulid.to_string(),
         "minTime": m.min_time,
         "maxTime": m.max_time,
         "stats": stats,
         "compaction": compaction,
         "version": 1,
-    });
-    let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
-    s.push('\n');
-    s
+    })
 }
 
 fn finish(f: io::BufWriter<File>) -> io::Result<()> {

@@ -86,6 +86,8 @@ impl Head {
             samples,
             refused_samples: refused,
             dropped_bytes: report.dropped_bytes,
+            repaired: report.repaired,
+            segments: (loaded.segment, report.last_segment.max(loaded.segment)),
         };
         tracing::info!(
             segments = report.segments,
