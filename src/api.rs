@@ -19,6 +19,7 @@ mod slots;
 mod state;
 mod status;
 pub mod tenant;
+mod ui;
 mod write;
 
 use std::time::Instant;
@@ -196,6 +197,10 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/admin/tsdb/clean_tombstones",
             post(admin::not_yet).put(admin::not_yet),
         )
+        .route("/query", get(ui::query_page))
+        .route("/graph", get(ui::graph_redirect))
+        .route("/assets/query.js", get(ui::query_js))
+        .route("/assets/query.css", get(ui::query_css))
         .route("/", get(status::page))
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
@@ -373,6 +378,47 @@ mod tests {
         let (status, body) = send(&on, post("/api/v1/admin/tsdb/delete_series")).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
         assert!(body.contains("not supported"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn the_query_page_its_assets_and_the_graph_redirect() {
+        let a = app(&Config::default());
+        let resp = a
+            .clone()
+            .oneshot(get_uri("/graph?g0.expr=up&g0.tab=0"))
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), StatusCode::FOUND);
+        assert_eq!(
+            resp.headers().get("location").and_then(|v| v.to_str().ok()),
+            Some("/query?g0.expr=up&g0.tab=0")
+        );
+        let resp = a
+            .clone()
+            .oneshot(get_uri("/graph"))
+            .await
+            .expect("answered");
+        assert_eq!(
+            resp.headers().get("location").and_then(|v| v.to_str().ok()),
+            Some("/query?")
+        );
+        let (status, html) = send(&a, get_uri("/query")).await;
+        assert_eq!(status, StatusCode::OK);
+        // The parser's functions, for completion, and no placeholder left.
+        assert!(html.contains(r#""name":"histogram_quantile""#), "{html}");
+        assert!(!html.contains("{{"), "{html}");
+        for (uri, kind) in [
+            ("/assets/query.js", "text/javascript"),
+            ("/assets/query.css", "text/css"),
+        ] {
+            let resp = a.clone().oneshot(get_uri(uri)).await.expect("answered");
+            assert_eq!(resp.status(), StatusCode::OK, "{uri}");
+            let ct = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok());
+            assert!(ct.is_some_and(|c| c.starts_with(kind)), "{uri}: {ct:?}");
+        }
     }
 
     #[tokio::test]

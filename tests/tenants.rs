@@ -282,7 +282,14 @@ async fn requests_without_a_good_tenant_are_refused() {
         assert_eq!(code, 400, "{bad:?}");
     }
     // Health, readiness and self-metrics need no tenant.
-    for path in ["/-/healthy", "/-/ready", "/metrics"] {
+    for path in [
+        "/-/healthy",
+        "/-/ready",
+        "/metrics",
+        "/query",
+        "/assets/query.js",
+        "/api/v1/parse_query?query=up",
+    ] {
         let (code, _) = get_as(srv.addr, None, path, &[]).await;
         assert_eq!(code, 200, "{path}");
     }

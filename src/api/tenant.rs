@@ -736,7 +736,7 @@ pub enum OpenError {
 
 /// Paths answered without a tenant: health, self-metrics, settings. A
 /// tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 8] = [
+const TENANT_FREE: [&str; 12] = [
     "/-/healthy",
     "/-/ready",
     "/metrics",
@@ -745,6 +745,10 @@ const TENANT_FREE: [&str; 8] = [
     "/api/v1/status/config",
     "/api/v1/format_query",
     "/api/v1/parse_query",
+    "/query",
+    "/graph",
+    "/assets/query.js",
+    "/assets/query.css",
 ];
 
 /// Paths whose reads may name several tenants, with federation on.

@@ -11,6 +11,7 @@ use sluice::proto::prometheus as pb;
 use sluice::server::Server;
 use tokio::sync::oneshot;
 
+pub mod cdp;
 pub mod downstream;
 
 /// A running Sluice; stops when dropped.
