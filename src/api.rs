@@ -199,8 +199,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/query", get(ui::query_page))
         .route("/graph", get(ui::graph_redirect))
-        .route("/assets/query.js", get(ui::query_js))
-        .route("/assets/query.css", get(ui::query_css))
+        .route("/tsdb-status", get(ui::tsdb_status_page))
+        .route("/assets/{name}", get(ui::asset))
         .route("/", get(status::page))
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
@@ -409,7 +409,9 @@ mod tests {
         assert!(!html.contains("{{"), "{html}");
         for (uri, kind) in [
             ("/assets/query.js", "text/javascript"),
-            ("/assets/query.css", "text/css"),
+            ("/assets/sluice.css", "text/css"),
+            ("/assets/common.js", "text/javascript"),
+            ("/assets/tsdb-status.js", "text/javascript"),
         ] {
             let resp = a.clone().oneshot(get_uri(uri)).await.expect("answered");
             assert_eq!(resp.status(), StatusCode::OK, "{uri}");

@@ -334,3 +334,67 @@ async fn mouse(page: &mut common::cdp::Page, kind: &str, x: f64, y: f64) {
     }
     page.call("Input.dispatchMouseEvent", e).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tsdb_status_page_shows_cardinality_and_links_each_row_to_its_series() {
+    let Some(bin) = common::cdp::chromium() else {
+        return;
+    };
+    let srv = loaded().await;
+    let base = format!("http://{}", srv.addr);
+    let browser = common::cdp::Browser::launch(&bin);
+    let mut page = browser.open(&format!("{base}/tsdb-status")).await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let list = |id: &str| {
+        format!("[...document.querySelectorAll('table[data-list={id}] tbody tr')].map(tr => [...tr.children].map(td => td.textContent))")
+    };
+    let metrics = page.eval(&list("metric")).await;
+    assert_eq!(
+        metrics,
+        serde_json::json!([
+            ["ui_requests_total", "3", "75.0%"],
+            ["ui_temperature", "1", "25.0%"]
+        ])
+    );
+    let head = page.eval(&list("head")).await;
+    assert_eq!(head[0], serde_json::json!(["Number of series", "4"]));
+    let pairs = page.eval(&list("pairs")).await;
+    assert_eq!(
+        pairs[0],
+        serde_json::json!(["__name__=ui_requests_total", "3", "75.0%"])
+    );
+    page.screenshot(&shots().join("tsdb-status.png")).await;
+    // A focus label adds its values; the filters go into the link.
+    page.navigate(&format!(
+        "{base}/tsdb-status?focusLabel=instance&scope=range&range=2h"
+    ))
+    .await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let focus = page.eval(&list("focus")).await;
+    assert_eq!(
+        focus,
+        serde_json::json!([
+            ["a", "1", "25.0%"],
+            ["b", "1", "25.0%"],
+            ["c", "1", "25.0%"]
+        ])
+    );
+    // Each row opens the query page on its series.
+    page.eval("document.querySelector('table[data-list=focus] a').click()")
+        .await;
+    page.wait_for("location.pathname === '/query' && document.querySelector('.panel') && document.querySelector('.panel').dataset.state === 'done'")
+        .await;
+    let expr = page.eval("document.querySelector('textarea').value").await;
+    assert_eq!(expr, "count by (__name__) ({instance=\"a\"})");
+    let cell = page
+        .eval("[...document.querySelectorAll('table.series td')].map(td => td.textContent)")
+        .await;
+    assert_eq!(cell, serde_json::json!(["ui_requests_total", "1"]));
+    assert!(
+        page.errors().is_empty(),
+        "the page logged: {:?}",
+        page.errors()
+    );
+}

@@ -734,9 +734,10 @@ pub enum OpenError {
     Failed(String),
 }
 
-/// Paths answered without a tenant: health, self-metrics, settings. A
-/// tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 12] = [
+/// Paths answered without a tenant: health, self-metrics, settings, the
+/// pages a browser loads (their API calls carry the tenant), and anything
+/// under `/assets/`. A tenant header there is still checked when sent.
+const TENANT_FREE: [&str; 11] = [
     "/-/healthy",
     "/-/ready",
     "/metrics",
@@ -747,8 +748,7 @@ const TENANT_FREE: [&str; 12] = [
     "/api/v1/parse_query",
     "/query",
     "/graph",
-    "/assets/query.js",
-    "/assets/query.css",
+    "/tsdb-status",
 ];
 
 /// Paths whose reads may name several tenants, with federation on.
@@ -823,7 +823,7 @@ impl Tenants {
         headers: &http::HeaderMap,
     ) -> Result<(Vec<TenantId>, Resolved), Unscoped> {
         let write = WRITES.contains(&path);
-        let free = TENANT_FREE.contains(&path);
+        let free = TENANT_FREE.contains(&path) || path.starts_with("/assets/");
         let anonymous = || {
             let r = if write {
                 Resolved::Write(Writer::Open(self.anonymous()))

@@ -10,9 +10,13 @@ use axum::response::{IntoResponse, Response};
 
 use super::state::AppState;
 
+const PAGE_HTML: &str = include_str!("../ui/page.html");
 const QUERY_HTML: &str = include_str!("../ui/query.html");
+const TSDB_STATUS_HTML: &str = include_str!("../ui/tsdb-status.html");
+const COMMON_JS: &str = include_str!("../ui/common.js");
 const QUERY_JS: &str = include_str!("../ui/query.js");
-const QUERY_CSS: &str = include_str!("../ui/query.css");
+const TSDB_STATUS_JS: &str = include_str!("../ui/tsdb-status.js");
+const SLUICE_CSS: &str = include_str!("../ui/sluice.css");
 
 /// What the page is told at load: the PromQL functions for completion
 /// (from the parser's own table), and how to name a tenant.
@@ -40,10 +44,22 @@ fn settings(state: &AppState) -> String {
     json.replace("</", "<\\/")
 }
 
-/// `GET /query`: the query page.
-pub(super) async fn query_page(State(state): State<AppState>) -> Response {
-    let html = QUERY_HTML
-        .replace("{{VERSION}}", env!("CARGO_PKG_VERSION"))
+/// The pages the navigation bar links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nav {
+    Query,
+    Tsdb,
+}
+
+/// A page: the shell (navigation, tenant box, settings, shared script)
+/// around `body`, running `script`.
+fn page(state: &AppState, title: &str, here: Nav, body: &str, script: &str) -> Response {
+    let mark = |n: Nav| if n == here { r#" class="here""# } else { "" };
+    let html = PAGE_HTML
+        .replace("{{TITLE}}", title)
+        .replace("{{HERE_QUERY}}", mark(Nav::Query))
+        .replace("{{HERE_TSDB}}", mark(Nav::Tsdb))
+        .replace("{{HERE_STATUS}}", "")
         .replace(
             "{{TENANT_HIDDEN}}",
             if state.tenants().multitenancy() {
@@ -52,7 +68,10 @@ pub(super) async fn query_page(State(state): State<AppState>) -> Response {
                 "hidden"
             },
         )
-        .replace("{{SETTINGS}}", &settings(&state));
+        .replace("{{SCRIPT}}", script)
+        .replace("{{VERSION}}", env!("CARGO_PKG_VERSION"))
+        .replace("{{BODY}}", body)
+        .replace("{{SETTINGS}}", &settings(state));
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -63,6 +82,22 @@ pub(super) async fn query_page(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// `GET /query`: the query page.
+pub(super) async fn query_page(State(state): State<AppState>) -> Response {
+    page(&state, "Query", Nav::Query, QUERY_HTML, "query.js")
+}
+
+/// `GET /tsdb-status`: cardinality, from `/api/v1/status/tsdb`.
+pub(super) async fn tsdb_status_page(State(state): State<AppState>) -> Response {
+    page(
+        &state,
+        "TSDB status",
+        Nav::Tsdb,
+        TSDB_STATUS_HTML,
+        "tsdb-status.js",
+    )
+}
+
 /// `GET /graph`: Prometheus 3 moved its page to `/query`; old links keep
 /// their query string.
 pub(super) async fn graph_redirect(RawQuery(query): RawQuery) -> Response {
@@ -70,17 +105,19 @@ pub(super) async fn graph_redirect(RawQuery(query): RawQuery) -> Response {
     (StatusCode::FOUND, [(header::LOCATION, to)]).into_response()
 }
 
-/// `GET /assets/query.js`.
-pub(super) async fn query_js() -> Response {
-    asset("text/javascript; charset=utf-8", QUERY_JS)
+/// `GET /assets/<name>`: the pages' scripts and style.
+pub(super) async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    let (kind, body) = match name.as_str() {
+        "common.js" => ("text/javascript; charset=utf-8", COMMON_JS),
+        "query.js" => ("text/javascript; charset=utf-8", QUERY_JS),
+        "tsdb-status.js" => ("text/javascript; charset=utf-8", TSDB_STATUS_JS),
+        "sluice.css" => ("text/css; charset=utf-8", SLUICE_CSS),
+        _ => return (StatusCode::NOT_FOUND, "no such asset\n").into_response(),
+    };
+    served(kind, body)
 }
 
-/// `GET /assets/query.css`.
-pub(super) async fn query_css() -> Response {
-    asset("text/css; charset=utf-8", QUERY_CSS)
-}
-
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+fn served(content_type: &'static str, body: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, content_type),
