@@ -46,7 +46,22 @@ async fn the_status_page_shows_version_state_and_settings() {
         html.contains("<th>--wal-fsync</th><td>always</td>"),
         "{html}"
     );
+    // Sizes in binary units, the storage and forwarding at a glance.
+    let memory = html
+        .split("<tr><th>Head memory</th><td>")
+        .nth(1)
+        .and_then(|r| r.split("</td>").next())
+        .unwrap_or_default();
+    assert!(memory.contains("iB of "), "{memory}");
+    assert!(memory.ends_with("; writes get 503 at 80%)"), "{memory}");
+    assert!(
+        html.contains("<tr><th>Blocks</th><td>0 on disk, 0 samples, 0 B"),
+        "{html}"
+    );
+    assert!(html.contains("No forward destinations"), "{html}");
     for link in [
+        "/query",
+        "/tsdb-status",
         "/metrics",
         "/api/v1/status/buildinfo",
         "/federate?",
@@ -100,4 +115,25 @@ async fn the_status_page_shows_version_state_and_settings() {
     );
     let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
     assert!(console.is_empty(), "console messages: {console:?}");
+}
+
+#[tokio::test]
+async fn the_status_page_shows_each_forward_destination() {
+    let destination = sluice::forward::Destination {
+        name: "downstream".into(),
+        url: "http://127.0.0.1:1/api/v1/write".into(),
+        ..Default::default()
+    };
+    let srv = common::start(Config {
+        forward: vec![destination],
+        ..Config::default()
+    })
+    .await;
+    let (status, html) = common::get(srv.addr, "/").await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("<tr><th>downstream</th><td>0 sent, 0 refused (4xx), 0 retried, 0 dropped;"),
+        "{html}"
+    );
+    assert!(!html.contains("No forward destinations"), "{html}");
 }

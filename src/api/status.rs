@@ -289,7 +289,8 @@ pub(super) async fn page(
         *last = (now, ingested);
         (secs, rate)
     };
-    let st = tenant.db.head_stats();
+    let db = &tenant.db;
+    let st = db.head_stats();
     let mut rows = String::new();
     let mut row = |k: &str, v: &str| {
         let _ = write!(
@@ -304,26 +305,124 @@ pub(super) async fn page(
         "Uptime",
         &humantime::format_duration(std::time::Duration::from_secs(uptime.as_secs())).to_string(),
     );
+    if state.tenants().multitenancy() {
+        row("Tenant", tenant.id.as_str());
+    }
     row("Head series", &st.series.to_string());
     row("Head samples", &st.samples.to_string());
     row("Head chunks", &st.chunks.to_string());
+    let (held, limit) = (db.head_bytes(), db.memory_limit());
     row(
         "Head memory",
         &format!(
-            "{} of {} bytes (writes get 503 at 80%)",
-            tenant.db.head_bytes(),
-            tenant.db.memory_limit()
+            "{} of {} ({:.1}%; writes get 503 at 80%)",
+            human_bytes(held as u64),
+            human_bytes(limit),
+            100.0 * held as f64 / limit.max(1) as f64
         ),
+    );
+    row(
+        "Series limit",
+        &format!("{} of {}", db.series_count(), db.max_series()),
     );
     row(
         "Ingest rate",
         &format!(
-            "{rate_last:.0} samples/s over the {since_last:.0} s since this page was last viewed; \
-             {:.0} samples/s on average since start",
-            ingested as f64 / uptime.as_secs_f64().max(1e-3)
+            "{} samples/s over the {since_last:.0} s since this page was last viewed; \
+             {} samples/s on average since start",
+            human_count(rate_last),
+            human_count(ingested as f64 / uptime.as_secs_f64().max(1e-3))
         ),
     );
     row("Samples ingested", &ingested.to_string());
+
+    let mut storage = String::new();
+    let mut srow = |k: &str, v: String| {
+        let _ = write!(
+            storage,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(k),
+            escape(&v)
+        );
+    };
+    let b = db.block_stats();
+    srow(
+        "Blocks",
+        format!(
+            "{} on disk, {} samples, {} ({} of index in memory)",
+            b.blocks,
+            human_count(b.samples as f64),
+            human_bytes(b.disk_bytes),
+            human_bytes(b.memory_bytes as u64)
+        ),
+    );
+    srow(
+        "Blocks written",
+        format!(
+            "{} cut from the head ({} failed), {} compactions ({} failed), {} deleted by retention, {} damaged and moved aside",
+            b.cut, b.cut_failures, b.compactions, b.compaction_failures, b.deleted, b.damaged
+        ),
+    );
+    if let Some(wal) = db.wal_disk_bytes() {
+        srow("WAL on disk", human_bytes(wal));
+    }
+    let cp = db.checkpoint_stats();
+    srow(
+        "Checkpoints",
+        format!("{} written since start, {} failed", cp.written, cp.failed),
+    );
+    srow(
+        "Retention",
+        format!(
+            "{} (blocks older are deleted)",
+            humantime::format_duration(inner.retention)
+        ),
+    );
+    if let Some(r) = db.recovery() {
+        srow(
+            "Last start",
+            format!(
+                "WAL replayed in {:.1} s: {} records, {} samples{}",
+                r.seconds,
+                r.records,
+                r.samples,
+                if r.dropped_bytes > 0 {
+                    format!(
+                        ", {} of torn or damaged log dropped",
+                        human_bytes(r.dropped_bytes)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        );
+    }
+
+    let mut forwarding = String::new();
+    for (name, f) in state.tenants().forwarding_of(tenant.id.as_str()) {
+        let lag = f.lag_seconds.get();
+        let _ = write!(
+            forwarding,
+            "<tr><th>{}</th><td>{} sent, {} refused (4xx), {} retried, {} dropped; {} behind, {} of WAL unsent</td></tr>",
+            escape(&name),
+            human_count(f.sent.get() as f64),
+            human_count(f.failed.get() as f64),
+            human_count(f.retried.get() as f64),
+            human_count((f.dropped_lag.get() + f.dropped_unknown_series.get()) as f64),
+            if lag > 0.0 {
+                humantime::format_duration(std::time::Duration::from_secs(lag as u64)).to_string()
+            } else {
+                "0s".to_owned()
+            },
+            human_bytes(u64::try_from(f.pending_bytes.get()).unwrap_or(0)),
+        );
+    }
+    let forwarding = if forwarding.is_empty() {
+        "<p>No forward destinations (<code>--forward</code>).</p>".to_owned()
+    } else {
+        format!("<table>{forwarding}</table>")
+    };
+
     let mut flags = String::new();
     for (k, v) in &inner.flags {
         let _ = write!(
@@ -342,7 +441,10 @@ pub(super) async fn page(
 <link rel="icon" href="data:,">
 <title>Sluice {version}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 0; color: #222; }}
+nav {{ display: flex; gap: 1.2rem; padding: 0.6rem 1.2rem; background: #24292f; }}
+nav a {{ color: #d0d7de; text-decoration: none; }} nav a.brand, nav a.here {{ color: #fff; font-weight: 600; }}
+main {{ padding: 0 2rem 2rem; }}
 h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
 table {{ border-collapse: collapse; }}
 th, td {{ text-align: left; padding: 0.2rem 1rem 0.2rem 0; vertical-align: top; }}
@@ -351,14 +453,21 @@ code {{ background: #f3f3f3; padding: 0 0.2rem; }}
 </style>
 </head>
 <body>
+<nav><a class="brand" href="/">Sluice</a><a href="/query">Query</a><a href="/tsdb-status">TSDB status</a><a class="here" href="/">Status</a></nav>
+<main>
 <h1>Sluice {version}</h1>
-<p>A Prometheus-compatible remote-write receiver. Point Prometheus' <code>remote_write</code> at <code>/api/v1/write</code>, OTLP exporters at <code>/v1/metrics</code>, and Grafana's Prometheus data source at this address.</p>
+<p>A Prometheus-compatible remote-write receiver. Point Prometheus' <code>remote_write</code> at <code>/api/v1/write</code>, OTLP exporters at <code>/v1/metrics</code>, and Grafana's Prometheus data source at this address. <a href="/query">Query the data</a> or <a href="/tsdb-status">find the biggest metrics</a>.</p>
 <h2>Status</h2>
 <table>{rows}</table>
+<h2>Storage</h2>
+<table>{storage}</table>
+<h2>Forwarding</h2>
+{forwarding}
 <h2>Endpoints</h2>
 <ul>
+<li><a href="/query">/query</a>: the query page (graph, table; Prometheus' <code>/graph</code> links work), <a href="/tsdb-status">/tsdb-status</a>: cardinality</li>
 <li><a href="/metrics">/metrics</a>: Sluice's own metrics</li>
-<li><a href="/api/v1/status/buildinfo">/api/v1/status/buildinfo</a></li>
+<li><a href="/api/v1/status/buildinfo">/api/v1/status/buildinfo</a>, <a href="/api/v1/status/runtimeinfo">/api/v1/status/runtimeinfo</a>, <a href="/api/v1/status/tsdb">/api/v1/status/tsdb</a>, <a href="/api/v1/status/tsdb/blocks">/api/v1/status/tsdb/blocks</a></li>
 <li><a href="/api/v1/labels">/api/v1/labels</a>, <a href="/api/v1/label/__name__/values">metric names</a>, <a href="/api/v1/metadata">/api/v1/metadata</a></li>
 <li><a href="/api/v1/query?query=sum%20by%20(job)%20(up)">/api/v1/query</a>, <code>/api/v1/query_range</code>, <code>/api/v1/series</code></li>
 <li><a href="/federate?match[]=%7Bjob%3D~%22.%2B%22%7D">/federate</a>: the newest samples, for another Prometheus</li>
@@ -368,11 +477,40 @@ code {{ background: #f3f3f3; padding: 0 0.2rem; }}
 <p>Grafana dashboards ship in <code>dashboards/</code>: <code>sluice-overview.json</code> (Sluice itself) and <code>node-exporter.json</code> (the data flowing through it). With the repository's <code>compose.yaml</code>, Grafana runs on <a href="http://localhost:3000/">http://localhost:3000/</a> with both provisioned.</p>
 <h2>Settings</h2>
 <table>{flags}</table>
+</main>
 </body>
 </html>
 "#,
         version = env!("CARGO_PKG_VERSION"),
     ))
+}
+
+/// Bytes in binary units, as a person reads them: `4.3 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+/// A count or rate with an SI suffix past ten thousand: `1.2M`.
+fn human_count(v: f64) -> String {
+    let a = v.abs();
+    for (size, unit) in [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e4, "k")] {
+        if a >= size {
+            let scaled = if unit == "k" { v / 1e3 } else { v / size };
+            return format!("{scaled:.1}{unit}");
+        }
+    }
+    format!("{v:.0}")
 }
 
 /// Escapes text for HTML.
@@ -393,8 +531,19 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_choice_is_protobuf, prometheus_duration};
+    use super::{first_choice_is_protobuf, human_bytes, human_count, prometheus_duration};
     use std::time::Duration;
+
+    #[test]
+    fn sizes_and_counts_read_as_a_person_reads_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(4_522_300), "4.3 MiB");
+        assert_eq!(human_bytes(15_165_721_800), "14.1 GiB");
+        assert_eq!(human_count(999.4), "999");
+        assert_eq!(human_count(12_345.0), "12.3k");
+        assert_eq!(human_count(2_500_000.0), "2.5M");
+    }
 
     #[test]
     fn durations_read_as_prometheus_writes_them() {

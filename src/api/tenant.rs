@@ -392,6 +392,20 @@ impl Tenants {
         self.setup.multitenancy
     }
 
+    /// The forward destinations tenant `id` sends to (every one, when
+    /// multitenancy is off), by name, with their figures for it.
+    pub fn forwarding_of(&self, id: &str) -> Vec<(String, crate::forward::Stats)> {
+        let label = self.setup.multitenancy.then_some(id);
+        self.forward
+            .destinations
+            .iter()
+            .filter(|d| {
+                label.is_none() || d.tenants.is_empty() || d.tenants.iter().any(|t| t == id)
+            })
+            .map(|d| (d.name.clone(), (self.forward.stats)(&d.name, label)))
+            .collect()
+    }
+
     /// The header that names the tenant.
     pub fn header(&self) -> &http::HeaderName {
         &self.setup.header
