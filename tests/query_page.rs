@@ -398,3 +398,120 @@ async fn the_tsdb_status_page_shows_cardinality_and_links_each_row_to_its_series
         page.errors()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_histograms_draw_as_heatmaps_and_exemplars_as_points() {
+    use sluice::proto::prometheus as pb;
+    let Some(bin) = common::cdp::chromium() else {
+        return;
+    };
+    let srv = common::start(Config::default()).await;
+    let now = common::now_ms() / 60_000 * 60_000;
+    // A native histogram a minute over the hour, three buckets growing.
+    let mut hist = common::series(&[("__name__", "ui_latency_seconds"), ("job", "api")], &[]);
+    hist.histograms = (0..=60)
+        .map(|i| {
+            let deltas = vec![1 + i, i, 2];
+            let count: i64 = deltas
+                .iter()
+                .scan(0, |acc, d| {
+                    *acc += d;
+                    Some(*acc)
+                })
+                .sum();
+            pb::Histogram {
+                count: Some(pb::histogram::Count::CountInt(count as u64)),
+                sum: count as f64 * 0.25,
+                schema: 0,
+                zero_threshold: 2f64.powi(-128),
+                positive_spans: vec![pb::BucketSpan {
+                    offset: -1,
+                    length: 3,
+                }],
+                positive_deltas: deltas,
+                timestamp: now - 3_600_000 + i * 60_000,
+                ..Default::default()
+            }
+        })
+        .collect();
+    // A counter with two exemplars carrying trace IDs.
+    let samples: Vec<(i64, f64)> = (0..=60)
+        .map(|i| (now - 3_600_000 + i * 60_000, i as f64))
+        .collect();
+    let mut counter = common::series(&[("__name__", "ui_hits_total"), ("job", "api")], &samples);
+    counter.exemplars = [("4bf92f3577b34da6", 20), ("00f067aa0ba902b7", 40)]
+        .iter()
+        .map(|(trace, i)| pb::Exemplar {
+            labels: vec![pb::Label {
+                name: "trace_id".into(),
+                value: (*trace).into(),
+            }],
+            value: *i as f64,
+            timestamp: now - 3_600_000 + i * 60_000,
+        })
+        .collect();
+    let (status, text) = common::push(srv.addr, common::body(vec![hist, counter])).await;
+    assert_eq!(status, 204, "{text}");
+
+    let base = format!("http://{}", srv.addr);
+    let browser = common::cdp::Browser::launch(&bin);
+    let mut page = browser
+        .open(&format!(
+            "{base}/query?g0.expr=ui_latency_seconds&g0.tab=graph&g0.display_mode=heatmap&g0.range_input=1h"
+        ))
+        .await;
+    page.wait_for("document.querySelector('.panel').dataset.state === 'done'")
+        .await;
+    // Three buckets at every step the hour holds a sample for.
+    let cells = page
+        .eval("document.querySelectorAll('.panel rect.heat-cell').length")
+        .await;
+    let steps = page
+        .eval("new Set([...document.querySelectorAll('.panel rect.heat-cell')].map(r => r.getAttribute('x'))).size")
+        .await;
+    let (cells, steps) = (cells.as_u64().unwrap_or(0), steps.as_u64().unwrap_or(0));
+    assert!(steps > 200, "{steps} columns");
+    assert_eq!(cells, 3 * steps);
+    let title = page
+        .eval("document.querySelector('.band-title').textContent")
+        .await;
+    assert_eq!(title, "ui_latency_seconds{job=\"api\"}");
+    page.screenshot(&shots().join("query-heatmap.png")).await;
+    // The table gives count, sum and the buckets.
+    page.eval("document.querySelector('.tabs button').click()")
+        .await;
+    page.wait_for("document.querySelector('.panel').dataset.tab === 'table' && document.querySelector('.panel').dataset.state === 'done'")
+        .await;
+    let cell = page
+        .eval("document.querySelector('table.series td.value').textContent")
+        .await;
+    let cell = cell.as_str().unwrap_or_default().to_owned();
+    assert!(cell.starts_with("count 305, sum 76.25"), "{cell}");
+    assert!(cell.contains("(0.25, 0.5]: 61  (0.5, 1]: 121  (1, 2]: 123"), "{cell}");
+
+    // Exemplars: a point each, their labels on a click, the trace ID copyable.
+    page.navigate(&format!(
+        "{base}/query?g0.expr=ui_hits_total&g0.tab=graph&g0.show_exemplars=1&g0.range_input=1h"
+    ))
+    .await;
+    page.wait_for("document.querySelector('.panel').dataset.state === 'done'")
+        .await;
+    let points = page
+        .eval("document.querySelectorAll('.panel circle.exemplar').length")
+        .await;
+    assert_eq!(points, 2);
+    page.eval("document.querySelector('circle.exemplar').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+        .await;
+    let shown = page
+        .wait_for("!document.querySelector('.exemplar-box').hidden && document.querySelector('.exemplar-box').textContent")
+        .await;
+    let shown = shown.as_str().unwrap_or_default().to_owned();
+    assert!(shown.contains("trace_id=\"4bf92f3577b34da6\""), "{shown}");
+    assert!(shown.contains("Copy trace ID"), "{shown}");
+    page.screenshot(&shots().join("query-exemplars.png")).await;
+    assert!(
+        page.errors().is_empty(),
+        "the page logged: {:?}",
+        page.errors()
+    );
+}

@@ -204,7 +204,8 @@
       this.series = result.map((s, i) => {
         const points = (s.values || []).map(([t, v]) => [t * 1000, parseFloat(v)]);
         const hist = (s.histograms || []).map(([t, h]) => [t * 1000, parseFloat(h.count)]);
-        return { metric: s.metric, points: points.concat(hist).sort((a, b) => a[0] - b[0]), histogram: hist.length > 0, color: COLORS[i % COLORS.length] };
+        const raw = (s.histograms || []).map(([t, h]) => [t * 1000, h]);
+        return { metric: s.metric, points: points.concat(hist).sort((a, b) => a[0] - b[0]), histogram: hist.length > 0, raw, color: COLORS[i % COLORS.length] };
       });
       this.exemplars = exemplars || [];
       this.root = el('div', { class: 'chart' });
@@ -241,8 +242,66 @@
       }
       return out;
     }
+    // Native histograms as heatmaps, one band per series: a column per
+    // step, a row per bucket (lowest at the bottom), darker for more.
+    drawHeatmap(w) {
+      const shown = this.visible().filter(([s]) => s.raw.length).slice(0, 6);
+      const band = 200;
+      const m = { l: 90, r: 16, t: 10, b: 26 };
+      const h = m.t + shown.length * (band + 24) + m.b;
+      const root = svg('svg', { width: w, height: h, viewBox: '0 0 ' + w + ' ' + h, class: 'graph heatmap' });
+      const x = (t) => m.l + (t - this.start) / (this.end - this.start) * (w - m.l - m.r);
+      const cell = Math.max(x(this.start + this.step) - x(this.start), 1);
+      shown.forEach(([s], k) => {
+        const top = m.t + k * (band + 24);
+        const bounds = new Map();
+        let most = 0;
+        for (const [, hist] of s.raw) {
+          for (const b of hist.buckets || []) {
+            bounds.set(b[1] + ',' + b[2], [parseFloat(b[1]), parseFloat(b[2]), b[1], b[2]]);
+            most = Math.max(most, parseFloat(b[3]));
+          }
+        }
+        const rows = [...bounds.entries()].sort((a, b) => a[1][1] - b[1][1] || a[1][0] - b[1][0]);
+        const rowOf = new Map(rows.map(([key], j) => [key, j]));
+        const rh = band / Math.max(rows.length, 1);
+        const title = svg('text', { x: m.l, y: top + 12, class: 'band-title' });
+        title.textContent = labelText(s.metric);
+        root.append(title);
+        const axis = svg('g', { class: 'axis' });
+        const every = Math.max(1, Math.ceil(rows.length / 8));
+        rows.forEach(([, b], j) => {
+          if (j % every) return;
+          const label = svg('text', { x: m.l - 6, y: top + 16 + band - j * rh - rh / 2 + 4, 'text-anchor': 'end' });
+          label.textContent = '≤ ' + formatNumber(b[1]);
+          axis.append(label);
+        });
+        root.append(axis);
+        for (const [t, hist] of s.raw) {
+          for (const b of hist.buckets || []) {
+            const j = rowOf.get(b[1] + ',' + b[2]);
+            const c = parseFloat(b[3]);
+            if (!(c > 0) || j === undefined) continue;
+            const r = svg('rect', {
+              class: 'heat-cell', x: x(t) - cell / 2, y: top + 16 + band - (j + 1) * rh, width: cell, height: rh,
+              fill: s.color, 'fill-opacity': (0.15 + 0.85 * c / most).toFixed(3),
+            });
+            const tip = svg('title');
+            tip.textContent = bucketText(b) + ' at ' + formatTime(t) + ' UTC';
+            r.append(tip);
+            root.append(r);
+          }
+        }
+      });
+      const old = this.root.querySelector('svg');
+      if (old) old.replaceWith(root); else this.root.prepend(root);
+    }
     draw() {
       const w = Math.max(this.root.clientWidth || this.panel.result.clientWidth || 800, 320);
+      if (this.panel.state.displayMode === 'heatmap' && this.series.some((s) => s.raw.length)) {
+        this.drawHeatmap(w);
+        return;
+      }
       const h = 320;
       const m = { l: 60, r: 16, t: 10, b: 26 };
       const stacked = this.panel.state.displayMode === 'stacked';
@@ -569,8 +628,9 @@
           encodePanels();
           this.execute();
         });
-        const mode = el('select', { class: 'display-mode' }, el('option', { value: 'lines' }, 'Lines'), el('option', { value: 'stacked' }, 'Stacked'));
-        mode.value = s.displayMode === 'stacked' ? 'stacked' : 'lines';
+        const mode = el('select', { class: 'display-mode', title: 'Heatmap: native histograms, a row per bucket' },
+          el('option', { value: 'lines' }, 'Lines'), el('option', { value: 'stacked' }, 'Stacked'), el('option', { value: 'heatmap' }, 'Heatmap'));
+        mode.value = s.displayMode;
         mode.addEventListener('change', () => { s.displayMode = mode.value; encodePanels(); if (this.chart) this.chart.draw(); });
         const ex = el('input', { type: 'checkbox', class: 'show-exemplars', checked: s.showExemplars });
         ex.addEventListener('change', () => { s.showExemplars = ex.checked; encodePanels(); this.execute(); });
