@@ -185,18 +185,6 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/query_exemplars",
             get(metadata::query_exemplars).post(metadata::query_exemplars),
         )
-        .route(
-            "/api/v1/admin/tsdb/snapshot",
-            post(admin::snapshot).put(admin::snapshot),
-        )
-        .route(
-            "/api/v1/admin/tsdb/delete_series",
-            post(admin::not_yet).put(admin::not_yet),
-        )
-        .route(
-            "/api/v1/admin/tsdb/clean_tombstones",
-            post(admin::not_yet).put(admin::not_yet),
-        )
         .route("/query", get(ui::query_page))
         .route("/graph", get(ui::graph_redirect))
         .route("/tsdb-status", get(ui::tsdb_status_page))
@@ -209,7 +197,22 @@ pub fn router(state: AppState) -> Router {
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,
         ));
-    guarded(reads.merge(rest), state)
+    // A snapshot writes the head as a block: it takes as long as that
+    // takes, and a client cut off by a timeout would retry into a second.
+    let admin = Router::new()
+        .route(
+            "/api/v1/admin/tsdb/snapshot",
+            post(admin::snapshot).put(admin::snapshot),
+        )
+        .route(
+            "/api/v1/admin/tsdb/delete_series",
+            post(admin::not_yet).put(admin::not_yet),
+        )
+        .route(
+            "/api/v1/admin/tsdb/clean_tombstones",
+            post(admin::not_yet).put(admin::not_yet),
+        );
+    guarded(reads.merge(rest).merge(admin), state)
 }
 
 /// The layers every route has: the body limit, request metrics, and a

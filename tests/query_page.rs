@@ -265,7 +265,7 @@ async fn the_query_page_graphs_tables_completes_and_shows_parse_errors() {
     page.eval("(() => { const t = document.querySelector('textarea'); t.value = ''; t.dispatchEvent(new Event('input')); })()").await;
     page.type_text("sum(rate(ui_requests_total[5m])").await;
     let error = page
-        .wait_for("document.querySelector('.parse-error') && document.querySelector('.parse-error').textContent")
+        .wait_for("document.querySelector('.parse-error') && document.querySelector('.parse-error').textContent.includes('sum(rate(ui_requests_total[5m])') && document.querySelector('.parse-error').textContent")
         .await;
     let error = error.as_str().unwrap_or_default().to_owned();
     assert!(error.contains("parse error"), "{error}");
@@ -487,7 +487,10 @@ async fn native_histograms_draw_as_heatmaps_and_exemplars_as_points() {
         .await;
     let cell = cell.as_str().unwrap_or_default().to_owned();
     assert!(cell.starts_with("count 305, sum 76.25"), "{cell}");
-    assert!(cell.contains("(0.25, 0.5]: 61  (0.5, 1]: 121  (1, 2]: 123"), "{cell}");
+    assert!(
+        cell.contains("(0.25, 0.5]: 61  (0.5, 1]: 121  (1, 2]: 123"),
+        "{cell}"
+    );
 
     // Exemplars: a point each, their labels on a click, the trace ID copyable.
     page.navigate(&format!(

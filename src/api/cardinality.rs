@@ -19,7 +19,10 @@ use super::params::Params;
 use super::prom::success_within;
 use super::state::AppState;
 use super::tenant::Reads;
-use crate::storage::cardinality::{count, Stat};
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
+use crate::storage::cardinality::{Counter, Stat};
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
 use crate::storage::{Querier, Stop, Stopped};
@@ -109,29 +112,44 @@ fn range(p: &Params) -> Result<Option<(i64, i64)>, ApiError> {
     Ok(Some((start, end)))
 }
 
-/// The label sets to count: those matching any of `selectors` (all when
-/// none), each once.
+/// Counts the series matching any of `selectors` (all when none), each
+/// once, into `counter`: over the head, or over head and blocks in
+/// `range`. Nothing is kept per series but, where a series may come
+/// twice (several selectors, or a range that blocks and head both hold),
+/// a hash of its labels.
 fn gather(
     q: Querier<'_>,
     selectors: &[Vec<Matcher>],
     range: Option<(i64, i64)>,
     stop: &Stop<'_>,
-) -> Result<Vec<Vec<Label>>, Stopped> {
-    let one = |m: &[Matcher]| match range {
-        None => q.head_series_labels(m, stop),
-        Some((mint, maxt)) => q.series_labels(m, mint, maxt, stop),
+    counter: &mut Counter,
+) -> Result<(), Stopped> {
+    let dedupe = selectors.len() > 1 || range.is_some();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut add = |labels: Vec<Label>| {
+        if !dedupe || seen.insert(hash_of(&labels)) {
+            counter.add(&labels);
+        }
     };
-    if selectors.len() <= 1 {
-        // One selection names each series once.
-        return one(selectors.first().map_or(&[][..], Vec::as_slice));
-    }
-    let mut out = Vec::new();
+    let all: [Vec<Matcher>; 1] = [Vec::new()];
+    let selectors = if selectors.is_empty() {
+        &all[..]
+    } else {
+        selectors
+    };
     for m in selectors {
-        out.extend(one(m)?);
+        match range {
+            None => q.for_each_head_labels(m, stop, &mut add)?,
+            Some(r) => q.for_each_series_labels(m, r, stop, &mut add)?,
+        }
     }
-    out.sort();
-    out.dedup();
-    Ok(out)
+    Ok(())
+}
+
+fn hash_of(labels: &[Label]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    labels.hash(&mut h);
+    h.finish()
 }
 
 /// `GET /api/v1/status/tsdb`.
@@ -158,13 +176,24 @@ pub(super) async fn tsdb_status(
                 span = Some(span.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
             }
         }
-        let sets = reads.with_querier(|q| gather(q, &selectors, range, stop))?;
-        let c = count(&sets, limit, focus.as_deref());
-        drop(sets);
+        let filtered = range.is_some() || !selectors.is_empty();
+        let (c, head_pairs) = reads.with_querier(|q| -> Result<_, Stopped> {
+            let mut counter = Counter::default();
+            gather(q, &selectors, range, stop, &mut counter)?;
+            // headStats describe the whole head, whatever is counted.
+            let head_pairs = if filtered {
+                let mut head = Counter::default();
+                gather(q, &[], None, stop, &mut head)?;
+                head.label_pairs()
+            } else {
+                counter.label_pairs()
+            };
+            Ok((counter.top(limit, focus.as_deref()), head_pairs))
+        })?;
         let status = TsdbStatus {
             head_stats: HeadStats {
                 num_series: series,
-                num_label_pairs: c.label_pairs,
+                num_label_pairs: head_pairs,
                 chunk_count: chunks,
                 // An empty head reports Prometheus' empty range.
                 min_time: span.map_or(i64::MAX, |s| s.0),

@@ -325,8 +325,14 @@ pub(super) async fn page(
         "Series limit",
         &format!("{} of {}", db.series_count(), db.max_series()),
     );
+    // Ingest is counted for the process, not per tenant.
+    let all = if state.tenants().multitenancy() {
+        " (all tenants)"
+    } else {
+        ""
+    };
     row(
-        "Ingest rate",
+        &format!("Ingest rate{all}"),
         &format!(
             "{} samples/s over the {since_last:.0} s since this page was last viewed; \
              {} samples/s on average since start",
@@ -334,7 +340,7 @@ pub(super) async fn page(
             human_count(ingested as f64 / uptime.as_secs_f64().max(1e-3))
         ),
     );
-    row("Samples ingested", &ingested.to_string());
+    row(&format!("Samples ingested{all}"), &ingested.to_string());
 
     let mut storage = String::new();
     let mut srow = |k: &str, v: String| {

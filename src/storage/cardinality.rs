@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::labels::Label;
+use super::labels::{Label, LabelStr};
 
 /// The label that names a series' metric.
 const METRIC_NAME: &str = "__name__";
@@ -48,58 +48,92 @@ pub struct Cardinality {
     pub series_by_focus_value: Option<Vec<Stat>>,
 }
 
+/// Series counts by label pair, added one label set at a time: memory
+/// grows with the distinct pairs, not with the series (the strings are
+/// shared with the label sets they came from).
+#[derive(Debug, Default)]
+pub struct Counter {
+    /// name → value → series.
+    by_name: HashMap<LabelStr, HashMap<LabelStr, u64>>,
+    series: u64,
+    labels: u64,
+}
+
+impl Counter {
+    /// Counts one series' labels (a series must be added once).
+    pub fn add(&mut self, labels: &[Label]) {
+        for l in labels {
+            let values = match self.by_name.get_mut(l.name.as_str()) {
+                Some(v) => v,
+                None => self.by_name.entry(l.name.clone()).or_default(),
+            };
+            match values.get_mut(l.value.as_str()) {
+                Some(n) => *n += 1,
+                None => {
+                    values.insert(l.value.clone(), 1);
+                }
+            }
+        }
+        self.series += 1;
+        self.labels += labels.len() as u64;
+    }
+
+    /// Distinct (name, value) pairs counted.
+    pub fn label_pairs(&self) -> u64 {
+        self.by_name.values().map(|v| v.len() as u64).sum()
+    }
+
+    /// The top lists, `limit` rows each, and the series by the values of
+    /// `focus` when given.
+    pub fn top(&self, limit: usize, focus: Option<&str>) -> Cardinality {
+        let by_name = &self.by_name;
+        let values_of = |name: &str| {
+            by_name
+                .get(name)
+                .map(|values| top(values.iter().map(|(v, &n)| (v.as_str(), n)), limit))
+                .unwrap_or_default()
+        };
+        Cardinality {
+            total_series: self.series,
+            total_label_value_pairs: self.labels,
+            label_pairs: self.label_pairs(),
+            series_by_metric_name: values_of(METRIC_NAME),
+            value_count_by_label_name: top(
+                by_name
+                    .iter()
+                    .map(|(n, values)| (n.as_str(), values.len() as u64)),
+                limit,
+            ),
+            memory_by_label_name: top(
+                by_name.iter().map(|(n, values)| {
+                    let bytes = values
+                        .iter()
+                        .map(|(v, &count)| label_bytes(n, v) * count)
+                        .sum();
+                    (n.as_str(), bytes)
+                }),
+                limit,
+            ),
+            series_by_label_value_pair: top_pairs(by_name, limit),
+            series_by_label_name: top(
+                by_name
+                    .iter()
+                    .map(|(n, values)| (n.as_str(), values.values().sum())),
+                limit,
+            ),
+            series_by_focus_value: focus.map(values_of),
+        }
+    }
+}
+
 /// Counts `series` (each a label set; a series must come once) and keeps
 /// the `limit` highest of each list.
 pub fn count(series: &[Vec<Label>], limit: usize, focus: Option<&str>) -> Cardinality {
-    // name → value → series. Keys borrow from `series`: nothing is copied
-    // until a row makes it into a top list.
-    let mut by_name: HashMap<&str, HashMap<&str, u64>> = HashMap::new();
-    let mut total_labels = 0u64;
+    let mut c = Counter::default();
     for labels in series {
-        for l in labels {
-            *by_name
-                .entry(l.name.as_str())
-                .or_default()
-                .entry(l.value.as_str())
-                .or_default() += 1;
-        }
-        total_labels += labels.len() as u64;
+        c.add(labels);
     }
-    let label_pairs = by_name.values().map(|v| v.len() as u64).sum();
-    let values_of = |name: &str| {
-        by_name
-            .get(name)
-            .map(|values| top(values.iter().map(|(v, &n)| (*v, n)), limit))
-            .unwrap_or_default()
-    };
-    Cardinality {
-        total_series: series.len() as u64,
-        total_label_value_pairs: total_labels,
-        label_pairs,
-        series_by_metric_name: values_of(METRIC_NAME),
-        value_count_by_label_name: top(
-            by_name.iter().map(|(n, values)| (*n, values.len() as u64)),
-            limit,
-        ),
-        memory_by_label_name: top(
-            by_name.iter().map(|(n, values)| {
-                let bytes = values
-                    .iter()
-                    .map(|(v, &count)| label_bytes(n, v) * count)
-                    .sum();
-                (*n, bytes)
-            }),
-            limit,
-        ),
-        series_by_label_value_pair: top_pairs(&by_name, limit),
-        series_by_label_name: top(
-            by_name
-                .iter()
-                .map(|(n, values)| (*n, values.values().sum())),
-            limit,
-        ),
-        series_by_focus_value: focus.map(values_of),
-    }
+    c.top(limit, focus)
 }
 
 /// What a label takes in a series' label set, as Prometheus 3 counts it
@@ -111,10 +145,14 @@ fn label_bytes(name: &str, value: &str) -> u64 {
 }
 
 /// Every `name=value` pair's series count, the highest `limit` of them.
-fn top_pairs(by_name: &HashMap<&str, HashMap<&str, u64>>, limit: usize) -> Vec<Stat> {
+fn top_pairs(by_name: &HashMap<LabelStr, HashMap<LabelStr, u64>>, limit: usize) -> Vec<Stat> {
     let mut rows: Vec<(&str, &str, u64)> = by_name
         .iter()
-        .flat_map(|(n, values)| values.iter().map(move |(v, &c)| (*n, *v, c)))
+        .flat_map(|(n, values)| {
+            values
+                .iter()
+                .map(move |(v, &c)| (n.as_str(), v.as_str(), c))
+        })
         .collect();
     let order = |a: &(&str, &str, u64), b: &(&str, &str, u64)| {
         b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1)))

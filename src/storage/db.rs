@@ -101,6 +101,11 @@ pub struct Db {
     high_water: usize,
     checkpoint_interval: Duration,
     retention_ms: i64,
+    /// Held by whatever moves data between the head and the blocks or
+    /// deletes blocks (cuts, compaction, retention) and by a snapshot for
+    /// its whole length, so that a snapshot sees each sample in exactly
+    /// one of the blocks it links and the head it writes.
+    moving: parking_lot::Mutex<()>,
 }
 
 impl Db {
@@ -156,6 +161,7 @@ impl Db {
             high_water: usize::try_from(opts.memory_limit / 10 * 8).unwrap_or(usize::MAX),
             checkpoint_interval: opts.checkpoint_interval,
             retention_ms: i64::try_from(opts.retention.as_millis()).unwrap_or(i64::MAX),
+            moving: parking_lot::Mutex::new(()),
         }
     }
 
@@ -299,6 +305,7 @@ impl Db {
     /// Drops samples before `cutoff_ms`: head chunks, series with nothing
     /// newer, and blocks that end by then.
     pub fn apply_retention(&self, cutoff_ms: i64) -> RetentionReport {
+        let _moving = self.moving.lock();
         let r = self.head.apply_retention(cutoff_ms);
         self.blocks.delete_before(cutoff_ms);
         r
@@ -354,6 +361,7 @@ impl Db {
         with_head: bool,
         now_ms: u64,
     ) -> std::io::Result<super::snapshot::SnapshotReport> {
+        let _moving = self.moving.lock();
         super::snapshot::snapshot(&self.head, &self.blocks, dest, with_head, now_ms)
     }
 
@@ -402,6 +410,7 @@ impl Db {
         &self,
         now_ms: u64,
     ) -> Result<Vec<super::block::BlockMeta>, super::cut::CutError> {
+        let _moving = self.moving.lock();
         super::cut::cut_blocks(&self.head, &self.blocks, now_ms)
     }
 
@@ -412,6 +421,7 @@ impl Db {
         now_ms: u64,
         keep_going: &dyn Fn() -> bool,
     ) -> Result<Vec<super::block::BlockMeta>, super::block::compact::CompactError> {
+        let _moving = self.moving.lock();
         super::cut::compact_blocks(&self.head, &self.blocks, now_ms, keep_going)
     }
 

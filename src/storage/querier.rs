@@ -126,23 +126,56 @@ impl<'d> Querier<'d> {
         }
     }
 
-    /// Label sets of the series in the head (what Prometheus'
-    /// `/api/v1/status/tsdb` counts) matching `matchers`, unsorted.
-    pub fn head_series_labels(
+    /// Calls `f` with the label set of each series in the head (what
+    /// Prometheus' `/api/v1/status/tsdb` counts) matching `matchers`: one
+    /// at a time, none kept.
+    pub fn for_each_head_labels(
         &self,
         matchers: &[Matcher],
         stop: &Stop<'_>,
-    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        f: &mut dyn FnMut(Vec<Label>),
+    ) -> Result<(), Stopped> {
         match self.0 {
             Over::One(q) => {
-                let mut out = Vec::new();
                 q.head
                     .for_each_match(matchers, i64::MIN, i64::MAX, stop, |shard, series, _| {
-                        out.push(shard.labels_of(series))
-                    })?;
-                Ok(out)
+                        f(shard.labels_of(series))
+                    })
             }
-            Over::Federated(members) => over_members::head_series_labels(members, matchers, stop),
+            Over::Federated(members) => {
+                over_members::for_each_head_labels(members, matchers, stop, f)
+            }
+        }
+    }
+
+    /// Calls `f` with the label set of each series, in blocks and head,
+    /// matching `matchers` with samples in `[mint, maxt]`, one at a time:
+    /// a series held in several places comes once per place.
+    pub fn for_each_series_labels(
+        &self,
+        matchers: &[Matcher],
+        (mint, maxt): (i64, i64),
+        stop: &Stop<'_>,
+        f: &mut dyn FnMut(Vec<Label>),
+    ) -> Result<(), Stopped> {
+        match self.0 {
+            Over::One(q) => {
+                let f = std::cell::RefCell::new(f);
+                q.each_labels(
+                    None,
+                    matchers,
+                    (mint, maxt),
+                    stop,
+                    |l| (f.borrow_mut())(l),
+                    |shard, series, _| (f.borrow_mut())(shard.labels_of(series)),
+                )
+            }
+            Over::Federated(_) => {
+                for labels in self.series_labels(matchers, mint, maxt, stop)? {
+                    f(labels);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -486,21 +519,22 @@ mod over_members {
         Ok(out)
     }
 
-    /// [`Querier::head_series_labels`] over `members`.
-    pub(super) fn head_series_labels(
+    /// [`Querier::for_each_head_labels`] over `members`.
+    pub(super) fn for_each_head_labels(
         members: &[Member<'_>],
         matchers: &[Matcher],
         stop: &Stop<'_>,
-    ) -> Result<Vec<Vec<Label>>, Stopped> {
+        f: &mut dyn FnMut(Vec<Label>),
+    ) -> Result<(), Stopped> {
         let (chosen, down) = plan(members, matchers);
-        let mut out = Vec::new();
         for m in chosen {
-            for mut labels in m.querier.head_series_labels(&down, stop)? {
-                tag(&mut labels, m.tenant);
-                out.push(labels);
-            }
+            m.querier
+                .for_each_head_labels(&down, stop, &mut |mut labels| {
+                    tag(&mut labels, m.tenant);
+                    f(labels)
+                })?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// [`Querier::label_names`] over `members`: theirs, and `__tenant_id__`

@@ -32,15 +32,15 @@ pub(super) fn snapshot(
     std::fs::create_dir_all(dest.parent().unwrap_or(dest))?;
     std::fs::create_dir(dest)?;
     let mut report = SnapshotReport::default();
-    {
-        // The set is held while linking: compaction does not swap it (and
-        // delete the blocks it replaced) meanwhile.
-        let set = blocks.read();
-        for b in set.blocks() {
-            let name = b.meta().ulid.to_string();
-            link_tree(b.dir(), &dest.join(&name))?;
-            report.blocks_linked += 1;
-        }
+    // The caller holds off cuts, compaction and retention (see
+    // `Db::snapshot`): no block is deleted while it is linked, and no
+    // sample moves from the head to a block meanwhile. Queries go on: the
+    // set's lock is held only to copy the list.
+    let linked: Vec<_> = blocks.read().blocks().to_vec();
+    for b in &linked {
+        let name = b.meta().ulid.to_string();
+        link_tree(b.dir(), &dest.join(&name))?;
+        report.blocks_linked += 1;
     }
     if with_head {
         report.head_block = write_head(head, dest, now_ms)?;

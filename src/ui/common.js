@@ -59,7 +59,13 @@ window.Sluice = (function () {
       else if (v !== undefined && v !== null) q.append(k, String(v));
     }
     const resp = await fetch('/api/v1/' + path + (String(q) ? '?' + q : ''), { headers: requestHeaders(), cache: 'no-store' });
-    const json = JSON.parse(await resp.text());
+    const text = await resp.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch (e) {
+      throw new Error('HTTP ' + resp.status + ': ' + text.trim());
+    }
     if (json.status !== 'success') throw new Error(json.error || ('HTTP ' + resp.status));
     return json;
   }
@@ -98,9 +104,9 @@ window.Sluice = (function () {
     s = (s || '').trim();
     if (s === '') return null;
     if (/^[0-9]+(\.[0-9]+)?$/.test(s)) return Math.round(parseFloat(s) * 1000);
-    const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?/.exec(s);
+    const m = /^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?/.exec(s);
     if (!m) return null;
-    return Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0));
+    return Date.UTC(+m[1], +m[2] - 1, +m[3], +(m[4] || 0), +(m[5] || 0), +(m[6] || 0));
   }
   // ---- formatting ----
   function el(tag, attrs, ...children) {

@@ -19,7 +19,7 @@
 
   // ---- the panels' state in the URL (Prometheus 3's link format) ----
   function defaultPanel() {
-    return { expr: '', tab: 'table', range: 3600000, end: null, step: null, density: 'medium', displayMode: 'lines', showExemplars: false, showTree: false };
+    return { expr: '', tab: 'table', range: 3600000, end: null, step: null, resType: 'auto', density: 'medium', displayMode: 'lines', showExemplars: false, showTree: false };
   }
   function decodePanels(search) {
     const q = new URLSearchParams(search);
@@ -46,14 +46,15 @@
       }
       const stepInput = parseInt(q.get(g + 'step_input'), 10);
       if (stepInput > 0) p.step = stepInput * 1000;
+      // As Prometheus 3 reads it: a resolution type overrides step_input
+      // only with a valid density or step.
       const resType = q.get(g + 'res_type');
       if (resType === 'auto') {
-        p.step = null;
         const d = q.get(g + 'res_density');
-        if (DENSITY[d]) p.density = d;
+        if (DENSITY[d]) { p.step = null; p.density = d; p.resType = 'auto'; }
       } else if (resType === 'fixed' || resType === 'custom') {
         const s = parseFloat(q.get(g + 'res_step'));
-        if (s > 0) p.step = Math.round(s * 1000);
+        if (s > 0) { p.step = Math.round(s * 1000); p.resType = resType; }
       }
       out.push(p);
     }
@@ -76,7 +77,7 @@
         q.set(g + 'res_type', 'auto');
         q.set(g + 'res_density', p.density);
       } else {
-        q.set(g + 'res_type', 'custom');
+        q.set(g + 'res_type', p.resType === 'fixed' ? 'fixed' : 'custom');
         q.set(g + 'res_step', String(p.step / 1000));
       }
       q.set(g + 'display_mode', p.displayMode);
@@ -468,7 +469,15 @@
         this.controls, this.messages, this.result);
       this.items = [];
       this.active = 0;
-      this.textarea.addEventListener('input', () => { this.state.expr = this.textarea.value; this.autosize(); this.checkSoon(); this.complete(); encodePanels(); });
+      this.textarea.addEventListener('input', () => {
+        this.state.expr = this.textarea.value;
+        // An error about what was there before is no longer news.
+        this.showParse(null);
+        this.autosize();
+        this.checkSoon();
+        this.complete();
+        encodePanels();
+      });
       this.textarea.addEventListener('keydown', (e) => this.keydown(e));
       this.textarea.addEventListener('blur', () => setTimeout(() => { this.list.hidden = true; }, 150));
       this.textarea.addEventListener('click', () => { this.list.hidden = true; });
@@ -624,6 +633,7 @@
         stepInput.addEventListener('change', () => {
           const ms = parseDuration(stepInput.value);
           s.step = ms || null;
+          s.resType = ms ? 'custom' : 'auto';
           if (!ms) stepInput.value = '';
           encodePanels();
           this.execute();

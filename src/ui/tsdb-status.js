@@ -64,6 +64,7 @@
     out.replaceChildren(el('p', { class: 'summary' }, total + ' series, ' + d.totalLabelValuePairs + ' labels in all'), ...sections);
   }
 
+  let loads = 0;
   async function load() {
     const f = form.elements;
     const limit = Math.max(1, Math.min(10000, parseInt(f.limit.value, 10) || 10));
@@ -80,13 +81,16 @@
     const q = new URLSearchParams();
     for (const k of fields) if (f[k].value && !(k === 'scope' && f[k].value === 'head')) q.set(k, f[k].value);
     history.replaceState(null, '', '/tsdb-status' + (String(q) ? '?' + q : ''));
+    const seq = ++loads;
     document.body.dataset.state = 'running';
     messages.replaceChildren();
     try {
       const r = await apiGet('status/tsdb', params);
+      if (seq !== loads) return;
       render(r.data, limit, params.focusLabel);
       document.body.dataset.state = 'done';
     } catch (e) {
+      if (seq !== loads) return;
       messages.replaceChildren(el('div', { class: 'error' }, e.message));
       out.replaceChildren();
       document.body.dataset.state = 'error';
