@@ -274,34 +274,11 @@ async fn sluice_cuts_blocks_that_promtool_and_prometheus_read_and_restarts_onto_
     end -= ((end - 5 * HOUR).rem_euclid(2 * HOUR) - 90 * MIN).max(0);
     let start = end - 5 * HOUR;
     let value = |i: usize, t: i64| (i * 100_000) as f64 + ((t - start) / MIN) as f64;
-    for from in (start..=end).step_by(30 * MIN as usize) {
-        let ts: Vec<i64> = (from..(from + 30 * MIN).min(end + 1))
-            .step_by(MIN as usize)
-            .collect();
-        let series: Vec<_> = (0..N)
-            .map(|i| {
-                let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, value(i, t))).collect();
-                common::series(
-                    &[
-                        ("__name__", "cut_me"),
-                        ("i", &i.to_string()),
-                        ("job", "blk"),
-                    ],
-                    &samples,
-                )
-            })
-            .collect();
-        let (status, text) = common::push(addr, common::body(series)).await;
-        assert_eq!(status, 204, "{text}");
-    }
+    common::push_minutely(addr, "cut_me", &[("job", "blk")], N, (start, end), value).await;
     // Prometheus' rule: while the head spans more than 3 h, its oldest
     // aligned 2 h range becomes a block (one or two here, as `start`
     // falls against the 2 h grid).
-    let (mut lo, mut want) = (start, 0usize);
-    while end - lo > 3 * HOUR {
-        lo = lo.div_euclid(2 * HOUR) * 2 * HOUR + 2 * HOUR;
-        want += 1;
-    }
+    let want = common::blocks_cut_from(start, end);
     let cut = common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= want as f64).await;
     assert_eq!(cut, want as f64, "blocks cut within 20 s");
     let blocks = blocks_in(data.path());

@@ -210,34 +210,20 @@ async fn parse_query_trees_are_prometheus_3s() {
         "histogram_quantile(0.9, sum by (le) (rate(x_bucket[5m])))",
         "absent_over_time(nope[10m]) unless ignoring (a) up",
     ];
-    for q in queries {
+    let tree = |addr: String, q: &str| {
         let enc: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
-        let (ss, mut sj) = json(format!(
-            "http://{}/api/v1/parse_query?query={enc}",
-            sluice.addr
-        ))
-        .await;
-        let (ps, pj) = json(format!(
-            "http://{}/api/v1/parse_query?query={enc}",
-            prom.addr()
-        ))
-        .await;
+        json(format!("http://{addr}/api/v1/parse_query?query={enc}"))
+    };
+    for q in queries {
+        let (ss, mut sj) = tree(sluice.addr.to_string(), q).await;
+        let (ps, pj) = tree(prom.addr(), q).await;
         assert_eq!((ss, ps), (200, 200), "{q}: {sj} {pj}");
         as_of_3_5(&mut sj);
         assert_eq!(sj, pj, "{q}");
     }
     for bad in ["sum(", "", "rate(up)"] {
-        let enc: String = form_urlencoded::byte_serialize(bad.as_bytes()).collect();
-        let (ss, sj) = json(format!(
-            "http://{}/api/v1/parse_query?query={enc}",
-            sluice.addr
-        ))
-        .await;
-        let (ps, pj) = json(format!(
-            "http://{}/api/v1/parse_query?query={enc}",
-            prom.addr()
-        ))
-        .await;
+        let (ss, sj) = tree(sluice.addr.to_string(), bad).await;
+        let (ps, pj) = tree(prom.addr(), bad).await;
         assert_eq!(
             (ss, &sj["errorType"]),
             (ps, &pj["errorType"]),
@@ -347,27 +333,11 @@ async fn a_snapshot_links_the_blocks_writes_the_head_and_opens_elsewhere() {
     // (or two) is cut into a block, the rest stays in the head.
     let end = (common::now_ms() - 30 * MIN) / MIN * MIN;
     let start = end - 5 * HOUR;
-    for from in (start..=end).step_by(30 * MIN as usize) {
-        let ts: Vec<i64> = (from..(from + 30 * MIN).min(end + 1))
-            .step_by(MIN as usize)
-            .collect();
-        let series: Vec<_> = (0..N)
-            .map(|i| {
-                let samples: Vec<(i64, f64)> =
-                    ts.iter().map(|&t| (t, (i as i64 * t) as f64)).collect();
-                common::series(&[("__name__", "snap_me"), ("i", &i.to_string())], &samples)
-            })
-            .collect();
-        let (status, text) = common::push(addr, common::body(series)).await;
-        assert_eq!(status, 204, "{text}");
-    }
-    // Prometheus' rule: while the head spans more than 3 h, its oldest
-    // aligned 2 h range becomes a block (one or two here).
-    let (mut lo, mut want) = (start, 0usize);
-    while end - lo > 3 * HOUR {
-        lo = lo.div_euclid(2 * HOUR) * 2 * HOUR + 2 * HOUR;
-        want += 1;
-    }
+    common::push_minutely(addr, "snap_me", &[], N, (start, end), |i, t| {
+        (i as i64 * t) as f64
+    })
+    .await;
+    let want = common::blocks_cut_from(start, end);
     let cut = common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= want as f64).await;
     assert_eq!(cut, want as f64, "blocks cut within 20 s");
     let held = blocks_in(data.path());

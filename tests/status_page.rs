@@ -70,19 +70,9 @@ async fn the_status_page_shows_version_state_and_settings() {
         assert!(html.contains(&format!("href=\"{link}")), "link {link}");
     }
 
-    let chromium = std::process::Command::new("sh")
-        .args(["-c", "command -v chromium"])
-        .output()
-        .expect("sh runs");
-    let bin = String::from_utf8_lossy(&chromium.stdout).trim().to_owned();
-    if bin.is_empty() {
-        assert!(
-            std::env::var_os("SLUICE_SKIP_CHROMIUM").is_some(),
-            "chromium is missing: install Debian's `chromium` package (scripts/test does)"
-        );
-        eprintln!("\n!!! SKIPPED: headless Chromium render of the status page: chromium could not be installed !!!\n");
+    let Some(bin) = common::cdp::chromium() else {
         return;
-    }
+    };
     let profile = tempfile::tempdir().expect("tempdir");
     let url = format!("http://{}/", srv.addr);
     let dir = profile.path().to_owned();

@@ -447,17 +447,7 @@ pub(super) async fn format_query(
         .get("query")
         .ok_or_else(|| ApiError::bad_param("query", "query must not be empty"))?
         .to_owned();
-    let limits = state.query_options().parse;
-    let max = state.max_response_bytes();
-    // Parsing and printing recurse: on a query thread, whose stack fits
-    // the deepest query the limits let through.
-    state
-        .read(state.query_options().timeout, move |_| {
-            let expr =
-                guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
-            Ok(super::prom::success_within(expr.prettify(), &[], max)?)
-        })
-        .await
+    parsed(&state, query, |expr| expr.prettify().into()).await
 }
 
 /// `GET|POST /api/v1/parse_query?query=`: the query's syntax tree as
@@ -467,15 +457,24 @@ pub(super) async fn parse_query(
     p: Params,
 ) -> Result<Response, ApiError> {
     let query = p.get("query").unwrap_or_default().to_owned();
+    parsed(&state, query, crate::promql::parser::tree::to_json).await
+}
+
+/// `render` of the parsed `query`, or its parse error. Parsing and what
+/// `render` does with the tree recurse: on a query thread, whose stack
+/// fits the deepest query the limits let through.
+async fn parsed(
+    state: &AppState,
+    query: String,
+    render: fn(&crate::promql::parser::Expr) -> serde_json::Value,
+) -> Result<Response, ApiError> {
     let limits = state.query_options().parse;
     let max = state.max_response_bytes();
-    // The tree is built by recursion too: on a query thread, as parsing.
     state
         .read(state.query_options().timeout, move |_| {
             let expr =
                 guard::parse(&query, &limits).map_err(|e| ApiError::bad_param("query", e))?;
-            let tree = crate::promql::parser::tree::to_json(&expr);
-            Ok(super::prom::success_within(tree, &[], max)?)
+            Ok(super::prom::success_within(render(&expr), &[], max)?)
         })
         .await
 }

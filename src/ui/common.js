@@ -24,20 +24,18 @@ window.Sluice = (function () {
     return h;
   }
 
-  // One call of the HTTP API: the envelope's data, warnings and infos, or
-  // an Error carrying the server's message.
-  async function api(path, params) {
-    const body = new URLSearchParams();
+  // Parameters as a form; a list is the parameter repeated.
+  function encode(params) {
+    const q = new URLSearchParams();
     for (const [k, v] of Object.entries(params || {})) {
-      if (Array.isArray(v)) v.forEach((x) => body.append(k, x));
-      else if (v !== undefined && v !== null) body.append(k, String(v));
+      if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
+      else if (v !== undefined && v !== null) q.append(k, String(v));
     }
-    const resp = await fetch('/api/v1/' + path, {
-      method: 'POST',
-      headers: Object.assign({ 'Content-Type': 'application/x-www-form-urlencoded' }, requestHeaders()),
-      body,
-      cache: 'no-store',
-    });
+    return q;
+  }
+  // The envelope of an answer, or an Error carrying the server's message
+  // (a reply that is not JSON, such as the tenant door's, included).
+  async function envelope(resp) {
     const text = await resp.text();
     let json;
     try {
@@ -52,22 +50,19 @@ window.Sluice = (function () {
     }
     return json;
   }
+  // One call of the HTTP API, POSTed as a form (long queries fit).
+  async function api(path, params) {
+    return envelope(await fetch('/api/v1/' + path, {
+      method: 'POST',
+      headers: Object.assign({ 'Content-Type': 'application/x-www-form-urlencoded' }, requestHeaders()),
+      body: encode(params),
+      cache: 'no-store',
+    }));
+  }
+  // One GET of the HTTP API, for the endpoints that take no POST.
   async function apiGet(path, params) {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(params || {})) {
-      if (Array.isArray(v)) v.forEach((x) => q.append(k, x));
-      else if (v !== undefined && v !== null) q.append(k, String(v));
-    }
-    const resp = await fetch('/api/v1/' + path + (String(q) ? '?' + q : ''), { headers: requestHeaders(), cache: 'no-store' });
-    const text = await resp.text();
-    let json;
-    try {
-      json = JSON.parse(text);
-    } catch (e) {
-      throw new Error('HTTP ' + resp.status + ': ' + text.trim());
-    }
-    if (json.status !== 'success') throw new Error(json.error || ('HTTP ' + resp.status));
-    return json;
+    const q = String(encode(params));
+    return envelope(await fetch('/api/v1/' + path + (q ? '?' + q : ''), { headers: requestHeaders(), cache: 'no-store' }));
   }
 
   // ---- durations and times, as Prometheus' UI writes them ----

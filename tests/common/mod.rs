@@ -616,3 +616,46 @@ pub fn prometheus3_on_blocks(blocks: &[std::path::PathBuf]) -> Prometheus {
         },
     )
 }
+
+/// Pushes `n` series `name{i="0".."n-1", extra…}` with a sample a minute
+/// from `start` to `end` (both included), `value(i, t)` each, half an
+/// hour per request.
+pub async fn push_minutely(
+    addr: SocketAddr,
+    name: &str,
+    extra: &[(&str, &str)],
+    n: usize,
+    (start, end): (i64, i64),
+    value: impl Fn(usize, i64) -> f64,
+) {
+    const MIN: i64 = 60_000;
+    for from in (start..=end).step_by(30 * MIN as usize) {
+        let ts: Vec<i64> = (from..(from + 30 * MIN).min(end + 1))
+            .step_by(MIN as usize)
+            .collect();
+        let series: Vec<_> = (0..n)
+            .map(|i| {
+                let samples: Vec<(i64, f64)> = ts.iter().map(|&t| (t, value(i, t))).collect();
+                let i = i.to_string();
+                let mut labels = vec![("__name__", name), ("i", i.as_str())];
+                labels.extend_from_slice(extra);
+                series(&labels, &samples)
+            })
+            .collect();
+        let (status, text) = push(addr, body(series)).await;
+        assert_eq!(status, 204, "{text}");
+    }
+}
+
+/// The blocks Sluice cuts from a head spanning `[start, end]`, by
+/// Prometheus' rule: while the head spans more than 3 h, its oldest
+/// aligned 2 h range becomes a block.
+pub fn blocks_cut_from(start: i64, end: i64) -> usize {
+    const HOUR: i64 = 3_600_000;
+    let (mut lo, mut n) = (start, 0);
+    while end - lo > 3 * HOUR {
+        lo = lo.div_euclid(2 * HOUR) * 2 * HOUR + 2 * HOUR;
+        n += 1;
+    }
+    n
+}
