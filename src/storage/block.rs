@@ -9,6 +9,7 @@
 
 pub mod compact;
 mod reader;
+pub mod tombstones;
 mod ulid;
 mod writer;
 

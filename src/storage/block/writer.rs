@@ -20,8 +20,6 @@ pub(super) const CHUNKS_MAGIC: u32 = 0x85BD_40DD;
 /// An index file starts with this, then the format version.
 pub(super) const INDEX_MAGIC: u32 = 0xBAAA_D700;
 const INDEX_VERSION: u8 = 2;
-/// A tombstones file starts with this, then the format version.
-const TOMBSTONES_MAGIC: u32 = 0x0130_BA30;
 /// The largest chunk segment file.
 const SEGMENT_MAX: u64 = 512 << 20;
 /// Series entries start at multiples of this; a series' ID is its offset
@@ -527,9 +525,8 @@ impl BlockWriter {
         self.index.flush()?;
         self.index.get_ref().sync_all()?;
 
-        let mut tombstones = TOMBSTONES_MAGIC.to_be_bytes().to_vec();
-        tombstones.push(1);
-        tombstones.extend_from_slice(&crc32c::crc32c(&[]).to_be_bytes());
+        // Prometheus' snapshot links it: every block has one.
+        let tombstones = super::tombstones::Tombstones::default().encode();
         write_synced(&self.tmp.join("tombstones"), &tombstones)?;
         if !self.starts.is_empty() {
             write_synced(
