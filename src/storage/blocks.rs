@@ -15,13 +15,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use super::block::compact::{self, CompactError, Parent};
+use super::block::tombstones::{self, Intervals, Tombstones};
 use super::block::{
     read_meta, BlockChunk, BlockError, BlockMeta, ChunkMeta, ChunkReader, Encoding, IndexReader,
     SeriesWindow, Ulid,
 };
 use super::chunk::{
     decode_histograms, encode_xor, in_order, merge_overlapping, ChunkBytes, ChunkRef,
-    HistogramKind, MERGED_CHUNK_SAMPLES,
+    HistogramKind, XorIter, MERGED_CHUNK_SAMPLES,
 };
 use super::head::hist_series;
 use super::index::{intersect, sorted_set, Matcher};
@@ -50,6 +51,9 @@ pub struct Block {
     /// Start-time runs by series ID, from the block's start-times file
     /// (empty without one).
     starts: std::collections::HashMap<u32, Vec<StartRun>>,
+    /// Deleted time ranges by series ID, from its tombstones file: every
+    /// read leaves them out. Replaced whole when a deletion adds some.
+    tombstones: RwLock<Arc<Tombstones>>,
 }
 
 impl Block {
@@ -63,8 +67,11 @@ impl Block {
         // reading them all here would make a start as slow as the
         // retention is long.
         let chunks = ChunkReader::open(&dir.join("chunks"))?;
+        let tombstones = tombstones::read(dir)
+            .map_err(|e| BlockError::io(dir.join(tombstones::FILE).display(), &e))?;
         Ok(Self {
             starts: read_starts(dir)?,
+            tombstones: RwLock::new(Arc::new(tombstones)),
             meta,
             dir: dir.to_path_buf(),
             index,
@@ -90,7 +97,52 @@ impl Block {
             index: &self.index,
             chunks: &self.chunks,
             starts: &self.starts,
+            deleted: Arc::clone(&self.tombstones.read()),
+            trim: trim_chunk,
         }
+    }
+
+    /// Deletes `[mint, maxt]` of the series matching `matchers`, as
+    /// Prometheus' `Block.Delete`: each interval cut to the series' own
+    /// chunks, merged into its tombstones, the file replaced before the
+    /// readers see it. Returns the series that got a tombstone.
+    fn delete(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Result<u64, BlockError> {
+        let mut next = (**self.tombstones.read()).clone();
+        let mut hit = 0u64;
+        let mut strings = LabelStrings::unkept();
+        let done = self.for_each_match(
+            matchers,
+            mint,
+            maxt,
+            &Stop::default(),
+            &mut strings,
+            |_, metas, id| {
+                let (Some(first), Some(last)) = (metas.first(), metas.last()) else {
+                    return;
+                };
+                let (lo, hi) = (mint.max(first.mint), maxt.min(last.maxt));
+                if lo <= hi {
+                    next.add(u64::from(id), lo, hi);
+                    hit += 1;
+                }
+            },
+        );
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(Stopped) => return Err(BlockError("deletion stopped".into())),
+        }
+        if hit > 0 {
+            tombstones::write(&self.dir, &next)
+                .map_err(|e| BlockError::io(self.dir.join(tombstones::FILE).display(), &e))?;
+            *self.tombstones.write() = Arc::new(next);
+        }
+        Ok(hit)
+    }
+
+    /// Intervals its tombstones hold.
+    pub fn tombstone_count(&self) -> u64 {
+        self.tombstones.read().total()
     }
 
     /// Whether it holds any time of `[mint, maxt]` (its own end is
@@ -156,6 +208,7 @@ impl Block {
         let mut window = SeriesWindow::default();
         let mut symbols = Vec::new();
         strings.by_symbol.clear();
+        let tombstones = Arc::clone(&self.tombstones.read());
         for (n, id) in ids.into_iter().enumerate() {
             if n % VISIT_BATCH == VISIT_BATCH - 1 && stop.now() {
                 return Err(Stopped);
@@ -172,6 +225,12 @@ impl Block {
             };
             if !matchers.iter().all(|m| m.matches(value(&m.name))) {
                 continue;
+            }
+            let mut metas = metas;
+            if let Some(deleted) = tombstones.get(u64::from(id)) {
+                // A chunk deleted whole is not read; a series left with
+                // none is not there.
+                metas.retain(|c| !deleted.covers(c.mint, c.maxt));
             }
             if !metas.iter().any(|c| c.maxt >= mint && c.mint <= maxt) {
                 continue;
@@ -281,6 +340,7 @@ impl Block {
     ) -> Result<Result<Vec<SelectedSeries>, BlockError>, Stopped> {
         let mut out = Vec::with_capacity(matched.len());
         let mut refs = Vec::new();
+        let tombstones = Arc::clone(&self.tombstones.read());
         for (n, (labels, metas, id)) in matched.into_iter().enumerate() {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
@@ -333,10 +393,67 @@ impl Block {
             if let Err(e) = read {
                 return Ok(Err(e));
             }
+            if let Some(deleted) = tombstones.get(u64::from(id)) {
+                if !leave_out(&mut s, deleted) {
+                    continue;
+                }
+            }
             out.push(s);
         }
         Ok(Ok(out))
     }
+}
+
+/// `c` without the samples `deleted` names, encoded again: what
+/// compaction writes of a parent's partly deleted chunk.
+fn trim_chunk(c: BlockChunk, deleted: &Intervals) -> Vec<BlockChunk> {
+    match c.encoding {
+        Encoding::Xor => {
+            let left: Vec<(i64, f64)> = XorIter::new(&c.data)
+                .filter(|(t, _)| !deleted.contains(*t))
+                .collect();
+            float_chunks(&left)
+        }
+        Encoding::Histogram | Encoding::FloatHistogram => {
+            let kind = match c.encoding {
+                Encoding::FloatHistogram => HistogramKind::Float,
+                _ => HistogramKind::Int,
+            };
+            let mut left = Vec::new();
+            decode_histograms(kind, &c.data, i64::MIN, i64::MAX, &mut left);
+            left.retain(|(t, _)| !deleted.contains(*t));
+            hist_chunks(&left, &crate::storage::HeadOptions::default())
+        }
+    }
+}
+
+/// Takes `deleted`'s samples out of `s`: histograms dropped, float chunks
+/// that hold some decoded and encoded again without them. False when
+/// nothing is left.
+fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> bool {
+    s.histograms.retain(|(t, _)| !deleted.contains(*t));
+    if s.chunks.iter().any(|c| deleted.overlaps(c.mint, c.maxt)) {
+        let mut kept = Vec::with_capacity(s.chunks.len());
+        for c in std::mem::take(&mut s.chunks) {
+            if !deleted.overlaps(c.mint, c.maxt) {
+                kept.push(c);
+                continue;
+            }
+            let left: Vec<(i64, f64)> = XorIter::new(&c.bytes)
+                .filter(|(t, _)| !deleted.contains(*t))
+                .collect();
+            kept.extend(float_chunks(&left).into_iter().filter_map(|b| {
+                Some(ChunkRef {
+                    mint: b.mint,
+                    maxt: b.maxt,
+                    bytes: ChunkBytes::slice(&b.data, 0..b.data.len())?,
+                    last: None,
+                })
+            }));
+        }
+        s.chunks = kept;
+    }
+    !(s.chunks.is_empty() && s.histograms.is_empty())
 }
 
 /// The label strings of the series one selection reads from blocks: each
@@ -795,6 +912,25 @@ impl Blocks {
         }
         self.counts.lock().deleted += gone.len() as u64;
         gone.len()
+    }
+
+    /// Deletes `[mint, maxt]` of the series matching `matchers` in every
+    /// block that holds part of it (see `Block::delete`); the series that
+    /// got a tombstone, over all blocks. The caller keeps compaction off
+    /// meanwhile, or a compaction could write its child from the
+    /// tombstones before these.
+    pub(crate) fn delete(
+        &self,
+        matchers: &[Matcher],
+        mint: i64,
+        maxt: i64,
+    ) -> Result<u64, BlockError> {
+        let blocks: Vec<Arc<Block>> = self.read().blocks().to_vec();
+        let mut hit = 0;
+        for b in blocks.iter().filter(|b| b.overlaps(mint, maxt)) {
+            hit += b.delete(matchers, mint, maxt)?;
+        }
+        Ok(hit)
     }
 
     /// Bytes the open blocks' readers hold in memory.

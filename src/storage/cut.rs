@@ -1011,6 +1011,117 @@ mod tests {
         names
     }
 
+    /// `everything` with `[lo, hi]` of the series `k` (floats) or `lat`
+    /// (histograms, when `k` is None) taken out.
+    fn without(
+        all: &Everything,
+        k: Option<&str>,
+        (lo, hi): (i64, i64),
+        hists: usize,
+    ) -> Everything {
+        all.iter()
+            .map(|(labels, floats, h)| {
+                let this = labels.iter().any(|l| match k {
+                    Some(k) => &*l.name == "k" && &*l.value == k,
+                    None => &*l.value == "lat",
+                });
+                if !this {
+                    return (labels.clone(), floats.clone(), *h);
+                }
+                let kept = floats
+                    .iter()
+                    .filter(|(t, _)| *t < lo || *t > hi)
+                    .copied()
+                    .collect();
+                (
+                    labels.clone(),
+                    kept,
+                    if k.is_none() { *h - hists } else { *h },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn deleted_ranges_leave_every_read_survive_a_restart_and_compaction() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        fill(&db, 0, 14 * H);
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 6);
+        let before = everything(&db);
+        let k3 = vec![Matcher::new(MatchOp::Equal, "k", "3").expect("m")];
+        let lat = vec![Matcher::new(MatchOp::Equal, "__name__", "lat").expect("m")];
+        // Within one block, across two, and a histogram series' first
+        // minutes: the rest of the data stays.
+        let m = 60_000;
+        assert_eq!(
+            db.delete_in_blocks(std::slice::from_ref(&k3), 30 * m, 90 * m)
+                .ok(),
+            Some(1)
+        );
+        assert_eq!(
+            db.delete_in_blocks(std::slice::from_ref(&k3), 3 * H + 30 * m, 4 * H + 29 * m)
+                .ok(),
+            Some(2)
+        );
+        assert_eq!(db.delete_in_blocks(&[lat], 0, 10 * m).ok(), Some(1));
+        // Nothing in the head is a block's to delete.
+        assert_eq!(db.delete_in_blocks(&[k3], 12 * H + m, 13 * H).ok(), Some(0));
+        let want = without(
+            &without(&before, Some("3"), (30 * m, 90 * m), 0),
+            Some("3"),
+            (3 * H + 30 * m, 4 * H + 29 * m),
+            0,
+        );
+        let want = without(&want, None, (0, 10 * m), 11);
+        assert_eq!(everything(&db), want);
+        // The series API leaves out a series deleted whole from a block.
+        let whole = vec![Matcher::new(MatchOp::Equal, "k", "5").expect("m")];
+        assert_eq!(
+            db.delete_in_blocks(std::slice::from_ref(&whole), 0, 2 * H - 1)
+                .ok(),
+            Some(1)
+        );
+        let sets = db
+            .querier()
+            .series_labels(&whole, 0, 2 * H - 1, &Stop::default())
+            .expect("no stop");
+        assert!(sets.is_empty(), "{sets:?}");
+        let want = without(&want, Some("5"), (0, 2 * H - 1), 0);
+        assert_eq!(everything(&db), want);
+        // The blocks' files say so, in Prometheus' format.
+        let counts: u64 = db
+            .blocks()
+            .read()
+            .blocks()
+            .iter()
+            .map(|b| b.tombstone_count())
+            .sum();
+        assert_eq!(counts, 5);
+
+        // A restart reads the tombstones back.
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(everything(&db), want, "after a restart");
+
+        // Compaction writes its child without the deleted samples (and
+        // with no tombstones of its own).
+        let done = db.compact_blocks(2, &|| true).expect("compacts");
+        assert_eq!(done.len(), 1);
+        assert_eq!(everything(&db), want, "after compaction");
+        let child = db
+            .blocks()
+            .read()
+            .blocks()
+            .iter()
+            .find(|b| b.meta().ulid == done[0].ulid)
+            .map(|b| b.tombstone_count());
+        assert_eq!(child, Some(0));
+        // 21 series × 360 minutes, less what was deleted in [0, 6h).
+        let gone = 61 + 60 + 11 + 120;
+        assert_eq!(done[0].num_samples, 21 * 360 - gone);
+    }
+
     #[test]
     fn compaction_merges_three_blocks_into_one_and_queries_see_the_same() {
         let dir = tempfile::tempdir().expect("tempdir");

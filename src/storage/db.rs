@@ -365,6 +365,24 @@ impl Db {
         super::snapshot::snapshot(&self.head, &self.blocks, dest, with_head, now_ms)
     }
 
+    /// Deletes `[mint, maxt]` of the series matching any of `selectors`
+    /// from the blocks (tombstones, honoured by every read and by
+    /// compaction); the series that got a tombstone. Cuts, compaction and
+    /// retention wait meanwhile. The head's samples are not touched.
+    pub fn delete_in_blocks(
+        &self,
+        selectors: &[Vec<super::index::Matcher>],
+        mint: i64,
+        maxt: i64,
+    ) -> Result<u64, super::block::BlockError> {
+        let _moving = self.moving.lock();
+        let mut hit = 0;
+        for m in selectors {
+            hit += self.blocks.delete(m, mint, maxt)?;
+        }
+        Ok(hit)
+    }
+
     /// The metas of the blocks served, oldest first.
     pub fn block_metas(&self) -> Vec<super::block::BlockMeta> {
         let mut metas: Vec<_> = self

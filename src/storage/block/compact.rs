@@ -128,7 +128,7 @@ fn split_by_range(metas: &[&BlockMeta], range: i64) -> Vec<Vec<usize>> {
 }
 
 /// A block open for reading, as compaction needs it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Parent<'a> {
     /// Its meta.
     pub meta: &'a BlockMeta,
@@ -138,6 +138,12 @@ pub struct Parent<'a> {
     pub chunks: &'a ChunkReader,
     /// Its start-time runs by series ID.
     pub starts: &'a std::collections::HashMap<u32, Vec<StartRun>>,
+    /// Its deleted time ranges by series ID: left out of the child.
+    pub deleted: std::sync::Arc<super::tombstones::Tombstones>,
+    /// A chunk without the samples of the given ranges, encoded again
+    /// (none when nothing is left): the reader that knows the encodings
+    /// supplies it.
+    pub trim: fn(BlockChunk, &super::tombstones::Intervals) -> Vec<BlockChunk>,
 }
 
 /// Why a compaction failed.
@@ -238,7 +244,7 @@ pub fn compact(
     let mut w = BlockWriter::create(dir, &symbols, min_time, max_time, now_ms, compaction)?;
     drop(symbols);
     let mut cursors = Vec::with_capacity(parents.len());
-    for &parent in parents {
+    for parent in parents.iter().cloned() {
         let ids = parent
             .index
             .postings("", "")
@@ -278,7 +284,11 @@ pub fn compact(
                 let runs = c.parent.starts.get(&c.id).map_or(&[][..], Vec::as_slice);
                 starts.add(runs, first.mint, last.maxt);
             }
+            let deleted = c.parent.deleted.get(u64::from(c.id));
             for m in metas {
+                if deleted.is_some_and(|d| d.covers(m.mint, m.maxt)) {
+                    continue;
+                }
                 let (enc, data) = c
                     .parent
                     .chunks
@@ -295,14 +305,24 @@ pub fn compact(
                         ))
                     }
                 };
-                chunks.push(BlockChunk {
+                let chunk = BlockChunk {
                     mint: m.mint,
                     maxt: m.maxt,
                     encoding,
                     data,
-                });
+                };
+                match deleted {
+                    Some(d) if d.overlaps(m.mint, m.maxt) => {
+                        chunks.extend((c.parent.trim)(chunk, d));
+                    }
+                    _ => chunks.push(chunk),
+                }
             }
             c.advance()?;
+        }
+        if chunks.is_empty() {
+            // Deleted whole: the child does not hold the series.
+            continue;
         }
         if !chunks.windows(2).all(|w| w[1].mint > w[0].maxt) {
             untangle(&mut chunks);
@@ -481,6 +501,13 @@ mod tests {
     static NO_STARTS: std::sync::LazyLock<std::collections::HashMap<u32, Vec<StartRun>>> =
         std::sync::LazyLock::new(Default::default);
 
+    fn untouched(
+        c: BlockChunk,
+        _: &crate::storage::block::tombstones::Intervals,
+    ) -> Vec<BlockChunk> {
+        vec![c]
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
@@ -530,7 +557,7 @@ mod tests {
             }
             let parents: Vec<Parent<'_>> = opened
                 .iter()
-                .map(|(meta, index, chunks)| Parent { meta, index, chunks, starts: &NO_STARTS })
+                .map(|(meta, index, chunks)| Parent { meta, index, chunks, starts: &NO_STARTS, deleted: Default::default(), trim: untouched })
                 .collect();
             let out = tempfile::tempdir().expect("tempdir");
             let m = compact(out.path(), &parents, 2, &|| true, &|_| {}).expect("compacts").expect("not stopped");
