@@ -135,9 +135,25 @@ impl Block {
         if hit > 0 {
             tombstones::write(&self.dir, &next)
                 .map_err(|e| BlockError::io(self.dir.join(tombstones::FILE).display(), &e))?;
+            // Its stats count the tombstones, as Prometheus' do.
+            let meta = BlockMeta {
+                num_tombstones: next.total(),
+                ..self.meta.clone()
+            };
+            super::block::rewrite_meta(&self.dir, &meta)
+                .map_err(|e| BlockError::io(self.dir.join("meta.json").display(), &e))?;
             *self.tombstones.write() = Arc::new(next);
         }
         Ok(hit)
+    }
+
+    /// What its `meta.json` says now (its tombstone count after any
+    /// deletion since it was opened).
+    pub fn current_meta(&self) -> BlockMeta {
+        BlockMeta {
+            num_tombstones: self.tombstone_count(),
+            ..self.meta.clone()
+        }
     }
 
     /// Intervals its tombstones hold.

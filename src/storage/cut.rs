@@ -1098,6 +1098,16 @@ mod tests {
             .map(|b| b.tombstone_count())
             .sum();
         assert_eq!(counts, 5);
+        // Their meta.json files count them, as Prometheus' do.
+        let on_disk: u64 = db
+            .block_metas()
+            .iter()
+            .map(|m| {
+                crate::storage::block::read_meta(&dir.path().join(m.ulid.to_string()))
+                    .map_or(0, |m| m.num_tombstones)
+            })
+            .sum();
+        assert_eq!(on_disk, 5);
 
         // A restart reads the tombstones back.
         drop(db);

@@ -390,7 +390,7 @@ impl Db {
             .read()
             .blocks()
             .iter()
-            .map(|b| b.meta().clone())
+            .map(|b| b.current_meta())
             .collect();
         metas.sort_by_key(|m| (m.min_time, m.max_time));
         metas

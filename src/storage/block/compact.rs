@@ -349,6 +349,7 @@ mod tests {
             num_series: 1,
             num_chunks: 1,
             num_samples: 1,
+            num_tombstones: 0,
             compaction: Compaction::default(),
         }
     }

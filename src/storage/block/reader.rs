@@ -658,6 +658,7 @@ pub fn read_meta(dir: &Path) -> Result<BlockMeta, BlockError> {
         num_series: stat("numSeries"),
         num_chunks: stat("numChunks"),
         num_samples: stat("numSamples"),
+        num_tombstones: stat("numTombstones"),
         compaction: Compaction {
             level,
             sources,

@@ -108,6 +108,9 @@ pub struct BlockMeta {
     pub num_chunks: u64,
     /// Samples in it.
     pub num_samples: u64,
+    /// Deleted intervals its tombstones hold (Prometheus'
+    /// `stats.numTombstones`).
+    pub num_tombstones: u64,
     /// Its level, sources and parents.
     pub compaction: Compaction,
 }
@@ -249,6 +252,7 @@ impl BlockWriter {
                 num_series: 0,
                 num_chunks: 0,
                 num_samples: 0,
+                num_tombstones: 0,
                 compaction,
             },
             symbols,
@@ -628,6 +632,16 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Replaces the `meta.json` of the block in `dir` with `m`, as Prometheus
+/// does when a deletion changes its stats: a temporary file written and
+/// synced, renamed over the old one, the directory synced.
+pub fn rewrite_meta(dir: &Path, m: &BlockMeta) -> io::Result<()> {
+    let tmp = dir.join("meta.json.tmp");
+    write_synced(&tmp, meta_json(m).as_bytes())?;
+    std::fs::rename(&tmp, dir.join("meta.json"))?;
+    sync_dir(dir)
+}
+
 /// `meta.json` as Prometheus writes it.
 fn meta_json(m: &BlockMeta) -> String {
     let mut s = serde_json::to_string_pretty(&meta_value(m)).unwrap_or_default();
@@ -643,6 +657,7 @@ pub fn meta_value(m: &BlockMeta) -> serde_json::Value {
         ("numSamples", m.num_samples),
         ("numSeries", m.num_series),
         ("numChunks", m.num_chunks),
+        ("numTombstones", m.num_tombstones),
     ] {
         // Prometheus leaves zero counts out.
         if v > 0 {
