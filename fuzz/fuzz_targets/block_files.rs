@@ -118,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
         chunks: &chunks,
         starts: &no_starts,
         deleted: Default::default(),
-        trim: |c, _| vec![c],
+        trim: |c, _| Ok(vec![c]),
     };
     if let Ok(Some(m)) = compact(out.path(), &[parent], 2, &|| true, &|_| {}) {
         let written = out.path().join(m.ulid.to_string());

@@ -18,6 +18,6 @@ pub use reader::{
 };
 pub use ulid::Ulid;
 pub use writer::{
-    meta_value, rewrite_meta, write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta,
+    meta_value, set_tombstone_count, write_block, write_block_as, BlockChunk, BlockDesc, BlockMeta,
     BlockSeries, BlockWriter, Compaction, Encoding,
 };

@@ -54,6 +54,8 @@ pub struct Block {
     /// Deleted time ranges by series ID, from its tombstones file: every
     /// read leaves them out. Replaced whole when a deletion adds some.
     tombstones: RwLock<Arc<Tombstones>>,
+    /// Held by a deletion from reading the tombstones to replacing them.
+    deleting: Mutex<()>,
 }
 
 impl Block {
@@ -69,9 +71,17 @@ impl Block {
         let chunks = ChunkReader::open(&dir.join("chunks"))?;
         let tombstones = tombstones::read(dir)
             .map_err(|e| BlockError::io(dir.join(tombstones::FILE).display(), &e))?;
+        if meta.num_tombstones != tombstones.total() {
+            // A crash between a deletion's two files: the tombstones are
+            // right, the stats catch up.
+            if let Err(e) = super::block::set_tombstone_count(dir, tombstones.total()) {
+                tracing::warn!(block = %dir.display(), error = %e, "could not set the block's tombstone count");
+            }
+        }
         Ok(Self {
             starts: read_starts(dir)?,
             tombstones: RwLock::new(Arc::new(tombstones)),
+            deleting: Mutex::new(()),
             meta,
             dir: dir.to_path_buf(),
             index,
@@ -107,6 +117,8 @@ impl Block {
     /// chunks, merged into its tombstones, the file replaced before the
     /// readers see it. Returns the series that got a tombstone.
     fn delete(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Result<u64, BlockError> {
+        // One deletion at a time edits the tombstones (and their file).
+        let _deleting = self.deleting.lock();
         let mut next = (**self.tombstones.read()).clone();
         let mut hit = 0u64;
         let mut strings = LabelStrings::unkept();
@@ -135,14 +147,14 @@ impl Block {
         if hit > 0 {
             tombstones::write(&self.dir, &next)
                 .map_err(|e| BlockError::io(self.dir.join(tombstones::FILE).display(), &e))?;
-            // Its stats count the tombstones, as Prometheus' do.
-            let meta = BlockMeta {
-                num_tombstones: next.total(),
-                ..self.meta.clone()
-            };
-            super::block::rewrite_meta(&self.dir, &meta)
-                .map_err(|e| BlockError::io(self.dir.join("meta.json").display(), &e))?;
+            // The file is what counts: readers see what it holds at once,
+            // whatever becomes of the stats below.
+            let total = next.total();
             *self.tombstones.write() = Arc::new(next);
+            // Its stats count the tombstones, as Prometheus' do; a block
+            // opened later sets them again if this fails.
+            super::block::set_tombstone_count(&self.dir, total)
+                .map_err(|e| BlockError::io(self.dir.join("meta.json").display(), &e))?;
         }
         Ok(hit)
     }
@@ -410,8 +422,10 @@ impl Block {
                 return Ok(Err(e));
             }
             if let Some(deleted) = tombstones.get(u64::from(id)) {
-                if !leave_out(&mut s, deleted) {
-                    continue;
+                match leave_out(&mut s, deleted) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => return Ok(Err(e)),
                 }
             }
             out.push(s);
@@ -422,14 +436,9 @@ impl Block {
 
 /// `c` without the samples `deleted` names, encoded again: what
 /// compaction writes of a parent's partly deleted chunk.
-fn trim_chunk(c: BlockChunk, deleted: &Intervals) -> Vec<BlockChunk> {
-    match c.encoding {
-        Encoding::Xor => {
-            let left: Vec<(i64, f64)> = XorIter::new(&c.data)
-                .filter(|(t, _)| !deleted.contains(*t))
-                .collect();
-            float_chunks(&left)
-        }
+fn trim_chunk(c: BlockChunk, deleted: &Intervals) -> Result<Vec<BlockChunk>, BlockError> {
+    Ok(match c.encoding {
+        Encoding::Xor => float_chunks(&left_of(&c.data, deleted)?),
         Encoding::Histogram | Encoding::FloatHistogram => {
             let kind = match c.encoding {
                 Encoding::FloatHistogram => HistogramKind::Float,
@@ -440,13 +449,25 @@ fn trim_chunk(c: BlockChunk, deleted: &Intervals) -> Vec<BlockChunk> {
             left.retain(|(t, _)| !deleted.contains(*t));
             hist_chunks(&left, &crate::storage::HeadOptions::default())
         }
+    })
+}
+
+/// The samples of XOR chunk `bytes` that `deleted` leaves; a damaged
+/// chunk is an error, not a shorter chunk (it would be written again as
+/// a sound one, and its damage lost).
+fn left_of(bytes: &[u8], deleted: &Intervals) -> Result<Vec<(i64, f64)>, BlockError> {
+    let mut it = XorIter::new(bytes);
+    let left: Vec<(i64, f64)> = it.by_ref().filter(|(t, _)| !deleted.contains(*t)).collect();
+    match it.err() {
+        None => Ok(left),
+        Some(e) => Err(BlockError(format!("a chunk with deleted samples: {e:?}"))),
     }
 }
 
 /// Takes `deleted`'s samples out of `s`: histograms dropped, float chunks
 /// that hold some decoded and encoded again without them. False when
 /// nothing is left.
-fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> bool {
+fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> Result<bool, BlockError> {
     s.histograms.retain(|(t, _)| !deleted.contains(*t));
     if s.chunks.iter().any(|c| deleted.overlaps(c.mint, c.maxt)) {
         let mut kept = Vec::with_capacity(s.chunks.len());
@@ -455,9 +476,7 @@ fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> bool {
                 kept.push(c);
                 continue;
             }
-            let left: Vec<(i64, f64)> = XorIter::new(&c.bytes)
-                .filter(|(t, _)| !deleted.contains(*t))
-                .collect();
+            let left = left_of(&c.bytes, deleted)?;
             kept.extend(float_chunks(&left).into_iter().filter_map(|b| {
                 Some(ChunkRef {
                     mint: b.mint,
@@ -469,7 +488,7 @@ fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> bool {
         }
         s.chunks = kept;
     }
-    !(s.chunks.is_empty() && s.histograms.is_empty())
+    Ok(!(s.chunks.is_empty() && s.histograms.is_empty()))
 }
 
 /// The label strings of the series one selection reads from blocks: each

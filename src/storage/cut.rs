@@ -1109,10 +1109,24 @@ mod tests {
             .sum();
         assert_eq!(on_disk, 5);
 
-        // A restart reads the tombstones back.
+        // A restart reads the tombstones back, and sets stats a crash left
+        // behind the file.
+        let metas = db.block_metas();
         drop(db);
+        for m in &metas {
+            crate::storage::block::set_tombstone_count(&dir.path().join(m.ulid.to_string()), 0)
+                .expect("reset");
+        }
         let db = open(dir.path());
         assert_eq!(everything(&db), want, "after a restart");
+        let on_disk: u64 = metas
+            .iter()
+            .map(|m| {
+                crate::storage::block::read_meta(&dir.path().join(m.ulid.to_string()))
+                    .map_or(0, |m| m.num_tombstones)
+            })
+            .sum();
+        assert_eq!(on_disk, 5, "the stats caught up at open");
 
         // Compaction writes its child without the deleted samples (and
         // with no tombstones of its own).

@@ -143,7 +143,7 @@ pub struct Parent<'a> {
     /// A chunk without the samples of the given ranges, encoded again
     /// (none when nothing is left): the reader that knows the encodings
     /// supplies it.
-    pub trim: fn(BlockChunk, &super::tombstones::Intervals) -> Vec<BlockChunk>,
+    pub trim: fn(BlockChunk, &super::tombstones::Intervals) -> Result<Vec<BlockChunk>, BlockError>,
 }
 
 /// Why a compaction failed.
@@ -313,7 +313,10 @@ pub fn compact(
                 };
                 match deleted {
                     Some(d) if d.overlaps(m.mint, m.maxt) => {
-                        chunks.extend((c.parent.trim)(chunk, d));
+                        chunks.extend(
+                            (c.parent.trim)(chunk, d)
+                                .map_err(|e| CompactError::Read(c.parent.meta.ulid, e))?,
+                        );
                     }
                     _ => chunks.push(chunk),
                 }
@@ -505,8 +508,8 @@ mod tests {
     fn untouched(
         c: BlockChunk,
         _: &crate::storage::block::tombstones::Intervals,
-    ) -> Vec<BlockChunk> {
-        vec![c]
+    ) -> Result<Vec<BlockChunk>, BlockError> {
+        Ok(vec![c])
     }
 
     proptest::proptest! {

@@ -1042,7 +1042,7 @@ mod tests {
             ) {
                 let out = tempfile::tempdir().expect("tempdir");
                 let no_starts = std::collections::HashMap::new();
-                let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks, starts: &no_starts, deleted: Default::default(), trim: |c, _| vec![c] };
+                let parent = crate::storage::block::compact::Parent { meta: &meta, index: &index, chunks: &chunks, starts: &no_starts, deleted: Default::default(), trim: |c, _| Ok(vec![c]) };
                 if let Ok(Some(m)) = crate::storage::block::compact::compact(out.path(), &[parent], 8, &|| true, &|_| {}) {
                     prop_assert!(read_all(&out.path().join(m.ulid.to_string())).is_ok());
                 }

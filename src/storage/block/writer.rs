@@ -632,13 +632,34 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Replaces the `meta.json` of the block in `dir` with `m`, as Prometheus
-/// does when a deletion changes its stats: a temporary file written and
-/// synced, renamed over the old one, the directory synced.
-pub fn rewrite_meta(dir: &Path, m: &BlockMeta) -> io::Result<()> {
+/// Sets `stats.numTombstones` in the `meta.json` of the block in `dir`
+/// (left out at 0, as Prometheus writes it), keeping every other field as
+/// it is, those Sluice does not model too (a block from Prometheus or
+/// Thanos): a temporary file written and synced, renamed over the old
+/// one, the directory synced.
+pub fn set_tombstone_count(dir: &Path, n: u64) -> io::Result<()> {
+    let path = dir.join("meta.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let Some(meta) = v.as_object_mut() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "meta.json is not an object",
+        ));
+    };
+    let stats = meta.entry("stats").or_insert_with(|| serde_json::json!({}));
+    if let Some(stats) = stats.as_object_mut() {
+        if n > 0 {
+            stats.insert("numTombstones".to_owned(), n.into());
+        } else {
+            stats.remove("numTombstones");
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&v).unwrap_or_default();
+    text.push('\n');
     let tmp = dir.join("meta.json.tmp");
-    write_synced(&tmp, meta_json(m).as_bytes())?;
-    std::fs::rename(&tmp, dir.join("meta.json"))?;
+    write_synced(&tmp, text.as_bytes())?;
+    std::fs::rename(&tmp, &path)?;
     sync_dir(dir)
 }
 
@@ -734,6 +755,31 @@ fn u32_of(v: usize, what: &str) -> io::Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tombstone_count_keeps_the_fields_sluice_does_not_model() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let meta = serde_json::json!({
+            "ulid": "01BKGV7JBM69T2G1BGBGM6KB12", "minTime": 0, "maxTime": 10, "version": 1,
+            "stats": {"numSamples": 5, "numFloatSamples": 5},
+            "compaction": {"level": 1, "deletable": true},
+            "thanos": {"labels": {"a": "b"}, "source": "sidecar"},
+        });
+        std::fs::write(dir.path().join("meta.json"), meta.to_string()).expect("written");
+        let read = |d: &Path| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(d.join("meta.json")).expect("read"))
+                .expect("json")
+        };
+        set_tombstone_count(dir.path(), 3).expect("set");
+        let v = read(dir.path());
+        assert_eq!(v["stats"]["numTombstones"], 3);
+        assert_eq!(v["stats"]["numFloatSamples"], 5);
+        assert_eq!(v["thanos"]["source"], "sidecar");
+        assert_eq!(v["compaction"]["deletable"], true);
+        set_tombstone_count(dir.path(), 0).expect("set");
+        assert!(read(dir.path())["stats"].get("numTombstones").is_none());
+        assert!(!dir.path().join("meta.json.tmp").exists());
+    }
 
     #[test]
     fn out_of_order_chunks_and_repeated_series_are_refused() {
