@@ -6,6 +6,8 @@
 //! it; nothing is logged as an error. Screenshots go to
 //! `target/ui-screenshots/`.
 
+#[path = "common/cdp.rs"]
+mod cdp;
 mod common;
 
 use std::collections::BTreeSet;
@@ -63,12 +65,12 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_query_page_graphs_tables_completes_and_shows_parse_errors() {
-    let Some(bin) = common::cdp::chromium() else {
+    let Some(bin) = cdp::chromium() else {
         return;
     };
     let srv = loaded().await;
     let base = format!("http://{}", srv.addr);
-    let browser = common::cdp::Browser::launch(&bin);
+    let browser = cdp::Browser::launch(&bin);
     let mut page = browser
         .open(&format!(
             "{base}/query?g0.expr=ui_requests_total&g0.tab=graph&g0.range_input=1h"
@@ -318,7 +320,7 @@ async fn the_query_page_graphs_tables_completes_and_shows_parse_errors() {
 }
 
 /// The words the completion list offers.
-async fn offered(page: &mut common::cdp::Page) -> Vec<String> {
+async fn offered(page: &mut cdp::Page) -> Vec<String> {
     let js =
         "[...document.querySelectorAll('.complete li > span:first-child')].map(s => s.textContent)";
     strings(&page.eval(js).await)
@@ -326,7 +328,7 @@ async fn offered(page: &mut common::cdp::Page) -> Vec<String> {
 
 /// A mouse event at page position (`x`, `y`), the left button held for
 /// presses, releases and the moves between them.
-async fn mouse(page: &mut common::cdp::Page, kind: &str, x: f64, y: f64) {
+async fn mouse(page: &mut cdp::Page, kind: &str, x: f64, y: f64) {
     let mut e = serde_json::json!({"type": kind, "x": x, "y": y});
     if kind != "mouseMoved" {
         e["button"] = "left".into();
@@ -337,12 +339,12 @@ async fn mouse(page: &mut common::cdp::Page, kind: &str, x: f64, y: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tsdb_status_page_shows_cardinality_and_links_each_row_to_its_series() {
-    let Some(bin) = common::cdp::chromium() else {
+    let Some(bin) = cdp::chromium() else {
         return;
     };
     let srv = loaded().await;
     let base = format!("http://{}", srv.addr);
-    let browser = common::cdp::Browser::launch(&bin);
+    let browser = cdp::Browser::launch(&bin);
     let mut page = browser.open(&format!("{base}/tsdb-status")).await;
     page.wait_for("document.body.dataset.state === 'done'")
         .await;
@@ -402,7 +404,7 @@ async fn the_tsdb_status_page_shows_cardinality_and_links_each_row_to_its_series
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_histograms_draw_as_heatmaps_and_exemplars_as_points() {
     use sluice::proto::prometheus as pb;
-    let Some(bin) = common::cdp::chromium() else {
+    let Some(bin) = cdp::chromium() else {
         return;
     };
     let srv = common::start(Config::default()).await;
@@ -454,7 +456,7 @@ async fn native_histograms_draw_as_heatmaps_and_exemplars_as_points() {
     assert_eq!(status, 204, "{text}");
 
     let base = format!("http://{}", srv.addr);
-    let browser = common::cdp::Browser::launch(&bin);
+    let browser = cdp::Browser::launch(&bin);
     let mut page = browser
         .open(&format!(
             "{base}/query?g0.expr=ui_latency_seconds&g0.tab=graph&g0.display_mode=heatmap&g0.range_input=1h"

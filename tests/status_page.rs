@@ -3,6 +3,8 @@
 //! console errors. `scripts/test` installs Chromium; if it cannot, it sets
 //! SLUICE_SKIP_CHROMIUM=1 and this test says loudly that it skipped.
 
+#[path = "common/cdp.rs"]
+mod cdp;
 mod common;
 
 use sluice::config::Config;
@@ -70,7 +72,7 @@ async fn the_status_page_shows_version_state_and_settings() {
         assert!(html.contains(&format!("href=\"{link}")), "link {link}");
     }
 
-    let Some(bin) = common::cdp::chromium() else {
+    let Some(bin) = cdp::chromium() else {
         return;
     };
     let profile = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,11 @@
 //! Headless Chromium (Debian's `chromium`) driven through its DevTools
 //! protocol over a WebSocket: open a page, evaluate script in it, type,
 //! take screenshots, and collect what it logged as errors.
+//!
+//! Included by the tests that drive a browser (`#[path]`), not through
+//! `common`: the load generator's tests share `common` and have no
+//! WebSocket client.
+#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,6 @@ use sluice::proto::prometheus as pb;
 use sluice::server::Server;
 use tokio::sync::oneshot;
 
-pub mod cdp;
 pub mod downstream;
 
 /// A running Sluice; stops when dropped.
