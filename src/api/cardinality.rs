@@ -22,9 +22,9 @@ use super::tenant::Reads;
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
-use crate::storage::cardinality::{Counter, Stat};
 use crate::storage::index::Matcher;
 use crate::storage::labels::Label;
+use crate::storage::querier::{Counter, Stat};
 use crate::storage::{Querier, Stop, Stopped};
 
 /// The rows a list may be asked for (Prometheus 3.9's cap).

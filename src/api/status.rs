@@ -150,12 +150,7 @@ pub(super) async fn wal_replay(
 pub(super) async fn tsdb_blocks(
     super::tenant::Scoped(tenant): super::tenant::Scoped,
 ) -> axum::response::Response {
-    let blocks: Vec<serde_json::Value> = tenant
-        .db
-        .block_metas()
-        .iter()
-        .map(crate::storage::block::meta_value)
-        .collect();
+    let blocks = tenant.db.block_metas_json();
     json_reply(&serde_json::json!({"status": "success", "data": {"blocks": blocks}}))
 }
 

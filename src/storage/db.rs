@@ -352,6 +352,15 @@ impl Db {
         self.blocks.stats()
     }
 
+    /// [`Db::block_metas`] as their `meta.json` files hold them (what
+    /// Prometheus' `/api/v1/status/tsdb/blocks` lists).
+    pub fn block_metas_json(&self) -> Vec<serde_json::Value> {
+        self.block_metas()
+            .iter()
+            .map(super::block::meta_value)
+            .collect()
+    }
+
     /// Takes a snapshot into `dest`, a new directory: the blocks
     /// hard-linked, and unless `with_head` is false the head written as a
     /// block named at `now_ms` (see [`super::snapshot`]).

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::blocks::{merge, BlockSet, Blocks};
+pub use super::cardinality::{Cardinality, Counter, Stat};
 pub use super::chunk::ChunkRef;
 use super::federated::{chooses, down, tag};
 pub use super::federated::{chooses as tenant_chosen, down as tenant_down, tag_pairs};
