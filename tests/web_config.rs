@@ -358,7 +358,16 @@ async fn logins_over_https_are_checked_and_reloaded() {
         .send()
         .await;
     assert!(plain.is_err() || plain.is_ok_and(|r| r.status() != 200));
-    let m = get(&c, &door.url("/metrics"), alice).await.body;
+    // The server counts the failed handshake on its own task, which may
+    // come after the client has given up: look again, for a bounded time.
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = get(&c, &door.url("/metrics"), alice).await.body;
+        if metric(&m, "sluice_http_tls_handshake_failures_total") >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         metric(
             &m,
