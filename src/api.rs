@@ -206,11 +206,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/api/v1/admin/tsdb/delete_series",
-            post(admin::not_yet).put(admin::not_yet),
+            post(admin::delete_series).put(admin::delete_series),
         )
         .route(
             "/api/v1/admin/tsdb/clean_tombstones",
-            post(admin::not_yet).put(admin::not_yet),
+            post(admin::clean_tombstones).put(admin::clean_tombstones),
         );
     guarded(reads.merge(rest).merge(admin), state)
 }
@@ -378,9 +378,32 @@ mod tests {
         let (status, body) = send(&on, post("/api/v1/admin/tsdb/snapshot")).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
         assert!(body.contains("no data directory"), "{body}");
+        // Deletion needs a selector, and reads every one before deleting.
         let (status, body) = send(&on, post("/api/v1/admin/tsdb/delete_series")).await;
-        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
-        assert!(body.contains("not supported"), "{body}");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("no match[] parameter provided"), "{body}");
+        let (status, body) = send(
+            &on,
+            post("/api/v1/admin/tsdb/delete_series?match[]=up&match[]=%7B"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("match[]"), "{body}");
+        let (status, body) = send(
+            &on,
+            post("/api/v1/admin/tsdb/delete_series?match[]=up&start=yesterday"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("start"), "{body}");
+        for uri in [
+            "/api/v1/admin/tsdb/delete_series?match[]=up",
+            "/api/v1/admin/tsdb/clean_tombstones",
+        ] {
+            let (status, body) = send(&on, post(uri)).await;
+            assert_eq!(status, StatusCode::NO_CONTENT, "{uri}: {body}");
+            assert!(body.is_empty(), "{body}");
+        }
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
-//! Crash points for the crash tests: steps of the block cut and of
-//! compaction where a test can have the process killed (SIGKILL, as
+//! Crash points for the crash tests: steps of the block cut, of
+//! compaction and of cleaning tombstones where a test can have the process killed (SIGKILL, as
 //! `kill -9`), to check that a start afterwards loses and doubles
 //! nothing. Nothing is armed unless the binary's `main` arms one (from
 //! `SLUICE_TEST_KILL_AT`); an unarmed point costs one atomic load.
@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 static ARMED: OnceLock<String> = OnceLock::new();
 
 /// The points, in the order a cut and a compaction pass them.
-pub const POINTS: [&str; 5] = [
+pub const POINTS: [&str; 6] = [
     // A block's chunks are written, its index is not.
     "block-writing",
     // The block is in place, the head still holds its chunks.
@@ -20,6 +20,9 @@ pub const POINTS: [&str; 5] = [
     "compaction-writing",
     // The compacted block is in place; its parents are not yet deleted.
     "compaction-written",
+    // A block written again without its tombstones' samples is in place
+    // (or there is none: nothing was left); the old one is not deleted.
+    "tombstones-cleaned",
 ];
 
 /// Arms the point `name` (once per process). False if `name` is not a

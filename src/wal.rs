@@ -636,6 +636,7 @@ mod tests {
                 Record::Histograms(h) => got.extend(h.map(|(r, t, _)| format!("h{r}@{t}"))),
                 Record::Flushed { below, .. } => got.push(format!("flushed<{below}")),
                 Record::Starts(_) => got.push("starts".into()),
+                Record::Tombstones(d) => got.extend(d.map(|(r, a, b)| format!("d{r}:{a}..{b}"))),
             },
         )?;
         Ok((got, report))

@@ -1,6 +1,8 @@
 //! Prometheus' admin API, served only with `--web-enable-admin-api`
 //! (alias `--web.enable-admin-api`): `snapshot` takes a snapshot of the
-//! tenant's blocks and head. Without the flag every admin endpoint
+//! tenant's blocks and head; `delete_series` deletes samples (tombstones
+//! in blocks, deleted ranges in the head) and `clean_tombstones` writes
+//! the blocks again without them. Without the flag every admin endpoint
 //! answers as Prometheus' do when its admin API is off: 500, error type
 //! `unavailable`, `admin APIs disabled`.
 
@@ -8,7 +10,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::params::Params;
@@ -105,17 +107,66 @@ pub(super) async fn snapshot(
     }
 }
 
-/// `POST|PUT /api/v1/admin/tsdb/delete_series` and `clean_tombstones`:
-/// the refusal when the admin API is off; with it on, deletion is not in
-/// this version, which says so.
-pub(super) async fn not_yet(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// `POST|PUT /api/v1/admin/tsdb/delete_series?match[]=…&start=&end=`:
+/// deletes the samples of the matching series in `[start, end]` (the
+/// whole of time by default) from the tenant's blocks and head, as
+/// Prometheus does; 204 once the deletion is durable.
+pub(super) async fn delete_series(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+    p: Params,
+) -> Result<Response, ApiError> {
     if let Some(r) = refused(&state) {
         return Ok(r);
     }
-    Err(prom(
-        ErrorType::Internal,
-        "deleting series is not supported by this version of Sluice",
-    ))
+    if p.all("match[]").next().is_none() {
+        return Err(ApiError::bad_data("no match[] parameter provided"));
+    }
+    let (start, end) = p.time_range()?;
+    // Every selector is read before anything is deleted.
+    let selectors = p.selectors(&state.query_options().parse)?;
+    let shown: Vec<String> = p.all("match[]").map(str::to_owned).collect();
+    let db = std::sync::Arc::clone(&tenant.db);
+    // Tombstone files are written and fsynced: blocking work.
+    let done = tokio::task::spawn_blocking(move || db.delete(&selectors, start, end))
+        .await
+        .map_err(|e| prom(ErrorType::Internal, format!("delete series: {e}")))?
+        .map_err(|e| prom(ErrorType::Internal, format!("delete series: {e}")))?;
+    let (block_series, head_series) = (done.block_series, done.head_series);
+    done.commit
+        .durable()
+        .await
+        .map_err(|e| prom(ErrorType::Internal, format!("delete series: {e}")))?;
+    tracing::info!(
+        tenant = %tenant.id,
+        selectors = ?shown,
+        start,
+        end,
+        block_series,
+        head_series,
+        "series deleted"
+    );
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST|PUT /api/v1/admin/tsdb/clean_tombstones`: writes the tenant's
+/// blocks that have tombstones again without the samples they delete;
+/// 204 when done.
+pub(super) async fn clean_tombstones(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+) -> Result<Response, ApiError> {
+    if let Some(r) = refused(&state) {
+        return Ok(r);
+    }
+    let now_ms = u64::try_from(state.now_ms()).unwrap_or(0);
+    let db = std::sync::Arc::clone(&tenant.db);
+    let cleaned = tokio::task::spawn_blocking(move || db.clean_tombstones(now_ms))
+        .await
+        .map_err(|e| prom(ErrorType::Internal, format!("clean tombstones: {e}")))?
+        .map_err(|e| prom(ErrorType::Internal, format!("clean tombstones: {e}")))?;
+    tracing::info!(tenant = %tenant.id, blocks = cleaned.len(), "tombstones cleaned");
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]

@@ -76,6 +76,12 @@ impl CommitError {
 }
 
 impl Commit {
+    /// A commit made durable by `lsn` of `wal` (nothing to wait for
+    /// without a WAL, or at 0).
+    pub(super) fn new(wal: Option<std::sync::Arc<GroupCommit>>, lsn: u64) -> Self {
+        Self { wal, lsn }
+    }
+
     /// Waits until everything committed is durable.
     pub fn durable(self) -> impl std::future::Future<Output = Result<(), CommitError>> + Send {
         let wait = self.wal.filter(|_| self.lsn > 0).map(|w| w.wait(self.lsn));

@@ -434,9 +434,21 @@ impl Block {
     }
 }
 
+/// How a cleaned block's child is named in the log: its ULID, or `none`
+/// when nothing was left.
+fn child_name(meta: &BlockMeta) -> String {
+    match meta.num_series {
+        0 => "none".into(),
+        _ => meta.ulid.to_string(),
+    }
+}
+
 /// `c` without the samples `deleted` names, encoded again: what
 /// compaction writes of a parent's partly deleted chunk.
-fn trim_chunk(c: BlockChunk, deleted: &Intervals) -> Result<Vec<BlockChunk>, BlockError> {
+pub(super) fn trim_chunk(
+    c: BlockChunk,
+    deleted: &Intervals,
+) -> Result<Vec<BlockChunk>, BlockError> {
     Ok(match c.encoding {
         Encoding::Xor => float_chunks(&left_of(&c.data, deleted)?),
         Encoding::Histogram | Encoding::FloatHistogram => {
@@ -467,7 +479,7 @@ fn left_of(bytes: &[u8], deleted: &Intervals) -> Result<Vec<(i64, f64)>, BlockEr
 /// Takes `deleted`'s samples out of `s`: histograms dropped, float chunks
 /// that hold some decoded and encoded again without them. False when
 /// nothing is left.
-fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> Result<bool, BlockError> {
+pub(super) fn leave_out(s: &mut SelectedSeries, deleted: &Intervals) -> Result<bool, BlockError> {
     s.histograms.retain(|(t, _)| !deleted.contains(*t));
     if s.chunks.iter().any(|c| deleted.overlaps(c.mint, c.maxt)) {
         let mut kept = Vec::with_capacity(s.chunks.len());
@@ -882,20 +894,7 @@ impl Blocks {
             };
             crate::crash::point("compaction-written");
             let meta = block.meta.clone();
-            {
-                let mut set = self.set.write();
-                set.blocks
-                    .retain(|b| !parents.iter().any(|p| p.meta.ulid == b.meta.ulid));
-                let key = order_key(&meta);
-                let at = set.blocks.partition_point(|b| order_key(&b.meta) <= key);
-                set.blocks.insert(at, Arc::new(block));
-            }
-            self.remeasure();
-            for p in &parents {
-                if let Err(e) = std::fs::remove_dir_all(&p.dir) {
-                    tracing::error!(block = %p.dir.display(), error = %e, "a compacted block could not be deleted; it is deleted at the next start");
-                }
-            }
+            self.swap(&parents, Some(block));
             let took = started.elapsed();
             {
                 let mut c = self.counts.lock();
@@ -915,6 +914,76 @@ impl Blocks {
             );
             done.push(meta);
         }
+    }
+
+    /// Puts `child` (if any) in the set in place of `parents`, in one
+    /// step, then deletes the parents' directories: a query that started
+    /// before keeps reading them through its open files.
+    fn swap(&self, parents: &[Arc<Block>], child: Option<Block>) {
+        {
+            let mut set = self.set.write();
+            set.blocks
+                .retain(|b| !parents.iter().any(|p| p.meta.ulid == b.meta.ulid));
+            if let Some(block) = child {
+                let key = order_key(&block.meta);
+                let at = set.blocks.partition_point(|b| order_key(&b.meta) <= key);
+                set.blocks.insert(at, Arc::new(block));
+            }
+        }
+        self.remeasure();
+        for p in parents {
+            if let Err(e) = std::fs::remove_dir_all(&p.dir) {
+                tracing::error!(block = %p.dir.display(), error = %e, "a replaced block could not be deleted; it is deleted at the next start");
+            }
+        }
+    }
+
+    /// Writes each block that has tombstones again without the samples
+    /// they delete, as Prometheus' `CleanTombstones` (see
+    /// [`compact::rewrite`]), one block at a time, each swapped in for
+    /// its parent; a block left with nothing goes without a child. The
+    /// caller keeps cuts, compaction and deletions off meanwhile. Returns
+    /// each cleaned block's ULID and its child's meta, if it has one.
+    pub(crate) fn clean_tombstones(
+        &self,
+        now_ms: u64,
+        keep_going: &dyn Fn() -> bool,
+    ) -> Result<Vec<(super::block::Ulid, Option<BlockMeta>)>, CompactError> {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(Vec::new());
+        };
+        let blocks: Vec<Arc<Block>> = self.set.read().blocks.clone();
+        let mut done = Vec::new();
+        for b in blocks.iter().filter(|b| b.tombstone_count() > 0) {
+            let started = std::time::Instant::now();
+            let written =
+                compact::rewrite(&dir, b.as_parent(), now_ms, keep_going, &untangle_chunks)?;
+            let Some(meta) = written else {
+                break;
+            };
+            let child_dir = dir.join(meta.ulid.to_string());
+            let child = if meta.num_series == 0 {
+                // Every sample was deleted: no child, as Prometheus
+                // writes no empty block.
+                std::fs::remove_dir_all(&child_dir).map_err(CompactError::Write)?;
+                None
+            } else {
+                Some(Block::open(&child_dir).map_err(|e| CompactError::Read(meta.ulid, e))?)
+            };
+            crate::crash::point("tombstones-cleaned");
+            self.swap(std::slice::from_ref(b), child);
+            tracing::info!(
+                block = %b.meta.ulid,
+                tombstones = b.tombstone_count(),
+                new_block = %child_name(&meta),
+                series = meta.num_series,
+                samples = meta.num_samples,
+                seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
+                "tombstones cleaned: block written again without what they delete"
+            );
+            done.push((b.meta.ulid, (meta.num_series > 0).then_some(meta)));
+        }
+        Ok(done)
     }
 
     /// Notes a block write that failed.

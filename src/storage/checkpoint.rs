@@ -30,6 +30,8 @@
 //! shard's series is followed by a samples record and a histograms record
 //! (the WAL's) of their out-of-order samples, if they have any, which the
 //! load appends as replay does, and a record of their start-time runs.
+//! After every series come the exemplars, then the deleted ranges of
+//! series (the WAL's tombstones records, see `head::deleted`).
 //!
 //! A sealed chunk is written once, into the chunk file of the first
 //! checkpoint that meets it, and referred to by later ones (see
@@ -48,7 +50,7 @@ use super::head::Head;
 use super::labels::encode_canonical;
 
 use crate::encoding::{put_uvarint, unzigzag, zigzag, Cursor};
-use crate::wal::record::{self, encode_checkpoint_refs, Record};
+use crate::wal::record::{self, encode_checkpoint_refs, encode_tombstones, Record};
 use crate::wal::{io_err, sync_dir, WalError};
 
 pub mod chunks;
@@ -417,6 +419,16 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
     buf.clear();
     head.exemplars()
         .snapshot(|entries| record::encode_exemplars_frame(&mut buf, entries));
+    // The deleted ranges, last: every series they name is defined above.
+    // Read after the rotation, so they hold every range logged in the
+    // segments this checkpoint covers (see `head::deleted`).
+    let deleted = head.deleted();
+    encode_tombstones(
+        &mut buf,
+        deleted
+            .iter()
+            .flat_map(|(id, ranges)| ranges.iter().map(move |(lo, hi)| (id, lo, hi))),
+    );
     report.bytes += buf.len() as u64;
     file.write_all(&buf).map_err(io_err(&tmp))?;
     // The new chunks are durable before the checkpoint refers to them.
@@ -566,7 +578,8 @@ pub fn load(
                 rec @ (Record::Exemplars(_)
                 | Record::Samples(_)
                 | Record::Histograms(_)
-                | Record::Starts(_)),
+                | Record::Starts(_)
+                | Record::Tombstones(_)),
                 len,
             )) => {
                 records(rec);

@@ -19,8 +19,9 @@
 use std::time::Instant;
 
 use super::block::compact::{block_ranges, CompactError};
+use super::block::tombstones::Tombstones;
 use super::block::{write_block_as, BlockChunk, BlockMeta, BlockSeries, Compaction, Ulid};
-use super::blocks::{float_chunks, hist_chunks, untangle_chunks, Block, Blocks};
+use super::blocks::{float_chunks, hist_chunks, trim_chunk, untangle_chunks, Block, Blocks};
 use super::head::{Head, HeadOptions, LateSeries};
 use crate::histogram::HistSample;
 use crate::wal::record::encode_flushed;
@@ -79,7 +80,12 @@ pub(super) fn cut_blocks(
         // ones there go out of order.
         head.raise_cut_floor(max_time);
         let started = Instant::now();
+        let deleted = head.deleted();
         let in_order = head.chunks_between(min_time, max_time);
+        // Whether the head held anything in order here, deleted or not:
+        // when all of it was, the range is let go without a block.
+        let held = !in_order.is_empty();
+        let in_order = without_deleted(in_order, &deleted).map_err(&fail)?;
         // The late samples older than the block's end, and a WAL record
         // naming the blocks that will hold them, logged in one step: at
         // replay, once those blocks exist, what was logged before it
@@ -90,7 +96,9 @@ pub(super) fn cut_blocks(
                 .iter()
                 .flat_map(|l| {
                     let floats = l.samples.iter().map(|&(t, _)| t);
-                    floats.chain(l.hists.iter().map(|(t, _)| *t))
+                    let all = floats.chain(l.hists.iter().map(|(t, _)| *t));
+                    let gone = deleted.get(l.id);
+                    all.filter(move |&t| !gone.is_some_and(|r| r.contains(t)))
                 })
                 .map(|t| t.div_euclid(range) * range)
                 .collect();
@@ -108,7 +116,21 @@ pub(super) fn cut_blocks(
             frame
         });
         if planned.is_empty() {
-            break;
+            if !held && late.is_empty() {
+                break;
+            }
+            // Everything the head held here was deleted: it goes with
+            // no block written (as Prometheus writes none of no samples).
+            let dropped = head.truncate_in_order(max_time);
+            head.drop_flushed(&late);
+            tracing::info!(
+                min_time,
+                max_time,
+                head_chunks_dropped = dropped.chunks,
+                late_series = late.len(),
+                "head range deleted whole: no block written"
+            );
+            continue;
         }
         if lsn > 0 {
             if let Some(wal) = head.wal() {
@@ -119,7 +141,7 @@ pub(super) fn cut_blocks(
         let mut written: Vec<Block> = Vec::with_capacity(planned.len());
         let mut in_order = Some(in_order);
         for &(start, ulid) in &planned {
-            let of_range = late_in(&late, start, start + range, head.options());
+            let of_range = late_in(&late, start, start + range, head.options(), &deleted);
             let (series, compaction) = match start == min_time {
                 true => (
                     with_late(in_order.take().unwrap_or_default(), of_range),
@@ -180,12 +202,20 @@ pub(super) fn cut_blocks(
     Ok(cut)
 }
 
-/// The late samples of `late` in `[lo, hi)`, as block series: floats in
-/// XOR chunks, histograms encoded as the head encodes them.
-fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<BlockSeries> {
+/// The late samples of `late` in `[lo, hi)` that `deleted` leaves, as
+/// block series: floats in XOR chunks, histograms encoded as the head
+/// encodes them.
+fn late_in(
+    late: &[LateSeries],
+    lo: i64,
+    hi: i64,
+    opts: &HeadOptions,
+    deleted: &Tombstones,
+) -> Vec<BlockSeries> {
     late.iter()
         .filter_map(|l| {
-            let within = |t: i64| lo <= t && t < hi;
+            let gone = deleted.get(l.id);
+            let within = |t: i64| lo <= t && t < hi && !gone.is_some_and(|r| r.contains(t));
             let floats: Vec<(i64, f64)> =
                 l.samples.iter().filter(|s| within(s.0)).copied().collect();
             let hists: Vec<(i64, HistSample)> =
@@ -202,6 +232,34 @@ fn late_in(late: &[LateSeries], lo: i64, hi: i64, opts: &HeadOptions) -> Vec<Blo
             })
         })
         .collect()
+}
+
+/// The head's series of a range (by id) without the samples `deleted`
+/// names: a chunk that holds some is encoded again without them, and a
+/// series left with none is dropped.
+fn without_deleted(
+    series: Vec<(u64, BlockSeries)>,
+    deleted: &Tombstones,
+) -> Result<Vec<BlockSeries>, String> {
+    let mut out = Vec::with_capacity(series.len());
+    for (id, mut s) in series {
+        if let Some(ranges) = deleted.get(id) {
+            let mut kept = Vec::with_capacity(s.chunks.len());
+            for c in std::mem::take(&mut s.chunks) {
+                if ranges.overlaps(c.mint, c.maxt) {
+                    kept.extend(trim_chunk(c, ranges).map_err(|e| e.to_string())?);
+                } else {
+                    kept.push(c);
+                }
+            }
+            if kept.is_empty() {
+                continue;
+            }
+            s.chunks = kept;
+        }
+        out.push(s);
+    }
+    Ok(out)
 }
 
 /// `in_order` series of a range with the `late` ones of that range merged
@@ -1144,6 +1202,118 @@ mod tests {
         // 21 series × 360 minutes, less what was deleted in [0, 6h).
         let gone = 61 + 60 + 11 + 120;
         assert_eq!(done[0].num_samples, 21 * 360 - gone);
+    }
+
+    /// Deletes `[lo, hi]` of `selectors` from `db` and waits until the
+    /// deletion is durable; (block series, head series) hit.
+    fn delete(db: &Db, selectors: &[Vec<Matcher>], lo: i64, hi: i64) -> (u64, u64) {
+        let d = db.delete(selectors, lo, hi).expect("deletes");
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(d.commit.durable())
+            .expect("durable");
+        (d.block_series, d.head_series)
+    }
+
+    fn by(name: &str, value: &str) -> Vec<Matcher> {
+        vec![Matcher::new(MatchOp::Equal, name, value).expect("matcher")]
+    }
+
+    #[test]
+    fn head_deletions_leave_every_read_survive_restarts_and_reach_blocks_as_gaps() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        fill(&db, 0, 3 * H);
+        let before = everything(&db);
+        let m = 60_000;
+        // Part of one series, a histogram series' first minutes, and one
+        // series whole (the default range of the API is all of time).
+        assert_eq!(delete(&db, &[by("k", "3")], 30 * m, 90 * m), (0, 1));
+        assert_eq!(
+            delete(&db, &[by("__name__", "lat")], i64::MIN, 10 * m),
+            (0, 1)
+        );
+        assert_eq!(delete(&db, &[by("k", "5")], i64::MIN, i64::MAX), (0, 1));
+        // Nothing there: no range.
+        assert_eq!(delete(&db, &[by("k", "7")], 5 * H, 6 * H), (0, 0));
+        let mut want = without(&before, Some("3"), (30 * m, 90 * m), 0);
+        want = without(&want, None, (0, 10 * m), 11);
+        want = without(&want, Some("5"), (i64::MIN, i64::MAX), 0);
+        want.retain(|(_, floats, hists)| !floats.is_empty() || *hists > 0);
+        assert_eq!(want.len(), 20);
+        assert_eq!(everything(&db), want);
+        // The newest sample of a series is read apart: not a deleted one.
+        let newest = db
+            .querier()
+            .select_newest_until(&by("k", "3"), 0, 90 * m, &Stop::default())
+            .expect("no stop");
+        assert_eq!(newest[0].last_sample(0, 90 * m).map(|s| s.0), Some(29 * m));
+        // A series deleted whole is not listed; the others are.
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        let listed = |db: &Db| {
+            db.querier()
+                .series_labels(
+                    std::slice::from_ref(&all),
+                    i64::MIN,
+                    i64::MAX,
+                    &Stop::default(),
+                )
+                .expect("no stop")
+                .len()
+        };
+        assert_eq!(listed(&db), 20);
+        // Deleting again changes nothing.
+        assert_eq!(delete(&db, &[by("k", "3")], 30 * m, 90 * m), (0, 1));
+        assert_eq!(everything(&db), want);
+
+        // The log brings the ranges back...
+        db.close(Close::WalOnly);
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(everything(&db), want, "after replaying the WAL");
+        assert_eq!(listed(&db), 20);
+        // ...and so does a checkpoint, once the segments it covers are gone.
+        db.close(Close::Checkpoint);
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(everything(&db), want, "after loading a checkpoint");
+
+        // A cut writes its block without the deleted samples, and the head
+        // lets go of the ranges that reach nothing it holds.
+        fill(&db, 3 * H, 5 * H);
+        let before = everything(&db);
+        let cut = db.cut_blocks(1).expect("cut");
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].num_samples, 21 * 120 - 61 - 11 - 120);
+        assert_eq!(everything(&db), before, "the same after the cut");
+        assert_eq!(db.blocks().read().blocks()[0].tombstone_count(), 0);
+        let left: Vec<u64> = db.head().deleted().iter().map(|(id, _)| id).collect();
+        assert_eq!(left.len(), 1, "only k=5's range still reaches the head");
+    }
+
+    #[test]
+    fn a_head_range_deleted_whole_goes_without_a_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        fill(&db, 0, 4 * H);
+        let all = Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re");
+        assert_eq!(delete(&db, &[vec![all]], 0, 2 * H - 1), (0, 21));
+        // [0, 2h) holds nothing left: no block, and the next range is cut.
+        fill(&db, 4 * H, 6 * H);
+        let want = everything(&db);
+        assert!(want
+            .iter()
+            .all(|(_, f, _)| f.first().is_none_or(|s| s.0 >= 2 * H)));
+        let cut = db.cut_blocks(1).expect("cut");
+        assert_eq!(
+            cut.iter()
+                .map(|b| (b.min_time, b.max_time))
+                .collect::<Vec<_>>(),
+            [(2 * H, 4 * H)]
+        );
+        assert_eq!(everything(&db), want);
+        assert!(db.head().deleted().is_empty(), "no range reaches the head");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::appender::Appender;
+use super::appender::{Appender, Commit};
 use super::blocks::{BlockStats, Blocks};
 use super::checkpoint::{self, Schedule};
 use super::exemplars::ExemplarStore;
@@ -85,6 +85,17 @@ pub enum Close {
     Checkpoint,
     /// Only the WAL (the next start replays all of it).
     WalOnly,
+}
+
+/// What [`Db::delete`] deleted.
+#[derive(Debug)]
+pub struct Deletion {
+    /// Series of the blocks that got a tombstone (once per block).
+    pub block_series: u64,
+    /// Series of the head that got a deleted range.
+    pub head_series: u64,
+    /// The head's ranges, logged: wait on it before answering.
+    pub commit: Commit,
 }
 
 /// One database: see the module's documentation.
@@ -390,6 +401,53 @@ impl Db {
             hit += self.blocks.delete(m, mint, maxt)?;
         }
         Ok(hit)
+    }
+
+    /// Deletes `[mint, maxt]` of the series matching any of `selectors`,
+    /// as Prometheus' `DB.Delete`: tombstones in the blocks (durable on
+    /// return), and ranges in the head, logged (durable once the returned
+    /// commit is, see [`Deletion::durable`]). Cuts, compaction and
+    /// retention wait meanwhile.
+    pub fn delete(
+        &self,
+        selectors: &[Vec<super::index::Matcher>],
+        mint: i64,
+        maxt: i64,
+    ) -> Result<Deletion, super::block::BlockError> {
+        let _moving = self.moving.lock();
+        let mut done = Deletion {
+            block_series: 0,
+            head_series: 0,
+            commit: Commit::new(self.head.wal_handle(), 0),
+        };
+        let mut lsn = 0;
+        for m in selectors {
+            done.block_series += self.blocks.delete(m, mint, maxt)?;
+            let (series, at) = self
+                .head
+                .delete(m, mint, maxt, &super::Stop::default())
+                .map_err(|_| super::block::BlockError("deletion stopped".into()))?;
+            done.head_series += series;
+            lsn = lsn.max(at);
+        }
+        done.commit = Commit::new(self.head.wal_handle(), lsn);
+        Ok(done)
+    }
+
+    /// Writes every block that has tombstones again without what they
+    /// delete (Prometheus' `CleanTombstones`); each cleaned block's ULID
+    /// and its child's meta (none when nothing was left). The head's
+    /// deleted ranges stay until a cut writes its blocks without them.
+    /// Cuts, compaction, retention and deletions wait meanwhile.
+    pub fn clean_tombstones(
+        &self,
+        now_ms: u64,
+    ) -> Result<
+        Vec<(super::block::Ulid, Option<super::block::BlockMeta>)>,
+        super::block::compact::CompactError,
+    > {
+        let _moving = self.moving.lock();
+        self.blocks.clean_tombstones(now_ms, &|| true)
     }
 
     /// The metas of the blocks served, oldest first.

@@ -13,6 +13,8 @@
 //!   over per commit, visibility caught up with durability);
 //! - `read`: the head's own reads (matching series, sizes, what a cut copies);
 //! - `replay`: opening from a checkpoint and the WAL;
+//! - `deleted`: the deleted time ranges of series (`delete_series`),
+//!   logged, and left out of every read;
 //! - [`aliases`]: protocol keys of series (remote write 2.0).
 //!
 //! Only `storage` sees any of it: the rest of the crate writes through the
@@ -27,6 +29,7 @@ use parking_lot::Mutex;
 mod append;
 pub(super) use append::NO_SLOT;
 pub(super) mod aliases;
+pub(super) mod deleted;
 pub(super) mod hist_series;
 mod log;
 pub(super) use log::LateSeries;
@@ -151,6 +154,9 @@ pub struct Head {
     /// The newest sample time stored in order, over every series (the
     /// out-of-order window ends here).
     max_t: AtomicI64,
+    /// Deleted time ranges by series id: replaced whole on a change, so a
+    /// reader holds a fixed view (see `deleted`).
+    deleted: parking_lot::RwLock<Arc<super::block::tombstones::Tombstones>>,
 }
 
 /// Checkpoints taken since start.
@@ -226,6 +232,7 @@ impl Head {
             aliases: Aliases::default(),
             ooo_window_ms: AtomicI64::new(opts.ooo_window_ms),
             max_t: AtomicI64::new(i64::MIN),
+            deleted: parking_lot::RwLock::default(),
             opts,
         }
     }
@@ -385,6 +392,7 @@ impl Head {
             r.chunks += chunks;
             r.series += series;
         }
+        self.prune_deleted();
         self.series.fetch_sub(r.series, Ordering::Relaxed);
         if !removed.is_empty() {
             let mut counts = self.per_metric.lock();

@@ -5,12 +5,13 @@
 
 use std::collections::BTreeSet;
 
-use super::blocks::{merge, BlockSet, Blocks};
+use super::blocks::{leave_out, merge, BlockSet, Blocks};
 pub use super::cardinality::{Cardinality, Counter, Stat};
 pub use super::chunk::ChunkRef;
 use super::federated::{chooses, down, tag};
 pub use super::federated::{chooses as tenant_chosen, down as tenant_down, tag_pairs};
 pub use super::federated::{ORIGINAL_TENANT_LABEL, TENANT_LABEL};
+use super::head::deleted::deleted_whole;
 use super::head::shard::{MemSeries, Shard};
 use super::head::{Head, SeriesSamples};
 use super::index::Matcher;
@@ -252,23 +253,25 @@ impl<'d> Single<'d> {
         // The head answers in order from the floor on, and with late
         // samples older than it that no block holds yet.
         let floor = set.floor();
+        let deleted = self.head.deleted();
         let parts = self.head.collect_matches(
             matchers,
             (mint, maxt),
             stop,
             |shard, series, until| {
-                let chunks = match reading {
-                    Reading::Newest => {
+                let ranges = deleted.get(series.id);
+                let chunks = match (reading, ranges) {
+                    (Reading::Newest, None) => {
                         shard.newest_chunk_for_query(series, (mint, maxt), until, floor)
                     }
-                    Reading::All => None,
+                    _ => None,
                 }
                 .unwrap_or_else(|| shard.chunks_for_query(series, (mint, maxt), until, floor));
                 let histograms = shard.histograms_of(series, (mint, maxt), until, floor);
                 if chunks.is_empty() && histograms.is_empty() && mint < floor {
                     return None;
                 }
-                Some(SelectedSeries {
+                let mut s = SelectedSeries {
                     labels: shard.labels_of(series),
                     chunks,
                     histograms,
@@ -278,7 +281,21 @@ impl<'d> Single<'d> {
                         maxt,
                     )
                     .to_vec(),
-                })
+                };
+                if let Some(ranges) = ranges {
+                    // The head's own chunks: sound, so an error is a bug,
+                    // and the series is left out rather than answered
+                    // with what was deleted.
+                    match leave_out(&mut s, ranges) {
+                        Ok(true) => {}
+                        Ok(false) => return None,
+                        Err(e) => {
+                            tracing::error!(error = %e, "a head chunk with deleted samples does not decode");
+                            return None;
+                        }
+                    }
+                }
+                Some(s)
             },
             |part| {
                 if !from_blocks {
@@ -329,13 +346,23 @@ impl<'d> Single<'d> {
     ) -> Result<Vec<Vec<Label>>, Stopped> {
         let mut from_blocks = Vec::new();
         let mut out = Vec::new();
+        let deleted = self.head.deleted();
         self.each_labels(
             None,
             matchers,
             (mint, maxt),
             stop,
             |l| from_blocks.push(l),
-            |shard, series, _| out.push(shard.labels_of(series)),
+            |shard, series, _| {
+                // A series whose samples in the range are all deleted is
+                // not listed.
+                let gone = deleted
+                    .get(series.id)
+                    .is_some_and(|r| deleted_whole(shard, series, r, mint, maxt));
+                if !gone {
+                    out.push(shard.labels_of(series));
+                }
+            },
         )?;
         let merged = !from_blocks.is_empty();
         out.append(&mut from_blocks);

@@ -17,7 +17,11 @@
 //!   t: zigzag varint | v: f64 bits LE`;
 //! - `7` start-time runs: per run `ref: uvarint | run`, the run in
 //!   `storage::starts`' layout (the log carries the bytes, the store reads
-//!   them).
+//!   them);
+//! - `6` flushed: `below: i64 LE | block ULIDs: 16 big-endian bytes each`;
+//! - `9` tombstones (deleted time ranges of series defined earlier): per
+//!   range `ref: uvarint | mint: zigzag varint | maxt: zigzag varint`,
+//!   both ends included, as Prometheus' tombstone records hold them.
 
 pub mod histograms;
 
@@ -37,6 +41,7 @@ const HISTOGRAMS: u8 = 5;
 const FLUSHED: u8 = 6;
 const STARTS: u8 = 7;
 const CHECKPOINT_REFS: u8 = 8;
+const TOMBSTONES: u8 = 9;
 
 /// One decoded record, borrowing the segment's bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +77,59 @@ pub enum Record<'a> {
     },
     /// Start-time runs of series defined earlier, as the store wrote them.
     Starts(&'a [u8]),
+    /// Deleted time ranges of series defined earlier.
+    Tombstones(Tombstones<'a>),
+}
+
+/// The ranges of a tombstones record, decoded as they are iterated (the
+/// whole payload was checked when the frame was read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tombstones<'a> {
+    rest: &'a [u8],
+}
+
+impl Tombstones<'_> {
+    /// Reads one range off the front: `(series_ref, mint, maxt)`.
+    fn read_one(&mut self) -> Option<(u64, i64, i64)> {
+        let mut c = crate::encoding::Cursor(self.rest);
+        let r = c.uvarint()?;
+        let mint = unzigzag(c.uvarint()?);
+        let maxt = unzigzag(c.uvarint()?);
+        self.rest = c.0;
+        Some((r, mint, maxt))
+    }
+}
+
+impl Iterator for Tombstones<'_> {
+    /// `(series_ref, mint, maxt)`, both ends deleted.
+    type Item = (u64, i64, i64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        self.read_one()
+    }
+}
+
+/// Appends tombstones records of `(ref, mint, maxt)` ranges to `out`, a
+/// new record every megabyte or so (a record may not pass
+/// [`MAX_RECORD`]); nothing if there are none.
+pub fn encode_tombstones(out: &mut Vec<u8>, ranges: impl IntoIterator<Item = (u64, i64, i64)>) {
+    let mut open: Option<usize> = None;
+    for (r, mint, maxt) in ranges {
+        let at = *open.get_or_insert_with(|| start(out, TOMBSTONES));
+        put_uvarint(out, r);
+        put_uvarint(out, zigzag(mint));
+        put_uvarint(out, zigzag(maxt));
+        if out.len() - at >= 1 << 20 {
+            finish(out, at);
+            open = None;
+        }
+    }
+    if let Some(at) = open {
+        finish(out, at);
+    }
 }
 
 /// The exemplars of an exemplars record, decoded as they are iterated.
@@ -343,6 +401,14 @@ pub fn decode(buf: &[u8]) -> Result<(Record<'_>, usize), FrameError> {
         EXEMPLARS => Record::Exemplars(Exemplars { rest: payload }),
         HISTOGRAMS => Record::Histograms(Histograms { rest: payload }),
         STARTS => Record::Starts(payload),
+        TOMBSTONES => {
+            // Checked whole here, so that the iterator cannot end early.
+            let mut all = Tombstones { rest: payload };
+            while !all.rest.is_empty() {
+                all.read_one().ok_or(FrameError::BadPayload)?;
+            }
+            Record::Tombstones(Tombstones { rest: payload })
+        }
         FLUSHED => {
             let (below, blocks) = payload
                 .split_first_chunk::<8>()
@@ -399,6 +465,45 @@ mod tests {
         let mut bad = Vec::new();
         let at = start(&mut bad, FLUSHED);
         bad.extend_from_slice(&[0; 8 + 5]);
+        finish(&mut bad, at);
+        assert_eq!(decode(&bad).err(), Some(FrameError::BadPayload));
+    }
+
+    #[test]
+    fn tombstone_records_round_trip_and_a_torn_range_is_refused() {
+        let mut buf = Vec::new();
+        encode_tombstones(&mut buf, std::iter::empty());
+        assert!(buf.is_empty(), "no ranges, no frame");
+        let want = vec![(7, -5, 9), (u64::MAX, i64::MIN, i64::MAX), (0, 0, 0)];
+        encode_tombstones(&mut buf, want.iter().copied());
+        let (rec, n) = decode(&buf).expect("tombstones");
+        assert_eq!(n, buf.len());
+        let Record::Tombstones(got) = rec else {
+            panic!("kind {rec:?}");
+        };
+        assert_eq!(got.collect::<Vec<_>>(), want);
+        // Many ranges make several records, none much over a megabyte.
+        let many: Vec<(u64, i64, i64)> =
+            (0..200_000i64).map(|i| (i.unsigned_abs(), -i, i)).collect();
+        let mut big = Vec::new();
+        encode_tombstones(&mut big, many.iter().copied());
+        let (mut pos, mut got, mut records) = (0, Vec::new(), 0);
+        while pos < big.len() {
+            let (rec, n) = decode(&big[pos..]).expect("a record");
+            assert!(n < (1 << 20) + 64, "a record of {n} bytes");
+            let Record::Tombstones(t) = rec else {
+                panic!("kind {rec:?}");
+            };
+            got.extend(t);
+            pos += n;
+            records += 1;
+        }
+        assert!(records > 1, "one record of {} bytes", big.len());
+        assert_eq!(got, many);
+        // A range cut short is a bad payload, not a shorter list.
+        let mut bad = Vec::new();
+        let at = start(&mut bad, TOMBSTONES);
+        bad.extend_from_slice(&[7, 9]);
         finish(&mut bad, at);
         assert_eq!(decode(&bad).err(), Some(FrameError::BadPayload));
     }

@@ -197,12 +197,8 @@ pub fn compact(
     keep_going: &dyn Fn() -> bool,
     untangle: &dyn Fn(&mut Vec<BlockChunk>),
 ) -> Result<Option<BlockMeta>, CompactError> {
-    let (Some(first), Some(last)) = (parents.first(), parents.last()) else {
+    if parents.is_empty() {
         return Ok(None);
-    };
-    let mut symbols = BTreeSet::new();
-    for p in parents {
-        symbols.extend(p.index.symbols());
     }
     let mut sources = BTreeSet::new();
     for p in parents {
@@ -231,6 +227,65 @@ pub fn compact(
         // only out-of-order samples.
         from_out_of_order: parents.iter().all(|p| p.meta.compaction.from_out_of_order),
     };
+    write_child(dir, parents, compaction, now_ms, keep_going, untangle)
+}
+
+/// Writes `parent` again without its deleted samples (`clean_tombstones`)
+/// as a new block under `dir` whose meta names it as its one parent.
+/// Prometheus makes such a block level 1 and its own only source; this
+/// keeps the parent's level and sources, which still say what it holds
+/// (start-up recognises the blocks a WAL record names by them). A block
+/// with nothing left is written too, with no series: the caller removes
+/// it. `Ok(None)` when `keep_going` said no.
+pub fn rewrite(
+    dir: &Path,
+    parent: Parent<'_>,
+    now_ms: u64,
+    keep_going: &dyn Fn() -> bool,
+    untangle: &dyn Fn(&mut Vec<BlockChunk>),
+) -> Result<Option<BlockMeta>, CompactError> {
+    let m = parent.meta;
+    let mut sources = m.compaction.sources.clone();
+    if sources.is_empty() {
+        sources.push(m.ulid);
+    }
+    let compaction = Compaction {
+        level: m.compaction.level.max(1),
+        sources,
+        parents: vec![BlockDesc {
+            ulid: m.ulid,
+            min_time: m.min_time,
+            max_time: m.max_time,
+        }],
+        from_out_of_order: m.compaction.from_out_of_order,
+    };
+    write_child(
+        dir,
+        std::slice::from_ref(&parent),
+        compaction,
+        now_ms,
+        keep_going,
+        untangle,
+    )
+}
+
+/// The merge of [`compact`] and [`rewrite`]: `parents` into one block
+/// whose meta says `compaction`.
+fn write_child(
+    dir: &Path,
+    parents: &[Parent<'_>],
+    compaction: Compaction,
+    now_ms: u64,
+    keep_going: &dyn Fn() -> bool,
+    untangle: &dyn Fn(&mut Vec<BlockChunk>),
+) -> Result<Option<BlockMeta>, CompactError> {
+    let (Some(first), Some(last)) = (parents.first(), parents.last()) else {
+        return Ok(None);
+    };
+    let mut symbols = BTreeSet::new();
+    for p in parents {
+        symbols.extend(p.index.symbols());
+    }
     let min_time = parents
         .iter()
         .map(|p| p.meta.min_time)

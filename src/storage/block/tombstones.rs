@@ -81,6 +81,13 @@ impl Intervals {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Drops the intervals that end before `t` (a part that reaches `t`
+    /// stays whole).
+    pub fn drop_before(&mut self, t: i64) {
+        let from = self.0.partition_point(|&(_, b)| b < t);
+        self.0.drain(..from);
+    }
 }
 
 /// The deleted ranges of a block's series, by series reference.
@@ -242,6 +249,20 @@ mod tests {
             crc32c::crc32c(&[0x01, 0x00, 0xD0, 0x0F]).to_be_bytes()
         );
         assert_eq!(Tombstones::decode(&b), Ok(t));
+    }
+
+    #[test]
+    fn dropping_before_a_time_keeps_what_reaches_it() {
+        let mut i = Intervals::default();
+        i.add(1, 3);
+        i.add(6, 9);
+        i.add(12, 14);
+        i.drop_before(6);
+        assert_eq!(i.iter().collect::<Vec<_>>(), [(6, 9), (12, 14)]);
+        i.drop_before(10);
+        assert_eq!(i.iter().collect::<Vec<_>>(), [(12, 14)]);
+        i.drop_before(15);
+        assert!(i.is_empty());
     }
 
     #[test]

@@ -141,8 +141,31 @@ impl Head {
             });
         }
         let frame = marker(&late);
+        let lsn = self.submit_after_pending(&mut guards, &frame);
+        (late, lsn)
+    }
+
+    /// Logs `frame` right after every record appended so far (each
+    /// shard's pending frames first), under every shard's lock: the series
+    /// a record of `frame` refers to are defined before it in the log.
+    /// The LSN that makes it durable (0 without a WAL, or for no frame).
+    pub(in crate::storage) fn log_after_pending(&self, frame: &[u8]) -> u64 {
+        // Index order, as `log_appended` takes them.
+        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> =
+            self.shards.iter().map(|Padded(cell)| cell.lock()).collect();
+        self.submit_after_pending(&mut guards, frame)
+    }
+
+    /// The pending frames of every shard in `guards` (all of them,
+    /// locked), then `frame`, in one submission; its LSN (0 without a WAL
+    /// or for no frame).
+    fn submit_after_pending(
+        &self,
+        guards: &mut [parking_lot::MutexGuard<'_, Shard>],
+        frame: &[u8],
+    ) -> u64 {
         let Some(wal) = self.wal.as_ref().filter(|_| !frame.is_empty()) else {
-            return (late, 0);
+            return 0;
         };
         let mut frames = Vec::new();
         let mut gave = vec![false; guards.len()];
@@ -155,14 +178,14 @@ impl Head {
                 reuse::trim(&mut log.frames);
             }
         }
-        frames.extend_from_slice(&frame);
+        frames.extend_from_slice(frame);
         let lsn = wal.submit(&frames);
         for (k, shard) in guards.iter_mut().enumerate() {
             if let (true, Some(log)) = (gave[k], &mut shard.log) {
                 log.handed_over(lsn);
             }
         }
-        (late, lsn)
+        lsn
     }
 
     /// Drops exactly the late samples of `late` (a cut's copy, now in

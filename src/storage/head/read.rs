@@ -232,8 +232,8 @@ impl Head {
         span
     }
 
-    /// Every series' chunks in `[lo, hi)`, with its labels.
-    pub(in crate::storage) fn chunks_between(&self, lo: i64, hi: i64) -> Vec<BlockSeries> {
+    /// Every series' chunks in `[lo, hi)`, with its labels, after its id.
+    pub(in crate::storage) fn chunks_between(&self, lo: i64, hi: i64) -> Vec<(u64, BlockSeries)> {
         let mut out = Vec::new();
         for i in 0..self.shard_count() {
             self.with_shard(i, |shard| {
@@ -248,15 +248,18 @@ impl Head {
                         hi.saturating_sub(1),
                     )
                     .to_vec();
-                    out.push(BlockSeries {
-                        starts,
-                        labels: shard
-                            .labels_of(s)
-                            .into_iter()
-                            .map(|l| (l.name.into(), l.value.into()))
-                            .collect(),
-                        chunks,
-                    });
+                    out.push((
+                        s.id,
+                        BlockSeries {
+                            starts,
+                            labels: shard
+                                .labels_of(s)
+                                .into_iter()
+                                .map(|l| (l.name.into(), l.value.into()))
+                                .collect(),
+                            chunks,
+                        },
+                    ));
                 }
             });
         }

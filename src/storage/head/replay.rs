@@ -239,6 +239,25 @@ impl<'h> Replayer<'h> {
                 }
             }
             Record::Exemplars(exemplars) => self.head.exemplars().restore(exemplars),
+            Record::Tombstones(ranges) => {
+                for (r, mint, maxt) in ranges {
+                    let Some(&(shard, slot)) = self.refs.get(&r) else {
+                        self.unknown_refs += 1;
+                        continue;
+                    };
+                    // The series' id now (a series record may have named
+                    // one the head already held under another).
+                    let id = self
+                        .head
+                        .lock_shard_for_replay(shard as usize)
+                        .series
+                        .get(slot as usize)
+                        .map(|s| s.id);
+                    if let Some(id) = id {
+                        self.head.restore_deleted(id, mint, maxt);
+                    }
+                }
+            }
             // Kept only while the feature is on: with it off, samples
             // would inherit start times they were not sent with.
             Record::Starts(_) if !self.head.options().st_storage => {}
