@@ -406,3 +406,272 @@ async fn a_snapshot_links_the_blocks_writes_the_head_and_opens_elsewhere() {
     let _second = common::KillOnDrop(child);
     assert_eq!(count_over(&addr2.to_string(), q, end).await, want);
 }
+
+/// Remote read (`/api/v1/read`, samples) of `name` over `[start, end]`:
+/// each series' `i` label to its sample times, as runs a minute apart
+/// (first, last) so that a difference reads at a glance.
+async fn read_times(
+    addr: &str,
+    name: &str,
+    (start, end): (i64, i64),
+) -> BTreeMap<String, Vec<(i64, i64)>> {
+    use prost::Message as _;
+    use sluice::proto::prometheus as pb;
+    let req = pb::ReadRequest {
+        queries: vec![pb::Query {
+            start_timestamp_ms: start,
+            end_timestamp_ms: end,
+            matchers: vec![pb::LabelMatcher {
+                r#type: pb::label_matcher::Type::Eq as i32,
+                name: "__name__".into(),
+                value: name.into(),
+            }],
+            hints: None,
+        }],
+        accepted_response_types: vec![],
+    };
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&req.encode_to_vec())
+        .expect("snappy");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/read"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .header("x-prometheus-remote-read-version", "0.1.0")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200, "{addr}");
+    let bytes = resp.bytes().await.expect("body");
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&bytes)
+        .expect("snappy");
+    let r = pb::ReadResponse::decode(raw.as_slice()).expect("ReadResponse");
+    r.results
+        .iter()
+        .flat_map(|q| &q.timeseries)
+        .map(|ts| {
+            let i = ts
+                .labels
+                .iter()
+                .find(|l| l.name == "i")
+                .map(|l| l.value.clone());
+            let mut runs: Vec<(i64, i64)> = Vec::new();
+            for s in &ts.samples {
+                match runs.last_mut() {
+                    Some(r) if s.timestamp == r.1 + 60_000 => r.1 = s.timestamp,
+                    _ => runs.push((s.timestamp, s.timestamp)),
+                }
+            }
+            (i.unwrap_or_default(), runs)
+        })
+        .collect()
+}
+
+/// `match[]` values of `/api/v1/series` over all time: the `i` labels.
+async fn series_of(addr: &str, selector: &str) -> Vec<String> {
+    let v = common::api_json(
+        &format!("http://{addr}/api/v1/series"),
+        &[("match[]", selector.to_owned())],
+    )
+    .await;
+    assert_eq!(v["status"], "success", "{v}");
+    let mut out: Vec<String> = v["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s["i"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+async fn admin(addr: &str, path: &str, form: &[(&str, String)]) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/admin/tsdb/{path}"))
+        .form(form)
+        .send()
+        .await
+        .expect("sent");
+    let status = r.status().as_u16();
+    assert_eq!(
+        status,
+        204,
+        "{addr} {path}: {}",
+        r.text().await.unwrap_or_default()
+    );
+}
+
+/// What each reader answers of `del_me`: the counts per series at `at`,
+/// the series listed, and the sample times remote read gives.
+type Answers = (
+    BTreeMap<String, String>,
+    Vec<String>,
+    BTreeMap<String, Vec<(i64, i64)>>,
+);
+
+async fn answers(addr: &str, span: (i64, i64)) -> Answers {
+    (
+        count_over(addr, "count_over_time(del_me[6h])", span.1).await,
+        series_of(addr, "del_me").await,
+        read_times(addr, "del_me", span).await,
+    )
+}
+
+/// Prometheus' answers without the series that have no sample left:
+/// Prometheus 3.5.3 still lists a head series deleted whole, and remote
+/// read gives it with no samples (its open head chunk ends at "forever"
+/// in the head's index, so no tombstone covers it), until the head is
+/// compacted; then, as Sluice does throughout, it lists it nowhere.
+async fn answers_without_emptied(addr: &str, span: (i64, i64)) -> Answers {
+    let (counts, mut listed, mut read) = answers(addr, span).await;
+    let emptied: Vec<String> = read
+        .iter()
+        .filter(|(_, runs)| runs.is_empty())
+        .map(|(i, _)| i.clone())
+        .collect();
+    read.retain(|_, runs| !runs.is_empty());
+    listed.retain(|i| !emptied.contains(i));
+    (counts, listed, read)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_series_leave_every_read_as_in_prometheus_3_survive_kill_9_and_are_cleaned() {
+    const N: usize = 6;
+    const MIN: i64 = 60_000;
+    let data = tempfile::tempdir().expect("tempdir");
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &["--web.enable-admin-api"]);
+    let mut sluice = common::KillOnDrop(child);
+    let prom = common::Prometheus::start3(
+        "global:\n  scrape_interval: 1h\n",
+        &[
+            "--web.enable-remote-write-receiver",
+            "--web.enable-admin-api",
+        ],
+    );
+    prom.ready().await;
+    let prom_addr: std::net::SocketAddr = prom.addr().parse().expect("address");
+    // 5 h a minute apart up to the last whole minute: the oldest 2 h
+    // range (or two) is cut into a block, the rest stays in the head.
+    let end = common::now_ms() / MIN * MIN - MIN;
+    let start = end - 5 * HOUR;
+    for to in [addr, prom_addr] {
+        common::push_minutely(to, "del_me", &[], N, (start, end), |i, t| {
+            (i as i64 * t) as f64
+        })
+        .await;
+    }
+    let want = common::blocks_cut_from(start, end);
+    let cut = common::wait_for_metric(addr, "sluice_blocks_cut_total", |v| v >= want as f64).await;
+    assert_eq!(cut, want as f64, "blocks cut within 20 s");
+    let span = (start, end);
+    let (s, p) = (addr.to_string(), prom.addr());
+    let before = answers(&s, span).await;
+    assert_eq!(before.0.len(), N);
+    assert_eq!(before, answers(&p, span).await, "the same data");
+
+    // One series whole (all of time, the default), one across the blocks
+    // and the head, one in the head alone, one by two selectors at once.
+    let secs = |t: i64| (t as f64 / 1000.0).to_string();
+    let deletions: Vec<Vec<(&str, String)>> = vec![
+        vec![("match[]", "del_me{i=\"1\"}".into())],
+        vec![
+            ("match[]", "del_me{i=\"2\"}".into()),
+            ("start", secs(start + 30 * MIN)),
+            ("end", secs(end - 30 * MIN)),
+        ],
+        vec![
+            ("match[]", "del_me{i=\"3\"}".into()),
+            ("start", secs(end - 60 * MIN)),
+        ],
+        vec![
+            ("match[]", "del_me{i=\"4\"}".into()),
+            ("match[]", "{__name__=\"del_me\",i=\"5\"}".into()),
+            ("start", secs(start)),
+            ("end", secs(start + 10 * MIN)),
+        ],
+    ];
+    for form in &deletions {
+        admin(&s, "delete_series", form).await;
+        admin(&p, "delete_series", form).await;
+    }
+    let after = answers(&s, span).await;
+    assert_eq!(
+        after,
+        answers_without_emptied(&p, span).await,
+        "deleted as Prometheus 3.5.3 deletes"
+    );
+    assert!(
+        !after.0.contains_key("1") && !after.1.contains(&"1".to_owned()),
+        "{after:?}"
+    );
+    assert_eq!(after.0["2"], "60", "an hour left of i=2: {after:?}");
+    assert_eq!(after.0["3"], "240", "{after:?}");
+    assert_eq!(
+        (&after.0["4"], &after.0["5"]),
+        (&"290".to_owned(), &"290".to_owned())
+    );
+    // /federate: the newest sample of i=3 is gone, so is i=3 there.
+    let (code, fed) = common::get(addr, "/federate?match[]=del_me").await;
+    assert_eq!(code, 200, "{fed}");
+    let federated: Vec<&str> = fed.lines().filter(|l| l.starts_with("del_me{")).collect();
+    assert_eq!(federated.len(), N - 2, "{fed}");
+    assert!(
+        !fed.contains("i=\"3\"") && !fed.contains("i=\"1\""),
+        "{fed}"
+    );
+
+    // kill -9, and a start on the same directory answers the same.
+    sluice.kill();
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &["--web.enable-admin-api"]);
+    let _sluice = common::KillOnDrop(child);
+    let s = addr.to_string();
+    assert_eq!(answers(&s, span).await, after, "after kill -9");
+
+    // clean_tombstones writes the blocks again: no tombstone left, the
+    // same answers, and promtool's dump of them has no deleted sample.
+    admin(&s, "clean_tombstones", &[]).await;
+    admin(&p, "clean_tombstones", &[]).await;
+    assert_eq!(answers(&s, span).await, after, "after clean_tombstones");
+    assert_eq!(answers_without_emptied(&p, span).await, after);
+    let (_, blocks) = json(format!("http://{s}/api/v1/status/tsdb/blocks")).await;
+    let metas = blocks["data"]["blocks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!metas.is_empty(), "{blocks}");
+    for m in &metas {
+        // Left out at 0, as Prometheus' `omitempty` leaves it.
+        assert_eq!(m["stats"]["numTombstones"].as_u64().unwrap_or(0), 0, "{m}");
+        assert_eq!(
+            m["compaction"]["parents"].as_array().map(Vec::len),
+            Some(1),
+            "{m}"
+        );
+    }
+    let copy = tempfile::tempdir().expect("tempdir");
+    for b in blocks_in(data.path()) {
+        common::copy_block(&b, &copy.path().join(b.file_name().expect("name")));
+    }
+    // promtool opens the directory as Prometheus' own: it wants a WAL.
+    std::fs::create_dir(copy.path().join("wal")).expect("wal dir");
+    let dump = common::promtool3(&["tsdb", "dump", copy.path().to_str().expect("utf-8")]);
+    let deleted = |line: &str| {
+        let t: i64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        line.contains("i=\"1\"")
+            || (line.contains("i=\"2\"") && (start + 30 * MIN..=end - 30 * MIN).contains(&t))
+            || ((line.contains("i=\"4\"") || line.contains("i=\"5\"")) && t <= start + 10 * MIN)
+    };
+    let dumped: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.starts_with("{__name__=\"del_me\""))
+        .collect();
+    assert!(!dumped.is_empty(), "{dump}");
+    assert!(dumped.iter().all(|l| !deleted(l)), "{dump}");
+}
