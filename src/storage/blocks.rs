@@ -863,7 +863,10 @@ impl Blocks {
         loop {
             let blocks: Vec<Arc<Block>> = self.set.read().blocks.clone();
             let chosen = {
-                let metas: Vec<&BlockMeta> = blocks.iter().map(|b| &b.meta).collect();
+                // Their tombstone counts as they are now: the plan
+                // rewrites a block with many.
+                let now: Vec<BlockMeta> = blocks.iter().map(|b| b.current_meta()).collect();
+                let metas: Vec<&BlockMeta> = now.iter().collect();
                 compact::plan(&metas, ranges, &self.failed.lock())
             };
             if chosen.is_empty() {
@@ -894,7 +897,18 @@ impl Blocks {
             };
             crate::crash::point("compaction-written");
             let meta = block.meta.clone();
-            self.swap(&parents, Some(block));
+            if meta.num_series == 0 {
+                // Every sample was deleted: no child, as Prometheus
+                // writes no empty block; the parents go all the same.
+                let dir = block.dir.clone();
+                drop(block);
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::error!(block = %dir.display(), error = %e, "an empty compacted block could not be deleted");
+                }
+                self.swap(&parents, None);
+            } else {
+                self.swap(&parents, Some(block));
+            }
             let took = started.elapsed();
             {
                 let mut c = self.counts.lock();

@@ -1317,6 +1317,78 @@ mod tests {
     }
 
     #[test]
+    fn cleaning_tombstones_writes_blocks_again_and_a_block_deleted_whole_goes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        fill(&db, 0, 8 * H);
+        assert_eq!(db.cut_blocks(1).expect("cut").len(), 3);
+        let old: Vec<_> = db.block_metas().iter().map(|m| m.ulid).collect();
+        let all = vec![Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re")];
+        let m = 60_000;
+        // All of [0, 2h), and part of one series in [2h, 4h).
+        assert_eq!(
+            db.delete_in_blocks(std::slice::from_ref(&all), 0, 2 * H - 1)
+                .ok(),
+            Some(21)
+        );
+        assert_eq!(
+            db.delete_in_blocks(&[by("k", "3")], 2 * H + 30 * m, 3 * H)
+                .ok(),
+            Some(1)
+        );
+        let want = everything(&db);
+        let cleaned = db.clean_tombstones(5).expect("cleans");
+        assert_eq!(cleaned.len(), 2);
+        assert_eq!((cleaned[0].0, cleaned[0].1.is_none()), (old[0], true));
+        let child = cleaned[1].1.clone().expect("a child");
+        assert_eq!(cleaned[1].0, old[1]);
+        assert_eq!(child.num_samples, 21 * 120 - 31);
+        assert_eq!(
+            child
+                .compaction
+                .parents
+                .iter()
+                .map(|p| p.ulid)
+                .collect::<Vec<_>>(),
+            [old[1]]
+        );
+        assert_eq!(
+            child.compaction.sources,
+            [old[1]],
+            "what it holds came from there"
+        );
+        assert_eq!(child.compaction.level, 1);
+        assert_eq!(everything(&db), want, "the same answers");
+        let on_disk = block_dirs(dir.path());
+        assert_eq!(on_disk.len(), 2, "{on_disk:?}");
+        assert!(!on_disk.contains(&old[0].to_string()) && !on_disk.contains(&old[1].to_string()));
+        assert!(db
+            .blocks()
+            .read()
+            .blocks()
+            .iter()
+            .all(|b| b.tombstone_count() == 0));
+        // Nothing left to clean.
+        assert!(db.clean_tombstones(6).expect("cleans").is_empty());
+
+        // Compaction's plan writes again a small block deleted whole: it
+        // goes with no child.
+        assert_eq!(
+            db.delete_in_blocks(std::slice::from_ref(&all), 2 * H, 4 * H - 1)
+                .ok(),
+            Some(21)
+        );
+        let want = everything(&db);
+        assert!(db.compact_blocks(7, &|| true).expect("compacts").len() == 1);
+        assert_eq!(db.block_metas().len(), 1, "only [4h, 6h) is left");
+        assert_eq!(everything(&db), want);
+        db.close(Close::WalOnly);
+        drop(db);
+        let db = open(dir.path());
+        assert_eq!(everything(&db), want, "after a restart");
+    }
+
+    #[test]
     fn compaction_merges_three_blocks_into_one_and_queries_see_the_same() {
         let dir = tempfile::tempdir().expect("tempdir");
         let head = open(dir.path());

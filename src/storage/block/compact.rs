@@ -47,7 +47,9 @@ pub fn default_max_block_range(retention_ms: i64, min: i64) -> i64 {
 /// first group of two or more that fills its range, or ends before the
 /// newest block starts, is chosen. Groups with a block in `skip` (a
 /// compaction of it failed) are passed over: a failed merge would only
-/// fail again.
+/// fail again. With nothing to merge, a block with many tombstones is
+/// chosen alone (see [`with_tombstones`]), to be written without what
+/// they delete.
 pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) -> Vec<usize> {
     if metas.len() < 2 {
         return Vec::new();
@@ -56,12 +58,24 @@ pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) 
     if !overlapping.is_empty() {
         return overlapping;
     }
-    if ranges.len() < 2 {
-        return Vec::new();
-    }
     let candidates = &metas[..metas.len() - 1];
     let high = candidates[candidates.len() - 1].min_time;
-    for &range in &ranges[1..] {
+    let grouped = by_level(candidates, ranges, high, skip);
+    if !grouped.is_empty() {
+        return grouped;
+    }
+    with_tombstones(candidates, ranges, skip)
+}
+
+/// The leveled part of [`plan`]: the first group of blocks in an aligned
+/// range above the first that fills it or ends before `high`.
+fn by_level(
+    candidates: &[&BlockMeta],
+    ranges: &[i64],
+    high: i64,
+    skip: &BTreeSet<super::Ulid>,
+) -> Vec<usize> {
+    for &range in ranges.iter().skip(1) {
         for group in split_by_range(candidates, range) {
             let first = candidates[group[0]];
             let last = candidates[group[group.len() - 1]];
@@ -74,6 +88,36 @@ pub fn plan(metas: &[&BlockMeta], ranges: &[i64], skip: &BTreeSet<super::Ulid>) 
             if fits && group.len() > 1 && !overlaps && !skipped {
                 return group;
             }
+        }
+    }
+    Vec::new()
+}
+
+/// With nothing to merge, one block written again without what its
+/// tombstones delete, as Prometheus' planner picks it: newest first, a
+/// block spanning at least the middle range whose tombstones outnumber
+/// 5% of its series; among the smaller newest blocks, one with at least
+/// as many tombstones as series (deleted whole, whatever its size).
+fn with_tombstones(
+    candidates: &[&BlockMeta],
+    ranges: &[i64],
+    skip: &BTreeSet<super::Ulid>,
+) -> Vec<usize> {
+    let Some(&middle) = ranges.get(ranges.len() / 2) else {
+        return Vec::new();
+    };
+    for (i, m) in candidates.iter().enumerate().rev() {
+        if skip.contains(&m.ulid) {
+            continue;
+        }
+        if m.max_time - m.min_time < middle {
+            if m.num_tombstones > 0 && m.num_tombstones >= m.num_series {
+                return vec![i];
+            }
+            break;
+        }
+        if m.num_tombstones as f64 / (m.num_series + 1) as f64 > 0.05 {
+            return vec![i];
         }
     }
     Vec::new()
@@ -420,6 +464,38 @@ mod tests {
             .into_iter()
             .map(|i| blocks[i])
             .collect()
+    }
+
+    #[test]
+    fn with_nothing_to_merge_a_block_with_many_tombstones_is_written_again() {
+        let ranges = [2 * H, 6 * H, 18 * H];
+        let plan_of = |blocks: &[(i64, i64, u64, u64)]| {
+            let metas: Vec<BlockMeta> = blocks
+                .iter()
+                .map(|&(a, b, series, stones)| BlockMeta {
+                    num_series: series,
+                    num_tombstones: stones,
+                    ..meta(a, b)
+                })
+                .collect();
+            let refs: Vec<&BlockMeta> = metas.iter().collect();
+            plan(&refs, &ranges, &BTreeSet::new())
+        };
+        // Over 5% of a big block's series: that block alone; the newest
+        // block is never chosen.
+        assert_eq!(
+            plan_of(&[(0, 6, 100, 0), (6, 12, 100, 6), (12, 14, 100, 90)]),
+            [1]
+        );
+        assert!(plan_of(&[(0, 6, 100, 0), (6, 12, 100, 5), (12, 14, 1, 1)]).is_empty());
+        // A small block only when deleted whole (a tombstone per series).
+        assert_eq!(plan_of(&[(0, 2, 3, 3), (2, 4, 1, 0)]), [0]);
+        assert!(plan_of(&[(0, 2, 3, 2), (2, 4, 1, 0)]).is_empty());
+        // Merging comes first.
+        assert_eq!(
+            plan_of(&[(0, 2, 1, 1), (2, 4, 1, 0), (4, 6, 1, 0), (6, 8, 1, 0)]),
+            [0, 1, 2]
+        );
     }
 
     #[test]
