@@ -94,7 +94,7 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
     let (ids, tenant) = state
         .inner
         .tenants
-        .resolve(req.uri().path(), req.headers())
+        .resolve(req.uri().path(), req.uri().query(), req.headers())
         .await
         .map_err(IntoResponse::into_response)?;
     let write = matches!(tenant, tenant::Resolved::Write(_));
@@ -110,6 +110,9 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
         .into_response());
     }
     req.extensions_mut().insert(identity);
+    if ids.is_empty() && req.uri().path() == "/" && state.inner.tenants.multitenancy() {
+        req.extensions_mut().insert(tenant::Unchosen);
+    }
     match tenant {
         tenant::Resolved::Read(scoped) => {
             req.extensions_mut().insert(scoped);

@@ -791,3 +791,74 @@ async fn a_tenant_that_holds_nothing_is_closed_and_opens_again() {
         ["again".to_owned()].into_iter().collect::<BTreeSet<_>>()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_and_deletion_are_each_tenants_own() {
+    let srv = common::start(Config {
+        web_enable_admin_api: true,
+        ..multitenant()
+    })
+    .await;
+    let now = common::now_ms();
+    for (tenant, names) in [
+        ("team-a", ["shared", "only_a"]),
+        ("team-b", ["shared", "only_b"]),
+    ] {
+        let series: Vec<(String, i64, f64)> =
+            names.iter().map(|n| ((*n).to_owned(), now, 1.0)).collect();
+        let (code, text) = write(srv.addr, Some(tenant), &series).await;
+        assert_eq!(code, 204, "{text}");
+    }
+    // A browser names no tenant: a form to name one, no tenant's figures.
+    let (code, html) = get_as(srv.addr, None, "/", &[]).await;
+    assert_eq!(code, 200, "{html}");
+    assert!(
+        html.contains("<form") && html.contains("name=\"tenant\""),
+        "{html}"
+    );
+    assert!(!html.contains("Head series"), "{html}");
+    // Named in the URL or in the header, it is that tenant's page.
+    for (tenant, query) in [("team-a", Some("team-a")), ("team-b", None)] {
+        let q: Vec<(&str, &str)> = query.map(|t| ("tenant", t)).into_iter().collect();
+        let header = query.is_none().then_some(tenant);
+        let (code, html) = get_as(srv.addr, header, "/", &q).await;
+        assert_eq!(code, 200, "{html}");
+        assert!(
+            html.contains(&format!("<th>Tenant</th><td>{tenant}</td>")),
+            "{html}"
+        );
+        assert!(html.contains("<th>Head series</th><td>2</td>"), "{html}");
+    }
+    // A bad ID in the URL is refused as in the header.
+    let (code, _) = get_as(srv.addr, None, "/", &[("tenant", "a/b")]).await;
+    assert_eq!(code, 400);
+
+    // Deleting as one tenant leaves the other's series alone.
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "http://{}/api/v1/admin/tsdb/delete_series",
+            srv.addr
+        ))
+        .header(HEADER, "team-a")
+        .form(&[("match[]", "{__name__=~\"shared|only_a\"}")])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 204);
+    let names = |v: Value| -> BTreeSet<String> {
+        v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["__name__"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let q = [("match[]", "{job=\"j\"}")];
+    let a = names(json_as(srv.addr, "team-a", "/api/v1/series", &q).await);
+    let b = names(json_as(srv.addr, "team-b", "/api/v1/series", &q).await);
+    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(
+        b,
+        BTreeSet::from(["only_b".to_owned(), "shared".to_owned()])
+    );
+}

@@ -272,7 +272,11 @@ fn first_choice_is_protobuf(accept: &str) -> bool {
 pub(super) async fn page(
     State(state): State<AppState>,
     super::tenant::Scoped(tenant): super::tenant::Scoped,
+    unchosen: Option<axum::Extension<super::tenant::Unchosen>>,
 ) -> Html<String> {
+    if unchosen.is_some() {
+        return Html(choose_tenant_page());
+    }
     let inner = &state.inner;
     let now = Instant::now();
     let ingested = inner.metrics.ingested_total();
@@ -434,28 +438,7 @@ pub(super) async fn page(
         );
     }
     Html(format!(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>Sluice {version}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 0; color: #222; }}
-nav {{ display: flex; gap: 1.2rem; padding: 0.6rem 1.2rem; background: #24292f; }}
-nav a {{ color: #d0d7de; text-decoration: none; }} nav a.brand, nav a.here {{ color: #fff; font-weight: 600; }}
-main {{ padding: 0 2rem 2rem; }}
-h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
-table {{ border-collapse: collapse; }}
-th, td {{ text-align: left; padding: 0.2rem 1rem 0.2rem 0; vertical-align: top; }}
-th {{ font-weight: 600; white-space: nowrap; }}
-code {{ background: #f3f3f3; padding: 0 0.2rem; }}
-</style>
-</head>
-<body>
-<nav><a class="brand" href="/">Sluice</a><a href="/query">Query</a><a href="/tsdb-status">TSDB status</a><a class="here" href="/">Status</a></nav>
-<main>
+        r#"{head}<main>
 <h1>Sluice {version}</h1>
 <p>A Prometheus-compatible remote-write receiver. Point Prometheus' <code>remote_write</code> at <code>/api/v1/write</code>, OTLP exporters at <code>/v1/metrics</code>, and Grafana's Prometheus data source at this address. <a href="/query">Query the data</a> or <a href="/tsdb-status">find the biggest metrics</a>.</p>
 <h2>Status</h2>
@@ -482,8 +465,56 @@ code {{ background: #f3f3f3; padding: 0 0.2rem; }}
 </body>
 </html>
 "#,
+        head = page_head(),
         version = env!("CARGO_PKG_VERSION"),
     ))
+}
+
+/// The status page's `<head>` and navigation bar, up to its `<main>`.
+fn page_head() -> String {
+    format!(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>Sluice {version}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 0; color: #222; }}
+nav {{ display: flex; gap: 1.2rem; padding: 0.6rem 1.2rem; background: #24292f; }}
+nav a {{ color: #d0d7de; text-decoration: none; }} nav a.brand, nav a.here {{ color: #fff; font-weight: 600; }}
+main {{ padding: 0 2rem 2rem; }}
+h1 {{ font-size: 1.5rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
+table {{ border-collapse: collapse; }}
+th, td {{ text-align: left; padding: 0.2rem 1rem 0.2rem 0; vertical-align: top; }}
+th {{ font-weight: 600; white-space: nowrap; }}
+code {{ background: #f3f3f3; padding: 0 0.2rem; }}
+</style>
+</head>
+<body>
+<nav><a class="brand" href="/">Sluice</a><a href="/query">Query</a><a href="/tsdb-status">TSDB status</a><a class="here" href="/">Status</a></nav>
+"#,
+        version = env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// The status page asked with multitenancy on and no tenant named: a
+/// form that names one in the URL (`/?tenant=`).
+fn choose_tenant_page() -> String {
+    format!(
+        r#"{head}<main>
+<h1>Sluice {version}</h1>
+<p>This Sluice keeps each tenant's data apart (<code>--multitenancy</code>). Its status is per tenant: name one.</p>
+<form method="get" action="/"><label>Tenant <input name="tenant" autofocus required></label> <button type="submit">Show</button></form>
+<p>The <a href="/query">query page</a> and the <a href="/tsdb-status">TSDB status page</a> have a tenant box of their own.</p>
+</main>
+</body>
+</html>
+"#,
+        head = page_head(),
+        version = env!("CARGO_PKG_VERSION"),
+    )
 }
 
 /// Bytes in binary units, as a person reads them: `4.3 MiB`.

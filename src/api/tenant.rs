@@ -831,13 +831,28 @@ impl Tenants {
     /// for a path that needs no tenant, asked without one): `anonymous`
     /// with multitenancy off; else the one its tenant header names, opened
     /// if this is its first write.
+    ///
+    /// The status page (`/`), opened in a browser, may name its tenant in
+    /// its URL instead (`/?tenant=<id>`), checked as the header is; asked
+    /// with neither, it is answered without a tenant (a form to choose
+    /// one, see [`page_tenant`]).
     pub async fn resolve(
         &self,
         path: &str,
+        query: Option<&str>,
         headers: &http::HeaderMap,
     ) -> Result<(Vec<TenantId>, Resolved), Unscoped> {
         let write = WRITES.contains(&path);
-        let free = TENANT_FREE.contains(&path) || path.starts_with("/assets/");
+        let header = headers
+            .get(&self.setup.header)
+            .filter(|v| !v.as_bytes().is_empty());
+        let from_url = match (path, header) {
+            ("/", None) => page_tenant(query),
+            _ => None,
+        };
+        let free = TENANT_FREE.contains(&path)
+            || path.starts_with("/assets/")
+            || (self.setup.multitenancy && path == "/" && header.is_none() && from_url.is_none());
         let anonymous = || {
             let r = if write {
                 Resolved::Write(Writer::Open(self.anonymous()))
@@ -854,7 +869,10 @@ impl Tenants {
         if !self.setup.multitenancy {
             return Ok(anonymous());
         }
-        let value = headers.get(&self.setup.header).map(|v| v.to_str());
+        let value = match &from_url {
+            Some(id) => Some(Ok(id.as_str())),
+            None => header.map(|v| v.to_str()),
+        };
         let raw = match value {
             None | Some(Ok("")) if free => return Ok(anonymous()),
             None | Some(Ok("")) => {
@@ -899,6 +917,18 @@ impl Tenants {
         }
         self.others.read().get(id).cloned()
     }
+}
+
+/// Marks a request for the status page with multitenancy on and no
+/// tenant named: it answers with a form to name one.
+#[derive(Debug, Clone, Copy)]
+pub struct Unchosen;
+
+/// The tenant the status page's URL names (`tenant=`), if any.
+pub fn page_tenant(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, v)| k == "tenant" && !v.is_empty())
+        .map(|(_, v)| v.into_owned())
 }
 
 /// Several tenant IDs of a federated read, `a|b`: each checked, sorted,
