@@ -346,3 +346,106 @@ async fn a_kill_during_compaction_loses_and_doubles_nothing_and_prometheus_reads
         assert_eq!(&got, want, "{q}");
     }
 }
+
+/// Samples per series `i` over the last day at `end`.
+async fn counts(
+    addr: std::net::SocketAddr,
+    end: i64,
+) -> std::collections::BTreeMap<String, String> {
+    let v = range(
+        &addr.to_string(),
+        "count_over_time(crash_me[1d])",
+        end,
+        end,
+        MIN,
+    )
+    .await;
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            (
+                s["metric"]["i"].as_str().unwrap_or_default().to_owned(),
+                s["values"][0][1].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn admin(addr: std::net::SocketAddr, path: &str, form: &[(&str, String)]) -> Option<u16> {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/admin/tsdb/{path}"))
+        .form(form)
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_while_cleaning_tombstones_loses_and_doubles_nothing() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (start, end) = load(data.path(), 4 * HOUR).await;
+    let args = [&SETTLED[..], &["--web.enable-admin-api"]].concat();
+    // Blocks cut, then one series deleted whole and an hour of another.
+    let (child, addr) = common::spawn_sluice(bin(), data.path(), "info", &args);
+    let mut child = KillOnDrop(child);
+    common::wait_for_metric(addr, "sluice_blocks", |v| v >= 3.0).await;
+    let secs = |t: i64| format!("{:.3}", t as f64 / 1000.0);
+    let whole = [("match[]", "crash_me{i=\"0\"}".to_owned())];
+    assert_eq!(admin(addr, "delete_series", &whole).await, Some(204));
+    let hour = [
+        ("match[]", "crash_me{i=\"1\"}".to_owned()),
+        ("start", secs(start + MIN)),
+        ("end", secs(start + HOUR)),
+    ];
+    assert_eq!(admin(addr, "delete_series", &hour).await, Some(204));
+    let want = counts(addr, end).await;
+    let per_series = ((end - start) / MIN).to_string();
+    assert!(!want.contains_key("0"), "{want:?}");
+    assert_eq!(want["1"], ((end - start - HOUR) / MIN).to_string());
+    assert_eq!(want["2"], per_series);
+    child.kill();
+
+    // Killed once the first block written again is in place, its parent
+    // not yet deleted.
+    let point = "tombstones-cleaned";
+    let (child, addr) = common::spawn_sluice_with_env(
+        bin(),
+        data.path(),
+        "info",
+        &args,
+        &[("SLUICE_TEST_KILL_AT", point)],
+    );
+    let mut child = KillOnDrop(child);
+    assert_eq!(
+        admin(addr, "clean_tombstones", &[]).await,
+        None,
+        "killed mid-request"
+    );
+    wait_killed(&mut child, point);
+    let (blocks, _) = listing(data.path());
+    let parents = blocks
+        .iter()
+        .filter(|b| {
+            meta(b)["compaction"]["parents"]
+                .as_array()
+                .is_some_and(|p| !p.is_empty())
+        })
+        .count();
+    assert_eq!(parents, 1, "one block written again, beside its parent");
+
+    let (child, addr) = common::spawn_sluice(bin(), data.path(), "info", &args);
+    let _child = KillOnDrop(child);
+    assert_clean_start(data.path(), point);
+    assert_eq!(counts(addr, end).await, want, "{point}: after the restart");
+    assert_eq!(admin(addr, "clean_tombstones", &[]).await, Some(204));
+    assert_eq!(counts(addr, end).await, want, "{point}: cleaned");
+    let (blocks, _) = listing(data.path());
+    assert!(
+        blocks
+            .iter()
+            .all(|b| meta(b)["stats"]["numTombstones"].as_u64().unwrap_or(0) == 0),
+        "no tombstone left"
+    );
+}
