@@ -97,7 +97,7 @@ async fn admit(state: &AppState, rules: &auth::Rules, req: &mut Request) -> Resu
         .resolve(req.uri().path(), req.uri().query(), req.headers())
         .await
         .map_err(IntoResponse::into_response)?;
-    let write = matches!(tenant, tenant::Resolved::Write(_));
+    let write = tenant::needs_write(req.uri().path());
     // A federated read needs each of its tenants.
     let limits = state.inner.tenant_limits.current();
     if let Some(id) = ids.iter().find(|id| !limits.allows(&identity, id, write)) {

@@ -20,8 +20,8 @@ pub const POINTS: [&str; 6] = [
     "compaction-writing",
     // The compacted block is in place; its parents are not yet deleted.
     "compaction-written",
-    // A block written again without its tombstones' samples is in place
-    // (or there is none: nothing was left); the old one is not deleted.
+    // A block written again without its tombstones' samples is in place;
+    // the old one is not deleted.
     "tombstones-cleaned",
 ];
 

@@ -452,6 +452,7 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
     let srv = common::start(Config {
         web_config_file: web,
         tenant_federation_enabled: true,
+        web_enable_admin_api: true,
         ..with_runtime(
             dir.path(),
             "identities:\n  alice: [team-a]\n  grafana: [{tenant: team-a, access: read}, {tenant: team-b, access: read}]\n",
@@ -496,6 +497,37 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
     }
     assert_eq!(status(read("alice", "team-b").await), 403);
     assert_eq!(status(read("mallory", "team-a").await), 403);
+    // The admin API changes a tenant's data: write access, not read.
+    let admin = |user: &'static str, tenant: &'static str, path: &'static str| {
+        reqwest::Client::new()
+            .post(format!("http://{}/api/v1/admin/tsdb/{path}", srv.addr))
+            .basic_auth(user, Some("pw"))
+            .header(HEADER, tenant)
+            .form(&[("match[]", "w")])
+            .send()
+    };
+    for path in ["delete_series", "clean_tombstones"] {
+        let r = admin("grafana", "team-a", path).await.expect("answered");
+        assert_eq!(r.status(), 403, "grafana may only read: {path}");
+        let text = r.text().await.expect("body");
+        assert!(text.contains("may not write tenant"), "{text}");
+    }
+    assert_eq!(
+        status(read("grafana", "team-a").await),
+        200,
+        "nothing deleted"
+    );
+    assert_eq!(status(admin("alice", "team-a", "delete_series").await), 204);
+    // The status page's tenant in its URL is checked as the header is.
+    let page = |user: &'static str, tenant: &'static str| {
+        reqwest::Client::new()
+            .get(format!("http://{}/", srv.addr))
+            .query(&[("tenant", tenant)])
+            .basic_auth(user, Some("pw"))
+            .send()
+    };
+    assert_eq!(status(page("alice", "team-a").await), 200);
+    assert_eq!(status(page("alice", "team-b").await), 403);
     // A federated read needs every one of its tenants.
     assert_eq!(status(read("grafana", "team-a|team-b").await), 200);
     let r = read("alice", "team-a|team-b").await.expect("answered");
@@ -525,7 +557,7 @@ async fn logins_bound_to_tenants_are_refused_elsewhere_with_403() {
         .expect("body");
     assert_eq!(
         common::metric_value(&metrics, "sluice_http_forbidden_requests_total"),
-        Some(6.0),
+        Some(9.0),
         "{metrics}"
     );
 }

@@ -790,6 +790,20 @@ fn federable(path: &str) -> bool {
 /// Paths that write: the first write of a tenant opens its database.
 const WRITES: [&str; 3] = ["/api/v1/write", "/v1/metrics", "/api/v1/otlp/v1/metrics"];
 
+/// Paths that change or copy a tenant's stored data without writing
+/// samples (the admin API): a login needs write access to the tenant,
+/// as for a write, though no tenant is opened for them.
+const MODIFIES: [&str; 3] = [
+    "/api/v1/admin/tsdb/delete_series",
+    "/api/v1/admin/tsdb/clean_tombstones",
+    "/api/v1/admin/tsdb/snapshot",
+];
+
+/// Whether a request to `path` needs write access to its tenant.
+pub fn needs_write(path: &str) -> bool {
+    WRITES.contains(&path) || MODIFIES.contains(&path)
+}
+
 /// Why a request could not be given a tenant.
 #[derive(Debug, thiserror::Error)]
 pub enum Unscoped {

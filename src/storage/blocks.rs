@@ -434,15 +434,6 @@ impl Block {
     }
 }
 
-/// How a cleaned block's child is named in the log: its ULID, or `none`
-/// when nothing was left.
-fn child_name(meta: &BlockMeta) -> String {
-    match meta.num_series {
-        0 => "none".into(),
-        _ => meta.ulid.to_string(),
-    }
-}
-
 /// `c` without the samples `deleted` names, encoded again: what
 /// compaction writes of a parent's partly deleted chunk.
 pub(super) fn trim_chunk(
@@ -897,18 +888,9 @@ impl Blocks {
             };
             crate::crash::point("compaction-written");
             let meta = block.meta.clone();
-            if meta.num_series == 0 {
-                // Every sample was deleted: no child, as Prometheus
-                // writes no empty block; the parents go all the same.
-                let dir = block.dir.clone();
-                drop(block);
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    tracing::error!(block = %dir.display(), error = %e, "an empty compacted block could not be deleted");
-                }
-                self.swap(&parents, None);
-            } else {
-                self.swap(&parents, Some(block));
-            }
+            // Kept even with no series left (all deleted), where
+            // Prometheus writes no block: see `clean_tombstones`.
+            self.swap(&parents, Some(block));
             let took = started.elapsed();
             {
                 let mut c = self.counts.lock();
@@ -955,14 +937,20 @@ impl Blocks {
     /// Writes each block that has tombstones again without the samples
     /// they delete, as Prometheus' `CleanTombstones` (see
     /// [`compact::rewrite`]), one block at a time, each swapped in for
-    /// its parent; a block left with nothing goes without a child. The
-    /// caller keeps cuts, compaction and deletions off meanwhile. Returns
-    /// each cleaned block's ULID and its child's meta, if it has one.
+    /// its parent. The caller keeps cuts, compaction and deletions off
+    /// meanwhile. Returns each cleaned block's ULID and its child's meta.
+    ///
+    /// A block left with nothing is still written, with no series, where
+    /// Prometheus writes none: its range and sources keep what start-up
+    /// relies on. The floor (the newest block's end) stays where the WAL
+    /// replay expects it, and the blocks a WAL record names stay known;
+    /// without them a crash before the next checkpoint would bring the
+    /// deleted samples back from the WAL. Retention removes it in time.
     pub(crate) fn clean_tombstones(
         &self,
         now_ms: u64,
         keep_going: &dyn Fn() -> bool,
-    ) -> Result<Vec<(super::block::Ulid, Option<BlockMeta>)>, CompactError> {
+    ) -> Result<Vec<(super::block::Ulid, BlockMeta)>, CompactError> {
         let Some(dir) = self.dir.clone() else {
             return Ok(Vec::new());
         };
@@ -975,27 +963,20 @@ impl Blocks {
             let Some(meta) = written else {
                 break;
             };
-            let child_dir = dir.join(meta.ulid.to_string());
-            let child = if meta.num_series == 0 {
-                // Every sample was deleted: no child, as Prometheus
-                // writes no empty block.
-                std::fs::remove_dir_all(&child_dir).map_err(CompactError::Write)?;
-                None
-            } else {
-                Some(Block::open(&child_dir).map_err(|e| CompactError::Read(meta.ulid, e))?)
-            };
+            let child = Block::open(&dir.join(meta.ulid.to_string()))
+                .map_err(|e| CompactError::Read(meta.ulid, e))?;
             crate::crash::point("tombstones-cleaned");
-            self.swap(std::slice::from_ref(b), child);
+            self.swap(std::slice::from_ref(b), Some(child));
             tracing::info!(
                 block = %b.meta.ulid,
                 tombstones = b.tombstone_count(),
-                new_block = %child_name(&meta),
+                new_block = %meta.ulid,
                 series = meta.num_series,
                 samples = meta.num_samples,
                 seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
                 "tombstones cleaned: block written again without what they delete"
             );
-            done.push((b.meta.ulid, (meta.num_series > 0).then_some(meta)));
+            done.push((b.meta.ulid, meta));
         }
         Ok(done)
     }

@@ -363,6 +363,14 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
         ..CheckpointReport::default()
     };
     let mut saver = chunks::Saver::new(dir, &good, segment);
+    // The deleted ranges, read after the rotation: a deletion notes its
+    // ranges in memory before logging them, so one logged in a segment
+    // this checkpoint covers is here (see `head::deleted`), and one noted
+    // later is logged later. Kept for the series written below (a series
+    // made after its shard was walked is in the segments after, and so
+    // are ranges deleted of it).
+    let deleted = head.deleted();
+    let mut ranges = super::block::tombstones::Tombstones::default();
     let mut file = io::BufWriter::with_capacity(1 << 20, File::create(&tmp).map_err(io_err(&tmp))?);
     let mut buf = Vec::new();
     let mut scratch = Vec::new();
@@ -375,6 +383,9 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
             for s in batch {
                 encode_series(&mut buf, shard, s, &mut scratch, &mut saver);
                 report.series += 1;
+                for (lo, hi) in deleted.get(s.id).into_iter().flat_map(|r| r.iter()) {
+                    ranges.add(s.id, lo, hi);
+                }
             }
             // Out-of-order samples as a samples record after the batch's
             // series, appended again at load as the log's are.
@@ -419,15 +430,12 @@ pub fn write(head: &Head, dir: &Path) -> Result<CheckpointReport, WalError> {
     buf.clear();
     head.exemplars()
         .snapshot(|entries| record::encode_exemplars_frame(&mut buf, entries));
-    // The deleted ranges, last: every series they name is defined above.
-    // Read after the rotation, so they hold every range logged in the
-    // segments this checkpoint covers (see `head::deleted`).
-    let deleted = head.deleted();
+    // The deleted ranges of the series written, last, after them.
     encode_tombstones(
         &mut buf,
-        deleted
+        ranges
             .iter()
-            .flat_map(|(id, ranges)| ranges.iter().map(move |(lo, hi)| (id, lo, hi))),
+            .flat_map(|(id, r)| r.iter().map(move |(lo, hi)| (id, lo, hi))),
     );
     report.bytes += buf.len() as u64;
     file.write_all(&buf).map_err(io_err(&tmp))?;

@@ -56,8 +56,12 @@ pub(super) fn cut_blocks(
     };
     let range = head.options().chunk_range_ms;
     let mut cut = Vec::new();
+    // The end of the last range this pass let go without a block (all of
+    // it deleted): no block raised the floor there, yet the head holds
+    // nothing older in order (what crosses it stays for the next range).
+    let mut passed = i64::MIN;
     loop {
-        let floor = blocks.floor();
+        let floor = blocks.floor().max(passed);
         let Some((lo, hi)) = head.span_from(floor) else {
             break;
         };
@@ -130,6 +134,7 @@ pub(super) fn cut_blocks(
                 late_series = late.len(),
                 "head range deleted whole: no block written"
             );
+            passed = max_time;
             continue;
         }
         if lsn > 0 {
@@ -881,6 +886,34 @@ mod tests {
         db.close(Close::WalOnly);
     }
 
+    /// As above, with the first 1h range deleted whole: its chunks cross
+    /// into the next range, so the head still holds samples from there
+    /// on, and the cut goes on past the range all the same.
+    #[test]
+    fn a_range_deleted_whole_across_a_changed_block_range_does_not_stall_the_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        fill(&db, 0, 5 * H);
+        db.close(Close::Checkpoint);
+        drop(db);
+        let db = Db::open(DbOptions {
+            durability: Some(durability(dir.path())),
+            head: crate::storage::HeadOptions {
+                chunk_range_ms: H,
+                ..Default::default()
+            },
+            ..DbOptions::default()
+        })
+        .expect("opens");
+        let all = vec![Matcher::new(MatchOp::Regex, "__name__", ".+").expect("re")];
+        assert_eq!(delete(&db, &[all], 0, H - 1), (0, 21));
+        let want = everything(&db);
+        let cut = db.cut_blocks(1).expect("cut");
+        let ranges: Vec<(i64, i64)> = cut.iter().map(|m| (m.min_time, m.max_time)).collect();
+        assert_eq!(ranges, [(H, 2 * H), (2 * H, 3 * H), (3 * H, 4 * H)]);
+        assert_eq!(everything(&db), want);
+    }
+
     #[test]
     fn the_oldest_range_goes_to_a_block_and_queries_see_the_same() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1317,7 +1350,7 @@ mod tests {
     }
 
     #[test]
-    fn cleaning_tombstones_writes_blocks_again_and_a_block_deleted_whole_goes() {
+    fn cleaning_tombstones_writes_blocks_again_and_one_deleted_whole_keeps_its_range() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = open(dir.path());
         fill(&db, 0, 8 * H);
@@ -1339,8 +1372,11 @@ mod tests {
         let want = everything(&db);
         let cleaned = db.clean_tombstones(5).expect("cleans");
         assert_eq!(cleaned.len(), 2);
-        assert_eq!((cleaned[0].0, cleaned[0].1.is_none()), (old[0], true));
-        let child = cleaned[1].1.clone().expect("a child");
+        // Nothing is left of the first: a child with no series keeps its
+        // range and sources.
+        assert_eq!((cleaned[0].0, cleaned[0].1.num_series), (old[0], 0));
+        assert_eq!(cleaned[0].1.compaction.sources, [old[0]]);
+        let child = cleaned[1].1.clone();
         assert_eq!(cleaned[1].0, old[1]);
         assert_eq!(child.num_samples, 21 * 120 - 31);
         assert_eq!(
@@ -1360,8 +1396,9 @@ mod tests {
         assert_eq!(child.compaction.level, 1);
         assert_eq!(everything(&db), want, "the same answers");
         let on_disk = block_dirs(dir.path());
-        assert_eq!(on_disk.len(), 2, "{on_disk:?}");
+        assert_eq!(on_disk.len(), 3, "{on_disk:?}");
         assert!(!on_disk.contains(&old[0].to_string()) && !on_disk.contains(&old[1].to_string()));
+        assert_eq!(db.blocks().read().floor(), 6 * H, "the floor stays");
         assert!(db
             .blocks()
             .read()
@@ -1371,16 +1408,19 @@ mod tests {
         // Nothing left to clean.
         assert!(db.clean_tombstones(6).expect("cleans").is_empty());
 
-        // Compaction's plan writes again a small block deleted whole: it
-        // goes with no child.
+        // Compaction's plan writes again a block deleted whole: a block
+        // with no series takes its place.
         assert_eq!(
             db.delete_in_blocks(std::slice::from_ref(&all), 2 * H, 4 * H - 1)
                 .ok(),
             Some(21)
         );
         let want = everything(&db);
-        assert!(db.compact_blocks(7, &|| true).expect("compacts").len() == 1);
-        assert_eq!(db.block_metas().len(), 1, "only [4h, 6h) is left");
+        let done = db.compact_blocks(7, &|| true).expect("compacts");
+        assert!(done.iter().any(|m| m.num_series == 0), "{done:?}");
+        let set = db.blocks().read();
+        assert!(set.blocks().iter().all(|b| b.tombstone_count() == 0));
+        drop(set);
         assert_eq!(everything(&db), want);
         db.close(Close::WalOnly);
         drop(db);

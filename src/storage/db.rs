@@ -406,8 +406,9 @@ impl Db {
     /// Deletes `[mint, maxt]` of the series matching any of `selectors`,
     /// as Prometheus' `DB.Delete`: tombstones in the blocks (durable on
     /// return), and ranges in the head, logged (durable once the returned
-    /// commit is, see [`Deletion::durable`]). Cuts, compaction and
-    /// retention wait meanwhile.
+    /// commit is). Cuts, compaction and retention wait meanwhile. A
+    /// deletion that fails midway (a block's file, the WAL) may have
+    /// taken effect in part, as Prometheus' may: it is safe to repeat.
     pub fn delete(
         &self,
         selectors: &[Vec<super::index::Matcher>],
@@ -436,14 +437,15 @@ impl Db {
 
     /// Writes every block that has tombstones again without what they
     /// delete (Prometheus' `CleanTombstones`); each cleaned block's ULID
-    /// and its child's meta (none when nothing was left). The head's
-    /// deleted ranges stay until a cut writes its blocks without them.
-    /// Cuts, compaction, retention and deletions wait meanwhile.
+    /// and its child's meta (a child with no series when nothing was
+    /// left, see `Blocks::clean_tombstones`). The head's deleted ranges
+    /// stay until a cut writes its blocks without them. Cuts,
+    /// compaction, retention and deletions wait meanwhile.
     pub fn clean_tombstones(
         &self,
         now_ms: u64,
     ) -> Result<
-        Vec<(super::block::Ulid, Option<super::block::BlockMeta>)>,
+        Vec<(super::block::Ulid, super::block::BlockMeta)>,
         super::block::compact::CompactError,
     > {
         let _moving = self.moving.lock();

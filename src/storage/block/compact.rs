@@ -279,8 +279,8 @@ pub fn compact(
 /// Prometheus makes such a block level 1 and its own only source; this
 /// keeps the parent's level and sources, which still say what it holds
 /// (start-up recognises the blocks a WAL record names by them). A block
-/// with nothing left is written too, with no series: the caller removes
-/// it. `Ok(None)` when `keep_going` said no.
+/// with nothing left is written too, with no series (see
+/// `Blocks::clean_tombstones`). `Ok(None)` when `keep_going` said no.
 pub fn rewrite(
     dir: &Path,
     parent: Parent<'_>,

@@ -73,11 +73,12 @@ impl Head {
 
     /// Lets go of the ranges that reach no sample the head holds (after
     /// chunks were dropped): of a series gone, and before a series'
-    /// oldest sample.
+    /// oldest sample. Its callers (cuts, retention) and deletions all
+    /// hold the database's `moving` lock, so no range is added between
+    /// the view it starts from and the one it puts in place; queries keep
+    /// reading the old view meanwhile.
     pub(super) fn prune_deleted(&self) {
-        // Held throughout, so that no deletion meanwhile is lost; no one
-        // takes it while holding a shard's lock.
-        let mut deleted = self.deleted.write();
+        let deleted = self.deleted();
         if deleted.is_empty() {
             return;
         }
@@ -85,8 +86,10 @@ impl Head {
         for Padded(cell) in self.shards.iter() {
             let shard = cell.lock();
             for s in &shard.series {
-                let (Some(ranges), Some((oldest, _))) = (deleted.get(s.id), span_of(&shard, s))
-                else {
+                let Some(ranges) = deleted.get(s.id) else {
+                    continue;
+                };
+                let Some((oldest, _)) = span_of(&shard, s) else {
                     continue;
                 };
                 let mut ranges = ranges.clone();
@@ -96,7 +99,7 @@ impl Head {
                 }
             }
         }
-        *deleted = Arc::new(kept);
+        *self.deleted.write() = Arc::new(kept);
     }
 }
 
