@@ -125,7 +125,9 @@ settings! {
     web_config_file: PathBuf = PathBuf::new();
     /// Serve Prometheus' admin API (as --web.enable-admin-api):
     /// `POST /api/v1/admin/tsdb/snapshot` hard-links the blocks and writes
-    /// the head as a block under <data-dir>/snapshots/. Off, the admin
+    /// the head as a block under <data-dir>/snapshots/; `delete_series`
+    /// deletes series from the head and the blocks; `clean_tombstones`
+    /// writes the blocks again without what was deleted. Off, the admin
     /// endpoints answer 500 `admin APIs disabled`, as Prometheus'
     /// [default: false].
     #[serde(alias = "web.enable-admin-api")]
