@@ -15,6 +15,7 @@ pub mod params;
 pub mod prom;
 mod query;
 mod read;
+mod rules;
 mod slots;
 mod state;
 mod status;
@@ -180,6 +181,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/metadata", get(metadata::metadata))
         .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
         .route("/api/v1/status/config", get(status::config))
+        .route("/api/v1/rules", get(rules::rules))
         .route("/api/v1/status/flags", get(status::flags))
         .route("/api/v1/status/runtimeinfo", get(status::runtime_info))
         .route("/api/v1/status/walreplay", get(status::wal_replay))

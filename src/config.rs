@@ -138,6 +138,34 @@ settings! {
         visible_alias = "web.enable-admin-api"
     )]
     web_enable_admin_api: bool = false;
+    /// Rule files in Prometheus' format, as globs (repeatable; Prometheus'
+    /// rule_files): each group's recording rules are evaluated on its
+    /// interval and their results stored as any sample; alerting rules are
+    /// checked and listed, not yet evaluated. Read again on SIGHUP and when
+    /// one changes; a bad file then keeps the rules in force, and at start
+    /// stops it. Rules run over the `anonymous` tenant [default: none].
+    #[serde(alias = "rule_files")]
+    #[arg(value_name = "GLOB")]
+    rule_files: Vec<String> = Vec::new();
+    /// A rule group's evaluation interval where it sets none (Prometheus'
+    /// global evaluation_interval) [default: 1m].
+    #[serde(with = "humantime_serde", alias = "evaluation_interval")]
+    #[arg(
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        visible_alias = "rules.evaluation-interval"
+    )]
+    rules_evaluation_interval: Duration = Duration::from_secs(60);
+    /// How far back of its evaluation time a rule group's queries look
+    /// where the group sets no query_offset (Prometheus' global
+    /// rule_query_offset), for data that arrives late [default: 0s].
+    #[serde(with = "humantime_serde", alias = "rule_query_offset")]
+    #[arg(
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        visible_alias = "rules.query-offset"
+    )]
+    rules_query_offset: Duration = Duration::ZERO;
     /// Keep each tenant's data apart, named by --tenant-header on every
     /// request (Mimir's multitenancy): each tenant is its own database
     /// under <data-dir>/tenants/<id>/, and a request without a tenant gets
@@ -912,6 +940,17 @@ impl Config {
             max_name_len: self.max_label_name_length,
             max_value_len: self.max_label_value_length,
             names: self.metric_name_validation_scheme,
+        }
+    }
+
+    /// Where the rules are read from and how they are evaluated.
+    pub fn rule_settings(&self) -> crate::rules::RuleSettings {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        crate::rules::RuleSettings {
+            patterns: self.rule_files.clone(),
+            interval_ms: ms(self.rules_evaluation_interval).max(1),
+            query_offset_ms: ms(self.rules_query_offset),
+            query: self.query_options(),
         }
     }
 

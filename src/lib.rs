@@ -13,6 +13,9 @@
 //! - [`ingest`]: one pipeline every protocol feeds (label rules, series
 //!   creation, histograms, exemplars, the wording of refusals), writing
 //!   through the storage `Appender`.
+//! - [`rules`]: recording rules from Prometheus' rule files, each group
+//!   on its interval: [`promql`] over the `Querier`, results through the
+//!   `Appender`.
 //! - [`promql`]: the PromQL evaluator over the storage `Querier`.
 //! - [`forward`]: hands what the WAL holds on to remote-write receivers,
 //!   from a saved position per destination.
@@ -46,9 +49,9 @@
 //! its `Db` (a map of them in the state) and everything below runs
 //! unchanged. An out-of-order window lives inside the head, behind the
 //! `Appender` (a second chunk per series, logged and merged by the
-//! `Querier`). A rules engine is a `promql` caller over a `Querier` that
-//! writes its results back through an `Appender`, on the `Db`'s upkeep
-//! schedule.
+//! `Querier`). The rules engine ([`rules`]) is a `promql` caller over a
+//! `Querier` that writes its results back through an `Appender`; alert
+//! state and notifications plug in beside its recording rules.
 
 pub mod api;
 pub mod config;
@@ -64,6 +67,7 @@ pub mod proto;
 pub mod protocol;
 pub mod relabel;
 pub mod reuse;
+pub mod rules;
 pub mod server;
 pub mod storage;
 pub mod telemetry;

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 pub mod http;
 pub mod relabel;
 pub mod reload;
+pub mod rules;
 pub mod runtime;
 pub mod tls;
 pub mod web;
@@ -60,6 +61,7 @@ pub struct Server {
     web: Option<web::WebConfigFile>,
     runtime: Option<runtime::RuntimeConfigFile>,
     relabel: Option<relabel::RelabelFile>,
+    rules: Option<rules::RuleFiles>,
     hangup: reload::Hangup,
     /// Hangups since the server was bound, for the file watchers.
     hangups: watch::Receiver<u64>,
@@ -148,6 +150,19 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        let rules = match state.rules().configured() {
+            false => None,
+            true => {
+                let (rules, patterns) = (state.rules(), config.rule_files.clone());
+                let runtime = tokio::runtime::Handle::current();
+                let loaded = tokio::task::spawn_blocking(move || {
+                    rules::RuleFiles::start(rules, patterns, runtime)
+                })
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -174,6 +189,7 @@ impl Server {
             web,
             runtime,
             relabel,
+            rules,
             hangups: hangup.subscribe(),
             hangup,
         })
@@ -234,6 +250,8 @@ impl Server {
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
             self.relabel
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
+            self.rules
+                .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
         ]
         .into_iter()
         .flatten()
@@ -262,6 +280,8 @@ impl Server {
         // database (a last checkpoint so the next start is quick, and the
         // WAL flushed).
         let _ = stop_tx.send(true);
+        let rules = tenants.rules();
+        let _ = tokio::task::spawn_blocking(move || rules.stop()).await;
         let _ = background.await;
         let _ = idle.await;
         tenants.tenants().close().await;

@@ -213,48 +213,7 @@ pub fn parse_duration(s: &str) -> Result<i64, BadValue> {
 /// The longest duration, in ms: `i64::MAX` nanoseconds.
 pub const MAX_DURATION_MS: i64 = i64::MAX / 1_000_000;
 
-/// `[0-9]+` followed by a unit, repeated with units strictly decreasing.
-pub fn parse_prom_duration(s: &str) -> Option<i64> {
-    const UNITS: [(&str, i64); 7] = [
-        ("y", 365 * 86_400_000),
-        ("w", 7 * 86_400_000),
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-        ("ms", 1),
-    ];
-    if s == "0" {
-        return Some(0);
-    }
-    let mut rest = s;
-    let mut total: i64 = 0;
-    let mut last_unit = 0usize;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let n: i64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        // "ms" before "m" so that "5ms" is not "5m" + "s".
-        let (idx, (unit, mult)) = UNITS
-            .iter()
-            .enumerate()
-            .filter(|(_, (u, _))| rest.starts_with(u))
-            .max_by_key(|(_, (u, _))| u.len())?;
-        if idx < last_unit || (total > 0 && idx == last_unit) {
-            return None;
-        }
-        last_unit = idx;
-        rest = &rest[unit.len()..];
-        total = total.checked_add(n.checked_mul(*mult)?)?;
-    }
-    Some(total)
-}
+pub use crate::promql::parser::text::parse_prom_duration;
 
 /// The deepest `match[]` selector parsed; a valid one is 1 deep.
 const SELECTOR_MAX_DEPTH: usize = 16;

@@ -67,6 +67,8 @@ pub(super) struct Inner {
     pub(super) rate_limit_status: StatusCode,
     /// Whether the admin API is served (`--web-enable-admin-api`).
     pub(super) admin_api: bool,
+    /// The rule groups in force (`--rule-files`).
+    pub(super) rules: Arc<crate::rules::Rules>,
 }
 
 impl AppState {
@@ -144,6 +146,10 @@ impl AppState {
                 tenant_limits: Arc::default(),
                 rate_limit_status: config.rate_limit_status(),
                 admin_api: config.web_enable_admin_api,
+                rules: Arc::new(crate::rules::Rules::new(
+                    config.rule_settings(),
+                    Arc::clone(&db),
+                )),
                 tenants,
                 db,
                 query,
@@ -161,6 +167,11 @@ impl AppState {
                 request_timeout: config.request_timeout,
             }),
         }
+    }
+
+    /// The rule groups in force.
+    pub fn rules(&self) -> Arc<crate::rules::Rules> {
+        Arc::clone(&self.inner.rules)
     }
 
     /// Now, in Unix milliseconds, by the state's clock.

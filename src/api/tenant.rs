@@ -749,15 +749,17 @@ pub enum OpenError {
 }
 
 /// Paths answered without a tenant: health, self-metrics, settings, the
+/// rules (they run over the `anonymous` tenant), the
 /// pages a browser loads (their API calls carry the tenant), and anything
 /// under `/assets/`. A tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 11] = [
+const TENANT_FREE: [&str; 12] = [
     "/-/healthy",
     "/-/ready",
     "/metrics",
     "/api/v1/status/buildinfo",
     "/api/v1/status/flags",
     "/api/v1/status/config",
+    "/api/v1/rules",
     "/api/v1/format_query",
     "/api/v1/parse_query",
     "/query",

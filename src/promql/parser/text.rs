@@ -3,6 +3,51 @@
 
 use std::fmt::Write;
 
+/// A duration as Prometheus' `model.ParseDuration` reads it (rule files,
+/// API parameters): `[0-9]+` followed by a unit, repeated with units
+/// strictly decreasing; `0` alone is zero. `None` when it is not one.
+pub fn parse_prom_duration(s: &str) -> Option<i64> {
+    const UNITS: [(&str, i64); 7] = [
+        ("y", 365 * 86_400_000),
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ];
+    if s == "0" {
+        return Some(0);
+    }
+    let mut rest = s;
+    let mut total: i64 = 0;
+    let mut last_unit = 0usize;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        // "ms" before "m" so that "5ms" is not "5m" + "s".
+        let (idx, (unit, mult)) = UNITS
+            .iter()
+            .enumerate()
+            .filter(|(_, (u, _))| rest.starts_with(u))
+            .max_by_key(|(_, (u, _))| u.len())?;
+        if idx < last_unit || (total > 0 && idx == last_unit) {
+            return None;
+        }
+        last_unit = idx;
+        rest = &rest[unit.len()..];
+        total = total.checked_add(n.checked_mul(*mult)?)?;
+    }
+    Some(total)
+}
+
 /// A duration as Prometheus' `model.Duration` prints it: `1h30m`, `90d`
 /// (years and weeks only when exact), `0s`.
 pub fn duration(ms: i64) -> String {

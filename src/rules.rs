@@ -1,0 +1,393 @@
+//! Recording rules, evaluated as Prometheus evaluates them: rule files in
+//! Prometheus' format ([`file`]), named by `--rule-files` (globs), each
+//! group evaluated on its interval at the times Prometheus would choose
+//! ([`group`]), its results written through the `Appender` (logged,
+//! forwarded, queried as any sample) with stale markers where a series
+//! stops. Files are read again on SIGHUP and when they change; a reload
+//! with an error keeps the rules in force.
+//!
+//! Alerting rules are read, checked and listed (`/api/v1/rules`), not yet
+//! evaluated. Rules run over the `anonymous` tenant's database.
+
+pub mod file;
+pub mod group;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::promql::QueryOptions;
+use crate::storage::db::Db;
+use file::{FileErrors, GroupSpec};
+use group::{eval_timestamp_ns, group_hash, Group, GroupStatus};
+
+/// What the rules are read from and evaluated with.
+#[derive(Debug, Clone)]
+pub struct RuleSettings {
+    /// Globs naming the rule files.
+    pub patterns: Vec<String>,
+    /// A group's interval where it sets none, in ms.
+    pub interval_ms: i64,
+    /// How far back of its evaluation time a group's queries look where
+    /// it sets no `query_offset`, in ms.
+    pub query_offset_ms: i64,
+    /// The queries' options (limits, timeout, PromQL settings).
+    pub query: QueryOptions,
+}
+
+/// One running group: its evaluation task's state and stop switch.
+#[derive(Debug)]
+struct Running {
+    group: Arc<Mutex<Option<Group>>>,
+    spec: Arc<GroupSpec>,
+    status: Arc<Mutex<GroupStatus>>,
+    interval_ms: i64,
+    limit: usize,
+    stop: watch::Sender<bool>,
+}
+
+/// A group as the rules API lists it.
+#[derive(Debug, Clone)]
+pub struct GroupView {
+    /// What its file says.
+    pub spec: Arc<GroupSpec>,
+    /// Its interval in force, in ms.
+    pub interval_ms: i64,
+    /// Its limit.
+    pub limit: usize,
+    /// How its evaluations went.
+    pub status: GroupStatus,
+}
+
+/// The rule groups in force and their evaluation tasks.
+#[derive(Debug)]
+pub struct Rules {
+    settings: RuleSettings,
+    db: Arc<Db>,
+    /// By `file;name`, in that order.
+    running: Mutex<BTreeMap<String, Running>>,
+    /// The runtime the tasks run on, once started.
+    runtime: Mutex<Option<tokio::runtime::Handle>>,
+    /// Reloads done and failed.
+    reloads: Mutex<(u64, u64)>,
+}
+
+impl Rules {
+    /// Rules over `db`, none in force yet.
+    pub fn new(settings: RuleSettings, db: Arc<Db>) -> Self {
+        Self {
+            settings,
+            db,
+            running: Mutex::default(),
+            runtime: Mutex::default(),
+            reloads: Mutex::default(),
+        }
+    }
+
+    /// Whether any rule files are named.
+    pub fn configured(&self) -> bool {
+        !self.settings.patterns.is_empty()
+    }
+
+    /// Reads the rule files; an error names every problem. Blocking.
+    pub fn check(&self) -> Result<Vec<GroupSpec>, FileErrors> {
+        file::load_all(&self.settings.patterns, &self.settings.query.parse)
+    }
+
+    /// Starts evaluating on `runtime`: the files are read (an error is
+    /// returned and nothing runs) and every group's task started.
+    pub fn start(&self, runtime: tokio::runtime::Handle) -> Result<usize, FileErrors> {
+        *self.runtime.lock() = Some(runtime);
+        let specs = self.check()?;
+        Ok(self.apply(specs))
+    }
+
+    /// Reads the rule files again and puts them in force: groups that did
+    /// not change run on untouched, changed ones take over their
+    /// predecessor's state, and series no rule writes any more are marked
+    /// stale. With an error, the rules in force stay. Blocking.
+    pub fn reload(&self) -> Result<usize, FileErrors> {
+        match self.check() {
+            Ok(specs) => {
+                self.reloads.lock().0 += 1;
+                Ok(self.apply(specs))
+            }
+            Err(e) => {
+                self.reloads.lock().1 += 1;
+                for problem in &e.0 {
+                    tracing::error!(error = %problem, "loading rule groups failed; the rules in force are kept");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Reloads done and failed since start.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        *self.reloads.lock()
+    }
+
+    /// Puts `specs` in force; how many groups run.
+    fn apply(&self, specs: Vec<GroupSpec>) -> usize {
+        let Some(runtime) = self.runtime.lock().clone() else {
+            return 0;
+        };
+        let mut running = self.running.lock();
+        let mut next = BTreeMap::new();
+        let mut stale: Vec<Vec<u8>> = Vec::new();
+        for spec in specs {
+            let spec = Arc::new(spec);
+            let key = spec.key();
+            if let Some(old) = running.remove(&key) {
+                if *old.spec == *spec {
+                    next.insert(key, old);
+                    continue;
+                }
+                let _ = old.stop.send(true);
+                let mut group = self.new_group(Arc::clone(&spec));
+                // Taken once its evaluation in flight, if any, is done.
+                if let Some(previous) = old.group.lock().take() {
+                    stale.extend(group.take_state(previous));
+                }
+                next.insert(key, self.spawn(&runtime, group));
+            } else {
+                let group = self.new_group(spec);
+                next.insert(key, self.spawn(&runtime, group));
+            }
+        }
+        // Groups no file has any more: stopped, their series stale.
+        for (_, old) in std::mem::take(&mut *running) {
+            let _ = old.stop.send(true);
+            if let Some(previous) = old.group.lock().take() {
+                stale.extend(previous.written().cloned());
+            }
+        }
+        *running = next;
+        let n = running.len();
+        drop(running);
+        self.mark_stale(&stale);
+        tracing::info!(groups = n, "rule groups in force");
+        n
+    }
+
+    fn new_group(&self, spec: Arc<GroupSpec>) -> Group {
+        Group::new(
+            spec,
+            self.settings.interval_ms,
+            self.settings.query_offset_ms,
+        )
+    }
+
+    /// Writes a stale marker now for each series (canonical labels) no
+    /// rule writes any more.
+    fn mark_stale(&self, series: &[Vec<u8>]) {
+        if series.is_empty() {
+            return;
+        }
+        let at = wall_ms() - self.settings.query_offset_ms;
+        let mut app = self.db.appender(i64::MAX);
+        let mut counts = crate::storage::AppendCounts::default();
+        for s in series {
+            let stale = std::iter::once((at, f64::from_bits(crate::storage::STALE_NAN)));
+            app.append_existing(s, stale, &mut counts);
+        }
+        // Logged with the next commit's wait; a crash first loses only
+        // the markers, which staleness by lookback stands in for.
+        drop(app.commit());
+    }
+
+    /// Starts `group`'s evaluation task.
+    fn spawn(&self, runtime: &tokio::runtime::Handle, group: Group) -> Running {
+        let (stop, stopped) = watch::channel(false);
+        let spec = Arc::clone(&group.spec);
+        let status = Arc::clone(&group.status);
+        let interval_ms = group.interval_ms;
+        let limit = spec.limit;
+        let cell = Arc::new(Mutex::new(Some(group)));
+        runtime.spawn(run(
+            Arc::clone(&cell),
+            Arc::clone(&self.db),
+            self.settings.query.clone(),
+            stopped,
+        ));
+        Running {
+            group: cell,
+            spec,
+            status,
+            interval_ms,
+            limit,
+            stop,
+        }
+    }
+
+    /// Every group in force, by file then name.
+    pub fn groups(&self) -> Vec<GroupView> {
+        self.running
+            .lock()
+            .values()
+            .map(|r| GroupView {
+                spec: Arc::clone(&r.spec),
+                interval_ms: r.interval_ms,
+                limit: r.limit,
+                status: r.status.lock().clone(),
+            })
+            .collect()
+    }
+
+    /// Stops every group's task, and waits for evaluations in flight
+    /// (their results are written before the database closes). Blocking.
+    pub fn stop(&self) {
+        let running = self.running.lock();
+        for r in running.values() {
+            let _ = r.stop.send(true);
+        }
+        for r in running.values() {
+            drop(r.group.lock().take());
+        }
+    }
+}
+
+/// The wall clock, in ns since the epoch.
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn wall_ms() -> i64 {
+    wall_ns() / 1_000_000
+}
+
+/// A group's task: at each time on its grid, one evaluation (on a
+/// blocking thread: PromQL is work, not waiting), then its commit awaited;
+/// times that passed during a late evaluation are skipped and counted.
+/// Ends when stopped, or when a reload took its group.
+async fn run(
+    cell: Arc<Mutex<Option<Group>>>,
+    db: Arc<Db>,
+    opts: QueryOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some((hash, interval_ns)) = cell.lock().as_ref().map(|g| {
+        (
+            group_hash(&g.spec.file, &g.spec.name),
+            g.interval_ms.saturating_mul(1_000_000),
+        )
+    }) else {
+        return;
+    };
+    // As Prometheus: the first evaluation one interval after the slot
+    // that holds now.
+    let mut ts = eval_timestamp_ns(hash, interval_ns, wall_ns()) + interval_ns;
+    loop {
+        let wait = ts - wall_ns();
+        if wait > 0 {
+            let sleep = tokio::time::sleep(std::time::Duration::from_nanos(wait as u64));
+            tokio::select! {
+                () = sleep => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let missed = (wall_ns() - ts) / interval_ns;
+        if missed > 0 {
+            ts += missed * interval_ns;
+            if let Some(g) = cell.lock().as_ref() {
+                let mut st = g.status.lock();
+                st.missed += missed as u64;
+                st.iterations += missed as u64;
+            }
+        }
+        let (cell2, db2, opts2) = (Arc::clone(&cell), Arc::clone(&db), opts.clone());
+        let at_ms = ts / 1_000_000;
+        let done = tokio::task::spawn_blocking(move || {
+            let mut guard = cell2.lock();
+            let g = guard.as_mut()?;
+            Some(g.eval(&db2, &opts2, at_ms, wall_ms()))
+        })
+        .await;
+        match done {
+            Ok(Some(commit)) => {
+                if let Err(e) = commit.durable().await {
+                    tracing::warn!(error = %e, "rule results could not be made durable");
+                }
+            }
+            // A reload took the group: its successor runs.
+            Ok(None) | Err(_) => return,
+        }
+        ts += interval_ns;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn recorded_series_appear_on_the_groups_grid_and_a_reload_keeps_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rules = dir.path().join("r.yml");
+        std::fs::write(
+            &rules,
+            "groups:\n  - name: g\n    interval: 1s\n    rules:\n      - record: two\n        expr: vector(2)\n        labels: {k: v}\n",
+        )
+        .expect("write");
+        let db = Arc::new(Db::in_memory(crate::storage::DbOptions::default()));
+        let r = Rules::new(
+            RuleSettings {
+                patterns: vec![rules.display().to_string()],
+                interval_ms: 60_000,
+                query_offset_ms: 0,
+                query: QueryOptions::default(),
+            },
+            Arc::clone(&db),
+        );
+        assert_eq!(
+            r.start(tokio::runtime::Handle::current()).expect("loads"),
+            1
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let recorded = loop {
+            let got = db.querier().select_samples(
+                &[crate::storage::index::Matcher::new(
+                    crate::storage::index::MatchOp::Equal,
+                    "__name__",
+                    "two",
+                )
+                .expect("m")],
+                i64::MIN,
+                i64::MAX,
+            );
+            if got.first().is_some_and(|s| s.samples.len() >= 2)
+                || std::time::Instant::now() > deadline
+            {
+                break got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        let s = &recorded[0];
+        assert!(s.labels.iter().any(|l| &*l.name == "k" && &*l.value == "v"));
+        let hash = group_hash(&rules.display().to_string(), "g");
+        for &(t, v) in &s.samples {
+            assert_eq!(v, 2.0);
+            // The grid is in ns; a sample's time is its ms, cut down.
+            let slot = eval_timestamp_ns(hash, 1_000_000_000, t * 1_000_000 + 999_999);
+            assert_eq!(slot / 1_000_000, t, "{t} is on the grid");
+        }
+        // A bad file keeps the group in force.
+        std::fs::write(
+            &rules,
+            "groups:\n  - name: g\n    rules:\n      - record: x\n",
+        )
+        .expect("write");
+        assert!(r.reload().is_err());
+        assert_eq!(r.groups().len(), 1);
+        assert_eq!(r.reload_counts(), (0, 1));
+        r.stop();
+    }
+}

@@ -1,0 +1,404 @@
+//! One rule group evaluated as Prometheus evaluates one (`rules/group.go`,
+//! `recording.go`): at evaluation times aligned as Prometheus aligns them
+//! (so that a group gives the same timestamps in Sluice and Prometheus),
+//! each recording rule's query at that time less the query offset, its
+//! result written through the `Appender` under the rule's name and labels,
+//! and a stale marker for each series it wrote last time and not this.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::file::{GroupSpec, RuleKind, RuleSpec};
+use crate::histogram::HistSample;
+use crate::promql::value::Value;
+use crate::promql::{Engine, QueryOptions};
+use crate::storage::db::Db;
+use crate::storage::labels::encode_canonical;
+use crate::storage::{AppendCounts, STALE_NAN};
+
+/// Prometheus' hash of a group: xxHash64 of the labels `{file, name}` in
+/// its string encoding (each string after its length: one byte below
+/// 255, else 255 and three bytes little-endian).
+pub fn group_hash(file: &str, name: &str) -> u64 {
+    let mut data = Vec::with_capacity(16 + file.len() + name.len());
+    for s in ["file", file, "name", name] {
+        let n = s.len();
+        if n < 255 {
+            data.push(n as u8);
+        } else {
+            data.extend_from_slice(&[255, n as u8, (n >> 8) as u8, (n >> 16) as u8]);
+        }
+        data.extend_from_slice(s.as_bytes());
+    }
+    xxhash_rust::xxh64::xxh64(&data, 0)
+}
+
+/// The evaluation time at or before `now_ns` on the group's grid, as
+/// Prometheus' `Group.EvalTimestamp` (in ns): every `interval` from an
+/// offset the group's hash picks, so groups spread over the interval.
+pub fn eval_timestamp_ns(hash: u64, interval_ns: i64, now_ns: i64) -> i64 {
+    let interval = interval_ns.max(1);
+    let offset = (hash % interval as u64) as i64;
+    let adjusted = now_ns - offset;
+    let base = adjusted - adjusted.rem_euclid(interval);
+    base + offset
+}
+
+/// What the rules API says of an alerting rule in this version.
+pub const NOT_EVALUATED: &str = "alerting rules are not evaluated by this version of Sluice";
+
+/// How a rule's last evaluation went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Health {
+    /// Not evaluated yet.
+    #[default]
+    Unknown,
+    /// Evaluated, and written.
+    Ok,
+    /// Failed (`last_error` says why).
+    Err,
+}
+
+impl Health {
+    /// Prometheus' word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Ok => "ok",
+            Health::Err => "err",
+        }
+    }
+}
+
+/// A rule's state as the rules API shows it.
+#[derive(Debug, Clone, Default)]
+pub struct RuleStatus {
+    /// Its last evaluation's outcome.
+    pub health: Health,
+    /// Why the last evaluation failed, if it did.
+    pub last_error: String,
+    /// When it last started (ms since the epoch, wall clock); 0 before.
+    pub last_evaluation_ms: i64,
+    /// How long it took, in seconds.
+    pub evaluation_seconds: f64,
+}
+
+/// A group's state as the rules API and the metrics show it.
+#[derive(Debug, Clone, Default)]
+pub struct GroupStatus {
+    /// When the last evaluation started (wall clock, ms); 0 before.
+    pub last_evaluation_ms: i64,
+    /// How long it took, in seconds.
+    pub evaluation_seconds: f64,
+    /// Its rules, in file order.
+    pub rules: Vec<RuleStatus>,
+    /// Evaluations run, missed (the group's interval passed without one),
+    /// rule evaluations and their failures.
+    pub iterations: u64,
+    /// Evaluation times skipped because an evaluation ran late.
+    pub missed: u64,
+    /// Rule evaluations.
+    pub rule_evaluations: u64,
+    /// Rule evaluations that failed.
+    pub rule_failures: u64,
+    /// Samples the last evaluation gave (the results' lengths).
+    pub last_samples: u64,
+}
+
+/// A group, ready to be evaluated: its rules and what it wrote last time.
+#[derive(Debug)]
+pub struct Group {
+    /// What its file says.
+    pub spec: Arc<GroupSpec>,
+    /// Its interval and query offset, in ms, with the globals applied.
+    pub interval_ms: i64,
+    /// How far back of each evaluation time its queries look, in ms.
+    pub query_offset_ms: i64,
+    /// Per rule, the canonical label sets it wrote at its last evaluation:
+    /// those it does not write next time get a stale marker.
+    previous: Vec<HashSet<Vec<u8>>>,
+    /// Its state, shared with the API.
+    pub status: Arc<Mutex<GroupStatus>>,
+}
+
+/// Why one rule's evaluation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum RuleError {
+    #[error("{0}")]
+    Query(String),
+    #[error("rule result is not a vector or scalar")]
+    NotVector,
+    #[error("vector contains metrics with the same labelset after applying rule labels")]
+    SameLabels,
+    #[error("exceeded limit of {limit} with {got} series")]
+    Limit { limit: usize, got: usize },
+}
+
+/// One recorded sample: its sorted labels, canonical bytes and value.
+struct Recorded {
+    labels: Vec<(String, String)>,
+    canonical: Vec<u8>,
+    value: RecordedValue,
+}
+
+enum RecordedValue {
+    Float(f64),
+    Histogram(HistSample),
+}
+
+impl Group {
+    /// A group from its spec, with the global interval and query offset
+    /// for what it leaves unset.
+    pub fn new(spec: Arc<GroupSpec>, global_interval_ms: i64, global_offset_ms: i64) -> Self {
+        let n = spec.rules.len();
+        Self {
+            interval_ms: spec.interval_ms.unwrap_or(global_interval_ms).max(1),
+            query_offset_ms: spec.query_offset_ms.unwrap_or(global_offset_ms).max(0),
+            previous: vec![HashSet::new(); n],
+            status: Arc::new(Mutex::new(GroupStatus {
+                rules: vec![RuleStatus::default(); n],
+                ..GroupStatus::default()
+            })),
+            spec,
+        }
+    }
+
+    /// Takes over what `old` (the same group before a reload) wrote last,
+    /// rule by rule where a rule of the same name and labels is kept, and
+    /// its status; the series of rules it no longer has are returned, to
+    /// be marked stale.
+    pub fn take_state(&mut self, old: Group) -> Vec<Vec<u8>> {
+        let key = |r: &RuleSpec| (r.name.clone(), r.labels.clone());
+        let mut left: BTreeMap<(String, BTreeMap<String, String>), Vec<usize>> = BTreeMap::new();
+        for (i, r) in old.spec.rules.iter().enumerate().rev() {
+            left.entry(key(r)).or_default().push(i);
+        }
+        let mut previous = old.previous;
+        let old_status = old.status.lock().clone();
+        let mut status = self.status.lock();
+        status.last_evaluation_ms = old_status.last_evaluation_ms;
+        status.evaluation_seconds = old_status.evaluation_seconds;
+        for (i, r) in self.spec.rules.iter().enumerate() {
+            if let Some(j) = left.get_mut(&key(r)).and_then(Vec::pop) {
+                self.previous[i] = std::mem::take(&mut previous[j]);
+                if let (Some(to), Some(from)) = (status.rules.get_mut(i), old_status.rules.get(j)) {
+                    *to = from.clone();
+                }
+            }
+        }
+        let unmatched: Vec<usize> = left.into_values().flatten().collect();
+        unmatched
+            .into_iter()
+            .flat_map(|j| std::mem::take(&mut previous[j]))
+            .collect()
+    }
+
+    /// The series this group wrote at its last evaluation.
+    pub fn written(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.previous.iter().flatten()
+    }
+
+    /// Evaluates every rule at `ts` (ms, on the group's grid) over `db`:
+    /// queries at `ts` less the query offset, results and stale markers
+    /// written there. Returns the commit to wait on. Blocking (PromQL).
+    pub fn eval(
+        &mut self,
+        db: &Db,
+        opts: &QueryOptions,
+        ts: i64,
+        now_ms: i64,
+    ) -> crate::storage::appender::Commit {
+        let started = std::time::Instant::now();
+        let at = ts - self.query_offset_ms;
+        let mut app = db.appender(i64::MAX);
+        let mut samples = 0u64;
+        let mut counts = AppendCounts::default();
+        for (i, rule) in self.spec.rules.iter().enumerate() {
+            if !matches!(rule.kind, RuleKind::Record) {
+                // Alerting rules are read and listed; their evaluation
+                // (pending, firing, ALERTS) is not in this version.
+                if let Some(st) = self.status.lock().rules.get_mut(i) {
+                    st.last_error = NOT_EVALUATED.into();
+                }
+                continue;
+            }
+            let rule_started = std::time::Instant::now();
+            let outcome = self.record(db, opts, rule, at);
+            let mut st = RuleStatus {
+                last_evaluation_ms: now_ms,
+                ..RuleStatus::default()
+            };
+            match outcome {
+                Ok(recorded) => {
+                    samples += recorded.len() as u64;
+                    let mut now_written = HashSet::with_capacity(recorded.len());
+                    let mut refused = 0u64;
+                    for r in recorded {
+                        let labels: Vec<(&str, &str)> = r
+                            .labels
+                            .iter()
+                            .map(|(n, v)| (n.as_str(), v.as_str()))
+                            .collect();
+                        let before = counts.rejected_total();
+                        let stored = match &r.value {
+                            RecordedValue::Float(v) => {
+                                let one = std::iter::once((at, *v));
+                                app.append_existing(&r.canonical, one, &mut counts)
+                                    || app
+                                        .append_new(
+                                            &labels,
+                                            &r.canonical,
+                                            std::iter::once((at, *v)),
+                                            &mut counts,
+                                        )
+                                        .is_ok()
+                            }
+                            RecordedValue::Histogram(h) => app
+                                .append_histograms(
+                                    &labels,
+                                    &r.canonical,
+                                    &[(at, h.clone())],
+                                    &mut counts,
+                                )
+                                .is_ok(),
+                        };
+                        if stored && counts.rejected_total() == before {
+                            now_written.insert(r.canonical);
+                        } else {
+                            refused += 1;
+                        }
+                    }
+                    // What it wrote last time and not now goes stale.
+                    for gone in self.previous[i].difference(&now_written) {
+                        let stale = std::iter::once((at, f64::from_bits(STALE_NAN)));
+                        app.append_existing(gone, stale, &mut counts);
+                    }
+                    self.previous[i] = now_written;
+                    if refused > 0 {
+                        st.health = Health::Err;
+                        st.last_error = format!(
+                            "{refused} samples were not stored (out of order, duplicate, too old or over a limit)"
+                        );
+                    } else {
+                        st.health = Health::Ok;
+                    }
+                }
+                Err(e) => {
+                    st.health = Health::Err;
+                    st.last_error = e.to_string();
+                    tracing::warn!(group = %self.spec.name, file = %self.spec.file, rule = %rule.name, error = %st.last_error, "evaluating rule failed");
+                }
+            }
+            st.evaluation_seconds = rule_started.elapsed().as_secs_f64();
+            let mut status = self.status.lock();
+            status.rule_evaluations += 1;
+            if st.health == Health::Err {
+                status.rule_failures += 1;
+            }
+            if let Some(slot) = status.rules.get_mut(i) {
+                *slot = st;
+            }
+        }
+        let commit = app.commit();
+        let mut status = self.status.lock();
+        status.iterations += 1;
+        status.last_evaluation_ms = now_ms;
+        status.evaluation_seconds = started.elapsed().as_secs_f64();
+        status.last_samples = samples;
+        commit
+    }
+
+    /// One recording rule's samples at `at`: its query's result, named and
+    /// labelled, checked for duplicate label sets and the group's limit.
+    fn record(
+        &self,
+        db: &Db,
+        opts: &QueryOptions,
+        rule: &RuleSpec,
+        at: i64,
+    ) -> Result<Vec<Recorded>, RuleError> {
+        let value = Engine::new(db.querier(), opts.clone())
+            .instant(&rule.expr, at)
+            .map_err(|e| RuleError::Query(e.to_string()))?
+            .value;
+        let results: Vec<(BTreeMap<String, String>, RecordedValue)> = match value {
+            Value::Scalar(v) => vec![(BTreeMap::new(), RecordedValue::Float(v))],
+            Value::Vector(samples) => samples
+                .into_iter()
+                .map(|s| {
+                    let labels = s
+                        .labels
+                        .iter()
+                        .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
+                        .collect();
+                    let value = match s.h {
+                        Some(h) => RecordedValue::Histogram(HistSample::Float((*h).clone())),
+                        None => RecordedValue::Float(s.v),
+                    };
+                    (labels, value)
+                })
+                .collect(),
+            _ => return Err(RuleError::NotVector),
+        };
+        let mut out = Vec::with_capacity(results.len());
+        let mut seen = HashSet::with_capacity(results.len());
+        for (mut labels, value) in results {
+            labels.insert("__name__".to_owned(), rule.name.clone());
+            for (n, v) in &rule.labels {
+                // An empty value removes the label, as in Prometheus.
+                if v.is_empty() {
+                    labels.remove(n);
+                } else {
+                    labels.insert(n.clone(), v.clone());
+                }
+            }
+            let labels: Vec<(String, String)> = labels.into_iter().collect();
+            let mut canonical = Vec::new();
+            encode_canonical(
+                labels.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                &mut canonical,
+            );
+            if !seen.insert(canonical.clone()) {
+                return Err(RuleError::SameLabels);
+            }
+            out.push(Recorded {
+                labels,
+                canonical,
+                value,
+            });
+        }
+        let limit = self.spec.limit;
+        if limit > 0 && out.len() > limit {
+            return Err(RuleError::Limit {
+                limit,
+                got: out.len(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_spread_over_their_interval_as_prometheus_spreads_them() {
+        let h = group_hash("rules.yml", "g");
+        let interval = 60_000_000_000i64;
+        let at = eval_timestamp_ns(h, interval, 1_700_000_000_123_456_789);
+        assert!(at <= 1_700_000_000_123_456_789 && at > 1_700_000_000_123_456_789 - interval);
+        assert_eq!((at - (h % interval as u64) as i64).rem_euclid(interval), 0);
+        // The same slot for every time within it.
+        assert_eq!(eval_timestamp_ns(h, interval, at), at);
+        assert_eq!(eval_timestamp_ns(h, interval, at + interval - 1), at);
+        assert_eq!(eval_timestamp_ns(h, interval, at + interval), at + interval);
+        // Long names take the 4-byte length.
+        assert_ne!(
+            group_hash(&"f".repeat(300), "g"),
+            group_hash(&"f".repeat(301), "g")
+        );
+    }
+}
