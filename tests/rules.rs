@@ -1,0 +1,345 @@
+//! Recording rules against Prometheus 3.5.3: the same rule file (same
+//! path, so the same evaluation grid) and the same remote-written data in
+//! both; the series each rule records, stale markers included, agree at
+//! every evaluation time both made. And promtool's `check rules` and
+//! Sluice agree on what is a valid file.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use sluice::proto::prometheus as pb;
+
+/// A second apart, so that a few seconds give several evaluations; one
+/// rule's output comes and goes every two seconds (stale markers), one is
+/// a scalar, one is over its series limit... in its own group.
+const RULES: &str = r#"groups:
+  - name: rec
+    interval: 1s
+    labels: {source: rules}
+    rules:
+      - record: job:req:rate5m
+        expr: sum by (job) (rate(req_total[5m]))
+      - record: req:sum
+        expr: sum(req_total)
+        labels: {source: ""}
+      - record: const:three
+        expr: "3"
+      - record: req:flapping
+        expr: req_total{job="a"} and on() (vector(time()) % 4 < 2)
+      - record: req:renamed
+        expr: req_total{job="a", instance="x"} * 2
+        labels: {job: renamed}
+  - name: limited
+    interval: 1s
+    limit: 1
+    rules:
+      - record: req:over_limit
+        expr: req_total
+"#;
+
+/// Four series over the last four minutes, 15 s apart.
+fn data(now: i64) -> Vec<u8> {
+    let mut series = Vec::new();
+    for (job, instance, rate) in [
+        ("a", "x", 1.0),
+        ("a", "y", 2.0),
+        ("b", "x", 3.0),
+        ("b", "y", 5.0),
+    ] {
+        let samples: Vec<(i64, f64)> = (0..=16)
+            .map(|k| {
+                let t = now - 240_000 + k * 15_000;
+                (t, rate * k as f64 * 15.0)
+            })
+            .collect();
+        series.push(common::series(
+            &[
+                ("__name__", "req_total"),
+                ("job", job),
+                ("instance", instance),
+            ],
+            &samples,
+        ));
+    }
+    common::body(series)
+}
+
+/// `GET /api/v1/rules` (GET only, as Prometheus').
+async fn rules_of(addr: &str) -> serde_json::Value {
+    let addr: std::net::SocketAddr = addr.parse().expect("address");
+    let (status, body) = common::get(addr, "/api/v1/rules").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
+/// Every recorded series (name not `req_total`) over `[start, end]` by
+/// remote read: its label set to its samples (time, value bits).
+async fn recorded(addr: &str, start: i64, end: i64) -> BTreeMap<String, Vec<(i64, u64)>> {
+    let req = pb::ReadRequest {
+        queries: vec![pb::Query {
+            start_timestamp_ms: start,
+            end_timestamp_ms: end,
+            matchers: vec![pb::LabelMatcher {
+                r#type: pb::label_matcher::Type::Re as i32,
+                name: "__name__".into(),
+                value: ".+:.+".into(),
+            }],
+            hints: None,
+        }],
+        accepted_response_types: vec![],
+    };
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&req.encode_to_vec())
+        .expect("snappy");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/read"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .header("x-prometheus-remote-read-version", "0.1.0")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200, "{addr}");
+    let bytes = resp.bytes().await.expect("body");
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&bytes)
+        .expect("snappy");
+    let r = pb::ReadResponse::decode(raw.as_slice()).expect("ReadResponse");
+    r.results
+        .iter()
+        .flat_map(|q| &q.timeseries)
+        .map(|ts| {
+            let mut labels: Vec<String> = ts
+                .labels
+                .iter()
+                .map(|l| format!("{}={:?}", l.name, l.value))
+                .collect();
+            labels.sort();
+            (
+                labels.join(","),
+                ts.samples
+                    .iter()
+                    .map(|s| (s.timestamp, s.value.to_bits()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+fn times_of(got: &BTreeMap<String, Vec<(i64, u64)>>, series: &str) -> Vec<i64> {
+    got.iter()
+        .find(|(k, _)| k.contains(series))
+        .map(|(_, s)| s.iter().map(|p| p.0).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_series_agree_with_prometheus_3_at_every_evaluation_both_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rules.yml");
+    std::fs::write(&file, RULES).expect("rules");
+    let path = file.display().to_string();
+    // promtool accepts the file too.
+    let checked = common::promtool3(&["check", "rules", &path]);
+    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+
+    let prom = common::Prometheus::start3(
+        &format!(
+            "global:\n  scrape_interval: 1h\n  evaluation_interval: 1s\nrule_files:\n  - {path}\n"
+        ),
+        &["--web.enable-remote-write-receiver"],
+    );
+    let data_dir = tempfile::tempdir().expect("tempdir");
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let (child, addr) =
+        common::spawn_sluice(bin, data_dir.path(), "info", &["--rule-files", &path]);
+    let _sluice = common::KillOnDrop(child);
+    prom.ready().await;
+    let now = common::now_ms();
+    let body = data(now);
+    prom.remote_write(body.clone()).await;
+    let (status, text) = common::push(addr, body).await;
+    assert_eq!(status, 204, "{text}");
+    // Evaluations from a second after the data is in both.
+    let from = common::now_ms() + 1000;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let to = common::now_ms();
+    let (s, p) = (addr.to_string(), prom.addr());
+    let (ours, theirs) = (recorded(&s, from, to).await, recorded(&p, from, to).await);
+    // The evaluation times both made: the constant's samples.
+    let (a, b) = (
+        times_of(&ours, "const:three"),
+        times_of(&theirs, "const:three"),
+    );
+    assert!(a.len() >= 5, "Sluice evaluated at {a:?}");
+    assert!(
+        b.len() >= 5,
+        "Prometheus evaluated at {b:?}\n{}",
+        prom.log()
+    );
+    let common: Vec<i64> = a.iter().filter(|t| b.contains(t)).copied().collect();
+    assert!(
+        common.len() >= 5,
+        "the same grid: Sluice {a:?}, Prometheus {b:?}"
+    );
+    let (lo, hi) = (common[0], common[common.len() - 1]);
+    let within = |m: &BTreeMap<String, Vec<(i64, u64)>>| -> BTreeMap<String, Vec<(i64, u64)>> {
+        m.iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.iter()
+                        .filter(|p| lo <= p.0 && p.0 <= hi)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect()
+    };
+    let (ours, theirs) = (within(&ours), within(&theirs));
+    assert_eq!(ours, theirs, "Sluice, then Prometheus 3.5.3");
+    // What the comparison covers: the labels merged as Prometheus merges
+    // them, the flapping series' stale markers, no series over a limit.
+    let keys: Vec<&String> = ours.keys().collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("job:req:rate5m") && k.contains("source=\"rules\"")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("__name__=\"req:sum\"") && !k.contains("source")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().any(|k| k.contains("job=\"renamed\"")),
+        "{keys:?}"
+    );
+    assert!(!keys.iter().any(|k| k.contains("over_limit")), "{keys:?}");
+    let stale = 0x7ff0_0000_0000_0002u64;
+    let flapping = ours
+        .iter()
+        .find(|(k, _)| k.contains("req:flapping"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(flapping.iter().any(|p| p.1 == stale), "{flapping:?}");
+    assert!(flapping.iter().any(|p| p.1 != stale), "{flapping:?}");
+
+    // The rules API: the limited group's rule says why it wrote nothing.
+    let v = rules_of(&s).await;
+    assert_eq!(v["status"], "success", "{v}");
+    let groups = v["data"]["groups"].as_array().cloned().unwrap_or_default();
+    assert_eq!(groups.len(), 2, "{v}");
+    let limited = groups
+        .iter()
+        .find(|g| g["name"] == "limited")
+        .expect("limited");
+    assert_eq!(limited["rules"][0]["health"], "err", "{limited}");
+    assert_eq!(
+        limited["rules"][0]["lastError"], "exceeded limit of 1 with 4 series",
+        "{limited}"
+    );
+    let theirs = rules_of(&p).await;
+    let their_limited = theirs["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["name"] == "limited")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        their_limited["rules"][0]["lastError"],
+        limited["rules"][0]["lastError"]
+    );
+    // The same queries, as Prometheus prints them, and the same keys.
+    for (g_ours, g_theirs) in groups
+        .iter()
+        .zip(theirs["data"]["groups"].as_array().into_iter().flatten())
+    {
+        let keys = |g: &serde_json::Value| -> Vec<String> {
+            g.as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(keys(g_ours), keys(g_theirs));
+        for (r_ours, r_theirs) in g_ours["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(g_theirs["rules"].as_array().into_iter().flatten())
+        {
+            assert_eq!(r_ours["query"], r_theirs["query"]);
+            assert_eq!(r_ours["labels"], r_theirs["labels"]);
+            assert_eq!(r_ours["type"], r_theirs["type"]);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.yml");
+    std::fs::write(
+        &file,
+        "groups:\n  - name: g\n    rules:\n      - record: x\n        expr: sum(\n",
+    )
+    .expect("write");
+    let path = file.display().to_string();
+    // promtool refuses it too.
+    let out = std::process::Command::new(common::prometheus3("promtool"))
+        .args(["check", "rules", &path])
+        .output()
+        .expect("promtool runs");
+    assert!(!out.status.success());
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--rule-files",
+            &path,
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .output()
+        .expect("sluice runs");
+    assert!(!out.status.success(), "a bad rule file stops the start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("group \"g\", rule 1, \"x\": could not parse expression"),
+        "{err}"
+    );
+
+    // A good file, then a bad one: the group stays, its rule still runs.
+    std::fs::write(
+        &file,
+        "groups:\n  - name: g\n    interval: 1s\n    rules:\n      - record: one:one\n        expr: vector(1)\n",
+    )
+    .expect("write");
+    let (child, addr) = common::spawn_sluice(
+        env!("CARGO_BIN_EXE_sluice"),
+        data.path(),
+        "info",
+        &["--rule-files", &path],
+    );
+    let _child = common::KillOnDrop(child);
+    std::fs::write(&file, "groups:\n  - name: g\n    bogus: 1\n").expect("write");
+    // Looked at every 2 s: after a few, the rule still answers.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let v = rules_of(&addr.to_string()).await;
+    assert_eq!(v["data"]["groups"][0]["rules"][0]["name"], "one:one", "{v}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = common::query_vector(addr, "one:one", None).await;
+        if !got.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rule never wrote");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
