@@ -249,6 +249,28 @@ impl Rules {
     }
 }
 
+impl crate::telemetry::RuleSource for Rules {
+    fn figures(&self) -> (Vec<crate::telemetry::RuleGroupFigures>, (u64, u64)) {
+        let groups = self
+            .groups()
+            .into_iter()
+            .map(|g| crate::telemetry::RuleGroupFigures {
+                key: g.spec.key(),
+                iterations: g.status.iterations,
+                missed: g.status.missed,
+                evaluations: g.status.rule_evaluations,
+                failures: g.status.rule_failures,
+                interval_seconds: g.interval_ms as f64 / 1000.0,
+                last_evaluation_seconds: g.status.last_evaluation_ms as f64 / 1000.0,
+                last_duration_seconds: g.status.evaluation_seconds,
+                rules: g.spec.rules.len() as u64,
+                last_samples: g.status.last_samples,
+            })
+            .collect();
+        (groups, self.reload_counts())
+    }
+}
+
 /// The wall clock, in ns since the epoch.
 fn wall_ns() -> i64 {
     std::time::SystemTime::now()

@@ -1217,10 +1217,133 @@ impl Collector for TenantCollector {
     }
 }
 
+/// One rule group's figures, as Prometheus' `prometheus_rule_*` report
+/// them (see `rules`).
+#[derive(Debug, Clone, Default)]
+pub struct RuleGroupFigures {
+    /// Prometheus' group key, `file;name`.
+    pub key: String,
+    /// Evaluations run (and missed, which count as run).
+    pub iterations: u64,
+    /// Evaluation times skipped while one ran late.
+    pub missed: u64,
+    /// Rule evaluations, and those that failed.
+    pub evaluations: u64,
+    /// Rule evaluations that failed.
+    pub failures: u64,
+    /// Its interval, in seconds.
+    pub interval_seconds: f64,
+    /// When its last evaluation started (Unix seconds; 0 before).
+    pub last_evaluation_seconds: f64,
+    /// How long its last evaluation took.
+    pub last_duration_seconds: f64,
+    /// Its rules.
+    pub rules: u64,
+    /// Samples its last evaluation's results held.
+    pub last_samples: u64,
+}
+
+/// Where rule groups' figures come from (the rules in force).
+pub trait RuleSource: Send + Sync + std::fmt::Debug {
+    /// Every group's figures, and the rule files' reloads that succeeded
+    /// and failed.
+    fn figures(&self) -> (Vec<RuleGroupFigures>, (u64, u64));
+}
+
+/// Rule groups' figures, one series per group (as many as the rule files
+/// hold).
+#[derive(Debug)]
+struct RuleCollector(Arc<dyn RuleSource>);
+
+impl Collector for RuleCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let (groups, (reloaded, failed)) = self.0.figures();
+        let mut family = encoder.encode_descriptor(
+            "sluice_rule_file_reloads",
+            "Reloads of the rule files, by result (a failed one keeps the rules in force)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, n) in [("success", reloaded), ("failure", failed)] {
+            ConstCounter::new(n as f64).encode(family.encode_family(&[("result", result)])?)?;
+        }
+        drop(family);
+        type Pick = fn(&RuleGroupFigures) -> f64;
+        let counters: [(&str, &str, Pick); 4] = [
+            (
+                "sluice_rule_group_iterations",
+                "Evaluations of the group, missed ones included (Prometheus' prometheus_rule_group_iterations_total)",
+                |g| g.iterations as f64,
+            ),
+            (
+                "sluice_rule_group_iterations_missed",
+                "Evaluation times the group skipped because an evaluation ran late",
+                |g| g.missed as f64,
+            ),
+            (
+                "sluice_rule_evaluations",
+                "Rule evaluations, by group",
+                |g| g.evaluations as f64,
+            ),
+            (
+                "sluice_rule_evaluation_failures",
+                "Rule evaluations that failed, by group",
+                |g| g.failures as f64,
+            ),
+        ];
+        for (name, help, pick) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for g in &groups {
+                ConstCounter::new(pick(g))
+                    .encode(family.encode_family(&[("rule_group", g.key.as_str())])?)?;
+            }
+        }
+        let gauges: [(&str, &str, Pick); 5] = [
+            (
+                "sluice_rule_group_interval_seconds",
+                "The group's evaluation interval",
+                |g| g.interval_seconds,
+            ),
+            (
+                "sluice_rule_group_last_evaluation_timestamp_seconds",
+                "When the group's last evaluation started (Unix seconds)",
+                |g| g.last_evaluation_seconds,
+            ),
+            (
+                "sluice_rule_group_last_duration_seconds",
+                "How long the group's last evaluation took",
+                |g| g.last_duration_seconds,
+            ),
+            ("sluice_rule_group_rules", "The group's rules", |g| {
+                g.rules as f64
+            }),
+            (
+                "sluice_rule_group_last_evaluation_samples",
+                "Samples the results of the group's last evaluation held",
+                |g| g.last_samples as f64,
+            ),
+        ];
+        for (name, help, pick) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for g in &groups {
+                ConstGauge::new(pick(g))
+                    .encode(family.encode_family(&[("rule_group", g.key.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Metrics {
     /// Reports each tenant's figures from `source` (with multitenancy).
     pub fn add_tenants(&mut self, source: Arc<dyn TenantSource>) {
         self.registry
             .register_collector(Box::new(TenantCollector(source)));
+    }
+
+    /// Reports the rule groups' figures from `source`.
+    pub fn add_rules(&mut self, source: Arc<dyn RuleSource>) {
+        self.registry
+            .register_collector(Box::new(RuleCollector(source)));
     }
 }

@@ -342,4 +342,25 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
         assert!(Instant::now() < deadline, "the rule never wrote");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Its figures, as Prometheus' prometheus_rule_* by group; the failed
+    // reload is counted.
+    let (_, metrics) = common::get(addr, "/metrics").await;
+    let group = format!("rule_group=\"{path};g\"");
+    let iterations = common::metric_value(
+        &metrics,
+        &format!("sluice_rule_group_iterations_total{{{group}}}"),
+    );
+    assert!(iterations.is_some_and(|n| n >= 1.0), "{metrics}");
+    assert_eq!(
+        common::metric_value(&metrics, &format!("sluice_rule_group_rules{{{group}}}")),
+        Some(1.0)
+    );
+    assert!(
+        common::metric_value(
+            &metrics,
+            "sluice_rule_file_reloads_total{result=\"failure\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
 }

@@ -123,6 +123,13 @@ impl AppState {
         if config.multitenancy {
             metrics.add_tenants(tenants.source());
         }
+        let rules = Arc::new(crate::rules::Rules::new(
+            config.rule_settings(),
+            Arc::clone(&db),
+        ));
+        if rules.configured() {
+            metrics.add_rules(Arc::clone(&rules) as Arc<dyn crate::telemetry::RuleSource>);
+        }
         crate::parallel::set_max_workers(config.query_max_workers_per_query);
         let slots = slots::Slots::new(
             config.query_max_concurrency,
@@ -146,10 +153,7 @@ impl AppState {
                 tenant_limits: Arc::default(),
                 rate_limit_status: config.rate_limit_status(),
                 admin_api: config.web_enable_admin_api,
-                rules: Arc::new(crate::rules::Rules::new(
-                    config.rule_settings(),
-                    Arc::clone(&db),
-                )),
+                rules,
                 tenants,
                 db,
                 query,
