@@ -198,6 +198,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(status::metrics))
         .route("/-/healthy", get(status::healthy))
         .route("/-/ready", get(status::ready))
+        .route("/-/reload", post(status::reload).put(status::reload))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             timeout,

@@ -138,6 +138,17 @@ settings! {
         visible_alias = "web.enable-admin-api"
     )]
     web_enable_admin_api: bool = false;
+    /// Serve `POST /-/reload` (as Prometheus' --web.enable-lifecycle): the
+    /// rule files are read again, as on SIGHUP, and the answer says whether
+    /// they loaded. Off, it answers 403 [default: false].
+    #[serde(alias = "web.enable-lifecycle")]
+    #[arg(
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        visible_alias = "web.enable-lifecycle"
+    )]
+    web_enable_lifecycle: bool = false;
     /// Rule files in Prometheus' format, as globs (repeatable; Prometheus'
     /// rule_files): each group's recording rules are evaluated on its
     /// interval and their results stored as any sample; alerting rules are

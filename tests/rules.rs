@@ -325,10 +325,22 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
         env!("CARGO_BIN_EXE_sluice"),
         data.path(),
         "info",
-        &["--rule-files", &path],
+        &["--rule-files", &path, "--web-enable-lifecycle"],
     );
     let _child = common::KillOnDrop(child);
     std::fs::write(&file, "groups:\n  - name: g\n    bogus: 1\n").expect("write");
+    // POST /-/reload says why, as Prometheus' does.
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/-/reload"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status().as_u16(), 500);
+    let text = r.text().await.expect("body");
+    assert!(
+        text.starts_with("failed to reload config: ") && text.contains("bogus"),
+        "{text}"
+    );
     // Looked at every 2 s: after a few, the rule still answers.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let v = rules_of(&addr.to_string()).await;
@@ -363,4 +375,18 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
         .is_some_and(|n| n >= 1.0),
         "{metrics}"
     );
+    // A good file again, reloaded on request: the group has two rules.
+    std::fs::write(
+        &file,
+        "groups:\n  - name: g\n    interval: 1s\n    rules:\n      - record: one:one\n        expr: vector(1)\n      - record: two:two\n        expr: vector(2)\n",
+    )
+    .expect("write");
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/-/reload"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(r.status().as_u16(), 200);
+    let v = rules_of(&addr.to_string()).await;
+    assert_eq!(v["data"]["groups"][0]["rules"][1]["name"], "two:two", "{v}");
 }

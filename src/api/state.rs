@@ -69,6 +69,8 @@ pub(super) struct Inner {
     pub(super) admin_api: bool,
     /// The rule groups in force (`--rule-files`).
     pub(super) rules: Arc<crate::rules::Rules>,
+    /// Whether `POST /-/reload` is served (`--web-enable-lifecycle`).
+    pub(super) lifecycle: bool,
 }
 
 impl AppState {
@@ -154,6 +156,7 @@ impl AppState {
                 rate_limit_status: config.rate_limit_status(),
                 admin_api: config.web_enable_admin_api,
                 rules,
+                lifecycle: config.web_enable_lifecycle,
                 tenants,
                 db,
                 query,

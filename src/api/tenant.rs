@@ -752,9 +752,10 @@ pub enum OpenError {
 /// rules (they run over the `anonymous` tenant), the
 /// pages a browser loads (their API calls carry the tenant), and anything
 /// under `/assets/`. A tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 12] = [
+const TENANT_FREE: [&str; 13] = [
     "/-/healthy",
     "/-/ready",
+    "/-/reload",
     "/metrics",
     "/api/v1/status/buildinfo",
     "/api/v1/status/flags",
