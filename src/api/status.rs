@@ -561,6 +561,37 @@ fn escape(s: &str) -> String {
     out
 }
 
+/// `POST|PUT /-/reload`, with `--web-enable-lifecycle`: reads the rule
+/// files again, as SIGHUP does; 200 when they loaded, 500 `failed to
+/// reload config: …` (the rules in force kept) when not. Off: 403, as
+/// Prometheus answers with its lifecycle API off.
+pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Response {
+    if !state.inner.lifecycle {
+        return (
+            axum::http::StatusCode::FORBIDDEN,
+            "Lifecycle API is not enabled.\n",
+        )
+            .into_response();
+    }
+    let rules = state.rules();
+    if !rules.configured() {
+        return axum::http::StatusCode::OK.into_response();
+    }
+    match tokio::task::spawn_blocking(move || rules.reload()).await {
+        Ok(Ok(_)) => axum::http::StatusCode::OK.into_response(),
+        Ok(Err(e)) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to reload config: {e}\n"),
+        )
+            .into_response(),
+        Err(e) => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to reload config: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{first_choice_is_protobuf, human_bytes, human_count, prometheus_duration};
@@ -600,36 +631,5 @@ mod tests {
         assert!(!first_choice_is_protobuf(
             "application/vnd.google.protobuf;proto=other.Message"
         ));
-    }
-}
-
-/// `POST|PUT /-/reload`, with `--web-enable-lifecycle`: reads the rule
-/// files again, as SIGHUP does; 200 when they loaded, 500 `failed to
-/// reload config: …` (the rules in force kept) when not. Off: 403, as
-/// Prometheus answers with its lifecycle API off.
-pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Response {
-    if !state.inner.lifecycle {
-        return (
-            axum::http::StatusCode::FORBIDDEN,
-            "Lifecycle API is not enabled.\n",
-        )
-            .into_response();
-    }
-    let rules = state.rules();
-    if !rules.configured() {
-        return axum::http::StatusCode::OK.into_response();
-    }
-    match tokio::task::spawn_blocking(move || rules.reload()).await {
-        Ok(Ok(_)) => axum::http::StatusCode::OK.into_response(),
-        Ok(Err(e)) => (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("failed to reload config: {e}\n"),
-        )
-            .into_response(),
-        Err(e) => (
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("failed to reload config: {e}\n"),
-        )
-            .into_response(),
     }
 }
