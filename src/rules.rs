@@ -11,6 +11,7 @@
 
 pub mod file;
 pub mod group;
+pub mod template;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
