@@ -729,7 +729,7 @@ mod tests {
                 1435065584.128,
                 "2015-06-23 13:19:44.128 +0000 UTC",
             ),
-            ("{{ printf \"%.2f\" $value }}", 2.71828, "2.72"),
+            ("{{ printf \"%.2f\" $value }}", 12.3456, "12.35"),
             ("{{ printf \"%s=%d\" $labels.job 3 }}", 0.0, "api=3"),
             (
                 "{{ $labels.instance | stripPort }}",
