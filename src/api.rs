@@ -182,6 +182,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/status/buildinfo", get(metadata::buildinfo))
         .route("/api/v1/status/config", get(status::config))
         .route("/api/v1/rules", get(rules::rules))
+        .route("/api/v1/alerts", get(rules::alerts))
         .route("/api/v1/status/flags", get(status::flags))
         .route("/api/v1/status/runtimeinfo", get(status::runtime_info))
         .route("/api/v1/status/walreplay", get(status::wal_replay))

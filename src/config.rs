@@ -177,6 +177,47 @@ settings! {
         visible_alias = "rules.query-offset"
     )]
     rules_query_offset: Duration = Duration::ZERO;
+    /// Alertmanagers that alerts go to, as URLs (repeatable; as
+    /// Prometheus' alertmanager_configs): POST <url>/api/v2/alerts
+    /// [default: none].
+    #[serde(alias = "alertmanager.url")]
+    #[arg(value_name = "URL", visible_alias = "alertmanager.url")]
+    alertmanager_url: Vec<String> = Vec::new();
+    /// How long Sluice may have been down for an alert's `for` state to be
+    /// restored after a start, from its ALERTS_FOR_STATE series (as
+    /// Prometheus' --rules.alert.for-outage-tolerance) [default: 1h].
+    #[serde(with = "humantime_serde", alias = "rules.alert.for-outage-tolerance")]
+    #[arg(
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        visible_alias = "rules.alert.for-outage-tolerance"
+    )]
+    rules_alert_for_outage_tolerance: Duration = Duration::from_secs(3600);
+    /// The least `for` left to an alert restored after a start (as
+    /// Prometheus' --rules.alert.for-grace-period); rules with a shorter
+    /// `for` are not restored [default: 10m].
+    #[serde(with = "humantime_serde", alias = "rules.alert.for-grace-period")]
+    #[arg(
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        visible_alias = "rules.alert.for-grace-period"
+    )]
+    rules_alert_for_grace_period: Duration = Duration::from_secs(600);
+    /// How often an alert still firing is sent to Alertmanager again (as
+    /// Prometheus' --rules.alert.resend-delay) [default: 1m].
+    #[serde(with = "humantime_serde", alias = "rules.alert.resend-delay")]
+    #[arg(
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        visible_alias = "rules.alert.resend-delay"
+    )]
+    rules_alert_resend_delay: Duration = Duration::from_secs(60);
+    /// The URL Sluice is reached at, for alerts' links (generatorURL) and
+    /// templates' $externalURL (as Prometheus' --web.external-url)
+    /// [default: http://<host name>:<--listen port>].
+    #[serde(alias = "web.external-url")]
+    #[arg(value_name = "URL", visible_alias = "web.external-url")]
+    web_external_url: String = String::new();
     /// Keep each tenant's data apart, named by --tenant-header on every
     /// request (Mimir's multitenancy): each tenant is its own database
     /// under <data-dir>/tenants/<id>/, and a request without a tenant gets
@@ -962,7 +1003,31 @@ impl Config {
             interval_ms: ms(self.rules_evaluation_interval).max(1),
             query_offset_ms: ms(self.rules_query_offset),
             query: self.query_options(),
+            alerting: crate::rules::group::AlertSettings {
+                externals: crate::rules::alerting::Externals {
+                    labels: self.external_labels().into_iter().collect(),
+                    url: self.external_url(),
+                },
+                outage_tolerance_ms: ms(self.rules_alert_for_outage_tolerance),
+                grace_period_ms: ms(self.rules_alert_for_grace_period),
+                resend_delay_ms: ms(self.rules_alert_resend_delay),
+            },
+            alertmanagers: self.alertmanager_url.clone(),
         }
+    }
+
+    /// `--web-external-url`, or `http://<host name>:<listen port>` as
+    /// Prometheus makes its default; no trailing `/`.
+    pub fn external_url(&self) -> String {
+        if !self.web_external_url.is_empty() {
+            return self.web_external_url.trim_end_matches('/').to_owned();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_owned());
+        format!("http://{host}:{}", self.listen.port())
     }
 
     /// The default limits of queries.

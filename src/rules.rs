@@ -1,4 +1,5 @@
-//! Recording rules, evaluated as Prometheus evaluates them: rule files in
+//! Recording and alerting rules, evaluated as Prometheus evaluates them:
+//! rule files in
 //! Prometheus' format ([`file`]), named by `--rule-files` (globs), each
 //! group evaluated on its interval at the times Prometheus would choose
 //! ([`group`]), its results written through the `Appender` (logged,
@@ -6,11 +7,16 @@
 //! stops. Files are read again on SIGHUP and when they change; a reload
 //! with an error keeps the rules in force.
 //!
-//! Alerting rules are read, checked and listed (`/api/v1/rules`), not yet
-//! evaluated. Rules run over the `anonymous` tenant's database.
+//! Alerting rules ([`alerting`]) move their alerts from pending to firing
+//! to resolved as Prometheus' do, write `ALERTS` and `ALERTS_FOR_STATE`,
+//! restore their `for` state after a start, expand their templates
+//! ([`template`]) and send to Alertmanager ([`notifier`]). Rules run over
+//! the `anonymous` tenant's database.
 
+pub mod alerting;
 pub mod file;
 pub mod group;
+pub mod notifier;
 pub mod template;
 
 use std::collections::BTreeMap;
@@ -36,6 +42,10 @@ pub struct RuleSettings {
     pub query_offset_ms: i64,
     /// The queries' options (limits, timeout, PromQL settings).
     pub query: QueryOptions,
+    /// What alerting rules need: externals, restore and resend settings.
+    pub alerting: group::AlertSettings,
+    /// The Alertmanagers alerts go to (their URLs).
+    pub alertmanagers: Vec<String>,
 }
 
 /// One running group: its evaluation task's state and stop switch.
@@ -73,18 +83,37 @@ pub struct Rules {
     runtime: Mutex<Option<tokio::runtime::Handle>>,
     /// Reloads done and failed.
     reloads: Mutex<(u64, u64)>,
+    /// Where alerts go.
+    notifier: Arc<notifier::Notifier>,
+    /// Stops the notifier's task.
+    notifier_stop: watch::Sender<bool>,
+    /// Whether the groups in force were loaded at start (their alerts'
+    /// `for` state is restored) or by a reload (not).
+    loaded: std::sync::atomic::AtomicBool,
 }
 
 impl Rules {
     /// Rules over `db`, none in force yet.
     pub fn new(settings: RuleSettings, db: Arc<Db>) -> Self {
+        let notifier = Arc::new(notifier::Notifier::new(
+            &settings.alertmanagers,
+            settings.alerting.externals.labels.clone(),
+        ));
         Self {
             settings,
             db,
             running: Mutex::default(),
             runtime: Mutex::default(),
             reloads: Mutex::default(),
+            notifier,
+            notifier_stop: watch::channel(false).0,
+            loaded: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// What the notifier did.
+    pub fn notifier_figures(&self) -> notifier::NotifierFigures {
+        self.notifier.figures()
     }
 
     /// Whether any rule files are named.
@@ -100,8 +129,11 @@ impl Rules {
     /// Starts evaluating on `runtime`: the files are read (an error is
     /// returned and nothing runs) and every group's task started.
     pub fn start(&self, runtime: tokio::runtime::Handle) -> Result<usize, FileErrors> {
-        *self.runtime.lock() = Some(runtime);
         let specs = self.check()?;
+        if self.notifier.configured() {
+            runtime.spawn(Arc::clone(&self.notifier).run(self.notifier_stop.subscribe()));
+        }
+        *self.runtime.lock() = Some(runtime);
         Ok(self.apply(specs))
     }
 
@@ -135,6 +167,8 @@ impl Rules {
         let Some(runtime) = self.runtime.lock().clone() else {
             return 0;
         };
+        // Groups of the first load restore their alerts' `for` state.
+        let at_start = !self.loaded.swap(true, std::sync::atomic::Ordering::Relaxed);
         let mut running = self.running.lock();
         let mut next = BTreeMap::new();
         let mut stale: Vec<Vec<u8>> = Vec::new();
@@ -147,14 +181,14 @@ impl Rules {
                     continue;
                 }
                 let _ = old.stop.send(true);
-                let mut group = self.new_group(Arc::clone(&spec));
+                let mut group = self.new_group(Arc::clone(&spec), at_start);
                 // Taken once its evaluation in flight, if any, is done.
                 if let Some(previous) = old.group.lock().take() {
                     stale.extend(group.take_state(previous));
                 }
                 next.insert(key, self.spawn(&runtime, group));
             } else {
-                let group = self.new_group(spec);
+                let group = self.new_group(spec, at_start);
                 next.insert(key, self.spawn(&runtime, group));
             }
         }
@@ -173,11 +207,12 @@ impl Rules {
         n
     }
 
-    fn new_group(&self, spec: Arc<GroupSpec>) -> Group {
+    fn new_group(&self, spec: Arc<GroupSpec>, at_start: bool) -> Group {
         Group::new(
             spec,
             self.settings.interval_ms,
             self.settings.query_offset_ms,
+            at_start,
         )
     }
 
@@ -210,7 +245,8 @@ impl Rules {
         runtime.spawn(run(
             Arc::clone(&cell),
             Arc::clone(&self.db),
-            self.settings.query.clone(),
+            (self.settings.query.clone(), self.settings.alerting.clone()),
+            Arc::clone(&self.notifier),
             stopped,
         ));
         Running {
@@ -247,6 +283,7 @@ impl Rules {
         for r in running.values() {
             drop(r.group.lock().take());
         }
+        let _ = self.notifier_stop.send(true);
     }
 }
 
@@ -270,6 +307,16 @@ impl crate::telemetry::RuleSource for Rules {
             .collect();
         (groups, self.reload_counts())
     }
+
+    fn notifications(&self) -> crate::telemetry::NotificationFigures {
+        let f = self.notifier.figures();
+        crate::telemetry::NotificationFigures {
+            per_alertmanager: f.per_alertmanager,
+            dropped: f.dropped,
+            queued: f.queued,
+            capacity: notifier::QUEUE_CAPACITY as u64,
+        }
+    }
 }
 
 /// The wall clock, in ns since the epoch.
@@ -290,7 +337,8 @@ fn wall_ms() -> i64 {
 async fn run(
     cell: Arc<Mutex<Option<Group>>>,
     db: Arc<Db>,
-    opts: QueryOptions,
+    (opts, alerting): (QueryOptions, group::AlertSettings),
+    notifier: Arc<notifier::Notifier>,
     mut stop: watch::Receiver<bool>,
 ) {
     let Some((hash, interval_ns)) = cell.lock().as_ref().map(|g| {
@@ -325,19 +373,25 @@ async fn run(
                 st.iterations += missed as u64;
             }
         }
-        let (cell2, db2, opts2) = (Arc::clone(&cell), Arc::clone(&db), opts.clone());
+        let (cell2, db2, opts2, alerting2) = (
+            Arc::clone(&cell),
+            Arc::clone(&db),
+            opts.clone(),
+            alerting.clone(),
+        );
         let at_ms = ts / 1_000_000;
         let done = tokio::task::spawn_blocking(move || {
             let mut guard = cell2.lock();
             let g = guard.as_mut()?;
-            Some(g.eval(&db2, &opts2, at_ms, wall_ms()))
+            Some(g.eval(&db2, &opts2, &alerting2, at_ms, wall_ms()))
         })
         .await;
         match done {
-            Ok(Some(commit)) => {
+            Ok(Some((commit, alerts))) => {
                 if let Err(e) = commit.durable().await {
                     tracing::warn!(error = %e, "rule results could not be made durable");
                 }
+                notifier.send(alerts);
             }
             // A reload took the group: its successor runs.
             Ok(None) | Err(_) => return,
@@ -366,6 +420,8 @@ mod tests {
                 interval_ms: 60_000,
                 query_offset_ms: 0,
                 query: QueryOptions::default(),
+                alerting: group::AlertSettings::default(),
+                alertmanagers: Vec::new(),
             },
             Arc::clone(&db),
         );

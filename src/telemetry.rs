@@ -1243,11 +1243,26 @@ pub struct RuleGroupFigures {
     pub last_samples: u64,
 }
 
+/// What the alert notifier did, as Prometheus' `prometheus_notifications_*`.
+#[derive(Debug, Clone, Default)]
+pub struct NotificationFigures {
+    /// Per Alertmanager (its URL): alerts sent, and requests that failed.
+    pub per_alertmanager: Vec<(String, u64, u64)>,
+    /// Alerts dropped (queue full, or no Alertmanager took them).
+    pub dropped: u64,
+    /// Alerts queued now, and the most the queue holds.
+    pub queued: u64,
+    /// The queue's capacity.
+    pub capacity: u64,
+}
+
 /// Where rule groups' figures come from (the rules in force).
 pub trait RuleSource: Send + Sync + std::fmt::Debug {
     /// Every group's figures, and the rule files' reloads that succeeded
     /// and failed.
     fn figures(&self) -> (Vec<RuleGroupFigures>, (u64, u64));
+    /// What the alert notifier did.
+    fn notifications(&self) -> NotificationFigures;
 }
 
 /// Rule groups' figures, one series per group (as many as the rule files
@@ -1258,6 +1273,44 @@ struct RuleCollector(Arc<dyn RuleSource>);
 impl Collector for RuleCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let (groups, (reloaded, failed)) = self.0.figures();
+        let n = self.0.notifications();
+        for (name, help, pick) in [
+            (
+                "sluice_notifications_sent",
+                "Alerts sent to each Alertmanager, delivered or not (Prometheus' prometheus_notifications_sent_total)",
+                1usize,
+            ),
+            (
+                "sluice_notifications_errors",
+                "Requests to each Alertmanager that failed",
+                2,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (am, sent, errors) in &n.per_alertmanager {
+                let v = if pick == 1 { *sent } else { *errors };
+                ConstCounter::new(v as f64)
+                    .encode(family.encode_family(&[("alertmanager", am.as_str())])?)?;
+            }
+        }
+        counter(
+            &mut encoder,
+            "sluice_notifications_dropped",
+            "Alerts dropped: the queue was full, or no Alertmanager took them",
+            n.dropped as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "sluice_notifications_queue_length",
+            "Alerts waiting to be sent",
+            i64::try_from(n.queued).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut encoder,
+            "sluice_notifications_queue_capacity",
+            "The most alerts the queue holds",
+            i64::try_from(n.capacity).unwrap_or(i64::MAX),
+        )?;
         let mut family = encoder.encode_descriptor(
             "sluice_rule_file_reloads",
             "Reloads of the rule files, by result (a failed one keeps the rules in force)",

@@ -13,8 +13,8 @@ use super::error::ApiError;
 use super::params::Params;
 use super::prom::success;
 use super::state::AppState;
+use crate::rules::alerting::Alert;
 use crate::rules::file::RuleKind;
-use crate::rules::group::NOT_EVALUATED;
 use crate::storage::index::Matcher;
 
 /// A time as Go's RFC3339Nano writes it (`0001-01-01T00:00:00Z` for
@@ -33,6 +33,47 @@ fn go_time(ms: i64) -> String {
     }
     s.push('Z');
     s
+}
+
+/// A float as Go's `strconv.FormatFloat(v, 'e', -1, 64)` writes it:
+/// `1e+00`, `1.5e+01`.
+fn go_e(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    let s = format!("{v:e}");
+    let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+    let e: i32 = e.parse().unwrap_or(0);
+    format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
+
+/// An alert as the API shows it.
+fn alert_json(a: &Alert) -> Value {
+    let mut o = Map::new();
+    o.insert("labels".into(), json!(a.labels));
+    o.insert("annotations".into(), json!(a.annotations));
+    o.insert("state".into(), json!(a.state.as_str()));
+    o.insert("activeAt".into(), json!(go_time(a.active_at_ms)));
+    if let Some(since) = a.keep_firing_since_ms {
+        o.insert("keepFiringSince".into(), json!(go_time(since)));
+    }
+    o.insert("value".into(), json!(go_e(a.value)));
+    Value::Object(o)
+}
+
+/// `GET /api/v1/alerts`: every alert pending or firing, as Prometheus
+/// lists them.
+pub(super) async fn alerts(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let mut alerts = Vec::new();
+    for g in state.rules().groups() {
+        for st in &g.status.rules {
+            alerts.extend(st.alerts.iter().map(alert_json));
+        }
+    }
+    Ok(success(json!({ "alerts": alerts }), &[]))
 }
 
 /// A group's pagination token, as Prometheus makes it: the hex SHA-1 of
@@ -150,7 +191,7 @@ pub(super) async fn rules(State(state): State<AppState>, p: Params) -> Result<Re
                     keep_firing_for_ms,
                     annotations,
                 } => {
-                    rule.insert("state".into(), json!("inactive"));
+                    rule.insert("state".into(), json!(st.alert_state.as_str()));
                     rule.insert("name".into(), json!(r.name));
                     rule.insert("query".into(), json!(r.query));
                     rule.insert("duration".into(), json!(*for_ms as f64 / 1000.0));
@@ -160,19 +201,19 @@ pub(super) async fn rules(State(state): State<AppState>, p: Params) -> Result<Re
                     );
                     rule.insert("labels".into(), Value::Object(labels));
                     rule.insert("annotations".into(), json!(annotations));
-                    if !exclude_alerts {
-                        rule.insert("alerts".into(), json!([]));
-                    }
+                    rule.insert(
+                        "alerts".into(),
+                        if exclude_alerts {
+                            Value::Null
+                        } else {
+                            Value::Array(st.alerts.iter().map(alert_json).collect())
+                        },
+                    );
                 }
             }
             rule.insert("health".into(), json!(st.health.as_str()));
-            let error = if alerting {
-                NOT_EVALUATED
-            } else {
-                st.last_error.as_str()
-            };
-            if !error.is_empty() {
-                rule.insert("lastError".into(), json!(error));
+            if !st.last_error.is_empty() {
+                rule.insert("lastError".into(), json!(st.last_error));
             }
             rule.insert("evaluationTime".into(), json!(st.evaluation_seconds));
             rule.insert(
@@ -225,6 +266,9 @@ mod tests {
         assert_eq!(go_time(1_700_000_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(go_time(1_700_000_000_500), "2023-11-14T22:13:20.5Z");
         assert_eq!(go_time(1_700_000_000_012), "2023-11-14T22:13:20.012Z");
+        assert_eq!(go_e(1.0), "1e+00");
+        assert_eq!(go_e(15.0), "1.5e+01");
+        assert_eq!(go_e(0.001), "1e-03");
         // sha1("f;g")
         assert_eq!(token("f", "g"), "deb1bdf5e6f90ca38e6bcae5d4468f913c92c921");
     }

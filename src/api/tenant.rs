@@ -752,7 +752,7 @@ pub enum OpenError {
 /// rules (they run over the `anonymous` tenant), the
 /// pages a browser loads (their API calls carry the tenant), and anything
 /// under `/assets/`. A tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 13] = [
+const TENANT_FREE: [&str; 14] = [
     "/-/healthy",
     "/-/ready",
     "/-/reload",
@@ -761,6 +761,7 @@ const TENANT_FREE: [&str; 13] = [
     "/api/v1/status/flags",
     "/api/v1/status/config",
     "/api/v1/rules",
+    "/api/v1/alerts",
     "/api/v1/format_query",
     "/api/v1/parse_query",
     "/query",

@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::alerting::{Alert, AlertRule, AlertState, Externals, Outgoing};
 use super::file::{GroupSpec, RuleKind, RuleSpec};
 use crate::histogram::HistSample;
 use crate::promql::value::Value;
 use crate::promql::{Engine, QueryOptions};
 use crate::storage::db::Db;
+use crate::storage::index::{MatchOp, Matcher};
 use crate::storage::labels::encode_canonical;
 use crate::storage::{AppendCounts, STALE_NAN};
 
@@ -45,9 +47,6 @@ pub fn eval_timestamp_ns(hash: u64, interval_ns: i64, now_ns: i64) -> i64 {
     let base = adjusted - adjusted.rem_euclid(interval);
     base + offset
 }
-
-/// What the rules API says of an alerting rule in this version.
-pub const NOT_EVALUATED: &str = "alerting rules are not evaluated by this version of Sluice";
 
 /// How a rule's last evaluation went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,6 +82,10 @@ pub struct RuleStatus {
     pub last_evaluation_ms: i64,
     /// How long it took, in seconds.
     pub evaluation_seconds: f64,
+    /// An alerting rule's state (the highest of its alerts').
+    pub alert_state: AlertState,
+    /// An alerting rule's alerts that are not resolved.
+    pub alerts: Vec<Alert>,
 }
 
 /// A group's state as the rules API and the metrics show it.
@@ -119,8 +122,31 @@ pub struct Group {
     /// Per rule, the canonical label sets it wrote at its last evaluation:
     /// those it does not write next time get a stale marker.
     previous: Vec<HashSet<Vec<u8>>>,
+    /// Per rule, an alerting rule's alerts (`None` for a recording rule).
+    alerts: Vec<Option<AlertRule>>,
+    /// Whether alerting rules' `for` state is restored after the second
+    /// evaluation (a group loaded at start; one loaded by a reload is
+    /// restored from the outset, as in Prometheus).
+    restore_after: Option<u64>,
+    /// Evaluations made.
+    evals: u64,
     /// Its state, shared with the API.
     pub status: Arc<Mutex<GroupStatus>>,
+}
+
+/// What alerting rules need from outside their group.
+#[derive(Debug, Clone, Default)]
+pub struct AlertSettings {
+    /// External labels and URL, for templates and links.
+    pub externals: Externals,
+    /// How long Sluice may have been down for an alert's `for` state to be
+    /// restored (`--rules-alert-for-outage-tolerance`), in ms.
+    pub outage_tolerance_ms: i64,
+    /// The least `for` left to an alert restored (`--rules-alert-for-grace-period`), in ms.
+    pub grace_period_ms: i64,
+    /// How often an alert still firing is sent again
+    /// (`--rules-alert-resend-delay`), in ms.
+    pub resend_delay_ms: i64,
 }
 
 /// Why one rule's evaluation failed.
@@ -151,12 +177,29 @@ enum RecordedValue {
 impl Group {
     /// A group from its spec, with the global interval and query offset
     /// for what it leaves unset.
-    pub fn new(spec: Arc<GroupSpec>, global_interval_ms: i64, global_offset_ms: i64) -> Self {
+    pub fn new(
+        spec: Arc<GroupSpec>,
+        global_interval_ms: i64,
+        global_offset_ms: i64,
+        at_start: bool,
+    ) -> Self {
         let n = spec.rules.len();
         Self {
             interval_ms: spec.interval_ms.unwrap_or(global_interval_ms).max(1),
             query_offset_ms: spec.query_offset_ms.unwrap_or(global_offset_ms).max(0),
             previous: vec![HashSet::new(); n],
+            alerts: spec
+                .rules
+                .iter()
+                .map(|r| {
+                    (!matches!(r.kind, RuleKind::Record)).then(|| AlertRule {
+                        restored: !at_start,
+                        ..AlertRule::default()
+                    })
+                })
+                .collect(),
+            restore_after: at_start.then_some(2),
+            evals: 0,
             status: Arc::new(Mutex::new(GroupStatus {
                 rules: vec![RuleStatus::default(); n],
                 ..GroupStatus::default()
@@ -183,6 +226,11 @@ impl Group {
         for (i, r) in self.spec.rules.iter().enumerate() {
             if let Some(j) = left.get_mut(&key(r)).and_then(Vec::pop) {
                 self.previous[i] = std::mem::take(&mut previous[j]);
+                if let (Some(Some(to)), Some(Some(from))) =
+                    (self.alerts.get_mut(i), old.alerts.get(j))
+                {
+                    to.active = from.active.clone();
+                }
                 if let (Some(to), Some(from)) = (status.rules.get_mut(i), old_status.rules.get(j)) {
                     *to = from.clone();
                 }
@@ -202,30 +250,41 @@ impl Group {
 
     /// Evaluates every rule at `ts` (ms, on the group's grid) over `db`:
     /// queries at `ts` less the query offset, results and stale markers
-    /// written there. Returns the commit to wait on. Blocking (PromQL).
+    /// written there; alerting rules' alerts move on, and those due go
+    /// out. Returns the commit to wait on and the alerts to send.
+    /// Blocking (PromQL).
     pub fn eval(
         &mut self,
         db: &Db,
         opts: &QueryOptions,
+        alerting: &AlertSettings,
         ts: i64,
         now_ms: i64,
-    ) -> crate::storage::appender::Commit {
+    ) -> (crate::storage::appender::Commit, Vec<Outgoing>) {
         let started = std::time::Instant::now();
         let at = ts - self.query_offset_ms;
         let mut app = db.appender(i64::MAX);
         let mut samples = 0u64;
         let mut counts = AppendCounts::default();
-        for (i, rule) in self.spec.rules.iter().enumerate() {
-            if !matches!(rule.kind, RuleKind::Record) {
-                // Alerting rules are read and listed; their evaluation
-                // (pending, firing, ALERTS) is not in this version.
-                if let Some(st) = self.status.lock().rules.get_mut(i) {
-                    st.last_error = NOT_EVALUATED.into();
-                }
-                continue;
-            }
+        let spec = Arc::clone(&self.spec);
+        for (i, rule) in spec.rules.iter().enumerate() {
             let rule_started = std::time::Instant::now();
-            let outcome = self.record(db, opts, rule, at);
+            let outcome = match &rule.kind {
+                RuleKind::Record => self.record(db, opts, rule, at),
+                RuleKind::Alert {
+                    for_ms,
+                    keep_firing_for_ms,
+                    annotations,
+                } => self.alert(
+                    i,
+                    db,
+                    opts,
+                    rule,
+                    ((*for_ms, *keep_firing_for_ms), annotations),
+                    (at, ts),
+                    alerting,
+                ),
+            };
             let mut st = RuleStatus {
                 last_evaluation_ms: now_ms,
                 ..RuleStatus::default()
@@ -233,49 +292,7 @@ impl Group {
             match outcome {
                 Ok(recorded) => {
                     samples += recorded.len() as u64;
-                    let mut now_written = HashSet::with_capacity(recorded.len());
-                    let mut refused = 0u64;
-                    for r in recorded {
-                        let labels: Vec<(&str, &str)> = r
-                            .labels
-                            .iter()
-                            .map(|(n, v)| (n.as_str(), v.as_str()))
-                            .collect();
-                        let before = counts.rejected_total();
-                        let stored = match &r.value {
-                            RecordedValue::Float(v) => {
-                                let one = std::iter::once((at, *v));
-                                app.append_existing(&r.canonical, one, &mut counts)
-                                    || app
-                                        .append_new(
-                                            &labels,
-                                            &r.canonical,
-                                            std::iter::once((at, *v)),
-                                            &mut counts,
-                                        )
-                                        .is_ok()
-                            }
-                            RecordedValue::Histogram(h) => app
-                                .append_histograms(
-                                    &labels,
-                                    &r.canonical,
-                                    &[(at, h.clone())],
-                                    &mut counts,
-                                )
-                                .is_ok(),
-                        };
-                        if stored && counts.rejected_total() == before {
-                            now_written.insert(r.canonical);
-                        } else {
-                            refused += 1;
-                        }
-                    }
-                    // What it wrote last time and not now goes stale.
-                    for gone in self.previous[i].difference(&now_written) {
-                        let stale = std::iter::once((at, f64::from_bits(STALE_NAN)));
-                        app.append_existing(gone, stale, &mut counts);
-                    }
-                    self.previous[i] = now_written;
+                    let refused = self.write(i, &mut app, recorded, at, &mut counts);
                     if refused > 0 {
                         st.health = Health::Err;
                         st.last_error = format!(
@@ -288,8 +305,12 @@ impl Group {
                 Err(e) => {
                     st.health = Health::Err;
                     st.last_error = e.to_string();
-                    tracing::warn!(group = %self.spec.name, file = %self.spec.file, rule = %rule.name, error = %st.last_error, "evaluating rule failed");
+                    tracing::warn!(group = %spec.name, file = %spec.file, rule = %rule.name, error = %st.last_error, "evaluating rule failed");
                 }
+            }
+            if let Some(Some(a)) = self.alerts.get(i) {
+                st.alert_state = a.state();
+                st.alerts = a.active_alerts();
             }
             st.evaluation_seconds = rule_started.elapsed().as_secs_f64();
             let mut status = self.status.lock();
@@ -302,12 +323,176 @@ impl Group {
             }
         }
         let commit = app.commit();
+        // Alerts due, as Prometheus sends them after each evaluation.
+        let mut outgoing = Vec::new();
+        for (rule, alerts) in spec.rules.iter().zip(self.alerts.iter_mut()) {
+            if let Some(a) = alerts {
+                let query: String =
+                    form_urlencoded::byte_serialize(rule.query.as_bytes()).collect();
+                let link = format!("{}/graph?g0.expr={query}&g0.tab=1", alerting.externals.url);
+                outgoing.extend(a.to_send(ts, self.interval_ms, alerting.resend_delay_ms, &link));
+            }
+        }
+        self.evals += 1;
+        if self.restore_after == Some(self.evals) {
+            self.restore_after = None;
+            self.restore(db, alerting, now_ms);
+        }
         let mut status = self.status.lock();
         status.iterations += 1;
         status.last_evaluation_ms = now_ms;
         status.evaluation_seconds = started.elapsed().as_secs_f64();
         status.last_samples = samples;
-        commit
+        (commit, outgoing)
+    }
+
+    /// Writes rule `i`'s samples at `at`, and a stale marker for each
+    /// series it wrote last time and not now; how many were refused.
+    fn write(
+        &mut self,
+        i: usize,
+        app: &mut crate::storage::appender::Appender<'_>,
+        recorded: Vec<Recorded>,
+        at: i64,
+        counts: &mut AppendCounts,
+    ) -> u64 {
+        let mut now_written = HashSet::with_capacity(recorded.len());
+        let mut refused = 0u64;
+        for r in recorded {
+            let labels: Vec<(&str, &str)> = r
+                .labels
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            let before = counts.rejected_total();
+            let stored = match &r.value {
+                RecordedValue::Float(v) => {
+                    app.append_existing(&r.canonical, std::iter::once((at, *v)), counts)
+                        || app
+                            .append_new(&labels, &r.canonical, std::iter::once((at, *v)), counts)
+                            .is_ok()
+                }
+                RecordedValue::Histogram(h) => app
+                    .append_histograms(&labels, &r.canonical, &[(at, h.clone())], counts)
+                    .is_ok(),
+            };
+            if stored && counts.rejected_total() == before {
+                now_written.insert(r.canonical);
+            } else {
+                refused += 1;
+            }
+        }
+        // What it wrote last time and not now goes stale.
+        if let Some(previous) = self.previous.get(i) {
+            for gone in previous.difference(&now_written) {
+                let stale = std::iter::once((at, f64::from_bits(STALE_NAN)));
+                app.append_existing(gone, stale, counts);
+            }
+        }
+        if let Some(slot) = self.previous.get_mut(i) {
+            *slot = now_written;
+        }
+        refused
+    }
+
+    /// One alerting rule at `ts` (its query at `at`): its alerts move on,
+    /// and its `ALERTS` and `ALERTS_FOR_STATE` samples are returned.
+    #[allow(clippy::too_many_arguments)]
+    fn alert(
+        &mut self,
+        i: usize,
+        db: &Db,
+        opts: &QueryOptions,
+        rule: &RuleSpec,
+        (durations, annotations): ((i64, i64), &BTreeMap<String, String>),
+        (at, ts): (i64, i64),
+        alerting: &AlertSettings,
+    ) -> Result<Vec<Recorded>, RuleError> {
+        let value = Engine::new(db.querier(), opts.clone())
+            .instant(&rule.expr, at)
+            .map_err(|e| RuleError::Query(e.to_string()))?
+            .value;
+        let results: Vec<(BTreeMap<String, String>, f64)> = match value {
+            Value::Scalar(v) => vec![(BTreeMap::new(), v)],
+            Value::Vector(samples) => samples
+                .into_iter()
+                .map(|s| {
+                    let labels = s
+                        .labels
+                        .iter()
+                        .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
+                        .collect();
+                    (labels, s.v)
+                })
+                .collect(),
+            _ => return Err(RuleError::NotVector),
+        };
+        let limit = self.spec.limit;
+        let Some(Some(state)) = self.alerts.get_mut(i) else {
+            return Ok(Vec::new());
+        };
+        let samples = state
+            .eval(
+                rule,
+                durations,
+                annotations,
+                results,
+                (ts, limit),
+                &alerting.externals,
+            )
+            .map_err(RuleError::Query)?;
+        Ok(samples
+            .into_iter()
+            .map(|(labels, v)| {
+                let labels: Vec<(String, String)> = labels.into_iter().collect();
+                let mut canonical = Vec::new();
+                encode_canonical(
+                    labels.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                    &mut canonical,
+                );
+                Recorded {
+                    labels,
+                    canonical,
+                    value: RecordedValue::Float(v),
+                }
+            })
+            .collect())
+    }
+
+    /// Restores the `for` state of every alerting rule's alerts from the
+    /// `ALERTS_FOR_STATE` series of the last outage tolerance, as
+    /// Prometheus' `RestoreForState` at `now` (ms).
+    fn restore(&mut self, db: &Db, alerting: &AlertSettings, now: i64) {
+        let spec = Arc::clone(&self.spec);
+        for (rule, alerts) in spec.rules.iter().zip(self.alerts.iter_mut()) {
+            let (Some(a), RuleKind::Alert { for_ms, .. }) = (alerts.as_mut(), &rule.kind) else {
+                continue;
+            };
+            let mut matchers = Vec::new();
+            let eq = |n: &str, v: &str| Matcher::new(MatchOp::Equal, n, v).ok();
+            matchers.extend(eq("__name__", "ALERTS_FOR_STATE"));
+            matchers.extend(eq("alertname", &rule.name));
+            for (n, v) in &rule.labels {
+                matchers.extend(eq(n, v));
+            }
+            let (lo, hi) = (now - alerting.outage_tolerance_ms, now);
+            let mut last = BTreeMap::new();
+            if *for_ms >= alerting.grace_period_ms {
+                for s in db.querier().select(&matchers, lo, hi) {
+                    let Some(sample) = s.last_sample(lo, hi) else {
+                        continue;
+                    };
+                    let labels: BTreeMap<String, String> = s
+                        .labels
+                        .iter()
+                        .filter(|l| l.name.as_str() != "__name__")
+                        .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
+                        .collect();
+                    last.insert(labels, sample);
+                }
+            }
+            a.restore(*for_ms, &last, now, alerting.grace_period_ms);
+        }
     }
 
     /// One recording rule's samples at `at`: its query's result, named and

@@ -76,7 +76,10 @@ pub fn go_float(f: f64) -> String {
         return if f.is_sign_negative() { "-0" } else { "0" }.into();
     }
     let s = format!("{f:e}");
-    let exp: i32 = s.split_once('e').and_then(|(_, e)| e.parse().ok()).unwrap_or(0);
+    let exp: i32 = s
+        .split_once('e')
+        .and_then(|(_, e)| e.parse().ok())
+        .unwrap_or(0);
     if !(-4..6).contains(&exp) {
         // Rust writes `1e21`, `1.5e-7`; Go `1e+21`, `1.5e-07`.
         let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
