@@ -38,6 +38,26 @@ const RULES: &str = r#"groups:
     rules:
       - record: req:over_limit
         expr: req_total
+  - name: alerts
+    interval: 1s
+    labels: {team: t}
+    rules:
+      - record: alerts:evaluated
+        expr: vector(1)
+      - alert: ReqComesAndGoes
+        expr: req_total{job="b"} > 0 and on() (vector(time()) % 6 < 4)
+        for: 2s
+        keep_firing_for: 1s
+        labels: {severity: "{{ $labels.instance }}-page"}
+        annotations:
+          summary: "{{ $labels.job }} at {{ $value | humanize }}"
+          share: "{{ humanizePercentage 0.25 }} {{ printf \"%.1f\" $value }}"
+      - alert: Always
+        expr: sum by (job) (req_total) > 0
+        labels: {severity: info}
+        annotations:
+          summary: "{{ $labels.job }} sums {{ $value | humanize }} ({{ $value }})"
+          share: "{{ humanizePercentage 0.25 }} {{ printf \"%.1f\" $value }} {{ $labels.job | toUpper }}"
 "#;
 
 /// Four series over the last four minutes, 15 s apart.
@@ -78,6 +98,16 @@ async fn rules_of(addr: &str) -> serde_json::Value {
 /// Every recorded series (name not `req_total`) over `[start, end]` by
 /// remote read: its label set to its samples (time, value bits).
 async fn recorded(addr: &str, start: i64, end: i64) -> BTreeMap<String, Vec<(i64, u64)>> {
+    recorded_named(addr, ".+:.+", start, end).await
+}
+
+/// The series whose name matches `names` (a regex) over `[start, end]`.
+async fn recorded_named(
+    addr: &str,
+    names: &str,
+    start: i64,
+    end: i64,
+) -> BTreeMap<String, Vec<(i64, u64)>> {
     let req = pb::ReadRequest {
         queries: vec![pb::Query {
             start_timestamp_ms: start,
@@ -85,7 +115,7 @@ async fn recorded(addr: &str, start: i64, end: i64) -> BTreeMap<String, Vec<(i64
             matchers: vec![pb::LabelMatcher {
                 r#type: pb::label_matcher::Type::Re as i32,
                 name: "__name__".into(),
-                value: ".+:.+".into(),
+                value: names.into(),
             }],
             hints: None,
         }],
@@ -145,7 +175,7 @@ async fn recorded_series_agree_with_prometheus_3_at_every_evaluation_both_made()
     let path = file.display().to_string();
     // promtool accepts the file too.
     let checked = common::promtool3(&["check", "rules", &path]);
-    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
 
     let prom = common::Prometheus::start3(
         &format!(
@@ -230,11 +260,92 @@ async fn recorded_series_agree_with_prometheus_3_at_every_evaluation_both_made()
     assert!(flapping.iter().any(|p| p.1 == stale), "{flapping:?}");
     assert!(flapping.iter().any(|p| p.1 != stale), "{flapping:?}");
 
+    // Alerts: ALERTS and ALERTS_FOR_STATE agree from the first evaluation
+    // at which both had restored their `for` state (each restores after
+    // its second evaluation, and writes ALERTS from its third).
+    let all_ours = recorded_named(&s, "alerts:evaluated|ALERTS|ALERTS_FOR_STATE", 0, to).await;
+    let all_theirs = recorded_named(&p, "alerts:evaluated|ALERTS|ALERTS_FOR_STATE", 0, to).await;
+    let third =
+        |m: &BTreeMap<String, Vec<(i64, u64)>>| times_of(m, "alerts:evaluated").get(2).copied();
+    let (Some(a3), Some(b3)) = (third(&all_ours), third(&all_theirs)) else {
+        panic!("three evaluations of the alerts group in each: {all_ours:?} {all_theirs:?}");
+    };
+    let from_alerts = a3.max(b3).max(from);
+    let alerts_times: Vec<i64> = times_of(&all_ours, "alerts:evaluated")
+        .into_iter()
+        .filter(|t| *t >= from_alerts && times_of(&all_theirs, "alerts:evaluated").contains(t))
+        .collect();
+    assert!(
+        alerts_times.len() >= 3,
+        "common alert evaluations: {alerts_times:?}"
+    );
+    let (alo, ahi) = (alerts_times[0], alerts_times[alerts_times.len() - 1]);
+    let only_alerts = |m: &BTreeMap<String, Vec<(i64, u64)>>| -> BTreeMap<String, Vec<(i64, u64)>> {
+        m.iter()
+            .filter(|(k, _)| k.contains("ALERTS"))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.iter()
+                        .filter(|p| alo <= p.0 && p.0 <= ahi)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect()
+    };
+    let (ours_alerts, theirs_alerts) = (only_alerts(&all_ours), only_alerts(&all_theirs));
+    assert_eq!(
+        ours_alerts, theirs_alerts,
+        "ALERTS: Sluice, then Prometheus 3.5.3"
+    );
+    assert!(
+        ours_alerts
+            .keys()
+            .any(|k| k.contains("alertname=\"Always\"") && k.contains("alertstate=\"firing\"")),
+        "{:?}",
+        ours_alerts.keys()
+    );
+    assert!(
+        ours_alerts
+            .keys()
+            .any(|k| k.contains("ReqComesAndGoes") && k.contains("severity=\"x-page\"")),
+        "{:?}",
+        ours_alerts.keys()
+    );
+    // /api/v1/alerts: the same alerts, labels and expanded annotations.
+    let alerts_of = |v: serde_json::Value| -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = v["data"]["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["labels"]["alertname"] == "Always")
+            .map(|a| {
+                (
+                    a["labels"].to_string(),
+                    a["annotations"].to_string(),
+                    a["state"].to_string(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let api = |addr: String| async move {
+        let addr: std::net::SocketAddr = addr.parse().expect("address");
+        let (_, body) = common::get(addr, "/api/v1/alerts").await;
+        serde_json::from_str::<serde_json::Value>(&body).expect("json")
+    };
+    let (ours_api, theirs_api) = (api(s.clone()).await, api(p.clone()).await);
+    assert_eq!(alerts_of(ours_api.clone()), alerts_of(theirs_api.clone()));
+    assert_eq!(alerts_of(ours_api).len(), 2, "one per job");
+
     // The rules API: the limited group's rule says why it wrote nothing.
     let v = rules_of(&s).await;
     assert_eq!(v["status"], "success", "{v}");
     let groups = v["data"]["groups"].as_array().cloned().unwrap_or_default();
-    assert_eq!(groups.len(), 2, "{v}");
+    assert_eq!(groups.len(), 3, "{v}");
     let limited = groups
         .iter()
         .find(|g| g["name"] == "limited")
@@ -389,4 +500,168 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
     assert_eq!(r.status().as_u16(), 200);
     let v = rules_of(&addr.to_string()).await;
     assert_eq!(v["data"]["groups"][0]["rules"][1]["name"], "two:two", "{v}");
+}
+
+/// Debian's Alertmanager 0.25 on a free port, with one receiver that
+/// does nothing: a place for alerts to arrive and be listed.
+struct Alertmanager {
+    child: common::KillOnDrop,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Alertmanager {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("am.yml");
+        std::fs::write(
+            &config,
+            "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n",
+        )
+        .expect("config");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = std::process::Command::new("prometheus-alertmanager")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus-alertmanager runs (scripts/test installs Debian's package)");
+        let am = Self {
+            child: common::KillOnDrop(child),
+            port,
+            _dir: dir,
+        };
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while common::get(addr, "/-/ready").await.0 != 200 {
+            assert!(Instant::now() < deadline, "alertmanager never got ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        am
+    }
+
+    /// The alerts it holds as active (not resolved).
+    async fn alerts(&self) -> Vec<serde_json::Value> {
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse().expect("addr");
+        let (status, body) = common::get(addr, "/api/v2/alerts").await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Vec<serde_json::Value>>(&body).expect("alerts")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_resolution() {
+    let am = Alertmanager::start().await;
+    let _ = &am.child;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("alerts.yml");
+    std::fs::write(
+        &file,
+        r#"groups:
+  - name: page
+    interval: 1s
+    rules:
+      - alert: DiskFull
+        expr: disk_used_ratio > 0.9
+        labels: {severity: page}
+        annotations:
+          summary: "{{ $labels.host }} is {{ $value | humanizePercentage }} full"
+"#,
+    )
+    .expect("rules");
+    let data = tempfile::tempdir().expect("tempdir");
+    let url = format!("http://127.0.0.1:{}", am.port);
+    let (child, addr) = common::spawn_sluice(
+        env!("CARGO_BIN_EXE_sluice"),
+        data.path(),
+        "info",
+        &[
+            "--rule-files",
+            &file.display().to_string(),
+            "--alertmanager-url",
+            &url,
+            "--external-labels",
+            "dc=eu",
+            "--web-external-url",
+            "http://sluice.example:9201",
+        ],
+    );
+    let _sluice = common::KillOnDrop(child);
+    let push = |v: f64| {
+        let body = common::body(vec![common::series(
+            &[("__name__", "disk_used_ratio"), ("host", "db-1")],
+            &[(common::now_ms(), v)],
+        )]);
+        common::push(addr, body)
+    };
+    assert_eq!(push(0.95).await.0, 204);
+    // It arrives, expanded, with the external label and a link back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alert = loop {
+        let got = am.alerts().await;
+        if let Some(a) = got
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == "DiskFull")
+        {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the alert never reached Alertmanager"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        alert["annotations"]["summary"], "db-1 is 95% full",
+        "{alert}"
+    );
+    assert_eq!(alert["labels"]["severity"], "page");
+    assert_eq!(alert["labels"]["dc"], "eu", "{alert}");
+    assert_eq!(alert["labels"]["host"], "db-1");
+    assert!(
+        alert["generatorURL"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("http://sluice.example:9201/graph?g0.expr=")),
+        "{alert}"
+    );
+    assert_eq!(alert["status"]["state"], "active", "{alert}");
+    // Sluice lists it firing.
+    let (_, body) = common::get(addr, "/api/v1/alerts").await;
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["data"]["alerts"][0]["state"], "firing", "{v}");
+
+    // The disk is freed: the resolution reaches Alertmanager, which no
+    // longer lists it as active.
+    assert_eq!(push(0.5).await.0, 204);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = am.alerts().await;
+        if !got.iter().any(|a| a["labels"]["alertname"] == "DiskFull") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resolution never reached Alertmanager: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, metrics) = common::get(addr, "/metrics").await;
+    let sent = common::metric_value(
+        &metrics,
+        &format!("sluice_notifications_sent_total{{alertmanager=\"{url}/api/v2/alerts\"}}"),
+    );
+    assert!(sent.is_some_and(|n| n >= 2.0), "{metrics}");
+    assert_eq!(
+        common::metric_value(&metrics, "sluice_notifications_dropped_total"),
+        Some(0.0)
+    );
 }

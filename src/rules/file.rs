@@ -273,6 +273,23 @@ fn rule(
             problems.push(format!("invalid annotation name: {n}"));
         }
     }
+    // An alerting rule's templates are checked at load, as Prometheus
+    // parses them.
+    if !r.alert.is_empty() {
+        for (n, v) in &r.labels {
+            if let Err(e) = super::template::check(v) {
+                problems.push(format!("label {n:?}: template: __alert_{}: {e}", r.alert));
+            }
+        }
+        for (n, v) in &r.annotations {
+            if let Err(e) = super::template::check(v) {
+                problems.push(format!(
+                    "annotation {n:?}: template: __alert_{}: {e}",
+                    r.alert
+                ));
+            }
+        }
+    }
     if !problems.is_empty() {
         return Err((name, problems));
     }
@@ -402,6 +419,9 @@ groups:
         for: 1m
         annotations: {x: y}
       - alert: e
+      - alert: f
+        expr: up
+        annotations: {x: "{{ nope }}"}
   - name: g
     rules: []
   - name: ""
@@ -414,6 +434,7 @@ groups:
             "r.yml: group \"g\", rule 3, \"d\": invalid field 'annotations' in recording rule",
             "r.yml: group \"g\", rule 3, \"d\": invalid field 'for' in recording rule",
             "r.yml: group \"g\", rule 4, \"e\": field 'expr' must be set in rule",
+            "r.yml: group \"g\", rule 5, \"f\": annotation \"x\": template: __alert_f: function \"nope\" not defined",
             "r.yml: groupname: \"g\" is repeated in the same file",
             "r.yml: Groupname must not be empty",
         ];

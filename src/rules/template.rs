@@ -125,6 +125,77 @@ pub fn expand(text: &str, data: &Data<'_>) -> Result<String, String> {
     Ok(out)
 }
 
+/// Checks `text` as Prometheus does when it loads a rule: every action
+/// closed, every function one Sluice knows (or a control word, which is
+/// reported when the template is expanded).
+pub fn check(text: &str) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(at) = rest.find("{{") {
+        let after = &rest[at + 2..];
+        let Some(close) = after.find("}}") else {
+            return Err("unclosed action".into());
+        };
+        let inner = after[..close].trim_matches(|c: char| c == '-' || c.is_whitespace());
+        rest = &after[close + 2..];
+        if inner.starts_with("/*") {
+            continue;
+        }
+        let toks = tokens(inner)?;
+        let mut command_start = true;
+        for t in &toks {
+            if t == "|" || t == "(" {
+                command_start = true;
+                continue;
+            }
+            if command_start {
+                let word = t.as_str();
+                let known = word.starts_with(['$', '.', '"', '`'])
+                    || word.parse::<f64>().is_ok()
+                    || matches!(word, "true" | "false" | ")")
+                    || FUNCTIONS.contains(&word)
+                    || CONTROL.contains(&word);
+                if !known {
+                    return Err(format!("function {word:?} not defined"));
+                }
+            }
+            command_start = false;
+        }
+    }
+    Ok(())
+}
+
+/// The functions [`expand`] knows.
+const FUNCTIONS: [&str; 20] = [
+    "humanize",
+    "humanize1024",
+    "humanizeDuration",
+    "humanizePercentage",
+    "humanizeTimestamp",
+    "printf",
+    "print",
+    "toUpper",
+    "toLower",
+    "title",
+    "reReplaceAll",
+    "match",
+    "stripPort",
+    "stripDomain",
+    "parseDuration",
+    "graphLink",
+    "tableLink",
+    "externalURL",
+    "pathPrefix",
+    "safeHtml",
+];
+
+/// Words of Go's templates (and Prometheus' functions) that Prometheus
+/// takes and Sluice's templates do not evaluate: a rule that uses them
+/// loads, and its expansion says what is missing.
+const CONTROL: [&str; 20] = [
+    "if", "else", "end", "range", "with", "define", "template", "block", "break", "continue",
+    "and", "or", "not", "len", "index", "eq", "ne", "lt", "query", "first",
+];
+
 /// Splits an action into tokens: strings (quoted, raw), parentheses and
 /// words.
 fn tokens(s: &str) -> Result<Vec<String>, String> {
@@ -767,6 +838,15 @@ mod tests {
         for (t, v, want) in cases {
             assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
         }
+        assert_eq!(
+            check("{{ nope }}"),
+            Err("function \"nope\" not defined".into())
+        );
+        assert_eq!(
+            check("{{ $value | humanize }} {{ if true }}{{ end }}"),
+            Ok(())
+        );
+        assert!(check("{{ $value").is_err());
         for bad in [
             "{{ if $value }}x{{ end }}",
             "{{ query \"up\" }}",
