@@ -665,3 +665,94 @@ async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_
         Some(0.0)
     );
 }
+
+/// The ALERTS_FOR_STATE samples of `alertname` (time, value).
+async fn for_state(addr: std::net::SocketAddr, alertname: &str) -> Vec<(i64, f64)> {
+    let got = recorded_named(
+        &addr.to_string(),
+        "ALERTS_FOR_STATE",
+        0,
+        common::now_ms() + 60_000,
+    )
+    .await;
+    got.iter()
+        .filter(|(k, _)| k.contains(&format!("alertname=\"{alertname}\"")))
+        .flat_map(|(_, v)| v.iter().map(|&(t, bits)| (t, f64::from_bits(bits))))
+        .filter(|(_, v)| !v.is_nan())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_alert_continues_from_its_for_state_after_kill_9() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("alerts.yml");
+    std::fs::write(
+        &file,
+        "groups:\n  - name: slow\n    interval: 1s\n    rules:\n      - alert: Slow\n        expr: latency_seconds > 1\n        for: 10m\n",
+    )
+    .expect("rules");
+    let data = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "--rule-files",
+        &file.display().to_string(),
+        // A `for` of 10 m is restored only with a grace period below it.
+        "--rules-alert-for-grace-period",
+        "1m",
+    ]
+    .map(str::to_owned);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &args);
+    let mut sluice = common::KillOnDrop(child);
+    let body = common::body(vec![common::series(
+        &[("__name__", "latency_seconds")],
+        &[(common::now_ms(), 2.0)],
+    )]);
+    assert_eq!(common::push(addr, body).await.0, 204);
+    // Pending, its state written (from the third evaluation on), for a
+    // few seconds more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (active_at, last) = loop {
+        let s = for_state(addr, "Slow").await;
+        if let (Some(first), Some(last)) = (s.first(), s.last()) {
+            if last.0 - first.0 >= 5_000 {
+                break (first.1, last.0);
+            }
+        }
+        assert!(Instant::now() < deadline, "ALERTS_FOR_STATE never written");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    sluice.kill();
+
+    let (child, addr) = common::spawn_sluice(bin, data.path(), "info", &args);
+    let _sluice = common::KillOnDrop(child);
+    // After the restart, the state written again carries the old time,
+    // moved on by the outage (about a second or two), not the time of the
+    // first evaluation after the restart.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let s: Vec<(i64, f64)> = for_state(addr, "Slow")
+            .await
+            .into_iter()
+            .filter(|&(t, _)| t > last)
+            .collect();
+        if let Some(&first) = s.first() {
+            break first;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ALERTS_FOR_STATE never written after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let down_secs = (last / 1000) as f64;
+    let first_eval_secs = (after.0 / 1000) as f64;
+    assert!(
+        after.1 >= active_at && after.1 < first_eval_secs - 3.0,
+        "restored {} from {active_at} (down at {down_secs}, evaluated again at {first_eval_secs})",
+        after.1
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&common::get(addr, "/api/v1/alerts").await.1).expect("json");
+    assert_eq!(v["data"]["alerts"][0]["state"], "pending", "{v}");
+}
