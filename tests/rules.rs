@@ -5,8 +5,11 @@
 //! Sluice agree on what is a valid file.
 
 mod common;
+#[path = "common/promqltest.rs"]
+mod promqltest;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
@@ -755,4 +758,232 @@ async fn a_pending_alert_continues_from_its_for_state_after_kill_9() {
     let v: serde_json::Value =
         serde_json::from_str(&common::get(addr, "/api/v1/alerts").await.1).expect("json");
     assert_eq!(v["data"]["alerts"][0]["state"], "pending", "{v}");
+}
+
+/// Prometheus' own `promtool test rules` files (`cmd/promtool/testdata` of
+/// v3.5.0, copied under `tests/testdata/promtool`): their input series
+/// loaded into Sluice, its rule groups evaluated at the test's times, and
+/// the alerts firing at each `alert_rule_test` time and the answers to
+/// each `promql_expr_test` compared with what the file expects. Native
+/// histogram inputs and expectations are left out (counted).
+mod promtool_tests {
+    use super::*;
+    use sluice::config::Config;
+    use sluice::promql::parser::text::parse_prom_duration;
+
+    /// A duration as the files write them (`1m`, `0`, `2m59s999ms`).
+    fn duration(v: &serde_yaml_ng::Value) -> i64 {
+        let s = match v {
+            serde_yaml_ng::Value::Number(n) => n.to_string(),
+            serde_yaml_ng::Value::String(s) => s.clone(),
+            _ => "0".into(),
+        };
+        parse_prom_duration(&s).unwrap_or_else(|| panic!("duration {s:?}"))
+    }
+
+    fn text(v: &serde_yaml_ng::Value) -> String {
+        match v {
+            serde_yaml_ng::Value::String(s) => s.clone(),
+            serde_yaml_ng::Value::Number(n) => n.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    fn map(v: &serde_yaml_ng::Value) -> BTreeMap<String, String> {
+        v.as_mapping()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (text(k), text(v)))
+            .collect()
+    }
+
+    /// Runs every test group of `file`; (checks made, left out).
+    async fn run(file: &str) -> (usize, usize) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/promtool");
+        let doc: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(file)).expect("read"))
+                .expect("yaml");
+        let eval_interval = doc.get("evaluation_interval").map_or(60_000, duration);
+        let rule_files: Vec<String> = doc["rule_files"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(|f| dir.join(text(f)).display().to_string())
+            .collect();
+        let (mut checks, mut left_out) = (0, 0);
+        for (n, tg) in doc["tests"].as_sequence().into_iter().flatten().enumerate() {
+            let interval = tg.get("interval").map_or(eval_interval, duration);
+            // A fresh server per test group, its clock far past the data.
+            let config = Config {
+                retention: Duration::from_secs(100 * 365 * 86_400),
+                ..Config::default()
+            };
+            let srv =
+                common::start_with_clock(config, sluice::storage::Clock::new(|| 3650 * 86_400_000))
+                    .await;
+            let mut series = Vec::new();
+            for s in tg["input_series"].as_sequence().into_iter().flatten() {
+                let line = format!("{} {}", text(&s["series"]), text(&s["values"]));
+                let parsed = promqltest::parse_series(&line).expect("series");
+                if parsed.points.iter().any(promqltest::Point::is_histogram) {
+                    left_out += 1;
+                    continue;
+                }
+                series.push(parsed);
+            }
+            for body in promqltest::load_requests(interval, &series) {
+                let (status, text) = common::push(srv.addr, body).await;
+                assert_eq!(status, 204, "{text}");
+            }
+            let db = srv.state.db_arc();
+            let limits = sluice::promql::guard::ParseLimits::default();
+            let mut groups: Vec<sluice::rules::group::Group> = rule_files
+                .iter()
+                .flat_map(|f| {
+                    sluice::rules::file::load(std::path::Path::new(f), f, &limits).expect("rules")
+                })
+                .map(|spec| sluice::rules::group::Group::new(Arc::new(spec), interval, 0, false))
+                .collect();
+            let alerting = sluice::rules::group::AlertSettings {
+                externals: sluice::rules::alerting::Externals {
+                    labels: map(&tg["external_labels"]),
+                    url: text(&tg["external_url"]),
+                },
+                ..Default::default()
+            };
+            let opts = Config::default().query_options();
+            let alert_tests: Vec<&serde_yaml_ng::Value> = tg["alert_rule_test"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .collect();
+            let expr_tests: Vec<&serde_yaml_ng::Value> = tg["promql_expr_test"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .collect();
+            let max_t = alert_tests
+                .iter()
+                .chain(&expr_tests)
+                .map(|t| duration(&t["eval_time"]))
+                .max()
+                .unwrap_or(0);
+            let mut ts = 0;
+            while ts <= max_t {
+                for g in &mut groups {
+                    let (commit, _) = g.eval(&db, &opts, &alerting, ts, ts);
+                    commit.durable().await.expect("durable");
+                    let st = g.status.lock();
+                    for r in &st.rules {
+                        assert!(
+                            r.last_error.is_empty(),
+                            "test group {n}, {ts} ms: {}",
+                            r.last_error
+                        );
+                    }
+                }
+                for t in &alert_tests {
+                    let at = duration(&t["eval_time"]);
+                    if !(ts <= at && at < ts + eval_interval) {
+                        continue;
+                    }
+                    let name = text(&t["alertname"]);
+                    let mut want: Vec<(BTreeMap<String, String>, BTreeMap<String, String>)> = t
+                        ["exp_alerts"]
+                        .as_sequence()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            let mut labels = map(&a["exp_labels"]);
+                            labels.insert("alertname".into(), name.clone());
+                            (labels, map(&a["exp_annotations"]))
+                        })
+                        .collect();
+                    let mut got = Vec::new();
+                    for g in &groups {
+                        let st = g.status.lock();
+                        for (spec, rs) in g.spec.rules.iter().zip(&st.rules) {
+                            if spec.name != name {
+                                continue;
+                            }
+                            got.extend(
+                                rs.alerts
+                                    .iter()
+                                    .filter(|a| {
+                                        a.state == sluice::rules::alerting::AlertState::Firing
+                                    })
+                                    .map(|a| (a.labels.clone(), a.annotations.clone())),
+                            );
+                        }
+                    }
+                    want.sort();
+                    got.sort();
+                    assert_eq!(got, want, "{file}, test group {n}: alert {name} at {at} ms");
+                    checks += 1;
+                }
+                ts += eval_interval;
+            }
+            for t in &expr_tests {
+                let expr = text(&t["expr"]);
+                let at = duration(&t["eval_time"]);
+                let samples: Vec<&serde_yaml_ng::Value> = t["exp_samples"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                if samples.iter().any(|s| s.get("histogram").is_some()) {
+                    left_out += 1;
+                    continue;
+                }
+                let mut want: Vec<(BTreeMap<String, String>, f64)> = samples
+                    .iter()
+                    .map(|s| {
+                        let labels = text(&s["labels"]);
+                        let labels = match labels.trim() {
+                            "" => BTreeMap::new(),
+                            l => {
+                                promqltest::parse_series(&format!("{l} 0"))
+                                    .expect("labels")
+                                    .labels
+                            }
+                        };
+                        let v = match &s["value"] {
+                            serde_yaml_ng::Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+                            other => text(other).parse().unwrap_or(f64::NAN),
+                        };
+                        (labels, v)
+                    })
+                    .collect();
+                let got = common::query_vector(srv.addr, &expr, Some(at as f64 / 1000.0)).await;
+                let mut got: Vec<(BTreeMap<String, String>, f64)> = got
+                    .into_iter()
+                    .map(|(l, v)| (l, v.parse().unwrap_or(f64::NAN)))
+                    .collect();
+                want.sort_by(|a, b| a.0.cmp(&b.0));
+                got.sort_by(|a, b| a.0.cmp(&b.0));
+                assert_eq!(
+                    got.iter().map(|g| &g.0).collect::<Vec<_>>(),
+                    want.iter().map(|w| &w.0).collect::<Vec<_>>(),
+                    "{file}, test group {n}: {expr} at {at} ms"
+                );
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        promqltest::almost_equal(g.1, w.1),
+                        "{file}, test group {n}: {expr} at {at} ms: {} for {}",
+                        g.1,
+                        w.1
+                    );
+                }
+                checks += 1;
+            }
+        }
+        (checks, left_out)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn prometheus_own_promtool_rule_tests_pass() {
+        // Every check but the native histograms' (3 inputs, 3 answers).
+        assert_eq!(run("unittest.yml").await, (23, 6));
+        assert_eq!(run("no-test-group-interval.yml").await, (2, 0));
+    }
 }
