@@ -150,9 +150,9 @@ settings! {
     )]
     web_enable_lifecycle: bool = false;
     /// Rule files in Prometheus' format, as globs (repeatable; Prometheus'
-    /// rule_files): each group's recording rules are evaluated on its
-    /// interval and their results stored as any sample; alerting rules are
-    /// checked and listed, not yet evaluated. Read again on SIGHUP and when
+    /// rule_files): each group is evaluated on its interval, recording
+    /// rules' results stored as any sample, alerting rules' alerts written
+    /// as ALERTS and sent to --alertmanager-url. Read again on SIGHUP and when
     /// one changes; a bad file then keeps the rules in force, and at start
     /// stops it. Rules run over the `anonymous` tenant [default: none].
     #[serde(alias = "rule_files")]
@@ -213,8 +213,8 @@ settings! {
     )]
     rules_alert_resend_delay: Duration = Duration::from_secs(60);
     /// The URL Sluice is reached at, for alerts' links (generatorURL) and
-    /// templates' $externalURL (as Prometheus' --web.external-url)
-    /// [default: http://<host name>:<--listen port>].
+    /// templates' $externalURL (as Prometheus' --web.external-url); empty:
+    /// http://<host name>:<--listen port> [default: none].
     #[serde(alias = "web.external-url")]
     #[arg(value_name = "URL", visible_alias = "web.external-url")]
     web_external_url: String = String::new();
@@ -794,6 +794,14 @@ impl Config {
             if v == 0 {
                 return Err(ConfigError::Invalid(format!(
                     "{name} must be greater than 0"
+                )));
+            }
+        }
+        for url in &self.alertmanager_url {
+            let host = url.strip_prefix("http://").unwrap_or_default();
+            if host.is_empty() || host.starts_with('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "alertmanager-url {url:?}: an http:// URL with a host (https is not supported yet)"
                 )));
             }
         }
@@ -1466,6 +1474,13 @@ mod tests {
                 "must start with http://",
                 Config {
                     forward: vec![dest("")],
+                    ..Config::default()
+                },
+            ),
+            (
+                "https is not supported yet",
+                Config {
+                    alertmanager_url: vec!["https://am:9093".into()],
                     ..Config::default()
                 },
             ),

@@ -90,6 +90,10 @@ pub struct Rules {
     /// Whether the groups in force were loaded at start (their alerts'
     /// `for` state is restored) or by a reload (not).
     loaded: std::sync::atomic::AtomicBool,
+    /// Held by a reload from start to end.
+    applying: Mutex<()>,
+    /// Set by [`Rules::stop`]: no reload starts groups after it.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Rules {
@@ -108,6 +112,8 @@ impl Rules {
             notifier,
             notifier_stop: watch::channel(false).0,
             loaded: std::sync::atomic::AtomicBool::new(false),
+            applying: Mutex::new(()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -164,45 +170,77 @@ impl Rules {
 
     /// Puts `specs` in force; how many groups run.
     fn apply(&self, specs: Vec<GroupSpec>) -> usize {
+        // One reload at a time, and none once stopping.
+        let _applying = self.applying.lock();
+        if self.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            return 0;
+        }
         let Some(runtime) = self.runtime.lock().clone() else {
             return 0;
         };
         // Groups of the first load restore their alerts' `for` state.
         let at_start = !self.loaded.swap(true, std::sync::atomic::Ordering::Relaxed);
-        let mut running = self.running.lock();
-        let mut next = BTreeMap::new();
-        let mut stale: Vec<Vec<u8>> = Vec::new();
-        for spec in specs {
-            let spec = Arc::new(spec);
-            let key = spec.key();
-            if let Some(old) = running.remove(&key) {
-                if *old.spec == *spec {
-                    next.insert(key, old);
-                    continue;
+        // What changes is taken out of the map under its lock; the groups
+        // are taken from their tasks without it (a task gives its group up
+        // once its evaluation in flight is done, which may be long, and
+        // the API and /metrics read the map meanwhile).
+        let (changed, removed) = {
+            let mut running = self.running.lock();
+            let mut changed = Vec::new();
+            let wanted: std::collections::BTreeSet<String> =
+                specs.iter().map(GroupSpec::key).collect();
+            for spec in specs {
+                let spec = Arc::new(spec);
+                let key = spec.key();
+                match running.get(&key) {
+                    Some(old) if *old.spec == *spec => {}
+                    _ => changed.push((spec, running.remove(&key))),
                 }
-                let _ = old.stop.send(true);
-                let mut group = self.new_group(Arc::clone(&spec), at_start);
-                // Taken once its evaluation in flight, if any, is done.
-                if let Some(previous) = old.group.lock().take() {
-                    stale.extend(group.take_state(previous));
-                }
-                next.insert(key, self.spawn(&runtime, group));
-            } else {
-                let group = self.new_group(spec, at_start);
-                next.insert(key, self.spawn(&runtime, group));
             }
+            let gone: Vec<String> = running
+                .keys()
+                .filter(|k| !wanted.contains(*k))
+                .cloned()
+                .collect();
+            let removed: Vec<Running> = gone.iter().filter_map(|k| running.remove(k)).collect();
+            (changed, removed)
+        };
+        let mut started = Vec::with_capacity(changed.len());
+        for (spec, old) in changed {
+            let mut group = self.new_group(Arc::clone(&spec), at_start);
+            if let Some(old) = old {
+                let _ = old.stop.send(true);
+                if let Some(previous) = old.group.lock().take() {
+                    group.take_state(previous);
+                }
+            }
+            started.push((spec.key(), self.spawn(&runtime, group)));
         }
-        // Groups no file has any more: stopped, their series stale.
-        for (_, old) in std::mem::take(&mut *running) {
+        // Groups no file has any more: stopped; their series marked stale
+        // two intervals later, as Prometheus marks them (a group renamed
+        // meanwhile writes them again first).
+        for old in removed {
             let _ = old.stop.send(true);
             if let Some(previous) = old.group.lock().take() {
-                stale.extend(previous.written().cloned());
+                let series: Vec<Vec<u8>> = previous.written().cloned().collect();
+                let delay = std::time::Duration::from_millis(
+                    u64::try_from(previous.interval_ms.saturating_mul(2)).unwrap_or(0),
+                );
+                let (db, offset) = (Arc::clone(&self.db), previous.query_offset_ms);
+                let stop = self.notifier_stop.subscribe();
+                runtime.spawn(async move {
+                    let mut stop = stop;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => mark_stale(&db, &series, offset),
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                });
             }
         }
-        *running = next;
+        let mut running = self.running.lock();
+        running.extend(started);
         let n = running.len();
         drop(running);
-        self.mark_stale(&stale);
         tracing::info!(groups = n, "rule groups in force");
         n
     }
@@ -214,24 +252,6 @@ impl Rules {
             self.settings.query_offset_ms,
             at_start,
         )
-    }
-
-    /// Writes a stale marker now for each series (canonical labels) no
-    /// rule writes any more.
-    fn mark_stale(&self, series: &[Vec<u8>]) {
-        if series.is_empty() {
-            return;
-        }
-        let at = wall_ms() - self.settings.query_offset_ms;
-        let mut app = self.db.appender(i64::MAX);
-        let mut counts = crate::storage::AppendCounts::default();
-        for s in series {
-            let stale = std::iter::once((at, f64::from_bits(crate::storage::STALE_NAN)));
-            app.append_existing(s, stale, &mut counts);
-        }
-        // Logged with the next commit's wait; a crash first loses only
-        // the markers, which staleness by lookback stands in for.
-        drop(app.commit());
     }
 
     /// Starts `group`'s evaluation task.
@@ -276,6 +296,10 @@ impl Rules {
     /// Stops every group's task, and waits for evaluations in flight
     /// (their results are written before the database closes). Blocking.
     pub fn stop(&self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // A reload in progress finishes first.
+        let _applying = self.applying.lock();
         let running = self.running.lock();
         for r in running.values() {
             let _ = r.stop.send(true);
@@ -319,6 +343,24 @@ impl crate::telemetry::RuleSource for Rules {
     }
 }
 
+/// Writes a stale marker now (less `offset_ms`) for each series
+/// (canonical labels) no rule writes any more.
+fn mark_stale(db: &Db, series: &[Vec<u8>], offset_ms: i64) {
+    if series.is_empty() {
+        return;
+    }
+    let at = wall_ms() - offset_ms;
+    let mut app = db.appender(i64::MAX);
+    let mut counts = crate::storage::AppendCounts::default();
+    for s in series {
+        let stale = std::iter::once((at, f64::from_bits(crate::storage::STALE_NAN)));
+        app.append_existing(s, stale, &mut counts);
+    }
+    // Logged with the next commit's wait; a crash first loses only the
+    // markers, which staleness by lookback stands in for.
+    drop(app.commit());
+}
+
 /// The wall clock, in ns since the epoch.
 fn wall_ns() -> i64 {
     std::time::SystemTime::now()
@@ -353,7 +395,13 @@ async fn run(
     // that holds now.
     let mut ts = eval_timestamp_ns(hash, interval_ns, wall_ns()) + interval_ns;
     loop {
-        let wait = ts - wall_ns();
+        let mut wait = ts - wall_ns();
+        if wait > interval_ns {
+            // The wall clock went back: the next slot from now, rather
+            // than nothing until it catches up.
+            ts = eval_timestamp_ns(hash, interval_ns, wall_ns()) + interval_ns;
+            wait = ts - wall_ns();
+        }
         if wait > 0 {
             let sleep = tokio::time::sleep(std::time::Duration::from_nanos(wait as u64));
             tokio::select! {
@@ -394,7 +442,10 @@ async fn run(
                 notifier.send(alerts);
             }
             // A reload took the group: its successor runs.
-            Ok(None) | Err(_) => return,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "a rule group's evaluation failed; the group is evaluated again at its next time");
+            }
         }
         ts += interval_ns;
     }

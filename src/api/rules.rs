@@ -13,6 +13,7 @@ use super::error::ApiError;
 use super::params::Params;
 use super::prom::success;
 use super::state::AppState;
+use super::tenant::Scoped;
 use crate::rules::alerting::Alert;
 use crate::rules::file::RuleKind;
 use crate::storage::index::Matcher;
@@ -66,8 +67,14 @@ fn alert_json(a: &Alert) -> Value {
 
 /// `GET /api/v1/alerts`: every alert pending or firing, as Prometheus
 /// lists them.
-pub(super) async fn alerts(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn alerts(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+) -> Result<Response, ApiError> {
     let mut alerts = Vec::new();
+    if !rules_tenant(&tenant) {
+        return Ok(success(json!({ "alerts": alerts }), &[]));
+    }
     for g in state.rules().groups() {
         for st in &g.status.rules {
             alerts.extend(st.alerts.iter().map(alert_json));
@@ -97,8 +104,18 @@ fn matches(sets: &[Vec<Matcher>], labels: &std::collections::BTreeMap<String, St
         })
 }
 
+/// Whether the request's tenant is the one the rules run over
+/// (`anonymous`): another tenant has no rules and no alerts.
+fn rules_tenant(tenant: &super::tenant::Tenant) -> bool {
+    tenant.id.as_str() == super::tenant::ANONYMOUS
+}
+
 /// `GET /api/v1/rules`.
-pub(super) async fn rules(State(state): State<AppState>, p: Params) -> Result<Response, ApiError> {
+pub(super) async fn rules(
+    State(state): State<AppState>,
+    Scoped(tenant): Scoped,
+    p: Params,
+) -> Result<Response, ApiError> {
     let kind = match p.get("type").map(str::to_lowercase).as_deref() {
         None | Some("") => None,
         Some("alert") => Some(true),
@@ -149,7 +166,12 @@ pub(super) async fn rules(State(state): State<AppState>, p: Params) -> Result<Re
     let mut groups = Vec::new();
     let mut found_token = next_token.is_none();
     let mut next = None;
-    for g in state.rules().groups() {
+    let groups_in_force = if rules_tenant(&tenant) {
+        state.rules().groups()
+    } else {
+        Vec::new()
+    };
+    for g in groups_in_force {
         let spec = &g.spec;
         if !found_token {
             if Some(token(&spec.file, &spec.name).as_str()) != next_token {

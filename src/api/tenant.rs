@@ -749,19 +749,15 @@ pub enum OpenError {
 }
 
 /// Paths answered without a tenant: health, self-metrics, settings, the
-/// rules (they run over the `anonymous` tenant), the
 /// pages a browser loads (their API calls carry the tenant), and anything
 /// under `/assets/`. A tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 14] = [
+const TENANT_FREE: [&str; 11] = [
     "/-/healthy",
     "/-/ready",
-    "/-/reload",
     "/metrics",
     "/api/v1/status/buildinfo",
     "/api/v1/status/flags",
     "/api/v1/status/config",
-    "/api/v1/rules",
-    "/api/v1/alerts",
     "/api/v1/format_query",
     "/api/v1/parse_query",
     "/query",
@@ -795,9 +791,11 @@ fn federable(path: &str) -> bool {
 const WRITES: [&str; 3] = ["/api/v1/write", "/v1/metrics", "/api/v1/otlp/v1/metrics"];
 
 /// Paths that change or copy a tenant's stored data without writing
-/// samples (the admin API): a login needs write access to the tenant,
-/// as for a write, though no tenant is opened for them.
-const MODIFIES: [&str; 3] = [
+/// samples (the admin API), or what it evaluates (`/-/reload`): a login
+/// needs write access to the tenant, as for a write, though no tenant is
+/// opened for them.
+const MODIFIES: [&str; 4] = [
+    "/-/reload",
     "/api/v1/admin/tsdb/delete_series",
     "/api/v1/admin/tsdb/clean_tombstones",
     "/api/v1/admin/tsdb/snapshot",

@@ -344,15 +344,17 @@ impl AlertRule {
             if v.to_bits() == crate::storage::STALE_NAN {
                 continue;
             }
-            let down_at = t.div_euclid(1000) * 1000;
-            let mut restored = (v as i64) * 1000;
-            let remaining = for_ms - (down_at - restored);
+            // Any value may have been written as ALERTS_FOR_STATE: the
+            // arithmetic saturates rather than wraps.
+            let down_at = t.div_euclid(1000).saturating_mul(1000);
+            let mut restored = (v as i64).saturating_mul(1000);
+            let remaining = for_ms.saturating_sub(down_at.saturating_sub(restored));
             if remaining <= 0 {
                 // It was firing: it fires again at once if it still holds.
             } else if remaining < grace_ms {
-                restored = ts + grace_ms - for_ms;
+                restored = ts.saturating_add(grace_ms).saturating_sub(for_ms);
             } else {
-                restored += ts - down_at;
+                restored = restored.saturating_add(ts.saturating_sub(down_at));
             }
             a.active_at_ms = restored;
         }

@@ -130,6 +130,10 @@ pub struct Group {
     restore_after: Option<u64>,
     /// Evaluations made.
     evals: u64,
+    /// Series a reload took from this group's rules (those of rules it
+    /// no longer has): marked stale at its next evaluation, as Prometheus
+    /// marks them.
+    stale_next: Vec<Vec<u8>>,
     /// Its state, shared with the API.
     pub status: Arc<Mutex<GroupStatus>>,
 }
@@ -200,6 +204,7 @@ impl Group {
                 .collect(),
             restore_after: at_start.then_some(2),
             evals: 0,
+            stale_next: Vec::new(),
             status: Arc::new(Mutex::new(GroupStatus {
                 rules: vec![RuleStatus::default(); n],
                 ..GroupStatus::default()
@@ -210,9 +215,9 @@ impl Group {
 
     /// Takes over what `old` (the same group before a reload) wrote last,
     /// rule by rule where a rule of the same name and labels is kept, and
-    /// its status; the series of rules it no longer has are returned, to
-    /// be marked stale.
-    pub fn take_state(&mut self, old: Group) -> Vec<Vec<u8>> {
+    /// its status; the series of rules it no longer has are marked stale
+    /// at its first evaluation.
+    pub fn take_state(&mut self, mut old: Group) {
         let key = |r: &RuleSpec| (r.name.clone(), r.labels.clone());
         let mut left: BTreeMap<(String, BTreeMap<String, String>), Vec<usize>> = BTreeMap::new();
         for (i, r) in old.spec.rules.iter().enumerate().rev() {
@@ -237,10 +242,13 @@ impl Group {
             }
         }
         let unmatched: Vec<usize> = left.into_values().flatten().collect();
-        unmatched
-            .into_iter()
-            .flat_map(|j| std::mem::take(&mut previous[j]))
-            .collect()
+        drop(status);
+        self.stale_next.extend(
+            unmatched
+                .into_iter()
+                .flat_map(|j| std::mem::take(&mut previous[j])),
+        );
+        self.stale_next.append(&mut old.stale_next);
     }
 
     /// The series this group wrote at its last evaluation.
@@ -267,6 +275,7 @@ impl Group {
         let mut samples = 0u64;
         let mut counts = AppendCounts::default();
         let spec = Arc::clone(&self.spec);
+        let mut evaluated = vec![false; spec.rules.len()];
         for (i, rule) in spec.rules.iter().enumerate() {
             let rule_started = std::time::Instant::now();
             let outcome = match &rule.kind {
@@ -291,6 +300,7 @@ impl Group {
             };
             match outcome {
                 Ok(recorded) => {
+                    evaluated[i] = true;
                     samples += recorded.len() as u64;
                     let refused = self.write(i, &mut app, recorded, at, &mut counts);
                     if refused > 0 {
@@ -322,11 +332,22 @@ impl Group {
                 *slot = st;
             }
         }
+        // Series of rules a reload removed.
+        for gone in std::mem::take(&mut self.stale_next) {
+            let stale = std::iter::once((at, f64::from_bits(STALE_NAN)));
+            app.append_existing(&gone, stale, &mut counts);
+        }
         let commit = app.commit();
-        // Alerts due, as Prometheus sends them after each evaluation.
+        // Alerts due, as Prometheus sends them after each evaluation of a
+        // rule that succeeded (a failing rule's alerts expire).
         let mut outgoing = Vec::new();
-        for (rule, alerts) in spec.rules.iter().zip(self.alerts.iter_mut()) {
-            if let Some(a) = alerts {
+        for ((rule, alerts), ok) in spec
+            .rules
+            .iter()
+            .zip(self.alerts.iter_mut())
+            .zip(&evaluated)
+        {
+            if let (Some(a), true) = (alerts, *ok) {
                 let query: String =
                     form_urlencoded::byte_serialize(rule.query.as_bytes()).collect();
                 let link = format!("{}/graph?g0.expr={query}&g0.tab=1", alerting.externals.url);

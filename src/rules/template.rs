@@ -260,7 +260,22 @@ fn pipeline(s: &str, data: &Data<'_>) -> Result<V, String> {
     eval_pipeline(&toks, &mut at, data)
 }
 
+/// How deep parentheses may nest in one action.
+const MAX_DEPTH: usize = 64;
+
 fn eval_pipeline(toks: &[String], at: &mut usize, data: &Data<'_>) -> Result<V, String> {
+    eval_nested(toks, at, data, 0)
+}
+
+fn eval_nested(
+    toks: &[String],
+    at: &mut usize,
+    data: &Data<'_>,
+    depth: usize,
+) -> Result<V, String> {
+    if depth > MAX_DEPTH {
+        return Err("parentheses nested too deep".into());
+    }
     let mut prev: Option<V> = None;
     loop {
         let mut args: Vec<&str> = Vec::new();
@@ -268,7 +283,7 @@ fn eval_pipeline(toks: &[String], at: &mut usize, data: &Data<'_>) -> Result<V, 
         while *at < toks.len() && toks[*at] != "|" && toks[*at] != ")" {
             if toks[*at] == "(" {
                 *at += 1;
-                let v = eval_pipeline(toks, at, data)?;
+                let v = eval_nested(toks, at, data, depth + 1)?;
                 if toks.get(*at).map(String::as_str) != Some(")") {
                     return Err("unclosed left paren".into());
                 }
@@ -664,6 +679,11 @@ fn printf(format: &str, args: &[V]) -> Result<String, String> {
             width.push(d);
             chars.next();
         }
+        // Go's bounds: a width or precision past 1e6 is refused.
+        if width.len() > 7 || width.parse::<usize>().is_ok_and(|w| w > 1_000_000) {
+            out.push_str("%!(BADWIDTH)");
+            width.clear();
+        }
         let mut precision: Option<usize> = None;
         if chars.peek() == Some(&'.') {
             chars.next();
@@ -672,7 +692,14 @@ fn printf(format: &str, args: &[V]) -> Result<String, String> {
                 p.push(d);
                 chars.next();
             }
-            precision = Some(p.parse().unwrap_or(0));
+            precision = match p.parse::<usize>() {
+                Ok(n) if n <= 1_000_000 && p.len() <= 7 => Some(n),
+                Ok(_) | Err(_) if p.is_empty() => Some(0),
+                _ => {
+                    out.push_str("%!(BADPREC)");
+                    None
+                }
+            };
         }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");
@@ -834,6 +861,7 @@ mod tests {
             ),
             ("{{ $labels.missing }}", 0.0, ""),
             ("{{/* a comment */}}x", 0.0, "x"),
+            ("{{ printf \"%99999999s\" 1 }}", 0.0, "%!(BADWIDTH)1"),
         ];
         for (t, v, want) in cases {
             assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
@@ -852,6 +880,7 @@ mod tests {
             "{{ query \"up\" }}",
             "{{ $nope }}",
             "{{ $labels.job",
+            &format!("{{{{ {}1{} }}}}", "(".repeat(100), ")".repeat(100)),
         ] {
             assert!(run(bad, 0.0).is_err(), "{bad}");
         }
