@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
 use sluice::proto::prometheus as pb;
 
 /// A second apart, so that a few seconds give several evaluations; one
@@ -111,40 +110,18 @@ async fn recorded_named(
     start: i64,
     end: i64,
 ) -> BTreeMap<String, Vec<(i64, u64)>> {
-    let req = pb::ReadRequest {
-        queries: vec![pb::Query {
-            start_timestamp_ms: start,
-            end_timestamp_ms: end,
-            matchers: vec![pb::LabelMatcher {
-                r#type: pb::label_matcher::Type::Re as i32,
-                name: "__name__".into(),
-                value: names.into(),
-            }],
-            hints: None,
-        }],
-        accepted_response_types: vec![],
-    };
-    let body = snap::raw::Encoder::new()
-        .compress_vec(&req.encode_to_vec())
-        .expect("snappy");
-    let resp = reqwest::Client::new()
-        .post(format!("http://{addr}/api/v1/read"))
-        .header("content-type", "application/x-protobuf")
-        .header("content-encoding", "snappy")
-        .header("x-prometheus-remote-read-version", "0.1.0")
-        .body(body)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(resp.status().as_u16(), 200, "{addr}");
-    let bytes = resp.bytes().await.expect("body");
-    let raw = snap::raw::Decoder::new()
-        .decompress_vec(&bytes)
-        .expect("snappy");
-    let r = pb::ReadResponse::decode(raw.as_slice()).expect("ReadResponse");
-    r.results
+    let series = common::remote_read(
+        addr,
+        vec![common::read_matcher(
+            pb::label_matcher::Type::Re,
+            "__name__",
+            names,
+        )],
+        (start, end),
+    )
+    .await;
+    series
         .iter()
-        .flat_map(|q| &q.timeseries)
         .map(|ts| {
             let mut labels: Vec<String> = ts
                 .labels

@@ -178,6 +178,54 @@ enum RecordedValue {
     Histogram(HistSample),
 }
 
+impl Recorded {
+    /// A sample of these labels, with their canonical bytes.
+    fn new(labels: BTreeMap<String, String>, value: RecordedValue) -> Self {
+        let labels: Vec<(String, String)> = labels.into_iter().collect();
+        let mut canonical = Vec::new();
+        encode_canonical(
+            labels.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            &mut canonical,
+        );
+        Self {
+            labels,
+            canonical,
+            value,
+        }
+    }
+}
+
+/// One result of a rule's query: its labels (with its name) and value.
+type QueryResult = (BTreeMap<String, String>, RecordedValue);
+
+/// A rule's query at `at`: each result's labels and value (a scalar is
+/// one result without labels, as Prometheus' `EngineQueryFunc` makes it).
+fn query(db: &Db, opts: &QueryOptions, expr: &str, at: i64) -> Result<Vec<QueryResult>, RuleError> {
+    let value = Engine::new(db.querier(), opts.clone())
+        .instant(expr, at)
+        .map_err(|e| RuleError::Query(e.to_string()))?
+        .value;
+    match value {
+        Value::Scalar(v) => Ok(vec![(BTreeMap::new(), RecordedValue::Float(v))]),
+        Value::Vector(samples) => Ok(samples
+            .into_iter()
+            .map(|s| {
+                let labels = s
+                    .labels
+                    .iter()
+                    .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
+                    .collect();
+                let value = match s.h {
+                    Some(h) => RecordedValue::Histogram(HistSample::Float((*h).clone())),
+                    None => RecordedValue::Float(s.v),
+                };
+                (labels, value)
+            })
+            .collect()),
+        _ => Err(RuleError::NotVector),
+    }
+}
+
 impl Group {
     /// A group from its spec, with the global interval and query offset
     /// for what it leaves unset.
@@ -429,25 +477,14 @@ impl Group {
         (at, ts): (i64, i64),
         alerting: &AlertSettings,
     ) -> Result<Vec<Recorded>, RuleError> {
-        let value = Engine::new(db.querier(), opts.clone())
-            .instant(&rule.expr, at)
-            .map_err(|e| RuleError::Query(e.to_string()))?
-            .value;
-        let results: Vec<(BTreeMap<String, String>, f64)> = match value {
-            Value::Scalar(v) => vec![(BTreeMap::new(), v)],
-            Value::Vector(samples) => samples
-                .into_iter()
-                .map(|s| {
-                    let labels = s
-                        .labels
-                        .iter()
-                        .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
-                        .collect();
-                    (labels, s.v)
-                })
-                .collect(),
-            _ => return Err(RuleError::NotVector),
-        };
+        // An alert's value is the result's float (0 for a histogram).
+        let results: Vec<(BTreeMap<String, String>, f64)> = query(db, opts, &rule.expr, at)?
+            .into_iter()
+            .map(|(labels, v)| match v {
+                RecordedValue::Float(f) => (labels, f),
+                RecordedValue::Histogram(_) => (labels, 0.0),
+            })
+            .collect();
         let limit = self.spec.limit;
         let Some(Some(state)) = self.alerts.get_mut(i) else {
             return Ok(Vec::new());
@@ -464,19 +501,7 @@ impl Group {
             .map_err(RuleError::Query)?;
         Ok(samples
             .into_iter()
-            .map(|(labels, v)| {
-                let labels: Vec<(String, String)> = labels.into_iter().collect();
-                let mut canonical = Vec::new();
-                encode_canonical(
-                    labels.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-                    &mut canonical,
-                );
-                Recorded {
-                    labels,
-                    canonical,
-                    value: RecordedValue::Float(v),
-                }
-            })
+            .map(|(labels, v)| Recorded::new(labels, RecordedValue::Float(v)))
             .collect())
     }
 
@@ -525,29 +550,7 @@ impl Group {
         rule: &RuleSpec,
         at: i64,
     ) -> Result<Vec<Recorded>, RuleError> {
-        let value = Engine::new(db.querier(), opts.clone())
-            .instant(&rule.expr, at)
-            .map_err(|e| RuleError::Query(e.to_string()))?
-            .value;
-        let results: Vec<(BTreeMap<String, String>, RecordedValue)> = match value {
-            Value::Scalar(v) => vec![(BTreeMap::new(), RecordedValue::Float(v))],
-            Value::Vector(samples) => samples
-                .into_iter()
-                .map(|s| {
-                    let labels = s
-                        .labels
-                        .iter()
-                        .map(|l| (l.name.as_str().to_owned(), l.value.as_str().to_owned()))
-                        .collect();
-                    let value = match s.h {
-                        Some(h) => RecordedValue::Histogram(HistSample::Float((*h).clone())),
-                        None => RecordedValue::Float(s.v),
-                    };
-                    (labels, value)
-                })
-                .collect(),
-            _ => return Err(RuleError::NotVector),
-        };
+        let results = query(db, opts, &rule.expr, at)?;
         let mut out = Vec::with_capacity(results.len());
         let mut seen = HashSet::with_capacity(results.len());
         for (mut labels, value) in results {
@@ -560,20 +563,11 @@ impl Group {
                     labels.insert(n.clone(), v.clone());
                 }
             }
-            let labels: Vec<(String, String)> = labels.into_iter().collect();
-            let mut canonical = Vec::new();
-            encode_canonical(
-                labels.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-                &mut canonical,
-            );
-            if !seen.insert(canonical.clone()) {
+            let r = Recorded::new(labels, value);
+            if !seen.insert(r.canonical.clone()) {
                 return Err(RuleError::SameLabels);
             }
-            out.push(Recorded {
-                labels,
-                canonical,
-                value,
-            });
+            out.push(r);
         }
         let limit = self.spec.limit;
         if limit > 0 && out.len() > limit {

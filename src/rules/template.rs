@@ -571,6 +571,13 @@ fn humanize(v: f64) -> String {
         }
         return format!("{}{prefix}", go_g4(v));
     }
+    let (v, prefix) = scaled_up(v);
+    format!("{}{prefix}", go_g4(v))
+}
+
+/// `v` (below 1 in size) times 1000 until it is not, and the SI prefix
+/// of the last step (`m`, `u`, `n`, …), as Prometheus' humanize scales.
+fn scaled_up(mut v: f64) -> (f64, &'static str) {
     let mut prefix = "";
     for p in ["m", "u", "n", "p", "f", "a", "z", "y"] {
         if v.abs() >= 1.0 {
@@ -579,7 +586,7 @@ fn humanize(v: f64) -> String {
         prefix = p;
         v *= 1000.0;
     }
-    format!("{}{prefix}", go_g4(v))
+    (v, prefix)
 }
 
 fn humanize1024(v: f64) -> String {
@@ -622,15 +629,7 @@ fn humanize_duration(v: f64) -> String {
         }
         return format!("{sign}{}s", go_g4(v));
     }
-    let mut v = v;
-    let mut prefix = "";
-    for p in ["m", "u", "n", "p", "f", "a", "z", "y"] {
-        if v.abs() >= 1.0 {
-            break;
-        }
-        prefix = p;
-        v *= 1000.0;
-    }
+    let (v, prefix) = scaled_up(v);
     format!("{}{prefix}s", go_g4(v))
 }
 

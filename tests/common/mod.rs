@@ -658,3 +658,49 @@ pub fn blocks_cut_from(start: i64, end: i64) -> usize {
     }
     n
 }
+
+/// Remote read (`/api/v1/read`, samples) of the series matching
+/// `matchers` over `[start, end]` from the receiver at `addr`.
+pub async fn remote_read(
+    addr: &str,
+    matchers: Vec<pb::LabelMatcher>,
+    (start, end): (i64, i64),
+) -> Vec<pb::TimeSeries> {
+    let req = pb::ReadRequest {
+        queries: vec![pb::Query {
+            start_timestamp_ms: start,
+            end_timestamp_ms: end,
+            matchers,
+            hints: None,
+        }],
+        accepted_response_types: vec![],
+    };
+    let body = snap::raw::Encoder::new()
+        .compress_vec(&req.encode_to_vec())
+        .expect("snappy");
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/api/v1/read"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "snappy")
+        .header("x-prometheus-remote-read-version", "0.1.0")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200, "{addr}");
+    let bytes = resp.bytes().await.expect("body");
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&bytes)
+        .expect("snappy");
+    let r = pb::ReadResponse::decode(raw.as_slice()).expect("ReadResponse");
+    r.results.into_iter().flat_map(|q| q.timeseries).collect()
+}
+
+/// A remote-read matcher.
+pub fn read_matcher(kind: pb::label_matcher::Type, name: &str, value: &str) -> pb::LabelMatcher {
+    pb::LabelMatcher {
+        r#type: kind as i32,
+        name: name.into(),
+        value: value.into(),
+    }
+}
