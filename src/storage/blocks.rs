@@ -22,7 +22,7 @@ use super::block::{
 };
 use super::chunk::{
     decode_histograms, encode_xor, in_order, merge_overlapping, ChunkBytes, ChunkRef,
-    HistogramKind, XorIter, MERGED_CHUNK_SAMPLES,
+    HistogramKind, SharedBytes, XorIter, MERGED_CHUNK_SAMPLES,
 };
 use super::head::hist_series;
 use super::index::{intersect, sorted_set, Matcher};
@@ -369,6 +369,11 @@ impl Block {
         let mut out = Vec::with_capacity(matched.len());
         let mut refs = Vec::new();
         let tombstones = Arc::clone(&self.tombstones.read());
+        // Every chunk holds its segment: through a handle of this piece's
+        // own, whose count no other core touches (the segment's own count,
+        // shared by the cores reading this block, bounced between them on
+        // every chunk).
+        let mut handles: Vec<(*const u8, SharedBytes)> = Vec::new();
         for (n, (labels, metas, id)) in matched.into_iter().enumerate() {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
@@ -387,6 +392,9 @@ impl Block {
             refs.clear();
             refs.extend(metas.iter().filter(in_range).map(|m| m.chunk_ref));
             let mut wanted = metas.iter().filter(in_range);
+            // The bytes read are counted once per series, not per chunk:
+            // the count is shared with the other cores too.
+            let mut bytes = 0;
             let read = self.chunks.chunks(&refs, |r, enc, at| {
                 let Some(m) = wanted.next() else {
                     return Err(BlockError(format!("chunk {r}: not asked for")));
@@ -394,7 +402,8 @@ impl Block {
                 match enc {
                     XOR => {
                         let (segment, range) = at.place();
-                        stop.charge(range.len());
+                        bytes += range.len();
+                        let segment = local_handle(&mut handles, segment);
                         s.chunks.push(ChunkRef {
                             mint: m.mint,
                             maxt: m.maxt,
@@ -418,6 +427,7 @@ impl Block {
                 }
                 Ok(())
             });
+            stop.charge(bytes);
             if let Err(e) = read {
                 return Ok(Err(e));
             }
@@ -431,6 +441,32 @@ impl Block {
             out.push(s);
         }
         Ok(Ok(out))
+    }
+}
+
+/// A handle on `segment` of one reader's own, made on first use: the
+/// chunks it reads hold it rather than the segment's shared handle.
+fn local_handle<'h>(
+    handles: &'h mut Vec<(*const u8, SharedBytes)>,
+    segment: &SharedBytes,
+) -> &'h SharedBytes {
+    let key = Arc::as_ptr(segment).cast::<u8>();
+    let at = match handles.iter().position(|(k, _)| *k == key) {
+        Some(at) => at,
+        None => {
+            handles.push((key, Arc::new(Held(Arc::clone(segment)))));
+            handles.len() - 1
+        }
+    };
+    &handles[at].1
+}
+
+/// Shared bytes held through another handle.
+struct Held(SharedBytes);
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        (*self.0).as_ref()
     }
 }
 
