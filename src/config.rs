@@ -154,10 +154,22 @@ settings! {
     /// rules' results stored as any sample, alerting rules' alerts written
     /// as ALERTS and sent to --alertmanager-url. Read again on SIGHUP and when
     /// one changes; a bad file then keeps the rules in force, and at start
-    /// stops it. Rules run over the `anonymous` tenant [default: none].
+    /// stops it. Rules run over the `anonymous` tenant; see
+    /// --ruler-storage-local-directory for other tenants' [default: none].
     #[serde(alias = "rule_files")]
     #[arg(value_name = "GLOB")]
     rule_files: Vec<String> = Vec::new();
+    /// A directory of rule files per tenant, laid out as Mimir's ruler
+    /// reads its local storage (-ruler-storage.local.directory):
+    /// <dir>/<tenant>/<namespace>, every file in a tenant's directory a
+    /// rule file in Prometheus' format, whose rules run over that tenant's
+    /// data, write their results to it and send its alerts with its
+    /// tenant header. Without --multitenancy only <dir>/anonymous is read.
+    /// Read again on SIGHUP and when a file changes; a tenant's bad file
+    /// keeps that tenant's rules in force [default: none].
+    #[serde(alias = "ruler-storage.local.directory")]
+    #[arg(value_name = "DIR", visible_alias = "ruler-storage.local.directory")]
+    ruler_storage_local_directory: PathBuf = PathBuf::new();
     /// A rule group's evaluation interval where it sets none (Prometheus'
     /// global evaluation_interval) [default: 1m].
     #[serde(with = "humantime_serde", alias = "evaluation_interval")]
@@ -1003,6 +1015,12 @@ impl Config {
         }
     }
 
+    /// The directory of per-tenant rule files, if one is named.
+    pub fn ruler_dir(&self) -> Option<&std::path::Path> {
+        let d = self.ruler_storage_local_directory.as_path();
+        (!d.as_os_str().is_empty()).then_some(d)
+    }
+
     /// Where the rules are read from and how they are evaluated.
     pub fn rule_settings(&self) -> crate::rules::RuleSettings {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
@@ -1021,6 +1039,8 @@ impl Config {
                 resend_delay_ms: ms(self.rules_alert_resend_delay),
             },
             alertmanagers: self.alertmanager_url.clone(),
+            files_only: false,
+            notify_header: None,
         }
     }
 

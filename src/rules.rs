@@ -10,8 +10,10 @@
 //! Alerting rules ([`alerting`]) move their alerts from pending to firing
 //! to resolved as Prometheus' do, write `ALERTS` and `ALERTS_FOR_STATE`,
 //! restore their `for` state after a start, expand their templates
-//! ([`template`]) and send to Alertmanager ([`notifier`]). Rules run over
-//! the `anonymous` tenant's database.
+//! ([`template`]) and send to Alertmanager ([`notifier`]). A set of rules
+//! ([`Rules`]) runs over one tenant's database: `--rule-files` over
+//! `anonymous`, each tenant's rule directory over that tenant
+//! ([`RuleSets`] holds them all).
 
 pub mod alerting;
 pub mod file;
@@ -46,6 +48,12 @@ pub struct RuleSettings {
     pub alerting: group::AlertSettings,
     /// The Alertmanagers alerts go to (their URLs).
     pub alertmanagers: Vec<String>,
+    /// Whether every file the patterns name is a rule file, directories
+    /// and dot-files passed over (a tenant's rule directory), rather than
+    /// every path they name (`--rule-files`, as Prometheus reads them).
+    pub files_only: bool,
+    /// A header the notifications carry: the tenant whose alerts they are.
+    pub notify_header: Option<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// One running group: its evaluation task's state and stop switch.
@@ -102,6 +110,7 @@ impl Rules {
         let notifier = Arc::new(notifier::Notifier::new(
             &settings.alertmanagers,
             settings.alerting.externals.labels.clone(),
+            settings.notify_header.clone(),
         ));
         Self {
             settings,
@@ -129,18 +138,23 @@ impl Rules {
 
     /// Reads the rule files; an error names every problem. Blocking.
     pub fn check(&self) -> Result<Vec<GroupSpec>, FileErrors> {
-        file::load_all(&self.settings.patterns, &self.settings.query.parse)
+        file::load_all(
+            &self.settings.patterns,
+            self.settings.files_only,
+            &self.settings.query.parse,
+        )
     }
 
     /// Starts evaluating on `runtime`: the files are read (an error is
     /// returned and nothing runs) and every group's task started.
     pub fn start(&self, runtime: tokio::runtime::Handle) -> Result<usize, FileErrors> {
-        let specs = self.check()?;
+        let specs = self.check();
         if self.notifier.configured() {
             runtime.spawn(Arc::clone(&self.notifier).run(self.notifier_stop.subscribe()));
         }
+        // Set even when the files are bad: a later reload starts them.
         *self.runtime.lock() = Some(runtime);
-        Ok(self.apply(specs))
+        Ok(self.apply(specs?))
     }
 
     /// Reads the rule files again and puts them in force: groups that did
@@ -343,6 +357,138 @@ impl crate::telemetry::RuleSource for Rules {
     }
 }
 
+/// Every set of rules the server runs, with the tenant each runs over:
+/// the `--rule-files` over `anonymous`, and each tenant's rule directory
+/// (`--ruler-storage-local-directory`). Its figures are theirs together.
+#[derive(Default)]
+pub struct RuleSets {
+    sets: parking_lot::RwLock<Vec<(String, Arc<Rules>)>>,
+    /// Reads the tenants' rule directories again, once they are read.
+    tenant_reload: Mutex<Option<TenantReload>>,
+    /// Set by [`RuleSets::stop`]: a set added later is stopped at once.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// Reads every tenant's rule directory again: the error names the
+/// tenants whose files were bad. Blocking.
+pub type TenantReload = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+impl std::fmt::Debug for RuleSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSets")
+            .field("sets", &self.sets.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuleSets {
+    /// Adds `rules`, which run over `tenant` (stopped at once when the
+    /// sets are stopping).
+    pub fn add(&self, tenant: &str, rules: Arc<Rules>) {
+        self.sets
+            .write()
+            .push((tenant.to_owned(), Arc::clone(&rules)));
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            rules.stop();
+        }
+    }
+
+    /// What reads the tenants' rule directories again.
+    pub fn set_tenant_reload(&self, reload: TenantReload) {
+        *self.tenant_reload.lock() = Some(reload);
+    }
+
+    /// Reads every rule file again, `--rule-files` and the tenants'
+    /// directories (as `POST /-/reload`); the error names the problems.
+    /// Blocking.
+    pub fn reload(&self, rule_files: &Rules) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if rule_files.configured() {
+            if let Err(e) = rule_files.reload() {
+                problems.push(e.to_string());
+            }
+        }
+        if let Some(reload) = self.tenant_reload.lock().as_ref() {
+            if let Err(e) = reload() {
+                problems.push(e);
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(problems.join("; ")),
+        }
+    }
+
+    /// The sets that run over `tenant`.
+    pub fn of(&self, tenant: &str) -> Vec<Arc<Rules>> {
+        self.sets
+            .read()
+            .iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, r)| Arc::clone(r))
+            .collect()
+    }
+
+    /// Whether any set has rule files to read.
+    pub fn any(&self) -> bool {
+        !self.sets.read().is_empty()
+    }
+
+    /// Stops every set ([`Rules::stop`]). Blocking.
+    pub fn stop(&self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let sets: Vec<Arc<Rules>> = self
+            .sets
+            .read()
+            .iter()
+            .map(|(_, r)| Arc::clone(r))
+            .collect();
+        for r in sets {
+            r.stop();
+        }
+    }
+}
+
+impl crate::telemetry::RuleSource for RuleSets {
+    fn figures(&self) -> (Vec<crate::telemetry::RuleGroupFigures>, (u64, u64)) {
+        let mut groups = Vec::new();
+        let (mut reloaded, mut failed) = (0, 0);
+        for (_, r) in self.sets.read().iter() {
+            let (g, (ok, bad)) = r.figures();
+            groups.extend(g);
+            reloaded += ok;
+            failed += bad;
+        }
+        (groups, (reloaded, failed))
+    }
+
+    fn notifications(&self) -> crate::telemetry::NotificationFigures {
+        let mut all = crate::telemetry::NotificationFigures {
+            per_alertmanager: Vec::new(),
+            dropped: 0,
+            queued: 0,
+            capacity: 0,
+        };
+        for (_, r) in self.sets.read().iter() {
+            let n = r.notifications();
+            for (am, sent, errors) in n.per_alertmanager {
+                match all.per_alertmanager.iter_mut().find(|(a, _, _)| *a == am) {
+                    Some(e) => {
+                        e.1 += sent;
+                        e.2 += errors;
+                    }
+                    None => all.per_alertmanager.push((am, sent, errors)),
+                }
+            }
+            all.dropped += n.dropped;
+            all.queued += n.queued;
+            all.capacity += n.capacity;
+        }
+        all
+    }
+}
+
 /// Writes a stale marker now (less `offset_ms`) for each series
 /// (canonical labels) no rule writes any more.
 fn mark_stale(db: &Db, series: &[Vec<u8>], offset_ms: i64) {
@@ -473,6 +619,8 @@ mod tests {
                 query: QueryOptions::default(),
                 alerting: group::AlertSettings::default(),
                 alertmanagers: Vec::new(),
+                files_only: false,
+                notify_header: None,
             },
             Arc::clone(&db),
         );

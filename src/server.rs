@@ -62,6 +62,7 @@ pub struct Server {
     runtime: Option<runtime::RuntimeConfigFile>,
     relabel: Option<relabel::RelabelFile>,
     rules: Option<rules::RuleFiles>,
+    tenant_rules: Option<rules::TenantRuleDirs>,
     hangup: reload::Hangup,
     /// Hangups since the server was bound, for the file watchers.
     hangups: watch::Receiver<u64>,
@@ -163,6 +164,19 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        let tenant_rules = match config.ruler_dir() {
+            None => None,
+            Some(dir) => {
+                let (dir, base, state) = (dir.to_path_buf(), config.rule_settings(), state.clone());
+                let runtime = tokio::runtime::Handle::current();
+                let started = tokio::task::spawn_blocking(move || {
+                    rules::TenantRuleDirs::start(dir, base, state, runtime)
+                })
+                .await
+                .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(started)
+            }
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -190,6 +204,7 @@ impl Server {
             runtime,
             relabel,
             rules,
+            tenant_rules,
             hangups: hangup.subscribe(),
             hangup,
         })
@@ -252,6 +267,8 @@ impl Server {
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
             self.rules
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
+            self.tenant_rules
+                .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
         ]
         .into_iter()
         .flatten()
@@ -280,7 +297,7 @@ impl Server {
         // database (a last checkpoint so the next start is quick, and the
         // WAL flushed).
         let _ = stop_tx.send(true);
-        let rules = tenants.rules();
+        let rules = tenants.rule_sets();
         let _ = tokio::task::spawn_blocking(move || rules.stop()).await;
         let _ = background.await;
         let _ = idle.await;

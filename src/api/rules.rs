@@ -72,12 +72,11 @@ pub(super) async fn alerts(
     Scoped(tenant): Scoped,
 ) -> Result<Response, ApiError> {
     let mut alerts = Vec::new();
-    if !rules_tenant(&tenant) {
-        return Ok(success(json!({ "alerts": alerts }), &[]));
-    }
-    for g in state.rules().groups() {
-        for st in &g.status.rules {
-            alerts.extend(st.alerts.iter().map(alert_json));
+    for set in state.rule_sets().of(tenant.id.as_str()) {
+        for g in set.groups() {
+            for st in &g.status.rules {
+                alerts.extend(st.alerts.iter().map(alert_json));
+            }
         }
     }
     Ok(success(json!({ "alerts": alerts }), &[]))
@@ -102,12 +101,6 @@ fn matches(sets: &[Vec<Matcher>], labels: &std::collections::BTreeMap<String, St
             set.iter()
                 .all(|m| m.matches(labels.get(&m.name).map_or("", String::as_str)))
         })
-}
-
-/// Whether the request's tenant is the one the rules run over
-/// (`anonymous`): another tenant has no rules and no alerts.
-fn rules_tenant(tenant: &super::tenant::Tenant) -> bool {
-    tenant.id.as_str() == super::tenant::ANONYMOUS
 }
 
 /// `GET /api/v1/rules`.
@@ -166,11 +159,15 @@ pub(super) async fn rules(
     let mut groups = Vec::new();
     let mut found_token = next_token.is_none();
     let mut next = None;
-    let groups_in_force = if rules_tenant(&tenant) {
-        state.rules().groups()
-    } else {
-        Vec::new()
-    };
+    // The tenant's groups, from each set that runs over it, by file then
+    // name as Prometheus lists them.
+    let mut groups_in_force: Vec<_> = state
+        .rule_sets()
+        .of(tenant.id.as_str())
+        .iter()
+        .flat_map(|set| set.groups())
+        .collect();
+    groups_in_force.sort_by(|a, b| (&a.spec.file, &a.spec.name).cmp(&(&b.spec.file, &b.spec.name)));
     for g in groups_in_force {
         let spec = &g.spec;
         if !found_token {

@@ -69,6 +69,8 @@ pub(super) struct Inner {
     pub(super) admin_api: bool,
     /// The rule groups in force (`--rule-files`).
     pub(super) rules: Arc<crate::rules::Rules>,
+    /// Every set of rules, by tenant: `rules` and the tenants' own.
+    rule_sets: Arc<crate::rules::RuleSets>,
     /// Whether `POST /-/reload` is served (`--web-enable-lifecycle`).
     pub(super) lifecycle: bool,
 }
@@ -129,8 +131,12 @@ impl AppState {
             config.rule_settings(),
             Arc::clone(&db),
         ));
+        let rule_sets = Arc::new(crate::rules::RuleSets::default());
         if rules.configured() {
-            metrics.add_rules(Arc::clone(&rules) as Arc<dyn crate::telemetry::RuleSource>);
+            rule_sets.add(super::tenant::ANONYMOUS, Arc::clone(&rules));
+        }
+        if rules.configured() || config.ruler_dir().is_some() {
+            metrics.add_rules(Arc::clone(&rule_sets) as Arc<dyn crate::telemetry::RuleSource>);
         }
         crate::parallel::set_max_workers(config.query_max_workers_per_query);
         let slots = slots::Slots::new(
@@ -156,6 +162,7 @@ impl AppState {
                 rate_limit_status: config.rate_limit_status(),
                 admin_api: config.web_enable_admin_api,
                 rules,
+                rule_sets,
                 lifecycle: config.web_enable_lifecycle,
                 tenants,
                 db,
@@ -176,9 +183,14 @@ impl AppState {
         }
     }
 
-    /// The rule groups in force.
+    /// The rule groups of `--rule-files`.
     pub fn rules(&self) -> Arc<crate::rules::Rules> {
         Arc::clone(&self.inner.rules)
+    }
+
+    /// Every set of rules in force, by tenant.
+    pub fn rule_sets(&self) -> Arc<crate::rules::RuleSets> {
+        Arc::clone(&self.inner.rule_sets)
     }
 
     /// Now, in Unix milliseconds, by the state's clock.

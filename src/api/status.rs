@@ -562,7 +562,7 @@ fn escape(s: &str) -> String {
 }
 
 /// `POST|PUT /-/reload`, with `--web-enable-lifecycle`: reads the rule
-/// files again, as SIGHUP does; 200 when they loaded, 500 `failed to
+/// files and the tenants' rule directories again, as SIGHUP does; 200 when they loaded, 500 `failed to
 /// reload config: …` (the rules in force kept) when not. Off: 403, as
 /// Prometheus answers with its lifecycle API off.
 pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Response {
@@ -573,11 +573,8 @@ pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Res
         )
             .into_response();
     }
-    let rules = state.rules();
-    if !rules.configured() {
-        return axum::http::StatusCode::OK.into_response();
-    }
-    match tokio::task::spawn_blocking(move || rules.reload()).await {
+    let (rules, sets) = (state.rules(), state.rule_sets());
+    match tokio::task::spawn_blocking(move || sets.reload(&rules)).await {
         Ok(Ok(_)) => axum::http::StatusCode::OK.into_response(),
         Ok(Err(e)) => (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

@@ -316,21 +316,36 @@ fn rule(
 
 /// The files `patterns` name (globs, as Prometheus' `rule_files`), sorted
 /// and each once; a pattern that matches nothing names nothing.
-pub fn expand(patterns: &[String]) -> Result<Vec<PathBuf>, String> {
+pub fn expand(patterns: &[String], files_only: bool) -> Result<Vec<PathBuf>, String> {
     let mut out = std::collections::BTreeSet::new();
     for p in patterns {
         let matched = glob::glob(p).map_err(|e| format!("rule files {p:?}: {e}"))?;
         for m in matched {
             let path = m.map_err(|e| format!("rule files {p:?}: {e}"))?;
+            if files_only && (path.is_dir() || hidden(&path)) {
+                continue;
+            }
             out.insert(path);
         }
     }
     Ok(out.into_iter().collect())
 }
 
-/// Reads and checks every file `patterns` name.
-pub fn load_all(patterns: &[String], limits: &ParseLimits) -> Result<Vec<GroupSpec>, FileErrors> {
-    let files = expand(patterns).map_err(|e| FileErrors(vec![e]))?;
+/// Whether a file's name starts with a dot (an editor's swap file, say).
+fn hidden(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+/// Reads and checks every file `patterns` name (with `files_only`, every
+/// file: directories and names starting with a dot are passed over).
+pub fn load_all(
+    patterns: &[String],
+    files_only: bool,
+    limits: &ParseLimits,
+) -> Result<Vec<GroupSpec>, FileErrors> {
+    let files = expand(patterns, files_only).map_err(|e| FileErrors(vec![e]))?;
     let mut groups = Vec::new();
     let mut errors = Vec::new();
     for f in files {

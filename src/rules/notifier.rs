@@ -44,6 +44,8 @@ pub struct Notifier {
     /// Each Alertmanager's alerts endpoint.
     endpoints: Vec<String>,
     external_labels: BTreeMap<String, String>,
+    /// A header every request carries: the tenant the alerts are of.
+    header: Option<(http::HeaderName, http::HeaderValue)>,
     queue: Mutex<VecDeque<Outgoing>>,
     more: Notify,
     /// Sent and failed per endpoint, and dropped.
@@ -87,11 +89,17 @@ pub fn body(alerts: &[Outgoing]) -> String {
 
 impl Notifier {
     /// A notifier to the Alertmanagers at `urls`, adding
-    /// `external_labels` to the alerts that lack them.
-    pub fn new(urls: &[String], external_labels: BTreeMap<String, String>) -> Self {
+    /// `external_labels` to the alerts that lack them, and `header` to
+    /// every request.
+    pub fn new(
+        urls: &[String],
+        external_labels: BTreeMap<String, String>,
+        header: Option<(http::HeaderName, http::HeaderValue)>,
+    ) -> Self {
         Self {
             endpoints: urls.iter().map(|u| endpoint(u)).collect(),
             external_labels,
+            header,
             queue: Mutex::new(VecDeque::new()),
             more: Notify::new(),
             counts: Mutex::new((vec![(0, 0); urls.len()], 0)),
@@ -173,8 +181,13 @@ impl Notifier {
                 .iter()
                 .map(|e| {
                     let (client, payload, e) = (client.clone(), payload.clone(), e.clone());
+                    let header = self.header.clone();
                     tokio::spawn(async move {
-                        let req = http::Request::post(e.as_str())
+                        let mut req = http::Request::post(e.as_str());
+                        if let Some((name, value)) = header {
+                            req = req.header(name, value);
+                        }
+                        let req = req
                             .header(http::header::CONTENT_TYPE, "application/json")
                             .header(
                                 http::header::USER_AGENT,
@@ -240,6 +253,7 @@ mod tests {
         let n = Notifier::new(
             &["http://am:9093".into()],
             BTreeMap::from([("dc".into(), "eu".into())]),
+            None,
         );
         let many: Vec<Outgoing> = (0..QUEUE_CAPACITY + 5)
             .map(|i| Outgoing {

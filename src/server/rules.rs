@@ -2,12 +2,24 @@
 //! stops the start), and again on SIGHUP and whenever one of them changes
 //! or the globs name other files. A reload that fails keeps the rules in
 //! force and says why in the log.
+//!
+//! And each tenant's rule directory (`--ruler-storage-local-directory`,
+//! laid out as Mimir's ruler reads its local storage: `<dir>/<tenant>/`
+//! holding one rule file per namespace): a set of rules per tenant, over
+//! its database, read again on the same occasions. A tenant's bad file
+//! keeps that tenant's rules in force and stops nothing else, at start
+//! too.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use super::reload::{self, Reloadable};
-use crate::rules::Rules;
+use crate::api::tenant::{Tenant, TenantId, ANONYMOUS};
+use crate::api::AppState;
+use crate::rules::{RuleSettings, Rules};
 
 /// The rule files and the rules they put in force.
 #[derive(Debug)]
@@ -20,7 +32,7 @@ pub struct RuleFiles {
 
 /// A digest of the files `patterns` name, and of their names.
 fn digest(patterns: &[String]) -> [u8; 32] {
-    let files: Vec<PathBuf> = crate::rules::file::expand(patterns).unwrap_or_default();
+    let files: Vec<PathBuf> = crate::rules::file::expand(patterns, false).unwrap_or_default();
     let names: String = files
         .iter()
         .map(|f| f.display().to_string() + "\n")
@@ -69,6 +81,197 @@ impl Reloadable for RuleFiles {
             Err(_) => tracing::error!(
                 why,
                 "rule files not reloaded; the rules loaded before stay in force"
+            ),
+        }
+    }
+}
+
+/// The tenants' rule directories and the rules they put in force.
+pub struct TenantRuleDirs {
+    shared: Arc<Mutex<TenantDirs>>,
+    /// The directories' names and files when last read.
+    seen: [u8; 32],
+}
+
+/// The rule sets of the tenants that have a directory (or had one: its
+/// set then holds no groups), each holding its tenant open.
+struct TenantDirs {
+    dir: PathBuf,
+    base: RuleSettings,
+    state: AppState,
+    runtime: tokio::runtime::Handle,
+    open: BTreeMap<TenantId, (Arc<Rules>, Arc<Tenant>)>,
+}
+
+/// The tenants with a directory under `dir`: every directory whose name is
+/// a tenant ID (without multitenancy, `anonymous` alone), in order.
+fn tenant_dirs(dir: &Path, multitenancy: bool) -> Vec<TenantId> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<TenantId> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter_map(|name| TenantId::parse(&name).ok())
+        .filter(|id| multitenancy || id.as_str() == ANONYMOUS)
+        .collect();
+    out.sort();
+    out
+}
+
+/// The glob of every file in tenant `id`'s directory.
+fn pattern(dir: &Path, id: &TenantId) -> String {
+    let base = glob::Pattern::escape(&dir.join(id.as_str()).display().to_string());
+    format!("{base}/*")
+}
+
+/// A digest of the tenants' directories and of every file in them.
+fn dirs_digest(dir: &Path, multitenancy: bool) -> [u8; 32] {
+    let ids = tenant_dirs(dir, multitenancy);
+    let patterns: Vec<String> = ids.iter().map(|id| pattern(dir, id)).collect();
+    let mut names: String = ids.iter().map(|id| format!("{}\n", id.as_str())).collect();
+    let files = crate::rules::file::expand(&patterns, true).unwrap_or_default();
+    names.extend(files.iter().map(|f| f.display().to_string() + "\n"));
+    let listed = reload::digest(files.iter().map(PathBuf::as_path));
+    let mut both = names.into_bytes();
+    both.extend_from_slice(&listed);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&sha2::Digest::finalize(sha2::Digest::chain_update(
+        <sha2::Sha256 as sha2::Digest>::new(),
+        &both,
+    )));
+    out
+}
+
+impl TenantDirs {
+    /// Reads every tenant's directory: a tenant seen for the first time
+    /// is opened (as a first write opens it) and its rules started; the
+    /// others' files are read again, and a tenant whose directory went
+    /// keeps a set with no groups (its series marked stale). The error
+    /// names each tenant whose files were bad. Blocking.
+    fn sync(&mut self) -> Result<(), String> {
+        let tenants = self.state.tenants();
+        let ids = tenant_dirs(&self.dir, tenants.multitenancy());
+        let mut problems = Vec::new();
+        for id in &ids {
+            if let Some((rules, _)) = self.open.get(id) {
+                if let Err(e) = rules.reload() {
+                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                }
+                continue;
+            }
+            let tenant = match self.runtime.block_on(tenants.for_write(id)) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(tenant = %id.as_str(), error = %e, "a tenant with rules cannot be opened; its rules do not run");
+                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                    continue;
+                }
+            };
+            let header = tenants.multitenancy().then(|| {
+                let value = http::HeaderValue::from_str(id.as_str())
+                    .unwrap_or_else(|_| http::HeaderValue::from_static(ANONYMOUS));
+                (tenants.header().clone(), value)
+            });
+            let settings = RuleSettings {
+                patterns: vec![pattern(&self.dir, id)],
+                files_only: true,
+                notify_header: header,
+                ..self.base.clone()
+            };
+            let rules = Arc::new(Rules::new(settings, Arc::clone(&tenant.db)));
+            match rules.start(self.runtime.clone()) {
+                Ok(groups) => {
+                    tracing::info!(tenant = %id.as_str(), groups, "tenant's rule files loaded")
+                }
+                Err(e) => {
+                    for problem in &e.0 {
+                        tracing::error!(tenant = %id.as_str(), error = %problem, "a tenant's rule file cannot be loaded; its rules start when it is fixed");
+                    }
+                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                }
+            }
+            self.state.rule_sets().add(id.as_str(), Arc::clone(&rules));
+            self.open.insert(id.clone(), (rules, tenant));
+        }
+        // Tenants whose directory went: their groups are removed.
+        for (id, (rules, _)) in &self.open {
+            if !ids.contains(id) {
+                if let Err(e) = rules.reload() {
+                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                }
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(problems.join("; ")),
+        }
+    }
+}
+
+impl std::fmt::Debug for TenantRuleDirs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.shared.lock();
+        f.debug_struct("TenantRuleDirs")
+            .field("dir", &d.dir)
+            .field("tenants", &d.open.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TenantRuleDirs {
+    /// Reads every tenant's directory under `dir` and starts their rules
+    /// on `runtime`, each with `base`'s settings; a bad file is said in
+    /// the log, and its tenant's rules start once it is fixed. Blocking
+    /// (not on the runtime's threads: opening a tenant waits on it).
+    pub fn start(
+        dir: PathBuf,
+        base: RuleSettings,
+        state: AppState,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        let multitenancy = state.tenants().multitenancy();
+        if !dir.is_dir() {
+            tracing::warn!(dir = %dir.display(), "the tenants' rule directory does not exist (yet); it is looked at every few seconds");
+        }
+        let seen = dirs_digest(&dir, multitenancy);
+        let shared = Arc::new(Mutex::new(TenantDirs {
+            dir,
+            base,
+            state: state.clone(),
+            runtime,
+            open: BTreeMap::new(),
+        }));
+        let _ = shared.lock().sync();
+        // Held weakly: the state holds the reload, and the directories
+        // hold the state.
+        let reloader = Arc::downgrade(&shared);
+        state.rule_sets().set_tenant_reload(Box::new(move || {
+            reloader.upgrade().map_or(Ok(()), |dirs| dirs.lock().sync())
+        }));
+        Self { shared, seen }
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        let d = self.shared.lock();
+        dirs_digest(&d.dir, d.state.tenants().multitenancy())
+    }
+}
+
+impl Reloadable for TenantRuleDirs {
+    fn changed(&self) -> bool {
+        self.digest() != self.seen
+    }
+
+    fn reload_and_report(&mut self, why: &'static str) {
+        self.seen = self.digest();
+        match self.shared.lock().sync() {
+            Ok(()) => tracing::info!(why, "tenants' rule files reloaded"),
+            Err(e) => tracing::error!(
+                why,
+                error = %e,
+                "some tenants' rule files not reloaded; their rules loaded before stay in force"
             ),
         }
     }
