@@ -369,9 +369,9 @@ pub struct RuleSets {
     stopped: std::sync::atomic::AtomicBool,
 }
 
-/// Reads every tenant's rule directory again: the error names the
-/// tenants whose files were bad. Blocking.
-pub type TenantReload = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Reads every tenant's rule directory again; returns each tenant whose
+/// files were bad, with why. Blocking.
+pub type TenantReload = Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
 impl std::fmt::Debug for RuleSets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -398,24 +398,38 @@ impl RuleSets {
         *self.tenant_reload.lock() = Some(reload);
     }
 
-    /// Reads every rule file again, `--rule-files` and the tenants'
-    /// directories (as `POST /-/reload`); the error names the problems.
-    /// Blocking.
-    pub fn reload(&self, rule_files: &Rules) -> Result<(), String> {
+    /// Reads every rule file again, `--rule-files` (which run over
+    /// `rule_files_tenant`) and the tenants' directories, as `POST
+    /// /-/reload` asked by `caller`. The error names `caller`'s own
+    /// problems alone: another tenant's files, and that they are bad, are
+    /// not its business (the log has them). Blocking.
+    pub fn reload(
+        &self,
+        rule_files: &Rules,
+        rule_files_tenant: &str,
+        caller: &str,
+    ) -> Result<(), String> {
         let mut problems = Vec::new();
         if rule_files.configured() {
             if let Err(e) = rule_files.reload() {
-                problems.push(e.to_string());
+                problems.push((rule_files_tenant.to_owned(), e.to_string()));
             }
         }
         if let Some(reload) = self.tenant_reload.lock().as_ref() {
-            if let Err(e) = reload() {
-                problems.push(e);
-            }
+            problems.extend(
+                reload()
+                    .into_iter()
+                    .map(|(t, e)| (t.clone(), format!("tenant {t}'s rule directory: {e}"))),
+            );
         }
-        match problems.is_empty() {
+        let own: Vec<String> = problems
+            .into_iter()
+            .filter(|(t, _)| t == caller)
+            .map(|(_, e)| e)
+            .collect();
+        match own.is_empty() {
             true => Ok(()),
-            false => Err(problems.join("; ")),
+            false => Err(own.join("; ")),
         }
     }
 

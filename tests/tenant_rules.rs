@@ -179,6 +179,13 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
     put(dir, "team-a", ".web.yml.swp", "not yaml: [");
     std::fs::create_dir_all(dir.join("team-a/old")).expect("dir");
     put(dir, "a|b", "x.yml", "not yaml: [");
+    put(dir, ".git", "HEAD", "ref: refs/heads/main");
+    put(
+        dir,
+        "anonymous",
+        "own.yml",
+        "groups:\n  - name: anon\n    interval: 1s\n    rules:\n      - alert: AnonAlways\n        expr: vector(1)\n",
+    );
     let (sink, alerts) = alert_sink().await;
     let data = tempfile::tempdir().expect("tempdir");
     let am = format!("http://{sink}");
@@ -225,6 +232,12 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
         vec![(file_b, "sums".into())]
     );
     assert!(groups_of(addr, Some("team-c")).await.is_empty());
+    // anonymous' own rules are anonymous' alone: a tenant that never
+    // wrote (read through an empty stand-in) does not see them.
+    assert_eq!(groups_of(addr, Some("anonymous")).await.len(), 1);
+    assert!(groups_of(addr, Some("team-z")).await.is_empty());
+    let v = json_as(addr, Some("team-z"), "/api/v1/alerts").await;
+    assert_eq!(v["data"]["alerts"], serde_json::json!([]), "{v}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let v = json_as(addr, Some("team-a"), "/api/v1/alerts").await;
@@ -285,10 +298,22 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
     assert_eq!(r.status().as_u16(), 500);
     let text = r.text().await.expect("body");
     assert!(
-        text.contains("tenant team-b") && text.contains("bogus"),
+        text.contains("tenant team-b's rule directory: ") && text.contains("bogus"),
         "{text}"
     );
-    assert!(!text.contains("team-a"), "{text}");
+    // Another tenant is told of its own files alone: team-a's loaded.
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/-/reload"))
+        .header(HEADER, "team-a")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
     let groups = groups_of(addr, Some("team-b")).await;
     assert_eq!(groups.len(), 1, "{groups:?}");
     write(addr, Some("team-b"), &[("x", 7.0)]).await;

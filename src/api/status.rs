@@ -562,10 +562,14 @@ fn escape(s: &str) -> String {
 }
 
 /// `POST|PUT /-/reload`, with `--web-enable-lifecycle`: reads the rule
-/// files and the tenants' rule directories again, as SIGHUP does; 200 when they loaded, 500 `failed to
-/// reload config: …` (the rules in force kept) when not. Off: 403, as
+/// files and the tenants' rule directories again, as SIGHUP does; 200 when
+/// the asking tenant's loaded, 500 `failed to reload config: …` naming its
+/// problems (the rules in force kept) when not. Off: 403, as
 /// Prometheus answers with its lifecycle API off.
-pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Response {
+pub(super) async fn reload(
+    State(state): State<AppState>,
+    super::tenant::Scoped(tenant): super::tenant::Scoped,
+) -> axum::response::Response {
     if !state.inner.lifecycle {
         return (
             axum::http::StatusCode::FORBIDDEN,
@@ -574,7 +578,13 @@ pub(super) async fn reload(State(state): State<AppState>) -> axum::response::Res
             .into_response();
     }
     let (rules, sets) = (state.rules(), state.rule_sets());
-    match tokio::task::spawn_blocking(move || sets.reload(&rules)).await {
+    // A tenant not open has no rules of its own: no problem is its.
+    let caller = match tenant.stand_in {
+        true => String::new(),
+        false => tenant.id.as_str().to_owned(),
+    };
+    let anonymous = super::tenant::ANONYMOUS;
+    match tokio::task::spawn_blocking(move || sets.reload(&rules, anonymous, &caller)).await {
         Ok(Ok(_)) => axum::http::StatusCode::OK.into_response(),
         Ok(Err(e)) => (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,

@@ -104,7 +104,8 @@ struct TenantDirs {
 }
 
 /// The tenants with a directory under `dir`: every directory whose name is
-/// a tenant ID (without multitenancy, `anonymous` alone), in order.
+/// a tenant ID and does not start with a dot (without multitenancy,
+/// `anonymous` alone), in order.
 fn tenant_dirs(dir: &Path, multitenancy: bool) -> Vec<TenantId> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -113,6 +114,8 @@ fn tenant_dirs(dir: &Path, multitenancy: bool) -> Vec<TenantId> {
         .flatten()
         .filter(|e| e.path().is_dir())
         .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        // `.git`, and the `..data` links a Kubernetes ConfigMap mount makes.
+        .filter(|name| !name.starts_with('.'))
         .filter_map(|name| TenantId::parse(&name).ok())
         .filter(|id| multitenancy || id.as_str() == ANONYMOUS)
         .collect();
@@ -148,16 +151,16 @@ impl TenantDirs {
     /// Reads every tenant's directory: a tenant seen for the first time
     /// is opened (as a first write opens it) and its rules started; the
     /// others' files are read again, and a tenant whose directory went
-    /// keeps a set with no groups (its series marked stale). The error
-    /// names each tenant whose files were bad. Blocking.
-    fn sync(&mut self) -> Result<(), String> {
+    /// keeps a set with no groups (its series marked stale). Returns each
+    /// tenant whose files were bad, with why. Blocking.
+    fn sync(&mut self) -> Vec<(String, String)> {
         let tenants = self.state.tenants();
         let ids = tenant_dirs(&self.dir, tenants.multitenancy());
         let mut problems = Vec::new();
         for id in &ids {
             if let Some((rules, _)) = self.open.get(id) {
                 if let Err(e) = rules.reload() {
-                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                    problems.push((id.as_str().to_owned(), e.to_string()));
                 }
                 continue;
             }
@@ -165,7 +168,7 @@ impl TenantDirs {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::error!(tenant = %id.as_str(), error = %e, "a tenant with rules cannot be opened; its rules do not run");
-                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                    problems.push((id.as_str().to_owned(), e.to_string()));
                     continue;
                 }
             };
@@ -181,6 +184,8 @@ impl TenantDirs {
                 ..self.base.clone()
             };
             let rules = Arc::new(Rules::new(settings, Arc::clone(&tenant.db)));
+            // Listed before it starts: a shutdown meanwhile stops it.
+            self.state.rule_sets().add(id.as_str(), Arc::clone(&rules));
             match rules.start(self.runtime.clone()) {
                 Ok(groups) => {
                     tracing::info!(tenant = %id.as_str(), groups, "tenant's rule files loaded")
@@ -189,24 +194,20 @@ impl TenantDirs {
                     for problem in &e.0 {
                         tracing::error!(tenant = %id.as_str(), error = %problem, "a tenant's rule file cannot be loaded; its rules start when it is fixed");
                     }
-                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                    problems.push((id.as_str().to_owned(), e.to_string()));
                 }
             }
-            self.state.rule_sets().add(id.as_str(), Arc::clone(&rules));
             self.open.insert(id.clone(), (rules, tenant));
         }
         // Tenants whose directory went: their groups are removed.
         for (id, (rules, _)) in &self.open {
             if !ids.contains(id) {
                 if let Err(e) = rules.reload() {
-                    problems.push(format!("tenant {}: {e}", id.as_str()));
+                    problems.push((id.as_str().to_owned(), e.to_string()));
                 }
             }
         }
-        match problems.is_empty() {
-            true => Ok(()),
-            false => Err(problems.join("; ")),
-        }
+        problems
     }
 }
 
@@ -248,7 +249,9 @@ impl TenantRuleDirs {
         // hold the state.
         let reloader = Arc::downgrade(&shared);
         state.rule_sets().set_tenant_reload(Box::new(move || {
-            reloader.upgrade().map_or(Ok(()), |dirs| dirs.lock().sync())
+            reloader
+                .upgrade()
+                .map_or_else(Vec::new, |dirs| dirs.lock().sync())
         }));
         Self { shared, seen }
     }
@@ -266,13 +269,12 @@ impl Reloadable for TenantRuleDirs {
 
     fn reload_and_report(&mut self, why: &'static str) {
         self.seen = self.digest();
-        match self.shared.lock().sync() {
-            Ok(()) => tracing::info!(why, "tenants' rule files reloaded"),
-            Err(e) => tracing::error!(
-                why,
-                error = %e,
-                "some tenants' rule files not reloaded; their rules loaded before stay in force"
-            ),
+        let problems = self.shared.lock().sync();
+        if problems.is_empty() {
+            tracing::info!(why, "tenants' rule files reloaded");
+        }
+        for (tenant, e) in problems {
+            tracing::error!(why, tenant, error = %e, "a tenant's rule files not reloaded; its rules loaded before stay in force");
         }
     }
 }
