@@ -194,6 +194,8 @@ pub fn router(state: AppState) -> Router {
         .route("/query", get(ui::query_page))
         .route("/graph", get(ui::graph_redirect))
         .route("/tsdb-status", get(ui::tsdb_status_page))
+        .route("/rules", get(ui::rules_page))
+        .route("/alerts", get(ui::alerts_page))
         .route("/assets/{name}", get(ui::asset))
         .route("/", get(status::page))
         .route("/metrics", get(status::metrics))

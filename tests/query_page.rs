@@ -3,8 +3,9 @@
 //! and their label sets in the legend; the table shows what the API
 //! answers; typing offers metric names, label names and values; a bad
 //! query shows its parse error at its position; `/graph` links land on
-//! it; nothing is logged as an error. Screenshots go to
-//! `target/ui-screenshots/`.
+//! it; nothing is logged as an error. The alerts and rules pages show the
+//! rule groups' health, errors and alerts, filtered as their URL says.
+//! Screenshots go to `target/ui-screenshots/`.
 
 #[path = "common/cdp.rs"]
 mod cdp;
@@ -23,6 +24,13 @@ fn shots() -> std::path::PathBuf {
 /// minute over the last hour.
 async fn loaded() -> common::TestServer {
     let srv = common::start(Config::default()).await;
+    let (status, text) = common::push(srv.addr, loaded_body()).await;
+    assert_eq!(status, 204, "{text}");
+    srv
+}
+
+/// What [`loaded`] writes.
+fn loaded_body() -> Vec<u8> {
     let now = common::now_ms() / 60_000 * 60_000;
     let mut series = Vec::new();
     for (k, instance) in ["a", "b", "c"].iter().enumerate() {
@@ -50,9 +58,7 @@ async fn loaded() -> common::TestServer {
         &[("__name__", "ui_temperature"), ("room", "x")],
         &temps,
     ));
-    let (status, text) = common::push(srv.addr, common::body(series)).await;
-    assert_eq!(status, 204, "{text}");
-    srv
+    common::body(series)
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -514,6 +520,141 @@ async fn native_histograms_draw_as_heatmaps_and_exemplars_as_points() {
     assert!(shown.contains("trace_id=\"4bf92f3577b34da6\""), "{shown}");
     assert!(shown.contains("Copy trace ID"), "{shown}");
     page.screenshot(&shots().join("query-exemplars.png")).await;
+    assert!(
+        page.errors().is_empty(),
+        "the page logged: {:?}",
+        page.errors()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_and_alerts_pages_show_health_errors_and_alerts() {
+    let Some(bin) = cdp::chromium() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ui.yml");
+    // A rule that works, one that fails at every evaluation (three series
+    // with one label set once `instance` is gone), and alerts firing,
+    // pending and inactive.
+    std::fs::write(
+        &file,
+        r#"groups:
+  - name: records
+    interval: 1s
+    rules:
+      - record: ui:requests:sum
+        expr: sum(ui_requests_total)
+      - record: ui:clash
+        expr: label_replace(ui_requests_total, "instance", "", "", "")
+  - name: alerts
+    interval: 1s
+    rules:
+      - alert: Warm
+        expr: ui_temperature > 20
+        annotations: {summary: "{{ $labels.room }} is {{ $value }}"}
+      - alert: Busy
+        expr: ui_requests_total > 0
+        for: 1h
+      - alert: Never
+        expr: vector(0) > 1
+"#,
+    )
+    .expect("write");
+    let srv = {
+        let srv = common::start(Config {
+            rule_files: vec![file.display().to_string()],
+            ..Config::default()
+        })
+        .await;
+        let (status, text) = common::push(srv.addr, loaded_body()).await;
+        assert_eq!(status, 204, "{text}");
+        srv
+    };
+    let base = format!("http://{}", srv.addr);
+    // Every rule evaluated since the samples came.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, text) = common::get(srv.addr, "/api/v1/alerts").await;
+        let v: Value = serde_json::from_str(&text).expect("json");
+        let n = v["data"]["alerts"].as_array().map_or(0, Vec::len);
+        if n == 4 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let browser = cdp::Browser::launch(&bin);
+    let mut page = browser.open(&format!("{base}/rules")).await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let rows = "[...document.querySelectorAll('section[data-group=records] tbody tr')].map(tr => [tr.children[0].textContent, tr.children[2].textContent])";
+    assert_eq!(
+        page.eval(rows).await,
+        serde_json::json!([
+            ["record: ui:requests:sum", "ok"],
+            ["record: ui:clash", "err"]
+        ])
+    );
+    let error = page
+        .eval("document.querySelector('.rule-error').textContent")
+        .await;
+    assert!(
+        error.as_str().is_some_and(|e| e.contains("same labelset")),
+        "{error}"
+    );
+    page.screenshot(&shots().join("rules.png")).await;
+    // A rule's expression opens the query page on it.
+    page.eval("document.querySelector('section[data-group=records] a.expr').click()")
+        .await;
+    page.wait_for("location.pathname === '/query' && document.querySelector('.panel') && document.querySelector('.panel').dataset.state === 'done'")
+        .await;
+    let expr = page.eval("document.querySelector('textarea').value").await;
+    assert_eq!(expr, "sum(ui_requests_total)");
+    // The health filter, from the URL.
+    page.navigate(&format!("{base}/rules?health=err")).await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let names = page
+        .eval("[...document.querySelectorAll('td.rule-name')].map(td => td.textContent)")
+        .await;
+    assert_eq!(names, serde_json::json!(["record: ui:clash"]));
+
+    page.navigate(&format!("{base}/alerts")).await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let summary = page
+        .eval("document.querySelector('p.summary').textContent")
+        .await;
+    assert_eq!(summary, "1 firing, 1 pending, 1 inactive");
+    let states = page
+        .eval("[...document.querySelectorAll('details.alert-rule')].map(d => [d.querySelector('.rule-name').textContent, d.dataset.state, d.open])")
+        .await;
+    assert_eq!(
+        states,
+        serde_json::json!([
+            ["Warm", "firing", true],
+            ["Busy", "pending", true],
+            ["Never", "inactive", false]
+        ])
+    );
+    let warm = page
+        .eval("[...document.querySelectorAll('details[data-state=firing] tbody td')].map(td => td.textContent)")
+        .await;
+    let cells: Vec<String> = strings(&warm);
+    assert!(cells[0].contains(r#"room="x""#), "{cells:?}");
+    assert_eq!(cells[1], "firing");
+    assert_eq!(cells[3], "20.5");
+    assert_eq!(cells[4], "summary: x is 20.5");
+    page.screenshot(&shots().join("alerts.png")).await;
+    // The state filter, from the URL.
+    page.navigate(&format!("{base}/alerts?state=pending")).await;
+    page.wait_for("document.body.dataset.state === 'done'")
+        .await;
+    let shown = page
+        .eval("[...document.querySelectorAll('details.alert-rule .rule-name')].map(s => s.textContent)")
+        .await;
+    assert_eq!(shown, serde_json::json!(["Busy"]));
     assert!(
         page.errors().is_empty(),
         "the page logged: {:?}",

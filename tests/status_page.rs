@@ -64,6 +64,8 @@ async fn the_status_page_shows_version_state_and_settings() {
     for link in [
         "/query",
         "/tsdb-status",
+        "/alerts",
+        "/rules",
         "/metrics",
         "/api/v1/status/buildinfo",
         "/federate?",

@@ -449,7 +449,7 @@ pub(super) async fn page(
 {forwarding}
 <h2>Endpoints</h2>
 <ul>
-<li><a href="/query">/query</a>: the query page (graph, table; Prometheus' <code>/graph</code> links work), <a href="/tsdb-status">/tsdb-status</a>: cardinality</li>
+<li><a href="/query">/query</a>: the query page (graph, table; Prometheus' <code>/graph</code> links work), <a href="/tsdb-status">/tsdb-status</a>: cardinality, <a href="/alerts">/alerts</a> and <a href="/rules">/rules</a>: rule groups and their alerts</li>
 <li><a href="/metrics">/metrics</a>: Sluice's own metrics</li>
 <li><a href="/api/v1/status/buildinfo">/api/v1/status/buildinfo</a>, <a href="/api/v1/status/runtimeinfo">/api/v1/status/runtimeinfo</a>, <a href="/api/v1/status/tsdb">/api/v1/status/tsdb</a>, <a href="/api/v1/status/tsdb/blocks">/api/v1/status/tsdb/blocks</a></li>
 <li><a href="/api/v1/labels">/api/v1/labels</a>, <a href="/api/v1/label/__name__/values">metric names</a>, <a href="/api/v1/metadata">/api/v1/metadata</a></li>
@@ -493,7 +493,7 @@ code {{ background: #f3f3f3; padding: 0 0.2rem; }}
 </style>
 </head>
 <body>
-<nav><a class="brand" href="/">Sluice</a><a href="/query">Query</a><a href="/tsdb-status">TSDB status</a><a class="here" href="/">Status</a></nav>
+<nav><a class="brand" href="/">Sluice</a><a href="/query">Query</a><a href="/alerts">Alerts</a><a href="/rules">Rules</a><a href="/tsdb-status">TSDB status</a><a class="here" href="/">Status</a></nav>
 "#,
         version = env!("CARGO_PKG_VERSION"),
     )
@@ -507,7 +507,7 @@ fn choose_tenant_page() -> String {
 <h1>Sluice {version}</h1>
 <p>This Sluice keeps each tenant's data apart (<code>--multitenancy</code>). Its status is per tenant: name one.</p>
 <form method="get" action="/"><label>Tenant <input name="tenant" autofocus required></label> <button type="submit">Show</button></form>
-<p>The <a href="/query">query page</a> and the <a href="/tsdb-status">TSDB status page</a> have a tenant box of their own.</p>
+<p>The <a href="/query">query page</a>, the <a href="/alerts">alerts</a> and <a href="/rules">rules</a> pages and the <a href="/tsdb-status">TSDB status page</a> have a tenant box of their own.</p>
 </main>
 </body>
 </html>

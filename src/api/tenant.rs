@@ -751,7 +751,7 @@ pub enum OpenError {
 /// Paths answered without a tenant: health, self-metrics, settings, the
 /// pages a browser loads (their API calls carry the tenant), and anything
 /// under `/assets/`. A tenant header there is still checked when sent.
-const TENANT_FREE: [&str; 11] = [
+const TENANT_FREE: [&str; 13] = [
     "/-/healthy",
     "/-/ready",
     "/metrics",
@@ -763,6 +763,8 @@ const TENANT_FREE: [&str; 11] = [
     "/query",
     "/graph",
     "/tsdb-status",
+    "/rules",
+    "/alerts",
 ];
 
 /// Paths whose reads may name several tenants, with federation on.

@@ -1,6 +1,7 @@
 //! The pages a person opens: `/query` (Prometheus 3's query page links:
 //! `g0.expr`, `g0.tab`, `g0.range_input`, …), `/graph` redirecting there as
-//! Prometheus' does, and their scripts and styles. The assets live in
+//! Prometheus' does, `/alerts` and `/rules` (the tenant's rule groups, as
+//! Prometheus' pages of those names), and their scripts and styles. The assets live in
 //! `src/ui/` and are compiled into the binary: the page needs no network
 //! beyond this server and no build tool.
 
@@ -16,6 +17,9 @@ const TSDB_STATUS_HTML: &str = include_str!("../ui/tsdb-status.html");
 const COMMON_JS: &str = include_str!("../ui/common.js");
 const QUERY_JS: &str = include_str!("../ui/query.js");
 const TSDB_STATUS_JS: &str = include_str!("../ui/tsdb-status.js");
+const RULES_HTML: &str = include_str!("../ui/rules.html");
+const ALERTS_HTML: &str = include_str!("../ui/alerts.html");
+const RULES_JS: &str = include_str!("../ui/rules.js");
 const SLUICE_CSS: &str = include_str!("../ui/sluice.css");
 
 /// What the page is told at load: the PromQL functions for completion
@@ -48,6 +52,8 @@ fn settings(state: &AppState) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Nav {
     Query,
+    Alerts,
+    Rules,
     Tsdb,
 }
 
@@ -58,6 +64,8 @@ fn page(state: &AppState, title: &str, here: Nav, body: &str, script: &str) -> R
     let html = PAGE_HTML
         .replace("{{TITLE}}", title)
         .replace("{{HERE_QUERY}}", mark(Nav::Query))
+        .replace("{{HERE_ALERTS}}", mark(Nav::Alerts))
+        .replace("{{HERE_RULES}}", mark(Nav::Rules))
         .replace("{{HERE_TSDB}}", mark(Nav::Tsdb))
         .replace("{{HERE_STATUS}}", "")
         .replace(
@@ -98,6 +106,16 @@ pub(super) async fn tsdb_status_page(State(state): State<AppState>) -> Response 
     )
 }
 
+/// `GET /rules`: the tenant's rule groups and each rule's health.
+pub(super) async fn rules_page(State(state): State<AppState>) -> Response {
+    page(&state, "Rules", Nav::Rules, RULES_HTML, "rules.js")
+}
+
+/// `GET /alerts`: the tenant's alerting rules by state, with their alerts.
+pub(super) async fn alerts_page(State(state): State<AppState>) -> Response {
+    page(&state, "Alerts", Nav::Alerts, ALERTS_HTML, "rules.js")
+}
+
 /// `GET /graph`: Prometheus 3 moved its page to `/query`; old links keep
 /// their query string.
 pub(super) async fn graph_redirect(RawQuery(query): RawQuery) -> Response {
@@ -111,6 +129,7 @@ pub(super) async fn asset(axum::extract::Path(name): axum::extract::Path<String>
         "common.js" => ("text/javascript; charset=utf-8", COMMON_JS),
         "query.js" => ("text/javascript; charset=utf-8", QUERY_JS),
         "tsdb-status.js" => ("text/javascript; charset=utf-8", TSDB_STATUS_JS),
+        "rules.js" => ("text/javascript; charset=utf-8", RULES_JS),
         "sluice.css" => ("text/css; charset=utf-8", SLUICE_CSS),
         _ => return (StatusCode::NOT_FOUND, "no such asset\n").into_response(),
     };
