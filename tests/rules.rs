@@ -60,6 +60,10 @@ const RULES: &str = r#"groups:
         annotations:
           summary: "{{ $labels.job }} sums {{ $value | humanize }} ({{ $value }})"
           share: "{{ humanizePercentage 0.25 }} {{ printf \"%.1f\" $value }} {{ $labels.job | toUpper }}"
+          each: "{{ range query \"sum by (instance) (req_total{job='a'})\" | sortByLabel \"instance\" }}{{ .Labels.instance }}={{ .Value | humanize }} {{ end }}"
+          top: "{{ with query \"max(req_total)\" }}{{ . | first | value | printf \"%.0f\" }}{{ else }}none{{ end }}"
+          kind: "{{ if gt $value 1000.0 }}big{{ else if eq $labels.job \"a\" }}small a{{ else }}small{{ end }}"
+          missing: "{{ with query \"nothing_here\" }}x{{ else }}no data{{ end }}{{ $n := 0.0 }}{{ range $i, $s := query \"req_total\" }}{{ $n = $i }}{{ end }} {{ $n }}"
 "#;
 
 /// Four series over the last four minutes, 15 s apart.
@@ -319,6 +323,19 @@ async fn recorded_series_agree_with_prometheus_3_at_every_evaluation_both_made()
     };
     let (ours_api, theirs_api) = (api(s.clone()).await, api(p.clone()).await);
     assert_eq!(alerts_of(ours_api.clone()), alerts_of(theirs_api.clone()));
+    // Those with control structures and queries expanded, not failed.
+    let job_a = ours_api["data"]["alerts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["labels"]["alertname"] == "Always" && a["labels"]["job"] == "a")
+        .cloned()
+        .expect("job a's alert");
+    let ann = &job_a["annotations"];
+    assert_eq!(ann["each"], "x=240 y=480 ", "{ann}");
+    assert_eq!(ann["top"], "1200", "{ann}");
+    assert_eq!(ann["kind"], "small a", "{ann}");
+    assert_eq!(ann["missing"], "no data 3", "{ann}");
     assert_eq!(alerts_of(ours_api).len(), 2, "one per job");
 
     // The rules API: the limited group's rule says why it wrote nothing.

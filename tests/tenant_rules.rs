@@ -267,7 +267,17 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
         assert!(Instant::now() < deadline, "no alert sent: {sent:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(alerts.lock().iter().all(|(t, _)| t == "team-a"));
+    // Each alert carries its own tenant: anonymous' too.
+    for (tenant, body) in alerts.lock().iter() {
+        for a in body.as_array().into_iter().flatten() {
+            let want = match a["labels"]["alertname"].as_str() {
+                Some("Busy") => "team-a",
+                Some("AnonAlways") => "anonymous",
+                other => panic!("unexpected alert {other:?}"),
+            };
+            assert_eq!(tenant, want, "{a}");
+        }
+    }
 
     // A tenant given a directory while running: its rules start.
     put(

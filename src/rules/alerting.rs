@@ -130,7 +130,8 @@ pub type Labelled = (BTreeMap<String, String>, f64);
 
 impl AlertRule {
     /// Evaluates `rule` on `results` (its query's at `ts` less the offset)
-    /// at `ts` (ms), as Prometheus' `AlertingRule.Eval`: returns the
+    /// at `ts` (ms), its templates seeing `externals` and querying by
+    /// `query`, as Prometheus' `AlertingRule.Eval`: returns the
     /// `ALERTS` and `ALERTS_FOR_STATE` samples to write (labels, value;
     /// none until restored), or the error that stopped it.
     pub fn eval(
@@ -140,7 +141,7 @@ impl AlertRule {
         annotations: &BTreeMap<String, String>,
         results: Vec<Labelled>,
         (ts, limit): (i64, usize),
-        externals: &Externals,
+        (externals, query): (&Externals, Option<super::template::QueryFn<'_>>),
     ) -> Result<Vec<Labelled>, String> {
         let mut seen: BTreeMap<String, Alert> = BTreeMap::new();
         for (metric, value) in results {
@@ -149,6 +150,7 @@ impl AlertRule {
                 value,
                 external_labels: &externals.labels,
                 external_url: &externals.url,
+                query,
             };
             let expand_or_error = |text: &str| -> String {
                 expand(text, &data).unwrap_or_else(|e| {
@@ -403,7 +405,7 @@ mod tests {
         };
         let eval = |a: &mut AlertRule, on: bool, ts: i64| {
             let results = if on { vec![result("a", 31.0)] } else { vec![] };
-            a.eval(&r, (3000, 2000), &ann, results, (ts, 0), &ex)
+            a.eval(&r, (3000, 2000), &ann, results, (ts, 0), (&ex, None))
                 .expect("evaluates")
         };
         let out = eval(&mut a, true, 1000);
@@ -455,7 +457,14 @@ mod tests {
         let mut a = AlertRule::default();
         let none = BTreeMap::new();
         let out = a
-            .eval(&r, (3000, 0), &none, vec![result("a", 1.0)], (0, 0), &ex)
+            .eval(
+                &r,
+                (3000, 0),
+                &none,
+                vec![result("a", 1.0)],
+                (0, 0),
+                (&ex, None),
+            )
             .expect("ok");
         assert!(out.is_empty());
         let err = a
@@ -465,7 +474,7 @@ mod tests {
                 &none,
                 vec![result("a", 1.0), result("b", 1.0)],
                 (1, 1),
-                &ex,
+                (&ex, None),
             )
             .expect_err("limit");
         assert_eq!(err, "exceeded limit of 1 with 2 alerts");
@@ -478,7 +487,7 @@ mod tests {
                 &none,
                 vec![result("a", 1.0), result("b", 1.0)],
                 (2, 0),
-                &ex,
+                (&ex, None),
             )
             .expect_err("duplicate");
         assert!(err.contains("same labelset after applying alert labels"));

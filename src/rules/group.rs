@@ -489,6 +489,18 @@ impl Group {
         let Some(Some(state)) = self.alerts.get_mut(i) else {
             return Ok(Vec::new());
         };
+        // A template's `query` runs at the evaluation time, as Prometheus'
+        // (the rule's own query at it less the offset).
+        let template_query = |q: &str| -> Result<Vec<super::alerting::Labelled>, String> {
+            Ok(query(db, opts, q, ts)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(labels, v)| match v {
+                    RecordedValue::Float(f) => (labels, f),
+                    RecordedValue::Histogram(_) => (labels, 0.0),
+                })
+                .collect())
+        };
         let samples = state
             .eval(
                 rule,
@@ -496,7 +508,7 @@ impl Group {
                 annotations,
                 results,
                 (ts, limit),
-                &alerting.externals,
+                (&alerting.externals, Some(&template_query)),
             )
             .map_err(RuleError::Query)?;
         Ok(samples

@@ -6,17 +6,34 @@
 //! `$externalURL`, `.Labels.job`, `.Value`, a string or number) or a
 //! function with arguments, the previous command's result last.
 //!
+//! Control: `if`/`else if`/`else`, `range` (over a query's results, a map
+//! or a count; `$i, $e :=`, `else`, `break`, `continue`), `with`
+//! (`else with`), variables (`$x := …`, `$x = …`) scoped as Go scopes
+//! them; `.` is the data, a range's element or a with's value.
+//!
 //! Functions: `humanize`, `humanize1024`, `humanizeDuration`,
-//! `humanizePercentage`, `humanizeTimestamp`, `printf`, `print`, `toUpper`,
-//! `toLower`, `title`, `reReplaceAll`, `match`, `stripPort`, `stripDomain`,
-//! `parseDuration`, `graphLink`, `tableLink`, `externalURL`, `pathPrefix`,
-//! `safeHtml`. What this does not know (`if`, `range`, `query`, …) is an
-//! error, which the caller writes as Prometheus writes a template error.
+//! `humanizePercentage`, `humanizeTimestamp`, `printf`, `print`, `println`,
+//! `toUpper`, `toLower`, `title`, `reReplaceAll`, `match`, `stripPort`,
+//! `stripDomain`, `parseDuration`, `graphLink`, `tableLink`, `externalURL`,
+//! `pathPrefix`, `safeHtml`, Prometheus' `query` (a PromQL query at the
+//! evaluation time), `first`, `label`, `value`, `strvalue`, `sortByLabel`,
+//! and Go's `len`, `index`, `eq`, `ne`, `lt`, `le`, `gt`, `ge`, `and`,
+//! `or`, `not`, `html`, `urlquery`. What this does not know (`define`,
+//! `template`, `js`, `slice`, …) is an error, which the caller writes as
+//! Prometheus writes a template error. A template that loops or writes
+//! too much is stopped with an error.
 
 use std::collections::BTreeMap;
 
+/// Runs a PromQL query for a template (`query`): at the evaluation time,
+/// each result's labels and value, or why it failed.
+pub type QueryFn<'a> = &'a dyn Fn(&str) -> Result<Vec<QuerySample>, String>;
+
+/// One result of a template's query: its labels and value.
+pub type QuerySample = (BTreeMap<String, String>, f64);
+
 /// What a template sees: the alert's labels, value, and the externals.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Data<'a> {
     /// The result's labels.
     pub labels: &'a BTreeMap<String, String>,
@@ -26,6 +43,17 @@ pub struct Data<'a> {
     pub external_labels: &'a BTreeMap<String, String>,
     /// The URL Sluice is reached at.
     pub external_url: &'a str,
+    /// Runs `query` (none: `query` fails).
+    pub query: Option<QueryFn<'a>>,
+}
+
+impl std::fmt::Debug for Data<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Data")
+            .field("labels", &self.labels)
+            .field("value", &self.value)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +62,14 @@ enum V {
     Num(f64),
     Bool(bool),
     Map(BTreeMap<String, String>),
+    /// A query's results.
+    List(Vec<V>),
+    /// One result of a query: labels and value.
+    Sample(Box<QuerySample>),
+    /// The template's data (`$`, and `.` outside `range` and `with`).
+    Root,
+    /// Go's nil.
+    Nil,
 }
 
 impl V {
@@ -42,10 +78,11 @@ impl V {
             V::Str(s) => s.clone(),
             V::Num(f) => go_float(*f),
             V::Bool(b) => b.to_string(),
-            V::Map(m) => {
-                let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                format!("map[{}]", inner.join(" "))
-            }
+            V::Map(m) => go_map(m),
+            V::List(l) => format!("[{}]", l.iter().map(V::text).collect::<Vec<_>>().join(" ")),
+            V::Sample(s) => format!("&{{{} {}}}", go_map(&s.0), go_float(s.1)),
+            V::Root => "{…}".into(),
+            V::Nil => "<no value>".into(),
         }
     }
 
@@ -56,10 +93,28 @@ impl V {
                 .trim()
                 .parse::<f64>()
                 .map_err(|_| format!("strconv.ParseFloat: parsing {s:?}: invalid syntax")),
-            V::Bool(_) => Err("can't convert bool to float".into()),
-            V::Map(_) => Err("can't convert map[string]string to float".into()),
+            other => Err(format!("can't convert {} to float", go_type(other))),
         }
     }
+
+    /// Go's truth: not false, zero, nil or empty.
+    fn truth(&self) -> bool {
+        match self {
+            V::Str(s) => !s.is_empty(),
+            V::Num(f) => *f != 0.0,
+            V::Bool(b) => *b,
+            V::Map(m) => !m.is_empty(),
+            V::List(l) => !l.is_empty(),
+            V::Sample(_) | V::Root => true,
+            V::Nil => false,
+        }
+    }
+}
+
+/// A `map[string]string` as Go's `%v` writes it.
+fn go_map(m: &BTreeMap<String, String>) -> String {
+    let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    format!("map[{}]", inner.join(" "))
 }
 
 /// A float as Go's `%v` writes it: the shortest form, in exponent form
@@ -92,12 +147,23 @@ pub fn go_float(f: f64) -> String {
     format!("{f}")
 }
 
-/// Expands `text` with `data`: the text, or why it failed.
-pub fn expand(text: &str, data: &Data<'_>) -> Result<String, String> {
-    let mut out = String::new();
+/// A piece of a template's text: literal text, or an action's inside
+/// (comments dropped, `{{-`/`-}}` trimming done).
+#[derive(Debug)]
+enum Item {
+    Text(String),
+    Action(String),
+}
+
+fn items(text: &str) -> Result<Vec<Item>, String> {
+    let mut out = Vec::new();
     let mut rest = text;
+    let mut trim_next = false;
     while let Some(at) = rest.find("{{") {
         let mut lit = &rest[..at];
+        if trim_next {
+            lit = lit.trim_start();
+        }
         let mut inner_start = at + 2;
         if rest[inner_start..].starts_with('-')
             && rest[inner_start + 1..].starts_with([' ', '\t', '\n', '\r'])
@@ -105,67 +171,408 @@ pub fn expand(text: &str, data: &Data<'_>) -> Result<String, String> {
             lit = lit.trim_end();
             inner_start += 1;
         }
-        out.push_str(lit);
+        if !lit.is_empty() {
+            out.push(Item::Text(lit.to_owned()));
+        }
         let Some(close) = rest[inner_start..].find("}}") else {
             return Err("unclosed action".into());
         };
         let mut inner = &rest[inner_start..inner_start + close];
-        let mut after = &rest[inner_start + close + 2..];
+        trim_next = false;
         if inner.ends_with('-') && inner[..inner.len() - 1].ends_with([' ', '\t', '\n', '\r']) {
             inner = &inner[..inner.len() - 1];
-            after = after.trim_start();
+            trim_next = true;
         }
         let inner = inner.trim();
         if !(inner.starts_with("/*") && inner.ends_with("*/")) {
-            out.push_str(&pipeline(inner, data)?.text());
+            out.push(Item::Action(inner.to_owned()));
         }
-        rest = after;
+        rest = &rest[inner_start + close + 2..];
     }
-    out.push_str(rest);
+    let lit = if trim_next { rest.trim_start() } else { rest };
+    if !lit.is_empty() {
+        out.push(Item::Text(lit.to_owned()));
+    }
     Ok(out)
 }
 
-/// Checks `text` as Prometheus does when it loads a rule: every action
-/// closed, every function one Sluice knows (or a control word, which is
-/// reported when the template is expanded).
-pub fn check(text: &str) -> Result<(), String> {
-    let mut rest = text;
-    while let Some(at) = rest.find("{{") {
-        let after = &rest[at + 2..];
-        let Some(close) = after.find("}}") else {
-            return Err("unclosed action".into());
-        };
-        let inner = after[..close].trim_matches(|c: char| c == '-' || c.is_whitespace());
-        rest = &after[close + 2..];
-        if inner.starts_with("/*") {
-            continue;
+/// A pipeline, with the variables it declares (`$x :=`) or sets (`$x =`).
+#[derive(Debug, Clone)]
+struct Pipe {
+    vars: Vec<String>,
+    declare: bool,
+    toks: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Node {
+    Text(String),
+    Out(Pipe),
+    /// `if`/`with` chains: each condition and its body, then the last
+    /// `else`.
+    If(Vec<(Pipe, Vec<Node>)>, Vec<Node>),
+    With(Vec<(Pipe, Vec<Node>)>, Vec<Node>),
+    Range(Pipe, Vec<Node>, Vec<Node>),
+    Break,
+    Continue,
+}
+
+/// How deep `if`, `range` and `with` may nest.
+const MAX_NESTING: usize = 64;
+
+fn pipe_of(s: &str) -> Result<Pipe, String> {
+    let toks = tokens(s)?;
+    // `$a :=` / `$a, $b :=` / `$a =`
+    let assign = toks.iter().position(|t| t == ":=" || t == "=");
+    if let Some(at) = assign {
+        let vars: Vec<String> = toks[..at]
+            .iter()
+            .flat_map(|t| t.split(','))
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if !vars.is_empty() && vars.len() <= 2 && vars.iter().all(|v| v.starts_with('$')) {
+            return Ok(Pipe {
+                vars,
+                declare: toks[at] == ":=",
+                toks: toks[at + 1..].to_vec(),
+            });
         }
-        let toks = tokens(inner)?;
+    }
+    if toks.is_empty() {
+        return Err("missing value for command".into());
+    }
+    Ok(Pipe {
+        vars: Vec::new(),
+        declare: false,
+        toks,
+    })
+}
+
+/// The first word of an action and the rest.
+fn keyword(action: &str) -> (&str, &str) {
+    let action = action.trim();
+    match action.split_once(char::is_whitespace) {
+        Some((k, rest)) => (k, rest.trim()),
+        None => (action, ""),
+    }
+}
+
+/// Parses `items[*at..]` up to an `end` or `else` (which is left for the
+/// caller, with its position), or the end of the text.
+fn parse_list(items: &[Item], at: &mut usize, depth: usize) -> Result<Vec<Node>, String> {
+    if depth > MAX_NESTING {
+        return Err("control structures nested too deep".into());
+    }
+    let mut out = Vec::new();
+    while *at < items.len() {
+        match &items[*at] {
+            Item::Text(t) => {
+                out.push(Node::Text(t.clone()));
+                *at += 1;
+            }
+            Item::Action(a) => {
+                let (k, rest) = keyword(a);
+                match k {
+                    "end" | "else" => return Ok(out),
+                    "if" | "with" => {
+                        *at += 1;
+                        let mut arms = vec![(pipe_of(rest)?, parse_list(items, at, depth + 1)?)];
+                        let mut otherwise = Vec::new();
+                        loop {
+                            let Some(Item::Action(a)) = items.get(*at) else {
+                                return Err(format!("unexpected EOF in {k}"));
+                            };
+                            let (k2, rest2) = keyword(a);
+                            *at += 1;
+                            if k2 == "end" {
+                                break;
+                            }
+                            // `else`, `else if …`, `else with …`
+                            let (k3, rest3) = keyword(rest2);
+                            if k3 == k && !rest3.is_empty() {
+                                arms.push((pipe_of(rest3)?, parse_list(items, at, depth + 1)?));
+                                continue;
+                            }
+                            if !rest2.is_empty() {
+                                return Err(format!("unexpected {rest2:?} after else"));
+                            }
+                            otherwise = parse_list(items, at, depth + 1)?;
+                            match items.get(*at) {
+                                Some(Item::Action(a)) if keyword(a).0 == "end" => {
+                                    *at += 1;
+                                    break;
+                                }
+                                _ => return Err(format!("expected end after else in {k}")),
+                            }
+                        }
+                        out.push(if k == "if" {
+                            Node::If(arms, otherwise)
+                        } else {
+                            Node::With(arms, otherwise)
+                        });
+                    }
+                    "range" => {
+                        *at += 1;
+                        let pipe = pipe_of(rest)?;
+                        let body = parse_list(items, at, depth + 1)?;
+                        let mut otherwise = Vec::new();
+                        let Some(Item::Action(a)) = items.get(*at) else {
+                            return Err("unexpected EOF in range".into());
+                        };
+                        *at += 1;
+                        if keyword(a).0 == "else" {
+                            otherwise = parse_list(items, at, depth + 1)?;
+                            match items.get(*at) {
+                                Some(Item::Action(a)) if keyword(a).0 == "end" => *at += 1,
+                                _ => return Err("expected end after else in range".into()),
+                            }
+                        }
+                        out.push(Node::Range(pipe, body, otherwise));
+                    }
+                    "break" => {
+                        out.push(Node::Break);
+                        *at += 1;
+                    }
+                    "continue" => {
+                        out.push(Node::Continue);
+                        *at += 1;
+                    }
+                    "define" | "template" | "block" => {
+                        return Err(format!(
+                            "{k:?} actions are not supported by Sluice's templates"
+                        ))
+                    }
+                    _ => {
+                        out.push(Node::Out(pipe_of(a)?));
+                        *at += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn parse(text: &str) -> Result<Vec<Node>, String> {
+    let items = items(text)?;
+    let mut at = 0;
+    let nodes = parse_list(&items, &mut at, 0)?;
+    match items.get(at) {
+        None => Ok(nodes),
+        Some(Item::Action(a)) => Err(format!("unexpected {{{{{}}}}}", keyword(a).0)),
+        Some(Item::Text(_)) => Err("unexpected text".into()),
+    }
+}
+
+/// The most a template writes, and the most steps it takes (each text,
+/// action and loop turn one): a template ranging over a large query is
+/// stopped, not let run.
+const MAX_OUTPUT: usize = 1 << 20;
+const MAX_STEPS: usize = 1 << 20;
+const TOO_LARGE: &str = "template too large: it writes or loops too much";
+
+/// What an expansion carries: the data, the variables in scope, `.`, and
+/// what it has spent.
+struct Env<'a, 'b> {
+    data: &'b Data<'a>,
+    vars: Vec<(String, V)>,
+    steps: usize,
+}
+
+/// How a list of nodes ended: normally, or by `break`/`continue`.
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+/// Expands `text` with `data`: the text, or why it failed.
+pub fn expand(text: &str, data: &Data<'_>) -> Result<String, String> {
+    let nodes = parse(text)?;
+    let mut env = Env {
+        data,
+        vars: vec![
+            ("$".into(), V::Root),
+            ("$labels".into(), V::Map(data.labels.clone())),
+            (
+                "$externalLabels".into(),
+                V::Map(data.external_labels.clone()),
+            ),
+            ("$externalURL".into(), V::Str(data.external_url.to_owned())),
+            ("$value".into(), V::Num(data.value)),
+        ],
+        steps: 0,
+    };
+    let mut out = String::new();
+    run(&nodes, &V::Root, &mut env, &mut out, false)?;
+    Ok(out)
+}
+
+fn run(
+    nodes: &[Node],
+    dot: &V,
+    env: &mut Env<'_, '_>,
+    out: &mut String,
+    in_range: bool,
+) -> Result<Flow, String> {
+    for node in nodes {
+        env.steps += 1;
+        if env.steps > MAX_STEPS || out.len() > MAX_OUTPUT {
+            return Err(TOO_LARGE.into());
+        }
+        match node {
+            Node::Text(t) => out.push_str(t),
+            Node::Out(p) => {
+                let v = eval_pipe(p, dot, env)?;
+                if p.vars.is_empty() {
+                    out.push_str(&v.text());
+                } else {
+                    bind(env, p, v)?;
+                }
+            }
+            Node::If(arms, otherwise) | Node::With(arms, otherwise) => {
+                let with = matches!(node, Node::With(..));
+                let scope = env.vars.len();
+                let mut taken = None;
+                for (cond, body) in arms {
+                    let v = eval_pipe(cond, dot, env)?;
+                    if !cond.vars.is_empty() {
+                        bind(env, cond, v.clone())?;
+                    }
+                    if v.truth() {
+                        taken = Some((body, v));
+                        break;
+                    }
+                }
+                let flow = match taken {
+                    Some((body, v)) => {
+                        let dot = if with { v } else { dot.clone() };
+                        run(body, &dot, env, out, in_range)?
+                    }
+                    None => run(otherwise, dot, env, out, in_range)?,
+                };
+                env.vars.truncate(scope);
+                if !matches!(flow, Flow::Normal) {
+                    return Ok(flow);
+                }
+            }
+            Node::Range(p, body, otherwise) => {
+                let scope = env.vars.len();
+                let v = eval_pipe(p, dot, env)?;
+                let elements: Vec<(V, V)> = match v {
+                    V::List(l) => l
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (V::Num(i as f64), e))
+                        .collect(),
+                    V::Map(m) => m.into_iter().map(|(k, v)| (V::Str(k), V::Str(v))).collect(),
+                    V::Nil => Vec::new(),
+                    V::Num(n) if n >= 0.0 && n.fract() == 0.0 => (0..n as usize)
+                        .map(|i| (V::Num(i as f64), V::Num(i as f64)))
+                        .collect(),
+                    other => return Err(format!("range can't iterate over {}", other.text())),
+                };
+                if elements.is_empty() {
+                    run(otherwise, dot, env, out, in_range)?;
+                }
+                for (key, element) in elements {
+                    env.steps += 1;
+                    if env.steps > MAX_STEPS {
+                        return Err(TOO_LARGE.into());
+                    }
+                    match p.vars.as_slice() {
+                        [] => {}
+                        [e] => env.vars.push((e.clone(), element.clone())),
+                        [k, e] => {
+                            env.vars.push((k.clone(), key));
+                            env.vars.push((e.clone(), element.clone()));
+                        }
+                        _ => return Err("too many declarations in range".into()),
+                    }
+                    let flow = run(body, &element, env, out, true)?;
+                    env.vars.truncate(scope);
+                    if matches!(flow, Flow::Break) {
+                        break;
+                    }
+                }
+                env.vars.truncate(scope);
+            }
+            Node::Break if in_range => return Ok(Flow::Break),
+            Node::Continue if in_range => return Ok(Flow::Continue),
+            Node::Break | Node::Continue => return Err("break or continue outside range".into()),
+        }
+    }
+    Ok(Flow::Normal)
+}
+
+/// Declares or sets `p`'s variable to `v`.
+fn bind(env: &mut Env<'_, '_>, p: &Pipe, v: V) -> Result<(), String> {
+    let name = p.vars.first().cloned().unwrap_or_default();
+    if p.declare {
+        env.vars.push((name, v));
+        return Ok(());
+    }
+    match env.vars.iter_mut().rev().find(|(n, _)| *n == name) {
+        Some(slot) => {
+            slot.1 = v;
+            Ok(())
+        }
+        None => Err(format!("undefined variable {name:?}")),
+    }
+}
+
+/// Checks `text` as Prometheus does when it loads a rule: every action
+/// closed, every control structure ended, every function one Sluice
+/// knows.
+pub fn check(text: &str) -> Result<(), String> {
+    fn walk(nodes: &[Node]) -> Result<(), String> {
+        for n in nodes {
+            match n {
+                Node::Out(p) => known(p)?,
+                Node::If(arms, otherwise) | Node::With(arms, otherwise) => {
+                    for (p, body) in arms {
+                        known(p)?;
+                        walk(body)?;
+                    }
+                    walk(otherwise)?;
+                }
+                Node::Range(p, body, otherwise) => {
+                    known(p)?;
+                    walk(body)?;
+                    walk(otherwise)?;
+                }
+                Node::Text(_) | Node::Break | Node::Continue => {}
+            }
+        }
+        Ok(())
+    }
+    fn known(p: &Pipe) -> Result<(), String> {
         let mut command_start = true;
-        for t in &toks {
+        for t in &p.toks {
             if t == "|" || t == "(" {
                 command_start = true;
                 continue;
             }
             if command_start {
                 let word = t.as_str();
-                let known = word.starts_with(['$', '.', '"', '`'])
+                let ok = word.starts_with(['$', '.', '"', '`'])
                     || word.parse::<f64>().is_ok()
-                    || matches!(word, "true" | "false" | ")")
-                    || FUNCTIONS.contains(&word)
-                    || CONTROL.contains(&word);
-                if !known {
+                    || matches!(word, "true" | "false" | "nil" | ")")
+                    || FUNCTIONS.contains(&word);
+                if !ok {
                     return Err(format!("function {word:?} not defined"));
                 }
             }
             command_start = false;
         }
+        Ok(())
     }
-    Ok(())
+    walk(&parse(text)?)
 }
 
 /// The functions [`expand`] knows.
-const FUNCTIONS: [&str; 20] = [
+const FUNCTIONS: [&str; 42] = [
     "humanize",
     "humanize1024",
     "humanizeDuration",
@@ -173,6 +580,7 @@ const FUNCTIONS: [&str; 20] = [
     "humanizeTimestamp",
     "printf",
     "print",
+    "println",
     "toUpper",
     "toLower",
     "title",
@@ -186,14 +594,27 @@ const FUNCTIONS: [&str; 20] = [
     "externalURL",
     "pathPrefix",
     "safeHtml",
-];
-
-/// Words of Go's templates (and Prometheus' functions) that Prometheus
-/// takes and Sluice's templates do not evaluate: a rule that uses them
-/// loads, and its expansion says what is missing.
-const CONTROL: [&str; 20] = [
-    "if", "else", "end", "range", "with", "define", "template", "block", "break", "continue",
-    "and", "or", "not", "len", "index", "eq", "ne", "lt", "query", "first",
+    "query",
+    "first",
+    "label",
+    "value",
+    "strvalue",
+    "sortByLabel",
+    "len",
+    "index",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "html",
+    "urlquery",
+    "js",
+    "slice",
 ];
 
 /// Splits an action into tokens: strings (quoted, raw), parentheses and
@@ -244,33 +665,23 @@ fn tokens(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn pipeline(s: &str, data: &Data<'_>) -> Result<V, String> {
-    let toks = tokens(s)?;
-    let first = toks.first().map(String::as_str).unwrap_or_default();
-    if matches!(
-        first,
-        "if" | "else" | "end" | "range" | "with" | "define" | "template" | "block"
-    ) || first.starts_with('$') && toks.get(1).is_some_and(|t| t == ":=" || t == "=")
-    {
-        return Err(format!(
-            "{first:?} actions are not supported by Sluice's templates"
-        ));
-    }
-    let mut at = 0;
-    eval_pipeline(&toks, &mut at, data)
-}
-
 /// How deep parentheses may nest in one action.
 const MAX_DEPTH: usize = 64;
 
-fn eval_pipeline(toks: &[String], at: &mut usize, data: &Data<'_>) -> Result<V, String> {
-    eval_nested(toks, at, data, 0)
+fn eval_pipe(p: &Pipe, dot: &V, env: &mut Env<'_, '_>) -> Result<V, String> {
+    let mut at = 0;
+    let v = eval_nested(&p.toks, &mut at, dot, env, 0)?;
+    if at < p.toks.len() {
+        return Err(format!("unexpected {:?} in operand", p.toks[at]));
+    }
+    Ok(v)
 }
 
 fn eval_nested(
     toks: &[String],
     at: &mut usize,
-    data: &Data<'_>,
+    dot: &V,
+    env: &mut Env<'_, '_>,
     depth: usize,
 ) -> Result<V, String> {
     if depth > MAX_DEPTH {
@@ -283,7 +694,7 @@ fn eval_nested(
         while *at < toks.len() && toks[*at] != "|" && toks[*at] != ")" {
             if toks[*at] == "(" {
                 *at += 1;
-                let v = eval_nested(toks, at, data, depth + 1)?;
+                let v = eval_nested(toks, at, dot, env, depth + 1)?;
                 if toks.get(*at).map(String::as_str) != Some(")") {
                     return Err("unclosed left paren".into());
                 }
@@ -298,7 +709,12 @@ fn eval_nested(
         if args.is_empty() {
             return Err("missing value for command".into());
         }
-        let v = command(&args, &nested, prev.take(), data)?;
+        let v = command(&args, &nested, prev.take(), dot, env)?;
+        // No value grows past what a template may write (a string
+        // doubled in a loop would, in few steps).
+        if matches!(&v, V::Str(s) if s.len() > MAX_OUTPUT) {
+            return Err(TOO_LARGE.into());
+        }
         prev = Some(v);
         if toks.get(*at).map(String::as_str) == Some("|") {
             *at += 1;
@@ -308,51 +724,76 @@ fn eval_nested(
     }
 }
 
-/// A value token: a variable, field, string or number.
-fn operand(t: &str, data: &Data<'_>) -> Result<V, String> {
-    let field =
-        |m: &BTreeMap<String, String>, k: &str| V::Str(m.get(k).cloned().unwrap_or_default());
+/// Field `name` of `v`, as Go's template looks it up.
+fn field(v: &V, name: &str, data: &Data<'_>) -> Result<V, String> {
+    let from = |m: &BTreeMap<String, String>| V::Str(m.get(name).cloned().unwrap_or_default());
+    Ok(match v {
+        V::Map(m) => from(m),
+        V::Root => match name {
+            "Labels" => V::Map(data.labels.clone()),
+            "Value" => V::Num(data.value),
+            "ExternalLabels" => V::Map(data.external_labels.clone()),
+            "ExternalURL" => V::Str(data.external_url.to_owned()),
+            _ => return Err(format!("can't evaluate field {name}")),
+        },
+        V::Sample(s) => match name {
+            "Labels" => V::Map(s.0.clone()),
+            "Value" => V::Num(s.1),
+            _ => {
+                return Err(format!(
+                    "can't evaluate field {name} in type *template.sample"
+                ))
+            }
+        },
+        V::Nil => return Err(format!("nil pointer evaluating .{name}")),
+        other => {
+            return Err(format!(
+                "can't evaluate field {name} in type {}",
+                go_type(other)
+            ))
+        }
+    })
+}
+
+/// A value token: `.`, a field chain, a variable (and its fields), a
+/// string, number or boolean.
+fn operand(t: &str, dot: &V, env: &Env<'_, '_>) -> Result<V, String> {
     if let Some(q) = t.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
         return Ok(V::Str(unquote(q)));
     }
     if let Some(q) = t.strip_prefix('`').and_then(|r| r.strip_suffix('`')) {
         return Ok(V::Str(q.to_owned()));
     }
-    if t == "true" || t == "false" {
-        return Ok(V::Bool(t == "true"));
+    match t {
+        "true" | "false" => return Ok(V::Bool(t == "true")),
+        "nil" => return Ok(V::Nil),
+        "." => return Ok(dot.clone()),
+        _ => {}
     }
-    let (base, key) = match t.strip_prefix('.') {
-        Some(rest) => (".", Some(rest)),
-        None => match t.find('.') {
-            Some(i) => (&t[..i], Some(&t[i + 1..])),
-            None => (t, None),
-        },
-    };
-    let v = match (base, key) {
-        ("$labels", None) => V::Map(data.labels.clone()),
-        ("$labels", Some(k)) => field(data.labels, k),
-        ("$externalLabels", None) => V::Map(data.external_labels.clone()),
-        ("$externalLabels", Some(k)) => field(data.external_labels, k),
-        ("$value", None) => V::Num(data.value),
-        ("$externalURL", None) => V::Str(data.external_url.to_owned()),
-        (".", Some(rest)) => match rest.split_once('.') {
-            Some(("Labels", k)) => field(data.labels, k),
-            Some(("ExternalLabels", k)) => field(data.external_labels, k),
-            None if rest == "Labels" => V::Map(data.labels.clone()),
-            None if rest == "Value" => V::Num(data.value),
-            None if rest == "ExternalURL" => V::Str(data.external_url.to_owned()),
-            _ => return Err(format!("can't evaluate field {rest}")),
-        },
-        _ => {
-            if let Ok(n) = t.parse::<f64>() {
-                return Ok(V::Num(n));
-            }
-            if t.starts_with('$') {
-                return Err(format!("undefined variable {t:?}"));
-            }
-            return Err(format!("function {t:?} not defined"));
+    let (mut v, path) = if let Some(rest) = t.strip_prefix('.') {
+        (dot.clone(), rest)
+    } else if t.starts_with('$') {
+        let (name, path) = match t.find('.') {
+            Some(i) => (&t[..i], &t[i + 1..]),
+            None => (t, ""),
+        };
+        let v = env
+            .vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("undefined variable {name:?}"))?;
+        (v, path)
+    } else {
+        if let Ok(n) = t.parse::<f64>() {
+            return Ok(V::Num(n));
         }
+        return Err(format!("function {t:?} not defined"));
     };
+    for name in path.split('.').filter(|s| !s.is_empty()) {
+        v = field(&v, name, env.data)?;
+    }
     Ok(v)
 }
 
@@ -378,37 +819,56 @@ fn command(
     args: &[&str],
     nested: &[Option<V>],
     prev: Option<V>,
-    data: &Data<'_>,
+    dot: &V,
+    env: &mut Env<'_, '_>,
 ) -> Result<V, String> {
-    let value_of = |i: usize| -> Result<V, String> {
-        match &nested[i] {
-            Some(v) => Ok(v.clone()),
-            None => operand(args[i], data),
-        }
-    };
     let name = args[0];
     let is_function = nested[0].is_none()
         && !name.starts_with(['$', '.', '"', '`'])
         && name.parse::<f64>().is_err()
-        && name != "true"
-        && name != "false";
+        && !matches!(name, "true" | "false" | "nil");
+    let value_of = |i: usize, env: &Env<'_, '_>| -> Result<V, String> {
+        match &nested[i] {
+            Some(v) => Ok(v.clone()),
+            None => operand(args[i], dot, env),
+        }
+    };
     if !is_function {
         if args.len() > 1 || prev.is_some() {
             return Err(format!("can't give argument to non-function {name}"));
         }
-        return value_of(0);
+        return value_of(0, env);
     }
     let mut vals = Vec::with_capacity(args.len());
     for i in 1..args.len() {
-        vals.push(value_of(i)?);
+        vals.push(value_of(i, env)?);
     }
     vals.extend(prev);
+    let data = env.data;
     let one = |vals: &[V]| -> Result<V, String> {
         match vals {
             [v] => Ok(v.clone()),
             _ => Err(format!(
                 "wrong number of args for {name}: want 1 got {}",
                 vals.len()
+            )),
+        }
+    };
+    let two = |vals: &[V]| -> Result<(V, V), String> {
+        match vals {
+            [a, b] => Ok((a.clone(), b.clone())),
+            _ => Err(format!(
+                "wrong number of args for {name}: want 2 got {}",
+                vals.len()
+            )),
+        }
+    };
+    let sample = |v: V| -> Result<Box<QuerySample>, String> {
+        match v {
+            V::Sample(s) => Ok(s),
+            other => Err(format!(
+                "wrong type for value; expected *template.sample; got {}",
+                go_type(&other)
             )),
         }
     };
@@ -455,13 +915,185 @@ fn command(
             }
             _ => return Err("wrong number of args for reReplaceAll: want 3".into()),
         },
-        "print" => V::Str(vals.iter().map(V::text).collect::<Vec<_>>().join("")),
+        "print" => V::Str(go_print(&vals)),
+        "println" => V::Str(vals.iter().map(V::text).collect::<Vec<_>>().join(" ") + "\n"),
         "printf" => match vals.split_first() {
             Some((format, rest)) => V::Str(printf(&format.text(), rest)?),
             None => return Err("wrong number of args for printf".into()),
         },
-        other => return Err(format!("function {other:?} not defined")),
+        "query" => {
+            let q = one(&vals)?.text();
+            let run = data
+                .query
+                .ok_or_else(|| "error calling query: no query engine".to_owned())?;
+            let results = run(&q).map_err(|e| format!("error calling query: {e}"))?;
+            // Each result costs a step: a query of many series is bounded.
+            env.steps += results.len();
+            V::List(
+                results
+                    .into_iter()
+                    .map(|r| V::Sample(Box::new(r)))
+                    .collect(),
+            )
+        }
+        "first" => match one(&vals)? {
+            V::List(l) => l.into_iter().next().ok_or_else(|| {
+                "error calling first: first() called on vector with no elements".to_owned()
+            })?,
+            other => {
+                return Err(format!(
+                    "wrong type for value; expected template.queryResult; got {}",
+                    go_type(&other)
+                ))
+            }
+        },
+        "label" => {
+            let (label, s) = two(&vals)?;
+            let s = sample(s)?;
+            V::Str(s.0.get(&label.text()).cloned().unwrap_or_default())
+        }
+        "value" => V::Num(sample(one(&vals)?)?.1),
+        "strvalue" => {
+            let s = sample(one(&vals)?)?;
+            V::Str(s.0.get("__value__").cloned().unwrap_or_default())
+        }
+        "sortByLabel" => {
+            let (label, list) = two(&vals)?;
+            let label = label.text();
+            let V::List(mut l) = list else {
+                return Err("wrong type for value; expected template.queryResult".into());
+            };
+            let key = |v: &V| match v {
+                V::Sample(s) => s.0.get(&label).cloned().unwrap_or_default(),
+                _ => String::new(),
+            };
+            l.sort_by_key(key);
+            V::List(l)
+        }
+        "len" => match one(&vals)? {
+            V::Str(s) => V::Num(s.len() as f64),
+            V::Map(m) => V::Num(m.len() as f64),
+            V::List(l) => V::Num(l.len() as f64),
+            other => {
+                return Err(format!(
+                    "error calling len: len of type {}",
+                    go_type(&other)
+                ))
+            }
+        },
+        "index" => match vals.as_slice() {
+            [V::Map(m), key] => V::Str(m.get(&key.text()).cloned().unwrap_or_default()),
+            [V::List(l), i] => {
+                let i = i.num()?;
+                l.get(i as usize)
+                    .filter(|_| i >= 0.0)
+                    .cloned()
+                    .ok_or_else(|| format!("error calling index: index out of range: {i}"))?
+            }
+            [v] => v.clone(),
+            _ => return Err("error calling index: can't index item".into()),
+        },
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => {
+            let (first, rest) = vals
+                .split_first()
+                .ok_or_else(|| format!("wrong number of args for {name}"))?;
+            if rest.is_empty() {
+                return Err(format!("wrong number of args for {name}: want 2 got 1"));
+            }
+            if name == "eq" {
+                let mut any = false;
+                for r in rest {
+                    any |= compare(first, r)? == std::cmp::Ordering::Equal;
+                }
+                V::Bool(any)
+            } else {
+                let (a, b) = two(&vals)?;
+                let o = compare(&a, &b)?;
+                use std::cmp::Ordering::*;
+                V::Bool(match name {
+                    "ne" => o != Equal,
+                    "lt" => o == Less,
+                    "le" => o != Greater,
+                    "gt" => o == Greater,
+                    _ => o != Less,
+                })
+            }
+        }
+        "and" => {
+            let mut last = V::Nil;
+            for v in vals {
+                let t = v.truth();
+                last = v;
+                if !t {
+                    break;
+                }
+            }
+            last
+        }
+        "or" => {
+            let mut last = V::Nil;
+            for v in vals {
+                let t = v.truth();
+                last = v;
+                if t {
+                    break;
+                }
+            }
+            last
+        }
+        "not" => V::Bool(!one(&vals)?.truth()),
+        "html" => V::Str(html_escape(&go_print(&vals))),
+        "urlquery" => V::Str(form_urlencoded::byte_serialize(go_print(&vals).as_bytes()).collect()),
+        other => {
+            return Err(format!(
+                "function {other:?} is not supported by Sluice's templates"
+            ))
+        }
     })
+}
+
+/// Go's `print`: operands' text, a space between two that are not
+/// strings.
+fn go_print(vals: &[V]) -> String {
+    let mut out = String::new();
+    for (i, v) in vals.iter().enumerate() {
+        let spaced = i > 0 && !matches!(v, V::Str(_)) && !matches!(vals[i - 1], V::Str(_));
+        if spaced {
+            out.push(' ');
+        }
+        out.push_str(&v.text());
+    }
+    out
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            '\0' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Go's `eq`/`lt` on two basic values of one kind (a whole number and a
+/// float count as numbers both).
+fn compare(a: &V, b: &V) -> Result<std::cmp::Ordering, String> {
+    match (a, b) {
+        (V::Num(x), V::Num(y)) => x
+            .partial_cmp(y)
+            .ok_or_else(|| "incomparable NaN".to_owned()),
+        (V::Str(x), V::Str(y)) => Ok(x.cmp(y)),
+        (V::Bool(x), V::Bool(y)) => Ok(x.cmp(y)),
+        (V::Nil, V::Nil) => Ok(std::cmp::Ordering::Equal),
+        _ => Err("incompatible types for comparison".into()),
+    }
 }
 
 /// Go's `$1`/`${name}` replacement syntax, as the regex crate reads it.
@@ -660,6 +1292,9 @@ fn printf(format: &str, args: &[V]) -> Result<String, String> {
     let mut args = args.iter();
     let mut chars = format.chars().peekable();
     while let Some(c) = chars.next() {
+        if out.len() > MAX_OUTPUT {
+            return Err(TOO_LARGE.into());
+        }
         if c != '%' {
             out.push(c);
             continue;
@@ -784,6 +1419,10 @@ fn go_type(v: &V) -> &'static str {
         V::Num(_) => "float64",
         V::Bool(_) => "bool",
         V::Map(_) => "map[string]string",
+        V::List(_) => "template.queryResult",
+        V::Sample(_) => "*template.sample",
+        V::Root => "*template.tmplData",
+        V::Nil => "<nil>",
     }
 }
 
@@ -804,6 +1443,20 @@ mod tests {
                 value,
                 external_labels: &external,
                 external_url: "http://sluice:9201/prefix",
+                query: Some(&|q: &str| match q {
+                    "up" => Ok(vec![
+                        (
+                            BTreeMap::from([("instance".to_owned(), "b".to_owned())]),
+                            0.0,
+                        ),
+                        (
+                            BTreeMap::from([("instance".to_owned(), "a".to_owned())]),
+                            1.0,
+                        ),
+                    ]),
+                    "none" => Ok(Vec::new()),
+                    _ => Err("bad query".to_owned()),
+                }),
             },
         )
     }
@@ -865,6 +1518,58 @@ mod tests {
         for (t, v, want) in cases {
             assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
         }
+        // Control structures, variables, and Prometheus' query functions.
+        let control = [
+            ("{{ if gt $value 1.0 }}big{{ else if eq $value 1.0 }}one{{ else }}small{{ end }}", 2.0, "big"),
+            ("{{ if gt $value 1.0 }}big{{ else if eq $value 1.0 }}one{{ else }}small{{ end }}", 1.0, "one"),
+            ("{{ if gt $value 1.0 }}big{{ else if eq $value 1.0 }}one{{ else }}small{{ end }}", 0.5, "small"),
+            ("{{ range query \"up\" }}{{ .Labels.instance }}={{ .Value }};{{ end }}", 0.0, "b=0;a=1;"),
+            (
+                "{{ range $i, $s := query \"up\" | sortByLabel \"instance\" }}{{ $i }}:{{ label \"instance\" $s }} {{ end }}",
+                0.0,
+                "0:a 1:b ",
+            ),
+            ("{{ with query \"up\" }}{{ . | first | value | humanize }}{{ end }}", 0.0, "0"),
+            ("{{ with query \"none\" }}x{{ else }}no data{{ end }}", 0.0, "no data"),
+            ("{{ range query \"none\" }}x{{ else }}empty{{ end }}", 0.0, "empty"),
+            ("{{ $x := 1 }}{{ if true }}{{ $x = 2 }}{{ end }}{{ $x }}", 0.0, "2"),
+            ("{{ range $k, $v := $labels }}{{ $k }}={{ $v }},{{ end }}", 0.0, "instance=host-1.example.com:9100,job=api,"),
+            ("{{ len $labels }} {{ index $labels \"job\" }}", 0.0, "2 api"),
+            ("{{ if and (eq $labels.job \"api\") (not (eq $value 0.0)) }}y{{ end }}", 1.0, "y"),
+            ("{{ range query \"up\" }}{{ if eq .Value 0.0 }}{{ continue }}{{ end }}{{ .Labels.instance }}{{ end }}", 0.0, "a"),
+            ("{{ range query \"up\" }}{{ .Labels.instance }}{{ break }}{{ end }}", 0.0, "b"),
+            ("{{ range query \"up\" }}{{ $labels.job }}{{ $.Labels.job }}{{ end }}", 0.0, "apiapiapiapi"),
+            ("{{ with $labels.job }}{{ . }}{{ end }}{{ with $labels.nope }}x{{ else with $labels.job }}{{ . }}!{{ end }}", 0.0, "apiapi!"),
+            ("{{ or $labels.nope \"fallback\" }} {{ and 1.0 \"\" }}.", 0.0, "fallback ."),
+            ("{{- range query \"up\" }}\n  {{ .Labels.instance -}}\n{{ end }}", 0.0, "\n  b\n  a"),
+            ("{{ \"<a>\" | html }} {{ urlquery \"a b\" }}", 0.0, "&lt;a&gt; a+b"),
+        ];
+        for (t, v, want) in control {
+            assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
+        }
+        // A string doubled in a loop is stopped, as is one printf's
+        // padding over and over.
+        let doubling =
+            "{{ $x := \"ab\" }}{{ range 64 }}{{ $x = printf \"%s%s\" $x $x }}{{ end }}{{ len $x }}";
+        assert!(run(doubling, 0.0).is_err_and(|e| e.contains("too large")));
+        let padded = format!(
+            "{{{{ printf \"{}\"{} }}}}",
+            "%999999s".repeat(64),
+            " 1".repeat(64)
+        );
+        assert!(run(&padded, 0.0).is_err_and(|e| e.contains("too large")));
+        // A loop over its own output is stopped.
+        let big = format!(
+            "{{{{ range {n} }}}}{{{{ range {n} }}}}x{{{{ end }}}}{{{{ end }}}}",
+            n = 1 << 12
+        );
+        assert!(run(&big, 0.0).is_err_and(|e| e.contains("too large")));
+        assert_eq!(
+            check("{{ if $value }}{{ end"),
+            Err("unclosed action".into())
+        );
+        assert!(check("{{ if $value }}x").is_err());
+        assert!(check("{{ range query \"up\" }}{{ nope . }}{{ end }}").is_err());
         assert_eq!(
             check("{{ nope }}"),
             Err("function \"nope\" not defined".into())
@@ -875,9 +1580,14 @@ mod tests {
         );
         assert!(check("{{ $value").is_err());
         for bad in [
-            "{{ if $value }}x{{ end }}",
-            "{{ query \"up\" }}",
+            "{{ if $value }}x",
+            "{{ end }}",
+            "{{ template \"x\" }}",
+            "{{ break }}",
+            "{{ query \"bad\" }}",
+            "{{ query \"none\" | first }}",
             "{{ $nope }}",
+            "{{ if true }}{{ $x := 1 }}{{ end }}{{ $x }}",
             "{{ $labels.job",
             &format!("{{{{ {}1{} }}}}", "(".repeat(100), ")".repeat(100)),
         ] {
