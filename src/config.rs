@@ -195,6 +195,39 @@ settings! {
     #[serde(alias = "alertmanager.url")]
     #[arg(value_name = "URL", visible_alias = "alertmanager.url")]
     alertmanager_url: Vec<String> = Vec::new();
+    /// PEM file of the CAs that sign the https Alertmanagers'
+    /// certificates (Prometheus' alertmanager tls_config ca_file); without
+    /// it, the system's trust store [default: none].
+    #[arg(value_name = "FILE")]
+    alertmanager_tls_ca_file: PathBuf = PathBuf::new();
+    /// PEM client certificate for mutual TLS with the Alertmanagers
+    /// (tls_config cert_file), with --alertmanager-tls-key-file
+    /// [default: none].
+    #[arg(value_name = "FILE")]
+    alertmanager_tls_cert_file: PathBuf = PathBuf::new();
+    /// PEM private key of --alertmanager-tls-cert-file (tls_config
+    /// key_file) [default: none].
+    #[arg(value_name = "FILE")]
+    alertmanager_tls_key_file: PathBuf = PathBuf::new();
+    /// The name the Alertmanagers' certificates must carry, instead of the
+    /// URLs' hosts (tls_config server_name) [default: none].
+    #[arg(value_name = "NAME")]
+    alertmanager_tls_server_name: String = String::new();
+    /// Accept any certificate from the Alertmanagers (tls_config
+    /// insecure_skip_verify): anyone on the path can read and change the
+    /// alerts [default: false].
+    #[arg(value_name = "BOOL")]
+    alertmanager_tls_insecure_skip_verify: bool = false;
+    /// The user name sent to the Alertmanagers with basic auth (as
+    /// Prometheus' alertmanager basic_auth), with
+    /// --alertmanager-basic-auth-password-file [default: none].
+    #[arg(value_name = "USER")]
+    alertmanager_basic_auth_username: String = String::new();
+    /// A file whose content (trimmed) is the basic auth password, read at
+    /// each send so it can be rotated (basic_auth password_file)
+    /// [default: none].
+    #[arg(value_name = "FILE")]
+    alertmanager_basic_auth_password_file: PathBuf = PathBuf::new();
     /// How long Sluice may have been down for an alert's `for` state to be
     /// restored after a start, from its ALERTS_FOR_STATE series (as
     /// Prometheus' --rules.alert.for-outage-tolerance) [default: 1h].
@@ -810,12 +843,56 @@ impl Config {
             }
         }
         for url in &self.alertmanager_url {
-            let host = url.strip_prefix("http://").unwrap_or_default();
+            let host = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .unwrap_or_default();
             if host.is_empty() || host.starts_with('/') {
                 return Err(ConfigError::Invalid(format!(
-                    "alertmanager-url {url:?}: an http:// URL with a host (https is not supported yet)"
+                    "alertmanager-url {url:?}: an http:// or https:// URL with a host"
                 )));
             }
+            // Its URL is a label of the notification metrics and in logs.
+            if host.split('/').next().is_some_and(|h| h.contains('@')) {
+                return Err(ConfigError::Invalid(format!(
+                    "alertmanager-url {:?}: no login in the URL; use --alertmanager-basic-auth-username and --alertmanager-basic-auth-password-file",
+                    url.split('@').next_back().unwrap_or_default()
+                )));
+            }
+        }
+        let transport = self.alertmanager_transport();
+        if transport.tls.is_set() {
+            if !self
+                .alertmanager_url
+                .iter()
+                .any(|u| u.starts_with("https://"))
+            {
+                return Err(ConfigError::Invalid(
+                    "alertmanager-tls-* settings need an https:// alertmanager-url".into(),
+                ));
+            }
+            transport
+                .tls
+                .client_config()
+                .map_err(|e| ConfigError::Invalid(format!("alertmanager {e}")))?;
+        }
+        if self.alertmanager_basic_auth_username.is_empty()
+            != self
+                .alertmanager_basic_auth_password_file
+                .as_os_str()
+                .is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "alertmanager-basic-auth-username and alertmanager-basic-auth-password-file go together".into(),
+            ));
+        }
+        if let Some((_, file)) = &transport.basic_auth {
+            std::fs::read(file).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "alertmanager-basic-auth-password-file {}: {e}",
+                    file.display()
+                ))
+            })?;
         }
         if self.otlp_translation_strategy.keeps_names()
             && self.metric_name_validation_scheme == NameValidation::Legacy
@@ -1015,6 +1092,24 @@ impl Config {
         }
     }
 
+    /// How notifications reach the Alertmanagers: TLS and login.
+    pub fn alertmanager_transport(&self) -> crate::rules::notifier::Transport {
+        let path = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
+        crate::rules::notifier::Transport {
+            tls: crate::forward::TlsConfig {
+                ca_file: path(&self.alertmanager_tls_ca_file),
+                cert_file: path(&self.alertmanager_tls_cert_file),
+                key_file: path(&self.alertmanager_tls_key_file),
+                server_name: (!self.alertmanager_tls_server_name.is_empty())
+                    .then(|| self.alertmanager_tls_server_name.clone()),
+                insecure_skip_verify: self.alertmanager_tls_insecure_skip_verify,
+            },
+            basic_auth: path(&self.alertmanager_basic_auth_password_file)
+                .filter(|_| !self.alertmanager_basic_auth_username.is_empty())
+                .map(|f| (self.alertmanager_basic_auth_username.clone(), f)),
+        }
+    }
+
     /// The directory of per-tenant rule files, if one is named.
     pub fn ruler_dir(&self) -> Option<&std::path::Path> {
         let d = self.ruler_storage_local_directory.as_path();
@@ -1039,6 +1134,7 @@ impl Config {
                 resend_delay_ms: ms(self.rules_alert_resend_delay),
             },
             alertmanagers: self.alertmanager_url.clone(),
+            alertmanager_transport: self.alertmanager_transport(),
             files_only: false,
             notify_header: None,
         }
@@ -1498,9 +1594,33 @@ mod tests {
                 },
             ),
             (
-                "https is not supported yet",
+                "no login in the URL",
+                Config {
+                    alertmanager_url: vec!["https://u:secret@am:9093".into()],
+                    ..Config::default()
+                },
+            ),
+            (
+                "need an https:// alertmanager-url",
+                Config {
+                    alertmanager_url: vec!["http://am:9093".into()],
+                    alertmanager_tls_server_name: "am".into(),
+                    ..Config::default()
+                },
+            ),
+            (
+                "alertmanager tls /nonexistent/ca.pem: I/O error",
                 Config {
                     alertmanager_url: vec!["https://am:9093".into()],
+                    alertmanager_tls_ca_file: "/nonexistent/ca.pem".into(),
+                    ..Config::default()
+                },
+            ),
+            (
+                "go together",
+                Config {
+                    alertmanager_url: vec!["https://am:9093".into()],
+                    alertmanager_basic_auth_username: "u".into(),
                     ..Config::default()
                 },
             ),
@@ -1516,6 +1636,12 @@ mod tests {
         };
         ok.validate()
             .expect("two destinations, each series on both");
+        let secret = Config {
+            alertmanager_url: vec!["https://u:secret@am:9093".into()],
+            ..Config::default()
+        };
+        let e = secret.validate().expect_err("login in URL").to_string();
+        assert!(!e.contains("secret"), "the password is not repeated: {e}");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct RuleSettings {
     pub alerting: group::AlertSettings,
     /// The Alertmanagers alerts go to (their URLs).
     pub alertmanagers: Vec<String>,
+    /// How the notifications reach them: TLS and login.
+    pub alertmanager_transport: notifier::Transport,
     /// Whether every file the patterns name is a rule file, directories
     /// and dot-files passed over (a tenant's rule directory), rather than
     /// every path they name (`--rule-files`, as Prometheus reads them).
@@ -111,6 +113,7 @@ impl Rules {
             &settings.alertmanagers,
             settings.alerting.externals.labels.clone(),
             settings.notify_header.clone(),
+            settings.alertmanager_transport.clone(),
         ));
         Self {
             settings,
@@ -633,6 +636,7 @@ mod tests {
                 query: QueryOptions::default(),
                 alerting: group::AlertSettings::default(),
                 alertmanagers: Vec::new(),
+                alertmanager_transport: notifier::Transport::default(),
                 files_only: false,
                 notify_header: None,
             },

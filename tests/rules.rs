@@ -5,6 +5,8 @@
 //! Sluice agree on what is a valid file.
 
 mod common;
+#[path = "common/pki.rs"]
+mod pki;
 #[path = "common/promqltest.rs"]
 mod promqltest;
 
@@ -500,15 +502,22 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
 }
 
 /// Debian's Alertmanager 0.25 on a free port, with one receiver that
-/// does nothing: a place for alerts to arrive and be listed.
+/// does nothing: a place for alerts to arrive and be listed. With `web`,
+/// its web configuration file (https and logins): it is then asked with
+/// curl, trusting `ca` and logging in as `login`.
 struct Alertmanager {
     child: common::KillOnDrop,
     port: u16,
+    web: Option<(std::path::PathBuf, (String, String))>,
     _dir: tempfile::TempDir,
 }
 
 impl Alertmanager {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    async fn start_with(web: Option<(String, std::path::PathBuf, (String, String))>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("am.yml");
         std::fs::write(
@@ -520,14 +529,21 @@ impl Alertmanager {
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        let child = std::process::Command::new("prometheus-alertmanager")
-            .arg(format!("--config.file={}", config.display()))
+        let mut cmd = std::process::Command::new("prometheus-alertmanager");
+        cmd.arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.path={}",
                 dir.path().join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--cluster.listen-address=")
+            .arg("--cluster.listen-address=");
+        let web = web.map(|(text, ca, login)| {
+            let file = dir.path().join("web.yml");
+            std::fs::write(&file, text).expect("web config");
+            cmd.arg(format!("--web.config.file={}", file.display()));
+            (ca, login)
+        });
+        let child = cmd
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -535,21 +551,48 @@ impl Alertmanager {
         let am = Self {
             child: common::KillOnDrop(child),
             port,
+            web,
             _dir: dir,
         };
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while common::get(addr, "/-/ready").await.0 != 200 {
+        while am.get("/-/ready").await.0 != 200 {
             assert!(Instant::now() < deadline, "alertmanager never got ready");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         am
     }
 
+    /// GET `path`: status and body (0 when it does not answer).
+    async fn get(&self, path: &str) -> (u16, String) {
+        let Some((ca, (user, password))) = &self.web else {
+            let addr: std::net::SocketAddr =
+                format!("127.0.0.1:{}", self.port).parse().expect("addr");
+            return common::get(addr, path).await;
+        };
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(ca)
+        .args(["-u", &format!("{user}:{password}")])
+        .arg(format!("https://127.0.0.1:{}{path}", self.port));
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .expect("joined")
+            .expect("curl runs (scripts/test installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+
     /// The alerts it holds as active (not resolved).
     async fn alerts(&self) -> Vec<serde_json::Value> {
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse().expect("addr");
-        let (status, body) = common::get(addr, "/api/v2/alerts").await;
+        let (status, body) = self.get("/api/v2/alerts").await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_str::<Vec<serde_json::Value>>(&body).expect("alerts")
     }
@@ -661,6 +704,105 @@ async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_
         common::metric_value(&metrics, "sluice_notifications_dropped_total"),
         Some(0.0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_reach_an_alertmanager_over_https_with_a_login() {
+    let pki = pki::Pki::new();
+    const PASSWORD: &str = "alert horse";
+    let web = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  sluice: {}\n",
+        pki.path("server.crt").display(),
+        pki.path("server.key").display(),
+        pki::hash(PASSWORD)
+    );
+    let am = Alertmanager::start_with(Some((
+        web,
+        pki.path("ca.crt"),
+        ("sluice".into(), PASSWORD.into()),
+    )))
+    .await;
+    let _ = &am.child;
+    // Without the login, Alertmanager refuses.
+    let open = Alertmanager {
+        child: common::KillOnDrop(std::process::Command::new("true").spawn().expect("true")),
+        port: am.port,
+        web: Some((pki.path("ca.crt"), ("sluice".into(), "wrong".into()))),
+        _dir: tempfile::tempdir().expect("tempdir"),
+    };
+    assert_eq!(open.get("/api/v2/alerts").await.0, 401);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("alerts.yml");
+    std::fs::write(
+        &file,
+        "groups:\n  - name: tls\n    interval: 1s\n    rules:\n      - alert: OverTls\n        expr: vector(1)\n        annotations: {summary: sent over https}\n",
+    )
+    .expect("rules");
+    let good = dir.path().join("password");
+    std::fs::write(&good, format!("{PASSWORD}\n")).expect("password");
+    let bad = dir.path().join("bad-password");
+    std::fs::write(&bad, "wrong\n").expect("password");
+    let url = format!("https://127.0.0.1:{}", am.port);
+    let start = |password: &std::path::Path| {
+        let data = tempfile::tempdir().expect("tempdir");
+        let (child, addr) = common::spawn_sluice(
+            env!("CARGO_BIN_EXE_sluice"),
+            data.path(),
+            "info",
+            &[
+                "--rule-files",
+                &file.display().to_string(),
+                "--alertmanager-url",
+                &url,
+                "--alertmanager-tls-ca-file",
+                &pki.path("ca.crt").display().to_string(),
+                "--alertmanager-basic-auth-username",
+                "sluice",
+                "--alertmanager-basic-auth-password-file",
+                &password.display().to_string(),
+            ],
+        );
+        (common::KillOnDrop(child), addr, data)
+    };
+    let (_good_sluice, good_addr, _d1) = start(&good);
+    let (_bad_sluice, bad_addr, _d2) = start(&bad);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = am.alerts().await;
+        if let Some(a) = got.iter().find(|a| a["labels"]["alertname"] == "OverTls") {
+            assert_eq!(a["annotations"]["summary"], "sent over https");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the alert never arrived: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let errors = |text: &str| {
+        common::metric_value(
+            text,
+            &format!("sluice_notifications_errors_total{{alertmanager=\"{url}/api/v2/alerts\"}}"),
+        )
+    };
+    let (_, metrics) = common::get(good_addr, "/metrics").await;
+    assert_eq!(errors(&metrics), Some(0.0), "{metrics}");
+    // A wrong password: Alertmanager's 401 is counted, and the password
+    // is in no metric.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = common::get(bad_addr, "/metrics").await;
+        assert!(!metrics.contains(PASSWORD) && !metrics.contains("wrong"));
+        if errors(&metrics).is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failed send counted: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The ALERTS_FOR_STATE samples of `alertname` (time, value).

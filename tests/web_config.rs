@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,119 +14,11 @@ use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
+#[path = "common/pki.rs"]
+mod pki;
+use pki::{hash, Pki};
+
 const PASSWORD: &str = "correct horse";
-
-/// Certificates for one test, made with openssl: a CA, a server
-/// certificate for 127.0.0.1 and localhost, two client certificates from
-/// the CA (names `client.example` and `other.example`) and one from a
-/// CA nobody trusts.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs: install Debian's openssl package (scripts/test does)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Pki {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let d = dir.path();
-        for ca in ["ca", "rogue-ca"] {
-            openssl(
-                d,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:P-256",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    &format!("/CN={ca}"),
-                    "-keyout",
-                    &format!("{ca}.key"),
-                    "-out",
-                    &format!("{ca}.crt"),
-                ],
-            );
-        }
-        let leaf = |name: &str, ca: &str, san: &str, usage: &str| {
-            std::fs::write(
-                d.join(format!("{name}.ext")),
-                format!(
-                    "subjectAltName={san}\nbasicConstraints=CA:FALSE\n\
-                     keyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
-                ),
-            )
-            .expect("ext file");
-            openssl(
-                d,
-                &[
-                    "req",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:P-256",
-                    "-nodes",
-                    "-subj",
-                    &format!("/CN={name}"),
-                    "-keyout",
-                    &format!("{name}.key"),
-                    "-out",
-                    &format!("{name}.csr"),
-                ],
-            );
-            openssl(
-                d,
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &format!("{name}.csr"),
-                    "-CA",
-                    &format!("{ca}.crt"),
-                    "-CAkey",
-                    &format!("{ca}.key"),
-                    "-CAcreateserial",
-                    "-days",
-                    "2",
-                    "-extfile",
-                    &format!("{name}.ext"),
-                    "-out",
-                    &format!("{name}.crt"),
-                ],
-            );
-        };
-        leaf("server", "ca", "DNS:localhost,IP:127.0.0.1", "serverAuth");
-        leaf("client", "ca", "DNS:client.example", "clientAuth");
-        leaf("other", "ca", "DNS:other.example", "clientAuth");
-        leaf("rogue", "rogue-ca", "DNS:client.example", "clientAuth");
-        Self { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-/// A bcrypt hash of `password` at cost 4 (Prometheus takes any cost; 4
-/// keeps the tests quick).
-fn hash(password: &str) -> String {
-    bcrypt::hash(password, 4).expect("bcrypt")
-}
 
 /// Sluice started with `web` as its web configuration file (written into
 /// the certificates' directory, so relative paths name them).

@@ -1,9 +1,11 @@
 //! Alerts to Alertmanager, as Prometheus' notifier sends them: a bounded
 //! queue (the oldest dropped when it is full), batches of at most 256
 //! posted as JSON to each Alertmanager's `/api/v2/alerts` within 10 s,
-//! with the external labels an alert lacks added. No retry: an alert still
-//! firing is sent again after the resend delay, and one not delivered
-//! anywhere is counted dropped.
+//! with the external labels an alert lacks added, over http or https (a
+//! CA, a client certificate, a server name, as Prometheus' `tls_config`)
+//! with basic auth when asked. No retry: an alert still firing is sent
+//! again after the resend delay, and one not delivered anywhere is
+//! counted dropped.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
@@ -38,6 +41,69 @@ pub struct NotifierFigures {
     pub queued: u64,
 }
 
+/// How notifications reach the Alertmanagers: TLS for https URLs, and a
+/// login (user, and the file holding the password, read at each send).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Transport {
+    /// TLS settings for https Alertmanagers.
+    pub tls: crate::forward::TlsConfig,
+    /// Basic auth: the user and the password's file.
+    pub basic_auth: Option<(String, std::path::PathBuf)>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("tls", &self.tls)
+            .field("basic_auth_user", &self.basic_auth.as_ref().map(|(u, _)| u))
+            .finish()
+    }
+}
+
+type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+impl Transport {
+    /// A client for http and https Alertmanagers (with `https` false, for
+    /// plain http alone: no trust store is read).
+    fn client(&self, https: bool) -> Result<HttpsClient, String> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(TIMEOUT));
+        let config = match https {
+            true => self.tls.client_config()?,
+            false => crate::forward::TlsConfig::plain_http()?,
+        };
+        let tls = HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http();
+        let tls = match &self.tls.server_name {
+            Some(name) => {
+                let name = rustls_pki_types::ServerName::try_from(name.clone())
+                    .map_err(|e| format!("tls server-name {name:?}: {e}"))?;
+                tls.with_server_name_resolver(FixedServerNameResolver::new(name))
+            }
+            None => tls,
+        };
+        Ok(Client::builder(TokioExecutor::new()).build(tls.enable_http1().wrap_connector(http)))
+    }
+
+    /// The Authorization header's value, the password read now.
+    fn authorization(&self) -> Result<Option<http::HeaderValue>, String> {
+        use base64::Engine as _;
+        let Some((user, file)) = &self.basic_auth else {
+            return Ok(None);
+        };
+        let password = std::fs::read_to_string(file)
+            .map_err(|e| format!("basic auth password file {}: {e}", file.display()))?;
+        let token =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{}", password.trim()));
+        let mut value =
+            http::HeaderValue::from_str(&format!("Basic {token}")).map_err(|e| e.to_string())?;
+        value.set_sensitive(true);
+        Ok(Some(value))
+    }
+}
+
 /// The queue and the Alertmanagers it sends to.
 #[derive(Debug)]
 pub struct Notifier {
@@ -46,6 +112,8 @@ pub struct Notifier {
     external_labels: BTreeMap<String, String>,
     /// A header every request carries: the tenant the alerts are of.
     header: Option<(http::HeaderName, http::HeaderValue)>,
+    /// TLS and login.
+    transport: Transport,
     queue: Mutex<VecDeque<Outgoing>>,
     more: Notify,
     /// Sent and failed per endpoint, and dropped.
@@ -88,18 +156,20 @@ pub fn body(alerts: &[Outgoing]) -> String {
 }
 
 impl Notifier {
-    /// A notifier to the Alertmanagers at `urls`, adding
+    /// A notifier to the Alertmanagers at `urls` by `transport`, adding
     /// `external_labels` to the alerts that lack them, and `header` to
     /// every request.
     pub fn new(
         urls: &[String],
         external_labels: BTreeMap<String, String>,
         header: Option<(http::HeaderName, http::HeaderValue)>,
+        transport: Transport,
     ) -> Self {
         Self {
             endpoints: urls.iter().map(|u| endpoint(u)).collect(),
             external_labels,
             header,
+            transport,
             queue: Mutex::new(VecDeque::new()),
             more: Notify::new(),
             counts: Mutex::new((vec![(0, 0); urls.len()], 0)),
@@ -155,8 +225,16 @@ impl Notifier {
     /// Sends batches as they come, until `stop` (what is queued then is
     /// sent first).
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        // The settings were checked at start; a CA file gone since is
+        // said, and every batch then fails and is counted.
+        let https = self.endpoints.iter().any(|e| e.starts_with("https://"));
+        let client = match self.transport.client(https) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot set up the connection to the Alertmanagers; alerts are dropped");
+                None
+            }
+        };
         loop {
             let batch: Vec<Outgoing> = {
                 let mut q = self.queue.lock();
@@ -175,6 +253,7 @@ impl Notifier {
             }
             let payload = Bytes::from(body(&batch));
             let mut delivered = false;
+            let login = self.transport.authorization();
             // Each Alertmanager at once, each within its own timeout.
             let sends: Vec<_> = self
                 .endpoints
@@ -182,10 +261,15 @@ impl Notifier {
                 .map(|e| {
                     let (client, payload, e) = (client.clone(), payload.clone(), e.clone());
                     let header = self.header.clone();
+                    let login = login.clone();
                     tokio::spawn(async move {
+                        let client = client.ok_or("no connection set up")?;
                         let mut req = http::Request::post(e.as_str());
                         if let Some((name, value)) = header {
                             req = req.header(name, value);
+                        }
+                        if let Some(value) = login? {
+                            req = req.header(http::header::AUTHORIZATION, value);
                         }
                         let req = req
                             .header(http::header::CONTENT_TYPE, "application/json")
@@ -254,6 +338,7 @@ mod tests {
             &["http://am:9093".into()],
             BTreeMap::from([("dc".into(), "eu".into())]),
             None,
+            Transport::default(),
         );
         let many: Vec<Outgoing> = (0..QUEUE_CAPACITY + 5)
             .map(|i| Outgoing {
