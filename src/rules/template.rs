@@ -215,6 +215,9 @@ enum Node {
     Range(Pipe, Vec<Node>, Vec<Node>),
     Break,
     Continue,
+    /// An action Sluice does not run (`define`, `template`, `block`): it
+    /// loads, as Prometheus loads it, and fails when expanded.
+    Unsupported(String),
 }
 
 /// How deep `if`, `range` and `with` may nest.
@@ -321,7 +324,11 @@ fn parse_list(items: &[Item], at: &mut usize, depth: usize) -> Result<Vec<Node>,
                             return Err("unexpected EOF in range".into());
                         };
                         *at += 1;
-                        if keyword(a).0 == "else" {
+                        let (k2, rest2) = keyword(a);
+                        if k2 == "else" {
+                            if !rest2.is_empty() {
+                                return Err(format!("unexpected {rest2:?} after else in range"));
+                            }
                             otherwise = parse_list(items, at, depth + 1)?;
                             match items.get(*at) {
                                 Some(Item::Action(a)) if keyword(a).0 == "end" => *at += 1,
@@ -338,10 +345,19 @@ fn parse_list(items: &[Item], at: &mut usize, depth: usize) -> Result<Vec<Node>,
                         out.push(Node::Continue);
                         *at += 1;
                     }
-                    "define" | "template" | "block" => {
-                        return Err(format!(
-                            "{k:?} actions are not supported by Sluice's templates"
-                        ))
+                    "define" | "block" => {
+                        // Their bodies run to an `end`: passed over whole.
+                        *at += 1;
+                        let _ = parse_list(items, at, depth + 1)?;
+                        match items.get(*at) {
+                            Some(Item::Action(a)) if keyword(a).0 == "end" => *at += 1,
+                            _ => return Err(format!("unexpected EOF in {k}")),
+                        }
+                        out.push(Node::Unsupported(k.to_owned()));
+                    }
+                    "template" => {
+                        out.push(Node::Unsupported(k.to_owned()));
+                        *at += 1;
                     }
                     _ => {
                         out.push(Node::Out(pipe_of(a)?));
@@ -371,6 +387,8 @@ fn parse(text: &str) -> Result<Vec<Node>, String> {
 const MAX_OUTPUT: usize = 1 << 20;
 const MAX_STEPS: usize = 1 << 20;
 const TOO_LARGE: &str = "template too large: it writes or loops too much";
+/// The most queries one expansion runs (each is a PromQL evaluation).
+const MAX_QUERIES: usize = 100;
 
 /// What an expansion carries: the data, the variables in scope, `.`, and
 /// what it has spent.
@@ -378,6 +396,7 @@ struct Env<'a, 'b> {
     data: &'b Data<'a>,
     vars: Vec<(String, V)>,
     steps: usize,
+    queries: usize,
 }
 
 /// How a list of nodes ended: normally, or by `break`/`continue`.
@@ -403,6 +422,7 @@ pub fn expand(text: &str, data: &Data<'_>) -> Result<String, String> {
             ("$value".into(), V::Num(data.value)),
         ],
         steps: 0,
+        queries: 0,
     };
     let mut out = String::new();
     run(&nodes, &V::Root, &mut env, &mut out, false)?;
@@ -468,9 +488,16 @@ fn run(
                         .collect(),
                     V::Map(m) => m.into_iter().map(|(k, v)| (V::Str(k), V::Str(v))).collect(),
                     V::Nil => Vec::new(),
-                    V::Num(n) if n >= 0.0 && n.fract() == 0.0 => (0..n as usize)
-                        .map(|i| (V::Num(i as f64), V::Num(i as f64)))
-                        .collect(),
+                    // A count (Go 1.22's range over an integer), no more
+                    // turns than a template may take.
+                    V::Num(n) if n >= 0.0 && n.fract() == 0.0 => {
+                        if n > MAX_STEPS as f64 {
+                            return Err(TOO_LARGE.into());
+                        }
+                        (0..n as usize)
+                            .map(|i| (V::Num(i as f64), V::Num(i as f64)))
+                            .collect()
+                    }
                     other => return Err(format!("range can't iterate over {}", other.text())),
                 };
                 if elements.is_empty() {
@@ -501,6 +528,11 @@ fn run(
             Node::Break if in_range => return Ok(Flow::Break),
             Node::Continue if in_range => return Ok(Flow::Continue),
             Node::Break | Node::Continue => return Err("break or continue outside range".into()),
+            Node::Unsupported(k) => {
+                return Err(format!(
+                    "{k:?} actions are not supported by Sluice's templates"
+                ))
+            }
         }
     }
     Ok(Flow::Normal)
@@ -511,6 +543,10 @@ fn bind(env: &mut Env<'_, '_>, p: &Pipe, v: V) -> Result<(), String> {
     let name = p.vars.first().cloned().unwrap_or_default();
     if p.declare {
         env.vars.push((name, v));
+        // Variables hold at most a few times what a template may write.
+        if env.vars.iter().map(|(_, v)| size_of(v)).sum::<usize>() > 4 * MAX_OUTPUT {
+            return Err(TOO_LARGE.into());
+        }
         return Ok(());
     }
     match env.vars.iter_mut().rev().find(|(n, _)| *n == name) {
@@ -542,7 +578,7 @@ pub fn check(text: &str) -> Result<(), String> {
                     walk(body)?;
                     walk(otherwise)?;
                 }
-                Node::Text(_) | Node::Break | Node::Continue => {}
+                Node::Text(_) | Node::Break | Node::Continue | Node::Unsupported(_) => {}
             }
         }
         Ok(())
@@ -654,8 +690,24 @@ fn tokens(s: &str) -> Result<Vec<String>, String> {
             out.push(c.to_string());
             i += 1;
         } else {
+            // `:=` and `=` are tokens of their own (`{{$x:=.Value}}`).
+            if c == '=' {
+                out.push("=".into());
+                i += 1;
+                continue;
+            }
+            if c == ':' && b.get(i + 1) == Some(&'=') {
+                out.push(":=".into());
+                i += 2;
+                continue;
+            }
             let mut j = i;
-            while j < b.len() && !b[j].is_whitespace() && !matches!(b[j], '|' | '(' | ')' | '"') {
+            let ends = |j: usize| {
+                b[j].is_whitespace()
+                    || matches!(b[j], '|' | '(' | ')' | '"' | '=')
+                    || (b[j] == ':' && b.get(j + 1) == Some(&'='))
+            };
+            while j < b.len() && !ends(j) {
                 j += 1;
             }
             out.push(b[i..j].iter().collect());
@@ -677,6 +729,14 @@ fn eval_pipe(p: &Pipe, dot: &V, env: &mut Env<'_, '_>) -> Result<V, String> {
     Ok(v)
 }
 
+/// An argument of a command: a token, or a parenthesised pipeline (the
+/// tokens between its parentheses), evaluated when the command asks.
+#[derive(Clone, Copy)]
+enum Arg<'t> {
+    Tok(&'t str),
+    Paren(usize, usize),
+}
+
 fn eval_nested(
     toks: &[String],
     at: &mut usize,
@@ -689,27 +749,39 @@ fn eval_nested(
     }
     let mut prev: Option<V> = None;
     loop {
-        let mut args: Vec<&str> = Vec::new();
-        let mut nested: Vec<Option<V>> = Vec::new();
+        let mut args: Vec<Arg<'_>> = Vec::new();
         while *at < toks.len() && toks[*at] != "|" && toks[*at] != ")" {
             if toks[*at] == "(" {
-                *at += 1;
-                let v = eval_nested(toks, at, dot, env, depth + 1)?;
-                if toks.get(*at).map(String::as_str) != Some(")") {
+                let start = *at + 1;
+                let mut open = 1usize;
+                let mut end = start;
+                while end < toks.len() {
+                    match toks[end].as_str() {
+                        "(" => open += 1,
+                        ")" => {
+                            open -= 1;
+                            if open == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    end += 1;
+                }
+                if end >= toks.len() {
                     return Err("unclosed left paren".into());
                 }
-                args.push("");
-                nested.push(Some(v));
+                args.push(Arg::Paren(start, end));
+                *at = end + 1;
             } else {
-                args.push(&toks[*at]);
-                nested.push(None);
+                args.push(Arg::Tok(&toks[*at]));
+                *at += 1;
             }
-            *at += 1;
         }
         if args.is_empty() {
             return Err("missing value for command".into());
         }
-        let v = command(&args, &nested, prev.take(), dot, env)?;
+        let v = command(&args, toks, prev.take(), dot, env, depth)?;
         // No value grows past what a template may write (a string
         // doubled in a loop would, in few steps).
         if matches!(&v, V::Str(s) if s.len() > MAX_OUTPUT) {
@@ -721,6 +793,27 @@ fn eval_nested(
             continue;
         }
         return prev.ok_or_else(|| "empty pipeline".into());
+    }
+}
+
+/// The value of `arg`.
+fn arg_value(
+    arg: Arg<'_>,
+    toks: &[String],
+    dot: &V,
+    env: &mut Env<'_, '_>,
+    depth: usize,
+) -> Result<V, String> {
+    match arg {
+        Arg::Tok(t) => operand(t, dot, env),
+        Arg::Paren(start, end) => {
+            let mut at = start;
+            let v = eval_nested(&toks[..end], &mut at, dot, env, depth + 1)?;
+            if at != end {
+                return Err(format!("unexpected {:?} in operand", toks[at]));
+            }
+            Ok(v)
+        }
     }
 }
 
@@ -757,7 +850,7 @@ fn field(v: &V, name: &str, data: &Data<'_>) -> Result<V, String> {
 
 /// A value token: `.`, a field chain, a variable (and its fields), a
 /// string, number or boolean.
-fn operand(t: &str, dot: &V, env: &Env<'_, '_>) -> Result<V, String> {
+fn operand(t: &str, dot: &V, env: &mut Env<'_, '_>) -> Result<V, String> {
     if let Some(q) = t.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
         return Ok(V::Str(unquote(q)));
     }
@@ -794,7 +887,22 @@ fn operand(t: &str, dot: &V, env: &Env<'_, '_>) -> Result<V, String> {
     for name in path.split('.').filter(|s| !s.is_empty()) {
         v = field(&v, name, env.data)?;
     }
+    // A large value read costs steps as it is copied.
+    env.steps += size_of(&v) / 1024;
     Ok(v)
+}
+
+/// About how many bytes `v` holds.
+fn size_of(v: &V) -> usize {
+    let map =
+        |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    match v {
+        V::Str(s) => s.len(),
+        V::Map(m) => map(m),
+        V::List(l) => l.iter().map(size_of).sum(),
+        V::Sample(s) => map(&s.0) + 8,
+        V::Num(_) | V::Bool(_) | V::Root | V::Nil => 8,
+    }
 }
 
 fn unquote(q: &str) -> String {
@@ -816,34 +924,53 @@ fn unquote(q: &str) -> String {
 }
 
 fn command(
-    args: &[&str],
-    nested: &[Option<V>],
+    args: &[Arg<'_>],
+    toks: &[String],
     prev: Option<V>,
     dot: &V,
     env: &mut Env<'_, '_>,
+    depth: usize,
 ) -> Result<V, String> {
-    let name = args[0];
-    let is_function = nested[0].is_none()
+    let name = match args[0] {
+        Arg::Tok(t) => t,
+        Arg::Paren(..) => "",
+    };
+    let is_function = !name.is_empty()
         && !name.starts_with(['$', '.', '"', '`'])
         && name.parse::<f64>().is_err()
         && !matches!(name, "true" | "false" | "nil");
-    let value_of = |i: usize, env: &Env<'_, '_>| -> Result<V, String> {
-        match &nested[i] {
-            Some(v) => Ok(v.clone()),
-            None => operand(args[i], dot, env),
-        }
-    };
     if !is_function {
         if args.len() > 1 || prev.is_some() {
             return Err(format!("can't give argument to non-function {name}"));
         }
-        return value_of(0, env);
+        return arg_value(args[0], toks, dot, env, depth);
+    }
+    // `and` and `or` stop at the argument that decides, as Go's do.
+    if name == "and" || name == "or" {
+        let n = args.len() - 1 + usize::from(prev.is_some());
+        if n == 0 {
+            return Err(format!(
+                "wrong number of args for {name}: want at least 1 got 0"
+            ));
+        }
+        let (mut last, mut prev) = (V::Nil, prev);
+        for k in 0..n {
+            last = match args.get(k + 1) {
+                Some(&a) => arg_value(a, toks, dot, env, depth)?,
+                None => prev.take().unwrap_or(V::Nil),
+            };
+            if last.truth() == (name == "or") {
+                break;
+            }
+        }
+        return Ok(last);
     }
     let mut vals = Vec::with_capacity(args.len());
-    for i in 1..args.len() {
-        vals.push(value_of(i, env)?);
+    for &a in &args[1..] {
+        vals.push(arg_value(a, toks, dot, env, depth)?);
     }
     vals.extend(prev);
+
     let data = env.data;
     let one = |vals: &[V]| -> Result<V, String> {
         match vals {
@@ -908,21 +1035,30 @@ fn command(
         "reReplaceAll" => match vals.as_slice() {
             [re, repl, s] => {
                 let re = regex::Regex::new(&re.text()).map_err(|e| e.to_string())?;
-                V::Str(
-                    re.replace_all(&s.text(), go_replacement(&repl.text()))
-                        .into_owned(),
-                )
+                let (s, repl) = (s.text(), go_replacement(&repl.text()));
+                // What it would write, bounded before it is built.
+                let matches = re.find_iter(&s).take(MAX_OUTPUT + 1).count();
+                if s.len() + matches.saturating_mul(repl.len()) > MAX_OUTPUT {
+                    return Err(TOO_LARGE.into());
+                }
+                V::Str(re.replace_all(&s, repl.as_str()).into_owned())
             }
             _ => return Err("wrong number of args for reReplaceAll: want 3".into()),
         },
-        "print" => V::Str(go_print(&vals)),
-        "println" => V::Str(vals.iter().map(V::text).collect::<Vec<_>>().join(" ") + "\n"),
+        "print" => V::Str(go_print(&vals)?),
+        "println" => V::Str(go_print(&vals)? + "\n"),
         "printf" => match vals.split_first() {
             Some((format, rest)) => V::Str(printf(&format.text(), rest)?),
             None => return Err("wrong number of args for printf".into()),
         },
         "query" => {
             let q = one(&vals)?.text();
+            env.queries += 1;
+            if env.queries > MAX_QUERIES {
+                return Err(format!(
+                    "error calling query: more than {MAX_QUERIES} queries in one template"
+                ));
+            }
             let run = data
                 .query
                 .ok_or_else(|| "error calling query: no query engine".to_owned())?;
@@ -1003,47 +1139,28 @@ fn command(
             if name == "eq" {
                 let mut any = false;
                 for r in rest {
-                    any |= compare(first, r)? == std::cmp::Ordering::Equal;
+                    if go_eq(first, r)? {
+                        any = true;
+                        break;
+                    }
                 }
                 V::Bool(any)
             } else {
                 let (a, b) = two(&vals)?;
-                let o = compare(&a, &b)?;
-                use std::cmp::Ordering::*;
+                // As Go: le is lt or eq, gt not le, ge not lt (so a NaN
+                // is greater than anything, and not less).
                 V::Bool(match name {
-                    "ne" => o != Equal,
-                    "lt" => o == Less,
-                    "le" => o != Greater,
-                    "gt" => o == Greater,
-                    _ => o != Less,
+                    "ne" => !go_eq(&a, &b)?,
+                    "lt" => go_lt(&a, &b)?,
+                    "le" => go_lt(&a, &b)? || go_eq(&a, &b)?,
+                    "gt" => !(go_lt(&a, &b)? || go_eq(&a, &b)?),
+                    _ => !go_lt(&a, &b)?,
                 })
             }
         }
-        "and" => {
-            let mut last = V::Nil;
-            for v in vals {
-                let t = v.truth();
-                last = v;
-                if !t {
-                    break;
-                }
-            }
-            last
-        }
-        "or" => {
-            let mut last = V::Nil;
-            for v in vals {
-                let t = v.truth();
-                last = v;
-                if t {
-                    break;
-                }
-            }
-            last
-        }
         "not" => V::Bool(!one(&vals)?.truth()),
-        "html" => V::Str(html_escape(&go_print(&vals))),
-        "urlquery" => V::Str(form_urlencoded::byte_serialize(go_print(&vals).as_bytes()).collect()),
+        "html" => V::Str(html_escape(&go_print(&vals)?)),
+        "urlquery" => V::Str(query_escape(&go_print(&vals)?)),
         other => {
             return Err(format!(
                 "function {other:?} is not supported by Sluice's templates"
@@ -1053,15 +1170,35 @@ fn command(
 }
 
 /// Go's `print`: operands' text, a space between two that are not
-/// strings.
-fn go_print(vals: &[V]) -> String {
+/// strings; too large an answer is refused before it is built.
+fn go_print(vals: &[V]) -> Result<String, String> {
+    let texts: Vec<String> = vals.iter().map(V::text).collect();
+    if texts.iter().map(String::len).sum::<usize>() > MAX_OUTPUT {
+        return Err(TOO_LARGE.into());
+    }
     let mut out = String::new();
-    for (i, v) in vals.iter().enumerate() {
+    for (i, (v, t)) in vals.iter().zip(&texts).enumerate() {
         let spaced = i > 0 && !matches!(v, V::Str(_)) && !matches!(vals[i - 1], V::Str(_));
         if spaced {
             out.push(' ');
         }
-        out.push_str(&v.text());
+        out.push_str(t);
+    }
+    Ok(out)
+}
+
+/// Go's `url.QueryEscape`: letters, digits and `-_.~` kept, a space as
+/// `+`, every other byte `%XX`.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
     }
     out
 }
@@ -1082,17 +1219,27 @@ fn html_escape(s: &str) -> String {
     out
 }
 
-/// Go's `eq`/`lt` on two basic values of one kind (a whole number and a
-/// float count as numbers both).
-fn compare(a: &V, b: &V) -> Result<std::cmp::Ordering, String> {
+/// Go's `eq` on two basic values of one kind (a whole number and a float
+/// count as numbers both; a NaN equals nothing).
+fn go_eq(a: &V, b: &V) -> Result<bool, String> {
     match (a, b) {
-        (V::Num(x), V::Num(y)) => x
-            .partial_cmp(y)
-            .ok_or_else(|| "incomparable NaN".to_owned()),
-        (V::Str(x), V::Str(y)) => Ok(x.cmp(y)),
-        (V::Bool(x), V::Bool(y)) => Ok(x.cmp(y)),
-        (V::Nil, V::Nil) => Ok(std::cmp::Ordering::Equal),
-        _ => Err("incompatible types for comparison".into()),
+        (V::Num(x), V::Num(y)) => Ok(x == y),
+        (V::Str(x), V::Str(y)) => Ok(x == y),
+        (V::Bool(x), V::Bool(y)) => Ok(x == y),
+        (V::Nil, V::Nil) => Ok(true),
+        _ => Err("error calling eq: incompatible types for comparison".into()),
+    }
+}
+
+/// Go's `lt`, on numbers and strings (a NaN is less than nothing).
+fn go_lt(a: &V, b: &V) -> Result<bool, String> {
+    match (a, b) {
+        (V::Num(x), V::Num(y)) => Ok(x < y),
+        (V::Str(x), V::Str(y)) => Ok(x < y),
+        (V::Bool(_), V::Bool(_)) | (V::Nil, V::Nil) => {
+            Err("error calling lt: invalid type for comparison".into())
+        }
+        _ => Err("error calling lt: incompatible types for comparison".into()),
     }
 }
 
@@ -1546,6 +1693,36 @@ mod tests {
         ];
         for (t, v, want) in control {
             assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
+        }
+        // Go's comparisons with a NaN, `and` and `or` that stop at the
+        // deciding argument, compact declarations, define/template loading.
+        let more = [
+            ("{{ if gt $value 0.5 }}high{{ else }}low{{ end }}", f64::NAN, "high"),
+            ("{{ if lt $value 0.5 }}low{{ else }}not{{ end }}", f64::NAN, "not"),
+            ("{{ eq $value $value }} {{ ne $value $value }} {{ ge $value 1.0 }}", f64::NAN, "false true true"),
+            ("{{ $r := query \"none\" }}{{ if and $r (gt ($r | first | value) 1.0) }}hi{{ else }}none{{ end }}", 0.0, "none"),
+            ("{{ or $labels.job (query \"none\" | first) }}", 0.0, "api"),
+            ("{{$x:=$value}}{{$x}} {{$x=2.0}}{{$x}}", 1.5, "1.5 2"),
+            ("{{ eq $labels.job \"api\" 1.0 }}", 0.0, "true"),
+            ("{{ urlquery \"a b*~\" }}", 0.0, "a+b%2A~"),
+        ];
+        for (t, v, want) in more {
+            assert_eq!(run(t, v).as_deref(), Ok(want), "{t}");
+        }
+        assert_eq!(
+            check("{{ define \"x\" }}y{{ end }}{{ template \"x\" }}"),
+            Ok(())
+        );
+        assert!(run("{{ template \"x\" }}", 0.0).is_err_and(|e| e.contains("not supported")));
+        assert!(check("{{ range 3 }}{{ else if true }}{{ end }}").is_err());
+        for huge in [
+            "{{ range 1e12 }}{{ end }}",
+            "{{ range 1e300 }}{{ end }}",
+            "{{ $x := printf \"%999999s\" \"\" }}{{ reReplaceAll \"\" $x $x }}",
+            "{{ $x := printf \"%999999s\" \"\" }}{{ range 300000 }}{{ if $x }}{{ end }}{{ end }}",
+            "{{ range 400 }}{{ query \"up\" }}{{ end }}",
+        ] {
+            assert!(run(huge, 0.0).is_err(), "{huge}");
         }
         // A string doubled in a loop is stopped, as is one printf's
         // padding over and over.
