@@ -195,6 +195,14 @@ settings! {
     #[serde(alias = "alertmanager.url")]
     #[arg(value_name = "URL", visible_alias = "alertmanager.url")]
     alertmanager_url: Vec<String> = Vec::new();
+    /// A YAML list of Prometheus relabel_configs the alerts pass through
+    /// before they are sent, after the external labels are added (as
+    /// Prometheus' alerting.alert_relabel_configs); an alert they drop is
+    /// not sent. Read again on SIGHUP and when it changes; a bad file
+    /// then keeps the rules in force, and at start stops it
+    /// [default: none].
+    #[arg(value_name = "FILE")]
+    alert_relabel_config: PathBuf = PathBuf::new();
     /// PEM file of the CAs that sign the https Alertmanagers'
     /// certificates (Prometheus' alertmanager tls_config ca_file); without
     /// it, the system's trust store [default: none].
@@ -1110,6 +1118,12 @@ impl Config {
         }
     }
 
+    /// The alert relabelling file, if one is named.
+    pub fn alert_relabel_file(&self) -> Option<&std::path::Path> {
+        let f = self.alert_relabel_config.as_path();
+        (!f.as_os_str().is_empty()).then_some(f)
+    }
+
     /// The directory of per-tenant rule files, if one is named.
     pub fn ruler_dir(&self) -> Option<&std::path::Path> {
         let d = self.ruler_storage_local_directory.as_path();
@@ -1135,6 +1149,7 @@ impl Config {
             },
             alertmanagers: self.alertmanager_url.clone(),
             alertmanager_transport: self.alertmanager_transport(),
+            alert_relabel: crate::rules::notifier::AlertRelabel::default(),
             files_only: false,
             notify_header: None,
         }

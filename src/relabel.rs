@@ -148,6 +148,19 @@ impl Relabeler {
         Ok(Self { rules: out })
     }
 
+    /// Reads and compiles a YAML list of `relabel_configs` (empty text:
+    /// none); the error names the file and what is wrong.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
+        let fail = |e: String| format!("relabel config file {}: {e}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let rules: Vec<RelabelConfig> = serde_yaml_ng::from_str(&text)
+            .map_err(|e| fail(format!("not a list of relabel_configs: {e}")))?;
+        Self::new(&rules).map_err(fail)
+    }
+
     /// Whether there are no rules.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()

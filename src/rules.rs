@@ -50,6 +50,8 @@ pub struct RuleSettings {
     pub alertmanagers: Vec<String>,
     /// How the notifications reach them: TLS and login.
     pub alertmanager_transport: notifier::Transport,
+    /// The alert relabelling in force (`--alert-relabel-config`).
+    pub alert_relabel: notifier::AlertRelabel,
     /// Whether every file the patterns name is a rule file, directories
     /// and dot-files passed over (a tenant's rule directory), rather than
     /// every path they name (`--rule-files`, as Prometheus reads them).
@@ -113,7 +115,10 @@ impl Rules {
             &settings.alertmanagers,
             settings.alerting.externals.labels.clone(),
             settings.notify_header.clone(),
-            settings.alertmanager_transport.clone(),
+            (
+                settings.alertmanager_transport.clone(),
+                Arc::clone(&settings.alert_relabel),
+            ),
         ));
         Self {
             settings,
@@ -637,6 +642,7 @@ mod tests {
                 alerting: group::AlertSettings::default(),
                 alertmanagers: Vec::new(),
                 alertmanager_transport: notifier::Transport::default(),
+                alert_relabel: notifier::AlertRelabel::default(),
                 files_only: false,
                 notify_header: None,
             },

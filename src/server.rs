@@ -63,6 +63,7 @@ pub struct Server {
     relabel: Option<relabel::RelabelFile>,
     rules: Option<rules::RuleFiles>,
     tenant_rules: Option<rules::TenantRuleDirs>,
+    alert_relabel: Option<rules::AlertRelabelFile>,
     hangup: reload::Hangup,
     /// Hangups since the server was bound, for the file watchers.
     hangups: watch::Receiver<u64>,
@@ -164,10 +165,25 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        let alert_relabel = match config.alert_relabel_file() {
+            None => None,
+            Some(path) => {
+                let (path, cell) = (path.to_path_buf(), state.alert_relabel());
+                let loaded =
+                    tokio::task::spawn_blocking(move || rules::AlertRelabelFile::load(path, cell))
+                        .await
+                        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let tenant_rules = match config.ruler_dir() {
             None => None,
             Some(dir) => {
-                let (dir, base, state) = (dir.to_path_buf(), config.rule_settings(), state.clone());
+                let base = crate::rules::RuleSettings {
+                    alert_relabel: state.alert_relabel(),
+                    ..config.rule_settings()
+                };
+                let (dir, state) = (dir.to_path_buf(), state.clone());
                 let runtime = tokio::runtime::Handle::current();
                 let started = tokio::task::spawn_blocking(move || {
                     rules::TenantRuleDirs::start(dir, base, state, runtime)
@@ -205,6 +221,7 @@ impl Server {
             relabel,
             rules,
             tenant_rules,
+            alert_relabel,
             hangups: hangup.subscribe(),
             hangup,
         })
@@ -268,6 +285,8 @@ impl Server {
             self.rules
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
             self.tenant_rules
+                .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
+            self.alert_relabel
                 .map(|r| tokio::spawn(reload::watch(r, self.hangups.clone(), stop_rx.clone()))),
         ]
         .into_iter()

@@ -615,9 +615,19 @@ async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_
         labels: {severity: page}
         annotations:
           summary: "{{ $labels.host }} is {{ $value | humanizePercentage }} full"
+      - alert: Noise
+        expr: disk_used_ratio > 0
 "#,
     )
     .expect("rules");
+    // Prometheus' alert_relabel_configs: Noise is dropped, DiskFull gets a
+    // team from its severity and loses the external label it was given.
+    let relabel = dir.path().join("alert-relabel.yml");
+    std::fs::write(
+        &relabel,
+        "- source_labels: [alertname]\n  regex: Noise\n  action: drop\n- source_labels: [severity, dc]\n  regex: (.+);(.+)\n  target_label: team\n  replacement: ops-$1-$2\n- action: labeldrop\n  regex: dc\n",
+    )
+    .expect("relabel");
     let data = tempfile::tempdir().expect("tempdir");
     let url = format!("http://127.0.0.1:{}", am.port);
     let (child, addr) = common::spawn_sluice(
@@ -633,6 +643,8 @@ async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_
             "dc=eu",
             "--web-external-url",
             "http://sluice.example:9201",
+            "--alert-relabel-config",
+            &relabel.display().to_string(),
         ],
     );
     let _sluice = common::KillOnDrop(child);
@@ -665,7 +677,16 @@ async fn alertmanager_0_25_receives_the_alerts_with_their_annotations_and_their_
         "{alert}"
     );
     assert_eq!(alert["labels"]["severity"], "page");
-    assert_eq!(alert["labels"]["dc"], "eu", "{alert}");
+    // Relabelled after the external labels were added, as Prometheus'.
+    assert_eq!(alert["labels"]["team"], "ops-page-eu", "{alert}");
+    assert!(alert["labels"].get("dc").is_none(), "{alert}");
+    assert!(
+        !am.alerts()
+            .await
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "Noise"),
+        "a dropped alert is not sent"
+    );
     assert_eq!(alert["labels"]["host"], "db-1");
     assert!(
         alert["generatorURL"]

@@ -71,6 +71,8 @@ pub(super) struct Inner {
     pub(super) rules: Arc<crate::rules::Rules>,
     /// Every set of rules, by tenant: `rules` and the tenants' own.
     rule_sets: Arc<crate::rules::RuleSets>,
+    /// The alert relabelling every set's notifier applies.
+    alert_relabel: crate::rules::notifier::AlertRelabel,
     /// Whether `POST /-/reload` is served (`--web-enable-lifecycle`).
     pub(super) lifecycle: bool,
 }
@@ -127,8 +129,12 @@ impl AppState {
         if config.multitenancy {
             metrics.add_tenants(tenants.source());
         }
+        let alert_relabel = crate::rules::notifier::AlertRelabel::default();
         let rules = Arc::new(crate::rules::Rules::new(
-            config.rule_settings(),
+            crate::rules::RuleSettings {
+                alert_relabel: Arc::clone(&alert_relabel),
+                ..config.rule_settings()
+            },
             Arc::clone(&db),
         ));
         let rule_sets = Arc::new(crate::rules::RuleSets::default());
@@ -163,6 +169,7 @@ impl AppState {
                 admin_api: config.web_enable_admin_api,
                 rules,
                 rule_sets,
+                alert_relabel,
                 lifecycle: config.web_enable_lifecycle,
                 tenants,
                 db,
@@ -191,6 +198,11 @@ impl AppState {
     /// Every set of rules in force, by tenant.
     pub fn rule_sets(&self) -> Arc<crate::rules::RuleSets> {
         Arc::clone(&self.inner.rule_sets)
+    }
+
+    /// The alert relabelling in force, shared by every set's notifier.
+    pub fn alert_relabel(&self) -> crate::rules::notifier::AlertRelabel {
+        Arc::clone(&self.inner.alert_relabel)
     }
 
     /// Now, in Unix milliseconds, by the state's clock.

@@ -41,6 +41,10 @@ pub struct NotifierFigures {
     pub queued: u64,
 }
 
+/// Prometheus' `alert_relabel_configs` in force, shared by every
+/// notifier and put in force anew when their file is read again.
+pub type AlertRelabel = Arc<parking_lot::RwLock<Arc<crate::relabel::Relabeler>>>;
+
 /// How notifications reach the Alertmanagers: TLS for https URLs, and a
 /// login (user, and the file holding the password, read at each send).
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -114,6 +118,8 @@ pub struct Notifier {
     header: Option<(http::HeaderName, http::HeaderValue)>,
     /// TLS and login.
     transport: Transport,
+    /// What alerts pass through before they are queued.
+    relabel: AlertRelabel,
     queue: Mutex<VecDeque<Outgoing>>,
     more: Notify,
     /// Sent and failed per endpoint, and dropped.
@@ -157,19 +163,21 @@ pub fn body(alerts: &[Outgoing]) -> String {
 
 impl Notifier {
     /// A notifier to the Alertmanagers at `urls` by `transport`, adding
-    /// `external_labels` to the alerts that lack them, and `header` to
+    /// `external_labels` to the alerts that lack them and then passing
+    /// them through `relabel` (as Prometheus' notifier), and `header` to
     /// every request.
     pub fn new(
         urls: &[String],
         external_labels: BTreeMap<String, String>,
         header: Option<(http::HeaderName, http::HeaderValue)>,
-        transport: Transport,
+        (transport, relabel): (Transport, AlertRelabel),
     ) -> Self {
         Self {
             endpoints: urls.iter().map(|u| endpoint(u)).collect(),
             external_labels,
             header,
             transport,
+            relabel,
             queue: Mutex::new(VecDeque::new()),
             more: Notify::new(),
             counts: Mutex::new((vec![(0, 0); urls.len()], 0)),
@@ -187,11 +195,17 @@ impl Notifier {
             return;
         }
         let mut dropped = 0u64;
+        let relabel = Arc::clone(&self.relabel.read());
         {
             let mut q = self.queue.lock();
             for mut a in alerts {
                 for (k, v) in &self.external_labels {
                     a.labels.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                // Dropped by the relabelling, or left with no label: not
+                // sent, as Prometheus' notifier.
+                if !relabel.apply(&mut a.labels) || a.labels.is_empty() {
+                    continue;
                 }
                 q.push_back(a);
             }
@@ -338,7 +352,7 @@ mod tests {
             &["http://am:9093".into()],
             BTreeMap::from([("dc".into(), "eu".into())]),
             None,
-            Transport::default(),
+            (Transport::default(), AlertRelabel::default()),
         );
         let many: Vec<Outgoing> = (0..QUEUE_CAPACITY + 5)
             .map(|i| Outgoing {

@@ -9,6 +9,10 @@
 //! its database, read again on the same occasions. A tenant's bad file
 //! keeps that tenant's rules in force and stops nothing else, at start
 //! too.
+//!
+//! And the alert relabelling (`--alert-relabel-config`), read at start (a
+//! bad file stops the start) and again on the same occasions, a bad file
+//! then keeping the relabelling in force.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -275,6 +279,43 @@ impl Reloadable for TenantRuleDirs {
         }
         for (tenant, e) in problems {
             tracing::error!(why, tenant, error = %e, "a tenant's rule files not reloaded; its rules loaded before stay in force");
+        }
+    }
+}
+
+/// The alert relabelling file and the cell every notifier reads it from.
+#[derive(Debug)]
+pub struct AlertRelabelFile {
+    path: PathBuf,
+    cell: crate::rules::notifier::AlertRelabel,
+    /// The file's digest when it was last tried.
+    seen: [u8; 32],
+}
+
+impl AlertRelabelFile {
+    /// Reads `path` and puts its rules in `cell`; the error says what is
+    /// wrong with it. Blocking.
+    pub fn load(path: PathBuf, cell: crate::rules::notifier::AlertRelabel) -> Result<Self, String> {
+        let seen = reload::digest([path.as_path()]);
+        *cell.write() = Arc::new(crate::relabel::Relabeler::from_file(&path)?);
+        Ok(Self { path, cell, seen })
+    }
+}
+
+impl Reloadable for AlertRelabelFile {
+    fn changed(&self) -> bool {
+        reload::digest([self.path.as_path()]) != self.seen
+    }
+
+    fn reload_and_report(&mut self, why: &'static str) {
+        self.seen = reload::digest([self.path.as_path()]);
+        match crate::relabel::Relabeler::from_file(&self.path) {
+            Ok(r) => {
+                *self.cell.write() = Arc::new(r);
+                tracing::info!(file = %self.path.display(), why, "alert relabel config reloaded");
+            }
+            Err(e) => tracing::error!(file = %self.path.display(), why, error = %e,
+                "alert relabel config not reloaded; the rules loaded before stay in force"),
         }
     }
 }
