@@ -860,8 +860,11 @@ impl Config {
                     "alertmanager-url {url:?}: an http:// or https:// URL with a host"
                 )));
             }
-            // Its URL is a label of the notification metrics and in logs.
-            if host.split('/').next().is_some_and(|h| h.contains('@')) {
+            // Its URL is a label of the notification metrics and in logs:
+            // no `@` before the query or fragment (a login, whatever it
+            // holds).
+            let before_query = host.split(['?', '#']).next().unwrap_or_default();
+            if before_query.contains('@') {
                 return Err(ConfigError::Invalid(format!(
                     "alertmanager-url {:?}: no login in the URL; use --alertmanager-basic-auth-username and --alertmanager-basic-auth-password-file",
                     url.split('@').next_back().unwrap_or_default()
@@ -869,16 +872,16 @@ impl Config {
             }
         }
         let transport = self.alertmanager_transport();
-        if transport.tls.is_set() {
-            if !self
-                .alertmanager_url
-                .iter()
-                .any(|u| u.starts_with("https://"))
-            {
-                return Err(ConfigError::Invalid(
-                    "alertmanager-tls-* settings need an https:// alertmanager-url".into(),
-                ));
-            }
+        let any_https = self
+            .alertmanager_url
+            .iter()
+            .any(|u| u.starts_with("https://"));
+        if transport.tls.is_set() && !any_https {
+            return Err(ConfigError::Invalid(
+                "alertmanager-tls-* settings need an https:// alertmanager-url".into(),
+            ));
+        }
+        if any_https {
             transport
                 .tls
                 .client_config()
@@ -1612,6 +1615,13 @@ mod tests {
                 "no login in the URL",
                 Config {
                     alertmanager_url: vec!["https://u:secret@am:9093".into()],
+                    ..Config::default()
+                },
+            ),
+            (
+                "no login in the URL",
+                Config {
+                    alertmanager_url: vec!["http://u:pa/ss@am:9093".into()],
                     ..Config::default()
                 },
             ),

@@ -152,6 +152,18 @@ impl Server {
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };
+        // In force before any rule is evaluated.
+        let alert_relabel = match config.alert_relabel_file() {
+            None => None,
+            Some(path) => {
+                let (path, cell) = (path.to_path_buf(), state.alert_relabel());
+                let loaded =
+                    tokio::task::spawn_blocking(move || rules::AlertRelabelFile::load(path, cell))
+                        .await
+                        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
+                Some(loaded.map_err(ServerError::WebConfig)?)
+            }
+        };
         let rules = match state.rules().configured() {
             false => None,
             true => {
@@ -162,17 +174,6 @@ impl Server {
                 })
                 .await
                 .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
-                Some(loaded.map_err(ServerError::WebConfig)?)
-            }
-        };
-        let alert_relabel = match config.alert_relabel_file() {
-            None => None,
-            Some(path) => {
-                let (path, cell) = (path.to_path_buf(), state.alert_relabel());
-                let loaded =
-                    tokio::task::spawn_blocking(move || rules::AlertRelabelFile::load(path, cell))
-                        .await
-                        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?;
                 Some(loaded.map_err(ServerError::WebConfig)?)
             }
         };

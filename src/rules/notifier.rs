@@ -91,6 +91,22 @@ impl Transport {
         Ok(Client::builder(TokioExecutor::new()).build(tls.enable_http1().wrap_connector(http)))
     }
 
+    /// A digest of the TLS files as they are now (a missing one as
+    /// empty), to see when they change.
+    fn tls_digest(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        for f in [&self.tls.ca_file, &self.tls.cert_file, &self.tls.key_file]
+            .into_iter()
+            .flatten()
+        {
+            let bytes = std::fs::read(f).unwrap_or_default();
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(&bytes);
+        }
+        h.finalize().into()
+    }
+
     /// The Authorization header's value, the password read now.
     fn authorization(&self) -> Result<Option<http::HeaderValue>, String> {
         use base64::Engine as _;
@@ -196,19 +212,21 @@ impl Notifier {
         }
         let mut dropped = 0u64;
         let relabel = Arc::clone(&self.relabel.read());
-        {
-            let mut q = self.queue.lock();
-            for mut a in alerts {
+        // Relabelled before the queue is locked. One the relabelling
+        // drops is not sent, as in Prometheus; nor is one it leaves with
+        // no label (which Prometheus sends, for Alertmanager to refuse).
+        let kept: Vec<Outgoing> = alerts
+            .into_iter()
+            .filter_map(|mut a| {
                 for (k, v) in &self.external_labels {
                     a.labels.entry(k.clone()).or_insert_with(|| v.clone());
                 }
-                // Dropped by the relabelling, or left with no label: not
-                // sent, as Prometheus' notifier.
-                if !relabel.apply(&mut a.labels) || a.labels.is_empty() {
-                    continue;
-                }
-                q.push_back(a);
-            }
+                (relabel.apply(&mut a.labels) && !a.labels.is_empty()).then_some(a)
+            })
+            .collect();
+        {
+            let mut q = self.queue.lock();
+            q.extend(kept);
             while q.len() > QUEUE_CAPACITY {
                 q.pop_front();
                 dropped += 1;
@@ -239,16 +257,12 @@ impl Notifier {
     /// Sends batches as they come, until `stop` (what is queued then is
     /// sent first).
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        // The settings were checked at start; a CA file gone since is
-        // said, and every batch then fails and is counted.
         let https = self.endpoints.iter().any(|e| e.starts_with("https://"));
-        let client = match self.transport.client(https) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot set up the connection to the Alertmanagers; alerts are dropped");
-                None
-            }
-        };
+        // The client, and the TLS files' digest it was made from: made
+        // again when they change (a certificate rotated) or when it could
+        // not be made, off the runtime's threads.
+        let mut client: Option<HttpsClient> = None;
+        let mut made_from: Option<[u8; 32]> = None;
         loop {
             let batch: Vec<Outgoing> = {
                 let mut q = self.queue.lock();
@@ -265,9 +279,39 @@ impl Notifier {
                 }
                 continue;
             }
+            if https || client.is_none() {
+                let transport = self.transport.clone();
+                let known = made_from;
+                let fresh = tokio::task::spawn_blocking(move || {
+                    let digest = transport.tls_digest();
+                    if known == Some(digest) {
+                        return (digest, None);
+                    }
+                    (digest, Some(transport.client(https)))
+                })
+                .await;
+                match fresh {
+                    Ok((_, None)) => {}
+                    Ok((digest, Some(Ok(c)))) => {
+                        client = Some(c);
+                        made_from = Some(digest);
+                    }
+                    Ok((_, Some(Err(e)))) => {
+                        tracing::error!(error = %e, "cannot set up the connection to the Alertmanagers; this batch is dropped");
+                        client = None;
+                        made_from = None;
+                    }
+                    Err(e) => tracing::error!(error = %e, "setting up the connection failed"),
+                }
+            }
             let payload = Bytes::from(body(&batch));
             let mut delivered = false;
-            let login = self.transport.authorization();
+            let login = {
+                let transport = self.transport.clone();
+                tokio::task::spawn_blocking(move || transport.authorization())
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+            };
             // Each Alertmanager at once, each within its own timeout.
             let sends: Vec<_> = self
                 .endpoints
