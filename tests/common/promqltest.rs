@@ -1203,7 +1203,7 @@ fn parse_num(s: &str) -> Option<f64> {
 
 /// Whether the API's histogram `got` is `want`: count and sum, and the
 /// non-empty buckets with their boundary rules, bounds and counts.
-fn histogram_matches(want: &FloatHistogram, got: &Value) -> bool {
+pub fn histogram_matches(want: &FloatHistogram, got: &Value) -> bool {
     let num = |v: &Value| v.as_str().and_then(parse_num).unwrap_or(f64::NAN);
     if !almost_equal(want.count, num(&got["count"])) || !almost_equal(want.sum, num(&got["sum"])) {
         return false;
