@@ -468,10 +468,7 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
     // reload is counted.
     let (_, metrics) = common::get(addr, "/metrics").await;
     let group = format!("rule_group=\"{path};g\"");
-    let iterations = common::metric_value(
-        &metrics,
-        &format!("sluice_rule_group_iterations_total{{{group}}}"),
-    );
+    let iterations = common::rule_group_iterations(&metrics, &format!("{path};g"));
     assert!(iterations.is_some_and(|n| n >= 1.0), "{metrics}");
     assert_eq!(
         common::metric_value(&metrics, &format!("sluice_rule_group_rules{{{group}}}")),

@@ -335,11 +335,7 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
 
     // Their figures, one group per tenant's file.
     let (_, metrics) = common::get(addr, "/metrics").await;
-    let group = format!("rule_group=\"{file_a};sums\"");
-    let iterations = common::metric_value(
-        &metrics,
-        &format!("sluice_rule_group_iterations_total{{{group}}}"),
-    );
+    let iterations = common::rule_group_iterations(&metrics, &format!("{file_a};sums"));
     assert!(iterations.is_some_and(|n| n >= 1.0), "{metrics}");
     assert_eq!(
         metrics

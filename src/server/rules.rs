@@ -37,10 +37,12 @@ pub struct RuleFiles {
 /// A digest of the files `patterns` name, and of their names.
 fn digest(patterns: &[String]) -> [u8; 32] {
     let files: Vec<PathBuf> = crate::rules::file::expand(patterns, false).unwrap_or_default();
-    let names: String = files
-        .iter()
-        .map(|f| f.display().to_string() + "\n")
-        .collect();
+    listing_digest(String::new(), &files)
+}
+
+/// A digest of `names`, the files' names and their contents.
+fn listing_digest(mut names: String, files: &[PathBuf]) -> [u8; 32] {
+    names.extend(files.iter().map(|f| f.display().to_string() + "\n"));
     let listed = reload::digest(files.iter().map(PathBuf::as_path));
     let mut both = names.into_bytes();
     both.extend_from_slice(&listed);
@@ -137,18 +139,9 @@ fn pattern(dir: &Path, id: &TenantId) -> String {
 fn dirs_digest(dir: &Path, multitenancy: bool) -> [u8; 32] {
     let ids = tenant_dirs(dir, multitenancy);
     let patterns: Vec<String> = ids.iter().map(|id| pattern(dir, id)).collect();
-    let mut names: String = ids.iter().map(|id| format!("{}\n", id.as_str())).collect();
+    let names: String = ids.iter().map(|id| format!("{}\n", id.as_str())).collect();
     let files = crate::rules::file::expand(&patterns, true).unwrap_or_default();
-    names.extend(files.iter().map(|f| f.display().to_string() + "\n"));
-    let listed = reload::digest(files.iter().map(PathBuf::as_path));
-    let mut both = names.into_bytes();
-    both.extend_from_slice(&listed);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&sha2::Digest::finalize(sha2::Digest::chain_update(
-        <sha2::Sha256 as sha2::Digest>::new(),
-        &both,
-    )));
-    out
+    listing_digest(names, &files)
 }
 
 impl TenantDirs {

@@ -319,6 +319,15 @@ pub async fn query_vector(
     out
 }
 
+/// `sluice_rule_group_iterations_total` of the group `file;name` in an
+/// exposition.
+pub fn rule_group_iterations(exposition: &str, group: &str) -> Option<f64> {
+    metric_value(
+        exposition,
+        &format!("sluice_rule_group_iterations_total{{rule_group=\"{group}\"}}"),
+    )
+}
+
 /// The value of an unlabelled or labelled sample line in an exposition.
 pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|l| {
