@@ -1155,6 +1155,7 @@ impl Config {
             alert_relabel: crate::rules::notifier::AlertRelabel::default(),
             files_only: false,
             notify_header: None,
+            limits: None,
         }
     }
 

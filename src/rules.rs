@@ -33,7 +33,7 @@ use file::{FileErrors, GroupSpec};
 use group::{eval_timestamp_ns, group_hash, Group, GroupStatus};
 
 /// What the rules are read from and evaluated with.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuleSettings {
     /// Globs naming the rule files.
     pub patterns: Vec<String>,
@@ -58,6 +58,25 @@ pub struct RuleSettings {
     pub files_only: bool,
     /// A header the notifications carry: the tenant whose alerts they are.
     pub notify_header: Option<(http::HeaderName, http::HeaderValue)>,
+    /// The most groups, and rules in a group, the files may hold (read at
+    /// each load, 0: no limit): the tenant's limits.
+    pub limits: Option<RuleLimits>,
+}
+
+/// The most rule groups, and rules per group, a set may hold now.
+pub type RuleLimits = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
+
+impl std::fmt::Debug for RuleSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSettings")
+            .field("patterns", &self.patterns)
+            .field("interval_ms", &self.interval_ms)
+            .field("query_offset_ms", &self.query_offset_ms)
+            .field("alertmanagers", &self.alertmanagers)
+            .field("files_only", &self.files_only)
+            .field("limits", &self.limits.as_ref().map(|l| l()))
+            .finish_non_exhaustive()
+    }
 }
 
 /// One running group: its evaluation task's state and stop switch.
@@ -144,13 +163,39 @@ impl Rules {
         !self.settings.patterns.is_empty()
     }
 
-    /// Reads the rule files; an error names every problem. Blocking.
+    /// Reads the rule files; an error names every problem, and the
+    /// groups and rules past the tenant's limits. Blocking.
     pub fn check(&self) -> Result<Vec<GroupSpec>, FileErrors> {
-        file::load_all(
+        let specs = file::load_all(
             &self.settings.patterns,
             self.settings.files_only,
             &self.settings.query.parse,
-        )
+        )?;
+        let Some(limits) = &self.settings.limits else {
+            return Ok(specs);
+        };
+        let (max_groups, max_rules) = limits();
+        let mut problems = Vec::new();
+        if max_groups > 0 && specs.len() as u64 > max_groups {
+            problems.push(format!(
+                "{} rule groups, over the tenant's ruler_max_rule_groups_per_tenant of {max_groups}",
+                specs.len()
+            ));
+        }
+        for g in &specs {
+            if max_rules > 0 && g.rules.len() as u64 > max_rules {
+                problems.push(format!(
+                    "{}: group {:?}: {} rules, over the tenant's ruler_max_rules_per_rule_group of {max_rules}",
+                    g.file,
+                    g.name,
+                    g.rules.len()
+                ));
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(specs),
+            false => Err(FileErrors(problems)),
+        }
     }
 
     /// Starts evaluating on `runtime`: the files are read (an error is
@@ -645,6 +690,7 @@ mod tests {
                 alert_relabel: notifier::AlertRelabel::default(),
                 files_only: false,
                 notify_header: None,
+                limits: None,
             },
             Arc::clone(&db),
         );

@@ -383,3 +383,98 @@ async fn without_multitenancy_only_anonymous_rules_run() {
     assert_eq!(groups.len(), 1, "{groups:?}");
     assert!(query_as(addr, None, "team:one").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_ruler_limits_keeps_its_rules_and_touches_no_other() {
+    let rules = tempfile::tempdir().expect("tempdir");
+    let dir = rules.path();
+    let group = |name: &str, rules: usize| {
+        let mut g = format!("  - name: {name}\n    interval: 1s\n    rules:\n");
+        for k in 0..rules {
+            g.push_str(&format!(
+                "      - record: {name}:r{k}\n        expr: vector({k})\n"
+            ));
+        }
+        g
+    };
+    // team-x: two groups, over its limit of one.
+    put(
+        dir,
+        "team-x",
+        "x.yml",
+        &format!("groups:\n{}{}", group("a", 1), group("b", 1)),
+    );
+    put(
+        dir,
+        "team-y",
+        "y.yml",
+        &format!("groups:\n{}{}", group("c", 3), group("d", 1)),
+    );
+    let runtime = rules.path().join("runtime.yml");
+    std::fs::write(
+        &runtime,
+        "overrides:\n  team-x:\n    ruler_max_rule_groups_per_tenant: 1\n    ruler_max_rules_per_rule_group: 2\n",
+    )
+    .expect("runtime config");
+    let data = tempfile::tempdir().expect("tempdir");
+    let (child, addr) = common::spawn_sluice(
+        env!("CARGO_BIN_EXE_sluice"),
+        data.path(),
+        "info",
+        &[
+            "--multitenancy",
+            "true",
+            "--web-enable-lifecycle",
+            "true",
+            "--runtime-config-file",
+            &runtime.display().to_string(),
+            "--ruler-storage-local-directory",
+            &dir.display().to_string(),
+        ],
+    );
+    let _child = common::KillOnDrop(child);
+    // team-y has no limit: its rules run; team-x's do not.
+    wait_for(addr, Some("team-y"), "c:r2").await;
+    assert!(groups_of(addr, Some("team-x")).await.is_empty());
+    let reload = |tenant: &'static str| async move {
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/-/reload"))
+            .header(HEADER, tenant)
+            .send()
+            .await
+            .expect("answered");
+        (r.status().as_u16(), r.text().await.expect("body"))
+    };
+    let (code, text) = reload("team-x").await;
+    assert_eq!(code, 500);
+    assert!(
+        text.contains("2 rule groups, over the tenant's ruler_max_rule_groups_per_tenant of 1"),
+        "{text}"
+    );
+    // One group, but of three rules: still over.
+    put(
+        dir,
+        "team-x",
+        "x.yml",
+        &format!("groups:\n{}", group("a", 3)),
+    );
+    let (code, text) = reload("team-x").await;
+    assert_eq!(code, 500);
+    assert!(
+        text.contains(
+            "group \"a\": 3 rules, over the tenant's ruler_max_rules_per_rule_group of 2"
+        ),
+        "{text}"
+    );
+    // Within both: it runs.
+    put(
+        dir,
+        "team-x",
+        "x.yml",
+        &format!("groups:\n{}", group("a", 2)),
+    );
+    let (code, text) = reload("team-x").await;
+    assert_eq!(code, 200, "{text}");
+    wait_for(addr, Some("team-x"), "a:r1").await;
+    assert_eq!(reload("team-y").await.0, 200);
+}

@@ -73,6 +73,12 @@ pub struct LimitsPatch {
     /// taken (unset: `--out-of-order-time-window`), e.g. `10m`.
     #[serde(default, with = "humantime_serde")]
     pub out_of_order_time_window: Option<std::time::Duration>,
+    /// Most rule groups in the tenant's rule directory (0: no limit), as
+    /// Mimir's ruler; past it the directory's files are refused and the
+    /// rules in force kept.
+    pub ruler_max_rule_groups_per_tenant: Option<u64>,
+    /// Most rules in one of the tenant's rule groups (0: no limit).
+    pub ruler_max_rules_per_rule_group: Option<u64>,
     /// Deduplicate the tenant's HA pairs (unset: `--ha-tracker`).
     pub accept_ha_samples: Option<bool>,
     /// The label naming an HA pair's cluster (unset: `--ha-cluster-label`).
@@ -105,6 +111,10 @@ pub struct TenantLimits {
     pub max_query_concurrency: u64,
     /// The out-of-order window; `None`: the flag's.
     pub out_of_order_time_window: Option<std::time::Duration>,
+    /// Most rule groups of its rule directory (0: no limit).
+    pub ruler_max_rule_groups_per_tenant: u64,
+    /// Most rules in one of its rule groups (0: no limit).
+    pub ruler_max_rules_per_rule_group: u64,
 }
 
 impl Default for TenantLimits {
@@ -121,6 +131,8 @@ impl Default for TenantLimits {
             max_query_samples: 0,
             max_query_concurrency: 0,
             out_of_order_time_window: None,
+            ruler_max_rule_groups_per_tenant: 0,
+            ruler_max_rules_per_rule_group: 0,
         }
     }
 }
@@ -152,6 +164,12 @@ impl TenantLimits {
             out_of_order_time_window: patch
                 .out_of_order_time_window
                 .or(self.out_of_order_time_window),
+            ruler_max_rule_groups_per_tenant: patch
+                .ruler_max_rule_groups_per_tenant
+                .unwrap_or(self.ruler_max_rule_groups_per_tenant),
+            ruler_max_rules_per_rule_group: patch
+                .ruler_max_rules_per_rule_group
+                .unwrap_or(self.ruler_max_rules_per_rule_group),
         }
     }
 

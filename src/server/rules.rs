@@ -174,10 +174,18 @@ impl TenantDirs {
                     .unwrap_or_else(|_| http::HeaderValue::from_static(ANONYMOUS));
                 (tenants.header().clone(), value)
             });
+            let (limits, tenant_id) = (self.state.tenant_limits(), id.clone());
             let settings = RuleSettings {
                 patterns: vec![pattern(&self.dir, id)],
                 files_only: true,
                 notify_header: header,
+                limits: Some(Arc::new(move || {
+                    let l = limits.current().limits(&tenant_id);
+                    (
+                        l.ruler_max_rule_groups_per_tenant,
+                        l.ruler_max_rules_per_rule_group,
+                    )
+                })),
                 ..self.base.clone()
             };
             let rules = Arc::new(Rules::new(settings, Arc::clone(&tenant.db)));
