@@ -74,7 +74,7 @@ impl std::fmt::Debug for RuleSettings {
             .field("query_offset_ms", &self.query_offset_ms)
             .field("alertmanagers", &self.alertmanagers)
             .field("files_only", &self.files_only)
-            .field("limits", &self.limits.as_ref().map(|l| l()))
+            .field("limits", &self.limits.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -261,9 +261,34 @@ impl TenantRuleDirs {
         Self { shared, seen }
     }
 
+    /// The directories' digest, and the tenants' ruler limits: a change
+    /// of limits in the runtime configuration reads the files again (a
+    /// tenant refused for its size starts once its limit is raised).
     fn digest(&self) -> [u8; 32] {
         let d = self.shared.lock();
-        dirs_digest(&d.dir, d.state.tenants().multitenancy())
+        let files = dirs_digest(&d.dir, d.state.tenants().multitenancy());
+        let in_force = d.state.tenant_limits().current();
+        let limits: String = d
+            .open
+            .keys()
+            .map(|id| {
+                let l = in_force.limits(id);
+                format!(
+                    "{}:{}:{}\n",
+                    id.as_str(),
+                    l.ruler_max_rule_groups_per_tenant,
+                    l.ruler_max_rules_per_rule_group
+                )
+            })
+            .collect();
+        let mut both = files.to_vec();
+        both.extend_from_slice(limits.as_bytes());
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&sha2::Digest::finalize(sha2::Digest::chain_update(
+            <sha2::Sha256 as sha2::Digest>::new(),
+            &both,
+        )));
+        out
     }
 }
 

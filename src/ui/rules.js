@@ -134,6 +134,9 @@
   }
   async function load() {
     const seq = ++loads;
+    // Another tenant's groups are not shown while this one's come.
+    last = null;
+    out.replaceChildren();
     document.body.dataset.state = 'running';
     messages.replaceChildren();
     try {
