@@ -440,13 +440,8 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
     let _child = common::KillOnDrop(child);
     std::fs::write(&file, "groups:\n  - name: g\n    bogus: 1\n").expect("write");
     // POST /-/reload says why, as Prometheus' does.
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/-/reload"))
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(r.status().as_u16(), 500);
-    let text = r.text().await.expect("body");
+    let (code, text) = common::reload(addr, None).await;
+    assert_eq!(code, 500);
     assert!(
         text.starts_with("failed to reload config: ") && text.contains("bogus"),
         "{text}"
@@ -488,12 +483,7 @@ async fn bad_rule_files_stop_the_start_and_a_bad_reload_keeps_the_rules() {
         "groups:\n  - name: g\n    interval: 1s\n    rules:\n      - record: one:one\n        expr: vector(1)\n      - record: two:two\n        expr: vector(2)\n",
     )
     .expect("write");
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/-/reload"))
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(common::reload(addr, None).await.0, 200);
     let v = rules_of(&addr.to_string()).await;
     assert_eq!(v["data"]["groups"][0]["rules"][1]["name"], "two:two", "{v}");
 }

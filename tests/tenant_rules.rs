@@ -299,31 +299,15 @@ async fn each_tenant_runs_its_own_rules_over_its_own_data() {
         "groups:\n  - name: sums\n    bogus: 1\n",
     );
     // Reloading needs a tenant's write access, as the admin API.
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/-/reload"))
-        .header(HEADER, "team-b")
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(r.status().as_u16(), 500);
-    let text = r.text().await.expect("body");
+    let (code, text) = common::reload(addr, Some("team-b")).await;
+    assert_eq!(code, 500);
     assert!(
         text.contains("tenant team-b's rule directory: ") && text.contains("bogus"),
         "{text}"
     );
     // Another tenant is told of its own files alone: team-a's loaded.
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/-/reload"))
-        .header(HEADER, "team-a")
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(
-        r.status().as_u16(),
-        200,
-        "{}",
-        r.text().await.unwrap_or_default()
-    );
+    let (code, text) = common::reload(addr, Some("team-a")).await;
+    assert_eq!(code, 200, "{text}");
     let groups = groups_of(addr, Some("team-b")).await;
     assert_eq!(groups.len(), 1, "{groups:?}");
     write(addr, Some("team-b"), &[("x", 7.0)]).await;
@@ -436,16 +420,7 @@ async fn a_tenant_past_its_ruler_limits_keeps_its_rules_and_touches_no_other() {
     // team-y has no limit: its rules run; team-x's do not.
     wait_for(addr, Some("team-y"), "c:r2").await;
     assert!(groups_of(addr, Some("team-x")).await.is_empty());
-    let reload = |tenant: &'static str| async move {
-        let r = reqwest::Client::new()
-            .post(format!("http://{addr}/-/reload"))
-            .header(HEADER, tenant)
-            .send()
-            .await
-            .expect("answered");
-        (r.status().as_u16(), r.text().await.expect("body"))
-    };
-    let (code, text) = reload("team-x").await;
+    let (code, text) = common::reload(addr, Some("team-x")).await;
     assert_eq!(code, 500);
     assert!(
         text.contains("2 rule groups, over the tenant's ruler_max_rule_groups_per_tenant of 1"),
@@ -458,7 +433,7 @@ async fn a_tenant_past_its_ruler_limits_keeps_its_rules_and_touches_no_other() {
         "x.yml",
         &format!("groups:\n{}", group("a", 3)),
     );
-    let (code, text) = reload("team-x").await;
+    let (code, text) = common::reload(addr, Some("team-x")).await;
     assert_eq!(code, 500);
     assert!(
         text.contains(
@@ -473,8 +448,8 @@ async fn a_tenant_past_its_ruler_limits_keeps_its_rules_and_touches_no_other() {
         "x.yml",
         &format!("groups:\n{}", group("a", 2)),
     );
-    let (code, text) = reload("team-x").await;
+    let (code, text) = common::reload(addr, Some("team-x")).await;
     assert_eq!(code, 200, "{text}");
     wait_for(addr, Some("team-x"), "a:r1").await;
-    assert_eq!(reload("team-y").await.0, 200);
+    assert_eq!(common::reload(addr, Some("team-y")).await.0, 200);
 }

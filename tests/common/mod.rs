@@ -319,6 +319,18 @@ pub async fn query_vector(
     out
 }
 
+/// `POST /-/reload`, as `tenant` (in `X-Scope-OrgID`) when given; status
+/// and body.
+pub async fn reload(addr: SocketAddr, tenant: Option<&str>) -> (u16, String) {
+    let mut req = reqwest::Client::new().post(format!("http://{addr}/-/reload"));
+    if let Some(t) = tenant {
+        req = req.header("X-Scope-OrgID", t);
+    }
+    let r = req.send().await.expect("answered");
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("body"))
+}
+
 /// `sluice_rule_group_iterations_total` of the group `file;name` in an
 /// exposition.
 pub fn rule_group_iterations(exposition: &str, group: &str) -> Option<f64> {
