@@ -453,11 +453,49 @@ impl Rows<'_> {
             Rows::Selected(selection) => {
                 buf.clear();
                 selection.series[i].decode_into(selection.lo, selection.hi, buf);
-                buf.retain(|&(_, v)| !is_stale(v));
+                // Stale markers are rare: looked for without a branch per
+                // point, and only then taken out.
+                let stale = buf.iter().fold(false, |any, &(_, v)| any | is_stale(v));
+                if stale {
+                    buf.retain(|&(_, v)| !is_stale(v));
+                }
                 buf.as_slice()
             }
         }
     }
+}
+
+/// The first position at or after `from` (and at most `end`) whose
+/// point lies after `t`, for a window's end moving forward over
+/// `points[..end]`. At a regular interval each step moves an end as far
+/// as the last did: that guess, when it is two points or more, is
+/// checked first (two comparisons that come out the same way step after
+/// step), and the points are walked
+/// one by one only when it misses, with `stride` left at the distance
+/// found.
+#[inline(always)]
+fn advance_past(
+    points: &[(i64, f64)],
+    from: usize,
+    end: usize,
+    t: i64,
+    stride: &mut usize,
+) -> usize {
+    // A stride of one is the walk's own first comparisons.
+    let guess = from + *stride;
+    if *stride > 1
+        && guess <= end
+        && points[guess - 1].0 <= t
+        && (guess == end || points[guess].0 > t)
+    {
+        return guess;
+    }
+    let mut at = from;
+    while at < end && points[at].0 <= t {
+        at += 1;
+    }
+    *stride = at - from;
+    at
 }
 
 /// A table worker's buffers, kept from row to row.
@@ -2225,14 +2263,13 @@ impl<'e> Ctx<'e> {
                     None => (0, 0),
                 };
                 extreme.reset(lo);
+                // How far each end moved at the last step: at a regular
+                // interval, as far again.
+                let (mut hi_stride, mut lo_stride) = (0, 0);
                 for (k, &ts) in times.iter().enumerate() {
-                    while hi < points.len() && points[hi].0 <= ts {
-                        hi += 1;
-                    }
+                    hi = advance_past(points, hi, points.len(), ts, &mut hi_stride);
                     let after = ts.saturating_sub(range);
-                    while lo < hi && points[lo].0 <= after {
-                        lo += 1;
-                    }
+                    lo = advance_past(points, lo, hi, after, &mut lo_stride);
                     if lo >= hi {
                         continue;
                     }

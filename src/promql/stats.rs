@@ -57,13 +57,23 @@ pub(crate) fn counter_increase(points: &[(i64, f64)]) -> f64 {
 /// `points[i - 1]`), into `out`, for [`counter_increase_in`].
 pub(crate) fn counter_resets(points: &[(i64, f64)], out: &mut Vec<usize>) {
     out.clear();
-    out.extend(
-        points
-            .windows(2)
-            .enumerate()
-            .filter(|(_, w)| w[1].1 < w[0].1)
-            .map(|(i, _)| i + 1),
-    );
+    // Resets are rare: a block of pairs is tested without a branch per
+    // pair, and only a block holding one is looked into.
+    const BLOCK: usize = 16;
+    let mut from = 1;
+    while from < points.len() {
+        let to = (from + BLOCK).min(points.len());
+        let pairs = || points[from - 1..to].windows(2);
+        if pairs().fold(false, |any, w| any | (w[1].1 < w[0].1)) {
+            out.extend(
+                (from..to)
+                    .zip(pairs())
+                    .filter(|(_, w)| w[1].1 < w[0].1)
+                    .map(|(i, _)| i),
+            );
+        }
+        from = to;
+    }
 }
 
 /// [`counter_increase`] of the window `points[lo..hi]` (`lo < hi`) of a
@@ -558,6 +568,10 @@ mod tests {
                 values.iter().enumerate().map(|(i, &v)| (i as i64, v)).collect();
             let mut resets = Vec::new();
             counter_resets(&points, &mut resets);
+            let plain: Vec<usize> = (1..points.len())
+                .filter(|&i| points[i].1 < points[i - 1].1)
+                .collect();
+            proptest::prop_assert_eq!(&resets, &plain);
             let mut from = 0;
             for hi in 1..=points.len() {
                 let lo = hi.saturating_sub(width);
