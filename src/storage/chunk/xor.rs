@@ -508,26 +508,59 @@ impl<'a> XorIter<'a> {
 /// sample ends within them.
 const REGULAR_SLACK: usize = 13;
 
+/// A copy of a stream's last bytes (fewer than [`REGULAR_SLACK`] from
+/// the next sample's), padded with zeros as [`peek`] pads them, so that
+/// [`XorIter::regular`] reads them as it reads the rest.
+const TAIL_BYTES: usize = 2 * REGULAR_SLACK + 8;
+
 impl XorIter<'_> {
-    /// Decodes samples into `out`, which has room for them, while the
-    /// stream holds [`REGULAR_SLACK`] bytes past the next one's start and
-    /// each sample's timestamp moves by the interval or within 14 bits of
-    /// it (codes `0` and `10`: scrapes at a regular interval, with or
+    /// Decodes samples into `out`, which has room for them, while each
+    /// sample's timestamp moves by the interval or within 14 bits of it
+    /// (codes `0` and `10`: scrapes at a regular interval, with or
     /// without jitter); stops before any other sample (a wider timestamp
-    /// code, a run of repeats, a value wider than one load, a damaged
-    /// window), which the general step reads. Says whether every sample
-    /// appended lies in `[lo, hi]`.
+    /// code, a value wider than one load, a damaged window), which the
+    /// general step reads. Says whether every sample appended lies in
+    /// `[lo, hi]`.
+    ///
+    /// The stream's last bytes are read from a padded copy, so that only
+    /// those codes ever take the general step.
+    #[inline(always)]
+    fn run_regular(&mut self, out: &mut Vec<(i64, f64)>, lo: i64, hi: i64) -> bool {
+        let data = self.data;
+        let mut inside = true;
+        if let Some(limit) = data.len().checked_sub(REGULAR_SLACK) {
+            inside &= self.regular::<false>(data, 0, limit, out, lo, hi);
+        }
+        let byte = self.bit >> 3;
+        if self.read < self.total && byte + REGULAR_SLACK > data.len() {
+            let rest = data.get(byte..).unwrap_or(&[]);
+            let mut tail = [0u8; TAIL_BYTES];
+            tail[..rest.len()].copy_from_slice(rest);
+            let end = rest.len() * 8;
+            inside &= self.regular::<true>(&tail, byte * 8, end, out, lo, hi);
+        }
+        inside
+    }
+
+    /// [`XorIter::run_regular`]'s loop over `data`, the stream from bit
+    /// `base` on: while the next sample starts at or before byte `limit`
+    /// of it (every load then lies within it), or, for a padded `TAIL`,
+    /// before bit `limit`, each sample ending at or before that bit.
     ///
     /// The decoder's state lives in locals for the loop, and a sample
     /// takes one load for its codes, a second only when its value lies
     /// beyond it; nothing is stored but the sample.
-    #[inline(always)]
-    fn run_regular(&mut self, out: &mut Vec<(i64, f64)>, lo: i64, hi: i64) -> bool {
-        let data = self.data;
-        let Some(limit) = data.len().checked_sub(REGULAR_SLACK) else {
-            return true;
-        };
-        let mut bit = self.bit;
+    #[inline(never)]
+    fn regular<const TAIL: bool>(
+        &mut self,
+        data: &[u8],
+        base: usize,
+        limit: usize,
+        out: &mut Vec<(i64, f64)>,
+        lo: i64,
+        hi: i64,
+    ) -> bool {
+        let mut bit = self.bit - base;
         let mut t = self.t;
         let mut v = self.v;
         let mut delta = self.t_delta;
@@ -538,7 +571,7 @@ impl XorIter<'_> {
         let mut sig = 64u32.saturating_sub(lead + trail);
         let mut left = self.total - self.read;
         let mut inside = true;
-        while left > 0 && bit >> 3 <= limit {
+        while left > 0 && if TAIL { bit < limit } else { bit >> 3 <= limit } {
             let w = peek(data, bit);
             // The timestamp: `0`, or `10` and 14 bits of delta of delta
             // (Prometheus' range -(2^13-1) ..= 2^13, as the general step
@@ -557,11 +590,16 @@ impl XorIter<'_> {
                 if width == 1 {
                     // `0` `0`: the interval, the same value. They come in
                     // runs, taken at once: every pair of zeros in the
-                    // load (all the stream's here), at most the samples
-                    // left, as the general step does.
-                    let pairs = (w.leading_zeros().min(PEEK_BITS) / 2)
-                        .min(u32::from(left))
-                        .max(1);
+                    // load, at most the samples left and, in the tail,
+                    // the stream's bits left, as the general step does.
+                    let mut pairs = w.leading_zeros().min(PEEK_BITS);
+                    if TAIL {
+                        pairs = pairs.min((limit - bit) as u32);
+                    }
+                    let pairs = (pairs / 2).min(u32::from(left));
+                    if pairs == 0 {
+                        break;
+                    }
                     for _ in 0..pairs {
                         t = t.wrapping_add(delta as i64);
                         inside &= (t >= lo) & (t <= hi);
@@ -582,6 +620,9 @@ impl XorIter<'_> {
                 } else {
                     break;
                 };
+                if TAIL && at + 2 + sig as usize > limit {
+                    break;
+                }
                 v ^= x << trail;
                 at + 2 + sig as usize
             } else {
@@ -591,7 +632,7 @@ impl XorIter<'_> {
                     0 => 64,
                     n => n,
                 };
-                if l + s > 64 || s > PEEK_BITS {
+                if l + s > 64 || s > PEEK_BITS || (TAIL && at + 13 + s as usize > limit) {
                     break;
                 }
                 let x = if width + 13 + s <= PEEK_BITS {
@@ -603,6 +644,9 @@ impl XorIter<'_> {
                 v ^= x << trail;
                 at + 13 + s as usize
             };
+            if TAIL && next > limit {
+                break;
+            }
             bit = next;
             delta = delta.wrapping_add(dod);
             t = t.wrapping_add(delta as i64);
@@ -611,7 +655,7 @@ impl XorIter<'_> {
             left -= 1;
         }
         self.read = self.total - left;
-        self.bit = bit;
+        self.bit = base + bit;
         self.t = t;
         self.v = v;
         self.t_delta = delta;
