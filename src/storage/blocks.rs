@@ -25,7 +25,7 @@ use super::chunk::{
     HistogramKind, SharedBytes, XorIter, MERGED_CHUNK_SAMPLES,
 };
 use super::head::hist_series;
-use super::index::{intersect, sorted_set, Matcher};
+use super::index::{intersect, union_sorted, Matcher};
 use super::labels::{Label, LabelStr};
 use super::selected::SelectedSeries;
 use super::starts::{self, StartRun};
@@ -186,23 +186,14 @@ impl Block {
         let mut out: Option<Vec<u32>> = None;
         for m in matchers.iter().filter(|m| !m.matches("")) {
             // Each postings list is ascending (the reader checks): one is
-            // taken as it is, several are joined and put in order.
-            let mut ids: Vec<u32> = Vec::new();
-            let mut lists = 0;
+            // taken as it is, several are merged.
+            let mut lists = Vec::new();
             for v in self.index.label_values(&m.name) {
                 if m.matches(v) {
-                    let p = self.index.postings(&m.name, v)?;
-                    if lists == 0 {
-                        ids = p;
-                    } else {
-                        ids.extend(p);
-                    }
-                    lists += 1;
+                    lists.push(self.index.postings(&m.name, v)?);
                 }
             }
-            if lists > 1 {
-                ids = sorted_set(ids);
-            }
+            let ids = union_sorted(lists);
             out = Some(match out {
                 None => ids,
                 Some(prev) => intersect(&prev, &ids),
@@ -378,9 +369,14 @@ impl Block {
             if n % 64 == 63 && stop.now() {
                 return Err(Stopped);
             }
+            let in_range = |c: &&ChunkMeta| c.maxt >= mint && c.mint <= maxt;
+            refs.clear();
+            refs.extend(metas.iter().filter(in_range).map(|m| m.chunk_ref));
             let mut s = SelectedSeries {
                 labels,
-                chunks: Vec::new(),
+                // Room for every chunk at once (grown chunk by chunk, the
+                // list was moved four or five times a series).
+                chunks: Vec::with_capacity(refs.len()),
                 histograms: Vec::new(),
                 starts: self
                     .starts
@@ -388,9 +384,6 @@ impl Block {
                     .map(|r| starts::runs_within(r, mint, maxt).to_vec())
                     .unwrap_or_default(),
             };
-            let in_range = |c: &&ChunkMeta| c.maxt >= mint && c.mint <= maxt;
-            refs.clear();
-            refs.extend(metas.iter().filter(in_range).map(|m| m.chunk_ref));
             let mut wanted = metas.iter().filter(in_range);
             // The bytes read are counted once per series, not per chunk:
             // the count is shared with the other cores too.

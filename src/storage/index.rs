@@ -353,6 +353,50 @@ pub(crate) fn sorted_set(mut slots: Vec<u32>) -> Vec<u32> {
     slots
 }
 
+/// The union of ascending lists (a block's postings lists), ascending
+/// without repeats: merged two by two, round after round, so that k
+/// lists of n slots in all take n·log k steps (one sort of them all
+/// takes n·log n, and merging each into the union so far n·k).
+pub(crate) fn union_sorted(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
+    while lists.len() > 1 {
+        let mut next = Vec::with_capacity(lists.len().div_ceil(2));
+        let mut it = lists.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => merge_sorted(&a, &b),
+                None => a,
+            });
+        }
+        lists = next;
+    }
+    lists.pop().unwrap_or_default()
+}
+
+/// The union of two ascending lists, without repeats.
+fn merge_sorted(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let x = if a[i] <= b[j] {
+            j += usize::from(a[i] == b[j]);
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        if out.last() != Some(&x) {
+            out.push(x);
+        }
+    }
+    for &x in a[i..].iter().chain(&b[j..]) {
+        if out.last() != Some(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
 /// The slots in both `a` and `b`, each ascending without repeats: a walk
 /// of both where they are of like length, else a binary search of the
 /// longer for each slot of the shorter.
@@ -408,6 +452,19 @@ mod tests {
     use std::collections::BTreeSet;
 
     proptest! {
+        /// The union of ascending lists is the sets', in order, whatever
+        /// their number.
+        #[test]
+        fn postings_unite_as_sets(
+            lists in proptest::collection::vec(
+                proptest::collection::btree_set(0u32..300, 0..60), 0..12),
+        ) {
+            let want: BTreeSet<u32> = lists.iter().flatten().copied().collect();
+            let lists: Vec<Vec<u32>> =
+                lists.iter().map(|l| l.iter().copied().collect()).collect();
+            prop_assert_eq!(union_sorted(lists), want.into_iter().collect::<Vec<_>>());
+        }
+
         /// The intersection of two postings lists is the sets', in order,
         /// whichever way it is walked (lengths alike or far apart).
         #[test]
