@@ -438,28 +438,43 @@ impl Rows<'_> {
     }
 
     /// Row `i`'s points without stale markers (what range functions'
-    /// windows hold), as [`Rows::with_stale`].
-    fn without_stale<'b>(&'b self, i: usize, buf: &'b mut Vec<(i64, f64)>) -> &'b [(i64, f64)] {
+    /// windows hold), as [`Rows::with_stale`], and whether they are in
+    /// time order (a damaged chunk can hold them out of it, within its
+    /// claimed span).
+    fn without_stale<'b>(
+        &'b self,
+        i: usize,
+        buf: &'b mut Vec<(i64, f64)>,
+    ) -> (&'b [(i64, f64)], bool) {
+        // Both are looked for in one pass without a branch per point;
+        // stale markers are rare, and only then taken out (which keeps
+        // the order).
+        let scan = |points: &[(i64, f64)]| {
+            let (stale, ordered, _) = points.iter().fold(
+                (false, true, i64::MIN),
+                |(stale, ordered, prev), &(t, v)| (stale | is_stale(v), ordered & (prev <= t), t),
+            );
+            (stale, ordered)
+        };
         match self {
             Rows::Loaded(rows) => {
                 let (points, has_stale) = rows[i];
+                let (_, ordered) = scan(points);
                 if !has_stale {
-                    return points;
+                    return (points, ordered);
                 }
                 buf.clear();
                 buf.extend(points.iter().copied().filter(|&(_, v)| !is_stale(v)));
-                buf.as_slice()
+                (buf.as_slice(), ordered)
             }
             Rows::Selected(selection) => {
                 buf.clear();
                 selection.series[i].decode_into(selection.lo, selection.hi, buf);
-                // Stale markers are rare: looked for without a branch per
-                // point, and only then taken out.
-                let stale = buf.iter().fold(false, |any, &(_, v)| any | is_stale(v));
+                let (stale, ordered) = scan(buf);
                 if stale {
                     buf.retain(|&(_, v)| !is_stale(v));
                 }
-                buf.as_slice()
+                (buf.as_slice(), ordered)
             }
         }
     }
@@ -468,22 +483,25 @@ impl Rows<'_> {
 /// The first position at or after `from` (and at most `end`) whose
 /// point lies after `t`, for a window's end moving forward over
 /// `points[..end]`. At a regular interval each step moves an end as far
-/// as the last did: that guess, when it is two points or more, is
-/// checked first (two comparisons that come out the same way step after
-/// step), and the points are walked
-/// one by one only when it misses, with `stride` left at the distance
-/// found.
+/// as the last did: that guess, when it is two points or more and the
+/// points are in time order (`ordered`: then the point before it
+/// answers for all those before), is checked first (two comparisons
+/// that come out the same way step after step), and the points are
+/// walked one by one only when it misses, with `stride` left at the
+/// distance found.
 #[inline(always)]
 fn advance_past(
     points: &[(i64, f64)],
     from: usize,
     end: usize,
     t: i64,
+    ordered: bool,
     stride: &mut usize,
 ) -> usize {
     // A stride of one is the walk's own first comparisons.
     let guess = from + *stride;
-    if *stride > 1
+    if ordered
+        && *stride > 1
         && guess <= end
         && points[guess - 1].0 <= t
         && (guess == end || points[guess].0 > t)
@@ -2242,7 +2260,7 @@ impl<'e> Ctx<'e> {
                     factors,
                 } = scratch;
                 // Windows leave stale markers out: so does the whole row.
-                let points = rows.without_stale(i, kept);
+                let (points, ordered) = rows.without_stale(i, kept);
                 if let Sliding::Increase(_) = sliding {
                     counter_resets(points, resets);
                 }
@@ -2267,9 +2285,9 @@ impl<'e> Ctx<'e> {
                 // interval, as far again.
                 let (mut hi_stride, mut lo_stride) = (0, 0);
                 for (k, &ts) in times.iter().enumerate() {
-                    hi = advance_past(points, hi, points.len(), ts, &mut hi_stride);
+                    hi = advance_past(points, hi, points.len(), ts, ordered, &mut hi_stride);
                     let after = ts.saturating_sub(range);
-                    lo = advance_past(points, lo, hi, after, &mut lo_stride);
+                    lo = advance_past(points, lo, hi, after, ordered, &mut lo_stride);
                     if lo >= hi {
                         continue;
                     }
@@ -2876,6 +2894,53 @@ pub(crate) fn interpolate(p1: (i64, f64), p2: (i64, f64), t: i64, is_counter: bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// A window's ends moved by stride guesses land where the walk
+        /// lands, step after step, for points in time order or not (a
+        /// damaged chunk's), at regular steps and irregular ones.
+        #[test]
+        fn window_ends_land_where_the_walk_lands(
+            gaps in proptest::collection::vec(
+                proptest::prop_oneof![proptest::strategy::Just(15i64), 0i64..40, -20i64..20],
+                0..120,
+            ),
+            steps in proptest::collection::vec(
+                proptest::prop_oneof![proptest::strategy::Just(60i64), 0i64..90],
+                1..60,
+            ),
+            range in 0i64..400,
+        ) {
+            let mut t = 0;
+            let points: Vec<(i64, f64)> = gaps
+                .iter()
+                .map(|g| {
+                    t += g;
+                    (t, 0.0)
+                })
+                .collect();
+            let ordered = points.windows(2).all(|w| w[0].0 <= w[1].0);
+            let walk = |from: usize, end: usize, t: i64| {
+                let mut at = from;
+                while at < end && points[at].0 <= t {
+                    at += 1;
+                }
+                at
+            };
+            let (mut hi, mut lo, mut hi_stride, mut lo_stride) = (0, 0, 0, 0);
+            let mut ts = -30;
+            for step in steps {
+                ts += step;
+                let (want_hi, want_lo) = {
+                    let h = walk(hi, points.len(), ts);
+                    (h, walk(lo, h, ts - range))
+                };
+                hi = advance_past(&points, hi, points.len(), ts, ordered, &mut hi_stride);
+                lo = advance_past(&points, lo, hi, ts - range, ordered, &mut lo_stride);
+                proptest::prop_assert_eq!((hi, lo), (want_hi, want_lo));
+            }
+        }
+    }
 
     #[test]
     fn unique_check_finds_duplicates_by_content_whatever_the_addresses() {
