@@ -786,6 +786,75 @@ mod tests {
         assert_eq!(everything(&again).len(), 31);
     }
 
+    #[test]
+    fn a_request_hands_over_free_shards_while_another_shard_is_held() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let opts = HeadOptions {
+            shards: 4,
+            ..Default::default()
+        };
+        let head = Arc::new(Head::open(opts, &durability(dir.path())).expect("open"));
+        let mut c = AppendCounts::default();
+        for s in 0..32 {
+            let name = format!("m{s}");
+            let l = [("__name__", name.as_str())];
+            head.append_labels(
+                &l,
+                &canon(&l),
+                [(1000, s as f64)].into_iter(),
+                i64::MAX,
+                &mut c,
+            )
+            .expect("fits");
+        }
+        assert_eq!(c.touched.count_ones(), 4, "every shard got a series");
+        let wal = head.wal_handle().expect("wal");
+        let before = wal.submit(&[]);
+        // Someone (a query, say) holds shard 2 while the request logs.
+        let held = head.shards[2].0.lock();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let logger = {
+            let head = Arc::clone(&head);
+            std::thread::spawn(move || {
+                let lsn = head.log_appended(&mut c);
+                done_tx.send(lsn).expect("send");
+            })
+        };
+        // The free shards' records are queued without waiting for it.
+        let mut queued = false;
+        for _ in 0..1000 {
+            if wal.submit(&[]) > before {
+                queued = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            queued,
+            "the free shards were not handed over while one was held"
+        );
+        // The request is not done until the held shard's records are in.
+        assert!(done.try_recv().is_err());
+        let partial = wal.submit(&[]);
+        drop(held);
+        logger.join().expect("logger");
+        let lsn = done.recv().expect("lsn");
+        assert!(
+            lsn > partial,
+            "{lsn} does not cover the held shard ({partial})"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        rt.block_on(head.durable(lsn)).expect("durable");
+        let stored = everything(&head);
+        head.close_wal();
+        drop(head);
+        let reopened = Head::open(HeadOptions::default(), &durability(dir.path())).expect("reopen");
+        assert_eq!(everything(&reopened).len(), 32);
+        assert_eq!(everything(&reopened), stored);
+    }
+
     /// Writes three requests' worth (series records, then samples) and
     /// closes the WAL; returns the directory and what the head held after
     /// the first two requests and after all three.

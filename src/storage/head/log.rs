@@ -69,46 +69,39 @@ impl Head {
         let Some(wal) = &self.wal else {
             return 0;
         };
-        // All touched shards go in one submission, so a request waits for
-        // one group commit, not one per shard. Their locks are taken in
-        // index order (appends hold one lock at a time, so this cannot
-        // deadlock) and held until the frames are queued, which keeps each
-        // shard's records in order in the log.
-        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> = self
+        let touched = self
             .shards
             .iter()
             .enumerate()
-            .filter(|(i, _)| touched & (1 << (i % 64)) != 0)
-            .map(|(_, Padded(cell))| cell.lock())
-            .collect();
-        let mut lsn = 0;
+            .filter(move |(i, _)| touched & (1 << (i % 64)) != 0);
+        // The touched shards that are free now go in one submission, so a
+        // request usually waits for one group commit, not one per shard;
+        // each shard's frames are taken and queued under its lock, which
+        // keeps its records in order in the log. A shard someone else
+        // holds is waited for afterwards, alone, with no other lock held:
+        // a request waiting here while holding the shards before it would
+        // stall every writer that needs those (and a query thread in the
+        // idle class, preempted while it holds a shard, can keep it for
+        // milliseconds on a busy machine).
+        let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> = Vec::new();
+        let mut busy: Vec<&ShardCell> = Vec::new();
+        for (_, Padded(cell)) in touched {
+            match cell.try_lock() {
+                Some(g) => guards.push(g),
+                None => busy.push(cell),
+            }
+        }
         PENDING.with(|kept| {
             kept.with(|frames| {
-                frames.clear();
-                // Which of the guards had frames to hand over.
-                let mut gave = 0u64;
-                for (k, shard) in guards.iter_mut().enumerate() {
-                    if let Some(log) = &mut shard.log {
-                        log.samples.close(&mut log.frames);
-                        gave |= u64::from(!log.frames.is_empty()) << (k % 64);
-                        frames.extend_from_slice(&log.frames);
-                        log.frames.clear();
-                        reuse::trim(&mut log.frames);
-                    }
+                let mut lsn = submit_pending(wal, &mut guards, frames, &[]);
+                drop(guards);
+                for cell in busy {
+                    let mut shard = [cell.lock()];
+                    lsn = lsn.max(submit_pending(wal, &mut shard, frames, &[]));
                 }
-                let pushed = (!frames.is_empty()).then(|| wal.submit(frames));
-                for (k, shard) in guards.iter_mut().enumerate() {
-                    if let Some(log) = &mut shard.log {
-                        if let Some(p) = pushed.filter(|_| gave & (1 << (k % 64)) != 0) {
-                            log.handed_over(p);
-                        }
-                        lsn = lsn.max(log.pushed);
-                    }
-                }
+                lsn
             })
-        });
-        drop(guards);
-        lsn
+        })
     }
 
     /// Copies every late sample older than `below` (what a cut hands to
@@ -167,25 +160,7 @@ impl Head {
         let Some(wal) = self.wal.as_ref().filter(|_| !frame.is_empty()) else {
             return 0;
         };
-        let mut frames = Vec::new();
-        let mut gave = vec![false; guards.len()];
-        for (k, shard) in guards.iter_mut().enumerate() {
-            if let Some(log) = &mut shard.log {
-                log.samples.close(&mut log.frames);
-                gave[k] = !log.frames.is_empty();
-                frames.extend_from_slice(&log.frames);
-                log.frames.clear();
-                reuse::trim(&mut log.frames);
-            }
-        }
-        frames.extend_from_slice(frame);
-        let lsn = wal.submit(&frames);
-        for (k, shard) in guards.iter_mut().enumerate() {
-            if let (true, Some(log)) = (gave[k], &mut shard.log) {
-                log.handed_over(lsn);
-            }
-        }
-        lsn
+        submit_pending(wal, guards, &mut Vec::new(), frame)
     }
 
     /// Drops exactly the late samples of `late` (a cut's copy, now in
@@ -248,6 +223,41 @@ impl Head {
             log.catch_up(wal.durable_lsn());
         }
     }
+}
+
+/// Queues the pending frames of the shards in `guards` (locked), then
+/// `extra`, in one submission through `frames` (cleared first); returns
+/// the LSN that makes every shard's handed-over records durable (what
+/// each pushed before counts too), or 0 when none has a log.
+fn submit_pending(
+    wal: &GroupCommit,
+    guards: &mut [parking_lot::MutexGuard<'_, Shard>],
+    frames: &mut Vec<u8>,
+    extra: &[u8],
+) -> u64 {
+    frames.clear();
+    for shard in guards.iter_mut() {
+        if let Some(log) = &mut shard.log {
+            log.samples.close(&mut log.frames);
+            frames.extend_from_slice(&log.frames);
+        }
+    }
+    frames.extend_from_slice(extra);
+    let pushed = (!frames.is_empty()).then(|| wal.submit(frames));
+    let mut lsn = 0;
+    for shard in guards.iter_mut() {
+        if let Some(log) = &mut shard.log {
+            // A shard's frames are cleared only now, so those that had
+            // some are the ones this submission covers.
+            if let Some(p) = pushed.filter(|_| !log.frames.is_empty()) {
+                log.handed_over(p);
+                log.frames.clear();
+                reuse::trim(&mut log.frames);
+            }
+            lsn = lsn.max(log.pushed);
+        }
+    }
+    pushed.map_or(lsn, |p| lsn.max(p))
 }
 
 #[cfg(test)]
