@@ -3,7 +3,10 @@
 meanwhile (scripts/bench-queries-under-ingest), and prints the request
 latency and throughput of each condition as a Markdown table.
 
-usage: under-ingest.py LATENCY_LOG ROUND_LOG CHECKPOINT_LOG
+usage: under-ingest.py LATENCY_LOG ROUND_LOG CHECKPOINT_LOG [LATENCY_LOG ROUND_LOG CHECKPOINT_LOG ...]
+
+Several runs' logs (three files each) are classified run by run and
+pooled: every condition's requests and time summed over the runs.
 
 LATENCY_LOG   sluice-loadgen --latency-log: start_ms latency_ms samples ok
 ROUND_LOG     one line per stretch: start_ms end_ms kind, kind "queries"
@@ -70,25 +73,27 @@ def quantile(values, q):
     return values[i]
 
 
-def main():
-    if len(sys.argv) != 4:
-        sys.exit(__doc__)
+CONDITIONS = ("ingest alone", "queries running", "control: busy loops", "across a change")
+
+
+def one_run(latency_log, round_log, checkpoint_log):
+    """A run's requests by condition, and how long each condition held."""
     requests = []
-    with open(sys.argv[1]) as f:
+    with open(latency_log) as f:
         for line in f:
             start, latency, samples, ok = line.split()
             requests.append((float(start), float(latency), int(samples), ok == "1"))
     if not requests:
-        sys.exit("under-ingest.py: the latency log is empty")
+        sys.exit(f"under-ingest.py: the latency log {latency_log} is empty")
     stretches = {"queries": [], "control": []}
-    with open(sys.argv[2]) as f:
+    with open(round_log) as f:
         for line in f:
             start, end, kind = line.split()
             stretches.setdefault(kind, []).append((float(start), float(end)))
     busy = {kind: merge(v) for kind, v in stretches.items()}
     every = merge([i for v in busy.values() for i in v])
     checkpoints = []
-    with open(sys.argv[3]) as f:
+    with open(checkpoint_log) as f:
         polls = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
     # A count that falls (a poll answered wrong) is not a checkpoint.
     polls = [p for i, p in enumerate(polls) if all(p[1] >= q[1] for q in polls[:i])]
@@ -101,7 +106,6 @@ def main():
 
     first = min(r[0] for r in requests)
     last = max(r[0] + r[1] for r in requests)
-    span = last - first
     rows = {}
     for start, latency, samples, ok in requests:
         end = start + latency
@@ -120,11 +124,8 @@ def main():
             row["samples"] += samples if ok else 0
             row["errors"] += 0 if ok else 1
             row["ckpt"] += 1 if ckpt else 0
-    print("| ingest | requests | of them during a checkpoint | samples/s | p50 ms | p99 ms | slowest ms | errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    alone = complement(every, first, last)
     held = {
-        "ingest alone": alone,
+        "ingest alone": complement(every, first, last),
         "queries running": busy["queries"],
         "control: busy loops": busy["control"],
     }
@@ -134,25 +135,57 @@ def main():
         c: duration[c] - sum(overlap_ms(v, a, b) for a, b in checkpoints)
         for c, v in held.items()
     }
+    return {
+        "rows": rows,
+        "duration": duration,
+        "duration_without": duration_without,
+        "span": last - first,
+        "rounds": len(stretches["queries"]),
+        "controls": len(stretches["control"]),
+        "checkpoints": len(checkpoints),
+        "checkpoint_ms": overlap_ms(checkpoints, first, last),
+    }
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 3 != 0:
+        sys.exit(__doc__)
+    runs = [one_run(*args[i : i + 3]) for i in range(0, len(args), 3)]
+    rows = {}
+    for run in runs:
+        for key, row in run["rows"].items():
+            into = rows.setdefault(key, {"lat": [], "samples": 0, "errors": 0, "ckpt": 0})
+            into["lat"].extend(row["lat"])
+            for k in ("samples", "errors", "ckpt"):
+                into[k] += row[k]
+
+    def total(key, cond):
+        return sum(run[key][cond] for run in runs)
+
+    print("| ingest | requests | of them during a checkpoint | samples/s | p50 ms | p90 ms | p99 ms | slowest ms | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for with_ckpt in (True, False):
-        for cond in ("ingest alone", "queries running", "control: busy loops", "across a change"):
+        for cond in CONDITIONS:
             row = rows.get((cond, with_ckpt))
             if row is None:
                 continue
             label = cond + ("" if with_ckpt else ", checkpoints left out")
-            seconds = (duration if with_ckpt else duration_without).get(cond)
+            seconds = total("duration" if with_ckpt else "duration_without", cond) if cond != CONDITIONS[3] else None
             rate = f"{row['samples'] / (seconds / 1e3):,.0f}" if seconds and seconds > 0 else "–"
             lat = row["lat"]
             print(
                 f"| {label} | {len(lat)} | {row['ckpt']} | {rate} | {quantile(lat, 0.5):.1f} "
-                f"| {quantile(lat, 0.99):.1f} | {max(lat):.1f} | {row['errors']} |"
+                f"| {quantile(lat, 0.9):.1f} | {quantile(lat, 0.99):.1f} | {max(lat):.1f} | {row['errors']} |"
             )
     print()
+    runs_said = f"{len(runs)} runs pooled: " if len(runs) > 1 else ""
     print(
-        f"The load ran {span / 1e3:.1f} s; queries were being answered for "
-        f"{duration['queries running'] / 1e3:.1f} s of it ({len(stretches['queries'])} rounds), the control "
-        f"ran {duration['control: busy loops'] / 1e3:.1f} s ({len(stretches['control'])} times), and {len(checkpoints)} checkpoint(s) were written "
-        f"({overlap_ms(checkpoints, first, last) / 1e3:.1f} s at most). "
+        f"{runs_said}The load ran {sum(r['span'] for r in runs) / 1e3:.1f} s; queries were being answered for "
+        f"{total('duration', 'queries running') / 1e3:.1f} s of it ({sum(r['rounds'] for r in runs)} rounds), the control "
+        f"ran {total('duration', 'control: busy loops') / 1e3:.1f} s ({sum(r['controls'] for r in runs)} times), and "
+        f"{sum(r['checkpoints'] for r in runs)} checkpoint(s) were written "
+        f"({sum(r['checkpoint_ms'] for r in runs) / 1e3:.1f} s at most). "
         "Samples/s is the samples of a condition's requests over the time the condition held "
         "(without checkpoints: less the checkpoints' time in it); requests across a change are in "
         "neither, so each condition's figure is a little low."
