@@ -32,7 +32,8 @@ pub use appender::{
 pub use db::{Close, Db, DbOptions, MemoryFull};
 pub use head::HeadMemory;
 pub use head::{
-    CheckpointStats, Durability, HeadOptions, HeadStats, Recovery, RetentionReport, SeriesSamples,
+    CheckpointStats, Durability, HeadOptions, HeadStats, LockWaitStats, Recovery, RetentionReport,
+    SeriesSamples,
 };
 pub use querier::Querier;
 

@@ -872,6 +872,29 @@ impl Collector for HeadCollector {
                 b.read_errors as f64,
             ),
         ]);
+        let w = self.db.lock_waits();
+        counters.extend([
+            (
+                "sluice_head_append_lock_waits",
+                "Times an append found a head shard's lock held and waited for it",
+                w.waits as f64,
+            ),
+            (
+                "sluice_head_append_lock_wait_seconds",
+                "Time appends spent waiting for head shard locks",
+                w.seconds,
+            ),
+            (
+                "sluice_head_append_lock_waits_behind_reads",
+                "Of the appends' lock waits, those behind a read of the head (a query's selection of series, a label or series lookup)",
+                w.behind_reads as f64,
+            ),
+            (
+                "sluice_head_append_lock_wait_behind_reads_seconds",
+                "Time appends spent waiting for head shard locks a read held",
+                w.behind_reads_seconds,
+            ),
+        ]);
         let c = self.db.checkpoint_stats();
         counters.push((
             "sluice_wal_checkpoints",

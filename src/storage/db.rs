@@ -470,6 +470,11 @@ impl Db {
         self.head.checkpoint_stats()
     }
 
+    /// How long appends waited for the head's shard locks, since start.
+    pub fn lock_waits(&self) -> super::LockWaitStats {
+        self.head.lock_waits()
+    }
+
     /// The WAL's commit counters, when there is a WAL.
     pub fn wal_stats(&self) -> Option<CommitStats> {
         self.head.wal().map(|w| w.stats())

@@ -83,6 +83,9 @@ struct Padded<T>(T);
 struct ShardCell {
     shard: Mutex<Shard>,
     bytes: AtomicUsize,
+    /// Whether a read (a query's selection, a label lookup) holds the
+    /// lock now: an append that has to wait says whom it waited behind.
+    read_held: std::sync::atomic::AtomicBool,
 }
 
 impl std::ops::Deref for ShardCell {
@@ -105,6 +108,67 @@ impl ShardCell {
     fn publish(&self, shard: &Shard) {
         self.bytes.store(shard.accounted_bytes(), Ordering::Relaxed);
     }
+
+    /// Locks the shard for an append, counting in `waits` how long it
+    /// waited when someone else held it (and whether a read did). Costs
+    /// the same as a plain lock when the lock is free.
+    #[inline]
+    fn lock_for_append<'a>(&'a self, waits: &LockWaits) -> parking_lot::MutexGuard<'a, Shard> {
+        if let Some(g) = self.shard.try_lock() {
+            return g;
+        }
+        self.lock_waiting(waits)
+    }
+
+    #[cold]
+    fn lock_waiting<'a>(&'a self, waits: &LockWaits) -> parking_lot::MutexGuard<'a, Shard> {
+        let behind_read = self.read_held.load(Ordering::Relaxed);
+        #[cfg(test)]
+        waits.began.fetch_add(1, Ordering::Relaxed);
+        let began = std::time::Instant::now();
+        let g = self.shard.lock();
+        waits.note(began.elapsed(), behind_read);
+        g
+    }
+}
+
+/// How long appends waited for shard locks that others held.
+#[derive(Debug, Default)]
+struct LockWaits {
+    waits: AtomicU64,
+    nanos: AtomicU64,
+    behind_reads: AtomicU64,
+    behind_reads_nanos: AtomicU64,
+    /// Waits begun, for tests to know an append is waiting.
+    #[cfg(test)]
+    began: AtomicU64,
+}
+
+impl LockWaits {
+    fn note(&self, waited: std::time::Duration, behind_read: bool) {
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+        if behind_read {
+            self.behind_reads.fetch_add(1, Ordering::Relaxed);
+            self.behind_reads_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Appends' waits for head shard locks since start (see
+/// [`Head::lock_waits`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LockWaitStats {
+    /// Times an append found a shard's lock held and waited for it.
+    pub waits: u64,
+    /// Seconds those waits took.
+    pub seconds: f64,
+    /// Of the waits, those behind a read (a query's selection of series,
+    /// a label or series lookup).
+    pub behind_reads: u64,
+    /// Seconds those took.
+    pub behind_reads_seconds: f64,
 }
 
 /// What one retention pass removed.
@@ -157,6 +221,8 @@ pub struct Head {
     /// Deleted time ranges by series id: replaced whole on a change, so a
     /// reader holds a fixed view (see `deleted`).
     deleted: parking_lot::RwLock<Arc<super::block::tombstones::Tombstones>>,
+    /// Appends' waits for shard locks.
+    lock_waits: LockWaits,
 }
 
 /// Checkpoints taken since start.
@@ -233,6 +299,7 @@ impl Head {
             ooo_window_ms: AtomicI64::new(opts.ooo_window_ms),
             max_t: AtomicI64::new(i64::MIN),
             deleted: parking_lot::RwLock::default(),
+            lock_waits: LockWaits::default(),
             opts,
         }
     }
@@ -462,6 +529,18 @@ impl Head {
     /// Records a failed checkpoint.
     pub(super) fn note_checkpoint_failure(&self) {
         self.checkpoints.lock().failed += 1;
+    }
+
+    /// How long appends waited for shard locks others held, since start.
+    pub fn lock_waits(&self) -> LockWaitStats {
+        let w = &self.lock_waits;
+        let secs = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
+        LockWaitStats {
+            waits: w.waits.load(Ordering::Relaxed),
+            seconds: secs(&w.nanos),
+            behind_reads: w.behind_reads.load(Ordering::Relaxed),
+            behind_reads_seconds: secs(&w.behind_reads_nanos),
+        }
     }
 
     /// Checkpoints taken since start.
@@ -784,6 +863,55 @@ mod tests {
         drop(reopened);
         let again = Head::open(HeadOptions::default(), &durability(dir.path())).expect("again");
         assert_eq!(everything(&again).len(), 31);
+    }
+
+    #[test]
+    fn appends_count_their_waits_for_a_shard_and_whom_they_waited_behind() {
+        let head = Arc::new(Head::new(HeadOptions {
+            shards: 1,
+            ..Default::default()
+        }));
+        let append = |name: &'static str| {
+            let head = Arc::clone(&head);
+            std::thread::spawn(move || {
+                let l = [("__name__", name)];
+                let mut c = AppendCounts::default();
+                head.append_labels(&l, &canon(&l), [(1000, 1.0)].into_iter(), i64::MAX, &mut c)
+                    .expect("fits");
+            })
+        };
+        let until_waiting = |n: u64| {
+            for _ in 0..1000 {
+                if head.lock_waits.began.load(Ordering::Relaxed) >= n {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            panic!("no append waited for the shard");
+        };
+        assert_eq!(head.lock_waits(), LockWaitStats::default());
+        // Behind a read: a query's visit holds the shard.
+        let read = head.lock_for_read(&head.shards[0].0);
+        let writer = append("a");
+        until_waiting(1);
+        drop(read);
+        writer.join().expect("append");
+        let w = head.lock_waits();
+        assert_eq!((w.waits, w.behind_reads), (1, 1));
+        assert!(w.seconds > 0.0 && w.behind_reads_seconds > 0.0);
+        assert_eq!(w.seconds, w.behind_reads_seconds);
+        // Behind another append: counted, but not as behind a read.
+        let mut c = AppendCounts::default();
+        let held = head.lock_shard(0, &mut c);
+        let writer = append("b");
+        until_waiting(2);
+        drop(held);
+        writer.join().expect("append");
+        let after = head.lock_waits();
+        assert_eq!((after.waits, after.behind_reads), (2, 1));
+        assert!(after.seconds > w.seconds);
+        assert_eq!(after.behind_reads_seconds, w.behind_reads_seconds);
+        assert_eq!(everything(&head).len(), 2);
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl Head {
                 let mut lsn = submit_pending(wal, &mut guards, frames, &[]);
                 drop(guards);
                 for cell in busy {
-                    let mut shard = [cell.lock()];
+                    let mut shard = [cell.lock_for_append(&self.lock_waits)];
                     lsn = lsn.max(submit_pending(wal, &mut shard, frames, &[]));
                 }
                 lsn
@@ -206,12 +206,14 @@ impl Head {
     /// Locks a shard, its log caught up with what the WAL has made durable
     /// (which decides what readers see, and from where new samples count
     /// as unlogged).
+    /// An append's lock: a wait for it is counted (see
+    /// [`Head::lock_waits`]).
     #[inline]
     pub(super) fn lock_caught_up<'a>(
         &self,
         cell: &'a ShardCell,
     ) -> parking_lot::MutexGuard<'a, Shard> {
-        let mut shard = cell.lock();
+        let mut shard = cell.lock_for_append(&self.lock_waits);
         self.catch_up(&mut shard);
         shard
     }

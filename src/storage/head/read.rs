@@ -116,7 +116,7 @@ impl Head {
         let mut given: Vec<u64> = Vec::new();
         let mut skip: Option<hashbrown::HashSet<u64>> = None;
         'visit: loop {
-            let mut s = self.lock_caught_up(cell);
+            let mut s = self.lock_for_read(cell);
             let rebuilds = s.rebuilds;
             verdicts.begin_visit();
             let all = s.series.len() as u32;
@@ -141,7 +141,7 @@ impl Head {
                     drop(s);
                     #[cfg(test)]
                     tests::between_batches();
-                    s = self.lock_caught_up(cell);
+                    s = self.lock_for_read(cell);
                     if s.rebuilds != rebuilds {
                         skip = Some(given.iter().copied().collect());
                         continue 'visit;
@@ -264,6 +264,43 @@ impl Head {
             });
         }
         out
+    }
+}
+
+/// A shard locked by a read ([`Head::for_each_match`]'s visits), marked
+/// so while it is held: an append that waits for it counts as waiting
+/// behind a read (see [`Head::lock_waits`]).
+pub(super) struct ReadHold<'a> {
+    cell: &'a ShardCell,
+    shard: parking_lot::MutexGuard<'a, Shard>,
+}
+
+impl std::ops::Deref for ReadHold<'_> {
+    type Target = Shard;
+
+    fn deref(&self) -> &Shard {
+        &self.shard
+    }
+}
+
+impl Drop for ReadHold<'_> {
+    fn drop(&mut self) {
+        // Before the guard (a field) lets the lock go.
+        self.cell
+            .read_held
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Head {
+    /// Locks a shard for a read, its log caught up (see
+    /// [`Head::lock_caught_up`]).
+    pub(super) fn lock_for_read<'a>(&self, cell: &'a ShardCell) -> ReadHold<'a> {
+        let mut shard = cell.lock();
+        self.catch_up(&mut shard);
+        cell.read_held
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        ReadHold { cell, shard }
     }
 }
 
