@@ -13,6 +13,8 @@ ROUND_LOG     one line per stretch: start_ms end_ms kind, kind "queries"
               (a round of queries) or "control" (busy loops that touch
               nothing of the receiver's)
 CHECKPOINT_LOG polls of Sluice's /metrics: time_ms checkpoints last_duration_s
+              [lock_wait_s lock_wait_behind_reads_s] (appends' waits for head
+              shard locks, counters; when present, shown by condition)
 
 A request counts as "queries running" when it starts and ends inside a
 round of queries (one query after another, a few milliseconds apart),
@@ -97,13 +99,32 @@ def one_run(latency_log, round_log, checkpoint_log):
         polls = [tuple(float(x) for x in line.split()) for line in f if line.strip()]
     # A count that falls (a poll answered wrong) is not a checkpoint.
     polls = [p for i, p in enumerate(polls) if all(p[1] >= q[1] for q in polls[:i])]
-    for (t0, n0, _), (t1, n1, duration) in zip(polls, polls[1:]):
+    for (t0, n0, *_), (t1, n1, duration, *_) in zip(polls, polls[1:]):
         if n1 > n0:
             # Finished between the two polls: it ran at most its duration
             # before the earlier poll's moment and ended by the later one.
             checkpoints.append((t0 - duration * 1e3, t1))
     checkpoints = merge(checkpoints)
 
+    # Appends' lock waits by condition: the counters' rise between two
+    # polls that both fall inside one stretch of it.
+    waits = {}
+    for p0, p1 in zip(polls, polls[1:]):
+        if len(p0) < 5 or len(p1) < 5:
+            continue
+        lo, hi = p0[0], p1[0]
+        cond = None
+        if inside(every, lo, hi) == 0:
+            cond = "ingest alone"
+        for kind, label in (("queries", "queries running"), ("control", "control: busy loops")):
+            if inside(busy[kind], lo, hi) == 2:
+                cond = label
+        if cond is None:
+            continue
+        w = waits.setdefault(cond, [0.0, 0.0, 0.0])
+        w[0] += max(0.0, p1[3] - p0[3])
+        w[1] += max(0.0, p1[4] - p0[4])
+        w[2] += hi - lo
     first = min(r[0] for r in requests)
     last = max(r[0] + r[1] for r in requests)
     rows = {}
@@ -144,6 +165,7 @@ def one_run(latency_log, round_log, checkpoint_log):
         "controls": len(stretches["control"]),
         "checkpoints": len(checkpoints),
         "checkpoint_ms": overlap_ms(checkpoints, first, last),
+        "waits": waits,
     }
 
 
@@ -190,6 +212,27 @@ def main():
         "(without checkpoints: less the checkpoints' time in it); requests across a change are in "
         "neither, so each condition's figure is a little low."
     )
+    waits = {}
+    for run in runs:
+        for cond, (w, r, ms) in run["waits"].items():
+            into = waits.setdefault(cond, [0.0, 0.0, 0.0])
+            into[0] += w
+            into[1] += r
+            into[2] += ms
+    said = [
+        f"{cond} {1e3 * w / (ms / 1e3):.0f} ({1e3 * r / (ms / 1e3):.0f} behind reads)"
+        for cond in CONDITIONS
+        if cond in waits
+        for w, r, ms in [waits[cond]]
+        if ms > 0
+    ]
+    if said:
+        print()
+        print(
+            "Appends' waits for head shard locks (`sluice_head_append_lock_wait_seconds_total`, and "
+            "of it `..._behind_reads_...`), ms a second, between polls of /metrics that both fell "
+            "inside the condition: " + "; ".join(said) + "."
+        )
 
 
 if __name__ == "__main__":
