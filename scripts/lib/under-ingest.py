@@ -106,13 +106,17 @@ def one_run(latency_log, round_log, checkpoint_log):
             checkpoints.append((t0 - duration * 1e3, t1))
     checkpoints = merge(checkpoints)
 
+    first = min(r[0] for r in requests)
+    last = max(r[0] + r[1] for r in requests)
     # Appends' lock waits by condition: the counters' rise between two
-    # polls that both fall inside one stretch of it.
+    # polls that both fall inside one stretch of it, while the load ran.
     waits = {}
     for p0, p1 in zip(polls, polls[1:]):
         if len(p0) < 5 or len(p1) < 5:
             continue
         lo, hi = p0[0], p1[0]
+        if lo < first or hi > last:
+            continue
         cond = None
         if inside(every, lo, hi) == 0:
             cond = "ingest alone"
@@ -125,8 +129,6 @@ def one_run(latency_log, round_log, checkpoint_log):
         w[0] += max(0.0, p1[3] - p0[3])
         w[1] += max(0.0, p1[4] - p0[4])
         w[2] += hi - lo
-    first = min(r[0] for r in requests)
-    last = max(r[0] + r[1] for r in requests)
     rows = {}
     for start, latency, samples, ok in requests:
         end = start + latency

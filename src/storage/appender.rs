@@ -354,8 +354,9 @@ impl<'d> Appender<'d> {
         self.note(counts);
     }
 
-    /// Hands everything appended (and the exemplars stored) to the WAL in
-    /// one submission.
+    /// Hands everything appended (and the exemplars stored) to the WAL:
+    /// the shards free now in one submission, any held by someone else
+    /// each after it, alone (see `Head::log_appended`).
     pub fn commit(mut self) -> Commit {
         let mut counts = AppendCounts {
             touched: self.touched,

@@ -1,7 +1,8 @@
 //! The head's side of the WAL: each shard gathers its records under its
-//! own lock; a commit hands the touched shards' records over in one
-//! submission, and a shard's log catches up with what the WAL made durable
-//! (which decides what readers see).
+//! own lock; a commit hands the touched shards' records over (the free
+//! ones in one submission, each held one after it alone), and a shard's
+//! log catches up with what the WAL made durable (which decides what
+//! readers see).
 
 use std::sync::Arc;
 
@@ -115,7 +116,8 @@ impl Head {
         below: i64,
         marker: impl FnOnce(&[LateSeries]) -> Vec<u8>,
     ) -> (Vec<LateSeries>, u64) {
-        // Index order, as `log_appended` takes them.
+        // Every shard, in index order: an append holds one shard's lock
+        // at a time, and `log_appended` waits for one only with none held.
         let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> =
             self.shards.iter().map(|Padded(cell)| cell.lock()).collect();
         let mut late = Vec::new();
@@ -143,7 +145,8 @@ impl Head {
     /// a record of `frame` refers to are defined before it in the log.
     /// The LSN that makes it durable (0 without a WAL, or for no frame).
     pub(in crate::storage) fn log_after_pending(&self, frame: &[u8]) -> u64 {
-        // Index order, as `log_appended` takes them.
+        // Every shard, in index order: an append holds one shard's lock
+        // at a time, and `log_appended` waits for one only with none held.
         let mut guards: Vec<parking_lot::MutexGuard<'_, Shard>> =
             self.shards.iter().map(|Padded(cell)| cell.lock()).collect();
         self.submit_after_pending(&mut guards, frame)
