@@ -871,42 +871,45 @@ mod tests {
             shards: 1,
             ..Default::default()
         }));
-        let append = |name: &'static str| {
-            let head = Arc::clone(&head);
-            std::thread::spawn(move || {
-                let l = [("__name__", name)];
-                let mut c = AppendCounts::default();
-                head.append_labels(&l, &canon(&l), [(1000, 1.0)].into_iter(), i64::MAX, &mut c)
-                    .expect("fits");
-            })
-        };
-        let until_waiting = |n: u64| {
+        /// Appends series `name` from another thread while `held` keeps
+        /// the only shard, lets it go once the append waits (its
+        /// `began`-th wait), and returns the counts after.
+        fn append_behind<G>(
+            head: &Arc<Head>,
+            held: G,
+            name: &'static str,
+            began: u64,
+        ) -> LockWaitStats {
+            let writer = {
+                let head = Arc::clone(head);
+                std::thread::spawn(move || {
+                    let l = [("__name__", name)];
+                    let mut c = AppendCounts::default();
+                    head.append_labels(&l, &canon(&l), [(1000, 1.0)].into_iter(), i64::MAX, &mut c)
+                        .expect("fits");
+                })
+            };
+            let mut waiting = false;
             for _ in 0..1000 {
-                if head.lock_waits.began.load(Ordering::Relaxed) >= n {
-                    return;
+                if head.lock_waits.began.load(Ordering::Relaxed) >= began {
+                    waiting = true;
+                    break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            panic!("no append waited for the shard");
-        };
+            assert!(waiting, "no append waited for the shard");
+            drop(held);
+            writer.join().expect("append");
+            head.lock_waits()
+        }
         assert_eq!(head.lock_waits(), LockWaitStats::default());
         // Behind a read: a query's visit holds the shard.
-        let read = head.lock_for_read(&head.shards[0].0);
-        let writer = append("a");
-        until_waiting(1);
-        drop(read);
-        writer.join().expect("append");
-        let w = head.lock_waits();
+        let w = append_behind(&head, head.lock_for_read(&head.shards[0].0), "a", 1);
         assert_eq!((w.waits, w.behind_reads), (1, 1));
         assert_eq!(w.seconds, w.behind_reads_seconds);
         // Behind another append: counted, but not as behind a read.
         let mut c = AppendCounts::default();
-        let held = head.lock_shard(0, &mut c);
-        let writer = append("b");
-        until_waiting(2);
-        drop(held);
-        writer.join().expect("append");
-        let after = head.lock_waits();
+        let after = append_behind(&head, head.lock_shard(0, &mut c), "b", 2);
         assert_eq!((after.waits, after.behind_reads), (2, 1));
         assert!(after.seconds >= w.seconds);
         assert_eq!(after.behind_reads_seconds, w.behind_reads_seconds);
