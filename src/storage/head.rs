@@ -37,6 +37,7 @@ pub(super) mod ooo;
 mod read;
 mod replay;
 pub(super) mod shard;
+pub(super) mod taken;
 
 pub use super::append::{AppendCounts, HeadOptions, SeriesLimit};
 use super::exemplars::ExemplarStore;

@@ -258,31 +258,16 @@ impl<'d> Single<'d> {
             matchers,
             (mint, maxt),
             stop,
-            |shard, series, until| {
-                let ranges = deleted.get(series.id);
-                let chunks = match (reading, ranges) {
-                    (Reading::Newest, None) => {
-                        shard.newest_chunk_for_query(series, (mint, maxt), until, floor)
-                    }
-                    _ => None,
-                }
-                .unwrap_or_else(|| shard.chunks_for_query(series, (mint, maxt), until, floor));
-                let histograms = shard.histograms_of(series, (mint, maxt), until, floor);
-                if chunks.is_empty() && histograms.is_empty() && mint < floor {
+            |taken, shard, series, until| {
+                // A series with deleted samples is read whole, to be cut.
+                let newest = reading == Reading::Newest && deleted.get(series.id).is_none();
+                taken.take(shard, series, (mint, maxt), until, floor, newest);
+            },
+            |id, mut s| {
+                if s.chunks.is_empty() && s.histograms.is_empty() && mint < floor {
                     return None;
                 }
-                let mut s = SelectedSeries {
-                    labels: shard.labels_of(series),
-                    chunks,
-                    histograms,
-                    starts: crate::storage::starts::runs_within(
-                        shard.starts_of(series),
-                        mint,
-                        maxt,
-                    )
-                    .to_vec(),
-                };
-                if let Some(ranges) = ranges {
+                if let Some(ranges) = deleted.get(id) {
                     // The head's own chunks: sound, so an error is a bug,
                     // and the series is left out rather than answered
                     // with what was deleted.

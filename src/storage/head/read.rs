@@ -4,9 +4,11 @@
 //! merge with blocks is the `Querier`'s.
 
 use super::shard::{MemSeries, Shard};
+use super::taken::Taken;
 use super::{Head, HeadStats, Padded, ShardCell};
 use crate::storage::block::BlockSeries;
 use crate::storage::index::{Matcher, Verdicts};
+use crate::storage::selected::SelectedSeries;
 use crate::storage::{Stop, Stopped};
 
 impl Head {
@@ -45,17 +47,22 @@ impl Head {
         Ok(())
     }
 
-    /// [`Head::for_each_match`] with the shards cut among the free cores
-    /// (see [`crate::parallel`]) when the first shard's matches promise
-    /// enough work: `f` makes each match's item, and each part's items
-    /// come back in one vector, in the order `f` met them, then given to
-    /// `finish` on the thread that made them (to sort them, say).
+    /// The selected series of [`Head::for_each_match`]'s matches, with
+    /// the shards cut among the free cores (see [`crate::parallel`]) when
+    /// the first shard's matches promise enough work. `take` takes what
+    /// the query needs of each match into a batch while its shard is
+    /// locked (see [`Taken`]); each batch is made into series once the
+    /// lock is let go, and `keep` gives each series' item, if any. Each
+    /// part's items come back in one vector, in the order they were met,
+    /// then given to `finish` on the thread that made them (to sort them,
+    /// say).
     pub(in crate::storage) fn collect_matches<T: Send>(
         &self,
         matchers: &[Matcher],
         (mint, maxt): (i64, i64),
         stop: &Stop<'_>,
-        f: impl Fn(&Shard, &MemSeries, i64) -> Option<T> + Sync,
+        take: impl Fn(&mut Taken, &Shard, &MemSeries, i64) + Sync,
+        keep: impl Fn(u64, SelectedSeries) -> Option<T> + Sync,
         finish: impl Fn(&mut Vec<T>) + Sync,
     ) -> Result<Vec<Vec<T>>, Stopped> {
         if self.shards.is_empty() {
@@ -64,9 +71,14 @@ impl Head {
         let (first, rest) = self.shards.split_at(1);
         let visit_into =
             |cells: &[Padded<ShardCell>], verdicts: &mut Verdicts, out: &mut Vec<T>| {
+                let mut batch = Batch {
+                    taken: Taken::default(),
+                    take: &take,
+                    keep: &keep,
+                    out,
+                };
                 for Padded(cell) in cells {
-                    let mut add = |s: &Shard, m: &MemSeries, u: i64| out.extend(f(s, m, u));
-                    self.visit(cell, matchers, (mint, maxt), stop, verdicts, &mut add)?;
+                    self.visit(cell, matchers, (mint, maxt), stop, verdicts, &mut batch)?;
                 }
                 Ok::<(), Stopped>(())
             };
@@ -106,7 +118,7 @@ impl Head {
         (mint, maxt): (i64, i64),
         stop: &Stop<'_>,
         verdicts: &mut Verdicts,
-        f: &mut impl FnMut(&Shard, &MemSeries, i64),
+        f: &mut impl Visitor,
     ) -> Result<(), Stopped> {
         // The lock is let go every `LOCK_BATCH` series, so that writers to
         // the shard wait for a batch, not for a whole visit (milliseconds
@@ -128,6 +140,7 @@ impl Head {
             };
             let Some(slots) = slots else {
                 drop(s);
+                f.let_go();
                 if !verdicts.judge(matchers, || stop.now()) {
                     return Err(Stopped);
                 }
@@ -139,6 +152,7 @@ impl Head {
                 }
                 if n % LOCK_BATCH == LOCK_BATCH - 1 {
                     drop(s);
+                    f.let_go();
                     #[cfg(test)]
                     tests::between_batches();
                     s = self.lock_for_read(cell);
@@ -163,9 +177,11 @@ impl Head {
                 };
                 if hi >= lo && hi >= mint && lo <= maxt {
                     given.push(series.id);
-                    f(&s, series, until);
+                    f.visit(&s, series, until);
                 }
             }
+            drop(s);
+            f.let_go();
             return Ok(());
         }
     }
@@ -264,6 +280,48 @@ impl Head {
             });
         }
         out
+    }
+}
+
+/// What a visit gives each match to, under the shard's lock, and tells
+/// when it let the lock go.
+trait Visitor {
+    fn visit(&mut self, shard: &Shard, series: &MemSeries, until: i64);
+
+    /// The shard's lock was let go: what was taken can be worked on.
+    fn let_go(&mut self) {}
+}
+
+impl<F: FnMut(&Shard, &MemSeries, i64)> Visitor for F {
+    fn visit(&mut self, shard: &Shard, series: &MemSeries, until: i64) {
+        self(shard, series, until)
+    }
+}
+
+/// [`Head::collect_matches`]' visitor: takes under the lock, makes and
+/// keeps once it is let go.
+struct Batch<'a, T, Take, Keep> {
+    taken: Taken,
+    take: &'a Take,
+    keep: &'a Keep,
+    out: &'a mut Vec<T>,
+}
+
+impl<T, Take, Keep> Visitor for Batch<'_, T, Take, Keep>
+where
+    Take: Fn(&mut Taken, &Shard, &MemSeries, i64),
+    Keep: Fn(u64, SelectedSeries) -> Option<T>,
+{
+    fn visit(&mut self, shard: &Shard, series: &MemSeries, until: i64) {
+        (self.take)(&mut self.taken, shard, series, until);
+    }
+
+    fn let_go(&mut self) {
+        if self.taken.is_empty() {
+            return;
+        }
+        let (keep, out) = (self.keep, &mut *self.out);
+        self.taken.drain(|id, s| out.extend(keep(id, s)));
     }
 }
 
@@ -405,6 +463,24 @@ pub(super) mod tests {
             seen.push(shard.labels_of(s)[1].value.to_string());
         })
         .expect("not stopped");
+        each_odd_series_once(&head, &seen);
+    }
+
+    #[test]
+    fn a_selection_takes_in_batches_and_survives_a_rebuild_meanwhile() {
+        let head = head_rebuilt_mid_read();
+        let all = (i64::MIN, i64::MAX);
+        let parts = head
+            .collect_matches(
+                &[],
+                all,
+                &Stop::default(),
+                |taken, shard, s, until| taken.take(shard, s, all, until, i64::MIN, false),
+                |_, s| Some(s.labels[1].value.to_string()),
+                |_| {},
+            )
+            .expect("not stopped");
+        let seen: Vec<String> = parts.into_iter().flatten().collect();
         each_odd_series_once(&head, &seen);
     }
 

@@ -293,6 +293,11 @@ impl MemSeries {
             .map(|h| (h.mint, h.maxt(), h.app.bytes()))
     }
 
+    /// The open chunk's newest sample, if it has one.
+    pub(crate) fn open_last(&self) -> Option<(i64, f64)> {
+        self.head.as_ref().and_then(|h| h.app.last())
+    }
+
     /// Whether the series holds native histograms (in its shard's
     /// `hists`).
     #[inline]
@@ -344,17 +349,17 @@ impl MemSeries {
     }
 }
 
-/// A copy of the XOR chunk `bytes` with only its samples up to `until`
-/// (the encoder is deterministic: the same bytes as a chunk that never
-/// held the rest).
 /// The bytes of a chunk that stands for its known newest sample alone
-/// (see [`Shard::newest_chunk_for_query`]): none, shared.
-fn no_bytes() -> Arc<[u8]> {
+/// (see [`Shard::newest_for_query`]): none, shared.
+pub(super) fn no_bytes() -> Arc<[u8]> {
     static NONE: std::sync::LazyLock<Arc<[u8]>> = std::sync::LazyLock::new(|| Arc::from(&[][..]));
     Arc::clone(&NONE)
 }
 
-fn clipped(bytes: &[u8], until: i64) -> Arc<[u8]> {
+/// A copy of the XOR chunk `bytes` with only its samples up to `until`
+/// (the encoder is deterministic: the same bytes as a chunk that never
+/// held the rest).
+pub(super) fn clipped(bytes: &[u8], until: i64) -> Arc<[u8]> {
     let mut app = XorAppender::default();
     for (t, v) in XorIter::new(bytes).take_while(|&(t, _)| t <= until) {
         app.append(t, v);
@@ -1332,16 +1337,17 @@ impl Shard {
     }
 
     /// For a reader of the newest float sample in `[mint, maxt]` alone:
-    /// the open chunk of `s` without its bytes, with that sample as its
-    /// known newest one, when the open chunk holds it and `s` has no late
-    /// samples to merge. `None` otherwise: read the chunks.
-    pub(crate) fn newest_chunk_for_query(
+    /// the open chunk of `s`'s first timestamp and that sample, when the
+    /// open chunk holds it and `s` has no late samples to merge (a chunk
+    /// without bytes then stands for it). `None` otherwise: read the
+    /// chunks.
+    pub(crate) fn newest_for_query(
         &self,
         s: &MemSeries,
         (mint, maxt): (i64, i64),
         until: i64,
         inorder_from: i64,
-    ) -> Option<Vec<ChunkRef>> {
+    ) -> Option<(i64, i64, f64)> {
         if s.has_ooo() {
             return None;
         }
@@ -1350,12 +1356,7 @@ impl Shard {
         if t < mint.max(inorder_from) || t > maxt || t > until || t != h.maxt() {
             return None;
         }
-        Some(vec![ChunkRef {
-            mint: h.mint,
-            maxt: t,
-            bytes: no_bytes().into(),
-            last: Some((t, v)),
-        }])
+        Some((h.mint, t, v))
     }
 
     /// The newest timestamp of `s`, floats and histograms.
