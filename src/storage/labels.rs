@@ -211,56 +211,134 @@ impl<'de> serde::Deserialize<'de> for LabelStr {
 }
 
 /// Stores each distinct string once and hands out small ids.
+///
+/// The strings are kept in pages of [`PAGE`]: every full page is shared
+/// (see [`Interner::pages`]), so that a reader can copy ids under the
+/// owner's lock and look the strings up after letting it go.
 #[derive(Debug, Default)]
 pub struct Interner {
-    strings: Vec<LabelStr>,
+    /// The full pages, by `id / PAGE`. Replaced (copied, not the
+    /// strings) when a page fills while a reader holds the list.
+    full: std::sync::Arc<Vec<std::sync::Arc<[LabelStr]>>>,
+    /// The strings after the full pages, fewer than `PAGE`.
+    open: Vec<LabelStr>,
     table: HashTable<StrId>,
     bytes: usize,
+}
+
+/// Strings an [`Interner`] page holds.
+pub const PAGE: usize = 64;
+
+/// An [`Interner`]'s full pages, taken from it: each id it held below
+/// [`InternedPages::bound`] is looked up here as it was in the interner
+/// at the time, whatever happens to the interner since.
+#[derive(Debug, Clone, Default)]
+pub struct InternedPages(std::sync::Arc<Vec<std::sync::Arc<[LabelStr]>>>);
+
+impl InternedPages {
+    /// Ids below this are in these pages.
+    #[inline]
+    pub fn bound(&self) -> StrId {
+        (self.0.len() * PAGE) as StrId
+    }
+
+    /// The shared string behind `id` (empty for one past the pages).
+    #[inline]
+    pub fn shared(&self, id: StrId) -> LabelStr {
+        let (page, at) = (id as usize / PAGE, id as usize % PAGE);
+        self.0
+            .get(page)
+            .and_then(|p| p.get(at))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Whether these are the pages `strings` holds now.
+    pub fn are_of(&self, strings: &Interner) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &strings.full)
+    }
 }
 
 impl Interner {
     /// The id of `s`, storing it if it is new.
     pub fn intern(&mut self, s: &str) -> StrId {
         let hash = xxh3_64(s.as_bytes());
-        let strings = &self.strings;
-        if let Some(&id) = self.table.find(hash, |&id| &*strings[id as usize] == s) {
+        if let Some(id) = self.find(hash, s) {
             return id;
         }
-        let id = self.strings.len() as StrId;
-        self.strings.push(s.into());
+        let id = (self.full.len() * PAGE + self.open.len()) as StrId;
+        self.open.push(s.into());
+        if self.open.len() == PAGE {
+            let page: std::sync::Arc<[LabelStr]> = self.open.drain(..).collect();
+            std::sync::Arc::make_mut(&mut self.full).push(page);
+        }
         // The shared string's two counts beside its bytes.
         self.bytes += s.len() + 2 * std::mem::size_of::<usize>();
-        let strings = &self.strings;
-        self.table
-            .insert_unique(hash, id, |&id| xxh3_64(strings[id as usize].as_bytes()));
+        let (full, open) = (&self.full, &self.open);
+        self.table.insert_unique(hash, id, |&id| {
+            xxh3_64(string_at(full, open, id).map_or(&[][..], |s| s.as_bytes()))
+        });
         id
+    }
+
+    fn find(&self, hash: u64, s: &str) -> Option<StrId> {
+        self.table
+            .find(hash, |&id| {
+                string_at(&self.full, &self.open, id).is_some_and(|t| &**t == s)
+            })
+            .copied()
     }
 
     /// The id of `s`, if it was ever interned.
     pub fn lookup(&self, s: &str) -> Option<StrId> {
-        let hash = xxh3_64(s.as_bytes());
-        self.table
-            .find(hash, |&id| &*self.strings[id as usize] == s)
-            .copied()
+        self.find(xxh3_64(s.as_bytes()), s)
     }
 
     /// The string behind `id`. Ids come only from this interner.
     #[inline]
     pub fn get(&self, id: StrId) -> &str {
-        self.strings.get(id as usize).map_or("", |s| s)
+        string_at(&self.full, &self.open, id).map_or("", |s| s)
     }
 
     /// The shared string behind `id` (empty for an id it never gave).
     #[inline]
     pub fn shared(&self, id: StrId) -> LabelStr {
-        self.strings.get(id as usize).cloned().unwrap_or_default()
+        string_at(&self.full, &self.open, id)
+            .cloned()
+            .unwrap_or_default()
     }
 
-    /// Heap bytes held (string bytes plus table and vector slots), roughly.
+    /// The full pages, shared: every id below their
+    /// [`InternedPages::bound`] can be looked up in them without this
+    /// interner.
+    pub fn pages(&self) -> InternedPages {
+        InternedPages(std::sync::Arc::clone(&self.full))
+    }
+
+    /// Heap bytes held (string bytes plus table and page slots), roughly.
     pub fn heap_bytes(&self) -> usize {
+        // A full page: its slots and its shared block's counts.
+        const PER_PAGE: usize = PAGE * std::mem::size_of::<LabelStr>() + 16;
         self.bytes
-            + self.strings.capacity() * std::mem::size_of::<LabelStr>()
+            + self.full.len() * PER_PAGE
+            + self.full.capacity() * std::mem::size_of::<usize>() * 2
+            + self.open.capacity() * std::mem::size_of::<LabelStr>()
             + self.table.capacity() * (std::mem::size_of::<StrId>() + 1)
+    }
+}
+
+/// The string behind `id` in full pages `full` and then `open`.
+#[inline]
+fn string_at<'a>(
+    full: &'a [std::sync::Arc<[LabelStr]>],
+    open: &'a [LabelStr],
+    id: StrId,
+) -> Option<&'a LabelStr> {
+    let (page, at) = (id as usize / PAGE, id as usize % PAGE);
+    match full.get(page) {
+        Some(p) => p.get(at),
+        None if page == full.len() => open.get(at),
+        None => None,
     }
 }
 
@@ -504,6 +582,40 @@ fn field_len(len: usize) -> usize {
 mod tests {
     use super::*;
     use prost::Message;
+
+    #[test]
+    fn interned_strings_are_found_in_pages_taken_before_more_came() {
+        let mut strings = Interner::default();
+        let name = |i: usize| format!("s{i}");
+        let mut taken = Vec::new();
+        for i in 0..5 * PAGE + 7 {
+            assert_eq!(strings.intern(&name(i)), i as StrId);
+            // Interning again gives the same id.
+            assert_eq!(strings.intern(&name(i / 2)), (i / 2) as StrId);
+            if i % 50 == 0 {
+                taken.push((i, strings.pages()));
+            }
+        }
+        for i in 0..5 * PAGE + 7 {
+            assert_eq!(strings.get(i as StrId), name(i));
+            assert_eq!(&*strings.shared(i as StrId), name(i));
+            assert_eq!(strings.lookup(&name(i)), Some(i as StrId));
+        }
+        assert_eq!(strings.lookup("none"), None);
+        assert_eq!(strings.get(9999), "");
+        let now = strings.pages();
+        assert!(now.are_of(&strings));
+        assert_eq!(now.bound(), (5 * PAGE) as StrId);
+        for (i, pages) in taken {
+            // Full pages only: the ids before the page `i` was in.
+            assert_eq!(pages.bound() as usize, (i + 1) / PAGE * PAGE, "{i}");
+            assert!(!pages.are_of(&strings) || pages.bound() == now.bound());
+            for id in 0..pages.bound() {
+                assert_eq!(&*pages.shared(id), name(id as usize));
+            }
+            assert_eq!(&*pages.shared(pages.bound()), "");
+        }
+    }
 
     #[test]
     fn canonical_form_equals_prost_encoding() {

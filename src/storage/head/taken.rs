@@ -3,26 +3,35 @@
 //! lock is let go.
 //!
 //! Under the lock only what may change is copied, into buffers reused
-//! from batch to batch: the labels' shared strings, the sealed chunks'
-//! shared bytes and the open chunks' bytes, one after another. Building
-//! each series' vectors, clipping chunks that hold samples not yet
-//! durable, and sharing the open chunks' copy are done after, so that a
-//! writer waiting for the shard does not wait for the allocator (a
-//! query thread in the idle class that is descheduled while it holds a
-//! shard keeps every writer to it waiting until a core is free).
+//! from batch to batch: the labels' string ids (looked up after, in the
+//! shard's string pages taken with the batch), the sealed chunks'
+//! shared bytes and the open chunks' bytes, one after another. Looking
+//! the strings up, building each series' vectors, clipping chunks that
+//! hold samples not yet durable, and sharing the open chunks' copy are
+//! done after, so that a writer waiting for the shard waits neither for
+//! the allocator nor for the strings' cache misses (a query thread in
+//! the idle class that is descheduled while it holds a shard keeps every
+//! writer to it waiting until a core is free).
 
 use std::sync::Arc;
 
 use super::hist_series::HistSample;
 use super::shard::{clipped, no_bytes, MemSeries, Shard};
 use crate::storage::chunk::{ChunkBytes, ChunkRef};
-use crate::storage::labels::Label;
+use crate::storage::labels::{InternedPages, Label, StrId};
 use crate::storage::selected::SelectedSeries;
 use crate::storage::starts::StartRun;
 
 /// A batch of series taken for a query (see the module's comment).
 #[derive(Debug, Default)]
 pub(in crate::storage) struct Taken {
+    /// The shard's full string pages, taken with the batch's first
+    /// series.
+    pages: Option<InternedPages>,
+    /// The label ids of the series whose strings are all in `pages`.
+    ids: Vec<(StrId, StrId)>,
+    /// The labels of the others (a string interned since the last full
+    /// page), looked up under the lock.
     labels: Vec<Label>,
     /// Sealed chunks: (mint, maxt, bytes).
     sealed: Vec<(i64, i64, Arc<[u8]>)>,
@@ -31,12 +40,14 @@ pub(in crate::storage) struct Taken {
     series: Vec<TakenSeries>,
 }
 
-/// One series of a [`Taken`] batch: how many of the batch's labels and
-/// sealed chunks are its own, in order.
+/// One series of a [`Taken`] batch: how many of the batch's label ids
+/// (or labels) and sealed chunks are its own, in order.
 #[derive(Debug)]
 struct TakenSeries {
     id: u64,
     labels: u32,
+    /// Its labels are ids in `Taken::ids`, not in `Taken::labels`.
+    by_id: bool,
     sealed: u32,
     open: Option<OpenTaken>,
     /// The newest timestamp the query may see of it (see
@@ -89,10 +100,21 @@ impl Taken {
         newest: bool,
     ) {
         let run = shard.labels(s);
-        self.labels.extend(run.iter().map(|&(n, v)| Label {
-            name: shard.strings.shared(n),
-            value: shard.strings.shared(v),
-        }));
+        let pages = self.pages.get_or_insert_with(|| shard.strings.pages());
+        // The pages are the shard's while its lock is held, and a batch
+        // is taken under one hold; were it not, the labels are looked up
+        // here.
+        let bound = pages.bound();
+        let by_id =
+            pages.are_of(&shard.strings) && run.iter().all(|&(n, v)| n < bound && v < bound);
+        if by_id {
+            self.ids.extend_from_slice(run);
+        } else {
+            self.labels.extend(run.iter().map(|&(n, v)| Label {
+                name: shard.strings.shared(n),
+                value: shard.strings.shared(v),
+            }));
+        }
         let mut rest: Option<Box<Rest>> = None;
         let (mut sealed, mut open) = (0, None);
         if s.has_ooo() {
@@ -144,6 +166,7 @@ impl Taken {
         self.series.push(TakenSeries {
             id: s.id,
             labels: run.len() as u32,
+            by_id,
             sealed,
             open,
             until,
@@ -157,11 +180,23 @@ impl Taken {
         // The open chunks' bytes shared by the batch's series: one block.
         let arena: Arc<[u8]> = Arc::from(&self.open[..]);
         let mut at = 0usize;
+        let pages = self.pages.take().unwrap_or_default();
+        let mut ids = self.ids.drain(..);
         let mut labels = self.labels.drain(..);
         let mut sealed = self.sealed.drain(..);
         for t in self.series.drain(..) {
             let until = t.until;
-            let labels: Vec<Label> = labels.by_ref().take(t.labels as usize).collect();
+            let labels: Vec<Label> = if t.by_id {
+                ids.by_ref()
+                    .take(t.labels as usize)
+                    .map(|(n, v)| Label {
+                        name: pages.shared(n),
+                        value: pages.shared(v),
+                    })
+                    .collect()
+            } else {
+                labels.by_ref().take(t.labels as usize).collect()
+            };
             let mut chunks = Vec::with_capacity(t.sealed as usize + usize::from(t.open.is_some()));
             for (mint, maxt, bytes) in sealed.by_ref().take(t.sealed as usize) {
                 chunks.push(ChunkRef {
@@ -211,7 +246,7 @@ impl Taken {
                 },
             );
         }
-        drop((labels, sealed));
+        drop((ids, labels, sealed));
         self.open.clear();
     }
 }
@@ -223,7 +258,7 @@ mod tests {
     use crate::storage::chunk::ChunkRef;
     use crate::storage::head::shard::Fingerprint;
     use crate::storage::head::{AppendCounts, Head, HeadOptions};
-    use crate::storage::labels::encode_canonical;
+    use crate::storage::labels::{encode_canonical, PAGE};
     use crate::storage::selected::SelectedSeries;
 
     type Labels = [(&'static str, &'static str); 2];
@@ -248,7 +283,9 @@ mod tests {
 
     /// A one-shard head with a series of each kind: floats over several
     /// sealed chunks and an open one, floats with late samples among
-    /// them, histograms beside floats, and floats sent start times.
+    /// them, histograms beside floats, and floats sent start times. The
+    /// first two come before a page's worth of other series, so that
+    /// their strings are in a full page and the last two's are not.
     fn head() -> Head {
         let head = Head::new(HeadOptions {
             shards: 1,
@@ -261,6 +298,14 @@ mod tests {
         let late = (0..20).map(|i| (i * 7000 + 500, -1.0));
         head.append_labels(&labels, &raw, late, i64::MAX, &mut c)
             .expect("fits");
+        for i in 0..PAGE {
+            let i = i.to_string();
+            let labels = [("__name__", "fill"), ("i", i.as_str())];
+            let mut raw = Vec::new();
+            encode_canonical(labels.iter().copied(), &mut raw);
+            head.append_labels(&labels, &raw, [(0, 1.0)].into_iter(), i64::MAX, &mut c)
+                .expect("fits");
+        }
         let (labels, raw, _, _) = floats(&head, "hist", 50, &mut c);
         let hists: Vec<(i64, HistSample)> = (50..200)
             .map(|i| {
@@ -344,7 +389,7 @@ mod tests {
                     s.starts,
                 ));
             });
-            proptest::prop_assert_eq!(made.len(), 4);
+            proptest::prop_assert_eq!(made.len(), PAGE + 4);
             proptest::prop_assert_eq!(made, want);
             proptest::prop_assert!(got.is_empty());
         }
@@ -355,11 +400,17 @@ mod tests {
         let head = head();
         head.with_shard(0, |shard| {
             let s = &shard.series;
-            assert_eq!(s.len(), 4);
+            assert_eq!(s.len(), PAGE + 4);
+            let (hist, starts) = (&s[PAGE + 2], &s[PAGE + 3]);
             assert!(s[0].sealed.len() >= 2, "sealed chunks and an open one");
             assert!(s[1].has_ooo(), "late samples");
-            assert!(s[2].has_hist(), "histograms");
-            assert!(!shard.starts_of(&s[3]).is_empty(), "start times");
+            assert!(hist.has_hist(), "histograms");
+            assert!(!shard.starts_of(starts).is_empty(), "start times");
+            // Labels taken by id, and looked up under the lock.
+            let bound = shard.strings.pages().bound();
+            let paged = |m| shard.labels(m).iter().all(|&(n, v)| n < bound && v < bound);
+            assert!(paged(&s[0]) && paged(&s[1]));
+            assert!(!paged(hist) && !paged(starts));
         });
     }
 }
