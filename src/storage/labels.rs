@@ -7,6 +7,8 @@
 //! the head can hash a sender's raw label bytes and find the series without
 //! decoding, sorting or validating them.
 
+use std::sync::Arc;
+
 use hashbrown::HashTable;
 
 use crate::encoding::{uvarint, uvarint_len};
@@ -30,7 +32,7 @@ pub struct Label {
 /// bytes; equal strings from one interner are one allocation, which
 /// comparisons notice before they look at the bytes.
 #[derive(Clone, Eq)]
-pub struct LabelStr(std::sync::Arc<str>);
+pub struct LabelStr(Arc<str>);
 
 impl LabelStr {
     /// The string.
@@ -75,14 +77,14 @@ impl std::borrow::Borrow<str> for LabelStr {
 impl PartialEq for LabelStr {
     #[inline]
     fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
     }
 }
 
 impl Ord for LabelStr {
     #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        if std::sync::Arc::ptr_eq(&self.0, &other.0) {
+        if Arc::ptr_eq(&self.0, &other.0) {
             return std::cmp::Ordering::Equal;
         }
         self.0.cmp(&other.0)
@@ -168,8 +170,8 @@ impl From<Box<str>> for LabelStr {
     }
 }
 
-impl From<std::sync::Arc<str>> for LabelStr {
-    fn from(s: std::sync::Arc<str>) -> Self {
+impl From<Arc<str>> for LabelStr {
+    fn from(s: Arc<str>) -> Self {
         Self(s)
     }
 }
@@ -217,9 +219,11 @@ impl<'de> serde::Deserialize<'de> for LabelStr {
 /// owner's lock and look the strings up after letting it go.
 #[derive(Debug, Default)]
 pub struct Interner {
-    /// The full pages, by `id / PAGE`. Replaced (copied, not the
-    /// strings) when a page fills while a reader holds the list.
-    full: std::sync::Arc<Vec<std::sync::Arc<[LabelStr]>>>,
+    /// The full pages. Copied when a page fills while a reader holds
+    /// them: the copy is of at most `DIR` page handles and one list
+    /// handle, and of the list of directories when one fills too (one
+    /// handle per `PAGE * DIR` strings), never of the strings.
+    full: Arc<Pages>,
     /// The strings after the full pages, fewer than `PAGE`.
     open: Vec<LabelStr>,
     table: HashTable<StrId>,
@@ -229,11 +233,49 @@ pub struct Interner {
 /// Strings an [`Interner`] page holds.
 pub const PAGE: usize = 64;
 
+/// Pages a directory of [`Pages`] holds.
+const DIR: usize = 64;
+
+/// A full page of interned strings.
+type Page = Arc<[LabelStr]>;
+
+/// An interner's full pages: whole directories of `DIR` pages, then the
+/// pages after them.
+#[derive(Debug, Default, Clone)]
+struct Pages {
+    dirs: Arc<Vec<Arc<[Page]>>>,
+    pages: Vec<Page>,
+}
+
+impl Pages {
+    /// Pages held.
+    fn len(&self) -> usize {
+        self.dirs.len() * DIR + self.pages.len()
+    }
+
+    #[inline]
+    fn page(&self, p: usize) -> Option<&Page> {
+        match self.dirs.get(p / DIR) {
+            Some(dir) => dir.get(p % DIR),
+            None if p / DIR == self.dirs.len() => self.pages.get(p % DIR),
+            None => None,
+        }
+    }
+
+    fn push(&mut self, page: Page) {
+        self.pages.push(page);
+        if self.pages.len() == DIR {
+            let dir: Arc<[Page]> = self.pages.drain(..).collect();
+            Arc::make_mut(&mut self.dirs).push(dir);
+        }
+    }
+}
+
 /// An [`Interner`]'s full pages, taken from it: each id it held below
 /// [`InternedPages::bound`] is looked up here as it was in the interner
 /// at the time, whatever happens to the interner since.
 #[derive(Debug, Clone, Default)]
-pub struct InternedPages(std::sync::Arc<Vec<std::sync::Arc<[LabelStr]>>>);
+pub struct InternedPages(Arc<Pages>);
 
 impl InternedPages {
     /// Ids below this are in these pages.
@@ -245,17 +287,16 @@ impl InternedPages {
     /// The shared string behind `id` (empty for one past the pages).
     #[inline]
     pub fn shared(&self, id: StrId) -> LabelStr {
-        let (page, at) = (id as usize / PAGE, id as usize % PAGE);
         self.0
-            .get(page)
-            .and_then(|p| p.get(at))
+            .page(id as usize / PAGE)
+            .and_then(|p| p.get(id as usize % PAGE))
             .cloned()
             .unwrap_or_default()
     }
 
     /// Whether these are the pages `strings` holds now.
     pub fn are_of(&self, strings: &Interner) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &strings.full)
+        Arc::ptr_eq(&self.0, &strings.full)
     }
 }
 
@@ -269,12 +310,12 @@ impl Interner {
         let id = (self.full.len() * PAGE + self.open.len()) as StrId;
         self.open.push(s.into());
         if self.open.len() == PAGE {
-            let page: std::sync::Arc<[LabelStr]> = self.open.drain(..).collect();
-            std::sync::Arc::make_mut(&mut self.full).push(page);
+            let page: Page = self.open.drain(..).collect();
+            Arc::make_mut(&mut self.full).push(page);
         }
         // The shared string's two counts beside its bytes.
         self.bytes += s.len() + 2 * std::mem::size_of::<usize>();
-        let (full, open) = (&self.full, &self.open);
+        let (full, open) = (&*self.full, &self.open);
         self.table.insert_unique(hash, id, |&id| {
             xxh3_64(string_at(full, open, id).map_or(&[][..], |s| s.as_bytes()))
         });
@@ -312,16 +353,19 @@ impl Interner {
     /// [`InternedPages::bound`] can be looked up in them without this
     /// interner.
     pub fn pages(&self) -> InternedPages {
-        InternedPages(std::sync::Arc::clone(&self.full))
+        InternedPages(Arc::clone(&self.full))
     }
 
     /// Heap bytes held (string bytes plus table and page slots), roughly.
     pub fn heap_bytes(&self) -> usize {
-        // A full page: its slots and its shared block's counts.
+        // A shared block: its slots and its two counts.
         const PER_PAGE: usize = PAGE * std::mem::size_of::<LabelStr>() + 16;
+        const PER_DIR: usize = DIR * std::mem::size_of::<Page>() + 16;
+        let slot = std::mem::size_of::<Page>();
         self.bytes
             + self.full.len() * PER_PAGE
-            + self.full.capacity() * std::mem::size_of::<usize>() * 2
+            + self.full.dirs.len() * PER_DIR
+            + (self.full.dirs.capacity() + self.full.pages.capacity()) * slot
             + self.open.capacity() * std::mem::size_of::<LabelStr>()
             + self.table.capacity() * (std::mem::size_of::<StrId>() + 1)
     }
@@ -329,13 +373,9 @@ impl Interner {
 
 /// The string behind `id` in full pages `full` and then `open`.
 #[inline]
-fn string_at<'a>(
-    full: &'a [std::sync::Arc<[LabelStr]>],
-    open: &'a [LabelStr],
-    id: StrId,
-) -> Option<&'a LabelStr> {
+fn string_at<'a>(full: &'a Pages, open: &'a [LabelStr], id: StrId) -> Option<&'a LabelStr> {
     let (page, at) = (id as usize / PAGE, id as usize % PAGE);
-    match full.get(page) {
+    match full.page(page) {
         Some(p) => p.get(at),
         None if page == full.len() => open.get(at),
         None => None,
@@ -588,15 +628,17 @@ mod tests {
         let mut strings = Interner::default();
         let name = |i: usize| format!("s{i}");
         let mut taken = Vec::new();
-        for i in 0..5 * PAGE + 7 {
+        // Past two directories of pages.
+        let n = 2 * DIR * PAGE + 5 * PAGE + 7;
+        for i in 0..n {
             assert_eq!(strings.intern(&name(i)), i as StrId);
             // Interning again gives the same id.
             assert_eq!(strings.intern(&name(i / 2)), (i / 2) as StrId);
-            if i % 50 == 0 {
+            if i % 613 == 0 || i % (DIR * PAGE) == DIR * PAGE - 1 {
                 taken.push((i, strings.pages()));
             }
         }
-        for i in 0..5 * PAGE + 7 {
+        for i in 0..n {
             assert_eq!(strings.get(i as StrId), name(i));
             assert_eq!(&*strings.shared(i as StrId), name(i));
             assert_eq!(strings.lookup(&name(i)), Some(i as StrId));
@@ -605,7 +647,7 @@ mod tests {
         assert_eq!(strings.get(9999), "");
         let now = strings.pages();
         assert!(now.are_of(&strings));
-        assert_eq!(now.bound(), (5 * PAGE) as StrId);
+        assert_eq!(now.bound(), (n / PAGE * PAGE) as StrId);
         for (i, pages) in taken {
             // Full pages only: the ids before the page `i` was in.
             assert_eq!(pages.bound() as usize, (i + 1) / PAGE * PAGE, "{i}");

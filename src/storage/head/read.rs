@@ -110,7 +110,9 @@ impl Head {
         Ok(out)
     }
 
-    /// Visits one shard for [`Head::for_each_match`].
+    /// Visits one shard for [`Head::for_each_match`] and
+    /// [`Head::collect_matches`]: gives each match to `f` under the lock,
+    /// and tells `f` each time the lock is let go.
     fn visit(
         &self,
         cell: &ShardCell,
@@ -412,7 +414,9 @@ pub(super) mod tests {
     /// A one-shard head of 40 series, with retention set to rebuild it
     /// between a read's second and third batches: the even series end at
     /// 10 (retention at 50 removes them), the odd ones at 100, which move
-    /// to new slots.
+    /// to new slots. Each has three more labels of values of its own, so
+    /// that the shard's strings fill pages before the rebuild and after
+    /// it (which numbers them anew).
     fn head_rebuilt_mid_read() -> Arc<Head> {
         let head = Arc::new(Head::new(HeadOptions {
             shards: 1,
@@ -422,7 +426,14 @@ pub(super) mod tests {
         for i in 0..40 {
             let t = if i % 2 == 0 { 10 } else { 100 };
             let i = format!("{i:02}");
-            let l = [("__name__", "m"), ("i", i.as_str())];
+            let (j, k, l) = (format!("j{i}"), format!("k{i}"), format!("l{i}"));
+            let l = [
+                ("__name__", "m"),
+                ("i", i.as_str()),
+                ("j", j.as_str()),
+                ("k", k.as_str()),
+                ("l", l.as_str()),
+            ];
             let mut raw = Vec::new();
             encode_canonical(l.iter().copied(), &mut raw);
             head.append_labels(&l, &raw, [(t, 1.0)].into_iter(), t, &mut c)
@@ -475,8 +486,26 @@ pub(super) mod tests {
                 &[],
                 all,
                 &Stop::default(),
-                |taken, shard, s, until| taken.take(shard, s, all, until, i64::MIN, false),
-                |_, s| Some(s.labels[1].value.to_string()),
+                |taken, shard, s, until| {
+                    // The strings fill pages, so labels go by id.
+                    assert!(shard.strings.pages().bound() >= 64);
+                    taken.take(shard, s, all, until, i64::MIN, false)
+                },
+                |_, s| {
+                    let i = s.labels[1].value.to_string();
+                    let values: Vec<&str> = s.labels.iter().map(|l| &*l.value).collect();
+                    assert_eq!(
+                        values,
+                        [
+                            "m",
+                            &i,
+                            &format!("j{i}"),
+                            &format!("k{i}"),
+                            &format!("l{i}")
+                        ]
+                    );
+                    Some(i)
+                },
                 |_| {},
             )
             .expect("not stopped");

@@ -66,6 +66,16 @@ impl HeadChunk {
     }
 }
 
+/// The open chunk of a series, read.
+pub(crate) struct OpenView<'a> {
+    /// Its first and last timestamps.
+    pub(crate) mint: i64,
+    pub(crate) maxt: i64,
+    pub(crate) bytes: &'a [u8],
+    /// Its newest sample, if it has one.
+    pub(crate) last: Option<(i64, f64)>,
+}
+
 /// Whether an append started a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NewChunk {
@@ -220,9 +230,7 @@ impl MemSeries {
     pub(crate) fn snapshot_chunks(&self, mint: i64, maxt: i64, until: i64) -> Vec<ChunkRef> {
         let maxt = maxt.min(until);
         let mut out: Vec<ChunkRef> = self
-            .sealed
-            .iter()
-            .filter(|c| c.maxt >= mint && c.mint <= maxt)
+            .sealed_overlapping(mint, maxt)
             .map(|c| ChunkRef {
                 mint: c.mint,
                 maxt: c.maxt.min(until),
@@ -234,23 +242,45 @@ impl MemSeries {
                 last: None,
             })
             .collect();
-        if let Some(h) = self
-            .head
-            .as_ref()
-            .filter(|h| h.maxt() >= mint && h.mint <= maxt)
-        {
+        if let Some(h) = self.open_overlapping(mint, maxt) {
             out.push(ChunkRef {
                 mint: h.mint,
-                maxt: h.maxt().min(until),
-                bytes: if h.maxt() > until {
-                    clipped(h.app.bytes(), until).into()
+                maxt: h.maxt.min(until),
+                bytes: if h.maxt > until {
+                    clipped(h.bytes, until).into()
                 } else {
-                    h.app.bytes().into()
+                    h.bytes.into()
                 },
-                last: h.app.last().filter(|&(t, _)| t <= until),
+                last: h.last.filter(|&(t, _)| t <= until),
             });
         }
         out
+    }
+
+    /// The sealed chunks with samples in `[lo, hi]`, in time order.
+    #[inline]
+    pub(crate) fn sealed_overlapping(
+        &self,
+        lo: i64,
+        hi: i64,
+    ) -> impl Iterator<Item = &SealedChunk> {
+        self.sealed
+            .iter()
+            .filter(move |c| c.maxt >= lo && c.mint <= hi)
+    }
+
+    /// The open chunk, if it has samples in `[lo, hi]`.
+    #[inline]
+    pub(crate) fn open_overlapping(&self, lo: i64, hi: i64) -> Option<OpenView<'_>> {
+        self.head
+            .as_ref()
+            .filter(|h| h.maxt() >= lo && h.mint <= hi)
+            .map(|h| OpenView {
+                mint: h.mint,
+                maxt: h.maxt(),
+                bytes: h.app.bytes(),
+                last: h.app.last(),
+            })
     }
 
     /// The newest timestamp readers may see: samples after it are not yet
@@ -291,11 +321,6 @@ impl MemSeries {
         self.head
             .as_ref()
             .map(|h| (h.mint, h.maxt(), h.app.bytes()))
-    }
-
-    /// The open chunk's newest sample, if it has one.
-    pub(crate) fn open_last(&self) -> Option<(i64, f64)> {
-        self.head.as_ref().and_then(|h| h.app.last())
     }
 
     /// Whether the series holds native histograms (in its shard's

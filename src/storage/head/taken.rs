@@ -2,16 +2,18 @@
 //! shard is locked, and the selected series it makes of that once the
 //! lock is let go.
 //!
-//! Under the lock only what may change is copied, into buffers reused
-//! from batch to batch: the labels' string ids (looked up after, in the
-//! shard's string pages taken with the batch), the sealed chunks'
-//! shared bytes and the open chunks' bytes, one after another. Looking
-//! the strings up, building each series' vectors, clipping chunks that
-//! hold samples not yet durable, and sharing the open chunks' copy are
-//! done after, so that a writer waiting for the shard waits neither for
-//! the allocator nor for the strings' cache misses (a query thread in
-//! the idle class that is descheduled while it holds a shard keeps every
-//! writer to it waiting until a core is free).
+//! Under the lock, each series' parts are copied into buffers reused
+//! from batch to batch, allocating nothing per series: its labels'
+//! string ids (looked up after, in the shard's string pages taken with
+//! the batch), handles to its sealed chunks, its open chunk's bytes and
+//! its start-time runs. Looking the strings up, building each series'
+//! vectors, clipping chunks that hold samples not yet durable, and
+//! sharing the open chunks' copy are done after, so that a writer
+//! waiting for the shard waits neither for the allocator nor for the
+//! strings' cache misses (a query thread in the idle class that is
+//! descheduled while it holds a shard keeps every writer to it waiting
+//! until a core is free). What few series have, late samples and
+//! histograms, is still made under the lock.
 
 use std::sync::Arc;
 
@@ -37,6 +39,7 @@ pub(in crate::storage) struct Taken {
     sealed: Vec<(i64, i64, Arc<[u8]>)>,
     /// The open chunks' bytes, one after another.
     open: Vec<u8>,
+    starts: Vec<StartRun>,
     series: Vec<TakenSeries>,
 }
 
@@ -49,13 +52,14 @@ struct TakenSeries {
     /// Its labels are ids in `Taken::ids`, not in `Taken::labels`.
     by_id: bool,
     sealed: u32,
+    starts: u32,
     open: Option<OpenTaken>,
     /// The newest timestamp the query may see of it (see
     /// [`MemSeries::visible_until`]).
     until: i64,
     /// What is rarely there and made under the lock as before: chunks
     /// merged with late samples (in place of the sealed and open ones),
-    /// histograms, start-time runs.
+    /// histograms.
     rest: Option<Box<Rest>>,
 }
 
@@ -74,7 +78,6 @@ struct OpenTaken {
 struct Rest {
     merged: Option<Vec<ChunkRef>>,
     histograms: Vec<(i64, HistSample)>,
-    starts: Vec<StartRun>,
 }
 
 impl Taken {
@@ -133,22 +136,18 @@ impl Taken {
             });
         } else if mint.max(inorder_from) <= maxt {
             // As `MemSeries::snapshot_chunks` picks them.
-            let lo = mint.max(inorder_from);
-            let hi = maxt.min(until);
-            for c in s.sealed.iter().filter(|c| c.maxt >= lo && c.mint <= hi) {
+            let (lo, hi) = (mint.max(inorder_from), maxt.min(until));
+            for c in s.sealed_overlapping(lo, hi) {
                 self.sealed.push((c.mint, c.maxt, Arc::clone(&c.bytes)));
                 sealed += 1;
             }
-            if let Some((first, last_t, bytes)) = s
-                .open_chunk()
-                .filter(|&(first, last_t, _)| last_t >= lo && first <= hi)
-            {
-                self.open.extend_from_slice(bytes);
+            if let Some(h) = s.open_overlapping(lo, hi) {
+                self.open.extend_from_slice(h.bytes);
                 open = Some(OpenTaken {
-                    mint: first,
-                    maxt: last_t,
-                    len: Some(bytes.len() as u32),
-                    last: s.open_last(),
+                    mint: h.mint,
+                    maxt: h.maxt,
+                    len: Some(h.bytes.len() as u32),
+                    last: h.last,
                 });
             }
         }
@@ -158,16 +157,14 @@ impl Taken {
                 rest.get_or_insert_default().histograms = h;
             }
         }
-        let starts = shard.starts_of(s);
-        if !starts.is_empty() {
-            rest.get_or_insert_default().starts =
-                crate::storage::starts::runs_within(starts, mint, maxt).to_vec();
-        }
+        let starts = crate::storage::starts::runs_within(shard.starts_of(s), mint, maxt);
+        self.starts.extend_from_slice(starts);
         self.series.push(TakenSeries {
             id: s.id,
             labels: run.len() as u32,
             by_id,
             sealed,
+            starts: starts.len() as u32,
             open,
             until,
             rest,
@@ -177,13 +174,19 @@ impl Taken {
     /// Makes the selected series of what was taken, in order, and gives
     /// each to `f` with its id; empties the batch for the next one.
     pub(in crate::storage) fn drain(&mut self, mut f: impl FnMut(u64, SelectedSeries)) {
-        // The open chunks' bytes shared by the batch's series: one block.
-        let arena: Arc<[u8]> = Arc::from(&self.open[..]);
+        // The open chunks' bytes shared by the batch's series: one block
+        // (none when no open chunk's bytes were taken).
+        let arena: Arc<[u8]> = if self.open.is_empty() {
+            no_bytes()
+        } else {
+            Arc::from(&self.open[..])
+        };
         let mut at = 0usize;
         let pages = self.pages.take().unwrap_or_default();
         let mut ids = self.ids.drain(..);
         let mut labels = self.labels.drain(..);
         let mut sealed = self.sealed.drain(..);
+        let mut starts = self.starts.drain(..);
         for t in self.series.drain(..) {
             let until = t.until;
             let labels: Vec<Label> = if t.by_id {
@@ -242,11 +245,11 @@ impl Taken {
                     labels,
                     chunks,
                     histograms: rest.histograms,
-                    starts: rest.starts,
+                    starts: starts.by_ref().take(t.starts as usize).collect(),
                 },
             );
         }
-        drop((ids, labels, sealed));
+        drop((ids, labels, sealed, starts));
         self.open.clear();
     }
 }
@@ -347,14 +350,31 @@ mod tests {
             until_all in proptest::bool::ANY,
             inorder_from in -10_000i64..320_000,
             newest in proptest::bool::ANY,
+            every in 1usize..10,
         ) {
             let head = head();
             let maxt = mint + span;
             let until = if until_all { i64::MAX } else { until };
-            let (want, got) = head.with_shard(0, |shard| {
+            let mut made = Vec::new();
+            let mut make = |taken: &mut Taken| {
+                taken.drain(|id, s: SelectedSeries| {
+                    made.push((
+                        id,
+                        s.labels,
+                        s.chunks.iter().map(chunk).collect::<Vec<_>>(),
+                        s.histograms,
+                        s.starts,
+                    ));
+                });
+            };
+            // One batch reused: drained every `every` series.
+            let (want, mut taken) = head.with_shard(0, |shard| {
                 let mut want = Vec::new();
                 let mut taken = Taken::default();
-                for s in &shard.series {
+                for (n, s) in shard.series.iter().enumerate() {
+                    if n % every == 0 {
+                        make(&mut taken);
+                    }
                     let chunks = match newest
                         .then(|| shard.newest_for_query(s, (mint, maxt), until, inorder_from))
                         .flatten()
@@ -378,20 +398,10 @@ mod tests {
                 }
                 (want, taken)
             });
-            let mut got = got;
-            let mut made = Vec::new();
-            got.drain(|id, s: SelectedSeries| {
-                made.push((
-                    id,
-                    s.labels,
-                    s.chunks.iter().map(chunk).collect::<Vec<_>>(),
-                    s.histograms,
-                    s.starts,
-                ));
-            });
+            make(&mut taken);
+            proptest::prop_assert!(taken.is_empty());
             proptest::prop_assert_eq!(made.len(), PAGE + 4);
             proptest::prop_assert_eq!(made, want);
-            proptest::prop_assert!(got.is_empty());
         }
     }
 
@@ -407,10 +417,14 @@ mod tests {
             assert!(hist.has_hist(), "histograms");
             assert!(!shard.starts_of(starts).is_empty(), "start times");
             // Labels taken by id, and looked up under the lock.
-            let bound = shard.strings.pages().bound();
-            let paged = |m| shard.labels(m).iter().all(|&(n, v)| n < bound && v < bound);
-            assert!(paged(&s[0]) && paged(&s[1]));
-            assert!(!paged(hist) && !paged(starts));
+            let mut taken = Taken::default();
+            for m in [&s[0], &s[1], hist, starts] {
+                taken.take(shard, m, (0, 1), i64::MAX, 0, false);
+            }
+            let by_id: Vec<bool> = taken.series.iter().map(|t| t.by_id).collect();
+            assert_eq!(by_id, [true, true, false, false]);
+            assert_eq!(taken.ids.len(), 4);
+            assert_eq!(taken.labels.len(), 4);
         });
     }
 }
